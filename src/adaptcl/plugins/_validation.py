@@ -1,0 +1,72 @@
+"""Argument checks shared by every loss: clear errors that name the offending argument."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+
+def check_positive(name: str, value: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a float, got {type(value).__name__}")
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a finite number > 0, got {value}")
+    return float(value)
+
+
+def check_non_negative(name: str, value: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a float, got {type(value).__name__}")
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name} must be a finite number >= 0, got {value}")
+    return float(value)
+
+
+def check_finite_number(name: str, value: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a float, got {type(value).__name__}")
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value}")
+    return float(value)
+
+
+def check_choice(name: str, value: str, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+    return value
+
+
+def check_int(name: str, value: int, minimum: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def check_embeddings(name: str, x: Tensor, *, dim: int | None = None, check_finite: bool = True) -> None:
+    """Validate a ``[N, D]`` floating-point embedding tensor."""
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if not x.is_floating_point():
+        raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
+    if x.ndim != 2:
+        raise ValueError(f"{name} must have shape [batch, dim], got {tuple(x.shape)}")
+    if x.shape[1] == 0:
+        raise ValueError(f"{name} has an empty feature dimension: {tuple(x.shape)}")
+    if dim is not None and x.shape[1] != dim:
+        raise ValueError(f"{name} has feature dimension {x.shape[1]}, expected {dim}")
+    # One reduction over [N, D]: negligible next to the N x N similarity matrix.
+    if check_finite and not bool(torch.isfinite(x).all()):
+        raise ValueError(f"{name} contains NaN or inf")
+
+
+def check_pair(z0: Tensor, z1: Tensor, *, check_finite: bool = True) -> None:
+    check_embeddings("z0", z0, check_finite=check_finite)
+    check_embeddings("z1", z1, check_finite=check_finite)
+    if z0.shape != z1.shape:
+        raise ValueError(f"z0 and z1 must have the same shape, got {tuple(z0.shape)} and {tuple(z1.shape)}")
+    if z0.device != z1.device:
+        raise ValueError(f"z0 and z1 are on different devices: {z0.device} and {z1.device}")

@@ -1,0 +1,352 @@
+"""Adaptive Multi-head Contrastive Learning (AMCL).
+
+Reference:
+    Wang, Koniusz et al., "Adaptive Multi-head Contrastive Learning", ECCV 2024
+    (arXiv:2310.05615). Table 2 gives the loss forms; Eq. (3)-(4) the temperatures and Omega.
+
+AMCL changes the temperature of InfoNCE into a learned one per pair and per head:
+
+* ``C`` projection heads (:class:`MultiHeadProjection`) each produce ``z^c``;
+* a shared pair-temperature network (:class:`PairTemperature`),
+  ``tau(a, b) = iota / (1 + exp(<phi(a), phi(b)>)) + eta`` (bounded in ``(eta, eta + iota)``),
+  with ``phi`` one linear layer ``R^{d'} -> R^{d'}``; its input to the sigmoid is clamped so
+  gradients never vanish into a saturated exp;
+* the regulariser ``Omega(tau) = (d'/2) log tau + 1/tau`` (minimum at ``tau = 2/d'``) added for
+  positive pairs and subtracted for negative pairs with weight ``beta``; ``d'`` is the feature
+  dimension of the head output (not the batch size).
+
+Negative terms: ``"topk"`` averages ``s/tau - beta Omega(tau)`` over the kappa most similar
+negatives (kappa = 1 is Table 2's max); ``"softmax"`` is the paper's exact Eq. (7) form,
+``logsumexp_n (s_n/tau_n - beta Omega(tau_n))``. With ``objective="infonce"`` (Table 2.4) the
+positive joins the candidates of the max / log-sum-exp; ``"nt_xent"`` (Table 2.1) uses
+negatives only. Temperatures stay differentiable (the network learns); only SimSiam's targets
+are detached, as in SimSiam.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from ._validation import (
+    check_choice,
+    check_embeddings,
+    check_int,
+    check_non_negative,
+    check_positive,
+)
+from .base import Stats
+from .candidates import FORMS, Candidates, build_candidates, compute_dtype, normalize
+
+NEGATIVE_TERMS = ("topk", "softmax")
+OBJECTIVES = ("nt_xent", "infonce")
+
+
+def omega(tau: Tensor, dim: int) -> Tensor:
+    """AMCL's temperature regulariser ``(dim/2) log tau + 1/tau`` in float32 (Eq. 4)."""
+    tau = tau.to(torch.float64 if tau.dtype == torch.float64 else torch.float32)
+    return 0.5 * dim * torch.log(tau) + 1.0 / tau
+
+
+class PairTemperature(nn.Module):
+    """Shared pair-adaptive temperature network of AMCL.
+
+    ``tau(a, b) = iota * sigmoid(-clamp(<phi(a), phi(b)>)) + eta``.
+
+    Args:
+        dim: feature dimension d' of the head outputs.
+        eta: lower bound of the temperature (paper: 1e-5).
+        iota: width of the range; the upper bound is ``eta + iota`` (paper: 2, or 5 on
+            ImageNet / Tiny-ImageNet).
+        clamp: bound of the pre-sigmoid value.
+
+    Examples:
+        >>> net = PairTemperature(dim=128)
+        >>> tau = net(torch.randn(4, 128), torch.randn(6, 128))  # [4, 6]
+    """
+
+    def __init__(self, dim: int, eta: float = 1e-5, iota: float = 2.0, clamp: float = 20.0) -> None:
+        super().__init__()
+        self.dim = check_int("dim", dim, minimum=1)
+        self.eta = check_positive("eta", eta)
+        self.iota = check_positive("iota", iota)
+        self.clamp = check_positive("clamp", clamp)
+        self.phi = nn.Linear(dim, dim)
+
+    def _squash(self, r: Tensor) -> Tensor:
+        return self.iota * torch.sigmoid(-r.clamp(-self.clamp, self.clamp)) + self.eta
+
+    def forward(self, a: Tensor, b: Tensor) -> Tensor:
+        """Temperatures of every pair: ``[A, D] x [B, D] -> [A, B]``."""
+        with torch.autocast(device_type=a.device.type, enabled=False):
+            dtype = self.phi.weight.dtype
+            return self._squash(self.phi(a.to(dtype)) @ self.phi(b.to(dtype)).T)
+
+    def pairwise(self, a: Tensor, b: Tensor) -> Tensor:
+        """Temperatures of matching rows: ``[N, D] x [N, D] -> [N]``."""
+        with torch.autocast(device_type=a.device.type, enabled=False):
+            dtype = self.phi.weight.dtype
+            return self._squash((self.phi(a.to(dtype)) * self.phi(b.to(dtype))).sum(dim=1))
+
+
+class ConstantTemperature(nn.Module):
+    """A fixed temperature with the interface of :class:`PairTemperature` (ablations)."""
+
+    def __init__(self, temperature: float = 0.1) -> None:
+        super().__init__()
+        self.temperature = check_positive("temperature", temperature)
+
+    def forward(self, a: Tensor, b: Tensor) -> Tensor:
+        return torch.full((a.shape[0], b.shape[0]), self.temperature, dtype=compute_dtype(a),
+                          device=a.device)
+
+    def pairwise(self, a: Tensor, b: Tensor) -> Tensor:
+        return torch.full((a.shape[0],), self.temperature, dtype=compute_dtype(a), device=a.device)
+
+
+class MultiHeadProjection(nn.Module):
+    """C independent projection heads (same architecture, separate weights), stacked.
+
+    Each head is ``Linear -> BatchNorm1d -> ReLU -> Linear`` (SimCLR's head; ``num_layers``
+    hidden blocks). Output shape ``[C, B, output_dim]``.
+
+    Examples:
+        >>> heads = MultiHeadProjection(512, 512, 128, num_heads=3)
+        >>> z = heads(torch.randn(8, 512))  # [3, 8, 128]
+    """
+
+    def __init__(self, input_dim: int, hidden_dim: int, output_dim: int, num_heads: int = 2,
+                 num_layers: int = 2, batch_norm: bool = True) -> None:
+        super().__init__()
+        check_int("input_dim", input_dim, 1)
+        check_int("hidden_dim", hidden_dim, 1)
+        check_int("output_dim", output_dim, 1)
+        self.num_heads = check_int("num_heads", num_heads, 1)
+        check_int("num_layers", num_layers, 1)
+
+        def head() -> nn.Sequential:
+            layers: list[nn.Module] = []
+            d = input_dim
+            for _ in range(num_layers - 1):
+                layers.append(nn.Linear(d, hidden_dim, bias=not batch_norm))
+                if batch_norm:
+                    layers.append(nn.BatchNorm1d(hidden_dim))
+                layers.append(nn.ReLU(inplace=True))
+                d = hidden_dim
+            layers.append(nn.Linear(d, output_dim))
+            return nn.Sequential(*layers)
+
+        self.heads = nn.ModuleList(head() for _ in range(num_heads))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return torch.stack([h(x) for h in self.heads])
+
+
+def _as_heads(name: str, z: Tensor) -> Tensor:
+    if isinstance(z, Tensor) and z.ndim == 2:
+        return z.unsqueeze(0)
+    if not isinstance(z, Tensor) or z.ndim != 3:
+        raise ValueError(f"{name} must have shape [batch, dim] or [heads, batch, dim], got "
+                         f"{tuple(z.shape) if isinstance(z, Tensor) else type(z).__name__}")
+    return z
+
+
+class AMCLLoss(nn.Module):
+    """AMCL in the NT-Xent / InfoNCE forms of Table 2 (2.1 and 2.4).
+
+    Args:
+        temperature_net: a :class:`PairTemperature` (learned; put it in the optimiser) or a
+            :class:`ConstantTemperature`.
+        beta: weight of the regulariser Omega (>= 0).
+        negative_term: ``"topk"`` (mean over the kappa hardest negatives) or ``"softmax"``.
+        kappa: number of negatives of the top-kappa term.
+        objective: ``"nt_xent"`` (negatives only, Table 2.1) or ``"infonce"`` (positive
+            included, Table 2.4).
+        form: candidate set (see :mod:`adaptcl.plugins.candidates`).
+
+    ``forward(z0, z1, negatives=None)`` takes ``[C, N, D]`` (or ``[N, D]`` for one head); the
+    per-head losses are summed (the paper's l = sum_c l_c) and averaged over anchors.
+    With one head, a constant temperature, ``beta=0``, ``negative_term="softmax"`` and
+    ``objective="infonce"`` it equals InfoNCE exactly.
+
+    Examples:
+        >>> net = PairTemperature(dim=32)
+        >>> loss_fn = AMCLLoss(net, beta=1e-3, negative_term="topk", kappa=4)
+        >>> z0, z1 = torch.randn(2, 16, 32), torch.randn(2, 16, 32)
+        >>> loss = loss_fn(z0, z1)
+    """
+
+    def __init__(self, temperature_net: nn.Module, beta: float = 1e-3, *,
+                 negative_term: str = "topk", kappa: int = 1, objective: str = "nt_xent",
+                 form: str = "nt_xent", gather_distributed: bool = False,
+                 check_finite: bool = True) -> None:
+        super().__init__()
+        if not hasattr(temperature_net, "pairwise"):
+            raise TypeError("temperature_net must be a PairTemperature or ConstantTemperature")
+        self.temperature_net = temperature_net
+        self.beta = check_non_negative("beta", beta)
+        self.negative_term = check_choice("negative_term", negative_term, NEGATIVE_TERMS)
+        self.kappa = check_int("kappa", kappa, minimum=1)
+        self.objective = check_choice("objective", objective, OBJECTIVES)
+        self.form = check_choice("form", form, FORMS)
+        self.gather_distributed = bool(gather_distributed)
+        self.check_finite = check_finite
+        self.last_stats: Stats = {}
+
+    def _head_loss(self, c: Candidates, dim: int) -> tuple[Tensor, Tensor, Tensor]:
+        net = self.temperature_net
+        tau_pos = net.pairwise(c.anchors, c.positive_keys)
+        tau = net(c.anchors, c.keys)
+        with torch.autocast(device_type=c.anchors.device.type, enabled=False):
+            sim = c.similarity()
+            pos = c.positive_sim / tau_pos
+            reg_pos = self.beta * omega(tau_pos, dim)
+            if self.negative_term == "softmax":
+                terms = c.mask_(sim / tau - self.beta * omega(tau, dim))
+                neg = torch.logsumexp(terms, dim=1)
+                if self.objective == "infonce":
+                    neg = torch.logaddexp(neg, pos - reg_pos)
+            else:
+                sims, taus = c.mask_(sim), tau
+                if self.objective == "infonce":
+                    sims = torch.cat([sims, c.positive_sim[:, None]], dim=1)
+                    taus = torch.cat([tau, tau_pos[:, None]], dim=1)
+                available = c.num_negatives + (self.objective == "infonce")
+                if self.kappa > available:
+                    raise ValueError(f"kappa={self.kappa} is larger than the {available} "
+                                     "candidates available to each anchor")
+                top = sims.topk(self.kappa, dim=1).indices
+                s_k, t_k = sims.gather(1, top), taus.gather(1, top)
+                neg = (s_k / t_k - self.beta * omega(t_k, dim)).mean(dim=1)
+            loss = -pos + reg_pos + neg
+        return loss, tau_pos.detach(), tau.detach()
+
+    def forward(self, z0: Tensor, z1: Tensor, negatives: Tensor | None = None) -> Tensor:
+        z0, z1 = _as_heads("z0", z0), _as_heads("z1", z1)
+        if z0.shape != z1.shape:
+            raise ValueError(f"z0 and z1 must have the same shape, got {tuple(z0.shape)} and {tuple(z1.shape)}")
+        if negatives is not None:
+            negatives = _as_heads("negatives", negatives)
+            if negatives.shape[0] != z0.shape[0]:
+                raise ValueError("negatives must have one [K, D] set per head")
+        dim = z0.shape[-1]
+        total, taus_pos, taus_neg, align = 0.0, [], [], []
+        for h in range(z0.shape[0]):
+            cands = build_candidates(z0[h], z1[h], self.form,
+                                     None if negatives is None else negatives[h],
+                                     gather_distributed=self.gather_distributed,
+                                     check_finite=self.check_finite)
+            losses = []
+            for c in cands:
+                loss, tau_pos, tau = self._head_loss(c, dim)
+                losses.append(loss)
+                taus_pos.append(tau_pos.mean())
+                taus_neg.append(tau.mean())
+            total = total + torch.cat(losses).mean()
+            align.append(cands[0].positive_sim.detach().mean())
+        self.last_stats = {"loss": total.detach(), "temperature": torch.stack(taus_pos).mean(),
+                           "negative_temperature": torch.stack(taus_neg).mean(),
+                           "alignment": torch.stack(align).mean()}
+        return total
+
+
+class AMCLSimSiamLoss(nn.Module):
+    """AMCL's SimSiam form (Table 2.2): symmetric negative cosine with pair temperatures.
+
+    ``sum_c -cos(p0, sg z1) / (2 tau) - cos(p1, sg z0) / (2 tau~) + beta (Omega(tau) + Omega(tau~))``
+    with ``tau = tau(p0, sg z1)`` from the pair-temperature network. Inputs ``[C, N, D]`` or
+    ``[N, D]``: predictor outputs ``p0, p1`` and projections ``z0, z1``.
+
+    Examples:
+        >>> loss_fn = AMCLSimSiamLoss(PairTemperature(dim=32), beta=1e-3)
+        >>> p0, p1, z0, z1 = (torch.randn(2, 8, 32) for _ in range(4))
+        >>> loss = loss_fn(p0, p1, z0, z1)
+    """
+
+    def __init__(self, temperature_net: nn.Module, beta: float = 1e-3,
+                 check_finite: bool = True) -> None:
+        super().__init__()
+        self.temperature_net = temperature_net
+        self.beta = check_non_negative("beta", beta)
+        self.check_finite = check_finite
+        self.last_stats: Stats = {}
+
+    def forward(self, p0: Tensor, p1: Tensor, z0: Tensor, z1: Tensor) -> Tensor:
+        p0, p1, z0, z1 = (_as_heads(n, t) for n, t in zip(("p0", "p1", "z0", "z1"), (p0, p1, z0, z1), strict=True))
+        if not p0.shape == p1.shape == z0.shape == z1.shape:
+            raise ValueError("p0, p1, z0 and z1 must have the same shape")
+        dim = p0.shape[-1]
+        total, taus = 0.0, []
+        for h in range(p0.shape[0]):
+            for name, t in (("p0", p0[h]), ("z0", z0[h])):
+                check_embeddings(name, t, check_finite=self.check_finite)
+            a0, a1 = normalize(p0[h]), normalize(p1[h])
+            t0, t1 = normalize(z0[h]).detach(), normalize(z1[h]).detach()
+            tau_a = self.temperature_net.pairwise(a0, t1)
+            tau_b = self.temperature_net.pairwise(a1, t0)
+            cos_a, cos_b = (a0 * t1).sum(1), (a1 * t0).sum(1)
+            loss = (-cos_a / (2 * tau_a) - cos_b / (2 * tau_b)
+                    + self.beta * (omega(tau_a, dim) + omega(tau_b, dim)))
+            total = total + loss.mean()
+            taus.append(torch.cat([tau_a, tau_b]).detach().mean())
+        self.last_stats = {"loss": total.detach(), "temperature": torch.stack(taus).mean()}
+        return total
+
+
+class AMCLBarlowTwinsLoss(nn.Module):
+    """AMCL's Barlow Twins form (Table 2.3).
+
+    ``sum_c sum_l (1 - C_ll / tau_ll)^2 + lambda sum_{l != m} C_lm^2 / tau_lm
+    + beta sum_l Omega(tau_ll) - beta sum_{l != m} Omega(tau_lm)``, ``C`` the cross-correlation
+    of the batch-standardised views. The paper does not say what the temperature network sees
+    for a pair of feature dimensions; here dimension ``l`` of view 0 is represented by its row
+    ``C_l:`` and dimension ``m`` of view 1 by its column ``C_:m`` (both d'-dimensional), so
+    ``tau = tau_net(C, C^T)``. A constant temperature of 1 with ``beta=0`` is Barlow Twins.
+
+    Examples:
+        >>> loss_fn = AMCLBarlowTwinsLoss(PairTemperature(dim=32), beta=1e-3)
+        >>> loss = loss_fn(torch.randn(2, 16, 32), torch.randn(2, 16, 32))
+    """
+
+    def __init__(self, temperature_net: nn.Module, beta: float = 1e-3,
+                 lambda_param: float = 5e-3, check_finite: bool = True) -> None:
+        super().__init__()
+        self.temperature_net = temperature_net
+        self.beta = check_non_negative("beta", beta)
+        self.lambda_param = check_non_negative("lambda_param", lambda_param)
+        self.check_finite = check_finite
+        self.last_stats: Stats = {}
+
+    def forward(self, z0: Tensor, z1: Tensor) -> Tensor:
+        z0, z1 = _as_heads("z0", z0), _as_heads("z1", z1)
+        if z0.shape != z1.shape:
+            raise ValueError(f"z0 and z1 must have the same shape, got {tuple(z0.shape)} and {tuple(z1.shape)}")
+        n, dim = z0.shape[1], z0.shape[2]
+        if n < 2:
+            raise ValueError("Barlow Twins needs a batch of at least 2 to standardise features")
+        total, taus = 0.0, []
+        eye = torch.eye(dim, dtype=torch.bool, device=z0.device)
+        for h in range(z0.shape[0]):
+            check_embeddings("z0", z0[h], check_finite=self.check_finite)
+            check_embeddings("z1", z1[h], check_finite=self.check_finite)
+            with torch.autocast(device_type=z0.device.type, enabled=False):
+                dtype = compute_dtype(z0)
+                a, b = z0[h].to(dtype), z1[h].to(dtype)
+                # Batch standardisation exactly as Barlow Twins (biased variance, eps 1e-5).
+                a = torch.nn.functional.batch_norm(a, None, None, training=True)
+                b = torch.nn.functional.batch_norm(b, None, None, training=True)
+                corr = a.T @ b / n
+                tau = self.temperature_net(corr, corr.T)
+                scaled = corr / tau
+                on = (1 - scaled.diagonal()).pow(2).sum()
+                off = (corr.pow(2) / tau).masked_fill(eye, 0.0).sum()
+                reg = omega(tau, dim)
+                reg_term = reg.diagonal().sum() - reg.masked_fill(eye, 0.0).sum()
+                total = total + on + self.lambda_param * off + self.beta * reg_term
+            taus.append(tau.diagonal().detach().mean())
+        self.last_stats = {"loss": total.detach(), "temperature": torch.stack(taus).mean()}
+        return total
+
+
+__all__ = ["AMCLLoss", "AMCLSimSiamLoss", "AMCLBarlowTwinsLoss", "PairTemperature",
+           "ConstantTemperature", "MultiHeadProjection", "omega"]

@@ -1,0 +1,94 @@
+"""Shared plumbing of the loss modules: the per-direction loop and the statistics they keep."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from torch import Tensor, nn
+
+from .candidates import Candidates, build_candidates, rows_logits
+from .distributed import GatherFn
+from .kernel import contrastive_kernel
+
+Stats = dict[str, Tensor]
+
+
+def run_kernel(
+    cands: list[Candidates],
+    temperature: Tensor | float,
+    *,
+    positive_in_denominator: bool = True,
+    log_weights: Callable[[Candidates, Tensor], Tensor] | None = None,
+) -> tuple[Tensor, Stats]:
+    """Apply the kernel to every direction with one temperature; mean over all anchors.
+
+    ``log_weights(cands, log_w)`` may return per-anchor log weights from the direction's
+    candidates and its detached ``log W`` (they are detached anyway).
+    """
+    losses, plains, log_ws, p_pos = [], [], [], []
+    for c in cands:
+        neg, pos = rows_logits(c, temperature)
+        weight_fn = None if log_weights is None else (lambda lw, c=c: log_weights(c, lw))
+        out = contrastive_kernel(neg, pos, positive_in_denominator=positive_in_denominator,
+                                 log_weights=weight_fn)
+        losses.append(out.loss)
+        plains.append(out.plain)
+        log_ws.append(out.log_w)
+        p_pos.append(out.positive_probability)
+    loss = torch.cat(losses).mean()
+    stats = {
+        "loss": loss.detach(),
+        "plain_loss": torch.cat(plains).detach().mean(),
+        "alignment": cands[0].positive_sim.detach().mean(),
+        "temperature": torch.as_tensor(temperature).detach().float().mean(),
+        "mean_w": torch.cat(log_ws).exp().mean(),
+        "positive_probability": torch.cat(p_pos).mean(),
+    }
+    return loss, stats
+
+
+class ContrastiveLoss(nn.Module):
+    """Base of the two-view loss modules: validation of the shared arguments and ``last_stats``.
+
+    Subclasses implement :meth:`compute` returning ``(loss, stats)``; ``forward(z0, z1,
+    negatives=None)`` is called like Lightly's losses.
+    """
+
+    def __init__(self, *, form: str, gather_distributed: bool = False,
+                 gather_fn: GatherFn | None = None, check_finite: bool = True) -> None:
+        super().__init__()
+        from ._validation import check_choice
+        from .candidates import FORMS
+
+        self.form = check_choice("form", form, FORMS)
+        if not isinstance(gather_distributed, bool):
+            raise TypeError(f"gather_distributed must be a bool, got {type(gather_distributed).__name__}")
+        if gather_distributed and not torch.distributed.is_available():
+            raise ValueError("gather_distributed=True but torch.distributed is not available")
+        self.gather_distributed = gather_distributed
+        self.gather_fn = gather_fn
+        self.check_finite = check_finite
+        self.last_stats: Stats = {}
+
+    def candidates(self, z0: Tensor, z1: Tensor, negatives: Tensor | None) -> list[Candidates]:
+        return build_candidates(z0, z1, self.form, negatives,
+                                gather_distributed=self.gather_distributed,
+                                gather_fn=self.gather_fn, check_finite=self.check_finite)
+
+    def compute(self, z0: Tensor, z1: Tensor, negatives: Tensor | None) -> tuple[Tensor, Stats]:
+        raise NotImplementedError  # pragma: no cover - abstract
+
+    def forward(self, z0: Tensor, z1: Tensor, negatives: Tensor | None = None) -> Tensor:
+        """Loss of the positive pairs ``(z0[i], z1[i])``.
+
+        Args:
+            z0, z1: ``[N, D]`` embeddings of two views (normalised inside).
+            negatives: optional ``[K, D]`` extra negatives, required for ``form="queue"``.
+        """
+        loss, stats = self.compute(z0, z1, negatives)
+        self.last_stats = stats
+        return loss
+
+    def extra_repr(self) -> str:
+        return f"form={self.form!r}, gather_distributed={self.gather_distributed}"

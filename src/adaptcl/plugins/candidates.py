@@ -1,0 +1,235 @@
+"""The similarity step: which candidates each anchor is contrasted against.
+
+Every loss in :mod:`adaptcl.plugins` is InfoNCE with one part changed; this module fixes the
+first part, the candidate set. It returns a :class:`Candidates` description (normalised anchors
+and keys, the column of each anchor's positive, the column to exclude as the anchor itself and
+the anchor-positive cosine computed row-wise) without materialising anything N x N until a loss
+asks for it, and then only once: masked columns are overwritten in place with the most negative
+float instead of being copied out with ``masked_select``.
+
+Forms
+-----
+``"nt_xent"``
+    SimCLR / Lightly ``NTXentLoss``: both views are anchors (2N), each contrasted with the other
+    2N - 1 embeddings: its positive plus 2N - 2 negatives. Symmetric in the two views.
+``"cross_view"``
+    SimCSE, GraphCL, the MACL authors, sentence-transformers' ``MultipleNegativesRankingLoss``:
+    anchors ``z0`` against candidates ``z1`` (N - 1 cross-view negatives), one direction.
+``"cross_view_symmetric"``
+    the mean of ``z0 -> z1`` and ``z1 -> z0`` (CLIP style).
+``"queue"``
+    MoCo: each anchor against its own positive ``z1[i]`` plus the explicit ``negatives`` only.
+
+Extra ``negatives`` ([K, D]) are appended to the candidates of every form.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from . import distributed
+from ._validation import check_choice, check_embeddings, check_pair
+from .distributed import GatherFn
+
+FORMS = ("nt_xent", "cross_view", "cross_view_symmetric", "queue")
+
+# Masked logits are set to the most negative float32: exp() of it is exactly 0, and unlike -inf
+# it stays NaN-free when multiplied by a zero soft target.
+MASKED = torch.finfo(torch.float32).min
+
+
+def compute_dtype(x: Tensor) -> torch.dtype:
+    """float32 for half/bfloat16/float32 inputs, float64 kept for gradient checks."""
+    return torch.float64 if x.dtype == torch.float64 else torch.float32
+
+
+def normalize(x: Tensor) -> Tensor:
+    """L2-normalise rows in float32 (or float64), outside autocast."""
+    return F.normalize(x.to(compute_dtype(x)), dim=1)
+
+
+@dataclass
+class Candidates:
+    """One direction of a contrastive problem.
+
+    Attributes:
+        anchors: ``[A, D]`` normalised anchors.
+        keys: ``[C, D]`` normalised candidates shared by all anchors.
+        positive_sim: ``[A]`` cosine of each anchor with its positive (row-wise, differentiable).
+        positive_index: ``[A]`` column of each anchor's positive in ``keys``, or ``None`` when
+            the positive is not among ``keys`` (queue form: it lives only in ``positive_sim``).
+        self_index: ``[A]`` column to exclude (the anchor itself), or ``None``.
+        positive_keys: ``[A, D]`` normalised positive of each anchor (for per-pair temperatures).
+    """
+
+    anchors: Tensor
+    keys: Tensor
+    positive_sim: Tensor
+    positive_index: Tensor | None = None
+    self_index: Tensor | None = None
+    positive_keys: Tensor | None = None
+
+    @property
+    def num_anchors(self) -> int:
+        return self.anchors.shape[0]
+
+    @property
+    def num_negatives(self) -> int:
+        """Negatives per anchor (candidates that are neither the positive nor the anchor)."""
+        n = self.keys.shape[0]
+        n -= self.positive_index is not None
+        n -= self.self_index is not None
+        return n
+
+    def mask_(self, matrix: Tensor) -> Tensor:
+        """Overwrite the positive and self columns of an ``[A, C]`` matrix in place."""
+        rows = torch.arange(matrix.shape[0], device=matrix.device)
+        if self.positive_index is not None:
+            matrix[rows, self.positive_index] = MASKED
+        if self.self_index is not None:
+            matrix[rows, self.self_index] = MASKED
+        return matrix
+
+    def similarity(self) -> Tensor:
+        """Fresh ``[A, C]`` cosine matrix (unmasked)."""
+        return self.anchors @ self.keys.T
+
+    def positive_mask(self) -> Tensor:
+        """Boolean ``[A, C]``: True where a column is a negative of the row's anchor."""
+        mask = torch.ones(self.anchors.shape[0], self.keys.shape[0], dtype=torch.bool,
+                          device=self.anchors.device)
+        rows = torch.arange(mask.shape[0], device=mask.device)
+        if self.positive_index is not None:
+            mask[rows, self.positive_index] = False
+        if self.self_index is not None:
+            mask[rows, self.self_index] = False
+        return mask
+
+
+def _gather(x: Tensor, gather_fn: GatherFn | None) -> tuple[Tensor, int, int]:
+    """Concatenate ``x`` over ranks; return it with this rank and the world size."""
+    if gather_fn is None:
+        if not distributed.is_distributed():
+            return x, 0, 1
+        gather_fn = distributed.gather_with_grad
+    parts = list(gather_fn(x))
+    world = len(parts)
+    if world == 1:
+        return x, 0, 1
+    rank = distributed.rank()
+    parts[rank] = x  # the local slice keeps its own autograd graph
+    return torch.cat(parts), rank, world
+
+
+def build_candidates(
+    z0: Tensor,
+    z1: Tensor,
+    form: str = "nt_xent",
+    negatives: Tensor | None = None,
+    *,
+    gather_distributed: bool = False,
+    gather_fn: GatherFn | None = None,
+    check_finite: bool = True,
+) -> list[Candidates]:
+    """Normalise two views and describe the contrastive problem of ``form``.
+
+    Args:
+        z0, z1: ``[N, D]`` embeddings of the two views; row ``i`` of each is a positive pair.
+        form: one of :data:`FORMS`.
+        negatives: optional ``[K, D]`` extra negatives (a queue or memory bank).
+        gather_distributed: gather candidates from every rank (gradient-carrying) and offset
+            the positive index by rank. Ignored for ``"queue"`` (gather keys before they enter
+            the queue instead).
+        gather_fn: the gather to use, e.g. ``lightly.utils.dist.gather``; defaults to
+            :func:`adaptcl.plugins.distributed.gather_with_grad`.
+
+    Returns:
+        One :class:`Candidates` per direction (two for ``"cross_view_symmetric"``).
+    """
+    check_choice("form", form, FORMS)
+    check_pair(z0, z1, check_finite=check_finite)
+    if negatives is not None:
+        check_embeddings("negatives", negatives, dim=z0.shape[1], check_finite=check_finite)
+    if form == "queue" and (negatives is None or negatives.shape[0] == 0):
+        raise ValueError("form='queue' needs a non-empty `negatives` tensor of shape [K, dim]")
+
+    n = z0.shape[0]
+    if n == 0:
+        raise ValueError("z0 and z1 are empty: the batch needs at least one pair")
+    a0, a1 = normalize(z0), normalize(z1)
+    neg = normalize(negatives) if negatives is not None and negatives.shape[0] > 0 else None
+    positive_sim = (a0 * a1).sum(dim=1)
+    device = a0.device
+    idx = torch.arange(n, device=device)
+    gather = gather_distributed or gather_fn is not None
+
+    def with_negatives(keys: Tensor) -> Tensor:
+        return keys if neg is None else torch.cat([keys, neg])
+
+    if form == "queue":
+        out = [Candidates(anchors=a0, keys=neg, positive_sim=positive_sim, positive_keys=a1)]
+    elif form == "nt_xent":
+        big0, rank, world = _gather(a0, gather_fn) if gather else (a0, 0, 1)
+        big1, _, _ = _gather(a1, gather_fn) if gather else (a1, 0, 1)
+        offset = rank * n
+        total = world * n
+        keys = with_negatives(torch.cat([big0, big1]))
+        positive_index = torch.cat([total + offset + idx, offset + idx])
+        self_index = torch.cat([offset + idx, total + offset + idx])
+        out = [Candidates(anchors=torch.cat([a0, a1]), keys=keys,
+                          positive_sim=torch.cat([positive_sim, positive_sim]),
+                          positive_index=positive_index, self_index=self_index,
+                          positive_keys=torch.cat([a1, a0]))]
+    else:
+        big1, rank, _ = _gather(a1, gather_fn) if gather else (a1, 0, 1)
+        out = [Candidates(anchors=a0, keys=with_negatives(big1), positive_sim=positive_sim,
+                          positive_index=rank * n + idx, positive_keys=a1)]
+        if form == "cross_view_symmetric":
+            big0, rank, _ = _gather(a0, gather_fn) if gather else (a0, 0, 1)
+            out.append(Candidates(anchors=a1, keys=with_negatives(big0), positive_sim=positive_sim,
+                                  positive_index=rank * n + idx, positive_keys=a0))
+    if out[0].num_negatives < 1:
+        raise ValueError(
+            f"no negatives: form={form!r} with a batch of {n} and "
+            f"{0 if neg is None else neg.shape[0]} extra negatives leaves each anchor with "
+            "nothing to contrast against; use a batch of at least 2 or pass `negatives`"
+        )
+    return out
+
+
+def alignment_magnitude(cands: list[Candidates], *, all_reduce: bool = False) -> Tensor:
+    """MACL's A: mean cosine of positive pairs (detached), optionally averaged over ranks."""
+    a = cands[0].positive_sim.detach().mean()
+    return distributed.all_reduce_mean(a) if all_reduce else a
+
+
+def rows_logits(cands: Candidates, temperature: Tensor | float) -> tuple[Tensor, Tensor]:
+    """Masked ``[A, C]`` negative logits and ``[A]`` positive logits in float32.
+
+    ``temperature`` may be a python float, a 0-d tensor or a per-anchor ``[A]`` tensor: it is
+    folded into the anchors before the matrix product, so no N x N division happens.
+    """
+    t = torch.as_tensor(temperature, dtype=cands.anchors.dtype, device=cands.anchors.device)
+    if t.ndim == 1:
+        t = t[:, None]
+    elif t.ndim != 0:
+        raise ValueError(f"temperature must be a scalar or have shape [anchors], got {tuple(t.shape)}")
+    with torch.autocast(device_type=cands.anchors.device.type, enabled=False):
+        logits = (cands.anchors / t) @ cands.keys.T
+        cands.mask_(logits)
+        positive = cands.positive_sim / t.reshape(-1) if t.ndim else cands.positive_sim / t
+    return logits, positive
+
+
+def pair_logits(cands: Candidates, sim: Tensor, positive_temperature: Tensor,
+                pair_temperature: Tensor) -> tuple[Tensor, Tensor]:
+    """Masked logits for per-pair temperatures (AMCL): ``sim / tau`` elementwise, float32."""
+    with torch.autocast(device_type=sim.device.type, enabled=False):
+        logits = sim.to(cands.anchors.dtype) / pair_temperature.to(cands.anchors.dtype)
+        cands.mask_(logits)
+        positive = cands.positive_sim / positive_temperature.to(cands.anchors.dtype)
+    return logits, positive

@@ -1,0 +1,100 @@
+"""One numerically stable kernel: ``logits -> per-anchor loss``.
+
+Every method here reduces to the same quantities per anchor ``i``:
+
+* ``p_i``: the positive logit (``cos(f_i, g_i) / tau``),
+* ``n_i = logsumexp_j l_ij`` over the negatives only,
+* ``r_i = n_i - p_i``, the log-ratio of negative to positive mass.
+
+From them, exactly and without cancellation:
+
+* InfoNCE with the positive in the denominator: ``L = softplus(r)``;
+* DCL (positive out of the denominator): ``L = r``;
+* MACL's gradient scaling factor ``W = 1 - P_pos = sigmoid(r)`` (Eq. 8), so
+  ``log W = logsigmoid(r)`` and ``V = 1 / W`` never pass through ``1 / (1 - P + eps)``.
+
+A per-anchor weight is applied in log space, ``exp(sg(log w) + log L)``. For MACL,
+``V * L = softplus(r) / sigmoid(r)`` tends to 1 as the positive becomes easy; both factors
+underflow or overflow in float32 long before that product does, which is why the reference
+implementations return 1e8 or inf there. Everything runs in float32 (float64 if given).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+
+@dataclass
+class KernelOutput:
+    """Per-anchor results of :func:`contrastive_kernel` (all ``[A]``)."""
+
+    loss: Tensor
+    """the weighted loss each anchor contributes"""
+    plain: Tensor
+    """the unweighted loss (InfoNCE / DCL / soft-target cross-entropy)"""
+    log_w: Tensor
+    """log of the gradient scaling factor W = 1 - P_pos (detached)"""
+    positive_probability: Tensor
+    """P_pos, the softmax probability of the positive among all candidates (detached)"""
+
+
+def log_softplus(r: Tensor) -> Tensor:
+    """``log(softplus(r))`` without underflow for very negative ``r`` (where it equals ``r``)."""
+    small = r < -20.0
+    safe = torch.where(small, torch.zeros_like(r), r)
+    return torch.where(small, r, torch.log(F.softplus(safe)))
+
+
+def contrastive_kernel(
+    negative_logits: Tensor,
+    positive_logit: Tensor,
+    *,
+    positive_in_denominator: bool = True,
+    soft_targets: tuple[Tensor, Tensor] | None = None,
+    log_weights: Tensor | Callable[[Tensor], Tensor] | None = None,
+) -> KernelOutput:
+    """Per-anchor contrastive loss from masked logits.
+
+    Args:
+        negative_logits: ``[A, C]`` logits with every non-negative column (the positive, the
+            anchor itself) already set to the most negative float.
+        positive_logit: ``[A]`` logit of each anchor's positive.
+        positive_in_denominator: InfoNCE (True) or DCL (False, Yeh et al. 2022).
+        soft_targets: ``(y_pos [A], y_neg [A, C])`` target mass on the positive and on each
+            candidate column (zero on masked columns), rows summing to 1; detached by the
+            caller. ``None`` is the one-hot target on the positive.
+        log_weights: ``[A]`` log of a per-anchor weight, detached here (``sg``), or a callable
+            mapping the detached ``log W`` to it (MACL: ``lambda log_w: -log_w``).
+
+    Returns:
+        :class:`KernelOutput`.
+    """
+    lse_neg = torch.logsumexp(negative_logits, dim=1)
+    r = lse_neg - positive_logit
+    log_w = F.logsigmoid(r).detach()
+    p_pos = torch.sigmoid(-r).detach()
+
+    if soft_targets is not None:
+        y_pos, y_neg = soft_targets
+        lse = torch.logaddexp(lse_neg, positive_logit) if positive_in_denominator else lse_neg
+        plain = lse - y_pos * positive_logit - (y_neg * negative_logits).sum(dim=1)
+    elif positive_in_denominator:
+        plain = F.softplus(r)
+    else:
+        plain = r
+
+    if callable(log_weights):
+        log_weights = log_weights(log_w)
+    if log_weights is None:
+        loss = plain
+    elif soft_targets is None and positive_in_denominator:
+        # exp(sg(log w) + log L): exact weight times loss, finite even when w overflows.
+        loss = torch.exp(log_weights.detach() + log_softplus(r))
+    else:
+        loss = torch.exp(log_weights.detach().clamp(max=80.0)) * plain
+    return KernelOutput(loss=loss, plain=plain, log_w=log_w, positive_probability=p_pos)

@@ -1,0 +1,157 @@
+"""Model-Aware Contrastive Learning (MACL).
+
+References:
+    - Huang et al., "Model-Aware Contrastive Learning: Towards Escaping the Dilemmas",
+      ICML 2023 (linear temperature, Eq. 7; reweighting, Eq. 11; Algorithm 1).
+    - Huang et al., "Model-Aware Contrastive Learning: Towards Escaping Uniformity-Tolerance
+      Dilemma in Training", 2022 (exponential temperature tau0 * alpha**A, MACL-a; the
+      W' = 2 - f.g reweighting variant, MACL-w).
+
+MACL changes two parts of InfoNCE:
+
+* the temperature: one scalar per batch from the alignment magnitude
+  ``A = mean_i cos(f_i, g_i)`` (detached, averaged over ranks when distributed),
+  ``tau_a = tau0 * (1 + alpha * (A - A0))`` (linear) or ``tau0 * alpha ** A`` (exp);
+* the anchor weight: ``V_i = sg(1 / W_i)`` with ``W_i = 1 - P_pos`` (Eq. 11), or
+  ``sg(W'_i / W_i)`` with ``W'_i = 2 - f_i . g_i``.
+
+``tau_a`` is clamped to ``min_temperature`` (default ``temperature / 10``): the linear form
+reaches zero or below whenever ``1 + alpha (A - A0) <= 0``, e.g. for the SimCSE setting
+alpha = 2, A0 = 0.8 as soon as A < 0.3. alpha is not capped at 1.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ._validation import check_choice, check_finite_number, check_non_negative, check_positive
+from .base import ContrastiveLoss, Stats, run_kernel
+from .candidates import Candidates, alignment_magnitude, build_candidates
+from .distributed import GatherFn
+
+TEMPERATURE_FORMS = ("linear", "exp")
+WEIGHT_FORMS = ("inverse", "w_prime")
+
+
+def macl_temperature(alignment: Tensor, temperature: float, alpha: float, a0: float = 0.0, *,
+                     temperature_form: str = "linear",
+                     min_temperature: float | None = None) -> Tensor:
+    """MACL's alignment-adaptive temperature, clamped below at ``min_temperature``.
+
+    Args:
+        alignment: the alignment magnitude A (mean positive cosine), 0-d tensor.
+        temperature: tau0.
+        alpha: scaling factor (linear) or base (exp, > 0).
+        a0: initial alignment threshold A0 (linear form only).
+        temperature_form: ``"linear"`` (ICML 2023 Eq. 7) or ``"exp"`` (tau0 * alpha**A).
+        min_temperature: positive floor; default ``temperature / 10``.
+    """
+    floor = temperature / 10 if min_temperature is None else min_temperature
+    a = alignment.detach()
+    if temperature_form == "linear":
+        tau = temperature * (1 + alpha * (a - a0))
+    else:
+        tau = temperature * torch.pow(torch.as_tensor(alpha, dtype=a.dtype, device=a.device), a)
+    return tau.clamp(min=floor)
+
+
+class MACLLoss(ContrastiveLoss):
+    """MACL loss (Huang et al., ICML 2023) with every switch of its ablations.
+
+    ``MACLLoss(temperature=t, alpha=0, reweight=False)`` is exactly InfoNCE / NT-Xent and
+    equals ``lightly.loss.NTXentLoss(t)`` in the default ``form="nt_xent"``.
+
+    Args:
+        temperature: tau0, the base temperature (> 0).
+        alpha: scaling factor of the adaptive temperature (>= 0; the exp form needs > 0).
+            Papers' settings: vision 0.5 (A0 0), MoCo 0.5 (tau0 0.15, A0 0.2), SimCSE 2 (tau0
+            0.05, A0 0.8, no reweighting), GraphCL 0.5 (tau0 0.2 or 0.1, A0 0).
+        a0: initial alignment threshold A0.
+        reweight: multiply each anchor's loss by ``sg(1/W)`` (Eq. 11).
+        adaptive: use the adaptive temperature; False keeps tau0 fixed.
+        temperature_form: ``"linear"`` (Eq. 7) or ``"exp"`` (earlier version, MACL-a).
+        weight_form: ``"inverse"`` (sg(1/W)) or ``"w_prime"`` (sg(W'/W), W' = 2 - f.g, MACL-w).
+        min_temperature: floor of the adaptive temperature, default ``temperature / 10``.
+        form: candidate set (``"nt_xent"``, ``"cross_view"``, ``"cross_view_symmetric"``,
+            ``"queue"``).
+        positive_in_denominator: False gives MACL on the DCL/GraphCL loss; reweighting is then
+            meaningless (the DCL gradient has no W) and must be off.
+        gather_distributed / gather_fn: as in :class:`~adaptcl.plugins.InfoNCELoss`; the
+            alignment is all-reduced so every rank uses the same temperature.
+
+    After each call ``last_stats`` holds ``loss``, ``plain_loss`` (the unweighted InfoNCE),
+    ``alignment``, ``temperature``, ``mean_w`` and ``positive_probability``.
+
+    Examples:
+        >>> loss_fn = MACLLoss(temperature=0.1, alpha=0.5, a0=0.0)
+        >>> z0, z1 = torch.randn(8, 32), torch.randn(8, 32)
+        >>> loss = loss_fn(z0, z1)
+        >>> tau = loss_fn.last_stats["temperature"]
+    """
+
+    def __init__(self, temperature: float = 0.1, alpha: float = 0.5, a0: float = 0.0, *,
+                 reweight: bool = True, adaptive: bool = True, temperature_form: str = "linear",
+                 weight_form: str = "inverse", min_temperature: float | None = None,
+                 form: str = "nt_xent", positive_in_denominator: bool = True,
+                 gather_distributed: bool = False, gather_fn: GatherFn | None = None,
+                 check_finite: bool = True) -> None:
+        super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
+                         check_finite=check_finite)
+        self.temperature = check_positive("temperature", temperature)
+        self.temperature_form = check_choice("temperature_form", temperature_form, TEMPERATURE_FORMS)
+        self.alpha = (check_positive("alpha", alpha) if temperature_form == "exp" and adaptive
+                      else check_non_negative("alpha", alpha))
+        self.a0 = check_finite_number("a0", a0)
+        self.weight_form = check_choice("weight_form", weight_form, WEIGHT_FORMS)
+        self.min_temperature = (self.temperature / 10 if min_temperature is None
+                                else check_positive("min_temperature", min_temperature))
+        self.reweight = bool(reweight)
+        self.adaptive = bool(adaptive)
+        self.positive_in_denominator = bool(positive_in_denominator)
+        if self.reweight and not self.positive_in_denominator:
+            raise ValueError(
+                "reweight=True needs positive_in_denominator=True: with the positive out of the "
+                "denominator (DCL/GraphCL) the gradient carries no W to undo; pass reweight=False"
+            )
+
+    def current_temperature(self, alignment: Tensor) -> Tensor:
+        if not self.adaptive:
+            return torch.as_tensor(self.temperature, dtype=alignment.dtype, device=alignment.device)
+        return macl_temperature(alignment, self.temperature, self.alpha, self.a0,
+                                temperature_form=self.temperature_form,
+                                min_temperature=self.min_temperature)
+
+    def _log_weights(self, c: Candidates, log_w: Tensor) -> Tensor:
+        if self.weight_form == "inverse":
+            return -log_w
+        return torch.log(2 - c.positive_sim.detach()) - log_w
+
+    def compute(self, z0: Tensor, z1: Tensor, negatives: Tensor | None) -> tuple[Tensor, Stats]:
+        cands = self.candidates(z0, z1, negatives)
+        return self.compute_from_candidates(cands)
+
+    def compute_from_candidates(self, cands: list[Candidates]) -> tuple[Tensor, Stats]:
+        """MACL on prepared candidates (adapters that build their own candidate sets)."""
+        distributed_run = self.gather_distributed or self.gather_fn is not None
+        a = alignment_magnitude(cands, all_reduce=distributed_run)
+        tau = self.current_temperature(a)
+        loss, stats = run_kernel(cands, tau, positive_in_denominator=self.positive_in_denominator,
+                                 log_weights=self._log_weights if self.reweight else None)
+        stats["alignment"] = a
+        return loss, stats
+
+    def extra_repr(self) -> str:
+        return (f"temperature={self.temperature}, alpha={self.alpha}, a0={self.a0}, "
+                f"reweight={self.reweight}, adaptive={self.adaptive}, "
+                f"temperature_form={self.temperature_form!r}, weight_form={self.weight_form!r}, "
+                f"{super().extra_repr()}")
+
+
+def macl(z0: Tensor, z1: Tensor, temperature: float = 0.1, alpha: float = 0.5, a0: float = 0.0,
+         *, negatives: Tensor | None = None, **kwargs) -> Tensor:
+    """Functional MACL; keyword arguments as in :class:`MACLLoss`."""
+    return MACLLoss(temperature, alpha, a0, **kwargs)(z0, z1, negatives)
+
+
+__all__ = ["MACLLoss", "macl", "macl_temperature", "build_candidates"]

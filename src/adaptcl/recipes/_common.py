@@ -1,0 +1,112 @@
+"""Pieces every recipe shares: data-root lookup, seeding, atomic result files, markdown tables."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+DATA_ENV = "ADAPTCL_DATA"
+
+
+def resolve_data_root(data_root: str | os.PathLike | None) -> Path:
+    """Return the benchmark data root: the argument if given, else ``$ADAPTCL_DATA``.
+
+    Raises ``FileNotFoundError`` naming both ways to set it when neither points to a folder.
+    """
+    candidate = data_root if data_root is not None else os.environ.get(DATA_ENV)
+    if candidate is None:
+        raise FileNotFoundError(
+            f"no data root given: pass data_root=/--data-root or set ${DATA_ENV}"
+        )
+    path = Path(candidate).expanduser()
+    if not path.is_dir():
+        raise FileNotFoundError(f"data root {str(path)!r} is not a directory")
+    return path
+
+
+def seed_everything(seed: int) -> None:
+    """Seed python, numpy (if installed) and torch."""
+    import torch
+
+    random.seed(seed)
+    try:
+        import numpy as np
+
+        np.random.seed(seed % 2**32)
+    except ImportError:  # numpy is optional for the core
+        pass
+    torch.manual_seed(seed)
+
+
+def _jsonable(obj: Any) -> Any:
+    if isinstance(obj, Mapping):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, Path):
+        return str(obj)
+    if hasattr(obj, "item") and callable(obj.item) and getattr(obj, "ndim", 1) == 0:
+        return obj.item()  # numpy / torch scalars
+    if hasattr(obj, "tolist"):
+        return obj.tolist()
+    return obj
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
+    """Write ``text`` to ``path`` through a temporary file and ``os.replace`` (never half-written)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_json_atomic(path: str | os.PathLike, obj: Any) -> Path:
+    """Serialise ``obj`` (numpy/torch scalars and arrays allowed) to JSON atomically."""
+    return write_text_atomic(path, json.dumps(_jsonable(obj), indent=2, sort_keys=False) + "\n")
+
+
+def read_json(path: str | os.PathLike) -> Any:
+    with open(path, encoding="utf-8") as handle:
+        return json.load(handle)
+
+
+def markdown_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None,
+                   floatfmt: str = ".2f") -> str:
+    """Render ``rows`` (dicts) as a GitHub markdown table; floats use ``floatfmt``."""
+    if not rows:
+        raise ValueError("markdown_table needs at least one row")
+    columns = list(columns) if columns is not None else list(rows[0].keys())
+
+    def fmt(value: Any) -> str:
+        if isinstance(value, float):
+            return format(value, floatfmt)
+        return "" if value is None else str(value)
+
+    lines = ["| " + " | ".join(columns) + " |", "|" + "|".join(" --- " for _ in columns) + "|"]
+    for row in rows:
+        lines.append("| " + " | ".join(fmt(row.get(col)) for col in columns) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def mean_std(values: Sequence[float]) -> tuple[float, float]:
+    """Mean and population standard deviation (as the GraphCL/MACL tables report)."""
+    if not values:
+        raise ValueError("mean_std needs at least one value")
+    n = len(values)
+    mean = sum(values) / n
+    var = sum((v - mean) ** 2 for v in values) / n
+    return mean, var**0.5
