@@ -113,7 +113,7 @@ class ASCLLoss(ContrastiveLoss):
         return self.compute_from_candidates(c)
 
     def compute_from_candidates(self, c: Candidates) -> tuple[Tensor, Stats]:
-        with torch.no_grad():
+        with torch.no_grad(), torch.autocast(device_type=c.anchors.device.type, enabled=False):
             key_sim = c.positive_keys.detach() @ c.keys.detach().T
             valid = c.positive_mask()
             y_pos, y_neg, confidence = soft_labels(
@@ -161,15 +161,16 @@ class ASCLBYOLLoss(torch.nn.Module):
         b = predictions.shape[0]
         if b < 2 and self.num_neighbors > 0:
             raise ValueError("ASCLBYOLLoss with num_neighbors > 0 needs a batch of at least 2")
-        p, t = normalize(predictions), normalize(targets).detach()
-        with torch.no_grad():
-            valid = ~torch.eye(b, dtype=torch.bool, device=p.device)
-            y_pos, y_neg, confidence = soft_labels(
-                t @ t.T, valid, mode=self.mode, num_neighbors=self.num_neighbors,
-                sharpen_temperature=self.sharpen_temperature)
-        cos = t @ p.T  # [i, j] = cos(t_i, p_j)
-        agreement = y_pos * cos.diagonal() + (y_neg * cos).sum(dim=1)
-        loss = (2 - 2 * agreement).mean()
+        with torch.autocast(device_type=predictions.device.type, enabled=False):
+            p, t = normalize(predictions), normalize(targets).detach()
+            with torch.no_grad():
+                valid = ~torch.eye(b, dtype=torch.bool, device=p.device)
+                y_pos, y_neg, confidence = soft_labels(
+                    t @ t.T, valid, mode=self.mode, num_neighbors=self.num_neighbors,
+                    sharpen_temperature=self.sharpen_temperature)
+            cos = t @ p.T  # [i, j] = cos(t_i, p_j)
+            agreement = y_pos * cos.diagonal() + (y_neg * cos).sum(dim=1)
+            loss = (2 - 2 * agreement).mean()
         self.last_stats = {"loss": loss.detach(), "confidence": confidence.mean(),
                            "alignment": cos.diagonal().detach().mean()}
         return loss

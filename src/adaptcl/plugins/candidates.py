@@ -95,8 +95,9 @@ class Candidates:
         return matrix
 
     def similarity(self) -> Tensor:
-        """Fresh ``[A, C]`` cosine matrix (unmasked)."""
-        return self.anchors @ self.keys.T
+        """Fresh ``[A, C]`` cosine matrix (unmasked), in float32 even under autocast."""
+        with torch.autocast(device_type=self.anchors.device.type, enabled=False):
+            return self.anchors @ self.keys.T
 
     def positive_mask(self) -> Tensor:
         """Boolean ``[A, C]``: True where a column is a negative of the row's anchor."""

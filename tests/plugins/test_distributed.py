@@ -1,0 +1,97 @@
+"""Two processes on the gloo backend give the single-process full-batch loss and gradients."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from adaptcl.plugins import DCLLoss, InfoNCELoss, MACLLoss
+
+WORLD = 2
+N, D = 6, 8
+
+CASES = {
+    "nt_xent": lambda gather: InfoNCELoss(0.2, gather_distributed=gather),
+    "cross_view": lambda gather: InfoNCELoss(0.2, form="cross_view", gather_distributed=gather),
+    "cross_view_symmetric": lambda gather: InfoNCELoss(0.2, form="cross_view_symmetric",
+                                                       gather_distributed=gather),
+    "dcl": lambda gather: DCLLoss(0.2, form="cross_view", gather_distributed=gather),
+    "macl": lambda gather: MACLLoss(0.1, 0.5, 0.0, gather_distributed=gather),
+    "macl_simcse": lambda gather: MACLLoss(0.05, 2.0, 0.8, reweight=False, form="cross_view",
+                                           gather_distributed=gather),
+}
+
+
+def _full_batch():
+    g = torch.Generator().manual_seed(0)
+    return torch.randn(WORLD * N, D, generator=g), torch.randn(WORLD * N, D, generator=g)
+
+
+def _worker(rank: int, port: int, results):
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
+    try:
+        torch.set_num_threads(1)
+        z0_all, z1_all = _full_batch()
+        out = {}
+        for name, make in CASES.items():
+            z0 = z0_all[rank * N:(rank + 1) * N].clone().requires_grad_()
+            z1 = z1_all[rank * N:(rank + 1) * N].clone().requires_grad_()
+            fn = make(True)
+            loss = fn(z0, z1)
+            loss.backward()
+            mean_loss = loss.detach().clone()
+            dist.all_reduce(mean_loss)
+            out[name] = {
+                "loss": (mean_loss / WORLD).item(),
+                # DDP averages gradients over ranks; the inputs here are per-rank leaves.
+                "g0": (z0.grad / WORLD).tolist(),
+                "g1": (z1.grad / WORLD).tolist(),
+                "temperature": fn.last_stats.get("temperature", torch.tensor(0.0)).item(),
+            }
+        results[rank] = out
+    finally:
+        dist.destroy_process_group()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def distributed_results():
+    if not dist.is_available():
+        pytest.skip("torch.distributed is not available in this build")
+    manager = mp.Manager()
+    results = manager.dict()
+    mp.spawn(_worker, args=(_free_port(), results), nprocs=WORLD, join=True)
+    return dict(results)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", list(CASES))
+def test_two_ranks_equal_single_process(distributed_results, name):
+    z0_all, z1_all = _full_batch()
+    z0, z1 = z0_all.clone().requires_grad_(), z1_all.clone().requires_grad_()
+    fn = CASES[name](False)
+    loss = fn(z0, z1)
+    loss.backward()
+    for rank in range(WORLD):
+        got = distributed_results[rank][name]
+        assert got["loss"] == pytest.approx(loss.item(), rel=1e-5, abs=1e-6)
+        sl = slice(rank * N, (rank + 1) * N)
+        torch.testing.assert_close(torch.tensor(got["g0"]), z0.grad[sl], rtol=1e-4, atol=1e-6)
+        torch.testing.assert_close(torch.tensor(got["g1"]), z1.grad[sl], rtol=1e-4, atol=1e-6)
+    if name.startswith("macl"):
+        # the alignment is all-reduced: both ranks use the full batch's temperature
+        temps = {round(distributed_results[r][name]["temperature"], 7) for r in range(WORLD)}
+        assert len(temps) == 1
+        assert temps.pop() == pytest.approx(fn.last_stats["temperature"].item(), rel=1e-6)

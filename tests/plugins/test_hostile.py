@@ -1,0 +1,101 @@
+"""No NaN or inf, in loss or gradient, on the inputs that break the reference implementations."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from adaptcl.plugins import (
+    AMCLLoss,
+    ASCLLoss,
+    DCLLoss,
+    DualTemperatureLoss,
+    FlatNCELoss,
+    InfoNCELoss,
+    MACLLoss,
+    NCELoss,
+    PairTemperature,
+)
+
+LOSSES = {
+    "infonce": lambda: InfoNCELoss(0.01),
+    "dcl": lambda: DCLLoss(0.01),
+    "flatnce": lambda: FlatNCELoss(0.01),
+    "dual": lambda: DualTemperatureLoss(0.01, 1.0),
+    "macl": lambda: MACLLoss(0.01, 0.5, 0.0),
+    "macl_simcse": lambda: MACLLoss(0.05, 2.0, 0.8, reweight=False, form="cross_view"),
+    "macl_exp": lambda: MACLLoss(0.01, 2.0, temperature_form="exp"),
+    "macl_wprime": lambda: MACLLoss(0.01, 0.5, weight_form="w_prime"),
+    "ascl_inbatch": lambda: ASCLLoss(0.01, 0.005, form="cross_view"),
+    "amcl": lambda: AMCLLoss(PairTemperature(16), beta=1e-2, negative_term="softmax"),
+    "amcl_topk": lambda: AMCLLoss(PairTemperature(16), beta=1e-2, kappa=3),
+    "nce": lambda: NCELoss(0.01),
+}
+
+
+def _hostile_pairs():
+    torch.manual_seed(0)
+    z = torch.randn(8, 16)
+    e = torch.zeros(8, 16)
+    e[:4, 0], e[4:, 0] = 1.0, -1.0  # cosines exactly +1 and -1
+    return {
+        "identical_views": (z, z.clone()),
+        "collapsed": (torch.ones(8, 16), torch.ones(8, 16)),
+        "zero_vectors": (torch.zeros(8, 16), torch.zeros(8, 16)),
+        "cos_plus_minus_one": (e, e.clone()),
+        "huge_norms": (z * 1e30, z * 1e30),
+        "tiny_norms": (z * 1e-30, z.clone() * 1e-30),
+    }
+
+
+@pytest.mark.parametrize("case", list(_hostile_pairs()))
+@pytest.mark.parametrize("name", list(LOSSES))
+def test_finite_loss_and_gradient(name, case):
+    a, b = _hostile_pairs()[case]
+    z0, z1 = a.clone().requires_grad_(), b.clone().requires_grad_()
+    loss = LOSSES[name]()(z0, z1)
+    assert torch.isfinite(loss), f"{name} on {case}: {loss}"
+    g0, g1 = torch.autograd.grad(loss, (z0, z1), allow_unused=True)
+    for g in (g0, g1):
+        assert g is None or torch.isfinite(g).all(), f"{name} on {case}: non-finite gradient"
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("name", ["infonce", "macl", "macl_simcse", "ascl_inbatch", "amcl"])
+def test_autocast_computes_in_float32(name, dtype):
+    torch.manual_seed(1)
+    enc = torch.nn.Linear(16, 16)
+    x0, x1 = torch.randn(8, 16), torch.randn(8, 16)
+    with torch.autocast("cpu", dtype=dtype):
+        z0, z1 = enc(x0), enc(x1)
+        assert z0.dtype == dtype
+        loss = LOSSES[name]()(z0, z1)
+    assert loss.dtype == torch.float32
+    assert torch.isfinite(loss)
+    loss.backward()
+    assert torch.isfinite(enc.weight.grad).all()
+    # Same value as the float32 computation on the same (rounded) embeddings.
+    ref = LOSSES[name]()(z0.detach().float(), z1.detach().float())
+    if name != "amcl":  # the temperature net has its own random init per instance
+        torch.testing.assert_close(loss.detach(), ref, rtol=2e-3, atol=2e-3)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.integers(2, 24), d=st.integers(1, 20), seed=st.integers(0, 10_000),
+       scale=st.sampled_from([1e-6, 1.0, 1e6]), t=st.sampled_from([0.01, 0.1, 1.0]),
+       form=st.sampled_from(["nt_xent", "cross_view", "cross_view_symmetric"]))
+def test_random_shapes(n, d, seed, scale, t, form):
+    g = torch.Generator().manual_seed(seed)
+    z0 = (torch.randn(n, d, generator=g) * scale).requires_grad_()
+    z1 = (torch.randn(n, d, generator=g) * scale).requires_grad_()
+    for fn in (InfoNCELoss(t, form=form), MACLLoss(t, 2.0, 0.8, form=form), DCLLoss(t, form=form)):
+        loss = fn(z0, z1)
+        assert loss.shape == () and torch.isfinite(loss)
+        for grad in torch.autograd.grad(loss, (z0, z1)):
+            assert grad.shape == (n, d) and torch.isfinite(grad).all()
+    if form != "nt_xent":
+        # In-batch ASCL needs n - 1 >= num_neighbors negatives.
+        loss = ASCLLoss(t, t / 2, num_neighbors=1, form="cross_view")(z0, z1)
+        assert torch.isfinite(loss)
