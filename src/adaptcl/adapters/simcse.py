@@ -1,0 +1,297 @@
+"""SimCSE on any BERT / RoBERTa checkpoint, trained with sentence-transformers' trainer.
+
+Reference: Gao, Yao & Chen, "SimCSE: Simple Contrastive Learning of Sentence Embeddings",
+EMNLP 2021. MACL's sentence setting: Huang et al., ICML 2023, Sec. 6.2 and App. B.4.
+
+* Unsupervised SimCSE: every sentence is its own positive; the two columns ``anchor`` and
+  ``positive`` hold the same text and go through separate forward passes, so their dropout
+  masks differ (dropout is the augmentation). ``pooler="cls"`` trains with an MLP over the CLS
+  vector that is used only in training (it lives in the loss, not in the saved model), so the
+  saved model encodes with ``cls_before_pooler``, exactly as the paper evaluates.
+* Supervised SimCSE: NLI ``(anchor, positive, hard negative)`` triplets; the MLP is kept
+  at test time in the paper, so use ``pooler="cls"`` with ``keep_mlp=True``.
+* Other poolers: ``cls_before_pooler``, ``avg``, ``avg_first_last`` (mean of the first
+  and last layers' tokens), ``avg_top2`` (last two layers).
+
+Any loss of :mod:`adaptcl.adapters.sentence_transformers` can be used (InfoNCE is SimCSE).
+Evaluation on STS-B dev during training (every ``eval_steps``) picks the best checkpoint; the
+adaptive quantities the loss computes are added to the trainer's logs.
+
+Example:
+    >>> model = build_simcse_model("bert-base-uncased", pooler="cls", max_seq_length=32)
+    >>> loss = make_loss("macl", model, projection=training_projection("cls", model))
+    >>> result = train_simcse(model, unsupervised_dataset(sentences), loss,
+    ...                       SimCSEConfig(output_dir="out", **PAPER_CONFIGS["bert"]),
+    ...                       dev_evaluator=stsb_dev_evaluator(s1, s2, gold))
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import nn
+
+from . import require
+
+require("sentence_transformers", "text")
+
+from sentence_transformers import SentenceTransformer  # noqa: E402
+from sentence_transformers.sentence_transformer.evaluation import (  # noqa: E402
+    EmbeddingSimilarityEvaluator,
+)
+from sentence_transformers.sentence_transformer.modules import (  # noqa: E402
+    Pooling,
+    Transformer,
+    WeightedLayerPooling,
+)
+from sentence_transformers.sentence_transformer.trainer import (  # noqa: E402
+    SentenceTransformerTrainer,
+)
+from sentence_transformers.sentence_transformer.training_args import (  # noqa: E402
+    SentenceTransformerTrainingArguments,
+)
+
+from .sentence_transformers import (  # noqa: E402
+    AdaptiveContrastiveLoss,
+    AMCLLoss,
+    ASCLLoss,
+    InfoNCELoss,
+    LossStateCallback,
+    MACLLoss,
+    SimCSEProjection,
+    embedding_dimension,
+)
+
+POOLERS = ("cls", "cls_before_pooler", "avg", "avg_first_last", "avg_top2")
+LOSSES = ("infonce", "macl", "ascl", "amcl")
+
+# The SimCSE / MACL paper configuration (one flag away for a GPU machine).
+PAPER_CONFIGS: dict[str, dict[str, Any]] = {
+    "bert": {"learning_rate": 3e-5, "batch_size": 64, "max_seq_length": 32, "epochs": 1,
+             "eval_steps": 125},
+    "roberta": {"learning_rate": 1e-5, "batch_size": 64, "max_seq_length": 32, "epochs": 1,
+                "eval_steps": 125},
+}
+
+
+def build_simcse_model(model_name_or_path: str, pooler: str = "cls", *, max_seq_length: int = 32,
+                       dropout: float | None = None, device: str | None = None) -> SentenceTransformer:
+    """A ``SentenceTransformer`` over a BERT/RoBERTa checkpoint with a SimCSE pooler.
+
+    Args:
+        model_name_or_path: local folder or hub name of a Hugging Face encoder.
+        pooler: one of :data:`POOLERS` (``"cls"`` and ``"cls_before_pooler"`` both take the
+            CLS vector; ``"cls"`` adds a training-only MLP in the loss, see
+            :func:`training_projection`).
+        max_seq_length: truncation length (SimCSE: 32).
+        dropout: override ``hidden_dropout_prob`` / ``attention_probs_dropout_prob`` (SimCSE:
+            0.1; the MACL paper found 0.2 better with MACL).
+    """
+    if pooler not in POOLERS:
+        raise ValueError(f"pooler={pooler!r} is not one of {POOLERS}")
+    config_kwargs: dict[str, Any] = {}
+    if dropout is not None:
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        config_kwargs.update(hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
+    if pooler in ("avg_first_last", "avg_top2"):
+        config_kwargs["output_hidden_states"] = True
+    transformer = Transformer(model_name_or_path, max_seq_length=max_seq_length,
+                              config_kwargs=config_kwargs or None)
+    dim = transformer.get_embedding_dimension()
+    modules: list[nn.Module] = [transformer]
+    if pooler in ("avg_first_last", "avg_top2"):
+        layers = transformer.auto_model.config.num_hidden_layers
+        if pooler == "avg_first_last":
+            # hidden_states[0] is the embedding layer; SimCSE averages layer 1 and the last
+            weights = torch.zeros(layers)
+            weights[0] = weights[-1] = 1.0
+            layer_pool = WeightedLayerPooling(dim, num_hidden_layers=layers, layer_start=1,
+                                              layer_weights=nn.Parameter(weights, requires_grad=False))
+        else:
+            layer_pool = WeightedLayerPooling(dim, num_hidden_layers=layers, layer_start=layers - 1,
+                                              layer_weights=nn.Parameter(torch.ones(2), requires_grad=False))
+        modules += [layer_pool, Pooling(dim, pooling_mode="mean")]
+    else:
+        modules.append(Pooling(dim, pooling_mode="mean" if pooler == "avg" else "cls"))
+    return SentenceTransformer(modules=modules, device=device)
+
+
+def training_projection(pooler: str, model: SentenceTransformer, *, keep_mlp: bool = False) -> nn.Module | None:
+    """SimCSE's MLP for ``pooler="cls"`` (used only in training unless ``keep_mlp``).
+
+    With ``keep_mlp=True`` (supervised SimCSE) append the MLP to the model instead, so it is
+    trained and saved with it, and return ``None``.
+    """
+    if pooler != "cls":
+        return None
+    dim = embedding_dimension(model)
+    if keep_mlp:
+        from sentence_transformers.sentence_transformer.modules import Dense
+
+        model.append(Dense(dim, dim, activation_function=nn.Tanh()))
+        return None
+    return SimCSEProjection(dim)
+
+
+def make_loss(name: str, model: SentenceTransformer, *, projection: nn.Module | None = None,
+              temperature: float = 0.05, **kwargs: Any) -> AdaptiveContrastiveLoss:
+    """One of :data:`LOSSES` with SimCSE's temperature (0.05) and the papers' defaults.
+
+    ``macl``: alpha 2, A0 0.8, no reweighting (MACL App. B.4); ``ascl``: in-batch soft labels;
+    ``amcl``: 2 heads, learned pair temperature; ``infonce``: SimCSE itself.
+    """
+    if name == "infonce":
+        return InfoNCELoss(model, temperature, projection=projection, **kwargs)
+    if name == "macl":
+        return MACLLoss(model, temperature, projection=projection, **kwargs)
+    if name == "ascl":
+        return ASCLLoss(model, temperature, projection=projection, **kwargs)
+    if name == "amcl":
+        if projection is not None:
+            raise ValueError("AMCL brings its own projection heads; use pooler='cls_before_pooler' or 'avg'")
+        return AMCLLoss(model, **kwargs)
+    raise ValueError(f"loss={name!r} is not one of {LOSSES}")
+
+
+def unsupervised_dataset(sentences: Sequence[str]):
+    """``datasets.Dataset`` with ``anchor`` and ``positive`` columns holding the same sentence."""
+    from datasets import Dataset
+
+    sentences = [s for s in (str(x).strip() for x in sentences) if s]
+    if not sentences:
+        raise ValueError("no non-empty sentences to train on")
+    return Dataset.from_dict({"anchor": sentences, "positive": list(sentences)})
+
+
+def supervised_dataset(triplets: Sequence[tuple[str, str, str]]):
+    """``(anchor, positive, negative)`` NLI triplets (SimCSE's ``sent0, sent1, hard_neg``)."""
+    from datasets import Dataset
+
+    if not triplets:
+        raise ValueError("no triplets to train on")
+    anchors, positives, negatives = zip(*triplets, strict=True)
+    return Dataset.from_dict({"anchor": list(anchors), "positive": list(positives),
+                              "negative": list(negatives)})
+
+
+def read_sentences(path: str | Path, limit: int | None = None) -> list[str]:
+    """One sentence per line (SimCSE's wiki1m format); empty lines skipped."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"sentence file {str(path)!r} does not exist")
+    out: list[str] = []
+    with path.open(encoding="utf-8") as handle:
+        for line in handle:
+            line = line.strip()
+            if line:
+                out.append(line)
+                if limit is not None and len(out) >= limit:
+                    break
+    return out
+
+
+def stsb_dev_evaluator(sentences1: Sequence[str], sentences2: Sequence[str],
+                       scores: Sequence[float], name: str = "sts-dev") -> EmbeddingSimilarityEvaluator:
+    """Spearman of cosine similarity on STS-B dev (gold scores 0-5 rescaled to 0-1)."""
+    return EmbeddingSimilarityEvaluator(list(sentences1), list(sentences2),
+                                        [float(s) / 5.0 for s in scores], name=name,
+                                        main_similarity="cosine", batch_size=128)
+
+
+class AdaptiveSentenceTransformerTrainer(SentenceTransformerTrainer):
+    """``SentenceTransformerTrainer`` that adds the loss's adaptive quantities to every log."""
+
+    def log(self, logs: dict[str, float], *args, **kwargs) -> None:
+        stats = getattr(self.loss, "last_stats", None)
+        if stats and "loss" in logs:
+            logs = {**logs, **{f"adaptcl/{k}": round(float(v), 6) for k, v in stats.items()}}
+        super().log(logs, *args, **kwargs)
+
+
+@dataclass
+class SimCSEConfig:
+    """Training settings (defaults: a CPU-sized run; see :data:`PAPER_CONFIGS`)."""
+
+    output_dir: str
+    batch_size: int = 64
+    learning_rate: float = 3e-5
+    epochs: float = 1.0
+    max_steps: int = -1
+    max_seq_length: int = 32
+    eval_steps: int = 125
+    warmup_ratio: float = 0.0
+    seed: int = 42
+    logging_steps: int = 10
+    save_total_limit: int = 1
+    extra_args: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 2:
+            raise ValueError(f"batch_size must be >= 2 (in-batch negatives), got {self.batch_size}")
+        if not self.learning_rate > 0:
+            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}")
+        if self.eval_steps < 1:
+            raise ValueError(f"eval_steps must be >= 1, got {self.eval_steps}")
+
+
+def train_simcse(model: SentenceTransformer, train_dataset, loss: AdaptiveContrastiveLoss,
+                 config: SimCSEConfig, *, dev_evaluator: EmbeddingSimilarityEvaluator | None = None,
+                 resume_from_checkpoint: str | bool | None = None) -> dict[str, Any]:
+    """Train with ``SentenceTransformerTrainer``; keep the best STS-B dev checkpoint.
+
+    Saves a plain sentence-transformers model to ``config.output_dir/final`` (loadable with
+    ``SentenceTransformer(path)``) and the loss's own trainable state next to it.
+
+    Returns:
+        dict with ``final_model`` path, ``best_dev_spearman`` (when an evaluator is given),
+        ``global_step`` and the logged ``history`` (loss and adaptive quantities per log step).
+    """
+    out = Path(config.output_dir)
+    evaluate = dev_evaluator is not None
+    metric = f"eval_{dev_evaluator.name}_spearman_cosine" if evaluate else None
+    args = SentenceTransformerTrainingArguments(
+        output_dir=str(out / "checkpoints"),
+        per_device_train_batch_size=config.batch_size,
+        learning_rate=config.learning_rate,
+        num_train_epochs=config.epochs,
+        max_steps=config.max_steps,
+        warmup_ratio=config.warmup_ratio,
+        seed=config.seed,
+        logging_steps=config.logging_steps,
+        eval_strategy="steps" if evaluate else "no",
+        eval_steps=config.eval_steps if evaluate else None,
+        save_strategy="steps" if evaluate else "no",
+        save_steps=config.eval_steps,
+        save_total_limit=config.save_total_limit,
+        load_best_model_at_end=evaluate,
+        metric_for_best_model=metric,
+        greater_is_better=True,
+        report_to="none",
+        dataloader_drop_last=True,  # a last batch of one would have no negatives
+        use_cpu=not torch.cuda.is_available(),
+        **config.extra_args,
+    )
+    trainer = AdaptiveSentenceTransformerTrainer(
+        model=model, args=args, train_dataset=train_dataset, loss=loss, evaluator=dev_evaluator,
+        callbacks=[LossStateCallback(loss)])
+    trainer.train(resume_from_checkpoint=resume_from_checkpoint)
+    final = out / "final"
+    model.save(str(final))
+    loss.save_loss_state(final)
+    history = [h for h in trainer.state.log_history if "loss" in h or metric in h]
+    best = None
+    if evaluate:
+        scores = [h[metric] for h in trainer.state.log_history if metric in h]
+        best = max(scores) if scores else None
+    return {"final_model": str(final), "best_dev_spearman": best,
+            "best_checkpoint": trainer.state.best_model_checkpoint,
+            "global_step": trainer.state.global_step, "history": history,
+            "config": asdict(config), "loss": type(loss).__name__,
+            "loss_config": loss.get_config_dict(),
+            "finite": all(math.isfinite(h.get("loss", 0.0)) for h in history)}

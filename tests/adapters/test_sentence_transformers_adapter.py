@@ -1,0 +1,140 @@
+"""sentence-transformers losses: MNRL parity, trainer integration, model card, saved state."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytest.importorskip("sentence_transformers")
+
+from sentence_transformers.sentence_transformer.losses import (  # noqa: E402
+    MultipleNegativesRankingLoss,
+)
+
+from adaptcl.adapters import sentence_transformers as st_losses  # noqa: E402
+from adaptcl.adapters.simcse import (  # noqa: E402
+    SimCSEConfig,
+    build_simcse_model,
+    make_loss,
+    supervised_dataset,
+    train_simcse,
+    training_projection,
+    unsupervised_dataset,
+)
+
+from ._tiny_models import CORPUS, build_tiny_model  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def tiny_roberta(tmp_path_factory):
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-roberta"), "roberta")
+
+
+@pytest.fixture(scope="module")
+def tiny_bert(tmp_path_factory):
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-bert"), "bert")
+
+
+def _embeddings(n=8, d=16, columns=3, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(n, d, generator=g, requires_grad=True) for _ in range(columns)]
+
+
+def test_infonce_equals_multiple_negatives_ranking_loss():
+    embs = _embeddings()
+    theirs = MultipleNegativesRankingLoss(model=None, scale=20.0).compute_loss_from_embeddings(embs, None)
+    ours_fn = st_losses.InfoNCELoss(None, temperature=0.05)
+    ours = ours_fn.compute_loss_from_embeddings(embs, None)
+    torch.testing.assert_close(ours, theirs)
+    for a, b in zip(torch.autograd.grad(ours, embs), torch.autograd.grad(theirs, embs), strict=True):
+        torch.testing.assert_close(a, b)
+    assert ours_fn.temperature == pytest.approx(0.05)
+
+
+def test_macl_defaults_are_the_simcse_setting_and_reduce_to_infonce():
+    macl = st_losses.MACLLoss(None)
+    cfg = macl.get_config_dict()
+    assert (cfg["temperature"], cfg["alpha"], cfg["a0"], cfg["reweight"]) == (0.05, 2.0, 0.8, False)
+    embs = _embeddings(columns=2)
+    fixed = st_losses.MACLLoss(None, alpha=0.0).compute_loss_from_embeddings(embs, None)
+    torch.testing.assert_close(fixed, st_losses.InfoNCELoss(None).compute_loss_from_embeddings(embs, None))
+    assert "Model-Aware Contrastive Learning" in macl.citation
+    with pytest.raises(ValueError, match="at least 2 columns"):
+        macl.compute_loss_from_embeddings(embs[:1], None)
+
+
+@pytest.mark.parametrize("pooler", ["cls", "cls_before_pooler", "avg", "avg_first_last", "avg_top2"])
+def test_poolers_build_and_encode(tiny_roberta, pooler):
+    model = build_simcse_model(str(tiny_roberta), pooler, max_seq_length=16)
+    emb = model.encode(CORPUS[:3], convert_to_tensor=True)
+    assert emb.shape == (3, 32) and torch.isfinite(emb).all()
+
+
+def test_two_columns_get_different_dropout(tiny_roberta):
+    model = build_simcse_model(str(tiny_roberta), "cls_before_pooler", dropout=0.3)
+    model.train()
+    feats = model.tokenize(CORPUS[:4])
+    a = model(dict(feats))["sentence_embedding"]
+    b = model(dict(feats))["sentence_embedding"]
+    assert not torch.allclose(a, b)  # same sentences, independent dropout masks
+    model.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(model(dict(feats))["sentence_embedding"],
+                                   model(dict(feats))["sentence_embedding"])
+
+
+@pytest.mark.parametrize("loss_name,pooler", [("macl", "cls"), ("ascl", "avg"), ("infonce", "cls")])
+def test_unsupervised_simcse_trains_and_saves_a_plain_model(tmp_path, tiny_roberta, loss_name, pooler):
+    from sentence_transformers import SentenceTransformer
+
+    torch.manual_seed(0)
+    model = build_simcse_model(str(tiny_roberta), pooler, max_seq_length=16)
+    loss = make_loss(loss_name, model, projection=training_projection(pooler, model))
+    before = [p.detach().clone() for p in model.parameters()]
+    result = train_simcse(model, unsupervised_dataset(CORPUS * 2), loss,
+                          SimCSEConfig(output_dir=str(tmp_path), batch_size=4, max_steps=3,
+                                       logging_steps=1))
+    assert result["global_step"] == 3 and result["finite"]
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
+    logged = [h for h in result["history"] if "adaptcl/temperature" in h]
+    assert logged, "the adaptive quantities reach the trainer's logs"
+    reloaded = SentenceTransformer(result["final_model"])
+    # the training MLP is not part of the saved model: the saved model is Transformer + Pooling
+    assert len(reloaded) == 2
+    torch.testing.assert_close(reloaded.encode(CORPUS[:2], convert_to_tensor=True),
+                               model.encode(CORPUS[:2], convert_to_tensor=True))
+    card = (tmp_path / "final" / "README.md").read_text(encoding="utf-8")
+    assert type(loss).__name__ in card
+    if loss_name == "macl":
+        assert '"alpha": 2.0' in card and "huang2023macl" in card
+
+
+def test_supervised_simcse_with_hard_negatives(tmp_path, tiny_bert):
+    model = build_simcse_model(str(tiny_bert), "cls", max_seq_length=16)
+    training_projection("cls", model, keep_mlp=True)  # supervised SimCSE keeps its MLP
+    loss = make_loss("macl", model)
+    triplets = [(CORPUS[i], CORPUS[i].replace(".", "!"), CORPUS[(i + 3) % 8]) for i in range(8)]
+    result = train_simcse(model, supervised_dataset(triplets), loss,
+                          SimCSEConfig(output_dir=str(tmp_path), batch_size=4, max_steps=2))
+    assert result["finite"] and result["global_step"] == 2
+    assert len(model) == 3  # Transformer, Pooling, Dense (the kept MLP)
+
+
+def test_amcl_state_is_trained_saved_and_restored(tmp_path, tiny_roberta):
+    torch.manual_seed(0)
+    model = build_simcse_model(str(tiny_roberta), "cls_before_pooler", max_seq_length=16)
+    loss = make_loss("amcl", model, num_heads=2, projection_dim=8)
+    start = {k: v.clone() for k, v in loss.loss_state_dict().items()}
+    result = train_simcse(model, unsupervised_dataset(CORPUS * 2), loss,
+                          SimCSEConfig(output_dir=str(tmp_path), batch_size=4, max_steps=3,
+                                       learning_rate=1e-2))
+    trained = loss.loss_state_dict()
+    assert any(not torch.equal(start[k], trained[k]) for k in start if "phi" in k), \
+        "the trainer optimises the temperature network"
+    fresh = make_loss("amcl", build_simcse_model(str(tiny_roberta), "cls_before_pooler"),
+                      num_heads=2, projection_dim=8)
+    fresh.load_loss_state(result["final_model"])
+    for k, v in trained.items():
+        torch.testing.assert_close(fresh.loss_state_dict()[k], v)
+    with pytest.raises(FileNotFoundError):
+        fresh.load_loss_state(tmp_path / "nowhere")
