@@ -31,7 +31,7 @@ def run_kernel(
         neg, pos = rows_logits(c, temperature)
         weight_fn = None if log_weights is None else (lambda lw, c=c: log_weights(c, lw))
         out = contrastive_kernel(neg, pos, positive_in_denominator=positive_in_denominator,
-                                 log_weights=weight_fn)
+                                 log_weights=weight_fn, inplace=True)
         losses.append(out.loss)
         plains.append(out.plain)
         log_ws.append(out.log_w)

@@ -86,12 +86,19 @@ class Candidates:
         return n
 
     def mask_(self, matrix: Tensor) -> Tensor:
-        """Overwrite the positive and self columns of an ``[A, C]`` matrix in place."""
+        """Overwrite the positive and self columns of an ``[A, C]`` matrix in place.
+
+        Done outside autograd: an index_put recorded by autograd would copy the whole N x N
+        gradient in backward just to zero these entries. Every consumer of masked matrices
+        (row log-sum-exp, zero-weight soft targets, top-k that never picks them) already
+        sends exactly zero gradient to a masked entry, since ``exp(MASKED - max) = 0``.
+        """
         rows = torch.arange(matrix.shape[0], device=matrix.device)
-        if self.positive_index is not None:
-            matrix[rows, self.positive_index] = MASKED
-        if self.self_index is not None:
-            matrix[rows, self.self_index] = MASKED
+        with torch.no_grad():
+            if self.positive_index is not None:
+                matrix[rows, self.positive_index] = MASKED
+            if self.self_index is not None:
+                matrix[rows, self.self_index] = MASKED
         return matrix
 
     def similarity(self) -> Tensor:

@@ -48,28 +48,37 @@ class _RowLogSumExp(torch.autograd.Function):
     """``logsumexp`` over rows that keeps the normalised exponentials for backward.
 
     ``torch.logsumexp`` saves its input and rebuilds ``exp(x - lse)`` in backward with three
-    N x N temporaries; here forward keeps the shifted exponentials (one N x N buffer, in place)
-    and backward is a single scaled copy. The input is not modified.
+    N x N temporaries. Here forward turns the shifted exponentials into the one buffer it keeps
+    (with ``inplace=True`` the input itself becomes that buffer; the caller must not read it
+    afterwards) and backward returns one scaled copy of it, so ``retain_graph`` still works.
     """
 
     @staticmethod
-    def forward(ctx, x: Tensor) -> Tensor:  # type: ignore[override]
+    def forward(ctx, x: Tensor, inplace: bool) -> tuple[Tensor, Tensor]:  # type: ignore[override]
         m = x.amax(dim=1, keepdim=True)
-        e = (x - m).exp_()
+        if inplace:
+            e = x.sub_(m).exp_()
+            ctx.mark_dirty(x)
+        else:
+            e = (x - m).exp_()
         s = e.sum(dim=1, keepdim=True)
         ctx.save_for_backward(e, s)
-        return (m + s.log()).squeeze(1)
+        ctx.mark_non_differentiable(e)
+        return (m + s.log()).squeeze(1), e
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, grad: Tensor) -> Tensor:  # type: ignore[override]
+    def backward(ctx, grad: Tensor, _unused: Tensor | None) -> tuple[Tensor, None]:  # type: ignore[override]
         e, s = ctx.saved_tensors
-        return e * (grad[:, None] / s)
+        return e * (grad[:, None] / s), None
 
 
-def row_logsumexp(x: Tensor) -> Tensor:
-    """``torch.logsumexp(x, dim=1)`` for ``[A, C]`` with a lighter backward (same values)."""
-    return _RowLogSumExp.apply(x)
+def row_logsumexp(x: Tensor, *, inplace: bool = False) -> Tensor:
+    """``torch.logsumexp(x, dim=1)`` for ``[A, C]`` with a one-buffer backward (same values).
+
+    With ``inplace=True`` ``x`` is overwritten (it becomes the backward buffer).
+    """
+    return _RowLogSumExp.apply(x, inplace)[0]
 
 
 def log_softplus(r: Tensor) -> Tensor:
@@ -86,6 +95,7 @@ def contrastive_kernel(
     positive_in_denominator: bool = True,
     soft_targets: tuple[Tensor, Tensor] | None = None,
     log_weights: Tensor | Callable[[Tensor], Tensor] | None = None,
+    inplace: bool = False,
 ) -> KernelOutput:
     """Per-anchor contrastive loss from masked logits.
 
@@ -99,11 +109,14 @@ def contrastive_kernel(
             caller. ``None`` is the one-hot target on the positive.
         log_weights: ``[A]`` log of a per-anchor weight, detached here (``sg``), or a callable
             mapping the detached ``log W`` to it (MACL: ``lambda log_w: -log_w``).
+        inplace: let the kernel overwrite ``negative_logits`` (saves an N x N buffer); only
+            for logits the caller owns and does not read again.
 
     Returns:
         :class:`KernelOutput`.
     """
-    lse_neg = row_logsumexp(negative_logits)
+    # The one-hot paths never read the logits again, so they may become the backward buffer.
+    lse_neg = row_logsumexp(negative_logits, inplace=soft_targets is None and inplace)
     r = lse_neg - positive_logit
     log_w = F.logsigmoid(r).detach()
     p_pos = torch.sigmoid(-r).detach()
