@@ -138,3 +138,42 @@ def test_amcl_state_is_trained_saved_and_restored(tmp_path, tiny_roberta):
         torch.testing.assert_close(fresh.loss_state_dict()[k], v)
     with pytest.raises(FileNotFoundError):
         fresh.load_loss_state(tmp_path / "nowhere")
+
+
+def test_bad_inputs_get_clear_errors(tmp_path, tiny_roberta):
+    from datasets import Dataset
+
+    model = build_simcse_model(str(tiny_roberta), "avg", max_seq_length=16)
+    loss = make_loss("macl", model)
+    config = SimCSEConfig(output_dir=str(tmp_path / "out"), batch_size=4, max_steps=1)
+    with pytest.raises(ValueError, match="at least two text columns"):
+        train_simcse(model, Dataset.from_dict({"anchor": CORPUS}), loss, config)
+    with pytest.raises(ValueError, match="column 'positive' row 1 is empty"):
+        train_simcse(model, Dataset.from_dict({"anchor": CORPUS[:3], "positive": ["a", " ", "b"]}),
+                     loss, config)
+    assert not (tmp_path / "out").exists(), "nothing is written before the input is validated"
+    with pytest.raises(ValueError, match="triplet 1 has 2 fields"):
+        supervised_dataset([("a", "b", "c"), ("a", "b")])
+    with pytest.raises(ValueError, match="no non-empty sentences"):
+        unsupervised_dataset(["", "  "])
+    with pytest.raises(FileNotFoundError, match="neither a local model folder"):
+        build_simcse_model(str(tmp_path / "no-such-model"))
+    with pytest.raises(ValueError, match="same shape"):
+        loss.compute_loss_from_embeddings([torch.randn(4, 32), torch.randn(3, 32)], None)
+    with pytest.raises(ValueError, match="pooler"):
+        build_simcse_model(str(tiny_roberta), "max")
+
+
+def test_cls_pooling_needs_a_cls_token(tmp_path, tiny_bert):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_bert)
+    tok.cls_token = None
+    copy = tmp_path / "no-cls"
+    tok.save_pretrained(copy)
+    for f in tiny_bert.iterdir():
+        if f.name.startswith(("config", "model")):
+            (copy / f.name).write_bytes(f.read_bytes())
+    with pytest.raises(ValueError, match="CLS token"):
+        build_simcse_model(str(copy), "cls")
+    assert build_simcse_model(str(copy), "avg") is not None

@@ -101,8 +101,18 @@ def build_simcse_model(model_name_or_path: str, pooler: str = "cls", *, max_seq_
         config_kwargs.update(hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
     if pooler in ("avg_first_last", "avg_top2"):
         config_kwargs["output_hidden_states"] = True
-    transformer = Transformer(model_name_or_path, max_seq_length=max_seq_length,
-                              config_kwargs=config_kwargs or None)
+    try:
+        transformer = Transformer(model_name_or_path, max_seq_length=max_seq_length,
+                                  config_kwargs=config_kwargs or None)
+    except OSError as err:
+        raise FileNotFoundError(
+            f"model_name_or_path={model_name_or_path!r} is neither a local model folder nor a "
+            "hub model available here (offline runs need a local path)") from err
+    tokenizer = getattr(transformer, "tokenizer", None)
+    if pooler in ("cls", "cls_before_pooler") and tokenizer is not None and tokenizer.cls_token is None:
+        raise ValueError(
+            f"pooler={pooler!r} needs a tokenizer with a CLS token (BERT's [CLS], RoBERTa's <s>); "
+            f"the tokenizer of {model_name_or_path!r} has none: use pooler='avg'")
     dim = transformer.get_embedding_dimension()
     modules: list[nn.Module] = [transformer]
     if pooler in ("avg_first_last", "avg_top2"):
@@ -175,6 +185,9 @@ def supervised_dataset(triplets: Sequence[tuple[str, str, str]]):
 
     if not triplets:
         raise ValueError("no triplets to train on")
+    for i, triplet in enumerate(triplets):
+        if len(triplet) != 3:
+            raise ValueError(f"triplet {i} has {len(triplet)} fields; expected (anchor, positive, negative)")
     anchors, positives, negatives = zip(*triplets, strict=True)
     return Dataset.from_dict({"anchor": list(anchors), "positive": list(positives),
                               "negative": list(negatives)})
@@ -202,6 +215,21 @@ def stsb_dev_evaluator(sentences1: Sequence[str], sentences2: Sequence[str],
     return EmbeddingSimilarityEvaluator(list(sentences1), list(sentences2),
                                         [float(s) / 5.0 for s in scores], name=name,
                                         main_similarity="cosine", batch_size=128)
+
+
+def validate_text_dataset(dataset) -> None:
+    """At least two text columns of equal length, no empty or non-string entries.
+
+    Raises ``ValueError`` naming the column and the first offending row.
+    """
+    columns = [c for c in dataset.column_names if c not in ("label", "labels", "score")]
+    if len(columns) < 2:
+        raise ValueError(f"the training data needs at least two text columns (anchor, positive), "
+                         f"got {columns}")
+    for column in columns:
+        for i, text in enumerate(dataset[column]):
+            if not isinstance(text, str) or not text.strip():
+                raise ValueError(f"column {column!r} row {i} is empty or not a string: {text!r}")
 
 
 class AdaptiveSentenceTransformerTrainer(SentenceTransformerTrainer):
@@ -252,6 +280,7 @@ def train_simcse(model: SentenceTransformer, train_dataset, loss: AdaptiveContra
         dict with ``final_model`` path, ``best_dev_spearman`` (when an evaluator is given),
         ``global_step`` and the logged ``history`` (loss and adaptive quantities per log step).
     """
+    validate_text_dataset(train_dataset)
     out = Path(config.output_dir)
     evaluate = dev_evaluator is not None
     metric = f"eval_{dev_evaluator.name}_spearman_cosine" if evaluate else None

@@ -1,0 +1,78 @@
+"""gather_across_devices with two gloo processes equals the single-process full batch."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+pytest.importorskip("sentence_transformers")
+
+WORLD, N, D = 2, 5, 8
+NAMES = ("infonce", "macl", "macl_symmetric")
+
+
+def _make(name: str, gather: bool):
+    from adaptcl.adapters import sentence_transformers as st
+
+    if name == "infonce":
+        return st.InfoNCELoss(None, 0.05, gather_across_devices=gather)
+    if name == "macl":
+        return st.MACLLoss(None, gather_across_devices=gather)
+    return st.MACLLoss(None, 0.1, 0.5, 0.0, symmetric=True, gather_across_devices=gather)
+
+
+def _columns():
+    g = torch.Generator().manual_seed(0)
+    return [torch.randn(WORLD * N, D, generator=g) for _ in range(3)]  # anchor, positive, hard negative
+
+
+def _worker(rank: int, port: int, results):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
+    try:
+        torch.set_num_threads(1)
+        out = {}
+        for name in NAMES:
+            cols = [c[rank * N:(rank + 1) * N].clone().requires_grad_() for c in _columns()]
+            loss = _make(name, True).compute_loss_from_embeddings(cols, None)
+            loss.backward()
+            total = loss.detach().clone()
+            dist.all_reduce(total)
+            out[name] = {"loss": (total / WORLD).item(),
+                         "grads": [(c.grad / WORLD).tolist() for c in cols]}
+        results[rank] = out
+    finally:
+        dist.destroy_process_group()
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def results():
+    manager = mp.Manager()
+    shared = manager.dict()
+    mp.spawn(_worker, args=(_port(), shared), nprocs=WORLD, join=True)
+    return dict(shared)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", NAMES)
+def test_gather_across_devices(results, name):
+    cols = [c.clone().requires_grad_() for c in _columns()]
+    loss = _make(name, False).compute_loss_from_embeddings(cols, None)
+    loss.backward()
+    for rank in range(WORLD):
+        got = results[rank][name]
+        assert got["loss"] == pytest.approx(loss.item(), rel=1e-5)
+        for g_dist, col in zip(got["grads"], cols, strict=True):
+            torch.testing.assert_close(torch.tensor(g_dist), col.grad[rank * N:(rank + 1) * N],
+                                       rtol=1e-4, atol=1e-6)
