@@ -1,0 +1,387 @@
+"""Sentence encoders for the SentEval-style recipes, with batching, a progress bar and a disk cache.
+
+Three kinds of encoder are accepted and turned into one ``encode(list[str]) -> np.ndarray``:
+
+* a **sentence-transformers** model path or name (``pooler=None``), loaded with
+  ``SentenceTransformer(path)``; its own pooling/normalisation is used;
+* a **Hugging Face BERT/RoBERTa** path with a ``pooler`` among SimCSE's (Gao et al., 2021,
+  ``evaluation.py``): ``cls`` (the ``pooler_output``: [CLS] + linear + tanh), ``cls_before_pooler``
+  (last-layer [CLS]), ``avg`` (mask-aware mean of the last layer), ``avg_first_last`` (mean of
+  ``hidden_states[1]`` and the last layer, as in SimCSE's current ``evaluation.py``) and
+  ``avg_top2`` (mean of the last two layers);
+* any Python **callable** from a list of strings to a 2-D array (or a ``"package.module:attr"``
+  string naming one).
+
+Sentences are sorted by length before batching (less padding, as SentEval does) and the
+embeddings are returned in input order as float32. Each (model, pooler, dataset, sentence list)
+is cached as ``.npy`` under ``cache_dir``: the key hashes the model identifier, the pooler, the
+``max_length``, the dataset name and a SHA-256 of the sentences, so a second run reuses the
+encodings and a changed model or sentence list never hits a stale entry. The model identifier is
+the resolved path plus a fingerprint (name, size, mtime) of the model files for a local folder, the
+name for a hub model, and ``model_id=`` / a ``model_id`` attribute / ``module.qualname`` for a
+callable (pass ``model_id`` when a callable's output depends on state its name does not show).
+
+Example::
+
+    from adaptcl.recipes.encoders import build_encoder
+
+    enc = build_encoder("/path/to/all-MiniLM-L6-v2", cache_dir="/tmp/emb-cache")
+    X = enc.encode(["a man is playing a guitar .", "a dog runs ."], dataset="demo")  # (2, 384)
+    enc2 = build_encoder("/path/to/bert-base-uncased", pooler="cls_before_pooler")
+    enc3 = build_encoder(lambda sents: my_model(sents), model_id="my-model-v1")
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib
+import json
+import logging
+import os
+import re
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+POOLERS: tuple[str, ...] = ("cls", "cls_before_pooler", "avg", "avg_first_last", "avg_top2")
+CACHE_ENV = "ADAPTCL_CACHE_DIR"
+_CALLABLE_SPEC = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+log = logging.getLogger("adaptcl.recipes")
+
+
+def _lazy(module: str, extra: str):
+    try:
+        return importlib.import_module(module)
+    except ImportError as err:
+        raise ImportError(
+            f"{module!r} is required for this recipe; install it with `pip install 'adaptcl[{extra}]'`"
+        ) from err
+
+
+def default_cache_dir() -> Path:
+    """``$ADAPTCL_CACHE_DIR`` if set, else ``~/.cache/adaptcl/embeddings``."""
+    env = os.environ.get(CACHE_ENV)
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "adaptcl" / "embeddings"
+
+
+def hash_sentences(sentences: Sequence[str]) -> str:
+    """SHA-256 over the sentences (length-prefixed, so boundaries are unambiguous)."""
+    digest = hashlib.sha256()
+    digest.update(str(len(sentences)).encode())
+    for sentence in sentences:
+        data = sentence.encode("utf-8", "surrogatepass")
+        digest.update(len(data).to_bytes(8, "little"))
+        digest.update(data)
+    return digest.hexdigest()
+
+
+def _folder_fingerprint(path: Path) -> str:
+    """Cheap identity of a local model folder: relative name, size and mtime of its files."""
+    digest = hashlib.sha256()
+    for file in sorted(p for p in path.rglob("*") if p.is_file() and ".git" not in p.parts):
+        stat = file.stat()
+        digest.update(f"{file.relative_to(path)}|{stat.st_size}|{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()[:16]
+
+
+def _slug(text: str, limit: int = 60) -> str:
+    slug = re.sub(r"[^A-Za-z0-9._-]+", "_", text)[-limit:].strip("._-")
+    return slug or "x"
+
+
+def _model_slug(model_id: str) -> str:
+    """Readable, unique folder name: last two path parts of the id + a hash of the full id."""
+    parts = [p for p in re.split(r"[\\/]", model_id.split("@")[0]) if p]
+    readable = _slug("_".join(parts[-2:]) if parts else model_id, 48)
+    return f"{readable}-{hashlib.sha256(model_id.encode()).hexdigest()[:8]}"
+
+
+def resolve_callable(spec: str) -> Callable[[list[str]], Any]:
+    """Import ``"package.module:attr"`` (attr may be dotted) and return the callable."""
+    module_name, _, attr = spec.partition(":")
+    obj: Any = importlib.import_module(module_name)
+    for part in attr.split("."):
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise TypeError(f"model={spec!r} names {type(obj).__name__}, which is not callable")
+    return obj
+
+
+class SentenceEncoder:
+    """Batching + length sorting + progress bar + disk cache around a batch function.
+
+    Subclasses (or :func:`build_encoder`) provide ``_encode_batch(list[str]) -> np.ndarray``.
+    """
+
+    kind = "base"
+
+    def __init__(self, model_id: str, pooler: str | None = None, *, batch_size: int = 64,
+                 max_length: int | None = None, cache_dir: str | os.PathLike | None = None,
+                 use_cache: bool = True, show_progress: bool = True) -> None:
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        if max_length is not None and max_length < 1:
+            raise ValueError(f"max_length must be >= 1 or None, got {max_length}")
+        self.model_id = model_id
+        self.pooler = pooler
+        self.batch_size = batch_size
+        self.max_length = max_length
+        self.use_cache = use_cache
+        self.cache_dir = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir()
+        self.show_progress = show_progress
+        self.batches_encoded = 0  # counts calls to the underlying model (cache hits add none)
+
+    # ------------------------------------------------------------------ to implement
+    def _encode_batch(self, batch: list[str]) -> np.ndarray:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    # ------------------------------------------------------------------ cache
+    def cache_key(self, dataset: str, sentences: Sequence[str]) -> str:
+        payload = json.dumps({
+            "model_id": self.model_id, "pooler": self.pooler, "max_length": self.max_length,
+            "dataset": dataset, "sentences": hash_sentences(sentences),
+        }, sort_keys=True)
+        return hashlib.sha256(payload.encode()).hexdigest()
+
+    def cache_path(self, dataset: str, sentences: Sequence[str]) -> Path:
+        key = self.cache_key(dataset, sentences)
+        folder = self.cache_dir / f"{_model_slug(self.model_id)}-{_slug(str(self.pooler))}"
+        return folder / f"{_slug(dataset, 40)}-{key[:24]}.npy"
+
+    def _save(self, path: Path, array: np.ndarray, dataset: str, n: int) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                np.save(handle, array)
+            os.chmod(tmp, 0o644)  # mkstemp creates 0600; cache files are shareable data
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        meta = {"model_id": self.model_id, "pooler": self.pooler, "max_length": self.max_length,
+                "dataset": dataset, "n_sentences": n, "shape": list(array.shape)}
+        path.with_suffix(".json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+
+    # ------------------------------------------------------------------ public API
+    def encode(self, sentences: Sequence[str], dataset: str = "default") -> np.ndarray:
+        """Embeddings of ``sentences`` (float32, shape ``(n, dim)``), from cache when possible."""
+        sentences = list(sentences)
+        path = self.cache_path(dataset, sentences) if self.use_cache else None
+        if path is not None and path.is_file():
+            cached = np.load(path)
+            if cached.shape[0] == len(sentences):
+                log.info("%s: %d embeddings from cache %s", dataset, len(sentences), path)
+                return cached
+        start = time.perf_counter()
+        array = self._encode_all(sentences, dataset)
+        log.info("%s: encoded %d sentences in %.1f s", dataset, len(sentences),
+                 time.perf_counter() - start)
+        if path is not None:
+            self._save(path, array, dataset, len(sentences))
+        return array
+
+    __call__ = encode
+
+    def _encode_all(self, sentences: list[str], dataset: str) -> np.ndarray:
+        from tqdm.auto import tqdm
+
+        if not sentences:
+            return np.zeros((0, 0), dtype=np.float32)
+        order = sorted(range(len(sentences)), key=lambda i: len(sentences[i]))
+        chunks = [order[i:i + self.batch_size] for i in range(0, len(order), self.batch_size)]
+        out: np.ndarray | None = None
+        for chunk in tqdm(chunks, desc=f"encode {dataset}", unit="batch",
+                          disable=not self.show_progress, leave=False):
+            batch = [sentences[i] for i in chunk]
+            emb = np.asarray(self._encode_batch(batch), dtype=np.float32)
+            self.batches_encoded += 1
+            if emb.ndim != 2 or emb.shape[0] != len(batch):
+                raise ValueError(
+                    f"encoder {self.model_id!r} returned shape {emb.shape} for a batch of "
+                    f"{len(batch)} sentences; expected ({len(batch)}, dim)"
+                )
+            if out is None:
+                out = np.empty((len(sentences), emb.shape[1]), dtype=np.float32)
+            out[chunk] = emb
+        assert out is not None
+        return out
+
+
+class CallableEncoder(SentenceEncoder):
+    """Wraps ``fn(list[str]) -> array-like``."""
+
+    kind = "callable"
+
+    def __init__(self, fn: Callable[[list[str]], Any], model_id: str | None = None, **kwargs):
+        if not callable(fn):
+            raise TypeError(f"model must be callable, got {type(fn).__name__}")
+        if model_id is None:
+            model_id = getattr(fn, "model_id", None)
+        if model_id is None:
+            name = getattr(fn, "__qualname__", None) or type(fn).__qualname__
+            model_id = f"callable:{getattr(fn, '__module__', '?')}.{name}"
+        super().__init__(str(model_id), kwargs.pop("pooler", None), **kwargs)
+        self.fn = fn
+
+    def _encode_batch(self, batch: list[str]) -> np.ndarray:
+        result = self.fn(batch)
+        if hasattr(result, "detach"):  # torch tensor
+            result = result.detach().cpu().float().numpy()
+        return np.asarray(result)
+
+
+class SentenceTransformerEncoder(SentenceEncoder):
+    """A ``sentence_transformers.SentenceTransformer`` (its own pooling and normalisation)."""
+
+    kind = "sentence-transformers"
+
+    def __init__(self, path: str, model_id: str, device: str | None = None, **kwargs):
+        super().__init__(model_id, None, **kwargs)
+        st = _lazy("sentence_transformers", "text")
+        self.model = st.SentenceTransformer(path, device=device or "cpu")
+        if self.max_length is not None:
+            self.model.max_seq_length = self.max_length
+
+    def _encode_batch(self, batch: list[str]) -> np.ndarray:
+        return self.model.encode(batch, batch_size=len(batch), show_progress_bar=False,
+                                 convert_to_numpy=True)
+
+
+class HFPoolerEncoder(SentenceEncoder):
+    """A Hugging Face encoder (BERT/RoBERTa, ``AutoModel``) with one of SimCSE's poolers."""
+
+    kind = "hf"
+
+    def __init__(self, path: str, pooler: str, model_id: str, device: str | None = None, **kwargs):
+        if pooler not in POOLERS:
+            raise ValueError(f"pooler={pooler!r} is not one of {POOLERS}")
+        super().__init__(model_id, pooler, **kwargs)
+        transformers = _lazy("transformers", "text")
+        import torch
+
+        self.torch = torch
+        self.device = torch.device(device or "cpu")
+        self.tokenizer = transformers.AutoTokenizer.from_pretrained(path)
+        self.model = transformers.AutoModel.from_pretrained(path).to(self.device).eval()
+
+    def _encode_batch(self, batch: list[str]) -> np.ndarray:
+        torch = self.torch
+        inputs = self.tokenizer(batch, padding=True, truncation=self.max_length is not None,
+                                max_length=self.max_length, return_tensors="pt").to(self.device)
+        with torch.no_grad():
+            outputs = self.model(**inputs, output_hidden_states=True, return_dict=True)
+        return pool(self.pooler, outputs, inputs["attention_mask"]).float().cpu().numpy()
+
+
+def pool(pooler: str, outputs: Any, attention_mask: Any):
+    """SimCSE's poolers over a Hugging Face model output (``output_hidden_states=True``)."""
+    last = outputs.last_hidden_state
+    mask = attention_mask.unsqueeze(-1).to(last.dtype)
+
+    def masked_mean(hidden):
+        return (hidden * mask).sum(1) / mask.sum(1)
+
+    if pooler == "cls":
+        if getattr(outputs, "pooler_output", None) is None:
+            raise ValueError("pooler='cls' needs a model with a pooler layer (pooler_output)")
+        return outputs.pooler_output
+    if pooler == "cls_before_pooler":
+        return last[:, 0]
+    if pooler == "avg":
+        return masked_mean(last)
+    hidden = outputs.hidden_states
+    if pooler == "avg_first_last":
+        return masked_mean((hidden[1] + hidden[-1]) / 2.0)
+    if pooler == "avg_top2":
+        return masked_mean((hidden[-2] + hidden[-1]) / 2.0)
+    raise ValueError(f"pooler={pooler!r} is not one of {POOLERS}")
+
+
+def _is_sentence_transformers_dir(path: Path) -> bool:
+    return (path / "modules.json").is_file() or (path / "config_sentence_transformers.json").is_file()
+
+
+def model_identifier(model: str | os.PathLike) -> str:
+    """Stable id for a model path (resolved path + file fingerprint) or hub name (as given)."""
+    path = Path(model).expanduser()
+    if path.is_dir():
+        resolved = path.resolve()
+        return f"{resolved}@{_folder_fingerprint(resolved)}"
+    return str(model)
+
+
+def build_encoder(model: str | os.PathLike | Callable[[list[str]], Any], pooler: str | None = None,
+                  *, model_id: str | None = None, kind: str = "auto", device: str | None = None,
+                  batch_size: int = 64, max_length: int | None = None,
+                  cache_dir: str | os.PathLike | None = None, use_cache: bool = True,
+                  show_progress: bool = True) -> SentenceEncoder:
+    """Turn a model path/name, a path + pooler, or a callable into a cached :class:`SentenceEncoder`.
+
+    ``kind`` is ``"auto"`` (callable -> callable; a ``pkg.mod:attr`` string that is not a path ->
+    that callable; ``pooler`` given -> Hugging Face + pooler; otherwise sentence-transformers),
+    ``"sentence-transformers"``, ``"hf"`` or ``"callable"``.
+    """
+    kinds = ("auto", "sentence-transformers", "hf", "callable")
+    if kind not in kinds:
+        raise ValueError(f"kind={kind!r} is not one of {kinds}")
+    if pooler is not None and pooler not in POOLERS:
+        raise ValueError(f"pooler={pooler!r} is not one of {POOLERS}")
+    if isinstance(model, SentenceEncoder):
+        return model
+    common = dict(batch_size=batch_size, max_length=max_length, cache_dir=cache_dir,
+                  use_cache=use_cache, show_progress=show_progress)
+    if isinstance(model, str) and not Path(model).expanduser().exists() and (
+            kind == "callable" or (kind == "auto" and _CALLABLE_SPEC.match(model))):
+        model_id = model_id or f"callable:{model}"
+        model = resolve_callable(model)
+    if callable(model) and not isinstance(model, (str, os.PathLike)):
+        if kind not in ("auto", "callable"):
+            raise ValueError(f"kind={kind!r} given but model is a callable")
+        return CallableEncoder(model, model_id=model_id, pooler=pooler, **common)
+    if not isinstance(model, (str, os.PathLike)):
+        raise TypeError(f"model must be a path, a name or a callable, got {type(model).__name__}")
+    model_str = str(Path(model).expanduser()) if Path(model).expanduser().exists() else str(model)
+    ident = model_id or model_identifier(model)
+    if kind == "hf" or (kind == "auto" and pooler is not None):
+        if pooler is None:
+            raise ValueError("a Hugging Face model needs pooler= (one of " + ", ".join(POOLERS) + ")")
+        return HFPoolerEncoder(model_str, pooler, ident, device=device, **common)
+    if pooler is not None:
+        raise ValueError("pooler= applies to Hugging Face models; a sentence-transformers model "
+                         "uses its own pooling (drop pooler or pass kind='hf')")
+    path = Path(model_str)
+    if path.is_dir() and not _is_sentence_transformers_dir(path) and kind == "auto":
+        raise ValueError(
+            f"model={model_str!r} is not a sentence-transformers folder (no modules.json); "
+            "pass pooler= to load it as a Hugging Face model"
+        )
+    return SentenceTransformerEncoder(model_str, ident, device=device, **common)
+
+
+# ----------------------------------------------------------------------------- CLI plumbing
+def add_encoder_arguments(parser: argparse.ArgumentParser) -> None:
+    """Model/encoder options shared by ``adaptcl sts`` and ``adaptcl transfer``."""
+    group = parser.add_argument_group("encoder")
+    group.add_argument("--model", required=True,
+                       help="sentence-transformers path/name; a Hugging Face path with --pooler; "
+                            "or 'package.module:function' naming a callable list[str] -> array")
+    group.add_argument("--pooler", choices=POOLERS, default=None,
+                       help="load --model as a Hugging Face BERT/RoBERTa with this SimCSE pooler")
+    group.add_argument("--model-id", default=None,
+                       help="identifier used in results and the cache key (default: derived)")
+    group.add_argument("--batch-size", type=int, default=64)
+    group.add_argument("--max-length", type=int, default=None, help="truncate to this many tokens")
+    group.add_argument("--device", default=None, help="torch device (default: cpu)")
+    group.add_argument("--threads", type=int, default=None,
+                       help="torch CPU threads (default: torch's choice)")
+    group.add_argument("--cache-dir", default=None,
+                       help=f"embedding cache folder (default: ${CACHE_ENV} or "
+                            "~/.cache/adaptcl/embeddings)")
+    group.add_argument("--no-cache", action="store_true", help="do not read or write the cache")
+    group.add_argument("--no-progress", action="store_true", help="hide progress bars")
