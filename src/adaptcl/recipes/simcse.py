@@ -241,6 +241,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--paper", choices=["bert", "roberta"], default=None,
                         help="the SimCSE/MACL paper configuration (GPU-sized)")
     parser.add_argument("--no-sts", action="store_true", help="skip the STS evaluation")
+    parser.add_argument("--no-baseline", action="store_true",
+                        help="do not score the untrained starting point")
     parser.add_argument("--num-threads", type=int, default=None)
 
 
@@ -252,5 +254,6 @@ def main(args: argparse.Namespace) -> int:
         max_sentences=args.max_sentences, batch_size=args.batch_size,
         learning_rate=args.learning_rate, max_seq_length=args.max_seq_length, epochs=args.epochs,
         eval_steps=args.eval_steps, dropout=args.dropout, seed=args.seed, paper=args.paper,
-        evaluate_sts=not args.no_sts, num_threads=args.num_threads))
+        evaluate_sts=not args.no_sts, evaluate_baseline=not args.no_baseline,
+        num_threads=args.num_threads))
     return 0
