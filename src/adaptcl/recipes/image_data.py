@@ -1,0 +1,255 @@
+"""Image datasets for the ``images`` recipe: CIFAR-10 (torchvision files or ``.npz`` arrays) and folders.
+
+Three sources, tried in this order by :func:`load_image_splits`:
+
+- torchvision's ``CIFAR10`` when its extracted files (``cifar-10-batches-py``) are under the root;
+- ``.npz`` arrays with ``images`` (uint8 ``[N, 32, 32, 3]``, RGB) and ``labels`` (uint8 ``[N]``),
+  e.g. the copies in ``<data root>/cifar10/`` (``cifar10_train_*.npz`` / ``cifar10_test_*.npz``);
+- an image folder in torchvision's ``ImageFolder`` layout (``<root>/train/<class>/*.png`` and
+  ``<root>/test/<class>/*.png``, or ``val/`` in place of ``test/``).
+
+Nothing is downloaded unless ``download=True`` is passed and no local source exists (then
+torchvision fetches CIFAR-10 into the root); otherwise a missing source raises
+``FileNotFoundError`` saying what was looked for.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+
+CIFAR10_CLASSES = (
+    "airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck",
+)
+
+#: npz file groups, best first: the exact-pixel copies, then the larger JPEG-decoded copies.
+NPZ_PATTERNS = {
+    "lossless": {"train": "cifar10_train_lossless_*.npz", "test": "cifar10_test_lossless_*.npz"},
+    "jpeg": {"train": "cifar10_train_jpeg_part*.npz", "test": "cifar10_test_jpeg_part*.npz"},
+}
+
+
+class ArrayImageDataset(Dataset):
+    """Dataset over uint8 image arrays ``[N, H, W, 3]`` and integer labels ``[N]``.
+
+    Items are ``(transform(PIL image), label)``; a multi-view transform (Lightly's
+    ``SimCLRTransform`` etc.) makes the first element a list of views, which is what Lightly's
+    training loops expect: ``(x0, x1), targets = batch``.
+
+    Examples:
+        >>> data = np.load("cifar10_train_lossless_0-3999.npz")
+        >>> dataset = ArrayImageDataset(data["images"], data["labels"], transform=SimCLRTransform(32))
+        >>> (x0, x1), label = dataset[0]
+    """
+
+    def __init__(self, images: np.ndarray, labels: Sequence[int] | np.ndarray,
+                 transform: Callable[[Any], Any] | None = None) -> None:
+        images = np.asarray(images)
+        labels = np.asarray(labels)
+        if images.ndim != 4 or images.shape[-1] != 3:
+            raise ValueError(f"images must have shape [N, H, W, 3], got {tuple(images.shape)}")
+        if images.dtype != np.uint8:
+            raise ValueError(f"images must be uint8, got {images.dtype}")
+        if labels.ndim != 1 or len(labels) != len(images):
+            raise ValueError(
+                f"labels must have shape [{len(images)}], got {tuple(labels.shape)}"
+            )
+        self.images = images
+        self.labels = labels.astype(np.int64)
+        self.transform = transform
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def __getitem__(self, index: int):
+        from PIL import Image
+
+        image = Image.fromarray(self.images[index])
+        if self.transform is not None:
+            image = self.transform(image)
+        return image, int(self.labels[index])
+
+    def with_transform(self, transform: Callable[[Any], Any] | None) -> ArrayImageDataset:
+        """The same arrays (not copied) under another transform."""
+        return ArrayImageDataset(self.images, self.labels, transform)
+
+
+class TransformedDataset(Dataset):
+    """Wrap a ``(image, label)`` dataset and apply ``transform`` to the image."""
+
+    def __init__(self, base: Dataset, transform: Callable[[Any], Any] | None) -> None:
+        self.base = base
+        self.transform = transform
+
+    def __len__(self) -> int:
+        return len(self.base)  # type: ignore[arg-type]
+
+    def __getitem__(self, index: int):
+        image, label = self.base[index]
+        if self.transform is not None:
+            image = self.transform(image)
+        return image, int(label)
+
+    def with_transform(self, transform: Callable[[Any], Any] | None) -> TransformedDataset:
+        return TransformedDataset(self.base, transform)
+
+
+@dataclass
+class ImageSplits:
+    """Train and test splits without transforms, plus where they came from."""
+
+    train: Any  # ArrayImageDataset | TransformedDataset
+    test: Any
+    num_classes: int
+    source: str
+
+    def describe(self) -> dict[str, Any]:
+        return {"source": self.source, "train_size": len(self.train), "test_size": len(self.test),
+                "num_classes": self.num_classes}
+
+
+def load_npz_arrays(paths: Sequence[str | os.PathLike]) -> tuple[np.ndarray, np.ndarray]:
+    """Concatenate ``images`` and ``labels`` of several ``.npz`` files (sorted by name)."""
+    if not paths:
+        raise FileNotFoundError("no .npz files given")
+    images, labels = [], []
+    for path in sorted(map(Path, paths)):
+        with np.load(path) as data:
+            if "images" not in data or "labels" not in data:
+                raise ValueError(f"{path} must hold arrays 'images' and 'labels'")
+            images.append(data["images"])
+            labels.append(data["labels"])
+    return np.concatenate(images), np.concatenate(labels)
+
+
+def _find_npz_dir(root: Path) -> Path | None:
+    for candidate in (root, root / "cifar10"):
+        if candidate.is_dir() and any(candidate.glob("cifar10_*.npz")):
+            return candidate
+    return None
+
+
+def _subset(images: np.ndarray, labels: np.ndarray, limit: int | None,
+            seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """A class-stratified subset of ``limit`` items (all when ``limit`` is None or too large)."""
+    if limit is None or limit >= len(images):
+        return images, labels
+    chosen = _stratified_indices(labels, limit, seed)
+    return images[chosen], labels[chosen]
+
+
+def load_image_splits(
+    data_root: str | os.PathLike,
+    source: str = "auto",
+    npz_variant: str = "auto",
+    train_limit: int | None = None,
+    test_limit: int | None = None,
+    seed: int = 0,
+    download: bool = False,
+) -> ImageSplits:
+    """Load train/test splits from ``data_root`` without downloading anything.
+
+    Args:
+        data_root: a folder holding ``cifar-10-batches-py`` (torchvision), CIFAR ``.npz`` files
+            (directly or in ``cifar10/``), or ``train/`` and ``test/`` (or ``val/``) class folders.
+        source: ``"auto"``, ``"torchvision"``, ``"npz"`` or ``"folder"``.
+        npz_variant: ``"lossless"`` (exact pixels: train 4,000 / test 1,000), ``"jpeg"``
+            (JPEG-decoded: train 15,000 / test 10,000) or ``"auto"`` (lossless if it covers
+            ``train_limit`` and ``test_limit``, else jpeg).
+        train_limit, test_limit: class-stratified subset sizes (``None`` = everything).
+        seed: seed of the subset draw.
+        download: if no local source is found, let torchvision download CIFAR-10 into
+            ``data_root`` (needs a network); never used when local files exist.
+    """
+    root = Path(data_root).expanduser()
+    if not root.is_dir():
+        raise FileNotFoundError(f"image data root {str(root)!r} is not a directory")
+    if source not in ("auto", "torchvision", "npz", "folder"):
+        raise ValueError(f"source must be auto, torchvision, npz or folder, got {source!r}")
+    if npz_variant not in ("auto", "lossless", "jpeg"):
+        raise ValueError(f"npz_variant must be auto, lossless or jpeg, got {npz_variant!r}")
+
+    tv_dir = next((d for d in (root, root / "cifar10") if (d / "cifar-10-batches-py").is_dir()),
+                  None)
+    if (tv_dir is None and download and source in ("auto", "torchvision")
+            and _find_npz_dir(root) is None and not (root / "train").is_dir()):
+        from torchvision.datasets import CIFAR10
+
+        CIFAR10(str(root), train=True, download=True)
+        CIFAR10(str(root), train=False, download=True)
+        tv_dir = root
+    if source in ("auto", "torchvision") and tv_dir is not None:
+        from torchvision.datasets import CIFAR10
+
+        train = CIFAR10(str(tv_dir), train=True, download=False)
+        test = CIFAR10(str(tv_dir), train=False, download=False)
+        tr_x, tr_y = _subset(np.asarray(train.data), np.asarray(train.targets), train_limit, seed)
+        te_x, te_y = _subset(np.asarray(test.data), np.asarray(test.targets), test_limit, seed)
+        return ImageSplits(ArrayImageDataset(tr_x, tr_y), ArrayImageDataset(te_x, te_y), 10,
+                           f"torchvision CIFAR10 at {tv_dir}")
+    if source == "torchvision":
+        raise FileNotFoundError(f"no cifar-10-batches-py under {root} (nothing is downloaded)")
+
+    npz_dir = _find_npz_dir(root)
+    if source in ("auto", "npz") and npz_dir is not None:
+        variants = [npz_variant] if npz_variant != "auto" else ["lossless", "jpeg"]
+        for variant in variants:
+            files = {split: sorted(npz_dir.glob(pat)) for split, pat in NPZ_PATTERNS[variant].items()}
+            if not files["train"] or not files["test"]:
+                continue
+            tr_x, tr_y = load_npz_arrays(files["train"])
+            te_x, te_y = load_npz_arrays(files["test"])
+            big_enough = ((train_limit is not None and train_limit <= len(tr_x))
+                          and (test_limit is not None and test_limit <= len(te_x)))
+            if npz_variant == "auto" and variant == "lossless" and not big_enough:
+                continue
+            tr_x, tr_y = _subset(tr_x, tr_y, train_limit, seed)
+            te_x, te_y = _subset(te_x, te_y, test_limit, seed)
+            return ImageSplits(ArrayImageDataset(tr_x, tr_y), ArrayImageDataset(te_x, te_y), 10,
+                               f"npz ({variant}) at {npz_dir}")
+        raise FileNotFoundError(f"no {npz_variant} CIFAR-10 npz train/test pair in {npz_dir}")
+    if source == "npz":
+        raise FileNotFoundError(f"no cifar10_*.npz files in {root} or {root / 'cifar10'}")
+
+    test_dir = next((root / d for d in ("test", "val") if (root / d).is_dir()), None)
+    if (root / "train").is_dir() and test_dir is not None:
+        from torchvision.datasets import ImageFolder
+
+        train = ImageFolder(str(root / "train"))
+        test = ImageFolder(str(test_dir))
+        if train.classes != test.classes:
+            raise ValueError(f"train and {test_dir.name} class folders differ: "
+                             f"{train.classes} vs {test.classes}")
+        train_ds = _limit_folder(train, train_limit, seed)
+        test_ds = _limit_folder(test, test_limit, seed)
+        return ImageSplits(TransformedDataset(train_ds, None), TransformedDataset(test_ds, None),
+                           len(train.classes), f"image folder at {root}")
+    raise FileNotFoundError(
+        f"no image data under {root}: expected cifar-10-batches-py, cifar10_*.npz "
+        "(here or in cifar10/), or train/ and test/ (or val/) class folders"
+    )
+
+
+def _limit_folder(folder, limit: int | None, seed: int):
+    if limit is None or limit >= len(folder):
+        return folder
+    order = _stratified_indices(np.asarray(folder.targets), limit, seed)
+    return torch.utils.data.Subset(folder, order.tolist())
+
+
+def _stratified_indices(labels: np.ndarray, limit: int, seed: int) -> np.ndarray:
+    """``limit`` indices drawn round-robin over the classes (class-balanced), sorted."""
+    if limit <= 0:
+        raise ValueError(f"subset size must be positive, got {limit}")
+    rng = np.random.default_rng(seed)
+    per_class = [rng.permutation(np.flatnonzero(labels == c)) for c in np.unique(labels)]
+    order = [idx[i] for i in range(max(len(p) for p in per_class)) for idx in per_class
+             if i < len(idx)]
+    return np.sort(np.asarray(order[:limit]))

@@ -1,0 +1,207 @@
+"""Lightning modules: every SSL method trains a step with its default and adaptive losses."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+pl = pytest.importorskip("pytorch_lightning")
+pytest.importorskip("lightly")
+
+from lightly.loss import NTXentLoss as LightlyNTXentLoss  # noqa: E402
+from lightly.models.modules.heads import (  # noqa: E402
+    BarlowTwinsProjectionHead,
+    MoCoProjectionHead,
+    SimCLRProjectionHead,
+    SimSiamPredictionHead,
+    SimSiamProjectionHead,
+)
+
+from adaptcl.adapters.lightly import (  # noqa: E402
+    AMCLLoss,
+    AMCLProjectionHead,
+    MACLLoss,
+    NTXentLoss,
+    PairTemperature,
+)
+from adaptcl.adapters.lightning_modules import (  # noqa: E402
+    ASCLMoCoModule,
+    BarlowTwinsModule,
+    MoCoV2Module,
+    SimCLRModule,
+    SimSiamModule,
+    cifar_resnet,
+    small_cnn,
+)
+from adaptcl.plugins.amcl import AMCLBarlowTwinsLoss, AMCLSimSiamLoss  # noqa: E402
+
+N_IMAGES, BATCH = 32, 16
+
+
+class _TwoViews(Dataset):
+    """Random 16x16 images with two noisy views (no PIL needed)."""
+
+    def __init__(self, n: int = N_IMAGES, views: bool = True) -> None:
+        g = torch.Generator().manual_seed(0)
+        self.images = torch.randn(n, 3, 16, 16, generator=g)
+        self.labels = torch.arange(n) % 4
+        self.views = views
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def __getitem__(self, i):
+        x = self.images[i]
+        if not self.views:
+            return x, self.labels[i]
+        return [x + 0.1 * torch.randn_like(x), x + 0.1 * torch.randn_like(x)], self.labels[i]
+
+
+def _fit(module, epochs: int = 1, knn: bool = True):
+    train = DataLoader(_TwoViews(), batch_size=BATCH, shuffle=True, drop_last=True)
+    if knn:
+        module.set_knn_bank_loader(DataLoader(_TwoViews(views=False), batch_size=BATCH))
+    val = DataLoader(_TwoViews(n=16, views=False), batch_size=BATCH) if knn else None
+    trainer = pl.Trainer(max_epochs=epochs, accelerator="cpu", devices=1, logger=False,
+                         enable_checkpointing=False, enable_progress_bar=False,
+                         enable_model_summary=False, num_sanity_val_steps=0,
+                         log_every_n_steps=1)
+    trainer.fit(module, train_dataloaders=train, val_dataloaders=val)
+    return trainer
+
+
+def _backbone():
+    torch.manual_seed(0)
+    return small_cnn(width=4)  # feature_dim 16
+
+
+COMMON = dict(num_classes=4, knn_k=5)
+
+
+def test_simclr_with_macl_logs_adaptive_quantities_and_knn():
+    backbone, dim = _backbone()
+    module = SimCLRModule(backbone, dim, MACLLoss(temperature=0.1, alpha=0.5), hidden_dim=16,
+                          output_dim=8, **COMMON)
+    trainer = _fit(module)
+    metrics = trainer.callback_metrics
+    for key in ("train_loss", "train_temperature", "train_alignment", "train_mean_w",
+                "val_knn_top1"):
+        assert key in metrics, key
+    assert 0.0 <= float(metrics["val_knn_top1"]) <= 1.0
+    assert len(module.history) == N_IMAGES // BATCH
+    assert module.history[-1]["temperature"] != pytest.approx(0.1)  # adaptive
+    assert module.knn_history and module(torch.randn(2, 3, 16, 16)).shape == (2, dim)
+
+
+def test_simclr_accepts_lightlys_own_loss():
+    backbone, dim = _backbone()
+    module = SimCLRModule(backbone, dim, LightlyNTXentLoss(temperature=0.5), hidden_dim=16,
+                          output_dim=8, **COMMON)
+    trainer = _fit(module, knn=False)
+    assert "train_loss" in trainer.callback_metrics
+    assert "train_temperature" not in trainer.callback_metrics  # Lightly exposes no stats
+
+
+def test_moco_momentum_encoder_and_queue():
+    backbone, dim = _backbone()
+    crit = MACLLoss(0.15, 0.5, 0.2, memory_bank_size=(40, 8))
+    module = MoCoV2Module(backbone, dim, crit, hidden_dim=16, output_dim=8, **COMMON)
+    before = [p.clone() for p in module.backbone_momentum.parameters()]
+    _fit(module, knn=False)
+    assert int(crit.memory_bank.bank_ptr) == 2 * BATCH
+    assert all(not p.requires_grad for p in module.backbone_momentum.parameters())
+    after = list(module.backbone_momentum.parameters())
+    assert any(not torch.equal(a, b) for a, b in zip(before, after, strict=True))  # EMA moved
+    assert "temperature" in module.history[-1]
+
+
+def test_simsiam_and_barlow_twins_defaults_train():
+    for cls, kw in ((SimSiamModule, dict(hidden_dim=16, output_dim=8, prediction_dim=4)),
+                    (BarlowTwinsModule, dict(hidden_dim=16, output_dim=8))):
+        backbone, dim = _backbone()
+        module = cls(backbone, dim, **kw, **COMMON)
+        trainer = _fit(module, knn=False)
+        assert torch.isfinite(trainer.callback_metrics["train_loss"])
+
+
+def _temperature_net_trains(module, net) -> None:
+    before = net.phi.weight.detach().clone()
+    _fit(module, knn=False)
+    assert not torch.equal(before, net.phi.weight.detach())  # in the optimiser
+    assert "temperature" in module.history[-1]
+
+
+def test_amcl_heads_with_simclr_moco_simsiam_and_barlow_twins():
+    backbone, dim = _backbone()
+    heads = AMCLProjectionHead.from_lightly(SimCLRProjectionHead, num_heads=2, input_dim=dim,
+                                            hidden_dim=16, output_dim=8)
+    crit = AMCLLoss(dim=8, num_heads=2)
+    _temperature_net_trains(SimCLRModule(backbone, dim, crit, projection_head=heads, **COMMON),
+                            crit.temperature_net)
+
+    backbone, dim = _backbone()
+    heads = AMCLProjectionHead.from_lightly(MoCoProjectionHead, num_heads=2, input_dim=dim,
+                                            hidden_dim=16, output_dim=8)
+    crit = AMCLLoss(dim=8, num_heads=2, memory_bank_size=(24, 8))
+    _temperature_net_trains(MoCoV2Module(backbone, dim, crit, projection_head=heads, **COMMON),
+                            crit.temperature_net)
+
+    backbone, dim = _backbone()
+    proj = AMCLProjectionHead.from_lightly(SimSiamProjectionHead, num_heads=2, input_dim=dim,
+                                           hidden_dim=16, output_dim=8)
+    pred = AMCLProjectionHead.from_lightly(SimSiamPredictionHead, num_heads=2, input_dim=8,
+                                           hidden_dim=4, output_dim=8)
+    net = PairTemperature(8)
+    _temperature_net_trains(SimSiamModule(backbone, dim, AMCLSimSiamLoss(net), output_dim=8,
+                                          projection_head=proj, prediction_head=pred,
+                                          **COMMON), net)
+
+    backbone, dim = _backbone()
+    heads = AMCLProjectionHead.from_lightly(BarlowTwinsProjectionHead, num_heads=2,
+                                            input_dim=dim, hidden_dim=16, output_dim=8)
+    net = PairTemperature(8)
+    _temperature_net_trains(BarlowTwinsModule(backbone, dim, AMCLBarlowTwinsLoss(net),
+                                              projection_head=heads, **COMMON), net)
+
+
+def test_ascl_moco_module_queue_is_restored_from_a_lightning_checkpoint(tmp_path):
+    backbone, dim = _backbone()
+    module = ASCLMoCoModule(backbone, dim, hidden_dim=16, output_dim=8, queue_size=40,
+                            **COMMON)
+    trainer = _fit(module, knn=False)
+    assert "train_confidence" in trainer.callback_metrics
+    path = tmp_path / "ascl.ckpt"
+    trainer.save_checkpoint(path)
+
+    torch.manual_seed(99)
+    backbone2, _ = small_cnn(width=4)
+    restored = ASCLMoCoModule(backbone2, dim, hidden_dim=16, output_dim=8, queue_size=40,
+                              **COMMON)
+    assert not torch.equal(restored.model.queue, module.model.queue)
+    checkpoint = torch.load(path, weights_only=False)
+    restored.load_state_dict(checkpoint["state_dict"])
+    torch.testing.assert_close(restored.model.queue, module.model.queue)
+    assert int(restored.model.criterion.memory_bank.bank_ptr) == 2 * BATCH
+
+
+def test_validation_of_module_arguments():
+    backbone, dim = _backbone()
+    with pytest.raises(ValueError, match="optimizer"):
+        SimCLRModule(backbone, dim, optimizer="lars")
+    with pytest.raises(ValueError, match="lr"):
+        SimCLRModule(backbone, dim, lr=0.0)
+    with pytest.raises(ValueError, match="momentum"):
+        MoCoV2Module(backbone, dim, NTXentLoss(), momentum=1.5)
+    with pytest.raises(ValueError, match="two views"):
+        SimCLRModule(backbone, dim).training_step((torch.randn(2, 3, 8, 8), None), 0)
+
+
+def test_cifar_resnet_is_the_cifar_variant():
+    backbone, dim = cifar_resnet("resnet-18", width=0.125)
+    assert dim == 64
+    assert backbone.conv1.kernel_size == (3, 3) and backbone.conv1.stride == (1, 1)
+    assert not any(isinstance(m, torch.nn.MaxPool2d) for m in backbone.modules())
+    assert backbone(torch.randn(2, 3, 32, 32)).shape == (2, 64)
+    with pytest.raises(ValueError):
+        cifar_resnet(width=0)
