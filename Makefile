@@ -27,6 +27,7 @@ test: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_losses.py
+	$(BIN)/python benchmarks/bench_tiled.py
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks

@@ -354,3 +354,22 @@ def test_ascl_transform_gives_strong_and_weak_views():
     grey = Image.fromarray(torch.full((32, 32, 3), 128, dtype=torch.uint8).numpy())
     _, weak_grey = ASCLTransform(input_size=32)(grey)
     assert torch.allclose(weak_grey[0], weak_grey[0].flatten()[0])
+
+
+@pytest.mark.parametrize("make", [
+    lambda t: NTXentLoss(0.2, tile_size=t),
+    lambda t: MACLLoss(0.1, 0.5, 0.0, tile_size=t),
+    lambda t: DCLLoss(0.1, tile_size=t),
+    lambda t: MACLLoss(0.1, memory_bank_size=(16, 8), tile_size=t),
+])
+def test_tile_size_passes_through_and_matches_the_materialised_loss(make):
+    torch.manual_seed(0)
+    z0, z1 = torch.randn(10, 8, requires_grad=True), torch.randn(10, 8, requires_grad=True)
+    tiled, full = make(3), make(None)
+    assert tiled.criterion.tile_size == 3
+    if tiled.uses_memory_bank:  # Lightly initialises each bank randomly: start from the same one
+        full.memory_bank.bank.copy_(tiled.memory_bank.bank)
+    a, b = tiled(z0, z1), full(z0, z1)
+    torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    for ga, gb in zip(torch.autograd.grad(a, (z0, z1)), torch.autograd.grad(b, (z0, z1)), strict=True):
+        torch.testing.assert_close(ga, gb, rtol=1e-5, atol=1e-6)

@@ -107,7 +107,7 @@ class _LightlyContrastiveLoss(nn.Module):
 
     def __init__(self, memory_bank_size: int | Sequence[int] = 0,
                  gather_distributed: bool = False, form: str = "nt_xent",
-                 persistent_memory_bank: bool = False) -> None:
+                 persistent_memory_bank: bool = False, tile_size: int | None = None) -> None:
         super().__init__()
         if not isinstance(gather_distributed, bool):
             raise TypeError("gather_distributed must be a bool, got "
@@ -130,7 +130,7 @@ class _LightlyContrastiveLoss(nn.Module):
         self.form = "queue" if self.uses_memory_bank else form
         self.criterion: plugins.base.ContrastiveLoss = self._make_core(
             form=self.form, gather_distributed=gather_distributed,
-            gather_fn=lightly_gather if gather_distributed else None,
+            gather_fn=lightly_gather if gather_distributed else None, tile_size=tile_size,
         )
 
     def _make_core(self, **kwargs: Any) -> nn.Module:  # pragma: no cover - abstract
@@ -190,9 +190,10 @@ class NTXentLoss(_LightlyContrastiveLoss):
 
     def __init__(self, temperature: float = 0.5, memory_bank_size: int | Sequence[int] = 0,
                  gather_distributed: bool = False, *, form: str = "nt_xent",
-                 persistent_memory_bank: bool = False) -> None:
+                 persistent_memory_bank: bool = False, tile_size: int | None = None) -> None:
         self._temperature = temperature
-        super().__init__(memory_bank_size, gather_distributed, form, persistent_memory_bank)
+        super().__init__(memory_bank_size, gather_distributed, form, persistent_memory_bank,
+                         tile_size)
 
     def _make_core(self, **kwargs: Any) -> nn.Module:
         return plugins.InfoNCELoss(self._temperature, **kwargs)
@@ -217,9 +218,10 @@ class DCLLoss(_LightlyContrastiveLoss):
 
     def __init__(self, temperature: float = 0.1, memory_bank_size: int | Sequence[int] = 0,
                  gather_distributed: bool = False, *, form: str = "nt_xent",
-                 persistent_memory_bank: bool = False) -> None:
+                 persistent_memory_bank: bool = False, tile_size: int | None = None) -> None:
         self._temperature = temperature
-        super().__init__(memory_bank_size, gather_distributed, form, persistent_memory_bank)
+        super().__init__(memory_bank_size, gather_distributed, form, persistent_memory_bank,
+                         tile_size)
 
     def _make_core(self, **kwargs: Any) -> nn.Module:
         return plugins.DCLLoss(self._temperature, **kwargs)
@@ -257,10 +259,12 @@ class DualTemperatureLoss(_LightlyContrastiveLoss):
 
     def __init__(self, temperature: float = 0.1, temperature_beta: float = 1.0,
                  memory_bank_size: int | Sequence[int] = 0, gather_distributed: bool = False,
-                 *, form: str = "nt_xent", persistent_memory_bank: bool = False) -> None:
+                 *, form: str = "nt_xent", persistent_memory_bank: bool = False,
+                 tile_size: int | None = None) -> None:
         self._temperature = temperature
         self._temperature_beta = temperature_beta
-        super().__init__(memory_bank_size, gather_distributed, form, persistent_memory_bank)
+        super().__init__(memory_bank_size, gather_distributed, form, persistent_memory_bank,
+                         tile_size)
 
     def _make_core(self, **kwargs: Any) -> nn.Module:
         return plugins.DualTemperatureLoss(self._temperature, self._temperature_beta, **kwargs)
@@ -312,13 +316,15 @@ class MACLLoss(_LightlyContrastiveLoss):
                  *, reweight: bool = True, adaptive: bool = True,
                  temperature_form: str = "linear", weight_form: str = "inverse",
                  min_temperature: float | None = None, form: str = "nt_xent",
-                 persistent_memory_bank: bool = False, A_0: float | None = None) -> None:
+                 persistent_memory_bank: bool = False, A_0: float | None = None,
+                 tile_size: int | None = None) -> None:
         if A_0 is not None:
             a0 = A_0
         self._core_kwargs = dict(temperature=temperature, alpha=alpha, a0=a0, reweight=reweight,
                                  adaptive=adaptive, temperature_form=temperature_form,
                                  weight_form=weight_form, min_temperature=min_temperature)
-        super().__init__(memory_bank_size, gather_distributed, form, persistent_memory_bank)
+        super().__init__(memory_bank_size, gather_distributed, form, persistent_memory_bank,
+                         tile_size)
 
     def _make_core(self, **kwargs: Any) -> nn.Module:
         return plugins.MACLLoss(**self._core_kwargs, **kwargs)
@@ -480,7 +486,7 @@ class AMCLLoss(nn.Module):
                  iota: float = 2.0, memory_bank_size: int | Sequence[int] = 0,
                  gather_distributed: bool = False, *, num_heads: int = 1,
                  form: str = "nt_xent", temperature_net: nn.Module | None = None,
-                 persistent_memory_bank: bool = False) -> None:
+                 persistent_memory_bank: bool = False, tile_size: int | None = None) -> None:
         super().__init__()
         _check_int("dim", dim, 1)
         _check_int("num_heads", num_heads, 1)
@@ -495,6 +501,7 @@ class AMCLLoss(nn.Module):
             net, beta, negative_term=negative_term, kappa=kappa, objective=objective,
             form="queue" if self.uses_memory_bank else form,
             gather_distributed=gather_distributed and not self.uses_memory_bank,
+            tile_size=tile_size,
         )
 
     @property

@@ -12,12 +12,22 @@ of the saved model: save them with :meth:`AdaptiveContrastiveLoss.save_loss_stat
 :class:`LossStateCallback`, which does it at every checkpoint) and restore them with
 :meth:`~AdaptiveContrastiveLoss.load_loss_state`.
 
+Large batches: ``tile_size=`` streams the similarity matrix in tiles with an exact backward
+(Inf-CL, Cheng et al. 2024; :mod:`adaptcl.plugins.tiled`), so the loss itself needs memory
+linear in the batch; ``mini_batch_size=`` adds gradient caching (GradCache, Gao et al. 2021, as
+sentence-transformers' ``CachedMultipleNegativesRankingLoss``): the texts are embedded in
+mini-batches without a graph, the loss and its gradient wrt the embeddings are computed on the
+full batch, and each mini-batch is embedded again with gradient in backward (replaying its
+random state, so dropout masks are identical) to push the cached gradient into the encoder.
+Together they train with batches whose activations and similarity matrix would not fit.
+
 Example:
     >>> from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer
     >>> from adaptcl.adapters.sentence_transformers import MACLLoss
     >>> model = SentenceTransformer("all-MiniLM-L6-v2")
     >>> loss = MACLLoss(model, temperature=0.05, alpha=2.0, a0=0.8)   # MACL's SimCSE setting
     >>> trainer = SentenceTransformerTrainer(model=model, train_dataset=pairs, loss=loss)
+    >>> big = MACLLoss(model, mini_batch_size=64, tile_size=4096)   # batch 65,536 of texts
 """
 
 from __future__ import annotations
@@ -37,6 +47,7 @@ from . import require
 
 require("sentence_transformers", "text")
 
+from sentence_transformers.base.losses.gradcache import RandContext, _create_minibatch  # noqa: E402
 from sentence_transformers.base.losses.merged_forward import embed_columns  # noqa: E402
 from sentence_transformers.util import all_gather_with_grad, get_world_size  # noqa: E402
 from transformers import TrainerCallback  # noqa: E402
@@ -103,6 +114,48 @@ class SimCSEProjection(nn.Sequential):
         super().__init__(nn.Linear(dim, dim), nn.Tanh())
 
 
+class _CachedColumn(torch.autograd.Function):
+    """One column's embeddings computed without a graph; backward re-embeds each mini-batch with
+    gradient under the random state of its first pass and back-propagates the cached gradient.
+
+    ``dummy`` is an empty leaf requiring grad that puts this node into the loss's graph; the
+    gradients of the loss's own parameters (projection, heads) flow the ordinary way, and the
+    incoming gradient already carries any outer scaling (AMP scaler, accumulation).
+    """
+
+    @staticmethod
+    def forward(ctx, dummy: Tensor, loss: AdaptiveContrastiveLoss, features: dict,
+                mini_batch_size: int) -> Tensor:  # type: ignore[override]
+        parts, states, ranges = [], [], []
+        batch = _batch_size(features)
+        with torch.no_grad():
+            for begin in range(0, batch, mini_batch_size):
+                end = min(begin + mini_batch_size, batch)
+                mb = _create_minibatch(features, begin, end)
+                states.append(RandContext(*(v for v in mb.values() if isinstance(v, Tensor))))
+                parts.append(loss.model(mb)["sentence_embedding"])
+                ranges.append((begin, end))
+        ctx.loss, ctx.features, ctx.states, ctx.ranges = loss, features, states, ranges
+        return torch.cat(parts)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):  # type: ignore[override]
+        with torch.enable_grad():
+            for (begin, end), state in zip(ctx.ranges, ctx.states, strict=True):
+                with state:
+                    reps = ctx.loss.model(_create_minibatch(ctx.features, begin, end))["sentence_embedding"]
+                if reps.requires_grad:
+                    torch.autograd.backward(reps, grad[begin:end].to(reps.dtype))
+        return None, None, None, None
+
+
+def _batch_size(features: dict[str, Any]) -> int:
+    for key in ("input_ids", "attention_mask"):
+        if isinstance(features.get(key), Tensor):
+            return features[key].shape[0]
+    return next(v.shape[0] for v in features.values() if isinstance(v, Tensor) and v.ndim > 0)
+
+
 class AdaptiveContrastiveLoss(nn.Module):
     """Base of the sentence-transformers losses: columns -> embeddings -> core loss.
 
@@ -113,13 +166,26 @@ class AdaptiveContrastiveLoss(nn.Module):
             (SimCSE's training MLP); trained with the loss, not saved with the model.
         gather_across_devices: gather candidates (and hard negatives) from every rank, with
             gradient, before the loss (more negatives per anchor under DDP).
+        mini_batch_size: gradient caching: embed the texts ``mini_batch_size`` at a time without
+            a graph, compute the loss on the whole batch, then re-embed each mini-batch with
+            gradient in backward (same dropout masks). Same loss and gradients as without it;
+            activation memory of one mini-batch. ``None`` (default) embeds in one pass.
+
+    The subclasses also take ``tile_size`` (passed to the core loss): see
+    :mod:`adaptcl.plugins.tiled`.
     """
 
     citation_text = INFONCE_CITATION
 
     def __init__(self, model: nn.Module, core: nn.Module, *, projection: nn.Module | None = None,
-                 gather_across_devices: bool = False) -> None:
+                 gather_across_devices: bool = False, mini_batch_size: int | None = None) -> None:
         super().__init__()
+        if mini_batch_size is not None:
+            if isinstance(mini_batch_size, bool) or not isinstance(mini_batch_size, int):
+                raise TypeError(f"mini_batch_size must be an int or None, got {type(mini_batch_size).__name__}")
+            if mini_batch_size < 1:
+                raise ValueError(f"mini_batch_size must be >= 1, got {mini_batch_size}")
+        self.mini_batch_size = mini_batch_size
         self.model = model
         self.core = core
         self.projection = projection
@@ -130,8 +196,17 @@ class AdaptiveContrastiveLoss(nn.Module):
         self.last_stats: dict[str, Tensor] = {}
 
     def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None) -> Tensor:
-        embeddings = embed_columns(self.model, sentence_features)
+        if self.mini_batch_size is not None and torch.is_grad_enabled():
+            embeddings = self.embed_cached(sentence_features)
+        else:
+            embeddings = embed_columns(self.model, sentence_features)
         return self.compute_loss_from_embeddings(embeddings, labels)
+
+    def embed_cached(self, sentence_features: Iterable[dict[str, Tensor]]) -> list[Tensor]:
+        """Column embeddings whose backward re-embeds mini-batches (gradient caching)."""
+        dummy = torch.empty(0, requires_grad=True)
+        return [_CachedColumn.apply(dummy, self, dict(features), self.mini_batch_size)
+                for features in sentence_features]
 
     def compute_loss_from_embeddings(self, embeddings: list[Tensor], labels: Tensor | None) -> Tensor:
         """Loss of ``(anchor, positive[, negative...])`` embedding columns; ``labels`` unused."""
@@ -155,6 +230,10 @@ class AdaptiveContrastiveLoss(nn.Module):
 
     def get_config_dict(self) -> dict[str, Any]:
         config = {"gather_across_devices": self.gather_across_devices}
+        if getattr(self.core, "tile_size", None) is not None:
+            config["tile_size"] = self.core.tile_size
+        if self.mini_batch_size is not None:
+            config["mini_batch_size"] = self.mini_batch_size
         if self.projection is not None:
             config["projection"] = type(self.projection).__name__
         return config
@@ -207,9 +286,12 @@ class InfoNCELoss(AdaptiveContrastiveLoss):
     """
 
     def __init__(self, model: nn.Module, temperature: float = 0.05, *, symmetric: bool = False,
-                 projection: nn.Module | None = None, gather_across_devices: bool = False) -> None:
-        core = plugins.InfoNCELoss(temperature, form="cross_view_symmetric" if symmetric else "cross_view")
-        super().__init__(model, core, projection=projection, gather_across_devices=gather_across_devices)
+                 projection: nn.Module | None = None, gather_across_devices: bool = False,
+                 tile_size: int | None = None, mini_batch_size: int | None = None) -> None:
+        core = plugins.InfoNCELoss(temperature, form="cross_view_symmetric" if symmetric else "cross_view",
+                                   tile_size=tile_size)
+        super().__init__(model, core, projection=projection, gather_across_devices=gather_across_devices,
+                         mini_batch_size=mini_batch_size)
         self.symmetric = symmetric
 
     def get_config_dict(self) -> dict[str, Any]:
@@ -231,11 +313,14 @@ class MACLLoss(AdaptiveContrastiveLoss):
                  a0: float = 0.8, *, reweight: bool = False, adaptive: bool = True,
                  temperature_form: str = "linear", min_temperature: float | None = None,
                  symmetric: bool = False, projection: nn.Module | None = None,
-                 gather_across_devices: bool = False) -> None:
+                 gather_across_devices: bool = False, tile_size: int | None = None,
+                 mini_batch_size: int | None = None) -> None:
         core = plugins.MACLLoss(temperature, alpha, a0, reweight=reweight, adaptive=adaptive,
                                 temperature_form=temperature_form, min_temperature=min_temperature,
-                                form="cross_view_symmetric" if symmetric else "cross_view")
-        super().__init__(model, core, projection=projection, gather_across_devices=gather_across_devices)
+                                form="cross_view_symmetric" if symmetric else "cross_view",
+                                tile_size=tile_size)
+        super().__init__(model, core, projection=projection, gather_across_devices=gather_across_devices,
+                         mini_batch_size=mini_batch_size)
         self.symmetric = symmetric
 
     def get_config_dict(self) -> dict[str, Any]:
@@ -254,9 +339,12 @@ class ASCLLoss(AdaptiveContrastiveLoss):
 
     def __init__(self, model: nn.Module, temperature: float = 0.05,
                  sharpen_temperature: float = 0.025, num_neighbors: int = 1, mode: str = "ascl", *,
-                 projection: nn.Module | None = None, gather_across_devices: bool = False) -> None:
-        core = plugins.ASCLLoss(temperature, sharpen_temperature, num_neighbors, mode, form="cross_view")
-        super().__init__(model, core, projection=projection, gather_across_devices=gather_across_devices)
+                 projection: nn.Module | None = None, gather_across_devices: bool = False,
+                 tile_size: int | None = None, mini_batch_size: int | None = None) -> None:
+        core = plugins.ASCLLoss(temperature, sharpen_temperature, num_neighbors, mode, form="cross_view",
+                                tile_size=tile_size)
+        super().__init__(model, core, projection=projection, gather_across_devices=gather_across_devices,
+                         mini_batch_size=mini_batch_size)
 
     def get_config_dict(self) -> dict[str, Any]:
         c = self.core
@@ -277,7 +365,8 @@ class AMCLLoss(AdaptiveContrastiveLoss):
     def __init__(self, model: nn.Module, num_heads: int = 2, projection_dim: int = 128,
                  hidden_dim: int | None = None, beta: float = 1e-3, eta: float = 1e-5,
                  iota: float = 2.0, *, negative_term: str = "softmax", kappa: int = 1,
-                 objective: str = "infonce", gather_across_devices: bool = False) -> None:
+                 objective: str = "infonce", gather_across_devices: bool = False,
+                 tile_size: int | None = None, mini_batch_size: int | None = None) -> None:
         dim = embedding_dimension(model)
         if dim is None:
             raise ValueError("the model does not report its sentence embedding dimension")
@@ -285,8 +374,9 @@ class AMCLLoss(AdaptiveContrastiveLoss):
         core = plugins.AMCLLoss(plugins.PairTemperature(projection_dim, eta=eta, iota=iota),
                                 beta=beta, negative_term=negative_term, kappa=kappa,
                                 objective=objective, form="cross_view",
-                                gather_distributed=gather_across_devices)
-        super().__init__(model, core, gather_across_devices=gather_across_devices)
+                                gather_distributed=gather_across_devices, tile_size=tile_size)
+        super().__init__(model, core, gather_across_devices=gather_across_devices,
+                         mini_batch_size=mini_batch_size)
         self.heads = plugins.MultiHeadProjection(dim, hidden, projection_dim, num_heads=num_heads)
         self.config = {"num_heads": num_heads, "projection_dim": projection_dim, "hidden_dim": hidden,
                        "beta": beta, "eta": eta, "iota": iota, "negative_term": negative_term,

@@ -37,6 +37,7 @@ from ._validation import (
 )
 from .base import Stats
 from .candidates import FORMS, Candidates, build_candidates, compute_dtype, normalize
+from .tiled import check_tile_size, tiled_amcl_head
 
 NEGATIVE_TERMS = ("topk", "softmax")
 OBJECTIVES = ("nt_xent", "infonce")
@@ -163,6 +164,12 @@ class AMCLLoss(nn.Module):
         objective: ``"nt_xent"`` (negatives only, Table 2.1) or ``"infonce"`` (positive
             included, Table 2.4).
         form: candidate set (see :mod:`adaptcl.plugins.candidates`).
+        tile_size: stream the pair similarities and temperatures in tiles (Inf-CL, Cheng et
+            al. 2024; :mod:`adaptcl.plugins.tiled`), exactly: ``"softmax"`` recomputes each tile's
+            pair temperatures in backward so the temperature network still learns; ``"topk"``
+            merges the top-kappa across tiles and differentiates the gathered pairs. Needs a
+            :class:`PairTemperature` or :class:`ConstantTemperature` (a ``ValueError`` otherwise,
+            since another network's pair temperature cannot be recomputed inside a tile).
 
     ``forward(z0, z1, negatives=None)`` takes ``[C, N, D]`` (or ``[N, D]`` for one head); the
     per-head losses are summed (the paper's l = sum_c l_c) and averaged over anchors.
@@ -179,7 +186,7 @@ class AMCLLoss(nn.Module):
     def __init__(self, temperature_net: nn.Module, beta: float = 1e-3, *,
                  negative_term: str = "topk", kappa: int = 1, objective: str = "nt_xent",
                  form: str = "nt_xent", gather_distributed: bool = False,
-                 check_finite: bool = True) -> None:
+                 check_finite: bool = True, tile_size: int | None = None) -> None:
         super().__init__()
         if not hasattr(temperature_net, "pairwise"):
             raise TypeError("temperature_net must be a PairTemperature or ConstantTemperature")
@@ -191,9 +198,20 @@ class AMCLLoss(nn.Module):
         self.form = check_choice("form", form, FORMS)
         self.gather_distributed = bool(gather_distributed)
         self.check_finite = check_finite
+        self.tile_size = check_tile_size(tile_size)
+        if self.tile_size is not None and not isinstance(temperature_net,
+                                                         (PairTemperature, ConstantTemperature)):
+            raise ValueError(
+                f"tile_size needs a PairTemperature or ConstantTemperature network to recompute "
+                f"pair temperatures inside a tile; {type(temperature_net).__name__} cannot be "
+                "tiled: pass tile_size=None")
         self.last_stats: Stats = {}
 
     def _head_loss(self, c: Candidates, dim: int) -> tuple[Tensor, Tensor, Tensor]:
+        if self.tile_size is not None:
+            return tiled_amcl_head(c, self.temperature_net, beta=self.beta, dim=dim,
+                                   negative_term=self.negative_term, kappa=self.kappa,
+                                   objective=self.objective, tile_size=self.tile_size)
         net = self.temperature_net
         tau_pos = net.pairwise(c.anchors, c.positive_keys)
         tau = net(c.anchors, c.keys)

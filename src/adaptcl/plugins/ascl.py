@@ -28,6 +28,7 @@ from .base import ContrastiveLoss, Stats
 from .candidates import MASKED, Candidates, normalize, rows_logits
 from .distributed import GatherFn
 from .kernel import contrastive_kernel
+from .tiled import tiled_ascl
 
 MODES = ("ascl", "ahcl", "hard")
 
@@ -87,6 +88,11 @@ class ASCLLoss(ContrastiveLoss):
         num_neighbors: K (paper: 1); 0 gives InfoNCE / MoCo.
         mode: ``"ascl"`` (soft), ``"ahcl"`` (adaptive hard) or ``"hard"``.
         form: ``"queue"`` (default) or ``"cross_view"`` (in-batch).
+        tile_size: stream the logits and the key-to-negative similarities in tiles (Inf-CL,
+            Cheng et al. 2024; :mod:`adaptcl.plugins.tiled`), exact in every mode: a first
+            gradient-free pass gathers the normaliser and entropy of the sharpened distribution
+            (and merges the top-K across tiles for ``"hard"`` / ``"ahcl"``), the second streams
+            ``lse`` and the soft-target sum ``sum_j y_ij l_ij``. ``None`` (default) materialises.
 
     ``last_stats["confidence"]`` holds the mean label confidence c.
 
@@ -99,9 +105,9 @@ class ASCLLoss(ContrastiveLoss):
     def __init__(self, temperature: float = 0.1, sharpen_temperature: float = 0.05,
                  num_neighbors: int = 1, mode: str = "ascl", *, form: str = "queue",
                  gather_distributed: bool = False, gather_fn: GatherFn | None = None,
-                 check_finite: bool = True) -> None:
+                 check_finite: bool = True, tile_size: int | None = None) -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
-                         check_finite=check_finite)
+                         check_finite=check_finite, tile_size=tile_size)
         check_choice("form", form, ("queue", "cross_view"))
         self.temperature = check_positive("temperature", temperature)
         self.sharpen_temperature = check_positive("sharpen_temperature", sharpen_temperature)
@@ -113,6 +119,11 @@ class ASCLLoss(ContrastiveLoss):
         return self.compute_from_candidates(c)
 
     def compute_from_candidates(self, c: Candidates) -> tuple[Tensor, Stats]:
+        if self.tile_size is not None:
+            out, confidence = tiled_ascl(c, self.temperature, self.tile_size, mode=self.mode,
+                                         num_neighbors=self.num_neighbors,
+                                         sharpen_temperature=self.sharpen_temperature)
+            return self._stats(c, out, confidence)
         with torch.no_grad(), torch.autocast(device_type=c.anchors.device.type, enabled=False):
             key_sim = c.positive_keys.detach() @ c.keys.detach().T
             valid = c.positive_mask()
@@ -121,6 +132,9 @@ class ASCLLoss(ContrastiveLoss):
                 sharpen_temperature=self.sharpen_temperature)
         neg, pos = rows_logits(c, self.temperature)
         out = contrastive_kernel(neg, pos, soft_targets=(y_pos, y_neg))
+        return self._stats(c, out, confidence)
+
+    def _stats(self, c: Candidates, out, confidence: Tensor) -> tuple[Tensor, Stats]:
         loss = out.loss.mean()
         stats = {"loss": loss.detach(), "plain_loss": loss.detach(),
                  "alignment": c.positive_sim.detach().mean(),

@@ -10,6 +10,7 @@ from torch import Tensor, nn
 from .candidates import Candidates, build_candidates, rows_logits
 from .distributed import GatherFn
 from .kernel import contrastive_kernel
+from .tiled import check_tile_size, tiled_kernel
 
 Stats = dict[str, Tensor]
 
@@ -20,18 +21,24 @@ def run_kernel(
     *,
     positive_in_denominator: bool = True,
     log_weights: Callable[[Candidates, Tensor], Tensor] | None = None,
+    tile_size: int | None = None,
 ) -> tuple[Tensor, Stats]:
     """Apply the kernel to every direction with one temperature; mean over all anchors.
 
     ``log_weights(cands, log_w)`` may return per-anchor log weights from the direction's
-    candidates and its detached ``log W`` (they are detached anyway).
+    candidates and its detached ``log W`` (they are detached anyway). ``tile_size`` streams
+    the similarity matrix in tiles (:mod:`adaptcl.plugins.tiled`) instead of materialising it.
     """
     losses, plains, log_ws, p_pos = [], [], [], []
     for c in cands:
-        neg, pos = rows_logits(c, temperature)
         weight_fn = None if log_weights is None else (lambda lw, c=c: log_weights(c, lw))
-        out = contrastive_kernel(neg, pos, positive_in_denominator=positive_in_denominator,
-                                 log_weights=weight_fn, inplace=True)
+        if tile_size is not None:
+            out = tiled_kernel(c, temperature, tile_size,
+                               positive_in_denominator=positive_in_denominator, log_weights=weight_fn)
+        else:
+            neg, pos = rows_logits(c, temperature)
+            out = contrastive_kernel(neg, pos, positive_in_denominator=positive_in_denominator,
+                                     log_weights=weight_fn, inplace=True)
         losses.append(out.loss)
         plains.append(out.plain)
         log_ws.append(out.log_w)
@@ -56,7 +63,8 @@ class ContrastiveLoss(nn.Module):
     """
 
     def __init__(self, *, form: str, gather_distributed: bool = False,
-                 gather_fn: GatherFn | None = None, check_finite: bool = True) -> None:
+                 gather_fn: GatherFn | None = None, check_finite: bool = True,
+                 tile_size: int | None = None) -> None:
         super().__init__()
         from ._validation import check_choice
         from .candidates import FORMS
@@ -69,6 +77,7 @@ class ContrastiveLoss(nn.Module):
         self.gather_distributed = gather_distributed
         self.gather_fn = gather_fn
         self.check_finite = check_finite
+        self.tile_size = check_tile_size(tile_size)
         self.last_stats: Stats = {}
 
     def candidates(self, z0: Tensor, z1: Tensor, negatives: Tensor | None) -> list[Candidates]:
@@ -91,4 +100,5 @@ class ContrastiveLoss(nn.Module):
         return loss
 
     def extra_repr(self) -> str:
-        return f"form={self.form!r}, gather_distributed={self.gather_distributed}"
+        tiled = "" if self.tile_size is None else f", tile_size={self.tile_size}"
+        return f"form={self.form!r}, gather_distributed={self.gather_distributed}{tiled}"

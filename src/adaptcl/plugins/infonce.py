@@ -20,25 +20,29 @@ from ._validation import check_positive
 from .base import ContrastiveLoss, Stats, run_kernel
 from .candidates import build_candidates, rows_logits
 from .distributed import GatherFn
+from .tiled import check_tile_size, tiled_negative_lse
 
 
 def info_nce(z0: Tensor, z1: Tensor, temperature: float = 0.1, *, form: str = "nt_xent",
              negatives: Tensor | None = None, positive_in_denominator: bool = True,
-             gather_distributed: bool = False, gather_fn: GatherFn | None = None) -> Tensor:
+             gather_distributed: bool = False, gather_fn: GatherFn | None = None,
+             tile_size: int | None = None) -> Tensor:
     """InfoNCE / NT-Xent of the pairs ``(z0[i], z1[i])``; see :class:`InfoNCELoss`."""
     check_positive("temperature", temperature)
+    tile_size = check_tile_size(tile_size)
     cands = build_candidates(z0, z1, form, negatives, gather_distributed=gather_distributed,
                              gather_fn=gather_fn)
-    return run_kernel(cands, temperature, positive_in_denominator=positive_in_denominator)[0]
+    return run_kernel(cands, temperature, positive_in_denominator=positive_in_denominator,
+                      tile_size=tile_size)[0]
 
 
 def dcl(z0: Tensor, z1: Tensor, temperature: float = 0.1, *, form: str = "nt_xent",
         negatives: Tensor | None = None, gather_distributed: bool = False,
-        gather_fn: GatherFn | None = None) -> Tensor:
+        gather_fn: GatherFn | None = None, tile_size: int | None = None) -> Tensor:
     """Decoupled contrastive loss: InfoNCE with the positive removed from the denominator."""
     return info_nce(z0, z1, temperature, form=form, negatives=negatives,
                     positive_in_denominator=False, gather_distributed=gather_distributed,
-                    gather_fn=gather_fn)
+                    gather_fn=gather_fn, tile_size=tile_size)
 
 
 class InfoNCELoss(ContrastiveLoss):
@@ -55,24 +59,30 @@ class InfoNCELoss(ContrastiveLoss):
         gather_distributed: gather candidates from every rank before the loss.
         gather_fn: custom gradient-carrying gather (e.g. ``lightly.utils.dist.gather``).
         check_finite: raise ``ValueError`` on NaN/inf embeddings (one cheap reduction).
+        tile_size: stream the similarity matrix in ``tile_size x tile_size`` tiles with an exact
+            recomputing backward (Inf-CL, Cheng et al. 2024; :mod:`adaptcl.plugins.tiled`):
+            memory linear in the batch. ``None`` (default) materialises it.
 
     Examples:
         >>> loss_fn = InfoNCELoss(temperature=0.5)
         >>> z0, z1 = torch.randn(8, 32), torch.randn(8, 32)
         >>> loss = loss_fn(z0, z1)
+        >>> big = InfoNCELoss(temperature=0.1, tile_size=4096)  # batches far beyond memory
     """
 
     def __init__(self, temperature: float = 0.1, *, form: str = "nt_xent",
                  positive_in_denominator: bool = True, gather_distributed: bool = False,
-                 gather_fn: GatherFn | None = None, check_finite: bool = True) -> None:
+                 gather_fn: GatherFn | None = None, check_finite: bool = True,
+                 tile_size: int | None = None) -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
-                         check_finite=check_finite)
+                         check_finite=check_finite, tile_size=tile_size)
         self.temperature = check_positive("temperature", temperature)
         self.positive_in_denominator = bool(positive_in_denominator)
 
     def compute(self, z0: Tensor, z1: Tensor, negatives: Tensor | None) -> tuple[Tensor, Stats]:
         return run_kernel(self.candidates(z0, z1, negatives), self.temperature,
-                          positive_in_denominator=self.positive_in_denominator)
+                          positive_in_denominator=self.positive_in_denominator,
+                          tile_size=self.tile_size)
 
     def extra_repr(self) -> str:
         return (f"temperature={self.temperature}, positive_in_denominator="
@@ -92,10 +102,10 @@ class DCLLoss(InfoNCELoss):
 
     def __init__(self, temperature: float = 0.1, *, form: str = "nt_xent",
                  gather_distributed: bool = False, gather_fn: GatherFn | None = None,
-                 check_finite: bool = True) -> None:
+                 check_finite: bool = True, tile_size: int | None = None) -> None:
         super().__init__(temperature, form=form, positive_in_denominator=False,
                          gather_distributed=gather_distributed, gather_fn=gather_fn,
-                         check_finite=check_finite)
+                         check_finite=check_finite, tile_size=tile_size)
 
 
 class FlatNCELoss(ContrastiveLoss):
@@ -111,17 +121,21 @@ class FlatNCELoss(ContrastiveLoss):
 
     def __init__(self, temperature: float = 0.1, *, form: str = "nt_xent",
                  gather_distributed: bool = False, gather_fn: GatherFn | None = None,
-                 check_finite: bool = True) -> None:
+                 check_finite: bool = True, tile_size: int | None = None) -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
-                         check_finite=check_finite)
+                         check_finite=check_finite, tile_size=tile_size)
         self.temperature = check_positive("temperature", temperature)
 
     def compute(self, z0: Tensor, z1: Tensor, negatives: Tensor | None) -> tuple[Tensor, Stats]:
         cands = self.candidates(z0, z1, negatives)
         losses, plains = [], []
         for c in cands:
-            neg, pos = rows_logits(c, self.temperature)
-            r = torch.logsumexp(neg, dim=1) - pos
+            if self.tile_size is not None:
+                lse, pos = tiled_negative_lse(c, self.temperature, self.tile_size)
+                r = lse - pos
+            else:
+                neg, pos = rows_logits(c, self.temperature)
+                r = torch.logsumexp(neg, dim=1) - pos
             losses.append(torch.exp(r - r.detach()))
             plains.append(torch.nn.functional.softplus(r.detach()))
         loss = torch.cat(losses).mean()
@@ -145,9 +159,10 @@ class DualTemperatureLoss(ContrastiveLoss):
 
     def __init__(self, temperature: float = 0.1, temperature_beta: float = 1.0, *,
                  form: str = "nt_xent", gather_distributed: bool = False,
-                 gather_fn: GatherFn | None = None, check_finite: bool = True) -> None:
+                 gather_fn: GatherFn | None = None, check_finite: bool = True,
+                 tile_size: int | None = None) -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
-                         check_finite=check_finite)
+                         check_finite=check_finite, tile_size=tile_size)
         self.temperature = check_positive("temperature", temperature)
         self.temperature_beta = check_positive("temperature_beta", temperature_beta)
 
@@ -156,8 +171,12 @@ class DualTemperatureLoss(ContrastiveLoss):
 
         def log_weights(c, log_w_alpha: Tensor) -> Tensor:
             with torch.no_grad():
-                neg, pos = rows_logits(c, self.temperature_beta)
-                log_w_beta = torch.nn.functional.logsigmoid(torch.logsumexp(neg, dim=1) - pos)
+                if self.tile_size is not None:
+                    lse, pos = tiled_negative_lse(c, self.temperature_beta, self.tile_size)
+                else:
+                    neg, pos = rows_logits(c, self.temperature_beta)
+                    lse = torch.logsumexp(neg, dim=1)
+                log_w_beta = torch.nn.functional.logsigmoid(lse - pos)
             return log_w_beta - log_w_alpha
 
-        return run_kernel(cands, self.temperature, log_weights=log_weights)
+        return run_kernel(cands, self.temperature, log_weights=log_weights, tile_size=self.tile_size)

@@ -79,6 +79,10 @@ class MACLLoss(ContrastiveLoss):
             meaningless (the DCL gradient has no W) and must be off.
         gather_distributed / gather_fn: as in :class:`~adaptcl.plugins.InfoNCELoss`; the
             alignment is all-reduced so every rank uses the same temperature.
+        tile_size: stream the similarity matrix in tiles (Inf-CL, Cheng et al. 2024; see
+            :mod:`adaptcl.plugins.tiled`). Exact: A is a mean over the row-wise positives, the
+            detached temperature is folded into the anchors and ``V = exp(lse_all - lse_neg)``
+            needs only ``lse_neg`` and the positive logit. ``None`` (default) materialises.
 
     After each call ``last_stats`` holds ``loss``, ``plain_loss`` (the unweighted InfoNCE),
     ``alignment``, ``temperature``, ``mean_w`` and ``positive_probability``.
@@ -88,6 +92,7 @@ class MACLLoss(ContrastiveLoss):
         >>> z0, z1 = torch.randn(8, 32), torch.randn(8, 32)
         >>> loss = loss_fn(z0, z1)
         >>> tau = loss_fn.last_stats["temperature"]
+        >>> huge = MACLLoss(0.1, 0.5, tile_size=4096)  # batch 65,536 in a few GiB
     """
 
     def __init__(self, temperature: float = 0.1, alpha: float = 0.5, a0: float = 0.0, *,
@@ -95,9 +100,9 @@ class MACLLoss(ContrastiveLoss):
                  weight_form: str = "inverse", min_temperature: float | None = None,
                  form: str = "nt_xent", positive_in_denominator: bool = True,
                  gather_distributed: bool = False, gather_fn: GatherFn | None = None,
-                 check_finite: bool = True) -> None:
+                 check_finite: bool = True, tile_size: int | None = None) -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
-                         check_finite=check_finite)
+                         check_finite=check_finite, tile_size=tile_size)
         self.temperature = check_positive("temperature", temperature)
         self.temperature_form = check_choice("temperature_form", temperature_form, TEMPERATURE_FORMS)
         self.alpha = (check_positive("alpha", alpha) if temperature_form == "exp" and adaptive
@@ -137,7 +142,8 @@ class MACLLoss(ContrastiveLoss):
         a = alignment_magnitude(cands, all_reduce=distributed_run)
         tau = self.current_temperature(a)
         loss, stats = run_kernel(cands, tau, positive_in_denominator=self.positive_in_denominator,
-                                 log_weights=self._log_weights if self.reweight else None)
+                                 log_weights=self._log_weights if self.reweight else None,
+                                 tile_size=self.tile_size)
         stats["alignment"] = a
         return loss, stats
 

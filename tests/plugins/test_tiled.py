@@ -1,0 +1,345 @@
+"""Tiled (Inf-CL) losses equal the materialised ones, value and gradient, for every method.
+
+The tiled path streams ``tile_size x tile_size`` tiles of the similarity matrix and recomputes
+them in backward (:mod:`adaptcl.plugins.tiled`); here it is compared with the materialised
+path on random inputs (tile sizes that do not divide the batch, a batch smaller than one
+tile, tile 1) and on hostile inputs (identical views, collapsed and zero embeddings, cosines
+exactly +-1, temperature 0.01), in float32 to 1e-5, plus float64 gradchecks of the custom
+backward and a check that no intermediate ever has the size of the full matrix.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from adaptcl.plugins import (
+    AMCLLoss,
+    ASCLLoss,
+    ConstantTemperature,
+    DCLLoss,
+    DualTemperatureLoss,
+    FlatNCELoss,
+    InfoNCELoss,
+    MACLLoss,
+    PairTemperature,
+    dcl,
+    info_nce,
+)
+from adaptcl.plugins.tiled import SoftTargetSpec, _TiledRowStats
+
+TOL = {"rtol": 1e-5, "atol": 1e-5}
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    """The tiled loops run many small ops: one thread avoids OpenMP stalls on a loaded box."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def _amcl(net_seed: int, dim: int, **kw):
+    def make(tile, tau=None):  # the temperatures are learned: ``tau`` does not apply
+        torch.manual_seed(net_seed)
+        return AMCLLoss(PairTemperature(dim), **kw, tile_size=tile)
+    return make
+
+
+# name -> (factory(tile, temperature), needs negatives, uses a top-K selection)
+def methods(dim: int):
+    return {
+        "infonce": (lambda t, tau=0.1: InfoNCELoss(tau, tile_size=t), False, False),
+        "infonce_cross_view": (lambda t, tau=0.1: InfoNCELoss(tau, form="cross_view", tile_size=t), False, False),
+        "infonce_symmetric": (lambda t, tau=0.1: InfoNCELoss(tau, form="cross_view_symmetric", tile_size=t),
+                              False, False),
+        "infonce_queue": (lambda t, tau=0.1: InfoNCELoss(tau, form="queue", tile_size=t), True, False),
+        "dcl": (lambda t, tau=0.1: DCLLoss(tau, tile_size=t), False, False),
+        "dcl_cross_view": (lambda t, tau=0.1: DCLLoss(tau, form="cross_view", tile_size=t), False, False),
+        "flatnce": (lambda t, tau=0.1: FlatNCELoss(tau, tile_size=t), False, False),
+        "dual": (lambda t, tau=0.1: DualTemperatureLoss(tau, 1.0, tile_size=t), False, False),
+        "macl": (lambda t, tau=0.1: MACLLoss(tau, 0.5, 0.0, tile_size=t), False, False),
+        "macl_queue": (lambda t, tau=0.1: MACLLoss(tau, 0.5, 0.2, form="queue", tile_size=t), True, False),
+        "macl_symmetric_wprime": (lambda t, tau=0.1: MACLLoss(tau, 0.5, weight_form="w_prime",
+                                                              form="cross_view_symmetric", tile_size=t),
+                                  False, False),
+        # the SimCSE setting; the floor is kept at 0.01 (its default tau0 / 10 = 0.005 puts logits
+        # at 200, where float32 rounding alone is ~2e-5 in both paths)
+        "macl_simcse": (lambda t, tau=0.05: MACLLoss(tau, 2.0, 0.8, reweight=False, form="cross_view",
+                                                     min_temperature=0.01, tile_size=t), False, False),
+        "macl_exp_dcl": (lambda t, tau=0.1: MACLLoss(tau, 2.0, temperature_form="exp", reweight=False,
+                                                     positive_in_denominator=False, tile_size=t), False, False),
+        "ascl_queue": (lambda t, tau=0.1: ASCLLoss(tau, tau / 2, 2, "ascl", tile_size=t), True, False),
+        "ahcl_queue": (lambda t, tau=0.1: ASCLLoss(tau, tau / 2, 2, "ahcl", tile_size=t), True, True),
+        "hard_queue": (lambda t, tau=0.1: ASCLLoss(tau, tau / 2, 2, "hard", tile_size=t), True, True),
+        "ascl_in_batch": (lambda t, tau=0.1: ASCLLoss(tau, tau / 2, 1, "ascl", form="cross_view",
+                                                      tile_size=t), False, False),
+        "ahcl_in_batch": (lambda t, tau=0.1: ASCLLoss(tau, tau / 2, 1, "ahcl", form="cross_view",
+                                                      tile_size=t), False, True),
+        "ascl_k0": (lambda t, tau=0.1: ASCLLoss(tau, tau / 2, 0, tile_size=t), True, False),
+        "amcl_softmax_infonce": (_amcl(1, dim, beta=1e-2, negative_term="softmax", objective="infonce"),
+                                 False, False),
+        "amcl_softmax_ntxent": (_amcl(2, dim, beta=1e-2, negative_term="softmax"), False, False),
+        "amcl_softmax_queue": (_amcl(3, dim, beta=1e-2, negative_term="softmax", form="queue"), True, False),
+        "amcl_topk": (_amcl(4, dim, beta=1e-2, negative_term="topk", kappa=2), False, True),
+        "amcl_topk_infonce": (_amcl(5, dim, beta=1e-2, negative_term="topk", kappa=2, objective="infonce"),
+                              False, True),
+        "amcl_constant": (lambda t, tau=0.1: AMCLLoss(ConstantTemperature(tau), beta=1e-2,
+                                                      negative_term="softmax", tile_size=t), False, False),
+        "amcl_constant_topk": (lambda t, tau=0.1: AMCLLoss(ConstantTemperature(tau), beta=1e-2, kappa=2,
+                                                           tile_size=t), False, True),
+    }
+
+
+METHODS = list(methods(8))
+
+
+def _loss_and_grads(fn, leaves, build):
+    z0, z1, neg = build(*leaves)
+    loss = fn(z0, z1, neg)
+    params = list(fn.parameters())
+    grads = torch.autograd.grad(loss, [*leaves, *params], allow_unused=True, materialize_grads=True)
+    return loss, grads, dict(fn.last_stats)
+
+
+def _compare(name, leaves, build, tile, temperature=None, dim=None, input_grads=True):
+    make = methods(dim or leaves[0].shape[-1])[name][0]
+    kw = {} if temperature is None else {"tau": temperature}
+    ref = _loss_and_grads(make(None, **kw), leaves, build)
+    til = _loss_and_grads(make(tile, **kw), leaves, build)
+    assert torch.isfinite(til[0])
+    torch.testing.assert_close(til[0], ref[0], **TOL)
+    exact = None
+    for i, (a, b) in enumerate(zip(til[1], ref[1], strict=True)):
+        assert torch.isfinite(a).all()
+        if not (input_grads or i >= len(leaves)):
+            continue
+        if torch.allclose(a, b, **TOL):
+            continue
+        # A gradient entry that is a cancelling sum of terms ~50x larger (temperature 0.01)
+        # carries ~1e-5 of float32 rounding in either path: then the tiled gradient must be as
+        # close to the float64 truth as the materialised one, within 1e-5 of the tensor's scale.
+        if exact is None:
+            leaves64 = tuple(x.detach().double().requires_grad_() for x in leaves)
+            exact = _loss_and_grads(make(None, **kw).double(), leaves64, build)[1]
+        e = exact[i].float()
+        scale = max(1.0, float(e.abs().max()))
+        assert ((a - e).abs() <= (b - e).abs() + 1e-5 * scale).all(), (name, i, (a - b).abs().max())
+    for key, value in ref[2].items():
+        torch.testing.assert_close(til[2][key].to(value.dtype), value, **TOL, msg=f"{name}: stat {key}")
+
+
+def _random_leaves(n, d, k, seed, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    z0 = torch.randn(n, d, generator=g, dtype=dtype).requires_grad_()
+    z1 = torch.randn(n, d, generator=g, dtype=dtype).requires_grad_()
+    neg = torch.randn(k, d, generator=g, dtype=dtype).requires_grad_()
+    return z0, z1, neg
+
+
+def _builder(needs_negatives):
+    return lambda z0, z1, neg: (z0, z1, neg if needs_negatives else None)
+
+
+@pytest.mark.parametrize("name", METHODS)
+@pytest.mark.parametrize("tile", [1, 3, 5, 64])
+def test_tiled_equals_materialised(name, tile):
+    """Tile 1, tiles that do not divide 2N = 14 or C, and one tile larger than the batch."""
+    needs_neg = methods(8)[name][1]
+    _compare(name, _random_leaves(7, 8, 6, seed=hash(name) % 1000), _builder(needs_neg), tile)
+
+
+@pytest.mark.parametrize("name", ["infonce", "macl", "ascl_in_batch", "amcl_softmax_infonce"])
+def test_extra_negatives_appended_to_in_batch_candidates(name):
+    leaves = _random_leaves(6, 8, 5, seed=3)
+    _compare(name, leaves, lambda z0, z1, neg: (z0, z1, neg), tile=4)
+
+
+@settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(name=st.sampled_from(METHODS), n=st.integers(3, 13), d=st.integers(2, 9),
+       k=st.integers(3, 11), tile=st.integers(1, 30), seed=st.integers(0, 2**16))
+def test_tiled_equals_materialised_random_shapes(name, n, d, k, tile, seed):
+    # d >= 2: in one dimension the gradient of x / |x| is exactly zero and both paths return
+    # ~1e-5 of float32 rounding noise there (cosines of +-1 are covered by the hostile tests).
+    needs_neg = methods(d)[name][1]
+    _compare(name, _random_leaves(n, d, k, seed), _builder(needs_neg), tile)
+
+
+def _hostile(case, n=8, d=16):
+    """``(base [m, d], rows of view 0, rows of view 1)``: views are ``base[rows]``."""
+    g = torch.Generator().manual_seed(0)
+    rows = torch.arange(n)
+    if case == "identical_views":
+        return torch.randn(n, d, generator=g), rows, rows
+    if case == "collapsed":
+        return torch.ones(1, d), torch.zeros(n, dtype=torch.long), torch.zeros(n, dtype=torch.long)
+    if case == "zero_vectors":
+        return torch.zeros(1, d), torch.zeros(n, dtype=torch.long), torch.zeros(n, dtype=torch.long)
+    if case == "cos_plus_minus_one":
+        e = torch.zeros(2, d)
+        e[0, 0], e[1, 0] = 1.0, -1.0
+        signs = (rows >= n // 2).long()
+        return e, signs, signs
+    raise AssertionError(case)
+
+
+HOSTILE = ["identical_views", "collapsed", "zero_vectors", "cos_plus_minus_one"]
+
+
+@pytest.mark.parametrize("case", HOSTILE)
+@pytest.mark.parametrize("name", METHODS)
+def test_tiled_equals_materialised_hostile(name, case):
+    """Temperature 0.01 on degenerate inputs.
+
+    Methods without a top-K selection are compared per row of each view. With a top-K, rows
+    that tie exactly may be picked in a different order (``torch.topk`` itself promises no
+    order among ties), so the views are built from one shared leaf and its gradient, which sums
+    over identical rows and is the same whichever tied row is picked, is compared.
+    """
+    _, needs_neg, uses_top = methods(16)[name]
+    base, r0, r1 = _hostile(case)
+    queue = torch.randn(6, 16, generator=torch.Generator().manual_seed(5))
+    if uses_top:
+        # the queue too is made of the base rows, so that every tie is between identical vectors
+        rq = r0[torch.arange(6) % len(r0)]
+        leaves = (base.clone().requires_grad_(),)
+
+        def build(b):
+            return b[r0], b[r1], (b[rq] if needs_neg else None)
+    else:
+        leaves = (base[r0].clone().requires_grad_(), base[r1].clone().requires_grad_(),
+                  queue.clone().requires_grad_())
+
+        def build(z0, z1, q):
+            return z0, z1, (q if needs_neg else None)
+    # Zero embeddings: F.normalize's gradient at 0 is 1/eps = 1e12 times the gradient wrt the
+    # normalised vector, which for AMCL (the temperature network sees the anchors) is rounding
+    # noise of ~1e-9 in both paths, so the input gradients are ~1e3 of amplified noise. There
+    # only the loss, the network's gradients and finiteness are compared.
+    ill_conditioned = name.startswith("amcl") and case == "zero_vectors"
+    _compare(name, leaves, build, tile=3, temperature=0.01, input_grads=not ill_conditioned)
+
+
+@pytest.mark.parametrize("with_soft_targets", [False, True])
+def test_gradcheck_streamed_row_statistics(with_soft_targets):
+    """The recomputing backward of lse_neg and of the soft-target sum, in float64, with a
+    positive and a self column masked per row and tiles that do not divide the shapes."""
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(7, 3, generator=g, dtype=torch.float64).requires_grad_()
+    k = torch.randn(9, 3, generator=g, dtype=torch.float64).requires_grad_()
+    pos_idx, self_idx = torch.arange(7) + 2, torch.arange(7)
+    spec = None
+    if with_soft_targets:
+        pk = torch.nn.functional.normalize(torch.randn(7, 3, generator=g, dtype=torch.float64), dim=1)
+        spec = SoftTargetSpec(pk, 0.5, torch.rand(7, generator=g, dtype=torch.float64),
+                              torch.rand(7, generator=g, dtype=torch.float64) * 3)
+
+    def f(a, k):
+        lse, sum_ul, _ = _TiledRowStats.apply(a, k, 4, (pos_idx, self_idx), spec)
+        return lse, sum_ul
+
+    if with_soft_targets:
+        # the targets depend on the keys and are detached by design (ASCL's stop-gradient),
+        # so the numerical Jacobian is taken wrt the anchors only
+        k = k.detach()
+    assert torch.autograd.gradcheck(f, (a, k), eps=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("make", [
+    lambda: MACLLoss(0.1, 0.5, adaptive=False, reweight=False, tile_size=2),
+    lambda: AMCLLoss(PairTemperature(4, iota=2.0), beta=0.1, negative_term="softmax", tile_size=2),
+    lambda: AMCLLoss(PairTemperature(4, iota=2.0), beta=0.1, negative_term="softmax",
+                     objective="infonce", form="cross_view", tile_size=3),
+    lambda: AMCLLoss(PairTemperature(4, iota=2.0), beta=0.1, negative_term="topk", kappa=2, tile_size=2),
+], ids=["infonce", "amcl_softmax", "amcl_softmax_infonce", "amcl_topk"])
+def test_gradcheck_float64(make):
+    """End to end where nothing is detached (MACL's tau and V and ASCL's labels are, so a
+    numerical Jacobian would see through them; their backward is covered above)."""
+    torch.manual_seed(0)
+    fn = make().double()
+    z0, z1, neg = _random_leaves(5, 4, 4, seed=1, dtype=torch.float64)
+    params = list(fn.parameters())
+
+    def f(a, b, q, *ps):
+        return fn(a, b, None)
+
+    assert torch.autograd.gradcheck(f, (z0, z1, neg, *params), eps=1e-6, atol=1e-5)
+
+
+class _LargestTensor(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.largest = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, (tuple, list)) else (out,):
+            if isinstance(t, torch.Tensor):
+                self.largest = max(self.largest, t.numel())
+        return out
+
+
+@pytest.mark.parametrize("name", ["macl", "dual", "ascl_in_batch", "ahcl_in_batch",
+                                  "amcl_softmax_infonce", "amcl_topk"])
+def test_no_tensor_of_the_matrix_size(name):
+    """Forward and backward never create a tensor larger than a tile or linear in the batch
+    (the [2N, D] inputs; the [2N, K, D] gathered top-K pairs, K = 2 here)."""
+    n, d, tile = 96, 4, 8
+    make, needs_neg, _ = methods(d)[name]
+    z0, z1, neg = _random_leaves(n, d, 8, seed=0)
+    fn = make(tile)
+    rows = 2 * n
+    with _LargestTensor() as probe:
+        fn(z0, z1, neg if needs_neg else None).backward()
+    assert probe.largest <= max(tile * tile, rows * d * 2), probe.largest
+    with _LargestTensor() as full:
+        make(None)(z0, z1, neg if needs_neg else None).backward()
+    assert full.largest >= n * n  # the materialised path does hold the matrix
+
+
+def test_functional_forms_take_tile_size():
+    z0, z1, _ = _random_leaves(9, 8, 1, seed=2)
+    torch.testing.assert_close(info_nce(z0, z1, 0.2, tile_size=4), info_nce(z0, z1, 0.2), **TOL)
+    torch.testing.assert_close(dcl(z0, z1, 0.2, tile_size=4, form="cross_view"),
+                               dcl(z0, z1, 0.2, form="cross_view"), **TOL)
+
+
+@pytest.mark.parametrize("bad, error", [(0, ValueError), (-3, ValueError), (1.5, TypeError),
+                                        (True, TypeError), ("8", TypeError)])
+def test_tile_size_validation(bad, error):
+    with pytest.raises(error, match="tile_size"):
+        InfoNCELoss(0.1, tile_size=bad)
+    with pytest.raises(error, match="tile_size"):
+        MACLLoss(0.1, tile_size=bad)
+    with pytest.raises(error, match="tile_size"):
+        ASCLLoss(0.1, tile_size=bad)
+    with pytest.raises(error, match="tile_size"):
+        AMCLLoss(PairTemperature(4), tile_size=bad)
+
+
+def test_amcl_with_an_untileable_temperature_network_raises():
+    class Learned(torch.nn.Module):
+        def forward(self, a, b):
+            return torch.sigmoid(a @ b.T) + 0.05
+
+        def pairwise(self, a, b):
+            return torch.sigmoid((a * b).sum(1)) + 0.05
+
+    with pytest.raises(ValueError, match="cannot be tiled"):
+        AMCLLoss(Learned(), tile_size=16)
+    AMCLLoss(Learned())  # fine without tiling
+
+
+def test_ascl_num_neighbors_larger_than_negatives_raises_when_tiled():
+    z0, z1, neg = _random_leaves(4, 8, 2, seed=0)
+    with pytest.raises(ValueError, match="num_neighbors"):
+        ASCLLoss(0.1, 0.05, 3, tile_size=2)(z0, z1, neg)
+
+
+def test_default_is_materialised_and_repr_shows_tiles():
+    assert InfoNCELoss(0.1).tile_size is None
+    assert "tile_size=128" in repr(MACLLoss(0.1, tile_size=128))
