@@ -128,7 +128,7 @@ def test_presets_and_validation():
 
 
 def test_cli_maps_flags_to_the_config():
-    args = build_parser().parse_args([
+    args = build_parser("images").parse_args([
         "images", "--data-root", "/data", "--preset", "paper", "--method", "moco",
         "--losses", "nt_xent,macl", "--seeds", "0,1", "--devices", "4", "--strategy", "ddp",
     ])

@@ -57,6 +57,12 @@ def _jsonable(obj: Any) -> Any:
     return obj
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
     """Write ``text`` to ``path`` through a temporary file and ``os.replace`` (never half-written)."""
     path = Path(path)
@@ -67,6 +73,7 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; results are ordinary files
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

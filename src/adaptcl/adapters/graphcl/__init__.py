@@ -1,0 +1,51 @@
+"""GraphCL on torch-geometric with the adaptive losses of :mod:`adaptcl.plugins`.
+
+* augmentations as ``BaseTransform`` subclasses (:mod:`.transforms`): :class:`NodeDrop`,
+  :class:`EdgePerturb`, :class:`AttrMask`, :class:`Subgraph`, :class:`RandomChoice`,
+  :func:`graphcl_augmentation` (GraphCL's names ``dnodes``/``random2``/...), and
+  :class:`TwoViewDataset` for the two views of each graph;
+* encoders (:mod:`.encoders`): :class:`TUGINEncoder` (GraphCL's TU GIN, 3 x 32, 96-dim) and
+  :class:`MolGINEncoder` (Hu et al. 2020, 5 x 300, OGB atom/bond encoders);
+* the model (:mod:`.model`): :class:`GraphCL` and the loss factory :func:`graphcl_loss`
+  (``"graphcl"`` = DCL cross-view, ``"infonce"``, ``"macl"``, or any ``nn.Module``).
+
+References: You et al., "Graph Contrastive Learning with Augmentations", NeurIPS 2020;
+Hu et al., "Strategies for Pre-training Graph Neural Networks", ICLR 2020; Huang et al.,
+"Model-Aware Contrastive Learning: Towards Escaping the Dilemmas", ICML 2023.
+
+Example::
+
+    from torch_geometric.loader import DataLoader
+    from adaptcl.adapters.graphcl import (GraphCL, Identity, TUGINEncoder, TwoViewDataset,
+                                          graphcl_augmentation)
+    pairs = TwoViewDataset(dataset, Identity(), graphcl_augmentation("random2"))
+    model = GraphCL(TUGINEncoder(dataset.num_features), loss_fn="macl")
+    for b0, b1 in DataLoader(pairs, batch_size=128, shuffle=True):
+        loss = model(b0, b1)
+"""
+
+from adaptcl.adapters import require
+
+require("torch_geometric", "graph")
+
+from .encoders import MolGINEncoder, TUGINEncoder  # noqa: E402
+from .model import LOSS_NAMES, GraphCL, graphcl_loss, projection_head  # noqa: E402
+from .transforms import (  # noqa: E402
+    AttrMask,
+    CappedOneHotDegree,
+    ConstantFeatures,
+    EdgePerturb,
+    GraphAugmentation,
+    Identity,
+    NodeDrop,
+    RandomChoice,
+    Subgraph,
+    TwoViewDataset,
+    graphcl_augmentation,
+)
+
+__all__ = [
+    "AttrMask", "CappedOneHotDegree", "ConstantFeatures", "EdgePerturb", "GraphAugmentation",
+    "Identity", "NodeDrop", "RandomChoice", "Subgraph", "TwoViewDataset", "graphcl_augmentation",
+    "TUGINEncoder", "MolGINEncoder", "GraphCL", "graphcl_loss", "LOSS_NAMES", "projection_head",
+]

@@ -1,0 +1,131 @@
+"""The GraphCL model with any contrastive loss of :mod:`adaptcl.plugins`.
+
+GraphCL (You et al., "Graph Contrastive Learning with Augmentations", NeurIPS 2020): a GNN
+encoder, a 2-layer MLP projection head (``Linear(D, D)-ReLU-Linear(D, D)``) used only during
+pre-training, and a contrastive loss between the projections of two views of each graph.
+GraphCL's own loss is DCL in the one-direction cross-view form (N-1 negatives from the other
+view, positive dropped from the denominator, tau 0.2). MACL (Huang et al., "Model-Aware
+Contrastive Learning: Towards Escaping the Dilemmas", ICML 2023) replaces the fixed
+temperature with ``tau0 * (1 + alpha * (A - A0))`` (tau0 0.2 on TU, 0.1 on molecules,
+alpha 0.5, A0 0).
+
+Example::
+
+    from adaptcl.adapters.graphcl import GraphCL, TUGINEncoder, graphcl_loss
+    model = GraphCL(TUGINEncoder(in_channels=7), loss_fn=graphcl_loss("macl"))
+    loss = model(batch_view0, batch_view1)      # two torch_geometric Batch objects
+    loss.backward()
+    emb = model.embed(batch)                    # encoder output, no projection head
+    model.loss_fn.last_stats                    # e.g. alignment, temperature
+"""
+
+from __future__ import annotations
+
+from adaptcl.adapters import require
+
+require("torch_geometric", "graph")
+
+import torch  # noqa: E402
+from torch import Tensor, nn  # noqa: E402
+
+__all__ = ["GraphCL", "graphcl_loss", "LOSS_NAMES", "projection_head"]
+
+LOSS_NAMES = ("graphcl", "infonce", "macl")
+
+# default tau of each loss in GraphCL's TU setting (MACL's tau0 0.2 on TU, 0.1 on molecules)
+DEFAULT_TEMPERATURE = 0.2
+
+
+def graphcl_loss(name: str | nn.Module = "graphcl", temperature: float = DEFAULT_TEMPERATURE,
+                 **kwargs) -> nn.Module:
+    """Build a loss for :class:`GraphCL` by name, or return a given ``nn.Module`` unchanged.
+
+    * ``"graphcl"`` (alias ``"dcl"``): GraphCL's own loss, ``DCLLoss(form="cross_view")``.
+    * ``"infonce"``: ``InfoNCELoss(form="cross_view")`` (positive in the denominator).
+    * ``"macl"``: ``MACLLoss(alpha=0.5, a0=0.0, reweight=False, form="cross_view",
+      positive_in_denominator=False)``: GraphCL + MACL as in Huang et al. 2023, App. B.5.
+
+    ``kwargs`` go to the loss constructor (e.g. ``alpha=``, ``a0=`` for MACL, or ``tile_size=``
+    to stream the similarity matrix in tiles for very large batches).
+    """
+    if isinstance(name, nn.Module):
+        if kwargs:
+            raise TypeError("keyword arguments are only used when the loss is given by name")
+        return name
+    from adaptcl.plugins import DCLLoss, InfoNCELoss, MACLLoss
+
+    key = name.lower()
+    if key in ("graphcl", "dcl"):
+        return DCLLoss(temperature=temperature, form="cross_view", **kwargs)
+    if key == "infonce":
+        return InfoNCELoss(temperature=temperature, form="cross_view", **kwargs)
+    if key == "macl":
+        params = {"alpha": 0.5, "a0": 0.0, "reweight": False, "form": "cross_view",
+                  "positive_in_denominator": False}
+        params.update(kwargs)
+        return MACLLoss(temperature=temperature, **params)
+    raise ValueError(f"unknown loss {name!r}; choose from {', '.join(LOSS_NAMES)} "
+                     "or pass an nn.Module")
+
+
+def projection_head(dim: int, out_dim: int | None = None) -> nn.Sequential:
+    """GraphCL's projection head: ``Linear(dim, dim)-ReLU-Linear(dim, out_dim or dim)``."""
+    return nn.Sequential(nn.Linear(dim, dim), nn.ReLU(inplace=True),
+                         nn.Linear(dim, out_dim or dim))
+
+
+class GraphCL(nn.Module):
+    """Encoder + projection head + contrastive loss ``loss_fn(z0, z1)``.
+
+    Args:
+        encoder: a module mapping a ``Batch`` to ``[num_graphs, encoder.out_dim]`` (e.g.
+            :class:`~adaptcl.adapters.graphcl.TUGINEncoder`).
+        loss_fn: a loss name for :func:`graphcl_loss` or any module called as
+            ``loss_fn(z0, z1) -> scalar``; default GraphCL's DCL loss at tau 0.2.
+        proj_dim: output size of the projection head (default: the encoder's ``out_dim``).
+        xavier_init: re-initialise every ``nn.Linear`` (encoder and head) with Xavier-uniform
+            weights and zero bias, as GraphCL's TU code does.
+    """
+
+    def __init__(self, encoder: nn.Module, loss_fn: str | nn.Module | None = None,
+                 proj_dim: int | None = None, xavier_init: bool = True) -> None:
+        super().__init__()
+        dim = getattr(encoder, "out_dim", None)
+        if dim is None:
+            raise ValueError("encoder must expose out_dim (the graph embedding size)")
+        self.encoder = encoder
+        self.proj_head = projection_head(int(dim), proj_dim)
+        self.loss_fn = graphcl_loss(loss_fn if loss_fn is not None else "graphcl")
+        if xavier_init:
+            for module in self.modules():
+                if isinstance(module, nn.Linear):
+                    nn.init.xavier_uniform_(module.weight)
+                    if module.bias is not None:
+                        nn.init.zeros_(module.bias)
+
+    def project(self, data) -> Tensor:
+        """Projection-head output of a batch of graphs (what the loss sees)."""
+        return self.proj_head(self.encoder(data))
+
+    @torch.no_grad()
+    def embed(self, data) -> Tensor:
+        """Graph embeddings for downstream use: the encoder output, without the head."""
+        return self.encoder(data)
+
+    def forward(self, view0, view1) -> Tensor:
+        """Contrastive loss between two batches of views (graph ``k`` of each is a pair)."""
+        if view0.num_graphs != view1.num_graphs:
+            raise ValueError(f"views hold {view0.num_graphs} and {view1.num_graphs} graphs")
+        return self.loss_fn(self.project(view0), self.project(view1))
+
+    @property
+    def last_stats(self) -> dict[str, float]:
+        """What the loss last computed (alignment, temperature, ...) as Python floats."""
+        stats = getattr(self.loss_fn, "last_stats", None) or {}
+        out = {}
+        for key, value in stats.items():
+            try:
+                out[key] = float(value)
+            except (TypeError, ValueError):
+                continue
+        return out
