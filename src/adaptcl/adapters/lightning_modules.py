@@ -11,7 +11,11 @@ loss: pass any loss with Lightly's call signature (``lightly.loss.NTXentLoss``, 
   validation dataloader against a feature bank built from ``knn_bank_loader`` at the start of
   every validation epoch, logging ``val_knn_top1``;
 - scales to several GPUs/machines with Lightning's own strategies (``Trainer(strategy="ddp",
-  sync_batchnorm=True)``) when the loss is built with ``gather_distributed=True``.
+  sync_batchnorm=True)``) when the loss is built with ``gather_distributed=True``;
+- resumes exactly where a checkpoint left off: ``history`` and ``knn_history`` travel in the
+  checkpoint, queues are persistent buffers, and ``resumed_from`` records the checkpoint's
+  epoch/step and the epoch/step training restarted at. :class:`AtomicCheckpointIO` makes
+  Lightning write checkpoints through a temporary file and ``os.replace``.
 
 Batches follow Lightly's convention: ``(views, targets, ...)`` with ``views = [x0, x1]`` from
 a ``MultiViewTransform`` (``SimCLRTransform``, ``MoCoV2Transform``, :class:`ASCLTransform`).
@@ -31,6 +35,9 @@ from __future__ import annotations
 
 import copy
 import math
+import os
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -58,7 +65,7 @@ from adaptcl.adapters.lightly import ASCLMoCo, NTXentLoss  # noqa: E402
 from adaptcl.plugins.amcl import AMCLSimSiamLoss  # noqa: E402
 
 __all__ = [
-    "SSLModule", "SimCLRModule", "MoCoV2Module", "SimSiamModule", "BarlowTwinsModule",
+    "AtomicCheckpointIO", "SSLModule", "SimCLRModule", "MoCoV2Module", "SimSiamModule", "BarlowTwinsModule",
     "ASCLMoCoModule", "cifar_resnet", "small_cnn",
 ]
 
@@ -99,6 +106,37 @@ def small_cnn(width: int = 32) -> tuple[nn.Module, int]:
               *block(2 * width, 4 * width), nn.MaxPool2d(2), *block(4 * width, 4 * width),
               nn.AdaptiveAvgPool2d(1), nn.Flatten()]
     return nn.Sequential(*layers), 4 * width
+
+
+class AtomicCheckpointIO(pl.plugins.TorchCheckpointIO):
+    """``TorchCheckpointIO`` that never leaves a half-written checkpoint behind.
+
+    Lightning's own ``_atomic_save`` goes through an fsspec transaction whose temporary file is
+    created in the system temp folder and then *moved*; across file systems that move is a copy,
+    so a killed process can leave a truncated ``last.ckpt``. Here the checkpoint is written to a
+    temporary file in the destination folder, fsynced and renamed with ``os.replace``.
+
+    Examples:
+        >>> trainer = pl.Trainer(plugins=[AtomicCheckpointIO()],
+        ...                      callbacks=[ModelCheckpoint(dirpath=run_dir, save_last=True)])
+    """
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: Any,
+                        storage_options: Any | None = None) -> None:
+        if storage_options is not None:
+            raise TypeError("AtomicCheckpointIO does not take storage_options")
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                torch.save(checkpoint, handle)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
 
 
 class SSLModule(pl.LightningModule):
@@ -155,6 +193,9 @@ class SSLModule(pl.LightningModule):
         self.knn_bank_loader = knn_bank_loader
         self.history: list[dict[str, float]] = []
         self.knn_history: list[dict[str, float]] = []
+        #: set when training restarts from a checkpoint: the checkpoint's epoch/global step and
+        #: the epoch/global step of the first training batch after the restart
+        self.resumed_from: dict[str, int] | None = None
         self._bank: Tensor | None = None
         self._bank_targets: Tensor | None = None
         self._knn_correct = 0
@@ -191,6 +232,23 @@ class SSLModule(pl.LightningModule):
             self.log(f"train_{key}", value, prog_bar=key == "temperature", batch_size=batch_size)
             record[key] = float(value)
         self.history.append(record)
+
+    # --- checkpoints ------------------------------------------------------------------------------
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["adaptcl_history"] = {"history": list(self.history),
+                                         "knn_history": list(self.knn_history)}
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        saved = checkpoint.get("adaptcl_history") or {}
+        self.history = [dict(h) for h in saved.get("history", [])]
+        self.knn_history = [dict(h) for h in saved.get("knn_history", [])]
+        self.resumed_from = {"checkpoint_epoch": int(checkpoint.get("epoch", -1)),
+                             "checkpoint_global_step": int(checkpoint.get("global_step", -1))}
+
+    def on_train_start(self) -> None:
+        if self.resumed_from is not None:
+            self.resumed_from.update(start_epoch=int(self.current_epoch),
+                                     start_global_step=int(self.global_step))
 
     # --- online kNN monitor ---------------------------------------------------------------------
     def set_knn_bank_loader(self, loader: Any) -> None:

@@ -10,7 +10,16 @@ probe. Writes, under ``--output-dir``:
   (loss, seed) with accuracies, the per-step adaptive temperature / alignment and the per-epoch
   online kNN accuracy;
 - ``images_<method>_<preset>.md``: the markdown table;
-- ``images_<method>_<preset>_temperature.png``: temperature and alignment over training.
+- ``images_<method>_<preset>_temperature.png``: temperature and alignment over training;
+- ``runs/<method>_<loss>_seed<seed>_<config hash>/``: per (loss, seed) Lightning's
+  ``last.ckpt`` (written every epoch, atomically) and, once evaluated, ``record.json``.
+
+Runs resume: killing the recipe and starting it again with the same configuration skips every
+(loss, seed) whose ``record.json`` exists, continues an unfinished one from its ``last.ckpt``
+(weights, optimiser, scheduler, loss statistics so far and MoCo/ASCL queues) and writes the
+final JSON, markdown and PNG (each atomically) only when every run is done. The config hash
+covers every setting that changes training, so a changed configuration starts afresh. Not
+restored: the data order and augmentation random state of the interrupted epoch.
 
 Two presets, chosen with ``--preset``:
 
@@ -32,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import hashlib
 import json
 import math
 import os
@@ -43,6 +53,7 @@ from typing import Any
 from adaptcl.recipes._common import (
     markdown_table,
     mean_std,
+    read_json,
     resolve_data_root,
     seed_everything,
     write_json_atomic,
@@ -222,23 +233,23 @@ def build_module(cfg: ImagesConfig, loss: str, num_classes: int):
     tau, hid, out = cfg.temperature, cfg.hidden_dim, cfg.output_dim
     distributed = cfg.strategy.startswith("ddp")
     bank = (cfg.queue_size, out) if cfg.method == "moco" else 0
+    # the MoCo queue is saved in checkpoints so that a resumed run keeps it
+    qkw = dict(memory_bank_size=bank, gather_distributed=distributed,
+               persistent_memory_bank=bool(bank))
 
     def contrastive(name: str):
         if name == "nt_xent":
-            return L.NTXentLoss(tau, memory_bank_size=bank, gather_distributed=distributed)
+            return L.NTXentLoss(tau, **qkw)
         if name == "macl":
-            return L.MACLLoss(cfg.macl_temperature, cfg.alpha, cfg.a0,
-                              memory_bank_size=bank, gather_distributed=distributed)
+            return L.MACLLoss(cfg.macl_temperature, cfg.alpha, cfg.a0, **qkw)
         if name == "dcl":
-            return L.DCLLoss(tau, memory_bank_size=bank, gather_distributed=distributed)
+            return L.DCLLoss(tau, **qkw)
         if name == "flatnce":
-            return L.FlatNCELoss(tau, memory_bank_size=bank, gather_distributed=distributed)
+            return L.FlatNCELoss(tau, **qkw)
         if name == "dual":
-            return L.DualTemperatureLoss(tau, 1.0, memory_bank_size=bank,
-                                         gather_distributed=distributed)
+            return L.DualTemperatureLoss(tau, 1.0, **qkw)
         if name == "ascl":
-            return L.ASCLLoss(tau, cfg.sharpen_temperature, cfg.num_neighbors,
-                              memory_bank_size=bank, gather_distributed=distributed)
+            return L.ASCLLoss(tau, cfg.sharpen_temperature, cfg.num_neighbors, **qkw)
         raise ValueError(name)  # pragma: no cover - validated in resolved()
 
     if cfg.method == "simclr":
@@ -256,8 +267,7 @@ def build_module(cfg: ImagesConfig, loss: str, num_classes: int):
             heads = L.AMCLProjectionHead.from_lightly(
                 MoCoProjectionHead, num_heads=cfg.num_heads, input_dim=feature_dim,
                 hidden_dim=hid, output_dim=out)
-            crit = L.AMCLLoss(out, cfg.beta, kappa=cfg.kappa, num_heads=cfg.num_heads,
-                              memory_bank_size=bank, gather_distributed=distributed)
+            crit = L.AMCLLoss(out, cfg.beta, kappa=cfg.kappa, num_heads=cfg.num_heads, **qkw)
             return M.MoCoV2Module(backbone, feature_dim, crit, projection_head=heads, **common)
         return M.MoCoV2Module(backbone, feature_dim, contrastive(loss), hidden_dim=hid,
                               output_dim=out, **common)
@@ -358,28 +368,75 @@ def linear_probe(train_x, train_y, test_x, test_y, num_classes: int, epochs: int
         return float((head(xte).argmax(1) == test_y).float().mean())
 
 
-def _trainer(cfg: ImagesConfig, log_dir: Path, max_epochs: int):
+#: configuration fields that do not change what a (loss, seed) run computes
+_NOT_IN_RUN_KEY = frozenset({"output_dir", "losses", "seeds", "progress", "num_threads",
+                             "num_workers", "data_root", "download"})
+
+
+def run_key(cfg: ImagesConfig, loss: str, seed: int) -> str:
+    """Name of the folder holding the checkpoint and record of one (loss, seed) run of ``cfg``.
+
+    ``<method>_<loss>_seed<seed>_<hash>``, the hash covering every resolved setting that changes
+    training or evaluation, so a rerun with another configuration never resumes a stale run.
+    """
+    fields = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in _NOT_IN_RUN_KEY}
+    digest = hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode())
+    return f"{cfg.method}_{loss}_seed{seed}_{digest.hexdigest()[:10]}"
+
+
+def _trainer(cfg: ImagesConfig, log_dir: Path, max_epochs: int, ckpt_dir: Path | None = None):
     import pytorch_lightning as pl
+    from pytorch_lightning.callbacks import ModelCheckpoint
     from pytorch_lightning.loggers import CSVLogger
 
+    from adaptcl.adapters.lightning_modules import AtomicCheckpointIO
+
+    callbacks, plugins = [], []
+    if ckpt_dir is not None:
+        # last.ckpt after every training epoch (Lightning also keeps the newest epoch=*.ckpt);
+        # no version counter, so a rerun overwrites last.ckpt instead of writing last-v1.ckpt
+        callbacks.append(ModelCheckpoint(dirpath=str(ckpt_dir), filename="{epoch}",
+                                         save_last=True, every_n_epochs=1,
+                                         save_on_train_epoch_end=True,
+                                         enable_version_counter=False))
+        plugins.append(AtomicCheckpointIO())
     kwargs: dict[str, Any] = dict(
         max_epochs=max_epochs, accelerator=cfg.accelerator, devices=cfg.devices,
         strategy=cfg.strategy, logger=CSVLogger(str(log_dir), name=""),
-        enable_checkpointing=False, enable_progress_bar=cfg.progress,
+        enable_checkpointing=ckpt_dir is not None, callbacks=callbacks, plugins=plugins,
+        enable_progress_bar=cfg.progress,
         enable_model_summary=False, num_sanity_val_steps=0, log_every_n_steps=10,
         check_val_every_n_epoch=max(1, cfg.knn_every or 1),
         limit_val_batches=1.0 if cfg.knn_every else 0,
     )
     if cfg.precision:
         kwargs["precision"] = cfg.precision
-    if cfg.strategy.startswith("ddp"):
-        kwargs["sync_batchnorm"] = True
+    if cfg.strategy.startswith("ddp") and cfg.accelerator != "cpu":
+        import torch
+
+        # SyncBatchNorm needs GPU modules (torch raises on CPU); CPU DDP keeps per-rank BN
+        kwargs["sync_batchnorm"] = torch.cuda.is_available()
     return pl.Trainer(**kwargs)
 
 
 def _run_one(cfg: ImagesConfig, splits, loss: str, seed: int, out_dir: Path) -> dict[str, Any]:
+    """Train and evaluate one (loss, seed), resuming from / skipping what an earlier run left."""
     import torch
     from torch.utils.data import DataLoader
+
+    run_dir = out_dir / "runs" / run_key(cfg, loss, seed)
+    record_path = run_dir / "record.json"
+    if record_path.is_file():  # finished by an earlier invocation
+        record = read_json(record_path)
+        print(f"[images] {cfg.method}/{loss} seed {seed}: done earlier, reusing {record_path}",
+              flush=True)
+        return record
+    last_ckpt = run_dir / "last.ckpt"
+    for stale in run_dir.glob(".*.tmp"):  # temporary file of a write that was killed
+        stale.unlink(missing_ok=True)
+    resume = last_ckpt if last_ckpt.is_file() else None
+    if resume is not None:
+        print(f"[images] {cfg.method}/{loss} seed {seed}: resuming from {resume}", flush=True)
 
     seed_everything(seed)
     normalize = _normalize_stats(splits.source)
@@ -400,10 +457,12 @@ def _run_one(cfg: ImagesConfig, splits, loss: str, seed: int, out_dir: Path) -> 
     module = build_module(cfg, loss, splits.num_classes)
     if cfg.knn_every:
         module.set_knn_bank_loader(bank_loader)
-    trainer = _trainer(cfg, out_dir / "logs" / f"{cfg.method}_{loss}_seed{seed}", cfg.epochs)
+    trainer = _trainer(cfg, out_dir / "logs" / f"{cfg.method}_{loss}_seed{seed}", cfg.epochs,
+                       ckpt_dir=run_dir)
     start = time.perf_counter()
     trainer.fit(module, train_dataloaders=ssl_loader,
-                val_dataloaders=test_loader if cfg.knn_every else None)
+                val_dataloaders=test_loader if cfg.knn_every else None,
+                ckpt_path=str(resume) if resume is not None else None)
     train_time = time.perf_counter() - start
     if not trainer.is_global_zero:
         return {}
@@ -421,13 +480,16 @@ def _run_one(cfg: ImagesConfig, splits, loss: str, seed: int, out_dir: Path) -> 
     eval_time = time.perf_counter() - start
     history = module.history
     last = history[-1] if history else {}
-    return {
+    record = {
         "method": cfg.method, "loss": loss, "seed": seed, "epochs": cfg.epochs,
         "batch_size": cfg.batch_size, "knn_top1": knn, "linear_top1": linear,
         "final_temperature": last.get("temperature"), "final_alignment": last.get("alignment"),
         "final_loss": last.get("loss"), "train_time_s": train_time, "eval_time_s": eval_time,
-        "steps": len(history), "history": history, "online_knn": module.knn_history,
+        "steps": len(history), "resumed_from": module.resumed_from, "run_dir": str(run_dir),
+        "history": history, "online_knn": module.knn_history,
     }
+    write_json_atomic(record_path, record)
+    return record
 
 
 def _table(records: list[dict[str, Any]]) -> str:
@@ -439,6 +501,7 @@ def _table(records: list[dict[str, Any]]) -> str:
             "linear top-1 (%)": 100 * r["linear_top1"] if not math.isnan(r["linear_top1"]) else None,
             "final tau": None if r["final_temperature"] is None else f"{r['final_temperature']:.4f}",
             "final A": None if r["final_alignment"] is None else f"{r['final_alignment']:.3f}",
+            "batch": str(r["batch_size"]),
             "train (s)": f"{r['train_time_s']:.0f}",
         })
     seeds = sorted({r["seed"] for r in records})

@@ -104,7 +104,7 @@ class GraphAugmentation(BaseTransform):
         if isinstance(data, Batch):
             graphs = [self.augment(copy.copy(g)) for g in data.to_data_list()]
             return Batch.from_data_list(graphs)
-        return self.augment(data)
+        return self.augment(copy.copy(data))  # never touch the caller's Data, even via forward()
 
     def augment(self, data: Data) -> Data:  # pragma: no cover - abstract
         raise NotImplementedError

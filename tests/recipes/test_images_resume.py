@@ -1,0 +1,173 @@
+"""The images recipe survives being killed: rerunning it resumes from ``last.ckpt``.
+
+Each test starts the recipe in a subprocess on a tiny configuration, SIGKILLs it as soon as a
+checkpoint of the run under test exists, checks that no final result file was written, reruns
+the recipe in-process to completion and checks that the rerun resumed (not restarted) the
+interrupted run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+pytest.importorskip("lightly")
+pytest.importorskip("pytorch_lightning")
+
+from adaptcl.recipes import images  # noqa: E402
+from adaptcl.recipes.images import ImagesConfig, run_images, run_key  # noqa: E402
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+TINY = dict(train_limit=256, test_limit=100, epochs=3, batch_size=64, width=0.0625,
+            hidden_dim=32, output_dim=16, queue_size=128, linear_epochs=2, knn_every=1,
+            progress=False, accelerator="cpu", num_threads=1, num_workers=0)
+
+
+def _config(shared_data, out_dir: Path, **kwargs) -> ImagesConfig:
+    return ImagesConfig(data_root=str(shared_data), output_dir=str(out_dir), **TINY, **kwargs)
+
+
+def _run_until_checkpoint(config: ImagesConfig, ckpt: Path, timeout: float = 240.0) -> None:
+    """Start the recipe in a subprocess and SIGKILL it once ``ckpt`` exists."""
+    fields = {k: v for k, v in config.__dict__.items()}
+    script = textwrap.dedent(f"""
+        from adaptcl.recipes.images import ImagesConfig, run_images
+        run_images(ImagesConfig(**{fields!r}))
+    """)
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO_ROOT / "src"))
+    proc = subprocess.Popen([sys.executable, "-c", script], env=env, cwd=str(REPO_ROOT),
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + timeout
+    try:
+        while not ckpt.exists():
+            if proc.poll() is not None:
+                out = proc.stdout.read().decode(errors="replace")
+                pytest.fail(f"the recipe exited ({proc.returncode}) before {ckpt.name}:\n{out}")
+            if time.monotonic() > deadline:
+                pytest.fail(f"no {ckpt} after {timeout:.0f}s")
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        proc.stdout.close()
+    assert proc.returncode == -signal.SIGKILL
+
+
+def _load_ckpt(path: Path) -> dict:
+    return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def _assert_resumed(run: dict, ckpt: dict, epochs: int, steps_per_epoch: int) -> None:
+    resumed = run["resumed_from"]
+    assert resumed is not None, "the rerun trained from scratch instead of resuming"
+    assert resumed["checkpoint_epoch"] == ckpt["epoch"]
+    assert resumed["checkpoint_global_step"] == ckpt["global_step"]
+    # training restarted at the epoch after the checkpoint, with the checkpoint's step count
+    assert resumed["start_global_step"] == ckpt["global_step"]
+    assert resumed["start_epoch"] == ckpt["global_step"] // steps_per_epoch
+    # killed after the first checkpoint (normally during epoch 2; a starved poller could in
+    # principle see the last epoch's checkpoint, then the rerun only evaluates)
+    assert 1 <= resumed["start_epoch"] <= epochs
+    # history: the checkpoint's steps plus only the steps after it, each exactly once
+    assert [int(h["step"]) for h in run["history"]] == list(range(epochs * steps_per_epoch))
+    saved = ckpt["adaptcl_history"]["history"]
+    assert run["history"][:len(saved)] == saved
+    assert {int(h["epoch"]) for h in run["history"][len(saved):]} == set(
+        range(resumed["start_epoch"], epochs))
+    assert [int(h["epoch"]) for h in run["online_knn"]] == list(range(epochs))
+
+
+@pytest.mark.slow
+def test_killed_simclr_run_resumes_and_skips_finished_runs(shared_data, tmp_path, monkeypatch):
+    config = _config(shared_data, tmp_path, losses=("nt_xent", "macl"))
+    cfg = config.resolved()
+    runs = tmp_path / "runs"
+    done_dir, open_dir = runs / run_key(cfg, "nt_xent", 0), runs / run_key(cfg, "macl", 0)
+    final = tmp_path / "images_simclr_cpu.json"
+
+    # kill during the second loss: the first (loss, seed) is finished and persisted
+    _run_until_checkpoint(config, open_dir / "last.ckpt")
+    assert not final.exists() and not (tmp_path / "images_simclr_cpu.md").exists()
+    assert (done_dir / "record.json").is_file() and not (open_dir / "record.json").exists()
+    done_record = json.loads((done_dir / "record.json").read_text())
+    ckpt = _load_ckpt(open_dir / "last.ckpt")
+
+    fitted = []
+    original = images._trainer
+
+    def counting_trainer(*args, **kwargs):
+        trainer = original(*args, **kwargs)
+        fitted.append(kwargs.get("ckpt_dir"))
+        return trainer
+
+    monkeypatch.setattr(images, "_trainer", counting_trainer)
+    result = run_images(config)
+
+    assert fitted == [open_dir]  # the finished run was skipped, not retrained
+    saved = json.loads(final.read_text())
+    assert [r["loss"] for r in saved["runs"]] == ["nt_xent", "macl"]
+    nt_xent, macl = saved["runs"]
+    assert nt_xent["train_time_s"] == done_record["train_time_s"]
+    assert nt_xent["knn_top1"] == done_record["knn_top1"]
+    _assert_resumed(macl, ckpt, epochs=3, steps_per_epoch=256 // 64)
+    for run in saved["runs"]:
+        assert 0.0 <= run["knn_top1"] <= 1.0 and 0.0 <= run["linear_top1"] <= 1.0
+        assert run["steps"] == 3 * (256 // 64)
+    assert all(h["temperature"] > 0 for h in macl["history"])
+    assert result["runs"][1]["resumed_from"] == macl["resumed_from"]
+    table = (tmp_path / "images_simclr_cpu.md").read_text()
+    assert "| simclr | nt_xent | 0 |" in table and "| simclr | macl | 0 |" in table
+    assert (tmp_path / "images_simclr_cpu_temperature.png").stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_killed_ascl_moco_run_resumes_with_its_queue(shared_data, tmp_path, monkeypatch):
+    config = _config(shared_data, tmp_path, method="ascl-moco", losses=("ascl",))
+    run_dir = tmp_path / "runs" / run_key(config.resolved(), "ascl", 0)
+    _run_until_checkpoint(config, run_dir / "last.ckpt")
+    assert not (tmp_path / "images_ascl-moco_cpu.json").exists()
+    ckpt = _load_ckpt(run_dir / "last.ckpt")
+    saved_queue = ckpt["state_dict"]["model.criterion.memory_bank.bank"]
+    saved_ptr = ckpt["state_dict"]["model.criterion.memory_bank.bank_ptr"]
+
+    import pytorch_lightning as pl
+
+    seen = {}
+
+    class QueueAtStart(pl.Callback):
+        def on_train_start(self, trainer, pl_module):
+            seen["queue"] = pl_module.model.queue.detach().clone()
+            seen["ptr"] = pl_module.model.criterion.memory_bank.bank_ptr.detach().clone()
+
+    original = images._trainer
+
+    def trainer_with_probe(*args, **kwargs):
+        trainer = original(*args, **kwargs)
+        trainer.callbacks.append(QueueAtStart())
+        return trainer
+
+    monkeypatch.setattr(images, "_trainer", trainer_with_probe)
+    run_images(config)
+
+    # training resumed with the checkpoint's queue (and pointer), which held the keys of the
+    # steps before the kill
+    assert torch.equal(seen["queue"], saved_queue) and torch.equal(seen["ptr"], saved_ptr)
+    assert int(saved_ptr) == (ckpt["global_step"] * 64) % 128
+    saved = json.loads((tmp_path / "images_ascl-moco_cpu.json").read_text())
+    (run,) = saved["runs"]
+    _assert_resumed(run, ckpt, epochs=3, steps_per_epoch=256 // 64)
+    assert 0.0 <= run["knn_top1"] <= 1.0
+    assert all(0.0 <= h["confidence"] <= 1.0 for h in run["history"])
