@@ -265,6 +265,9 @@ def _make_losses():
         "macl": lambda: MACLLoss(temperature=0.1, alpha=0.5, a0=0.0, gather_distributed=True),
         "ntxent": lambda: NTXentLoss(temperature=0.2, gather_distributed=True),
         "dcl": lambda: DCLLoss(temperature=0.1, gather_distributed=True),
+        # in-batch ASCL: gathered keys are the negatives and the soft-label candidates
+        "ascl": lambda: ASCLLoss(temperature=0.1, sharpen_temperature=0.05, num_neighbors=2,
+                                 gather_distributed=True),
         "macl_bank": lambda: MACLLoss(temperature=0.15, alpha=0.5, a0=0.2,
                                       memory_bank_size=(40, 8), gather_distributed=True),
     }
