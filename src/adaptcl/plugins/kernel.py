@@ -117,25 +117,42 @@ def contrastive_kernel(
     """
     # The one-hot paths never read the logits again, so they may become the backward buffer.
     lse_neg = row_logsumexp(negative_logits, inplace=soft_targets is None and inplace)
+    if soft_targets is not None:
+        y_pos, y_neg = soft_targets
+        soft_targets = (y_pos, (y_neg * negative_logits).sum(dim=1))
+    return kernel_from_lse(lse_neg, positive_logit, positive_in_denominator=positive_in_denominator,
+                           soft_targets=soft_targets, log_weights=log_weights)
+
+
+def kernel_from_lse(
+    lse_neg: Tensor,
+    positive_logit: Tensor,
+    *,
+    positive_in_denominator: bool = True,
+    soft_targets: tuple[Tensor, Tensor] | None = None,
+    log_weights: Tensor | Callable[[Tensor], Tensor] | None = None,
+) -> KernelOutput:
+    """:func:`contrastive_kernel` from the row statistics (shared by the materialised and tiled paths).
+
+    ``soft_targets`` is ``(y_pos [A], sum_j y_ij l_ij [A])`` here (the weighted sum streamed
+    over tiles instead of the ``[A, C]`` targets).
+    """
     r = lse_neg - positive_logit
     log_w = F.logsigmoid(r).detach()
     p_pos = torch.sigmoid(-r).detach()
-
     if soft_targets is not None:
-        y_pos, y_neg = soft_targets
+        y_pos, weighted = soft_targets
         lse = torch.logaddexp(lse_neg, positive_logit) if positive_in_denominator else lse_neg
-        plain = lse - y_pos * positive_logit - (y_neg * negative_logits).sum(dim=1)
+        plain = lse - y_pos * positive_logit - weighted
     elif positive_in_denominator:
         plain = F.softplus(r)
     else:
         plain = r
-
     if callable(log_weights):
         log_weights = log_weights(log_w)
     if log_weights is None:
         loss = plain
     elif soft_targets is None and positive_in_denominator:
-        # exp(sg(log w) + log L): exact weight times loss, finite even when w overflows.
         loss = torch.exp(log_weights.detach() + log_softplus(r))
     else:
         loss = torch.exp(log_weights.detach().clamp(max=80.0)) * plain

@@ -61,13 +61,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from ._validation import check_int
 from .candidates import Candidates
-from .kernel import KernelOutput, log_softplus
+from .kernel import KernelOutput, kernel_from_lse
 
 NEG_INF = float("-inf")
 
@@ -273,41 +272,6 @@ def tiled_negative_lse(c: Candidates, temperature: Tensor | float, tile_size: in
     with torch.autocast(device_type=c.anchors.device.type, enabled=False):
         lse, _, _ = _TiledRowStats.apply(a, c.keys, tile_size, (c.positive_index, c.self_index), None)
     return lse, pos
-
-
-def kernel_from_lse(
-    lse_neg: Tensor,
-    positive_logit: Tensor,
-    *,
-    positive_in_denominator: bool = True,
-    soft_targets: tuple[Tensor, Tensor] | None = None,
-    log_weights: Tensor | Callable[[Tensor], Tensor] | None = None,
-) -> KernelOutput:
-    """:func:`~adaptcl.plugins.kernel.contrastive_kernel` from the row statistics.
-
-    ``soft_targets`` is ``(y_pos [A], sum_j y_ij l_ij [A])`` here (the weighted sum streamed
-    over tiles instead of the ``[A, C]`` targets).
-    """
-    r = lse_neg - positive_logit
-    log_w = F.logsigmoid(r).detach()
-    p_pos = torch.sigmoid(-r).detach()
-    if soft_targets is not None:
-        y_pos, weighted = soft_targets
-        lse = torch.logaddexp(lse_neg, positive_logit) if positive_in_denominator else lse_neg
-        plain = lse - y_pos * positive_logit - weighted
-    elif positive_in_denominator:
-        plain = F.softplus(r)
-    else:
-        plain = r
-    if callable(log_weights):
-        log_weights = log_weights(log_w)
-    if log_weights is None:
-        loss = plain
-    elif soft_targets is None and positive_in_denominator:
-        loss = torch.exp(log_weights.detach() + log_softplus(r))
-    else:
-        loss = torch.exp(log_weights.detach().clamp(max=80.0)) * plain
-    return KernelOutput(loss=loss, plain=plain, log_w=log_w, positive_probability=p_pos)
 
 
 def tiled_kernel(c: Candidates, temperature: Tensor | float, tile_size: int, *,
