@@ -319,7 +319,13 @@ def pretrain(cfg: MoleculeNetConfig, loss_name: str, corpus=None) -> dict[str, A
     import torch
     from torch_geometric.loader import DataLoader
 
-    from adaptcl.adapters.graphcl import GraphCL, TwoViewDataset, graphcl_augmentation, graphcl_loss
+    from adaptcl.adapters.graphcl import (
+        GraphCL,
+        TwoViewDataset,
+        graphcl_augmentation,
+        graphcl_loss,
+        train_epoch,
+    )
 
     final = pretrain_path(cfg, loss_name)
     if final.is_file():
@@ -361,22 +367,8 @@ def pretrain(cfg: MoleculeNetConfig, loss_name: str, corpus=None) -> dict[str, A
                       initial=state["epoch"], total=cfg.pretrain_epochs)
     for epoch in epochs:
         t0 = time.perf_counter()
-        model.train()
-        total, count = 0.0, 0
-        for b0, b1 in loader:
-            if b0.num_graphs < 2:  # a single-graph batch has no negative
-                continue
-            optimizer.zero_grad()
-            loss = model(b0, b1)
-            if not torch.isfinite(loss):
-                raise FloatingPointError(f"non-finite pre-training loss ({loss_name}, epoch {epoch})")
-            loss.backward()
-            optimizer.step()
-            total += loss.item() * b0.num_graphs
-            count += b0.num_graphs
-            for key, value in model.last_stats.items():
-                state["step_stats"].setdefault(key, []).append(value)
-        state["epoch_loss"].append(total / max(count, 1))
+        state["epoch_loss"].append(train_epoch(model, loader, optimizer, state["step_stats"],
+                                               where=f"pre-training {loss_name}, epoch {epoch}"))
         state["epoch_seconds"].append(time.perf_counter() - t0)
         state["epoch"] = epoch + 1
         if cfg.progress:

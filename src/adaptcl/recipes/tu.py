@@ -289,7 +289,13 @@ def run_one(cfg: TUConfig, name: str, loss_name: str, seed: int, graphs, in_dim:
     import torch
     from torch_geometric.loader import DataLoader
 
-    from adaptcl.adapters.graphcl import GraphCL, TUGINEncoder, TwoViewDataset, graphcl_loss
+    from adaptcl.adapters.graphcl import (
+        GraphCL,
+        TUGINEncoder,
+        TwoViewDataset,
+        graphcl_loss,
+        train_epoch,
+    )
     from adaptcl.recipes.graph_eval import svm_cv_accuracy
 
     seed_everything(seed)
@@ -313,22 +319,8 @@ def run_one(cfg: TUConfig, name: str, loss_name: str, seed: int, graphs, in_dim:
         epochs = tqdm(epochs, desc=f"{name}/{loss_name}/seed{seed}", leave=False,
                       position=position, dynamic_ncols=True)
     for _ in epochs:
-        model.train()
-        total, count = 0.0, 0
-        for b0, b1 in loader:
-            if b0.num_graphs < 2:  # a single-graph batch has no negative
-                continue
-            optimizer.zero_grad()
-            loss = model(b0, b1)
-            if not torch.isfinite(loss):
-                raise FloatingPointError(f"non-finite loss on {name}/{loss_name}/seed{seed}")
-            loss.backward()
-            optimizer.step()
-            total += loss.item() * b0.num_graphs
-            count += b0.num_graphs
-            for key, value in model.last_stats.items():
-                history.setdefault(key, []).append(value)
-        epoch_loss.append(total / max(count, 1))
+        epoch_loss.append(train_epoch(model, loader, optimizer, history,
+                                      where=f"{name}/{loss_name}/seed{seed}"))
         if cfg.progress:
             epochs.set_postfix(loss=f"{epoch_loss[-1]:.3f}")
     train_seconds = time.perf_counter() - t0

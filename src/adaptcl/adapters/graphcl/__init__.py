@@ -29,7 +29,7 @@ from adaptcl.adapters import require
 require("torch_geometric", "graph")
 
 from .encoders import MolGINEncoder, TUGINEncoder  # noqa: E402
-from .model import LOSS_NAMES, GraphCL, graphcl_loss, projection_head  # noqa: E402
+from .model import LOSS_NAMES, GraphCL, graphcl_loss, projection_head, train_epoch  # noqa: E402
 from .molecules import (  # noqa: E402
     MoleculeDataset,
     featurise_smiles,
@@ -58,6 +58,7 @@ __all__ = [
     "AttrMask", "CappedOneHotDegree", "ConstantFeatures", "EdgePerturb", "GraphAugmentation",
     "Identity", "NodeDrop", "RandomChoice", "Subgraph", "TwoViewDataset", "graphcl_augmentation",
     "TUGINEncoder", "MolGINEncoder", "GraphCL", "graphcl_loss", "LOSS_NAMES", "projection_head",
+    "train_epoch",
     "MoleculeDataset", "featurise_smiles", "load_moleculenet", "load_smiles_dataset",
     "murcko_scaffold", "read_moleculenet_csv", "scaffold_split", "smiles_to_data",
 ]

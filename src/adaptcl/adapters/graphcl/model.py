@@ -129,3 +129,30 @@ class GraphCL(nn.Module):
             except (TypeError, ValueError):
                 continue
         return out
+
+
+def train_epoch(model: GraphCL, loader, optimizer: torch.optim.Optimizer,
+                stats: dict[str, list] | None = None, *, where: str = "") -> float:
+    """One GraphCL pre-training epoch over a two-view loader; returns the mean loss per graph.
+
+    Batches of a single graph are skipped (no negative). The loss module's ``last_stats`` are
+    appended to ``stats`` (key -> list) at every step. A non-finite loss raises
+    ``FloatingPointError`` naming ``where``.
+    """
+    model.train()
+    total, count = 0.0, 0
+    for b0, b1 in loader:
+        if b0.num_graphs < 2:  # a single-graph batch has no negative
+            continue
+        optimizer.zero_grad()
+        loss = model(b0, b1)
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"non-finite loss on {where or 'GraphCL pre-training'}")
+        loss.backward()
+        optimizer.step()
+        total += loss.item() * b0.num_graphs
+        count += b0.num_graphs
+        if stats is not None:
+            for key, value in model.last_stats.items():
+                stats.setdefault(key, []).append(value)
+    return total / max(count, 1)
