@@ -137,6 +137,11 @@ class _LightlyContrastiveLoss(nn.Module):
         raise NotImplementedError
 
     @property
+    def temperature(self) -> float:
+        """The (base) temperature; MACL's adaptive one is ``last_stats["temperature"]``."""
+        return self.criterion.temperature
+
+    @property
     def last_stats(self) -> dict[str, Tensor]:
         """What the core loss computed in the last call (detached 0-d tensors)."""
         return self.criterion.last_stats
@@ -198,10 +203,6 @@ class NTXentLoss(_LightlyContrastiveLoss):
     def _make_core(self, **kwargs: Any) -> nn.Module:
         return plugins.InfoNCELoss(self._temperature, **kwargs)
 
-    @property
-    def temperature(self) -> float:
-        return self.criterion.temperature
-
 
 class DCLLoss(_LightlyContrastiveLoss):
     """Decoupled contrastive loss [0] with ``NTXentLoss``'s signature (memory bank, gather).
@@ -225,10 +226,6 @@ class DCLLoss(_LightlyContrastiveLoss):
 
     def _make_core(self, **kwargs: Any) -> nn.Module:
         return plugins.DCLLoss(self._temperature, **kwargs)
-
-    @property
-    def temperature(self) -> float:
-        return self.criterion.temperature
 
 
 class FlatNCELoss(DCLLoss):
@@ -268,10 +265,6 @@ class DualTemperatureLoss(_LightlyContrastiveLoss):
 
     def _make_core(self, **kwargs: Any) -> nn.Module:
         return plugins.DualTemperatureLoss(self._temperature, self._temperature_beta, **kwargs)
-
-    @property
-    def temperature(self) -> float:
-        return self.criterion.temperature
 
 
 class MACLLoss(_LightlyContrastiveLoss):
@@ -328,11 +321,6 @@ class MACLLoss(_LightlyContrastiveLoss):
 
     def _make_core(self, **kwargs: Any) -> nn.Module:
         return plugins.MACLLoss(**self._core_kwargs, **kwargs)
-
-    @property
-    def temperature(self) -> float:
-        """The base temperature tau0 (the adaptive one is ``last_stats["temperature"]``)."""
-        return self.criterion.temperature
 
 
 class ASCLLoss(nn.Module):
