@@ -86,6 +86,22 @@ def write_json_atomic(path: str | os.PathLike, obj: Any) -> Path:
     return write_text_atomic(path, json.dumps(_jsonable(obj), indent=2, sort_keys=False) + "\n")
 
 
+def save_figure_atomic(fig: Any, path: str | os.PathLike, dpi: int = 110) -> Path:
+    """Save a matplotlib figure as ``path`` through a temporary file and close the figure."""
+    import matplotlib.pyplot as plt
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
+    try:
+        fig.savefig(tmp, dpi=dpi)
+        os.replace(tmp, path)
+    finally:
+        plt.close(fig)
+        Path(tmp).unlink(missing_ok=True)
+    return path
+
+
 def read_json(path: str | os.PathLike) -> Any:
     with open(path, encoding="utf-8") as handle:
         return json.load(handle)

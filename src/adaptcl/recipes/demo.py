@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -57,6 +56,7 @@ from torch import Tensor, nn
 from adaptcl.plugins import InfoNCELoss, MACLLoss, alignment, uniformity
 from adaptcl.recipes._common import (
     markdown_table,
+    save_figure_atomic,
     seed_everything,
     write_json_atomic,
     write_text_atomic,
@@ -321,14 +321,7 @@ def plot_history(histories: dict[str, dict[str, list[float]]], names: dict[str, 
     fig.suptitle("adaptcl demo: NT-Xent vs MACL on sklearn digits (same seed, same views)",
                  fontsize=11)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.stem}.tmp.png")
-    try:
-        fig.savefig(tmp, dpi=110)
-        os.replace(tmp, path)
-    finally:
-        plt.close(fig)
-        tmp.unlink(missing_ok=True)
+    save_figure_atomic(fig, path)
     return path
 
 

@@ -44,7 +44,6 @@ import dataclasses
 import hashlib
 import json
 import math
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,6 +54,7 @@ from adaptcl.recipes._common import (
     mean_std,
     read_json,
     resolve_data_root,
+    save_figure_atomic,
     seed_everything,
     write_json_atomic,
     write_text_atomic,
@@ -542,12 +542,7 @@ def _plot(records: list[dict[str, Any]], path: Path, title: str) -> Path:
             ax.legend(fontsize=8)
     fig.suptitle(title)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    os.replace(tmp, path)
-    return path
+    return save_figure_atomic(fig, path)
 
 
 def run_images(config: ImagesConfig) -> dict[str, Any]:

@@ -62,6 +62,7 @@ from adaptcl.recipes._common import (
     mean_std,
     read_json,
     resolve_data_root,
+    save_figure_atomic,
     seed_everything,
     write_json_atomic,
     write_text_atomic,
@@ -578,12 +579,7 @@ def plot_pretraining(checkpoints: dict[str, dict[str, Any]], path: Path) -> Path
         if ax.lines:
             ax.legend(fontsize=8)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    tmp.replace(path)
-    return path
+    return save_figure_atomic(fig, path)
 
 
 def run_moleculenet(cfg: MoleculeNetConfig) -> dict[str, Any]:

@@ -31,6 +31,7 @@ from ._common import (
     markdown_table,
     read_json,
     resolve_data_root,
+    save_figure_atomic,
     seed_everything,
     write_json_atomic,
     write_text_atomic,
@@ -155,9 +156,7 @@ def _plot(histories: dict[str, list[dict]], path: Path) -> Path | None:
         ax.legend()
         ax.grid(alpha=0.3)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+    return save_figure_atomic(fig, path, dpi=120)
 
 
 def run_simcse(config: SimCSERecipeConfig) -> dict[str, Any]:

@@ -58,6 +58,7 @@ from adaptcl.recipes._common import (
     mean_std,
     read_json,
     resolve_data_root,
+    save_figure_atomic,
     seed_everything,
     write_json_atomic,
     write_text_atomic,
@@ -424,12 +425,7 @@ def plot_stats(cfg: TUConfig, runs: dict[tuple[str, str, int], dict[str, Any]],
             if ax.lines:
                 ax.legend(fontsize=8)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    tmp.replace(path)
-    return path
+    return save_figure_atomic(fig, path)
 
 
 def run_tu(cfg: TUConfig) -> dict[str, Any]:
