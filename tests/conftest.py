@@ -32,3 +32,24 @@ def shared_data() -> Path:
             pytest.fail(message)
         pytest.skip(message)
     return path
+
+
+def _available_devices() -> list:
+    import torch
+
+    devices = [pytest.param("cpu", id="cpu")]
+    if torch.cuda.is_available():
+        devices.append(pytest.param("cuda", id="cuda", marks=pytest.mark.gpu))
+    return devices
+
+
+@pytest.fixture(params=_available_devices())
+def device(request):
+    """Every device there is: ``cpu`` always, ``cuda`` (marked ``gpu``) when CUDA is available.
+
+    Tests that take this fixture run unchanged on a GPU machine; ``pytest -m gpu`` selects
+    their CUDA cases there and nothing here.
+    """
+    import torch
+
+    return torch.device(request.param)
