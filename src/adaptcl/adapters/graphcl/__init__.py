@@ -52,11 +52,13 @@ from .transforms import (  # noqa: E402
     Subgraph,
     TwoViewDataset,
     graphcl_augmentation,
+    worker_generator,
 )
 
 __all__ = [
     "AttrMask", "CappedOneHotDegree", "ConstantFeatures", "EdgePerturb", "GraphAugmentation",
     "Identity", "NodeDrop", "RandomChoice", "Subgraph", "TwoViewDataset", "graphcl_augmentation",
+    "worker_generator",
     "TUGINEncoder", "MolGINEncoder", "GraphCL", "graphcl_loss", "LOSS_NAMES", "projection_head",
     "train_epoch",
     "MoleculeDataset", "featurise_smiles", "load_moleculenet", "load_smiles_dataset",

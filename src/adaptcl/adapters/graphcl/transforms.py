@@ -16,12 +16,31 @@ Where they apply
 
 Randomness
     Each transform takes an optional ``torch.Generator``; without one it draws from torch's
-    global RNG (so ``torch.manual_seed`` makes a run reproducible). There is no other state.
+    global RNG, so ``torch.manual_seed`` makes a run reproducible and torch's DataLoader
+    workers (each seeded ``base_seed + worker_id``, ``base_seed`` drawn per epoch from the
+    loader's ``generator=`` or the global RNG) get their own stream, as with any PyG transform.
+    A stored generator is used as it is in the main process (``num_workers=0``: one stream,
+    advancing across epochs). Inside a DataLoader worker the copy of it that the worker holds
+    is never replayed: the transform draws from a stream seeded by the generator's seed mixed
+    with that worker's seed, so views differ across workers and epochs, change with either
+    seed, and are reproduced by the same two seeds. Transforms that share a generator share
+    that stream in a worker too. No ``worker_init_fn`` is needed.
+
+Devices and dtypes
+    Every tensor a transform writes follows the data: random draws, masks and index vectors
+    are made on the data's device (a CPU ``generator`` draws on the CPU and the draw is moved
+    to the data's device), new features take the data's dtype (or ``dtype=``, default
+    ``torch.get_default_dtype()``). Two choices are made on the host by design:
+    :class:`RandomChoice`'s pick (Python control flow) and :class:`Subgraph`'s random walk
+    (a sequential walk; the edge list is copied to the CPU once per graph).
 
 Guarantees (tested)
-    Edge indices stay within ``[0, num_nodes)``, node-level attributes (``x``, ``pos``, ...)
-    and edge-level attributes (``edge_attr``) keep matching lengths, and a graph never loses
-    its last node: node dropping and subgraph sampling keep at least ``min_nodes`` (default 1).
+    Edge indices stay within ``[0, num_nodes)``; every node-level attribute (``x``, ``pos``,
+    ...) and every edge-level attribute (``edge_attr``, ``edge_weight``, ``edge_type``, any
+    tensor whose concatenation dimension has the edge count, classified by
+    ``Data.is_node_attr``/``Data.is_edge_attr`` as torch-geometric does) stays aligned with
+    its nodes and edges; node dropping and subgraph sampling never lose the last node (at least
+    ``min_nodes``, default 1). Only homogeneous graphs: a ``HeteroData`` raises a ``TypeError``.
 
 GraphCL's own code (``unsupervised_TU/aug.py``) differs from the paper in ways that can be
 switched on here: edge perturbation there only removes edges (``add_edges=False``), its
@@ -54,8 +73,9 @@ require("torch_geometric", "graph")
 
 import torch  # noqa: E402
 from torch import Tensor  # noqa: E402
-from torch_geometric.data import Batch, Data  # noqa: E402
+from torch_geometric.data import Batch, Data, HeteroData  # noqa: E402
 from torch_geometric.transforms import BaseTransform  # noqa: E402
+from torch_geometric.utils import degree, one_hot, select  # noqa: E402
 
 __all__ = [
     "GraphAugmentation",
@@ -69,6 +89,7 @@ __all__ = [
     "CappedOneHotDegree",
     "TwoViewDataset",
     "graphcl_augmentation",
+    "worker_generator",
 ]
 
 
@@ -79,28 +100,126 @@ def _check_ratio(ratio: float, name: str = "ratio") -> float:
     return ratio
 
 
+def _check_min_nodes(min_nodes: int) -> int:
+    if min_nodes < 1:
+        raise ValueError(f"min_nodes must be >= 1, got {min_nodes}")
+    return int(min_nodes)
+
+
 def _num_nodes(data: Data) -> int:
     n = data.num_nodes
     return 0 if n is None else int(n)
 
 
+def _data_device(data: Data) -> torch.device:
+    """The device of the graph: that of ``edge_index``, else ``x``, else any tensor, else CPU."""
+    for key in ("edge_index", "x"):
+        value = data[key] if key in data else None
+        if isinstance(value, Tensor):
+            return value.device
+    for _, value in data:
+        if isinstance(value, Tensor):
+            return value.device
+    return torch.device("cpu")
+
+
+def _require_homogeneous(transform: BaseTransform, data: object) -> None:
+    if isinstance(data, HeteroData):
+        raise TypeError(
+            f"{transform.__class__.__name__} works on homogeneous graphs (Data or Batch), got "
+            "HeteroData; convert with data.to_homogeneous() (node_type/edge_type stay aligned "
+            "as node- and edge-level attributes) or apply it to each node/edge type yourself")
+
+
+# -- randomness inside DataLoader workers ------------------------------------------------------
+
+_MASK64 = (1 << 64) - 1
+
+
+def _splitmix64(x: int) -> int:
+    x = (x + 0x9E3779B97F4A7C15) & _MASK64
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return x ^ (x >> 31)
+
+
+def _mix_seeds(a: int, b: int) -> int:
+    """A well-spread 63-bit seed from two seeds (nearby worker seeds give unrelated streams)."""
+    return _splitmix64(_splitmix64(a & _MASK64) ^ (b & _MASK64)) >> 1
+
+
+# id(stored generator) -> (that generator, the worker's seed, the stream derived for it).
+# Keyed by the generator, not the transform, so transforms sharing a generator keep sharing one
+# stream inside a worker, as they do in the main process.
+_worker_streams: dict[int, tuple[torch.Generator, int, torch.Generator]] = {}
+
+
+def worker_generator(generator: torch.Generator | None) -> torch.Generator | None:
+    """The generator to draw from now: ``generator`` itself, or its stream for this worker.
+
+    In the main process (or with ``generator=None``) this returns ``generator`` unchanged.
+    Inside a DataLoader worker it returns a generator seeded by ``generator.initial_seed()``
+    mixed with the worker's seed (``torch.utils.data.get_worker_info().seed``, which torch
+    draws anew each epoch unless workers persist), created once per worker and epoch. So the
+    copy of ``generator`` every worker receives is never replayed, and a run is reproduced by
+    the same generator seed and the same loader seed. Custom transforms can call it too.
+
+    >>> g = torch.Generator().manual_seed(0)
+    >>> worker_generator(g) is g  # main process: the generator itself
+    True
+    """
+    if generator is None:
+        return None
+    info = torch.utils.data.get_worker_info()
+    if info is None:
+        return generator
+    entry = _worker_streams.get(id(generator))
+    if entry is None or entry[0] is not generator or entry[1] != info.seed:
+        stream = torch.Generator(device=generator.device)
+        stream.manual_seed(_mix_seeds(info.seed, generator.initial_seed()))
+        entry = (generator, info.seed, stream)
+        _worker_streams[id(generator)] = entry
+    return entry[2]
+
+
 class GraphAugmentation(BaseTransform):
     """Base class: draws from ``generator`` (or torch's global RNG) and handles ``Batch`` input.
 
-    Subclasses implement :meth:`augment` for one ``Data``.
+    Subclasses implement :meth:`augment` for one ``Data``. Draws go through the ``_rand*``
+    helpers, which make them on the data's device and use :func:`worker_generator` so a stored
+    generator is never replayed across DataLoader workers.
     """
 
     def __init__(self, generator: torch.Generator | None = None) -> None:
         self.generator = generator
 
-    # -- random helpers (all on CPU, through the optional generator) --------------------------
-    def _randperm(self, n: int) -> Tensor:
-        return torch.randperm(n, generator=self.generator)
+    # -- random helpers: on `device`, through the (per-worker) generator ---------------------
+    def _randperm(self, n: int, device: torch.device) -> Tensor:
+        gen = worker_generator(self.generator)
+        if gen is None:
+            return torch.randperm(n, device=device)
+        return torch.randperm(n, generator=gen, device=gen.device).to(device)
 
-    def _randint(self, high: int, size: tuple[int, ...]) -> Tensor:
-        return torch.randint(high, size, generator=self.generator)
+    def _randint(self, high: int, size: tuple[int, ...], device: torch.device) -> Tensor:
+        gen = worker_generator(self.generator)
+        if gen is None:
+            return torch.randint(high, size, device=device)
+        return torch.randint(high, size, generator=gen, device=gen.device).to(device)
+
+    def _randn(self, size: tuple[int, ...], device: torch.device, dtype: torch.dtype) -> Tensor:
+        gen = worker_generator(self.generator)
+        if gen is None:
+            return torch.randn(size, device=device, dtype=dtype)
+        return torch.randn(size, generator=gen, device=gen.device, dtype=dtype).to(device)
+
+    def _host_randint(self, high: int) -> int:
+        """A draw that steers Python control flow: made on the host, so no device sync."""
+        gen = worker_generator(self.generator)
+        device = gen.device if gen is not None else torch.device("cpu")
+        return int(torch.randint(high, (1,), generator=gen, device=device))
 
     def forward(self, data: Data) -> Data:
+        _require_homogeneous(self, data)
         if isinstance(data, Batch):
             graphs = [self.augment(copy.copy(g)) for g in data.to_data_list()]
             return Batch.from_data_list(graphs)
@@ -120,28 +239,31 @@ class Identity(GraphAugmentation):
 class NodeDrop(GraphAugmentation):
     """Drop ``floor(ratio * n)`` nodes uniformly at random together with their edges.
 
-    Kept nodes are relabelled ``0..n'-1``; node- and edge-level attributes are sliced with them
-    (``Data.subgraph``). At least ``min_nodes`` nodes are kept (never an empty graph).
+    Kept nodes are relabelled ``0..n'-1``; ``Data.subgraph`` slices every node- and edge-level
+    attribute with them. At least ``min_nodes`` nodes are kept (never an empty graph). The
+    count is exact, as in GraphCL; ``torch_geometric.utils.dropout_node`` would drop each node
+    with probability ``ratio`` instead.
+
+    >>> NodeDrop(0.1)
+    NodeDrop(ratio=0.1, min_nodes=1)
     """
 
     def __init__(self, ratio: float = 0.2, min_nodes: int = 1,
                  generator: torch.Generator | None = None) -> None:
         super().__init__(generator)
         self.ratio = _check_ratio(ratio)
-        if min_nodes < 1:
-            raise ValueError(f"min_nodes must be >= 1, got {min_nodes}")
-        self.min_nodes = int(min_nodes)
+        self.min_nodes = _check_min_nodes(min_nodes)
 
     def augment(self, data: Data) -> Data:
         n = _num_nodes(data)
         n_drop = min(int(n * self.ratio), max(n - self.min_nodes, 0))
         if n_drop <= 0:
             return data
-        keep = self._randperm(n)[n_drop:].sort().values
+        keep = self._randperm(n, _data_device(data))[n_drop:].sort().values
         return data.subgraph(keep)
 
     def __repr__(self) -> str:
-        return f"{self.__class__.__name__}(ratio={self.ratio})"
+        return f"{self.__class__.__name__}(ratio={self.ratio}, min_nodes={self.min_nodes})"
 
 
 class EdgePerturb(GraphAugmentation):
@@ -149,10 +271,17 @@ class EdgePerturb(GraphAugmentation):
 
     ``undirected=True`` (default) treats ``(u, v)``/``(v, u)`` as one edge, so a symmetric
     graph stays symmetric and ``m`` counts undirected edges; ``undirected=False`` perturbs
-    the stored directed entries independently, as GraphCL's code does. Added edges join two
-    distinct nodes drawn uniformly (duplicates of existing edges are possible, as in GraphCL);
-    their ``edge_attr`` rows are copied from uniformly drawn existing edges (zeros when the
-    graph had no edge). GraphCL's TU code removes edges only: ``add_edges=False``.
+    the stored directed entries independently, as GraphCL's code does. Removal goes through
+    ``Data.edge_subgraph``, so every edge-level attribute (``edge_attr``, ``edge_weight``,
+    ``edge_type``, ...) keeps matching its edges. Added edges join two distinct nodes drawn
+    uniformly (duplicates of existing edges are possible, as in GraphCL); each copies all its
+    edge-level attributes from one uniformly drawn existing edge (both directions of an
+    undirected edge get the same). GraphCL's TU code removes edges only: ``add_edges=False``.
+    The count is exact, as in GraphCL; ``torch_geometric.utils.dropout_edge`` would drop each
+    edge with probability ``ratio`` instead.
+
+    >>> EdgePerturb(0.1, add_edges=False)
+    EdgePerturb(ratio=0.1, add_edges=False, undirected=True)
     """
 
     def __init__(self, ratio: float = 0.2, add_edges: bool = True, undirected: bool = True,
@@ -163,49 +292,47 @@ class EdgePerturb(GraphAugmentation):
         self.undirected = bool(undirected)
 
     def augment(self, data: Data) -> Data:
-        edge_index = data.edge_index
+        edge_index = data.edge_index if "edge_index" in data else None
         if edge_index is None:
             return data
+        device = edge_index.device
         n = _num_nodes(data)
         m_stored = edge_index.size(1)
-        edge_attr = data.edge_attr if "edge_attr" in data else None
         if self.undirected:
             row, col = edge_index
-            lo, hi = torch.minimum(row, col), torch.maximum(row, col)
-            key = lo * max(n, 1) + hi
+            key = torch.minimum(row, col) * max(n, 1) + torch.maximum(row, col)
             unique_keys = torch.unique(key)
             n_perturb = int(unique_keys.numel() * self.ratio)
-            dropped = unique_keys[self._randperm(unique_keys.numel())[:n_perturb]]
-            keep_mask = ~torch.isin(key, dropped)
+            if n_perturb == 0:
+                return data
+            dropped = unique_keys[self._randperm(unique_keys.numel(), device)[:n_perturb]]
+            keep = ~torch.isin(key, dropped)
         else:
             n_perturb = int(m_stored * self.ratio)
-            keep_mask = torch.ones(m_stored, dtype=torch.bool)
-            keep_mask[self._randperm(m_stored)[:n_perturb]] = False
-        if n_perturb == 0:
-            return data
-        new_index = edge_index[:, keep_mask]
-        new_attr = edge_attr[keep_mask] if edge_attr is not None else None
-        if self.add_edges and n >= 2:
-            src = self._randint(n, (n_perturb,))
-            # distinct endpoint: shift by 1..n-1 modulo n
-            dst = (src + 1 + self._randint(n - 1, (n_perturb,))) % n
-            added = torch.stack([src, dst]).to(edge_index.dtype)
-            if edge_attr is not None:
-                if m_stored > 0:
-                    added_attr = edge_attr[self._randint(m_stored, (n_perturb,))]
-                else:
-                    added_attr = edge_attr.new_zeros((n_perturb,) + tuple(edge_attr.shape[1:]))
-            if self.undirected:
-                added = torch.cat([added, added.flip(0)], dim=1)
-                if edge_attr is not None:
-                    added_attr = torch.cat([added_attr, added_attr], dim=0)
-            new_index = torch.cat([new_index, added], dim=1)
-            if edge_attr is not None:
-                new_attr = torch.cat([new_attr, added_attr], dim=0)
-        data.edge_index = new_index
-        if edge_attr is not None:
-            data.edge_attr = new_attr
-        return data
+            if n_perturb == 0:
+                return data
+            # an index (not a mask): its length is known, so no sync and it runs on `meta`
+            keep = self._randperm(m_stored, device)[n_perturb:].sort().values
+        edge_keys = [k for k, _ in data if k != "edge_index" and data.is_edge_attr(k)]
+        out = data.edge_subgraph(keep)
+        if not self.add_edges or n < 2:
+            return out
+        src = self._randint(n, (n_perturb,), device)
+        dst = (src + 1 + self._randint(n - 1, (n_perturb,), device)) % n  # distinct endpoint
+        added = torch.stack([src, dst]).to(edge_index.dtype)
+        # the existing edge whose attributes each new edge copies (m_stored > 0 here)
+        source = self._randint(m_stored, (n_perturb,), device) if edge_keys else None
+        if self.undirected:
+            added = torch.cat([added, added.flip(0)], dim=1)
+            source = torch.cat([source, source]) if source is not None else None
+        out.edge_index = torch.cat([out.edge_index, added], dim=1)
+        for k in edge_keys:
+            value = data[k]
+            dim = data.__cat_dim__(k, value)
+            copied = select(value, source, dim=dim)
+            out[k] = (torch.cat([out[k], copied], dim=dim) if isinstance(value, Tensor)
+                      else list(out[k]) + list(copied))
+        return out
 
     def __repr__(self) -> str:
         return (f"{self.__class__.__name__}(ratio={self.ratio}, add_edges={self.add_edges}, "
@@ -216,9 +343,14 @@ class AttrMask(GraphAugmentation):
     """Mask the features ``x`` of ``floor(ratio * n)`` random nodes.
 
     ``mode="gaussian"`` replaces each masked row with N(``mean``, ``std``) noise (GraphCL's TU
-    code: mean 0.5, std 0.5); ``mode="zero"`` sets it to 0; ``mode="value"`` writes ``value``
-    (a scalar or one value per column, e.g. the mask-atom token of the molecule setting, which
-    keeps integer features integer). Graphs without ``x`` are returned unchanged.
+    code: mean 0.5, std 0.5), drawn in ``x``'s dtype when it is floating; ``mode="zero"`` sets
+    it to 0; ``mode="value"`` writes ``value`` (a scalar or one value per column, e.g. the
+    mask-atom token of the molecule setting, which keeps integer features integer). Graphs
+    without ``x`` are returned unchanged. Whole rows, an exact count: GraphCL's masking, which
+    ``torch_geometric.utils.mask_feature`` (Bernoulli, zero fill) does not express.
+
+    >>> AttrMask(0.1)
+    AttrMask(ratio=0.1, mode='gaussian', mean=0.5, std=0.5)
     """
 
     def __init__(self, ratio: float = 0.2, mode: str = "gaussian", mean: float = 0.5,
@@ -240,20 +372,23 @@ class AttrMask(GraphAugmentation):
         n_mask = int(n * self.ratio)
         if n_mask == 0:
             return data
-        idx = self._randperm(n)[:n_mask]
+        idx = self._randperm(n, x.device)[:n_mask]
         x = x.clone()
         if self.mode == "gaussian":
-            noise = torch.randn((n_mask,) + tuple(x.shape[1:]), generator=self.generator)
+            dtype = x.dtype if x.is_floating_point() else torch.get_default_dtype()
+            noise = self._randn((n_mask,) + tuple(x.shape[1:]), x.device, dtype)
             x[idx] = (noise * self.std + self.mean).to(x.dtype)
         elif self.mode == "zero":
             x[idx] = 0
         else:
-            x[idx] = torch.as_tensor(self.value, dtype=x.dtype)
+            x[idx] = torch.as_tensor(self.value, dtype=x.dtype, device=x.device)
         data.x = x
         return data
 
     def __repr__(self) -> str:
-        return f"{self.__class__.__name__}(ratio={self.ratio}, mode={self.mode!r})"
+        detail = {"gaussian": f", mean={self.mean}, std={self.std}", "zero": "",
+                  "value": f", value={self.value!r}"}[self.mode]
+        return f"{self.__class__.__name__}(ratio={self.ratio}, mode={self.mode!r}{detail})"
 
 
 class Subgraph(GraphAugmentation):
@@ -264,7 +399,12 @@ class Subgraph(GraphAugmentation):
     both directions). Growth stops early when the frontier is empty (the seed's component is
     exhausted), so the result is always connected. ``ratio`` is the fraction of nodes removed.
     ``one_hop=True`` reproduces GraphCL's TU code, whose frontier is never updated: only the
-    seed's neighbours can join.
+    seed's neighbours can join. The walk is sequential, so it runs on the host (one copy of the
+    edge list to the CPU per graph); ``Data.subgraph`` then slices every node- and edge-level
+    attribute on the data's device.
+
+    >>> Subgraph(0.2, one_hop=True)
+    Subgraph(ratio=0.2, one_hop=True, min_nodes=1)
     """
 
     def __init__(self, ratio: float = 0.2, one_hop: bool = False, min_nodes: int = 1,
@@ -272,29 +412,23 @@ class Subgraph(GraphAugmentation):
         super().__init__(generator)
         self.ratio = _check_ratio(ratio)
         self.one_hop = bool(one_hop)
-        if min_nodes < 1:
-            raise ValueError(f"min_nodes must be >= 1, got {min_nodes}")
-        self.min_nodes = int(min_nodes)
+        self.min_nodes = _check_min_nodes(min_nodes)
 
     def augment(self, data: Data) -> Data:
         n = _num_nodes(data)
         target = max(self.min_nodes, int(n * (1.0 - self.ratio)))
         if n == 0 or target >= n:
             return data
-        edge_index = data.edge_index
+        edge_index = data.edge_index if "edge_index" in data else None
         if edge_index is None:
             edge_index = torch.empty((2, 0), dtype=torch.long)
-        # CSR adjacency, undirected view, in deterministic order
-        both = torch.cat([edge_index, edge_index.flip(0)], dim=1)
+        # CSR adjacency of the undirected view, on the host, in deterministic order
+        both = torch.cat([edge_index, edge_index.flip(0)], dim=1).cpu()
         order = torch.argsort(both[0] * n + both[1])
-        src, dst = both[0][order].tolist(), both[1][order].tolist()
-        ptr = [0] * (n + 1)
-        for s in src:
-            ptr[s + 1] += 1
-        for i in range(n):
-            ptr[i + 1] += ptr[i]
+        dst = both[1][order].tolist()
+        ptr = [0] + torch.bincount(both[0], minlength=n).cumsum(0).tolist()
 
-        seed = int(self._randint(n, (1,)))
+        seed = self._host_randint(n)
         chosen = [seed]
         in_set = {seed}
         frontier: list[int] = []
@@ -309,7 +443,7 @@ class Subgraph(GraphAugmentation):
 
         extend(seed)
         while len(chosen) < target and frontier:
-            k = int(self._randint(len(frontier), (1,)))
+            k = self._host_randint(len(frontier))
             v = frontier[k]
             frontier[k] = frontier[-1]
             frontier.pop()
@@ -318,15 +452,22 @@ class Subgraph(GraphAugmentation):
             in_set.add(v)
             if not self.one_hop:
                 extend(v)
-        keep = torch.tensor(sorted(chosen), dtype=torch.long)
+        keep = torch.tensor(sorted(chosen), dtype=torch.long, device=_data_device(data))
         return data.subgraph(keep)
 
     def __repr__(self) -> str:
-        return f"{self.__class__.__name__}(ratio={self.ratio}, one_hop={self.one_hop})"
+        return (f"{self.__class__.__name__}(ratio={self.ratio}, one_hop={self.one_hop}, "
+                f"min_nodes={self.min_nodes})")
 
 
 class RandomChoice(GraphAugmentation):
-    """Apply one of ``transforms``, drawn uniformly per graph (GraphCL's ``random2/3/4``)."""
+    """Apply one of ``transforms``, drawn uniformly per graph (GraphCL's ``random2/3/4``).
+
+    The pick is drawn on the host (it chooses which Python code runs), from ``generator``.
+
+    >>> RandomChoice([NodeDrop(0.1), Identity()])
+    RandomChoice([NodeDrop(ratio=0.1, min_nodes=1), Identity()])
+    """
 
     def __init__(self, transforms: Sequence[BaseTransform],
                  generator: torch.Generator | None = None) -> None:
@@ -336,8 +477,7 @@ class RandomChoice(GraphAugmentation):
         self.transforms = list(transforms)
 
     def augment(self, data: Data) -> Data:
-        k = int(self._randint(len(self.transforms), (1,)))
-        return self.transforms[k](data)
+        return self.transforms[self._host_randint(len(self.transforms))](data)
 
     def __repr__(self) -> str:
         inner = ", ".join(repr(t) for t in self.transforms)
@@ -345,39 +485,63 @@ class RandomChoice(GraphAugmentation):
 
 
 class ConstantFeatures(BaseTransform):
-    """``x = ones(n, 1)`` for graphs without node features (GraphCL's choice for IMDB/REDDIT)."""
+    """``x = full((n, 1), value)`` for graphs without node features (GraphCL: IMDB/REDDIT).
 
-    def __init__(self, value: float = 1.0) -> None:
+    ``x`` is made on the graph's device, in ``dtype`` (default ``torch.get_default_dtype()``);
+    any existing ``x`` is replaced.
+
+    >>> ConstantFeatures()
+    ConstantFeatures(value=1.0)
+    """
+
+    def __init__(self, value: float = 1.0, dtype: torch.dtype | None = None) -> None:
         self.value = float(value)
+        self.dtype = dtype
 
     def forward(self, data: Data) -> Data:
-        data.x = torch.full((_num_nodes(data), 1), self.value)
+        _require_homogeneous(self, data)
+        dtype = self.dtype if self.dtype is not None else torch.get_default_dtype()
+        data.x = torch.full((_num_nodes(data), 1), self.value, dtype=dtype,
+                            device=_data_device(data))
         return data
+
+    def __repr__(self) -> str:
+        dtype = f", dtype={self.dtype}" if self.dtype is not None else ""
+        return f"{self.__class__.__name__}(value={self.value}{dtype})"
 
 
 class CappedOneHotDegree(BaseTransform):
     """One-hot in-degree with degrees above ``max_degree`` put in the last bucket.
 
     Unlike ``T.OneHotDegree`` it never fails on a degree larger than ``max_degree``; the
-    feature dimension is ``max_degree + 1``. Any existing ``x`` is replaced.
+    feature dimension is ``max_degree + 1``. Any existing ``x`` is replaced. Built on
+    torch-geometric's ``degree`` and ``one_hot``, on the graph's device, in ``dtype``
+    (default ``torch.get_default_dtype()``).
+
+    >>> CappedOneHotDegree(max_degree=10)
+    CappedOneHotDegree(max_degree=10)
     """
 
-    def __init__(self, max_degree: int = 100) -> None:
+    def __init__(self, max_degree: int = 100, dtype: torch.dtype | None = None) -> None:
         if max_degree < 0:
             raise ValueError(f"max_degree must be >= 0, got {max_degree}")
         self.max_degree = int(max_degree)
+        self.dtype = dtype
 
     def forward(self, data: Data) -> Data:
+        _require_homogeneous(self, data)
         n = _num_nodes(data)
-        deg = torch.zeros(n, dtype=torch.long)
-        if data.edge_index is not None and data.edge_index.numel() > 0:
-            deg.scatter_add_(0, data.edge_index[1], torch.ones_like(data.edge_index[1]))
-        deg = deg.clamp(max=self.max_degree)
-        data.x = torch.nn.functional.one_hot(deg, self.max_degree + 1).float()
+        edge_index = data.edge_index if "edge_index" in data else None
+        if edge_index is None:
+            edge_index = torch.empty((2, 0), dtype=torch.long, device=_data_device(data))
+        deg = degree(edge_index[1], n, dtype=torch.long).clamp(max=self.max_degree)
+        dtype = self.dtype if self.dtype is not None else torch.get_default_dtype()
+        data.x = one_hot(deg, self.max_degree + 1, dtype=dtype)
         return data
 
     def __repr__(self) -> str:
-        return f"{self.__class__.__name__}(max_degree={self.max_degree})"
+        dtype = f", dtype={self.dtype}" if self.dtype is not None else ""
+        return f"{self.__class__.__name__}(max_degree={self.max_degree}{dtype})"
 
 
 _AUG_NAMES = ("dnodes", "pedges", "mask_nodes", "subgraph")
