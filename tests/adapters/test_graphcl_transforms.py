@@ -10,7 +10,7 @@ import torch  # noqa: E402
 import torch_geometric.transforms as T  # noqa: E402
 from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
-from torch_geometric.data import Batch, Data  # noqa: E402
+from torch_geometric.data import Batch, Data, HeteroData  # noqa: E402
 from torch_geometric.loader import DataLoader  # noqa: E402
 from torch_geometric.utils import is_undirected  # noqa: E402
 
@@ -332,3 +332,52 @@ def test_two_view_dataset_collates_into_paired_batches():
     assert b0.num_graphs == b1.num_graphs == 4
     assert b0.num_nodes == sum(d.num_nodes for d in data_list[:4])  # first view untouched
     assert b1.num_nodes < b0.num_nodes
+
+
+# ------------------------------------------------------------------ HeteroData, repr, docs
+
+
+ALL_TRANSFORMS = [NodeDrop(0.1), EdgePerturb(0.1), AttrMask(0.1), Subgraph(0.2), Identity(),
+                  RandomChoice([NodeDrop(0.1), Subgraph(0.2)]), ConstantFeatures(),
+                  CappedOneHotDegree(5)]
+
+
+@pytest.mark.parametrize("transform", ALL_TRANSFORMS, ids=lambda t: type(t).__name__)
+def test_hetero_data_input_raises_a_clear_type_error(transform):
+    hetero = HeteroData()
+    hetero["atom"].x = torch.rand(4, 3)
+    hetero["atom", "bond", "atom"].edge_index = torch.tensor([[0, 1], [1, 2]])
+    with pytest.raises(TypeError, match=rf"{type(transform).__name__} works on homogeneous "
+                                        r"graphs .*HeteroData.*to_homogeneous\(\)"):
+        transform(hetero)
+
+
+def test_every_transform_has_an_informative_repr_like_pyg():
+    gen = torch.Generator().manual_seed(0)
+    assert repr(ConstantFeatures()) == "ConstantFeatures(value=1.0)"
+    assert repr(ConstantFeatures(0.5, dtype=torch.float64)) == (
+        "ConstantFeatures(value=0.5, dtype=torch.float64)")
+    assert repr(CappedOneHotDegree(7)) == "CappedOneHotDegree(max_degree=7)"
+    assert repr(NodeDrop(0.1, min_nodes=2, generator=gen)) == "NodeDrop(ratio=0.1, min_nodes=2)"
+    assert repr(EdgePerturb(0.1, add_edges=False, undirected=False)) == (
+        "EdgePerturb(ratio=0.1, add_edges=False, undirected=False)")
+    assert repr(AttrMask(0.2)) == "AttrMask(ratio=0.2, mode='gaussian', mean=0.5, std=0.5)"
+    assert repr(AttrMask(0.2, mode="value", value=[119, 0])) == (
+        "AttrMask(ratio=0.2, mode='value', value=[119, 0])")
+    assert repr(Subgraph(0.2, one_hop=True)) == "Subgraph(ratio=0.2, one_hop=True, min_nodes=1)"
+    assert repr(Identity()) == "Identity()"
+    assert repr(graphcl_augmentation("random2", 0.1)) == (
+        "RandomChoice([NodeDrop(ratio=0.1, min_nodes=1), "
+        "Subgraph(ratio=0.1, one_hop=False, min_nodes=1)])")
+    # T.Compose shows ours the way it shows its own transforms
+    assert repr(T.Compose([ConstantFeatures(), NodeDrop(0.1)])) == (
+        "Compose([\n  ConstantFeatures(value=1.0),\n  NodeDrop(ratio=0.1, min_nodes=1)\n])")
+
+
+def test_transforms_module_docstring_examples_run():
+    import doctest
+
+    import adaptcl.adapters.graphcl.transforms as module
+
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
+    assert result.attempted >= 8 and result.failed == 0
