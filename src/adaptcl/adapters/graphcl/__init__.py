@@ -7,7 +7,8 @@
 * encoders (:mod:`.encoders`): :class:`TUGINEncoder` (GraphCL's TU GIN, 3 x 32, 96-dim) and
   :class:`MolGINEncoder` (Hu et al. 2020, 5 x 300, OGB atom/bond encoders);
 * the model (:mod:`.model`): :class:`GraphCL` and the loss factory :func:`graphcl_loss`
-  (``"graphcl"`` = DCL cross-view, ``"infonce"``, ``"macl"``, or any ``nn.Module``).
+  (``"graphcl"`` = DCL cross-view, ``"infonce"``, ``"macl"``, or any ``nn.Module``), and
+  :func:`train_epoch` (``device=``, ``precision="32" | "bf16-mixed" | "16-mixed"``).
 
 References: You et al., "Graph Contrastive Learning with Augmentations", NeurIPS 2020;
 Hu et al., "Strategies for Pre-training Graph Neural Networks", ICLR 2020; Huang et al.,
@@ -29,7 +30,14 @@ from adaptcl.adapters import require
 require("torch_geometric", "graph")
 
 from .encoders import MolGINEncoder, TUGINEncoder  # noqa: E402
-from .model import LOSS_NAMES, GraphCL, graphcl_loss, projection_head, train_epoch  # noqa: E402
+from .model import (  # noqa: E402
+    LOSS_NAMES,
+    PRECISIONS,
+    GraphCL,
+    graphcl_loss,
+    projection_head,
+    train_epoch,
+)
 from .molecules import (  # noqa: E402
     MoleculeDataset,
     featurise_smiles,
@@ -60,7 +68,7 @@ __all__ = [
     "Identity", "NodeDrop", "RandomChoice", "Subgraph", "TwoViewDataset", "graphcl_augmentation",
     "worker_generator",
     "TUGINEncoder", "MolGINEncoder", "GraphCL", "graphcl_loss", "LOSS_NAMES", "projection_head",
-    "train_epoch",
+    "train_epoch", "PRECISIONS",
     "MoleculeDataset", "featurise_smiles", "load_moleculenet", "load_smiles_dataset",
     "murcko_scaffold", "read_moleculenet_csv", "scaffold_split", "smiles_to_data",
 ]

@@ -21,6 +21,8 @@ Example::
 
 from __future__ import annotations
 
+import contextlib
+
 from adaptcl.adapters import require
 
 require("torch_geometric", "graph")
@@ -28,7 +30,10 @@ require("torch_geometric", "graph")
 import torch  # noqa: E402
 from torch import Tensor, nn  # noqa: E402
 
-__all__ = ["GraphCL", "graphcl_loss", "LOSS_NAMES", "projection_head"]
+from .transforms import _data_device  # noqa: E402
+
+__all__ = ["GraphCL", "graphcl_loss", "LOSS_NAMES", "PRECISIONS", "projection_head",
+           "train_epoch"]
 
 LOSS_NAMES = ("graphcl", "infonce", "macl")
 
@@ -131,28 +136,97 @@ class GraphCL(nn.Module):
         return out
 
 
+# Lightning's precision spellings -> the autocast dtype (None: no autocast)
+PRECISIONS: dict[str, torch.dtype | None] = {
+    "32": None, "bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}
+
+
+def _raw_stats(model: GraphCL) -> dict[str, object]:
+    """The loss's ``last_stats`` as it holds them (tensors stay on the device, unread)."""
+    stats = getattr(model.loss_fn, "last_stats", None) or {}
+    return {k: v.detach() if isinstance(v, Tensor) else v for k, v in stats.items()
+            if (isinstance(v, Tensor) and v.numel() == 1) or isinstance(v, (int, float))}
+
+
+def _as_floats(values: list) -> list[float]:
+    """Python floats from per-step values, reading device tensors with one transfer."""
+    if values and all(isinstance(v, Tensor) for v in values):
+        return torch.stack([v.reshape(()).float() for v in values]).tolist()
+    return [float(v) for v in values]
+
+
 def train_epoch(model: GraphCL, loader, optimizer: torch.optim.Optimizer,
-                stats: dict[str, list] | None = None, *, where: str = "") -> float:
+                stats: dict[str, list] | None = None, *, where: str = "",
+                device: torch.device | str | None = None, precision: str = "32",
+                scaler: torch.amp.GradScaler | None = None,
+                sync_each_step: bool | None = None) -> float:
     """One GraphCL pre-training epoch over a two-view loader; returns the mean loss per graph.
 
     Batches of a single graph are skipped (no negative). The loss module's ``last_stats`` are
-    appended to ``stats`` (key -> list) at every step. A non-finite loss raises
+    appended to ``stats`` (key -> list, one value per step). A non-finite loss raises
     ``FloatingPointError`` naming ``where``.
+
+    Args:
+        device: move each batch there (``non_blocking``) before its step; ``None`` leaves the
+            batches where the loader puts them. The model's device is the caller's choice.
+        precision: ``"32"``, ``"bf16-mixed"`` or ``"16-mixed"`` (Lightning's spellings):
+            the forward pass runs under ``torch.autocast`` in that dtype on the batch's
+            device; the loss core computes its logits in float32 either way.
+        scaler: the ``torch.amp.GradScaler`` of a ``"16-mixed"`` run (keep one across epochs
+            so its scale carries over); with ``"16-mixed"`` and none given, one is made for
+            this epoch.
+        sync_each_step: read the loss on the host at every step, so a non-finite loss stops
+            training before its optimiser step. Default: on CPU, where reading is free;
+            elsewhere the loss, its finiteness and the stats stay on the device and are read
+            once at the end of the epoch, so no step waits for the host.
+
+    >>> PRECISIONS["bf16-mixed"]
+    torch.bfloat16
     """
+    if precision not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(map(repr, PRECISIONS))}, "
+                         f"got {precision!r}")
+    autocast_dtype = PRECISIONS[precision]
+    place = where or "GraphCL pre-training"
     model.train()
-    total, count = 0.0, 0
+    total: Tensor | None = None
+    count = 0
+    nonfinite: Tensor | None = None
+    pending: dict[str, list] = {}
     for b0, b1 in loader:
         if b0.num_graphs < 2:  # a single-graph batch has no negative
             continue
+        if device is not None:
+            b0, b1 = b0.to(device, non_blocking=True), b1.to(device, non_blocking=True)
+        device_type = _data_device(b0).type
+        per_step = sync_each_step if sync_each_step is not None else device_type == "cpu"
+        if autocast_dtype is torch.float16 and scaler is None:
+            scaler = torch.amp.GradScaler(device_type)
         optimizer.zero_grad()
-        loss = model(b0, b1)
-        if not torch.isfinite(loss):
-            raise FloatingPointError(f"non-finite loss on {where or 'GraphCL pre-training'}")
-        loss.backward()
-        optimizer.step()
-        total += loss.item() * b0.num_graphs
+        autocast = (torch.autocast(device_type, dtype=autocast_dtype)
+                    if autocast_dtype is not None else contextlib.nullcontext())
+        with autocast:
+            loss = model(b0, b1)
+        finite = torch.isfinite(loss.detach())
+        if per_step and not finite:
+            raise FloatingPointError(f"non-finite loss on {place}")
+        nonfinite = ~finite if nonfinite is None else nonfinite | ~finite
+        if scaler is not None:
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+        else:
+            loss.backward()
+            optimizer.step()
+        step_total = loss.detach().float() * b0.num_graphs
+        total = step_total if total is None else total + step_total
         count += b0.num_graphs
         if stats is not None:
-            for key, value in model.last_stats.items():
-                stats.setdefault(key, []).append(value)
-    return total / max(count, 1)
+            for key, value in _raw_stats(model).items():
+                pending.setdefault(key, []).append(value)
+    if nonfinite is not None and bool(nonfinite):
+        raise FloatingPointError(f"non-finite loss on {place}")
+    if stats is not None:
+        for key, values in pending.items():
+            stats.setdefault(key, []).extend(_as_floats(values))
+    return float(total) / count if total is not None else 0.0
