@@ -381,3 +381,24 @@ def test_transforms_module_docstring_examples_run():
 
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS)
     assert result.attempted >= 8 and result.failed == 0
+
+
+def test_seeded_views_match_the_previous_release_exactly():
+    """Seeded main-process runs draw the same stream as before the device/worker changes, so
+    published results reproduce (these views were recorded with the previous version)."""
+    n = 10
+    ei = torch.tensor([[i, (i + 1) % n] for i in range(n)] + [[0, 5], [2, 7]]).t()
+    data = Data(x=torch.arange(n, dtype=torch.float).view(-1, 1),
+                edge_index=torch.cat([ei, ei.flip(0)], dim=1))
+
+    def view(name: str) -> Data:
+        return graphcl_augmentation(name, 0.3, generator=torch.Generator().manual_seed(0))(data)
+
+    assert view("dnodes").x.view(-1).tolist() == [0, 2, 3, 5, 6, 8, 9]
+    assert view("subgraph").x.view(-1).tolist() == [0, 3, 4, 5, 6, 8, 9]
+    perturbed = view("pedges").edge_index
+    assert perturbed.size(1) == 24 and {tuple(sorted(e)) for e in perturbed.t().tolist()} == {
+        (0, 5), (0, 9), (1, 2), (2, 3), (3, 4), (4, 5), (6, 7), (6, 8), (6, 9), (7, 8), (8, 9)}
+    masked = view("mask_nodes").x.view(-1)
+    assert torch.allclose(masked, torch.tensor([0.0, 0.6245, 2.0, 3.0, 0.8236, 5.0, 6.0, 0.3323,
+                                                8.0, 9.0]), atol=1e-4)

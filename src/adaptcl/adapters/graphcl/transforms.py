@@ -298,21 +298,24 @@ class EdgePerturb(GraphAugmentation):
         device = edge_index.device
         n = _num_nodes(data)
         m_stored = edge_index.size(1)
+        # the permutation is drawn even when nothing is perturbed, so seeded runs draw the
+        # same stream as earlier versions and reproduce their views
         if self.undirected:
             row, col = edge_index
             key = torch.minimum(row, col) * max(n, 1) + torch.maximum(row, col)
             unique_keys = torch.unique(key)
             n_perturb = int(unique_keys.numel() * self.ratio)
+            order = self._randperm(unique_keys.numel(), device)
             if n_perturb == 0:
                 return data
-            dropped = unique_keys[self._randperm(unique_keys.numel(), device)[:n_perturb]]
-            keep = ~torch.isin(key, dropped)
+            keep = ~torch.isin(key, unique_keys[order[:n_perturb]])
         else:
             n_perturb = int(m_stored * self.ratio)
+            order = self._randperm(m_stored, device)
             if n_perturb == 0:
                 return data
             # an index (not a mask): its length is known, so no sync and it runs on `meta`
-            keep = self._randperm(m_stored, device)[n_perturb:].sort().values
+            keep = order[n_perturb:].sort().values
         edge_keys = [k for k, _ in data if k != "edge_index" and data.is_edge_attr(k)]
         out = data.edge_subgraph(keep)
         if not self.add_edges or n < 2:
