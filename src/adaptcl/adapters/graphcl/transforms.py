@@ -194,23 +194,23 @@ class GraphAugmentation(BaseTransform):
         self.generator = generator
 
     # -- random helpers: on `device`, through the (per-worker) generator ---------------------
-    def _randperm(self, n: int, device: torch.device) -> Tensor:
-        gen = worker_generator(self.generator)
-        if gen is None:
-            return torch.randperm(n, device=device)
-        return torch.randperm(n, generator=gen, device=gen.device).to(device)
+    def _draw(self, sample, *args, device: torch.device | None = None, **kwargs) -> Tensor:
+        """``sample(*args, **kwargs)`` (a torch sampler) on ``device`` (default CPU).
 
-    def _randint(self, high: int, size: tuple[int, ...], device: torch.device) -> Tensor:
+        Without a generator it samples on ``device`` from that device's default generator;
+        with one it samples on the generator's device and moves the draw to ``device``.
+        """
         gen = worker_generator(self.generator)
         if gen is None:
-            return torch.randint(high, size, device=device)
-        return torch.randint(high, size, generator=gen, device=gen.device).to(device)
+            return sample(*args, device=device, **kwargs)
+        return sample(*args, generator=gen, device=gen.device, **kwargs).to(device)
 
-    def _randn(self, size: tuple[int, ...], device: torch.device, dtype: torch.dtype) -> Tensor:
-        gen = worker_generator(self.generator)
-        if gen is None:
-            return torch.randn(size, device=device, dtype=dtype)
-        return torch.randn(size, generator=gen, device=gen.device, dtype=dtype).to(device)
+    def _randperm(self, n: int, device: torch.device | None = None) -> Tensor:
+        return self._draw(torch.randperm, n, device=device)
+
+    def _randint(self, high: int, size: tuple[int, ...],
+                 device: torch.device | None = None) -> Tensor:
+        return self._draw(torch.randint, high, size, device=device)
 
     def _host_randint(self, high: int) -> int:
         """A draw that steers Python control flow: made on the host, so no device sync."""
@@ -379,7 +379,8 @@ class AttrMask(GraphAugmentation):
         x = x.clone()
         if self.mode == "gaussian":
             dtype = x.dtype if x.is_floating_point() else torch.get_default_dtype()
-            noise = self._randn((n_mask,) + tuple(x.shape[1:]), x.device, dtype)
+            noise = self._draw(torch.randn, (n_mask,) + tuple(x.shape[1:]), device=x.device,
+                               dtype=dtype)
             x[idx] = (noise * self.std + self.mean).to(x.dtype)
         elif self.mode == "zero":
             x[idx] = 0
