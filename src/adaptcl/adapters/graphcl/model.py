@@ -125,15 +125,11 @@ class GraphCL(nn.Module):
 
     @property
     def last_stats(self) -> dict[str, float]:
-        """What the loss last computed (alignment, temperature, ...) as Python floats."""
-        stats = getattr(self.loss_fn, "last_stats", None) or {}
-        out = {}
-        for key, value in stats.items():
-            try:
-                out[key] = float(value)
-            except (TypeError, ValueError):
-                continue
-        return out
+        """What the loss last computed (alignment, temperature, ...) as Python floats.
+
+        Scalars only (one-element tensors and numbers); reading them syncs with the device.
+        """
+        return {key: float(value) for key, value in _scalar_stats(self).items()}
 
 
 # Lightning's precision spellings -> the autocast dtype (None: no autocast)
@@ -141,8 +137,8 @@ PRECISIONS: dict[str, torch.dtype | None] = {
     "32": None, "bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}
 
 
-def _raw_stats(model: GraphCL) -> dict[str, object]:
-    """The loss's ``last_stats`` as it holds them (tensors stay on the device, unread)."""
+def _scalar_stats(model: GraphCL) -> dict[str, object]:
+    """The scalars of the loss's ``last_stats``; tensors stay on their device, unread."""
     stats = getattr(model.loss_fn, "last_stats", None) or {}
     return {k: v.detach() if isinstance(v, Tensor) else v for k, v in stats.items()
             if (isinstance(v, Tensor) and v.numel() == 1) or isinstance(v, (int, float))}
@@ -222,7 +218,7 @@ def train_epoch(model: GraphCL, loader, optimizer: torch.optim.Optimizer,
         total = step_total if total is None else total + step_total
         count += b0.num_graphs
         if stats is not None:
-            for key, value in _raw_stats(model).items():
+            for key, value in _scalar_stats(model).items():
                 pending.setdefault(key, []).append(value)
     if nonfinite is not None and bool(nonfinite):
         raise FloatingPointError(f"non-finite loss on {place}")

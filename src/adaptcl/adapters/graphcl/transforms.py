@@ -596,11 +596,17 @@ class TwoViewDataset(torch.utils.data.Dataset):
     graph ``k`` comes from the same source graph, the layout a contrastive loss expects.
     GraphCL's TU code uses ``view0=Identity()``.
 
+    Seeded transforms are safe with worker processes: each worker draws its own views, new
+    each epoch, reproduced by the augmentation's and the loader's seeds (see *Randomness*).
+
     Example::
 
         from torch_geometric.loader import DataLoader
-        pairs = TwoViewDataset(dataset, Identity(), graphcl_augmentation("random2"))
-        for b0, b1 in DataLoader(pairs, batch_size=128, shuffle=True):
+        aug = graphcl_augmentation("random2", generator=torch.Generator().manual_seed(0))
+        pairs = TwoViewDataset(dataset, Identity(), aug)
+        loader = DataLoader(pairs, batch_size=128, shuffle=True, num_workers=2,
+                            generator=torch.Generator().manual_seed(1))
+        for b0, b1 in loader:
             loss = model(b0, b1)
     """
 
