@@ -270,6 +270,10 @@ def _make_losses():
                                  gather_distributed=True),
         "macl_bank": lambda: MACLLoss(temperature=0.15, alpha=0.5, a0=0.2,
                                       memory_bank_size=(40, 8), gather_distributed=True),
+        # the learned pair temperatures see the gathered candidates too (same seed: same net)
+        "amcl": lambda: AMCLLoss(dim=8, beta=1e-2, kappa=3, gather_distributed=True),
+        "amcl_softmax": lambda: AMCLLoss(dim=8, beta=1e-2, negative_term="softmax",
+                                         objective="infonce", gather_distributed=True),
     }
 
 

@@ -243,6 +243,49 @@ def test_dcl_positional_memory_bank_of_the_old_order_is_refused_clearly():
 
 
 # ---------------------------------------------------------------------------------------------
+# a batch of one pair (the last batch of an epoch without drop_last)
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["NTXentLoss", "MACLLoss"])
+def test_single_pair_batch_gives_zero_loss_like_lightly(name):
+    z0, z1 = (z.requires_grad_() for z in _pair(n=1))
+    theirs = getattr(lightly_loss, name)()(z0, z1)
+    mine = getattr(ours, name)()(z0, z1)
+    assert float(mine.detach()) == float(theirs.detach()) == 0.0
+    for grad in torch.autograd.grad(mine, (z0, z1)):
+        assert torch.equal(grad, torch.zeros_like(grad))
+
+
+def test_single_pair_batch_gives_zero_for_dcl_where_lightly_gives_minus_infinity():
+    z0, z1 = _pair(n=1)
+    assert float(lightly_loss.DCLLoss()(z0, z1)) == float("-inf")
+    assert float(ours.DCLLoss()(z0, z1)) == 0.0
+    assert float(ours.DCLLoss(0.1, negative_mises_fisher_weights)(z0, z1)) == 0.0
+
+
+@pytest.mark.parametrize("name", ["FlatNCELoss", "DualTemperatureLoss", "ASCLLoss", "AMCLLoss",
+                                  "DCLWLoss"])
+def test_single_pair_batch_gives_zero_with_zero_gradient_in_every_loss(name):
+    z0, z1 = (z.requires_grad_() for z in _pair(n=1))
+    loss = ALL_LOSSES[name]()(z0, z1)
+    assert float(loss.detach()) == 0.0
+    for grad in torch.autograd.grad(loss, (z0, z1), allow_unused=True):
+        assert grad is None or torch.equal(grad, torch.zeros_like(grad))
+
+
+def test_single_pair_batch_with_a_memory_bank_contrasts_against_the_bank():
+    torch.manual_seed(0)
+    theirs = lightly_loss.NTXentLoss(0.2, (16, OUT))
+    torch.manual_seed(0)
+    mine = ours.NTXentLoss(0.2, (16, OUT))
+    z0, z1 = _pair(n=1)
+    loss = mine(z0.requires_grad_(), z1)
+    assert float(loss.detach()) > 0
+    torch.testing.assert_close(loss, theirs(z0, z1))
+
+
+# ---------------------------------------------------------------------------------------------
 # DCL's weight function
 # ---------------------------------------------------------------------------------------------
 
@@ -338,3 +381,12 @@ def test_check_finite_is_on_by_default_and_can_be_turned_off(name):
     unchecked.check_finite = True
     with pytest.raises(ValueError, match="NaN or inf"):
         unchecked(z0, z1)
+
+
+@pytest.mark.parametrize("name", list(ALL_LOSSES))
+def test_gather_distributed_hands_lightlys_gather_to_every_core_loss(name):
+    # what the two-process gloo test in test_lightly_adapter.py checks end to end
+    gathered = ALL_LOSSES[name](gather_distributed=True)
+    assert gathered.criterion.gather_fn is ours.lightly_gather
+    assert gathered.criterion.gather_distributed is True
+    assert ALL_LOSSES[name]().criterion.gather_fn is None

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from lightly.loss.dcl_loss import negative_mises_fisher_weights
+from lightly.utils import dist as lightly_dist
 from torch import Tensor, nn
 
 from adaptcl import plugins
@@ -103,6 +104,7 @@ class DCLLoss(MemoryBankLoss):
 
     Examples:
         >>> from lightly.loss.dcl_loss import negative_mises_fisher_weights
+from lightly.utils import dist as lightly_dist
         >>> loss_fn = DCLLoss(0.1, negative_mises_fisher_weights)
         >>> loss = loss_fn(torch.randn(8, 16), torch.randn(8, 16))
     """
@@ -129,8 +131,9 @@ class DCLLoss(MemoryBankLoss):
         """DCL loss of the positive pairs ``(out0[i], out1[i])``, as ``lightly.loss.DCLLoss``."""
         out0, out1 = same_dtype(out0, out1)
         loss = super().forward(out0, out1)
-        if self.weight_fn is None:
-            return loss
+        world = lightly_dist.world_size() if self.gather_distributed else 1
+        if self.weight_fn is None or (not self.uses_memory_bank and out0.shape[0] * world == 1):
+            return loss  # a single pair has no negatives: the core's 0 stands, weighted or not
         # The core's positive term is -s_ii / tau per anchor; Lightly's is -w_i s_ii / tau.
         # Adding (1 - w_i) s_ii / tau, averaged over the anchors the core averages, gives
         # Lightly's value and gradient (also through a differentiable weight_fn).
@@ -373,10 +376,8 @@ class AMCLLoss(MemoryBankLoss):
         net = (_amcl.PairTemperature(dim, eta=eta, iota=iota) if temperature_net is None
                else temperature_net)
 
-        def core(gather_fn: Any, **kwargs: Any) -> nn.Module:
-            return _amcl.AMCLLoss(net, beta, negative_term=negative_term, kappa=kappa,
-                                  objective=objective, **kwargs)
-
+        core = functools.partial(_amcl.AMCLLoss, net, beta, negative_term=negative_term,
+                                 kappa=kappa, objective=objective)
         super().__init__(core, memory_bank_size, gather_distributed, form=form,
                          persistent_memory_bank=persistent_memory_bank,
                          check_finite=check_finite, tile_size=tile_size,

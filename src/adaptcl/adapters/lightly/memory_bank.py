@@ -29,7 +29,7 @@ from lightly.utils import dist as lightly_dist
 from torch import Tensor, nn
 
 from adaptcl import plugins
-from adaptcl.plugins._validation import check_choice
+from adaptcl.plugins._validation import check_bool, check_choice, check_shared
 from adaptcl.plugins.candidates import compute_dtype
 
 __all__ = ["PersistentMemoryBankModule", "MemoryBankLoss", "lightly_gather", "core_attribute"]
@@ -66,13 +66,6 @@ class PersistentMemoryBankModule(MemoryBankModule):
             value = getattr(self, name)
             delattr(self, name)  # also drops the name from the non-persistent set
             self.register_buffer(name, value, persistent=True)
-
-
-def check_bool(name: str, value: bool) -> bool:
-    """``value`` if it is a bool; a ``TypeError`` naming ``name`` otherwise (``"yes"`` is not)."""
-    if not isinstance(value, bool):
-        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
-    return value
 
 
 def core_attribute(name: str, check: Callable[[str, Any], Any] | None = None,
@@ -120,14 +113,10 @@ class MemoryBankLoss(nn.Module):
                  tile_size: int | None = None, forms: tuple[str, ...] = IN_BATCH_FORMS,
                  bank_width: int = 1) -> None:
         super().__init__()
-        check_bool("gather_distributed", gather_distributed)
+        # the core's checks, made before Lightly's bank sees gather_distributed
+        check_shared(gather_distributed=gather_distributed, gather_fn=None,
+                     check_finite=check_finite, tile_size=tile_size)
         check_bool("persistent_memory_bank", persistent_memory_bank)
-        check_bool("check_finite", check_finite)
-        if gather_distributed and not torch.distributed.is_available():
-            raise ValueError(
-                "gather_distributed is True but torch.distributed is not available. Please set "
-                "gather_distributed=False or install a torch version with distributed support."
-            )
         if form == "queue":
             raise ValueError(f"form must be one of {forms}: the queue form is chosen by "
                              f"memory_bank_size, got {form!r}")
