@@ -380,3 +380,26 @@ def test_tile_size_passes_through_and_matches_the_materialised_loss(make):
     torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
     for ga, gb in zip(torch.autograd.grad(a, (z0, z1)), torch.autograd.grad(b, (z0, z1)), strict=True):
         torch.testing.assert_close(ga, gb, rtol=1e-5, atol=1e-6)
+
+
+def test_package_keeps_every_public_name_and_lightlys_layout():
+    import adaptcl.adapters.lightly as package
+    from adaptcl.adapters.lightly import ascl_moco, heads, loss, memory_bank, transforms
+
+    # the names the recipes and users import from the former single module
+    before_the_split = {
+        "NTXentLoss", "DCLLoss", "FlatNCELoss", "DualTemperatureLoss", "MACLLoss", "ASCLLoss",
+        "AMCLLoss", "AMCLProjectionHead", "PairTemperature", "PersistentMemoryBankModule",
+        "lightly_gather", "ASCLMoCo", "ASCLTransform", "WeakViewTransform", "CIFAR10_NORMALIZE",
+    }
+    assert before_the_split <= set(package.__all__)
+    homes = {loss: "MACLLoss", heads: "AMCLProjectionHead", memory_bank: "lightly_gather",
+             ascl_moco: "ASCLMoCo", transforms: "ASCLTransform"}
+    for module, name in homes.items():
+        assert getattr(package, name) is getattr(module, name)
+    # one memory-bank-and-gather path, one attribute for the wrapped core loss
+    for name in loss.__all__:
+        cls = getattr(loss, name)
+        assert issubclass(cls, memory_bank.MemoryBankLoss), name
+    assert isinstance(ASCLLoss().criterion, torch.nn.Module)
+    assert isinstance(AMCLLoss(dim=4).criterion, torch.nn.Module)
