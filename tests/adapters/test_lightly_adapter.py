@@ -242,9 +242,14 @@ def test_amcl_loss_with_per_head_memory_banks():
     q = heads(torch.randn(6, 12))
     with torch.no_grad():
         k = heads(torch.randn(6, 12))
+    queues = loss_fn.memory_bank.bank.clone().view(20, 2, 8).transpose(0, 1)  # [heads, K, D]
     loss = loss_fn(q, k)
-    assert torch.isfinite(loss)
+    # each head is contrasted with its own queue of 20 keys...
+    torch.testing.assert_close(loss, loss_fn.criterion(q, k, queues))
     assert int(loss_fn.memory_bank.bank_ptr) == 6
+    # ... and its keys enter its own queue (the bank row holds the heads side by side)
+    stored = loss_fn.memory_bank.bank[:6].view(6, 2, 8).transpose(0, 1)
+    torch.testing.assert_close(stored, torch.nn.functional.normalize(k, dim=-1))
     with pytest.raises(ValueError, match="heads"):
         loss_fn(q[:1], k[:1])
 
