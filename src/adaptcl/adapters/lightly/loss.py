@@ -169,6 +169,9 @@ class DCLWLoss(DCLLoss):
                          gather_distributed, **kwargs)
         self.sigma = sigma
 
+    def extra_repr(self) -> str:
+        return f"sigma={self.sigma}, {MemoryBankLoss.extra_repr(self)}"
+
 
 class FlatNCELoss(MemoryBankLoss):
     """FlatNCE [0] (value 1, DCL's gradient) with ``NTXentLoss``'s signature.
