@@ -242,9 +242,14 @@ def test_amcl_loss_with_per_head_memory_banks():
     q = heads(torch.randn(6, 12))
     with torch.no_grad():
         k = heads(torch.randn(6, 12))
+    queues = loss_fn.memory_bank.bank.clone().view(20, 2, 8).transpose(0, 1)  # [heads, K, D]
     loss = loss_fn(q, k)
-    assert torch.isfinite(loss)
-    assert [int(b.bank_ptr) for b in loss_fn.memory_banks] == [6, 6]
+    # each head is contrasted with its own queue of 20 keys...
+    torch.testing.assert_close(loss, loss_fn.criterion(q, k, queues))
+    assert int(loss_fn.memory_bank.bank_ptr) == 6
+    # ... and its keys enter its own queue (the bank row holds the heads side by side)
+    stored = loss_fn.memory_bank.bank[:6].view(6, 2, 8).transpose(0, 1)
+    torch.testing.assert_close(stored, torch.nn.functional.normalize(k, dim=-1))
     with pytest.raises(ValueError, match="heads"):
         loss_fn(q[:1], k[:1])
 
@@ -270,6 +275,15 @@ def _make_losses():
                                  gather_distributed=True),
         "macl_bank": lambda: MACLLoss(temperature=0.15, alpha=0.5, a0=0.2,
                                       memory_bank_size=(40, 8), gather_distributed=True),
+        "ascl_bank": lambda: ASCLLoss(temperature=0.1, sharpen_temperature=0.05,
+                                      num_neighbors=2, memory_bank_size=(40, 8),
+                                      gather_distributed=True),
+        "amcl_bank": lambda: AMCLLoss(dim=8, beta=1e-2, kappa=3, memory_bank_size=(40, 8),
+                                      gather_distributed=True),
+        # the learned pair temperatures see the gathered candidates too (same seed: same net)
+        "amcl": lambda: AMCLLoss(dim=8, beta=1e-2, kappa=3, gather_distributed=True),
+        "amcl_softmax": lambda: AMCLLoss(dim=8, beta=1e-2, negative_term="softmax",
+                                         objective="infonce", gather_distributed=True),
     }
 
 
@@ -320,17 +334,13 @@ def test_two_process_gloo_matches_single_process_full_batch():
         z0, z1 = z0_full.clone().requires_grad_(), z1_full.clone().requires_grad_()
         loss = single(z0, z1)
         g0, g1 = torch.autograd.grad(loss, (z0, z1))
-        if name == "macl_bank":
-            # queue form: each rank's loss only sees its own batch, but both use one
-            # temperature (from the all-reduced alignment) and one gathered queue
-            temps = [r[name]["stats"]["temperature"] for r in ranks]
-            torch.testing.assert_close(temps[0], temps[1])
-            torch.testing.assert_close(temps[0], single.last_stats["temperature"])
+        if name.endswith("_bank"):
+            # queue form: each rank's anchors meet the same queue (keys of all ranks enter it,
+            # gathered by Lightly's bank), so the mean of the ranks is the full-batch loss
             torch.testing.assert_close(ranks[0][name]["bank"], ranks[1][name]["bank"])
             assert ranks[0][name]["ptr"] == ranks[1][name]["ptr"] == 12
             torch.testing.assert_close(ranks[0][name]["bank"][:12],
                                        torch.nn.functional.normalize(z1_full, dim=1))
-            continue
         # DDP averages the ranks' losses and gradients: that is the full-batch result
         mean_loss = sum(r[name]["loss"] for r in ranks) / world
         torch.testing.assert_close(mean_loss, loss.detach(), atol=1e-5, rtol=1e-5)
@@ -338,7 +348,7 @@ def test_two_process_gloo_matches_single_process_full_batch():
             sl = slice(rank * n, (rank + 1) * n)
             torch.testing.assert_close(r[name]["g0"] / world, g0[sl], atol=1e-6, rtol=1e-4)
             torch.testing.assert_close(r[name]["g1"] / world, g1[sl], atol=1e-6, rtol=1e-4)
-        if name == "macl":
+        if name.startswith("macl"):  # one temperature, from the all-reduced alignment
             t0, t1 = (r[name]["stats"]["temperature"] for r in ranks)
             torch.testing.assert_close(t0, t1, atol=0, rtol=0)
             torch.testing.assert_close(t0, single.last_stats["temperature"])
@@ -376,3 +386,26 @@ def test_tile_size_passes_through_and_matches_the_materialised_loss(make):
     torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
     for ga, gb in zip(torch.autograd.grad(a, (z0, z1)), torch.autograd.grad(b, (z0, z1)), strict=True):
         torch.testing.assert_close(ga, gb, rtol=1e-5, atol=1e-6)
+
+
+def test_package_keeps_every_public_name_and_lightlys_layout():
+    import adaptcl.adapters.lightly as package
+    from adaptcl.adapters.lightly import ascl_moco, heads, loss, memory_bank, transforms
+
+    # the names the recipes and users import from the former single module
+    before_the_split = {
+        "NTXentLoss", "DCLLoss", "FlatNCELoss", "DualTemperatureLoss", "MACLLoss", "ASCLLoss",
+        "AMCLLoss", "AMCLProjectionHead", "PairTemperature", "PersistentMemoryBankModule",
+        "lightly_gather", "ASCLMoCo", "ASCLTransform", "WeakViewTransform", "CIFAR10_NORMALIZE",
+    }
+    assert before_the_split <= set(package.__all__)
+    homes = {loss: "MACLLoss", heads: "AMCLProjectionHead", memory_bank: "lightly_gather",
+             ascl_moco: "ASCLMoCo", transforms: "ASCLTransform"}
+    for module, name in homes.items():
+        assert getattr(package, name) is getattr(module, name)
+    # one memory-bank-and-gather path, one attribute for the wrapped core loss
+    for name in loss.__all__:
+        cls = getattr(loss, name)
+        assert issubclass(cls, memory_bank.MemoryBankLoss), name
+    assert isinstance(ASCLLoss().criterion, torch.nn.Module)
+    assert isinstance(AMCLLoss(dim=4).criterion, torch.nn.Module)

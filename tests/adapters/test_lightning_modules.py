@@ -185,12 +185,25 @@ def test_ascl_moco_module_queue_is_restored_from_a_lightning_checkpoint(tmp_path
     assert int(restored.model.criterion.memory_bank.bank_ptr) == 2 * BATCH
 
 
+def test_ascl_moco_module_stores_backbone_and_queue_once_in_its_state_dict():
+    backbone, dim = _backbone()
+    module = ASCLMoCoModule(backbone, dim, hidden_dim=16, output_dim=8, queue_size=40, **COMMON)
+    state = module.state_dict()
+    assert all(key.startswith("model.") for key in state)
+    assert sum(key.endswith("memory_bank.bank") for key in state) == 1
+    assert module.backbone is module.model.backbone and module.criterion is module.model.criterion
+
+
 def test_validation_of_module_arguments():
     backbone, dim = _backbone()
     with pytest.raises(ValueError, match="optimizer"):
         SimCLRModule(backbone, dim, optimizer="lars")
     with pytest.raises(ValueError, match="lr"):
         SimCLRModule(backbone, dim, lr=0.0)
+    with pytest.raises(ValueError, match="num_classes"):
+        SimCLRModule(backbone, dim, num_classes=1)
+    with pytest.raises(TypeError, match="knn_k"):
+        SimCLRModule(backbone, dim, knn_k=2.5)
     with pytest.raises(ValueError, match="momentum"):
         MoCoV2Module(backbone, dim, NTXentLoss(), momentum=1.5)
     with pytest.raises(ValueError, match="two views"):

@@ -62,6 +62,12 @@ from lightly.utils.benchmarking import knn_predict  # noqa: E402
 from lightly.utils.scheduler import cosine_schedule  # noqa: E402
 
 from adaptcl.adapters.lightly import ASCLMoCo, NTXentLoss  # noqa: E402
+from adaptcl.plugins._validation import (  # noqa: E402
+    check_choice,
+    check_int,
+    check_non_negative,
+    check_positive,
+)
 from adaptcl.plugins.amcl import AMCLSimSiamLoss  # noqa: E402
 
 __all__ = [
@@ -165,31 +171,18 @@ class SSLModule(pl.LightningModule):
                  num_classes: int = 10, knn_k: int = 200, knn_t: float = 0.1,
                  knn_bank_loader: Any = None) -> None:
         super().__init__()
-        if optimizer not in OPTIMIZERS:
-            raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {optimizer!r}")
-        if lr_schedule not in ("cosine", "constant"):
-            raise ValueError(f"lr_schedule must be 'cosine' or 'constant', got {lr_schedule!r}")
-        for name, value in (("lr", lr), ("knn_t", knn_t)):
-            if not value > 0:
-                raise ValueError(f"{name} must be > 0, got {value}")
-        if weight_decay < 0:
-            raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
-        if int(feature_dim) < 1 or int(knn_k) < 1 or int(num_classes) < 2:
-            raise ValueError("feature_dim and knn_k must be >= 1 and num_classes >= 2")
-        if warmup_epochs < 0:
-            raise ValueError(f"warmup_epochs must be >= 0, got {warmup_epochs}")
+        self.optimizer_name = check_choice("optimizer", optimizer, OPTIMIZERS)
+        self.lr_schedule = check_choice("lr_schedule", lr_schedule, ("cosine", "constant"))
+        self.lr = check_positive("lr", lr)
+        self.knn_t = check_positive("knn_t", knn_t)
+        self.weight_decay = check_non_negative("weight_decay", weight_decay)
+        self.momentum = check_non_negative("momentum", momentum)
+        self.feature_dim = check_int("feature_dim", feature_dim, 1)
+        self.knn_k = check_int("knn_k", knn_k, 1)
+        self.num_classes = check_int("num_classes", num_classes, 2)
+        self.warmup_epochs = check_int("warmup_epochs", warmup_epochs, 0)
         self.backbone = backbone
-        self.feature_dim = int(feature_dim)
         self.criterion = criterion
-        self.optimizer_name = optimizer
-        self.lr = float(lr)
-        self.weight_decay = float(weight_decay)
-        self.momentum = float(momentum)
-        self.lr_schedule = lr_schedule
-        self.warmup_epochs = int(warmup_epochs)
-        self.num_classes = int(num_classes)
-        self.knn_k = int(knn_k)
-        self.knn_t = float(knn_t)
         self.knn_bank_loader = knn_bank_loader
         self.history: list[dict[str, float]] = []
         self.knn_history: list[dict[str, float]] = []
@@ -498,7 +491,21 @@ class ASCLMoCoModule(SSLModule):
                          sharpen_temperature=sharpen_temperature, num_neighbors=num_neighbors,
                          mode=mode, gather_distributed=gather_distributed)
         super().__init__(backbone, feature_dim, model.criterion, **kwargs)
+        # The backbone and the criterion belong to ``self.model``: drop the second registration
+        # SSLModule made, so the state dict holds each weight and the queue once (the
+        # properties below serve SSLModule's uses of them).
+        del self._modules["backbone"], self._modules["criterion"]
         self.model = model
+
+    @property
+    def backbone(self) -> nn.Module:
+        """The online backbone, ``model.backbone``."""
+        return self.model.backbone
+
+    @property
+    def criterion(self) -> nn.Module:
+        """The ASCL loss with its queue, ``model.criterion``."""
+        return self.model.criterion
 
     def training_loss(self, views: list[Tensor]) -> Tensor:
         self.model.update_momentum()

@@ -1,0 +1,195 @@
+"""Lightly's memory bank and distributed gather around a core loss: written once, used by all.
+
+Every Lightly loss of :mod:`adaptcl.adapters.lightly` is a :class:`MemoryBankLoss`: the
+subclass says how to build its core loss from :mod:`adaptcl.plugins` (always kept as the
+attribute ``criterion``) and this class does what ``lightly.loss.NTXentLoss`` does around its maths:
+
+- ``memory_bank_size`` uses Lightly's :class:`~lightly.models.modules.memory_bank.MemoryBankModule`
+  (Lightly 1.6 wants a ``(num_features, dim)`` tuple, ``0`` disables it). The bank stores the
+  normalised second view and is updated only when ``out0`` requires a gradient; with a bank
+  the core loss runs in its ``"queue"`` form (positive ``out1[i]`` plus the bank's negatives).
+- ``gather_distributed`` passes ``lightly.utils.dist.gather`` (gradient-carrying) to the core,
+  which offsets the positive index by the rank; with a bank, Lightly gathers the keys of every
+  rank before they enter it.
+- one validation path: the shared arguments are checked here, the embeddings are brought to
+  one dtype (the bank is float32; float64 inputs keep float64), and a bank whose feature
+  dimension differs from the embeddings raises a ``ValueError`` naming both dimensions
+  before anything is written to it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from lightly.models.modules.memory_bank import MemoryBankModule
+from lightly.utils import dist as lightly_dist
+from torch import Tensor, nn
+
+from adaptcl import plugins
+from adaptcl.plugins._validation import check_bool, check_choice, check_shared
+from adaptcl.plugins.candidates import compute_dtype
+
+__all__ = ["PersistentMemoryBankModule", "MemoryBankLoss", "lightly_gather", "core_attribute"]
+
+#: in-batch candidate sets a Lightly loss may choose; the queue form is chosen by the bank
+IN_BATCH_FORMS = tuple(f for f in plugins.FORMS if f != "queue")
+
+
+def lightly_gather(x: Tensor) -> tuple[Tensor, ...]:
+    """``lightly.utils.dist.gather`` (gradient-carrying), or ``(x,)`` outside a process group."""
+    if lightly_dist.world_size() > 1:
+        return tuple(lightly_dist.gather(x))
+    return (x,)
+
+
+class PersistentMemoryBankModule(MemoryBankModule):
+    """Lightly's ``MemoryBankModule`` whose bank and pointer are saved in ``state_dict``.
+
+    Lightly registers ``bank`` and ``bank_ptr`` with ``persistent=False``, so a MoCo queue is
+    lost when a run resumes from a checkpoint. This subclass re-registers both buffers as
+    persistent; the queueing logic is Lightly's, unchanged.
+
+    Examples:
+        >>> bank = PersistentMemoryBankModule(size=(4096, 128))
+        >>> "bank" in bank.state_dict()
+        True
+    """
+
+    def __init__(self, size: int | Sequence[int], gather_distributed: bool = False,
+                 feature_dim_first: bool = True) -> None:
+        super().__init__(size=size, gather_distributed=gather_distributed,
+                         feature_dim_first=feature_dim_first)
+        for name in ("bank", "bank_ptr"):
+            value = getattr(self, name)
+            delattr(self, name)  # also drops the name from the non-persistent set
+            self.register_buffer(name, value, persistent=True)
+
+
+def core_attribute(name: str, check: Callable[[str, Any], Any] | None = None,
+                   public_name: str | None = None) -> property:
+    """A property that reads and (validated) writes ``self.criterion.<name>``.
+
+    Lightly's losses keep their hyper-parameters as plain attributes (``loss.temperature =
+    0.2`` between epochs); ours live in the core loss, so the adapter forwards them.
+    """
+    label = public_name or name
+
+    def fget(self: nn.Module) -> Any:
+        return getattr(self.criterion, name)
+
+    def fset(self: nn.Module, value: Any) -> None:
+        setattr(self.criterion, name, value if check is None else check(label, value))
+
+    return property(fget, fset, doc=f"``{label}`` of the core loss (readable and settable).")
+
+
+class MemoryBankLoss(nn.Module):
+    """Base of the Lightly losses: one core loss with Lightly's memory bank and gather.
+
+    Multi-head losses override :meth:`_bank_rows` and :meth:`_bank_negatives` to store several
+    heads per bank row.
+
+    Args:
+        make_core: builds the core loss from the keyword arguments ``form``,
+            ``gather_distributed``, ``gather_fn``, ``check_finite`` and ``tile_size``.
+        memory_bank_size: ``(num_features, dim)`` of the memory bank, 0 disables it.
+        gather_distributed: gather candidates (or, with a bank, keys) from every rank.
+        form: in-batch candidate set without a bank (one of ``forms``).
+        persistent_memory_bank: save the bank in ``state_dict`` (Lightly does not).
+        check_finite: raise ``ValueError`` on NaN/inf embeddings (one reduction and one
+            host-device synchronisation per call; turn off in tuned training loops).
+        tile_size: stream the similarity matrix in tiles (see :mod:`adaptcl.plugins.tiled`).
+        forms: the in-batch forms this loss supports.
+        bank_width: bank entries per row (heads of a multi-head loss).
+    """
+
+    def __init__(self, make_core: Callable[..., nn.Module],
+                 memory_bank_size: int | Sequence[int] = 0,
+                 gather_distributed: bool = False, *, form: str = "nt_xent",
+                 persistent_memory_bank: bool = False, check_finite: bool = True,
+                 tile_size: int | None = None, forms: tuple[str, ...] = IN_BATCH_FORMS,
+                 bank_width: int = 1) -> None:
+        super().__init__()
+        # the core's checks, made before Lightly's bank sees gather_distributed
+        check_shared(gather_distributed=gather_distributed, gather_fn=None,
+                     check_finite=check_finite, tile_size=tile_size)
+        check_bool("persistent_memory_bank", persistent_memory_bank)
+        if form == "queue":
+            raise ValueError(f"form must be one of {forms}: the queue form is chosen by "
+                             f"memory_bank_size, got {form!r}")
+        check_choice("form", form, forms)
+        bank_class = PersistentMemoryBankModule if persistent_memory_bank else MemoryBankModule
+        # (num_features, dim) rows: the core takes negatives as [K, D].
+        self.memory_bank = bank_class(size=_widen(memory_bank_size, bank_width),
+                                      gather_distributed=gather_distributed,
+                                      feature_dim_first=False)
+        self.uses_memory_bank = self.memory_bank.size[0] > 0
+        #: feature dimension of one bank entry (that of the embeddings), None without a bank
+        self.memory_bank_dim = (self.memory_bank.size[1] // bank_width
+                                if self.uses_memory_bank else None)
+        self.gather_distributed = gather_distributed
+        self.form = "queue" if self.uses_memory_bank else form
+        self.criterion = make_core(
+            form=self.form, gather_distributed=gather_distributed,
+            gather_fn=lightly_gather if gather_distributed else None,
+            check_finite=check_finite, tile_size=tile_size,
+        )
+
+    check_finite = core_attribute("check_finite", check_bool)
+
+    @property
+    def last_stats(self) -> dict[str, Tensor]:
+        """What the core loss computed in the last call (detached 0-d tensors)."""
+        return self.criterion.last_stats
+
+    def forward(self, out0: Tensor, out1: Tensor) -> Tensor:
+        """Loss of the positive pairs ``(out0[i], out1[i])``, as ``NTXentLoss.forward``.
+
+        Args:
+            out0: output projections of the first views, shape ``(batch_size, dim)``.
+            out1: output projections of the second views, shape ``(batch_size, dim)``; with a
+                memory bank these (normalised) enter the bank after the loss, as in Lightly.
+        """
+        out0, out1 = same_dtype(out0, out1)
+        if not self.uses_memory_bank:
+            return self.criterion(out0, out1)
+        for name, out in (("out0", out0), ("out1", out1)):
+            if out.shape[-1] != self.memory_bank_dim:
+                raise ValueError(
+                    f"the memory bank holds {self.memory_bank_dim}-dimensional features but "
+                    f"{name} has feature dimension {out.shape[-1]}; build the loss with "
+                    f"memory_bank_size=({self.memory_bank.size[0]}, {out.shape[-1]})")
+        # Lightly's bank holds the normalised out1 and is only updated in training.
+        _, bank = self.memory_bank(self._bank_rows(out1), update=out0.requires_grad)
+        negatives = bank.to(device=out0.device, dtype=compute_dtype(out0))
+        return self.criterion(out0, out1, self._bank_negatives(negatives))
+
+    def _bank_rows(self, out1: Tensor) -> Tensor:
+        """The ``[N, width * dim]`` rows ``out1`` adds to the bank."""
+        return F.normalize(out1.detach(), dim=-1)
+
+    def _bank_negatives(self, bank: Tensor) -> Tensor:
+        """The bank ``[K, width * dim]`` as the core loss takes its negatives."""
+        return bank
+
+    def extra_repr(self) -> str:
+        size = (self.memory_bank.size[0], self.memory_bank_dim) if self.uses_memory_bank else 0
+        return f"memory_bank_size={size}, gather_distributed={self.gather_distributed}"
+
+
+def _widen(size: int | Sequence[int], width: int) -> int | Sequence[int]:
+    """``(K, D)`` -> ``(K, width * D)``; anything else goes to Lightly's own validation."""
+    if width == 1 or isinstance(size, int) or len(size) != 2:
+        return size
+    return (size[0], width * size[1])
+
+
+def same_dtype(out0: Tensor, out1: Tensor) -> tuple[Tensor, Tensor]:
+    """Both views in their promoted dtype (float32 and float64 mix as in torch arithmetic)."""
+    if out0.dtype == out1.dtype:
+        return out0, out1
+    dtype = torch.promote_types(out0.dtype, out1.dtype)
+    return out0.to(dtype), out1.to(dtype)
