@@ -35,7 +35,12 @@ class OneLineParser(argparse.ArgumentParser):
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Defaults in every option's help; the description and example kept as written."""
+    """Defaults in every valued option's help; the description and example kept as written."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        if action.default is None or action.nargs == 0:  # flags, and "unset" defaults
+            return action.help or ""
+        return super()._get_help_string(action)
 
 
 def _version() -> str:

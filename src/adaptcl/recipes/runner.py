@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import datetime as _dt
 import hashlib
 import importlib
@@ -48,6 +49,8 @@ import shutil
 import subprocess
 import sys
 import time
+import types
+import typing
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -187,17 +190,21 @@ def check_record(cell: Cell, record: Mapping[str, Any], *, trains: bool = True) 
     if bad:
         raise NonResultError(f"{cell.label()}: non-finite metrics {bad}; nothing was stored")
     if trains:
-        steps = record.get("optimisation_steps")
-        if not steps:
-            raise NonResultError(
-                f"{cell.label()}: the run performed no optimisation step (every batch was "
-                "skipped or there were no epochs); check --batch-size and --epochs")
+        require_steps(record.get("optimisation_steps"), cell.label())
     losses = record.get("losses") or []
     if any(_non_finite(float(v)) for v in losses):
         raise NonResultError(f"{cell.label()}: non-finite training loss; nothing was stored")
 
 
-def check_embeddings(x: Any, where: str) -> None:
+def require_steps(steps: int | None, where: str) -> None:
+    """Refuse a training run that took no optimisation step (an untrained model is no result)."""
+    if not steps:
+        raise NonResultError(
+            f"{where}: the run performed no optimisation step (every batch was skipped or there "
+            "were no epochs); check --batch-size and --epochs")
+
+
+def check_embeddings(x: Any, where: str, *, allow_constant: bool = False) -> None:
     """Refuse non-finite or constant embeddings (``[n, d]`` tensor or array) before they are used."""
     import numpy as np
 
@@ -210,7 +217,8 @@ def check_embeddings(x: Any, where: str) -> None:
         count = int((~np.isfinite(x)).any(axis=-1).sum()) if x.ndim > 1 else int(
             (~np.isfinite(x)).sum())
         raise NonResultError(f"{where}: {count} embeddings contain NaN or inf")
-    if x.ndim > 1 and x.shape[0] > 1 and float(np.ptp(x, axis=0).max()) == 0.0:
+    if (not allow_constant and x.ndim > 1 and x.shape[0] > 1
+            and float(np.ptp(x, axis=0).max()) == 0.0):
         raise NonResultError(f"{where}: every embedding is the same vector (a collapsed or "
                              "constant encoder)")
 
@@ -901,3 +909,64 @@ def add_common_arguments(parser: argparse.ArgumentParser, *, output_dir: str,
                             help="training curves through the framework's logger")
     parser.add_argument("--no-progress", dest="progress", action="store_false",
                         help="no progress bars")
+
+
+def _optional(kind: Callable[[str], Any]) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        return None if text.lower() == "none" else kind(text)
+
+    parse.__name__ = getattr(kind, "__name__", "value")
+    return parse
+
+
+def add_config_arguments(parser: argparse.ArgumentParser, config_cls: type, *,
+                         helps: Mapping[str, str] | None = None,
+                         choices: Mapping[str, Sequence[str]] | None = None,
+                         exclude: Sequence[str] = ()) -> None:
+    """One option per field of the dataclass ``config_cls`` not registered yet.
+
+    ``--field-name`` with the field's type (``X | None`` also takes ``none``; lists are
+    space-separated; a ``bool`` defaulting to false is a flag, one defaulting to true gets
+    ``--no-field-name``); ``choices`` entries match case-insensitively. Options not given on
+    the command line stay absent from the namespace, so the dataclass (or a preset) supplies
+    the default, which the help shows.
+    """
+    hints = typing.get_type_hints(config_cls)
+    defaults = config_cls()
+    registered = {action.dest for action in parser._actions}
+    for spec in dataclasses.fields(config_cls):
+        name = spec.name
+        option = "--" + name.replace("_", "-")
+        if name in exclude or name in registered:
+            continue
+        default = getattr(defaults, name)
+        text = (helps or {}).get(name, name.replace("_", " "))
+        if choices and name in choices:
+            text += f"; one of {', '.join(choices[name])}"
+        if not isinstance(default, bool):
+            text += f" (default: {default})"
+        hint = hints[name]
+        args = typing.get_args(hint)
+        optional = (isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union) \
+            and type(None) in args
+        if optional:
+            hint = next(a for a in args if a is not type(None))
+        kind: Any = typing.get_args(hint)[0] if typing.get_origin(hint) in (list, tuple) else hint
+        if choices and name in choices:
+            kind = choice_type(choices[name], name.replace("_", " "))
+        common = dict(dest=name, default=argparse.SUPPRESS, help=text)
+        if hint is bool:
+            flag = option if not default else "--no-" + name.replace("_", "-")
+            parser.add_argument(flag, action="store_false" if default else "store_true", **common)
+        elif typing.get_origin(hint) in (list, tuple):
+            parser.add_argument(option, action=ListAction, item_type=kind, metavar=name.upper(),
+                                **common)
+        else:
+            parser.add_argument(option, type=_optional(kind) if optional else kind,
+                                metavar=name.upper(), **common)
+
+
+def config_kwargs(config_cls: type, args: argparse.Namespace) -> dict[str, Any]:
+    """The fields of ``config_cls`` present in ``args`` (given, or common options)."""
+    return {f.name: getattr(args, f.name) for f in dataclasses.fields(config_cls)
+            if hasattr(args, f.name)}
