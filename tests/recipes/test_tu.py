@@ -171,7 +171,6 @@ def test_zero_step_run_is_an_error_not_a_result(mutag_root, tmp_path):
     cfg = _cfg(mutag_root, tmp_path / "out", epochs=1, batch_size=2)
     _, raw = tu.find_raw(mutag_root, "MUTAG")
     graphs, dim, _ = tu.load_tu_graphs(cfg, "MUTAG", raw, "fp")
-    cfg.device = "cpu"
     with pytest.raises(runner.NonResultError, match="no optimisation step"):
         tu.run_one(cfg, runner.Cell("MUTAG", "macl", 0), graphs[:1], dim)
 

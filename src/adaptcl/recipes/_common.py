@@ -95,6 +95,23 @@ def write_json_atomic(path: str | os.PathLike, obj: Any) -> Path:
     return write_text_atomic(path, text + "\n")
 
 
+def torch_save_atomic(obj: Any, path: str | os.PathLike) -> Path:
+    """``torch.save`` through a temporary file and ``os.replace`` (a kill never truncates it)."""
+    import torch
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        torch.save(obj, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
 def save_figure_atomic(fig: Any, path: str | os.PathLike, dpi: int = 110) -> Path:
     """Save a matplotlib figure as ``path`` through a temporary file and close the figure."""
     import matplotlib.pyplot as plt

@@ -855,11 +855,11 @@ def choice_type(choices: Sequence[str], what: str) -> Callable[[str], str]:
 
 
 def canonical_choice(value: str, choices: Sequence[str], what: str) -> str:
-    """The canonical spelling of ``value`` among ``choices`` (case-insensitive) or RecipeError."""
+    """The canonical spelling of ``value`` among ``choices`` (case-insensitive) or ValueError."""
     try:
         return choice_type(choices, what)(value)
     except argparse.ArgumentTypeError as err:
-        raise RecipeError(str(err)) from None
+        raise ValueError(str(err)) from None
 
 
 def _seed_list(text: str) -> list[int]:

@@ -243,21 +243,22 @@ def run_one(cfg: TUConfig, cell: Cell, graphs, in_dim: int, logger=None) -> dict
     from adaptcl.recipes.graph_eval import svm_cv_accuracy
 
     seed_everything(cell.seed)
+    device = runner.resolve_device(cfg.device)
     view0, view1, aug = build_views(cfg, cell.dataset, torch.Generator().manual_seed(
         10_000 + cell.seed))
     extra = {"alpha": cfg.alpha, "a0": cfg.a0} if cell.method == "macl" else {}
     loss_fn = graphcl_loss(cell.method, temperature=cfg.temperature, **extra)
-    model = GraphCL(TUGINEncoder(in_dim, cfg.hidden, cfg.layers), loss_fn=loss_fn).to(cfg.device)
+    model = GraphCL(TUGINEncoder(in_dim, cfg.hidden, cfg.layers), loss_fn=loss_fn).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     loader = DataLoader(TwoViewDataset(graphs, view0, view1), batch_size=cfg.batch_size,
                         shuffle=True, generator=torch.Generator().manual_seed(20_000 + cell.seed),
-                        **runner.loader_options(cfg.device))
+                        **runner.loader_options(device))
     history: dict[str, list[float]] = {}
     epoch_loss, steps, start = [], 0, time.perf_counter()
     bar = runner.progress(range(cfg.epochs), enabled=cfg.progress, desc=cell.label())
     for _ in bar:
         loss, taken = train_epoch(model, loader, optimizer, lambda b: model(*b),
-                                  device=cfg.device, precision=cfg.precision, stats=history,
+                                  device=device, precision=cfg.precision, stats=history,
                                   logger=logger, step=steps, where=cell.label())
         epoch_loss.append(loss)
         steps += taken
@@ -266,7 +267,7 @@ def run_one(cfg: TUConfig, cell: Cell, graphs, in_dim: int, logger=None) -> dict
     runner.require_steps(steps, cell.label())
     start = time.perf_counter()
     model.eval()
-    x, y = embed_graphs(model.embed, graphs, device=cfg.device, where=f"{cell.label()} embeddings")
+    x, y = embed_graphs(model.embed, graphs, device=device, where=f"{cell.label()} embeddings")
     evaluation = svm_cv_accuracy(x, y, folds=cfg.folds, inner_folds=cfg.inner_folds,
                                  c_grid=cfg.c_grid, classifier=cfg.classifier,
                                  cv_seed=cfg.cv_seed, standardize=cfg.standardize)
