@@ -68,7 +68,7 @@ from adaptcl.recipes._common import (
 # ------------------------------------------------------------------------------------ errors
 
 
-class RecipeError(Exception):
+class RecipeError(ValueError):
     """A user-facing error (bad option, bad or missing data): the CLI prints one line, exit 2."""
 
 
@@ -298,7 +298,7 @@ class GridRun:
 
 def run_grid(recipe: str, out_dir: str | os.PathLike, cells: Sequence[Cell], *,
              identity: Callable[[Cell], Mapping[str, Any]],
-             compute: Callable[[Cell], dict[str, Any]] | None,
+             compute: Callable[[Cell], dict[str, Any] | None] | None,
              trains: Callable[[Cell], bool] | bool = True,
              on_record: Callable[[GridRun], None] | None = None,
              progress_bar: bool = True) -> GridRun:
@@ -306,7 +306,8 @@ def run_grid(recipe: str, out_dir: str | os.PathLike, cells: Sequence[Cell], *,
 
     ``identity(cell)`` returns everything that determines the cell's result (JSON-able);
     ``compute(cell)`` returns its record (``metrics``, ``optimisation_steps``, ``train_seconds``
-    and anything else); ``compute=None`` only collects what is stored. Each record is checked
+    and anything else), or ``None`` on a process that does not own the result (a non-zero
+    rank of a distributed run); ``compute=None`` only collects what is stored. Each record is checked
     with :func:`check_record` before it is stored; ``on_record`` is called after each computed
     cell (to rewrite partial result files).
     """
@@ -329,6 +330,9 @@ def run_grid(recipe: str, out_dir: str | os.PathLike, cells: Sequence[Cell], *,
             for cell in todo:
                 bar.set_postfix_str(cell.label())
                 record = compute(cell)
+                if record is None:  # computed and stored by another process (rank 0 of DDP)
+                    bar.update(1)
+                    continue
                 check_record(cell, record, trains=trains(cell) if callable(trains) else trains)
                 store.save(cell, identity(cell), record)
                 grid.records[cell] = record
