@@ -85,7 +85,7 @@ def test_version_comes_from_package_metadata(capsys):
     assert capsys.readouterr().out.strip() == f"adaptcl {version('adaptcl')}"
 
 
-@pytest.mark.parametrize("recipe", ["tu", "moleculenet", "images"])
+@pytest.mark.parametrize("recipe", ["tu", "moleculenet", "images", "demo"])
 def test_help_is_fast_shows_defaults_and_an_example(recipe):
     env = dict(os.environ, PYTHONPATH=SRC)
     start = time.perf_counter()
@@ -101,7 +101,7 @@ def test_help_is_fast_shows_defaults_and_an_example(recipe):
 
 def test_help_imports_no_heavy_module():
     code = ("import sys\nfrom adaptcl import cli\n"
-            "for r in ('tu', 'moleculenet', 'images'):\n"
+            "for r in ('tu', 'moleculenet', 'images', 'demo'):\n"
             "    cli.build_parser(r)\n"
             "heavy = sorted(m for m in ('torch', 'torch_geometric', 'lightly', 'sklearn', "
             "'transformers', 'matplotlib') if m in sys.modules)\n"
