@@ -14,6 +14,7 @@ pytest.importorskip("sklearn")
 
 from adaptcl import cli  # noqa: E402
 from adaptcl.recipes import moleculenet as mn  # noqa: E402
+from adaptcl.recipes.graph_eval import masked_bce_loss, multitask_roc_auc  # noqa: E402
 
 NAN = math.nan
 
@@ -23,7 +24,7 @@ NAN = math.nan
 def test_masked_bce_hand_computed():
     logits = torch.tensor([[0.0, 2.0], [-1.0, 0.0]], requires_grad=True)
     y = torch.tensor([[1.0, NAN], [0.0, 1.0]])
-    loss = mn.masked_bce_loss(logits, y)
+    loss = masked_bce_loss(logits, y)
     # present entries: BCE(0, 1) = log 2, BCE(-1, 0) = log(1 + e^-1), BCE(0, 1) = log 2
     expected = (2 * math.log(2) + math.log(1 + math.exp(-1))) / 3
     assert loss.item() == pytest.approx(expected, abs=1e-6)
@@ -39,7 +40,7 @@ def test_masked_bce_hand_computed():
 
 def test_masked_bce_all_missing_is_zero_and_finite():
     logits = torch.randn(3, 2, requires_grad=True)
-    loss = mn.masked_bce_loss(logits, torch.full((3, 2), NAN))
+    loss = masked_bce_loss(logits, torch.full((3, 2), NAN))
     loss.backward()
     assert loss.item() == 0.0 and torch.equal(logits.grad, torch.zeros(3, 2))
 
@@ -47,7 +48,7 @@ def test_masked_bce_all_missing_is_zero_and_finite():
 def test_multitask_roc_auc_skips_single_class_tasks_and_counts_them():
     y = np.array([[0, 1, 1], [0, 1, NAN], [1, 1, 0], [1, 1, 1]], dtype=float)
     s = np.array([[0.1, 0.3, 0.9], [0.4, 0.2, 0.0], [0.35, 0.5, 0.2], [0.8, 0.1, 0.1]])
-    res = mn.multitask_roc_auc(y, s)
+    res = multitask_roc_auc(y, s)
     # task 0: positives {0.35, 0.8} vs negatives {0.1, 0.4}: 3 of 4 pairs ordered -> 0.75
     # task 1: only positives -> skipped; task 2 (row 1 missing): pos {0.9, 0.1} vs neg {0.2}
     assert res["per_task"][0] == pytest.approx(0.75)
@@ -55,12 +56,12 @@ def test_multitask_roc_auc_skips_single_class_tasks_and_counts_them():
     assert res["per_task"][2] == pytest.approx(0.5)
     assert res["mean"] == pytest.approx(0.625)
     assert (res["num_tasks"], res["num_evaluated"], res["num_skipped"]) == (3, 2, 1)
-    none = mn.multitask_roc_auc(np.ones((4, 2)), s[:, :2])
+    none = multitask_roc_auc(np.ones((4, 2)), s[:, :2])
     assert math.isnan(none["mean"]) and none["num_skipped"] == 2
-    single = mn.multitask_roc_auc(np.array([0, 1, 1.0]), np.array([0.2, 0.9, 0.7]))
+    single = multitask_roc_auc(np.array([0, 1, 1.0]), np.array([0.2, 0.9, 0.7]))
     assert single["mean"] == 1.0
     with pytest.raises(ValueError):
-        mn.multitask_roc_auc(y, s[:, :2])
+        multitask_roc_auc(y, s[:, :2])
 
 
 # ---------------------------------------------------------------------------- config
@@ -128,6 +129,7 @@ def test_tiny_run_structure_and_resume(shared_data, tmp_path):
     info = res["infos"]["bbbp"]
     assert info["num_molecules"] + info["num_invalid"] == 400
     last = res["summary"]["test_roc_last"]["bbbp"]
+    assert set(res["tables"]) == {"test_roc_last", "test_roc_best_valid"}
     for init in ("none", "graphcl", "macl"):
         assert last["methods"][init]["n"] == 1 and 0.0 <= last["methods"][init]["mean"] <= 100
     assert last["paired"]["macl"]["n"] == 1 and last["paired"]["macl"]["ci95"] is None
@@ -143,7 +145,7 @@ def test_tiny_run_structure_and_resume(shared_data, tmp_path):
     assert not torch.allclose(g_state["convs.0.nn.0.weight"], m_state["convs.0.nn.0.weight"])
     out = tmp_path / "out"
     md = (out / "results.md").read_text()
-    assert "| BBBP |" in md and "Last epoch" in md and "best validation" in md
+    assert "| BBBP |" in md and "## test_roc_last" in md and "## test_roc_best_valid" in md
     assert "69.68 ± 0.67" in md and "(n=1)" in md and "GraphCL+MACL − GraphCL" in md
     assert (out / "pretraining_alignment_temperature.png").stat().st_size > 0
 

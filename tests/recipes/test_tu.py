@@ -162,8 +162,8 @@ def test_changed_setting_is_recomputed_and_more_seeds_compute_only_the_new(mutag
     assert len(calls) == 4
     more = tu.run_tu(_cfg(mutag_root, tmp_path / "out", epochs=3, seeds=[0, 1]))
     assert calls[4:] == [("MUTAG", "graphcl", 1), ("MUTAG", "macl", 1)]
-    assert more["summary"]["MUTAG"]["methods"]["macl"]["n"] == 2
-    assert more["summary"]["MUTAG"]["paired"]["macl"]["mean"] == 0.0
+    assert more["summary"]["accuracy"]["MUTAG"]["methods"]["macl"]["n"] == 2
+    assert more["summary"]["accuracy"]["MUTAG"]["paired"]["macl"]["mean"] == 0.0
     assert more["complete"] and not more["partial"] and more["total_train_seconds"] == 4.0
 
 
@@ -214,10 +214,9 @@ def test_tiny_mutag_run_writes_results_logs_and_resumes(mutag_root, tmp_path, mo
         assert ev["folds"] == 10 and len(ev["fold_accuracies"]) == 10
         assert run["embedding_dim"] == 96 and run["optimisation_steps"] == 4
         assert len(run["losses"]) == 2 and all(np.isfinite(run["losses"]))
-    summary = on_disk["summary"]["MUTAG"]
-    assert summary["info"]["num_graphs"] == 188
-    assert summary["paper_table4"]["macl"] == [89.04, 0.98]
-    assert 0.0 <= summary["methods"]["macl"]["mean"] <= 100.0
+    facts = on_disk["datasets"]["MUTAG"]
+    assert facts["info"]["num_graphs"] == 188 and facts["paper_table4"]["macl"] == [89.04, 0.98]
+    assert 0.0 <= on_disk["summary"]["accuracy"]["MUTAG"]["methods"]["macl"]["mean"] <= 100.0
     table = (out / "results.md").read_text()
     assert "| MUTAG |" in table and "86.80 ± 1.34" in table and "89.04 ± 0.98" in table
     assert (out / "macl_temperature_alignment.png").stat().st_size > 0
@@ -234,7 +233,7 @@ def test_tiny_mutag_run_writes_results_logs_and_resumes(mutag_root, tmp_path, mo
     monkeypatch.setattr(tu, "run_one", boom)
     again = tu.run_tu(cfg)
     assert again["computed"] == [] and len(again["reused"]) == 2
-    assert again["summary"]["MUTAG"]["methods"] == result["summary"]["MUTAG"]["methods"]
+    assert again["summary"] == result["summary"]
 
 
 def test_cli_builds_config_with_common_vocabulary(tmp_path):

@@ -56,6 +56,30 @@ def train_epoch(model: Any, loader: Any, optimizer: Any, step_loss: Callable[[An
     return total / max(count, 1), steps
 
 
+def train_epochs(model: Any, loader: Any, optimizer: Any, step_loss: Callable[[Any], Any], *,
+                 epochs: range, progress: bool = False, desc: str = "",
+                 on_epoch_end: Callable[[int, float, int], None] | None = None,
+                 step: int = 0, **kwargs: Any) -> tuple[list[float], int]:
+    """:func:`train_epoch` for every epoch of ``epochs`` under one progress bar.
+
+    Returns (loss per epoch, optimisation steps); ``on_epoch_end(epoch, loss, steps so far)``
+    runs after each epoch (checkpoints, evaluation). ``kwargs`` go to :func:`train_epoch`.
+    """
+    from adaptcl.recipes.runner import progress as progress_bar
+
+    losses, steps = [], step
+    kwargs.setdefault("where", desc)
+    bar = progress_bar(epochs, enabled=progress, desc=desc)
+    for epoch in bar:
+        loss, taken = train_epoch(model, loader, optimizer, step_loss, step=steps, **kwargs)
+        losses.append(loss)
+        steps += taken
+        bar.set_postfix(loss=f"{loss:.3f}")
+        if on_epoch_end is not None:
+            on_epoch_end(epoch, loss, steps)
+    return losses, steps - step
+
+
 def embed_graphs(encode: Callable[[Any], Any], graphs: Any, *, device: str = "cpu",
                  batch_size: int = 256, where: str = "embeddings", labels: bool = True,
                  allow_constant: bool = False):

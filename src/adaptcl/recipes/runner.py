@@ -440,6 +440,104 @@ def summary_table(summary: Mapping[str, Mapping[str, Any]], *, methods: Sequence
     return markdown_table(rows)
 
 
+@dataclass
+class Report:
+    """The one result writer: summaries, tables, environment and files of a grid, rewritten after
+    every finished cell (so an interrupted run leaves a table marked partial).
+
+    ``metrics`` are the record metrics summarised (one table each, the first is the headline);
+    ``datasets`` / ``methods`` order the rows / columns; ``baseline`` is the method the others
+    are paired against; ``details(grid)`` adds recipe-specific JSON fields; ``drop`` names
+    record fields left out of the result's ``runs`` (long per-step histories).
+    """
+
+    recipe: str
+    out_dir: str | os.PathLike
+    config: Any
+    metrics: Sequence[str]
+    datasets: Sequence[str]
+    methods: Sequence[str]
+    baseline: str | None = None
+    header: str = ""
+    scale: float = 100.0
+    labels: Mapping[str, str] | None = None
+    dataset_labels: Mapping[str, str] | None = None
+    extra: Callable[[str], Mapping[str, str]] | None = None
+    stem: str = "results"
+    frameworks: Sequence[str] = ()
+    device: str | None = None
+    data_root: str | os.PathLike | None = None
+    data_fingerprint: Any = None
+    details: Callable[[GridRun], Mapping[str, Any]] | None = None
+    drop: Sequence[str] = ()
+
+    def write(self, grid: GridRun) -> dict[str, Any]:
+        summaries, tables = {}, {}
+        for metric in self.metrics:
+            summaries[metric] = summarize(grid.records, metric, datasets=self.datasets,
+                                          methods=self.methods, baseline=self.baseline,
+                                          scale=self.scale)
+            tables[metric] = summary_table(summaries[metric], methods=self.methods,
+                                           baseline=self.baseline, labels=self.labels,
+                                           dataset_labels=self.dataset_labels, extra=self.extra)
+        env = environment(frameworks=self.frameworks, device=self.device,
+                          data_root=self.data_root, data_fingerprint=self.data_fingerprint)
+        config = (dataclasses.asdict(self.config) if dataclasses.is_dataclass(self.config)
+                  else self.config)
+        result: dict[str, Any] = {
+            "recipe": self.recipe, "config": config, "environment": env, **grid.bookkeeping(),
+            "summary": summaries, "tables": tables,
+            "table_markdown": tables[self.metrics[0]],
+            "runs": [{"cell": list(c), **{k: v for k, v in r.items() if k not in self.drop}}
+                     for c, r in grid.records.items()]}
+        if self.details is not None:
+            result.update(self.details(grid))
+        body = "\n".join(f"## {metric}\n\n{tables[metric]}" for metric in self.metrics)
+        result["outputs"] = write_results(self.out_dir, self.stem, result, self.header + body)
+        return result
+
+
+#: config fields that never change what a cell computes (recipes name their own on top)
+BOOKKEEPING = ("datasets", "losses", "inits", "seeds", "data_root", "output_dir", "work_dir",
+               "cache_dir", "threads", "progress", "plot", "logger", "device", "devices",
+               "strategy", "num_workers", "download")
+
+
+def result_settings(cfg: Any, exclude: Sequence[str] = ()) -> dict[str, Any]:
+    """Every field of the dataclass ``cfg`` that can change a result (part of a run's identity):
+    all but :data:`BOOKKEEPING` and ``exclude``; the device enters as its type (cpu / cuda)."""
+    skip = set(BOOKKEEPING) | set(exclude)
+    settings = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in skip}
+    if hasattr(cfg, "device"):
+        settings["device_type"] = torch_device_type(cfg.device)
+    return settings
+
+
+def validate_config(cfg: Any, *, positive: Sequence[str] = (),
+                    choices: Mapping[str, Sequence[Any]] | None = None,
+                    non_empty: Sequence[str] = ()) -> None:
+    """Check a recipe's dataclass config; ``ValueError`` naming the field and the bad value.
+
+    ``positive``: numbers > 0; ``choices``: field -> allowed values; ``non_empty``: lists.
+    ``precision`` and ``logger`` are always checked when the config has them.
+    """
+    allowed_all = dict(choices or {})
+    for name, allowed in (("precision", PRECISIONS), ("logger", LOGGERS)):
+        if hasattr(cfg, name):
+            allowed_all.setdefault(name, allowed)
+    for name in positive:
+        value = getattr(cfg, name)
+        if (isinstance(value, bool) or not isinstance(value, (int, float))
+                or not math.isfinite(value) or value <= 0):
+            raise ValueError(f"{name} must be a positive number, got {value!r}")
+    for name, allowed in allowed_all.items():
+        if getattr(cfg, name) not in allowed:
+            raise ValueError(f"{name} must be one of {tuple(allowed)}, got {getattr(cfg, name)!r}")
+    for name in non_empty:
+        if not getattr(cfg, name):
+            raise ValueError(f"{name} must not be empty")
+
+
 # ---------------------------------------------------------------------------------- environment
 
 

@@ -1,23 +1,14 @@
 """``adaptcl tu``: GraphCL pre-training on TU datasets, SVM evaluation, every loss in one table.
 
 The unsupervised TU protocol of GraphCL (You et al., NeurIPS 2020) as used by MACL (Huang et al.,
-ICML 2023, Sec. 6.3, Table 4, App. B.5):
-
-* data: ``torch_geometric.datasets.TUDataset`` from ``<data-root>/tu/<NAME>/raw`` (or
-  ``<NAME>/raw``; names match case-insensitively), copied to ``<work-dir>/<fingerprint>/``
-  because ``TUDataset`` writes ``processed/`` next to ``raw/``; a truncated ``processed/`` (a
-  kill mid-write) is named and rebuilt. Datasets without node features get ``x = 1``
-  (``--node-features constant``, GraphCL) or a capped one-hot degree (``degree``);
-* model: 3-layer, 32-wide GIN, sum pooling of every layer concatenated (96-d), 2-layer
-  projection head, Xavier init; Adam lr 0.01, batch 128, 20 epochs (the default preset is
-  GraphCL's, which runs on a CPU);
-* views: the un-augmented graph and a GraphCL augmentation (``--aug auto``: ``random2`` for
-  molecules / bioinformatics, ``random4`` for social sets), ratio 0.2;
-* loss: ``graphcl`` (DCL cross-view, tau 0.2), ``macl`` (tau0 0.2, alpha 0.5, A0 0, no
-  reweighting), ``infonce``;
-* evaluation: encoder embeddings (``eval()`` mode) into an RBF SVC, stratified 10-fold CV with
-  an inner 5-fold grid over C in {1e-3, ..., 1e3}; mean +- population std over seeds, and the
-  paired difference of each loss minus ``graphcl`` over seeds with a 95% t-interval.
+ICML 2023, Table 4, App. B.5), GraphCL's settings (they run on a CPU): ``TUDataset`` from
+``<data-root>/tu/<NAME>/raw`` (names match case-insensitively), copied to
+``<work-dir>/<fingerprint>/`` since torch-geometric writes ``processed/`` next to ``raw/`` (a
+truncated one is named and rebuilt); featureless sets get ``x = 1`` or a capped one-hot degree;
+a 3 x 32 GIN with every layer's sum pooling concatenated, Adam lr 0.01, batch 128, 20 epochs;
+the un-augmented graph against a GraphCL augmentation (``random2``; ``random4`` for social
+sets), ratio 0.2; losses ``graphcl`` (DCL, tau 0.2), ``macl`` (tau0 0.2, alpha 0.5, A0 0),
+``infonce``; encoder embeddings into an RBF SVC, 10-fold CV with an inner 5-fold grid over C.
 
 ``--graphcl-exact`` uses GraphCL's own code paths (ratios 0.1 / subgraph 0.2, removal-only edge
 perturbation, one-hop subgraph, unseeded CV); the default fixes the CV folds (``--cv-seed 0``).
@@ -30,7 +21,6 @@ Outputs: ``results.json``, ``results.md``, ``macl_temperature_alignment.png``.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import os
 import shutil
 import tempfile
@@ -59,9 +49,6 @@ PAPER_TABLE4: dict[str, dict[str, tuple[float, float]]] = {
     "DD": {"graphcl": (78.62, 0.40), "macl": (78.80, 0.66)},
     "IMDB-BINARY": {"graphcl": (71.14, 0.44), "macl": (71.42, 1.05)},
 }
-# settings that do not change a result (everything else enters the run identity)
-_BOOKKEEPING = ("datasets", "losses", "seeds", "data_root", "output_dir", "work_dir", "threads",
-                "progress", "plot", "logger", "device")
 CODE = ("adaptcl.recipes.tu", "adaptcl.recipes.graph_common", "adaptcl.recipes.graph_eval",
         "adaptcl.adapters.graphcl", "adaptcl.plugins")
 
@@ -106,23 +93,15 @@ class TUConfig:
     plot: bool = True
 
     def __post_init__(self) -> None:
-        from adaptcl.recipes.graph_eval import CLASSIFIERS
-
-        choices = {"first_view": ("identity", "augmented"), "node_features": ("constant", "degree"),
-                   "classifier": CLASSIFIERS, "aug": AUGMENTATIONS, "logger": runner.LOGGERS,
-                   "precision": runner.PRECISIONS}
-        for name, allowed in choices.items():
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"{name} must be one of {allowed}, got {getattr(self, name)!r}")
         self.losses = [runner.canonical_choice(x, LOSSES, "loss") for x in self.losses]
-        for name in ("epochs", "hidden", "layers", "folds", "inner_folds", "max_degree"):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        runner.validate_config(
+            self, positive=("epochs", "hidden", "layers", "folds", "inner_folds", "max_degree"),
+            non_empty=("datasets", "losses", "seeds"), choices={
+                "first_view": ("identity", "augmented"), "node_features": ("constant", "degree"),
+                "classifier": ("svc", "linear"), "aug": AUGMENTATIONS})
         if self.batch_size < 2:
             raise ValueError(f"batch_size must be >= 2 (a contrastive batch needs a negative), "
                              f"got {self.batch_size}")
-        if not self.datasets or not self.losses or not self.seeds:
-            raise ValueError("datasets, losses and seeds must not be empty")
 
     @classmethod
     def graphcl_exact(cls, **overrides: Any) -> TUConfig:
@@ -133,8 +112,7 @@ class TUConfig:
 
     def result_settings(self) -> dict[str, Any]:
         """Every setting that changes a (dataset, loss, seed) result."""
-        settings = {k: v for k, v in dataclasses.asdict(self).items() if k not in _BOOKKEEPING}
-        return settings | {"device_type": runner.torch_device_type(self.device)}
+        return runner.result_settings(self)
 
 
 # ---------------------------------------------------------------------------------- data
@@ -201,32 +179,19 @@ def resolve_aug(cfg: TUConfig, name: str) -> str:
 
 def build_views(cfg: TUConfig, name: str, generator):
     """The two view transforms of a run (first view identity unless ``first_view='augmented'``)."""
-    from adaptcl.adapters.graphcl import (
-        AttrMask,
-        EdgePerturb,
-        Identity,
-        NodeDrop,
-        RandomChoice,
-        Subgraph,
-    )
+    from adaptcl.adapters.graphcl import Identity, RandomChoice, graphcl_augmentation
 
-    aug, r, quirks = resolve_aug(cfg, name), cfg.aug_ratio, cfg.graphcl_quirks
-    make = {
-        "dnodes": lambda: NodeDrop(r, generator=generator),
-        "pedges": lambda: EdgePerturb(r, add_edges=not quirks, undirected=not quirks,
-                                      generator=generator),
-        "mask_nodes": lambda: AttrMask(r, mode="gaussian", generator=generator),
-        "subgraph": lambda: Subgraph(cfg.subgraph_ratio if cfg.subgraph_ratio is not None else r,
-                                     one_hop=quirks, generator=generator),
-    }
+    aug = resolve_aug(cfg, name)
+
+    def make(kind: str):  # the subgraph may remove another fraction (GraphCL's code: 0.2)
+        ratio = cfg.subgraph_ratio if kind == "subgraph" and cfg.subgraph_ratio else cfg.aug_ratio
+        return graphcl_augmentation(kind, ratio, graphcl_quirks=cfg.graphcl_quirks,
+                                    generator=generator)
+
     pools = {"random2": ("dnodes", "subgraph"), "random3": ("dnodes", "pedges", "subgraph"),
              "random4": ("dnodes", "pedges", "subgraph", "mask_nodes")}
-    if aug == "none":
-        view1 = Identity()
-    elif aug in pools:
-        view1 = RandomChoice([make[k]() for k in pools[aug]], generator=generator)
-    else:
-        view1 = make[aug]()
+    view1 = RandomChoice([make(k) for k in pools[aug]], generator=generator) if aug in pools \
+        else make(aug)
     return (Identity() if cfg.first_view == "identity" else view1), view1, aug
 
 
@@ -239,7 +204,7 @@ def run_one(cfg: TUConfig, cell: Cell, graphs, in_dim: int, logger=None) -> dict
     from torch_geometric.loader import DataLoader
 
     from adaptcl.adapters.graphcl import GraphCL, TUGINEncoder, TwoViewDataset, graphcl_loss
-    from adaptcl.recipes.graph_common import embed_graphs, train_epoch
+    from adaptcl.recipes.graph_common import embed_graphs, train_epochs
     from adaptcl.recipes.graph_eval import svm_cv_accuracy
 
     seed_everything(cell.seed)
@@ -254,15 +219,11 @@ def run_one(cfg: TUConfig, cell: Cell, graphs, in_dim: int, logger=None) -> dict
                         shuffle=True, generator=torch.Generator().manual_seed(20_000 + cell.seed),
                         **runner.loader_options(device))
     history: dict[str, list[float]] = {}
-    epoch_loss, steps, start = [], 0, time.perf_counter()
-    bar = runner.progress(range(cfg.epochs), enabled=cfg.progress, desc=cell.label())
-    for _ in bar:
-        loss, taken = train_epoch(model, loader, optimizer, lambda b: model(*b),
-                                  device=device, precision=cfg.precision, stats=history,
-                                  logger=logger, step=steps, where=cell.label())
-        epoch_loss.append(loss)
-        steps += taken
-        bar.set_postfix(loss=f"{loss:.3f}")
+    start = time.perf_counter()
+    epoch_loss, steps = train_epochs(model, loader, optimizer, lambda b: model(*b),
+                                     epochs=range(cfg.epochs), progress=cfg.progress,
+                                     desc=cell.label(), device=device, precision=cfg.precision,
+                                     stats=history, logger=logger)
     train_seconds = time.perf_counter() - start
     runner.require_steps(steps, cell.label())
     start = time.perf_counter()
@@ -298,7 +259,7 @@ def validate(cfg: TUConfig) -> dict[str, tuple[Path, dict[str, Any]]]:
 def run_tu(cfg: TUConfig) -> dict[str, Any]:
     """Run every (dataset, loss, seed) whose stored record is missing or stale; write results."""
     sources = validate(cfg)
-    threads = runner.apply_thread_policy(cfg.threads)
+    runner.apply_thread_policy(cfg.threads)
     out = Path(cfg.output_dir)
     settings, code = cfg.result_settings(), runner.code_version(*CODE)
     cells = [Cell(n, m, s) for n in cfg.datasets for m in cfg.losses for s in cfg.seeds]
@@ -320,29 +281,20 @@ def run_tu(cfg: TUConfig) -> dict[str, Any]:
             return run_one(cfg, cell, *loaded[cell.dataset], logger=logger) | {
                 "info": infos[cell.dataset]}
 
-    def write(grid: runner.GridRun) -> dict[str, Any]:
-        baseline = "graphcl" if "graphcl" in cfg.losses else cfg.losses[0]
-        summary = runner.summarize(grid.records, "accuracy", datasets=cfg.datasets,
-                                   methods=cfg.losses, baseline=baseline, scale=100.0)
-        for name in cfg.datasets:
-            info = next((r.get("info") for c, r in grid.records.items() if c.dataset == name), None)
-            summary[name].update(info=info, paper_table4=PAPER_TABLE4.get(name))
-        table = runner.summary_table(summary, methods=cfg.losses, baseline=baseline,
-                                     extra=_paper_columns)
-        env = runner.environment(frameworks=["torch_geometric", "scikit-learn"],
-                                 device=cfg.device, data_root=resolve_data_root(cfg.data_root),
-                                 data_fingerprint={n: f for n, (_, f) in sources.items()})
-        result = {"recipe": "tu", "config": dataclasses.asdict(cfg), "environment": env,
-                  **grid.bookkeeping(), "summary": summary, "table_markdown": table,
-                  "runs": [{"cell": list(c), **{k: v for k, v in r.items() if k != "step_stats"}}
-                           for c, r in grid.records.items()]}
-        result["outputs"] = runner.write_results(out, "results", result, _header(cfg) + table)
-        return result
+    def details(grid: runner.GridRun) -> dict[str, Any]:
+        infos = {c.dataset: r.get("info") for c, r in grid.records.items()}
+        return {"datasets": {n: {"info": infos.get(n), "paper_table4": PAPER_TABLE4.get(n)}
+                             for n in cfg.datasets}}
 
+    report = runner.Report(
+        "tu", out, cfg, metrics=["accuracy"], datasets=cfg.datasets, methods=cfg.losses,
+        baseline="graphcl" if "graphcl" in cfg.losses else cfg.losses[0], header=_header(cfg),
+        extra=_paper_columns, frameworks=["torch_geometric", "scikit-learn"], device=cfg.device,
+        data_root=resolve_data_root(cfg.data_root), details=details, drop=["step_stats"],
+        data_fingerprint={n: f for n, (_, f) in sources.items()})
     grid = runner.run_grid("tu", out, cells, identity=identity, compute=compute,
-                           on_record=write, progress_bar=cfg.progress)
-    result = write(grid)
-    result["torch_threads"] = threads
+                           on_record=report.write, progress_bar=cfg.progress)
+    result = report.write(grid)
     if cfg.plot and grid.records:
         result["plot"] = runner.save_plot(out / "macl_temperature_alignment.png",
                                           lambda axes: _draw(cfg, grid.records, axes), ncols=2,
@@ -358,15 +310,9 @@ def _paper_columns(name: str) -> dict[str, str]:
 
 
 def _header(cfg: TUConfig) -> str:
-    return (f"# GraphCL on TU datasets: SVM accuracy (%)\n\nSeeds {cfg.seeds}, {cfg.epochs} "
-            f"epochs, batch {cfg.batch_size}, lr {cfg.lr}, GIN {cfg.layers}x{cfg.hidden}, tau "
-            f"{cfg.temperature}, MACL alpha {cfg.alpha} A0 {cfg.a0}; aug {cfg.aug} (ratio "
-            f"{cfg.aug_ratio}), first view {cfg.first_view}, GraphCL quirks "
-            f"{cfg.graphcl_quirks}; {cfg.classifier} with {cfg.folds}-fold CV (inner "
-            f"{cfg.inner_folds}-fold grid over C), CV seed {cfg.cv_seed}, standardize "
-            f"{cfg.standardize}; precision {cfg.precision}. Mean ± population std over seeds; "
-            "differences are paired over seeds with a 95% t-interval; the paper columns are "
-            "Huang et al. 2023 (MACL), Table 4.\n\n")
+    return (f"# GraphCL on TU datasets: SVM accuracy (%)\n\nSeeds {cfg.seeds}; settings in "
+            "results.json. Mean ± population std over seeds; differences are paired over seeds "
+            "with a 95% t-interval; the paper columns are Huang et al. 2023 (MACL), Table 4.\n\n")
 
 
 def _draw(cfg: TUConfig, records: dict, axes) -> None:
