@@ -48,6 +48,7 @@ and the InfoNCE value over the training steps of both losses).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import time
 from dataclasses import asdict, dataclass, field
@@ -72,7 +73,6 @@ PLOT_FILE = "demo_training.png"
 NUM_CLASSES = 10
 LOSSES = ("nt_xent", "macl")
 CODE = ("adaptcl.recipes.demo", "adaptcl.plugins")
-_BOOKKEEPING = ("seeds", "output_dir", "threads", "progress", "logger", "device")
 
 
 @dataclass
@@ -346,8 +346,7 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
     runner.apply_thread_policy(config.threads)
     out = Path(config.output_dir)
     losses = build_losses(config)
-    settings = {k: v for k, v in asdict(config).items() if k not in _BOOKKEEPING}
-    ident = {"settings": settings | {"device_type": runner.torch_device_type(device)},
+    ident = {"settings": runner.result_settings(dataclasses.replace(config, device=device)),
              "data": digits_fingerprint(), "code": runner.code_version(*CODE)}
 
     def compute(cell: Cell) -> dict[str, Any]:

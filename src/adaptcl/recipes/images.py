@@ -57,9 +57,6 @@ PRESETS: dict[str, dict[str, Any]] = {
                   npz_variant="jpeg", hidden_dim=512, output_dim=128, queue_size=4096,
                   linear_epochs=100, linear_batch_size=128, linear_lr=0.02, knn_every=10),
 }
-# settings that do not change what a (loss, seed) run computes
-_BOOKKEEPING = ("output_dir", "losses", "seeds", "progress", "threads", "num_workers",
-                "data_root", "download", "logger", "devices", "strategy", "device")
 CODE = ("adaptcl.recipes.images", "adaptcl.adapters.lightly", "adaptcl.adapters.lightning_modules",
         "adaptcl.plugins")
 
@@ -136,32 +133,17 @@ class ImagesConfig:
                                     else out.temperature)
         if out.a0 is None:
             out.a0 = 0.2 if out.method == "moco" else 0.0
-        allowed = METHOD_LOSSES[out.method]
-        if not out.losses or not out.seeds:
-            raise ValueError("losses and seeds must name at least one loss and one seed")
         for loss in out.losses:
-            if loss not in allowed:
-                raise ValueError(f"loss {loss!r} does not apply to {out.method}; choose from {allowed}")
-        for name in ("epochs", "batch_size", "hidden_dim", "output_dim", "linear_batch_size",
-                     "num_heads", "queue_size", "knn_k", "input_size", "devices"):
-            value = getattr(out, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
-        for name in ("lr", "temperature", "macl_temperature", "knn_t", "linear_lr", "width",
-                     "sharpen_temperature"):
-            value = getattr(out, name)
-            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-                raise ValueError(f"{name} must be a positive number, got {value!r}")
+            if loss not in METHOD_LOSSES[out.method]:
+                raise ValueError(f"loss {loss!r} does not apply to {out.method}; choose from "
+                                 f"{METHOD_LOSSES[out.method]}")
+        runner.validate_config(out, non_empty=("losses", "seeds"), positive=(
+            "epochs", "batch_size", "hidden_dim", "output_dim", "linear_batch_size", "num_heads",
+            "queue_size", "knn_k", "input_size", "devices", "lr", "temperature",
+            "macl_temperature", "knn_t", "linear_lr", "width", "sharpen_temperature"))
         if out.linear_epochs < 0 or out.knn_every < 0 or out.num_workers < 0:
             raise ValueError("linear_epochs, knn_every and num_workers must be >= 0")
-        runner.check_precision(out.precision)
-        if out.logger not in runner.LOGGERS:
-            raise ValueError(f"logger must be one of {runner.LOGGERS}, got {out.logger!r}")
         return out
-
-    def result_settings(self) -> dict[str, Any]:
-        settings = {k: v for k, v in dataclasses.asdict(self).items() if k not in _BOOKKEEPING}
-        return settings | {"device_type": runner.torch_device_type(self.device)}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -478,7 +460,7 @@ def run_images(config: ImagesConfig) -> dict[str, Any]:
     runner.apply_thread_policy(cfg.threads)
     out, stem = Path(cfg.output_dir), f"images_{cfg.method}_{cfg.preset}"
     fingerprint = splits.fingerprint()
-    ident = {"settings": cfg.result_settings(), "data": fingerprint,
+    ident = {"settings": runner.result_settings(cfg), "data": fingerprint,
              "code": runner.code_version(*CODE)}
     key = runner.stable_hash(ident, 10)
     cells = [Cell(cfg.method, loss, seed) for seed in cfg.seeds for loss in cfg.losses]
@@ -493,26 +475,19 @@ def run_images(config: ImagesConfig) -> dict[str, Any]:
                            progress_bar=cfg.progress)
     if not grid.records:  # a non-zero rank of a distributed run
         return {}
-    labels = {cfg.method: f"{cfg.method} ({splits.source})"}
-    tables = []
-    for metric in ("knn_top1", "linear_top1") if cfg.linear_epochs else ("knn_top1",):
-        summary = runner.summarize(grid.records, metric, datasets=[cfg.method],
-                                   methods=cfg.losses, baseline=cfg.losses[0], scale=100.0)
-        tables.append(f"### {metric} (%)\n\n" + runner.summary_table(
-            summary, methods=cfg.losses, baseline=cfg.losses[0], dataset_labels=labels))
     header = (f"# images: {cfg.method}, preset {cfg.preset}\n\n{splits.source}: "
               f"{len(splits.train)} train / {len(splits.test)} test images; {cfg.backbone} width "
               f"{cfg.width}, {cfg.epochs} epochs, batch {cfg.batch_size}, {cfg.optimizer} lr "
               f"{cfg.lr}, precision {cfg.precision}; kNN k={cfg.knn_k} t={cfg.knn_t}; linear "
-              f"probe {cfg.linear_epochs} epochs. Mean ± population std over seeds; differences "
-              f"against {cfg.losses[0]} paired over seeds with a 95% t-interval.\n\n")
-    table = "\n".join(tables)
-    env = runner.environment(frameworks=["lightly", "pytorch-lightning", "torchvision"],
-                             device=cfg.device, data_root=root, data_fingerprint=fingerprint)
-    result = {"recipe": "images", "config": dataclasses.asdict(cfg), "environment": env,
-              "data": splits.describe(), **grid.bookkeeping(), "table": table,
-              "runs": [grid.records[c] for c in cells]}
-    result["outputs"] = runner.write_results(out, stem, result, header + table)
+              f"probe {cfg.linear_epochs} epochs. Top-1 (%), mean ± population std over seeds; "
+              f"differences against {cfg.losses[0]} paired over seeds with a 95% t-interval.\n\n")
+    result = runner.Report(
+        "images", out, cfg, metrics=["knn_top1", "linear_top1"][:2 if cfg.linear_epochs else 1],
+        datasets=[cfg.method], methods=cfg.losses, baseline=cfg.losses[0], header=header,
+        dataset_labels={cfg.method: f"{cfg.method} ({splits.source})"}, stem=stem,
+        frameworks=["lightly", "pytorch-lightning", "torchvision"], device=cfg.device,
+        data_root=root, data_fingerprint=fingerprint,
+        details=lambda grid: {"data": splits.describe()}).write(grid)
     result["outputs"]["png"] = runner.save_plot(
         out / f"{stem}_temperature.png", lambda axes: _draw(cfg, result["runs"], axes),
         title=f"{cfg.method} ({cfg.preset})", ncols=3, figsize=(15, 4))
@@ -564,6 +539,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     result = run_images(ImagesConfig(**runner.config_kwargs(ImagesConfig, args)))
     if result:
-        print(result["table"])
+        print(result["table_markdown"])
         print(f"results: {result['outputs']['json']}  table: {result['outputs']['markdown']}")
     return 0

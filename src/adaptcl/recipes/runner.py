@@ -343,6 +343,7 @@ def run_grid(recipe: str, out_dir: str | os.PathLike, cells: Sequence[Cell], *,
                 bar.update(1)
         finally:
             bar.close()
+    grid.records = {c: grid.records[c] for c in grid.cells if c in grid.records}  # grid order
     grid.seconds_this_invocation = time.perf_counter() - start
     return grid
 
