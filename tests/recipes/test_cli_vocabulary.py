@@ -109,3 +109,19 @@ def test_help_imports_no_heavy_module():
     proc = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=SRC),
                           capture_output=True, text=True, timeout=60)
     assert proc.stdout.strip() == "[]", proc.stderr
+
+
+_SLOW_HELP = pytest.mark.xfail(
+    strict=True, reason="the sentences branch (E2) makes these modules import lazily; remove "
+    "this mark when it is merged")
+
+
+@pytest.mark.parametrize("recipe", [
+    pytest.param(r, marks=_SLOW_HELP) if r in ("simcse", "transfer") else r for r in cli.RECIPES])
+def test_help_of_every_recipe_returns_in_under_3_s(recipe):
+    env = dict(os.environ, PYTHONPATH=SRC)
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "adaptcl.cli", recipe, "--help"], env=env,
+                          capture_output=True, text=True, timeout=10)  # a slow one fails fast
+    assert proc.returncode == 0, proc.stderr
+    assert time.perf_counter() - start < 3.0

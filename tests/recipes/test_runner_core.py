@@ -212,3 +212,16 @@ def test_device_and_precision_are_validated_and_autocast_runs():
         y = torch.nn.Linear(4, 4)(torch.randn(2, 4))
     assert y.dtype == torch.bfloat16
     assert not runner.grad_scaler("cpu", "32").is_enabled()
+
+
+def test_corrupt_checkpoint_is_named_kept_aside_and_not_loaded(tmp_path, capsys):
+    import torch
+
+    path = tmp_path / "last.ckpt"
+    assert runner.torch_load_checked(path, what="checkpoint") is None  # missing: start afresh
+    torch.save({"epoch": 3}, path)
+    assert runner.torch_load_checked(path, what="checkpoint", weights_only=True) == {"epoch": 3}
+    path.write_bytes(path.read_bytes()[:30])
+    assert runner.torch_load_checked(path, what="checkpoint", weights_only=True) is None
+    assert f"checkpoint at {path} is corrupt" in capsys.readouterr().err
+    assert not path.exists() and (tmp_path / "last.ckpt.corrupt").is_file()

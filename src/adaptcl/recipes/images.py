@@ -398,7 +398,10 @@ def _run_one(cfg: ImagesConfig, splits, cell: Cell, run_dir: Path,
     last_ckpt = run_dir / "last.ckpt"
     for stale in run_dir.glob(".*.tmp"):  # temporary file of a write that was killed
         stale.unlink(missing_ok=True)
-    resume = last_ckpt if last_ckpt.is_file() else None
+    # a checkpoint that cannot be read (truncated by a full disk, say) is named and set aside
+    resume = last_ckpt if runner.torch_load_checked(last_ckpt, what="checkpoint",
+                                                    map_location="cpu",
+                                                    weights_only=False) is not None else None
     seed_everything(cell.seed)
     train_tf, eval_tf = _transforms(cfg, _normalize_stats(splits.source))
     ssl_data = splits.train.with_transform(train_tf)

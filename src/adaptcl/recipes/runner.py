@@ -876,7 +876,8 @@ def load_or_rebuild(path: str | os.PathLike, load: Callable[[], Any], rebuild: C
 
 
 def torch_load_checked(path: str | os.PathLike, *, what: str, **kwargs: Any) -> Any | None:
-    """``torch.load`` a checkpoint/cache; ``None`` (with a message, file set aside) if corrupt."""
+    """``torch.load`` a checkpoint/cache; ``None`` if it is missing, or if it is corrupt (then a
+    message names it and it is kept aside as ``<name>.corrupt`` for inspection)."""
     import torch
 
     path = Path(path)
@@ -886,8 +887,8 @@ def torch_load_checked(path: str | os.PathLike, *, what: str, **kwargs: Any) -> 
         return torch.load(path, **kwargs)
     except Exception as err:  # noqa: BLE001 - any failure to read means: recompute
         print(f"adaptcl: {what} at {path} is corrupt or truncated ({type(err).__name__}); "
-              "recomputing it", file=sys.stderr, flush=True)
-        path.unlink(missing_ok=True)
+              f"kept aside as {path.name}.corrupt and recomputed", file=sys.stderr, flush=True)
+        os.replace(path, path.with_name(path.name + ".corrupt"))
         return None
 
 
