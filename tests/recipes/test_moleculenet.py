@@ -97,6 +97,7 @@ def test_cli_preset_with_overrides():
     paper = mn.config_from_args(parser.parse_args(["moleculenet", "--preset", "paper",
                                                    "--pretrain-molecules", "none"]))
     assert paper.emb_dim == 300 and paper.finetune_epochs == 100 and paper.pretrain_molecules is None
+    assert paper.seeds == list(range(10))
 
 
 # --------------------------------------------------------------- tiny end-to-end run

@@ -463,8 +463,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "pretrain_smiles": "SMILES file for pre-training (none: <data-root>/zinc/moses/test.csv.gz)",
         "pretrain_molecules": "use the first N SMILES (none: all)", "batch_size":
         "fine-tuning batch size", "lr": "fine-tuning learning rate", "max_molecules":
-        "first N rows of each CSV (none: all)", "plot": "do not write the PNG plot",
-        "seeds": "seeds, space-separated (cpu preset: 0 1 2; paper: 0-9)"})
+        "first N rows of each CSV (none: all)", "plot": "do not write the PNG plot"})
 
 
 def config_from_args(args: argparse.Namespace) -> MoleculeNetConfig:

@@ -614,7 +614,7 @@ def write_results(out_dir: str | os.PathLike, stem: str, result: Mapping[str, An
     foot = ""
     if env:
         foot = (f"\n_adaptcl {env.get('adaptcl')}, torch {env.get('torch')}, Python "
-                f"{env.get('python')}; {env.get('cpu')} ({env.get('torch_threads')} threads), "
+                f"{env.get('python')}; {env.get('cpu')}, torch threads {env.get('torch_threads')}, "
                 f"device {env.get('device')}; commit {env.get('git_commit')}; "
                 f"{env.get('timestamp')}; data {env.get('data_root')} "
                 f"({_short_fingerprint(env.get('data_fingerprint'))}); reused "
@@ -904,6 +904,7 @@ class _DeprecatedAlias(argparse.Action):
 
     def __init__(self, option_strings, dest, new: str = "", convert=None, **kwargs):
         self.new, self.convert = new, convert
+        kwargs["default"] = argparse.SUPPRESS  # the new spelling owns the default
         super().__init__(option_strings, dest, **kwargs)
 
     def __call__(self, parser, namespace, values, option_string=None):
@@ -978,7 +979,7 @@ def add_common_arguments(parser: argparse.ArgumentParser, *, output_dir: str,
     """The options every recipe spells the same way.
 
     ``--data-root`` (default ``$ADAPTCL_DATA``), ``--output-dir`` (old ``--out-dir``),
-    ``--seeds`` space-separated (old comma form and ``--seed`` accepted with a note),
+    ``--seeds`` space-separated (``seeds=None``: the recipe's preset supplies them) (old comma form and ``--seed`` accepted with a note),
     ``--threads`` (old ``--num-threads``), ``--device``, ``--precision``, ``--devices`` /
     ``--strategy`` (where the framework supports several devices), ``--logger``,
     ``--no-progress``.
@@ -989,11 +990,12 @@ def add_common_arguments(parser: argparse.ArgumentParser, *, output_dir: str,
     parser.add_argument("--output-dir", default=output_dir, help="where results are written")
     parser.add_argument("--out-dir", dest="output_dir", action=_DeprecatedAlias,
                         new="--output-dir", help=argparse.SUPPRESS)
-    if seeds is not None:
-        parser.add_argument("--seeds", action=ListAction, item_type=int, default=list(seeds),
-                            metavar="SEED", help="seeds, space-separated")
-        parser.add_argument("--seed", dest="seeds", action=_DeprecatedAlias, new="--seeds",
-                            convert=_seed_list, help=argparse.SUPPRESS)
+    parser.add_argument("--seeds", action=ListAction, item_type=int, metavar="SEED",
+                        default=argparse.SUPPRESS if seeds is None else list(seeds),
+                        help="seeds, space-separated" + (" (default: the preset's)"
+                                                         if seeds is None else ""))
+    parser.add_argument("--seed", dest="seeds", action=_DeprecatedAlias, new="--seeds",
+                        convert=_seed_list, help=argparse.SUPPRESS)
     parser.add_argument("--threads", type=int, default=threads,
                         help="torch CPU threads (recorded in the results)")
     parser.add_argument("--num-threads", dest="threads", action=_DeprecatedAlias, new="--threads",
