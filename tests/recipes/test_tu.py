@@ -249,3 +249,16 @@ def test_cli_builds_config_with_common_vocabulary(tmp_path):
     assert exact.graphcl_quirks and exact.cv_seed is None and exact.aug_ratio == 0.1
     kept = tu.config_from_args(parser.parse_args(["tu", "--graphcl-exact", "--aug-ratio", "0.3"]))
     assert kept.aug_ratio == 0.3
+
+
+@pytest.mark.parametrize("precision", ["bf16-mixed", "16-mixed"])
+def test_graphcl_trains_under_autocast_with_finite_losses(mutag_root, tmp_path, precision):
+    cfg = _cfg(mutag_root, tmp_path / "out", epochs=1, batch_size=64, folds=2, inner_folds=2,
+               c_grid=[1.0], precision=precision, device="cpu")
+    _, raw = tu.find_raw(mutag_root, "MUTAG")
+    graphs, dim, _ = tu.load_tu_graphs(cfg, "MUTAG", raw, "fp")
+    record = tu.run_one(cfg, runner.Cell("MUTAG", "macl", 0), graphs, dim)
+    assert record["optimisation_steps"] == 3  # 188 graphs in batches of 64
+    assert all(np.isfinite(record["step_stats"]["loss"]))
+    assert all(t > 0 for t in record["step_stats"]["temperature"])
+    assert 0.0 <= record["metrics"]["accuracy"] <= 1.0
