@@ -98,6 +98,11 @@ def main(argv: list[str] | None = None) -> int:
     except RecipeError as err:
         print(f"{prog}: error: {err}", file=sys.stderr)
         return 2
+    except ImportError as err:
+        if "pip install" not in str(err):  # a missing extra is the user's to fix; others crash
+            raise
+        print(f"{prog}: error: {err}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -125,3 +125,16 @@ def test_help_of_every_recipe_returns_in_under_3_s(recipe):
                           capture_output=True, text=True, timeout=10)  # a slow one fails fast
     assert proc.returncode == 0, proc.stderr
     assert time.perf_counter() - start < 3.0
+
+
+def test_missing_extra_is_a_one_line_error(monkeypatch, capsys, tmp_path):
+    import adaptcl.recipes.tu as tu
+
+    def missing(*args, **kwargs):
+        raise ImportError("'torch_geometric' is required here; install it with "
+                          "`pip install 'adaptcl[graph]'`")
+
+    monkeypatch.setattr(tu, "run_tu", missing)
+    assert cli.main(["tu", "--output-dir", str(tmp_path), "--no-progress"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("adaptcl tu: error: 'torch_geometric' is required")
