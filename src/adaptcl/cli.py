@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+import warnings
 
 # sub-command -> (module, one-line help)
 RECIPES: dict[str, tuple[str, str]] = {
@@ -93,6 +94,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from adaptcl.recipes.runner import RecipeError
 
+    # torch-geometric scripts modules at import; torch's deprecation of that is not the user's
+    warnings.filterwarnings("ignore", message=r"`torch\.jit\.script` is deprecated",
+                            category=FutureWarning)
     try:
         return int(importlib.import_module(args._module).main(args) or 0)
     except RecipeError as err:
