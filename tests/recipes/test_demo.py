@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import math
 from pathlib import Path
 
 import pytest
@@ -137,3 +138,29 @@ def test_augment_is_a_seeded_valid_view() -> None:
 def test_config_rejects_bad_values(kwargs) -> None:
     with pytest.raises(ValueError):
         DemoConfig(**kwargs)
+
+
+def test_two_seeds_in_bf16_give_a_paired_difference_and_a_rerun_reuses_them(
+        tmp_path, monkeypatch) -> None:
+    from adaptcl.recipes import demo
+
+    config = DemoConfig(epochs=1, seeds=[0, 1], output_dir=str(tmp_path), progress=False,
+                        device="cpu", precision="bf16-mixed", logger="csv")
+    result = demo.run_demo(config)
+    diff = result["summary"]["digits"]["paired"]["macl"]
+    assert diff["n"] == 2 and diff["ci95"][0] <= diff["mean"] <= diff["ci95"][1]
+    assert result["computed"] == [["digits", "nt_xent", 0], ["digits", "macl", 0],
+                                  ["digits", "nt_xent", 1], ["digits", "macl", 1]]
+    assert all(math.isfinite(v) for v in result["history"]["macl"]["loss"])
+    assert (tmp_path / "logs" / "macl" / "seed1" / "metrics.csv").read_text().count(
+        "train/temperature") == 1347 // 256
+    table = (tmp_path / TABLE_FILE).read_text()
+    assert "MACL − NT-Xent = " in table and "(n=2)" in table and "_adaptcl " in table
+
+    def boom(*args, **kwargs):
+        raise AssertionError("a stored run was retrained")
+
+    monkeypatch.setattr(demo, "train", boom)
+    again = demo.run_demo(config)
+    assert len(again["reused"]) == 4 and again["computed"] == []
+    assert again["summary"] == result["summary"]

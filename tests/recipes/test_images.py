@@ -106,7 +106,7 @@ def test_knn_and_linear_probe_on_separable_features():
 
 
 def test_presets_and_validation():
-    cpu = ImagesConfig().resolved()
+    cpu = ImagesConfig().resolved()  # the default preset is the CPU one
     assert (cpu.backbone, cpu.width, cpu.epochs) == ("resnet-18", 0.125, 15)
     paper = ImagesConfig(preset="paper").resolved()
     assert (paper.backbone, paper.width, paper.epochs, paper.batch_size) == ("resnet-18", 1.0,
@@ -120,25 +120,46 @@ def test_presets_and_validation():
     assert ImagesConfig(full_data=True).resolved().train_limit is None
     assert set(PRESETS) == {"cpu", "paper"}
     with pytest.raises(ValueError, match="does not apply"):
-        ImagesConfig(method="simsiam", losses=("macl",)).resolved()
+        ImagesConfig(method="simsiam", losses=["macl"]).resolved()
     with pytest.raises(ValueError, match="preset"):
         ImagesConfig(preset="gpu").resolved()
     with pytest.raises(ValueError, match="batch_size"):
         ImagesConfig(batch_size=0).resolved()
+    with pytest.raises(ValueError, match="precision"):
+        ImagesConfig(precision="fp8").resolved()
 
 
-def test_cli_maps_flags_to_the_config():
+def test_cli_maps_flags_to_the_config(capsys):
+    from adaptcl.recipes import images
+    from adaptcl.recipes.runner import config_kwargs
+
     args = build_parser("images").parse_args([
         "images", "--data-root", "/data", "--preset", "paper", "--method", "moco",
-        "--losses", "nt_xent,macl", "--seeds", "0,1", "--devices", "4", "--strategy", "ddp",
+        "--losses", "NT_Xent", "macl", "--seeds", "0", "1", "--devices", "4", "--strategy", "ddp",
+        "--precision", "bf16-mixed", "--logger", "tensorboard",
     ])
+    cfg = ImagesConfig(**config_kwargs(ImagesConfig, args)).resolved()
+    assert args._module == "adaptcl.recipes.images" and images.main
+    assert cfg.losses == ["nt_xent", "macl"] and cfg.seeds == [0, 1]
+    assert cfg.devices == 4 and cfg.strategy == "ddp" and cfg.epochs == 200
+    assert cfg.precision == "bf16-mixed" and cfg.logger == "tensorboard"
+    old = build_parser("images").parse_args(["images", "--losses", "nt_xent,macl", "--seeds",
+                                             "0,1", "--num-threads", "2"])
+    assert old.losses == ["nt_xent", "macl"] and old.seeds == [0, 1] and old.threads == 2
+    assert "deprecated" in capsys.readouterr().err
+
+
+def test_lightning_trainer_gets_device_precision_and_logger(tmp_path):
+    from pytorch_lightning.loggers import TensorBoardLogger
+
     from adaptcl.recipes import images
 
-    fields = {f for f in ImagesConfig.__dataclass_fields__}
-    cfg = ImagesConfig(**{k: v for k, v in vars(args).items() if k in fields}).resolved()
-    assert args._module == "adaptcl.recipes.images" and images.main
-    assert cfg.losses == ("nt_xent", "macl") and cfg.seeds == (0, 1)
-    assert cfg.devices == 4 and cfg.strategy == "ddp" and cfg.epochs == 200
+    cfg = ImagesConfig(device="cpu", precision="bf16-mixed", logger="tensorboard").resolved()
+    trainer = images._trainer(cfg, tmp_path, 1)
+    assert trainer.accelerator.__class__.__name__ == "CPUAccelerator"
+    assert trainer.precision == "bf16-mixed"
+    assert isinstance(trainer.logger, TensorBoardLogger)
+    assert images._trainer(ImagesConfig(device="cpu").resolved(), tmp_path, 1).logger is None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -147,12 +168,15 @@ def test_cli_maps_flags_to_the_config():
 
 
 @pytest.mark.slow
-def test_tiny_real_run_writes_json_table_and_plot(shared_data, tmp_path):
+def test_tiny_real_run_writes_json_table_plot_and_tensorboard(shared_data, tmp_path):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
     config = ImagesConfig(
-        data_root=str(shared_data), output_dir=str(tmp_path), losses=("macl",),
+        data_root=str(shared_data), output_dir=str(tmp_path), losses=["macl"],
         train_limit=320, test_limit=200, epochs=1, batch_size=64, width=0.125,
         hidden_dim=64, output_dim=32, linear_epochs=5, knn_every=1, progress=False,
-        accelerator="cpu",
+        device="cpu", logger="tensorboard",
     )
     result = run_images(config)
     outputs = result["outputs"]
@@ -160,10 +184,16 @@ def test_tiny_real_run_writes_json_table_and_plot(shared_data, tmp_path):
         assert (tmp_path / outputs[key].split("/")[-1]).stat().st_size > 0
     saved = json.loads((tmp_path / "images_simclr_cpu.json").read_text())
     (run,) = saved["runs"]
-    assert run["loss"] == "macl" and run["steps"] == 320 // 64
-    assert 0.0 <= run["knn_top1"] <= 1.0 and 0.0 <= run["linear_top1"] <= 1.0
+    assert run["loss"] == "macl" and run["optimisation_steps"] == 320 // 64
+    assert 0.0 <= run["metrics"]["knn_top1"] <= 1.0 and 0.0 <= run["metrics"]["linear_top1"] <= 1.0
     assert run["online_knn"] and 0.0 <= run["online_knn"][0]["knn_top1"] <= 1.0
     assert all("temperature" in h and h["temperature"] > 0 for h in run["history"])
     assert saved["data"]["train_size"] == 320 and "lossless" in saved["data"]["source"]
+    assert saved["environment"]["frameworks"]["lightly"] and run["train_seconds"] > 0
     table = (tmp_path / "images_simclr_cpu.md").read_text()
-    assert "| simclr | macl | 0 |" in table
+    assert "| simclr (npz (lossless)" in table and "(n=1)" in table
+    (events_dir,) = {p.parent for p in tmp_path.glob("logs/simclr/macl/seed0/**/events.*")}
+    events = EventAccumulator(str(events_dir))
+    events.Reload()
+    assert {"train_loss", "train_temperature", "train_alignment", "val_knn_top1"} <= set(
+        events.Tags()["scalars"])

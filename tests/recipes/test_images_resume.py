@@ -24,21 +24,22 @@ pytest.importorskip("lightly")
 pytest.importorskip("pytorch_lightning")
 
 from adaptcl.recipes import images  # noqa: E402
-from adaptcl.recipes.images import ImagesConfig, run_images, run_key  # noqa: E402
+from adaptcl.recipes.images import ImagesConfig, run_images  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 TINY = dict(train_limit=256, test_limit=100, epochs=3, batch_size=64, width=0.0625,
             hidden_dim=32, output_dim=16, queue_size=128, linear_epochs=2, knn_every=1,
-            progress=False, accelerator="cpu", num_threads=1, num_workers=0)
+            progress=False, device="cpu", threads=1, num_workers=0)
 
 
 def _config(shared_data, out_dir: Path, **kwargs) -> ImagesConfig:
     return ImagesConfig(data_root=str(shared_data), output_dir=str(out_dir), **TINY, **kwargs)
 
 
-def _run_until_checkpoint(config: ImagesConfig, ckpt: Path, timeout: float = 240.0) -> None:
-    """Start the recipe in a subprocess and SIGKILL it once ``ckpt`` exists."""
+def _run_until_checkpoint(config: ImagesConfig, run_parent: Path, timeout: float = 240.0) -> Path:
+    """Start the recipe in a subprocess, SIGKILL it once a ``last.ckpt`` exists under
+    ``run_parent`` (``runs/<method>/<loss>``); return that run's folder."""
     fields = {k: v for k, v in config.__dict__.items()}
     script = textwrap.dedent(f"""
         from adaptcl.recipes.images import ImagesConfig, run_images
@@ -49,12 +50,12 @@ def _run_until_checkpoint(config: ImagesConfig, ckpt: Path, timeout: float = 240
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + timeout
     try:
-        while not ckpt.exists():
+        while not (found := list(run_parent.glob("seed0-*/last.ckpt"))):
             if proc.poll() is not None:
                 out = proc.stdout.read().decode(errors="replace")
-                pytest.fail(f"the recipe exited ({proc.returncode}) before {ckpt.name}:\n{out}")
+                pytest.fail(f"the recipe exited ({proc.returncode}) before last.ckpt:\n{out}")
             if time.monotonic() > deadline:
-                pytest.fail(f"no {ckpt} after {timeout:.0f}s")
+                pytest.fail(f"no last.ckpt under {run_parent} after {timeout:.0f}s")
             time.sleep(0.02)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=30)
@@ -64,6 +65,7 @@ def _run_until_checkpoint(config: ImagesConfig, ckpt: Path, timeout: float = 240
             proc.wait()
         proc.stdout.close()
     assert proc.returncode == -signal.SIGKILL
+    return found[0].parent
 
 
 def _load_ckpt(path: Path) -> dict:
@@ -92,17 +94,15 @@ def _assert_resumed(run: dict, ckpt: dict, epochs: int, steps_per_epoch: int) ->
 
 @pytest.mark.slow
 def test_killed_simclr_run_resumes_and_skips_finished_runs(shared_data, tmp_path, monkeypatch):
-    config = _config(shared_data, tmp_path, losses=("nt_xent", "macl"))
-    cfg = config.resolved()
-    runs = tmp_path / "runs"
-    done_dir, open_dir = runs / run_key(cfg, "nt_xent", 0), runs / run_key(cfg, "macl", 0)
+    config = _config(shared_data, tmp_path, losses=["nt_xent", "macl"])
+    runs = tmp_path / "runs" / "simclr"
     final = tmp_path / "images_simclr_cpu.json"
 
     # kill during the second loss: the first (loss, seed) is finished and persisted
-    _run_until_checkpoint(config, open_dir / "last.ckpt")
+    open_dir = _run_until_checkpoint(config, runs / "macl")
     assert not final.exists() and not (tmp_path / "images_simclr_cpu.md").exists()
-    assert (done_dir / "record.json").is_file() and not (open_dir / "record.json").exists()
-    done_record = json.loads((done_dir / "record.json").read_text())
+    assert (runs / "nt_xent" / "seed0.json").is_file() and not (runs / "macl" / "seed0.json").exists()
+    done_record = json.loads((runs / "nt_xent" / "seed0.json").read_text())["record"]
     ckpt = _load_ckpt(open_dir / "last.ckpt")
 
     fitted = []
@@ -120,24 +120,31 @@ def test_killed_simclr_run_resumes_and_skips_finished_runs(shared_data, tmp_path
     saved = json.loads(final.read_text())
     assert [r["loss"] for r in saved["runs"]] == ["nt_xent", "macl"]
     nt_xent, macl = saved["runs"]
-    assert nt_xent["train_time_s"] == done_record["train_time_s"]
-    assert nt_xent["knn_top1"] == done_record["knn_top1"]
+    assert saved["reused"] == [["simclr", "nt_xent", 0]]
+    assert saved["computed"] == [["simclr", "macl", 0]]
+    assert nt_xent["train_seconds"] == done_record["train_seconds"]
+    assert nt_xent["metrics"] == done_record["metrics"]
     _assert_resumed(macl, ckpt, epochs=3, steps_per_epoch=256 // 64)
+    # training time adds up over the killed and the resumed invocation
+    before_kill = ckpt["callbacks"][next(k for k in ckpt["callbacks"] if "TrainingClock" in k)]
+    assert macl["train_seconds"] > before_kill["seconds"] > 0
+    assert saved["total_train_seconds"] == pytest.approx(nt_xent["train_seconds"]
+                                                         + macl["train_seconds"])
     for run in saved["runs"]:
-        assert 0.0 <= run["knn_top1"] <= 1.0 and 0.0 <= run["linear_top1"] <= 1.0
-        assert run["steps"] == 3 * (256 // 64)
+        assert 0.0 <= run["metrics"]["knn_top1"] <= 1.0
+        assert 0.0 <= run["metrics"]["linear_top1"] <= 1.0
+        assert run["optimisation_steps"] == 3 * (256 // 64)
     assert all(h["temperature"] > 0 for h in macl["history"])
     assert result["runs"][1]["resumed_from"] == macl["resumed_from"]
     table = (tmp_path / "images_simclr_cpu.md").read_text()
-    assert "| simclr | nt_xent | 0 |" in table and "| simclr | macl | 0 |" in table
+    assert "nt_xent" in table and "macl − nt_xent [95% CI]" in table
     assert (tmp_path / "images_simclr_cpu_temperature.png").stat().st_size > 0
 
 
 @pytest.mark.slow
 def test_killed_ascl_moco_run_resumes_with_its_queue(shared_data, tmp_path, monkeypatch):
-    config = _config(shared_data, tmp_path, method="ascl-moco", losses=("ascl",))
-    run_dir = tmp_path / "runs" / run_key(config.resolved(), "ascl", 0)
-    _run_until_checkpoint(config, run_dir / "last.ckpt")
+    config = _config(shared_data, tmp_path, method="ascl-moco", losses=["ascl"])
+    run_dir = _run_until_checkpoint(config, tmp_path / "runs" / "ascl-moco" / "ascl")
     assert not (tmp_path / "images_ascl-moco_cpu.json").exists()
     ckpt = _load_ckpt(run_dir / "last.ckpt")
     saved_queue = ckpt["state_dict"]["model.criterion.memory_bank.bank"]
@@ -169,5 +176,5 @@ def test_killed_ascl_moco_run_resumes_with_its_queue(shared_data, tmp_path, monk
     saved = json.loads((tmp_path / "images_ascl-moco_cpu.json").read_text())
     (run,) = saved["runs"]
     _assert_resumed(run, ckpt, epochs=3, steps_per_epoch=256 // 64)
-    assert 0.0 <= run["knn_top1"] <= 1.0
+    assert 0.0 <= run["metrics"]["knn_top1"] <= 1.0
     assert all(0.0 <= h["confidence"] <= 1.0 for h in run["history"])

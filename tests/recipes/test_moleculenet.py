@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import math
 
 import numpy as np
@@ -15,6 +14,7 @@ pytest.importorskip("sklearn")
 
 from adaptcl import cli  # noqa: E402
 from adaptcl.recipes import moleculenet as mn  # noqa: E402
+from adaptcl.recipes.graph_eval import masked_bce_loss, multitask_roc_auc  # noqa: E402
 
 NAN = math.nan
 
@@ -24,7 +24,7 @@ NAN = math.nan
 def test_masked_bce_hand_computed():
     logits = torch.tensor([[0.0, 2.0], [-1.0, 0.0]], requires_grad=True)
     y = torch.tensor([[1.0, NAN], [0.0, 1.0]])
-    loss = mn.masked_bce_loss(logits, y)
+    loss = masked_bce_loss(logits, y)
     # present entries: BCE(0, 1) = log 2, BCE(-1, 0) = log(1 + e^-1), BCE(0, 1) = log 2
     expected = (2 * math.log(2) + math.log(1 + math.exp(-1))) / 3
     assert loss.item() == pytest.approx(expected, abs=1e-6)
@@ -40,7 +40,7 @@ def test_masked_bce_hand_computed():
 
 def test_masked_bce_all_missing_is_zero_and_finite():
     logits = torch.randn(3, 2, requires_grad=True)
-    loss = mn.masked_bce_loss(logits, torch.full((3, 2), NAN))
+    loss = masked_bce_loss(logits, torch.full((3, 2), NAN))
     loss.backward()
     assert loss.item() == 0.0 and torch.equal(logits.grad, torch.zeros(3, 2))
 
@@ -48,7 +48,7 @@ def test_masked_bce_all_missing_is_zero_and_finite():
 def test_multitask_roc_auc_skips_single_class_tasks_and_counts_them():
     y = np.array([[0, 1, 1], [0, 1, NAN], [1, 1, 0], [1, 1, 1]], dtype=float)
     s = np.array([[0.1, 0.3, 0.9], [0.4, 0.2, 0.0], [0.35, 0.5, 0.2], [0.8, 0.1, 0.1]])
-    res = mn.multitask_roc_auc(y, s)
+    res = multitask_roc_auc(y, s)
     # task 0: positives {0.35, 0.8} vs negatives {0.1, 0.4}: 3 of 4 pairs ordered -> 0.75
     # task 1: only positives -> skipped; task 2 (row 1 missing): pos {0.9, 0.1} vs neg {0.2}
     assert res["per_task"][0] == pytest.approx(0.75)
@@ -56,54 +56,48 @@ def test_multitask_roc_auc_skips_single_class_tasks_and_counts_them():
     assert res["per_task"][2] == pytest.approx(0.5)
     assert res["mean"] == pytest.approx(0.625)
     assert (res["num_tasks"], res["num_evaluated"], res["num_skipped"]) == (3, 2, 1)
-    none = mn.multitask_roc_auc(np.ones((4, 2)), s[:, :2])
+    none = multitask_roc_auc(np.ones((4, 2)), s[:, :2])
     assert math.isnan(none["mean"]) and none["num_skipped"] == 2
-    single = mn.multitask_roc_auc(np.array([0, 1, 1.0]), np.array([0.2, 0.9, 0.7]))
+    single = multitask_roc_auc(np.array([0, 1, 1.0]), np.array([0.2, 0.9, 0.7]))
     assert single["mean"] == 1.0
     with pytest.raises(ValueError):
-        mn.multitask_roc_auc(y, s[:, :2])
+        multitask_roc_auc(y, s[:, :2])
 
 
 # ---------------------------------------------------------------------------- config
 
 
-def test_presets_keys_and_validation(tmp_path):
+def test_presets_and_validation(tmp_path):
+    cpu = mn.MoleculeNetConfig(data_root=str(tmp_path))  # the default preset is the CPU one
+    assert cpu.datasets == ["bbbp", "bace", "clintox", "sider", "tox21"] and cpu.seeds == [0, 1, 2]
+    assert (cpu.pretrain_molecules, cpu.emb_dim, cpu.finetune_epochs) == (6000, 128, 5)
+    assert cpu.resolved_pretrain_smiles() == tmp_path / "zinc" / "moses" / "test.csv.gz"
     paper = mn.MoleculeNetConfig.paper(data_root=str(tmp_path))
     assert (paper.emb_dim, paper.num_layers, paper.finetune_epochs, paper.pretrain_epochs) == (
         300, 5, 100, 100)
     assert paper.seeds == list(range(10)) and len(paper.datasets) == 8
     assert (paper.temperature, paper.alpha, paper.a0, paper.batch_size, paper.lr,
             paper.dropout, paper.pretrain_batch_size) == (0.1, 0.5, 0.0, 32, 1e-3, 0.5, 256)
-    cpu = mn.MoleculeNetConfig.cpu(data_root=str(tmp_path))
-    assert cpu.datasets == ["bbbp", "bace", "clintox", "sider", "tox21"] and cpu.seeds == [0, 1, 2]
-    assert cpu.pretrain_molecules == 6000
-    assert cpu.resolved_pretrain_smiles() == tmp_path / "zinc" / "moses" / "test.csv.gz"
-    # fine-tuning results do not depend on pre-training settings, and vice versa
-    a = mn.MoleculeNetConfig.cpu(data_root=str(tmp_path))
-    b = mn.MoleculeNetConfig.cpu(data_root=str(tmp_path), pretrain_epochs=7)
-    c = mn.MoleculeNetConfig.cpu(data_root=str(tmp_path), finetune_epochs=7)
-    assert a.finetune_key() == b.finetune_key() and a.pretrain_key() != b.pretrain_key()
-    assert a.pretrain_key() == c.pretrain_key() and a.finetune_key() != c.finetune_key()
-    assert a.pretrain_key() != mn.MoleculeNetConfig.cpu(data_root=str(tmp_path),
-                                                        alpha=0.3).pretrain_key()
+    assert mn.MoleculeNetConfig(datasets=["BBBP"], inits=["MACL"]).datasets == ["bbbp"]
     for bad in ({"datasets": ["esol"]}, {"inits": ["simclr"]}, {"aug": "random4"},
                 {"dropout": 1.0}, {"pretrain_batch_size": 1}, {"frac_train": 0.95},
-                {"seeds": []}):
+                {"seeds": []}, {"precision": "fp8"}):
         with pytest.raises(ValueError):
             mn.MoleculeNetConfig(**bad)
 
 
 def test_cli_preset_with_overrides():
     assert cli.RECIPES["moleculenet"][0] == "adaptcl.recipes.moleculenet"
-    parser = argparse.ArgumentParser()
-    mn.add_arguments(parser)
-    args = parser.parse_args(["--preset", "cpu", "--datasets", "bbbp",
-                              "--finetune-epochs", "2", "--out-dir", "x"])
+    parser = cli.build_parser("moleculenet")
+    args = parser.parse_args(["moleculenet", "--datasets", "BBBP", "--finetune-epochs", "2",
+                              "--output-dir", "x"])
     cfg = mn.config_from_args(args)
     assert cfg.datasets == ["bbbp"] and cfg.finetune_epochs == 2 and cfg.emb_dim == 128
-    assert cfg.seeds == [0, 1, 2] and cfg.out_dir == "x"
-    paper = mn.config_from_args(parser.parse_args([]))
-    assert paper.emb_dim == 300 and paper.finetune_epochs == 100
+    assert cfg.seeds == [0, 1, 2] and cfg.output_dir == "x"
+    paper = mn.config_from_args(parser.parse_args(["moleculenet", "--preset", "paper",
+                                                   "--pretrain-molecules", "none"]))
+    assert paper.emb_dim == 300 and paper.finetune_epochs == 100 and paper.pretrain_molecules is None
+    assert paper.seeds == list(range(10))
 
 
 # --------------------------------------------------------------- tiny end-to-end run
@@ -111,7 +105,7 @@ def test_cli_preset_with_overrides():
 
 def _tiny(shared_data, out, **overrides):
     params = {"datasets": ["bbbp"], "seeds": [0], "data_root": str(shared_data),
-              "out_dir": str(out), "pretrain_molecules": 200, "pretrain_epochs": 1,
+              "output_dir": str(out), "pretrain_molecules": 200, "pretrain_epochs": 1,
               "pretrain_batch_size": 64, "finetune_epochs": 1, "max_molecules": 400,
               "emb_dim": 32, "num_layers": 3, "progress": False, "plot": True}
     params.update(overrides)
@@ -123,54 +117,87 @@ def test_tiny_run_structure_and_resume(shared_data, tmp_path):
     res = mn.run_moleculenet(cfg)
     assert res["complete"] and sorted(map(tuple, res["computed"])) == [
         ("bbbp", "graphcl", 0), ("bbbp", "macl", 0), ("bbbp", "none", 0)]
-    assert res["skipped"] == []
+    assert res["reused"] == []
+    prints = mn.validate(cfg)
     for loss_name in ("graphcl", "macl"):
-        assert mn.pretrain_path(cfg, loss_name).is_file()
-        assert not mn.pretrain_path(cfg, loss_name).with_suffix(".partial.pt").exists()
+        path = mn.pretrain_path(cfg, loss_name, prints["pretrain"])
+        assert path.is_file() and not path.with_suffix(".partial.pt").exists()
         info = res["pretraining"][loss_name]
-        assert info["num_molecules"] == 200 and info["num_invalid"] == 0
+        assert info["num_molecules"] == 200 and info["num_invalid"] == 0 and info["steps"] == 4
         assert len(info["epoch_loss"]) == 1 and math.isfinite(info["epoch_loss"][0])
     assert res["pretraining"]["macl"]["final_temperature"] != pytest.approx(0.1)  # adaptive
     assert "MACL" in res["pretraining"]["macl"]["loss_module"]
-    entry = res["summary"]["bbbp"]
-    assert entry["info"]["num_molecules"] + entry["info"]["num_invalid"] == 400
-    assert entry["paper_table5"] == {"graphcl": (69.68, 0.67), "macl": (67.98, 0.97)}
+    info = res["infos"]["bbbp"]
+    assert info["num_molecules"] + info["num_invalid"] == 400
+    last = res["summary"]["test_roc_last"]["bbbp"]
+    assert set(res["tables"]) == {"test_roc_last", "test_roc_best_valid"}
     for init in ("none", "graphcl", "macl"):
-        stats = entry["inits"][init]
-        assert stats["n_seeds"] == 1
-        for which in ("last", "best_valid"):
-            assert 0.0 <= stats[which]["mean"] <= 100.0 and stats[which]["std"] == 0.0
-    runs = {(r["dataset"], r["init"], r["seed"]): r for r in res["runs"]}
+        assert last["methods"][init]["n"] == 1 and 0.0 <= last["methods"][init]["mean"] <= 100
+    assert last["paired"]["macl"]["n"] == 1 and last["paired"]["macl"]["ci95"] is None
+    runs = {tuple(r["cell"]): r for r in res["runs"]}
     rec = runs[("bbbp", "macl", 0)]
-    assert sum(rec["split_sizes"]) == entry["info"]["num_molecules"]
+    assert sum(rec["split_sizes"]) == info["num_molecules"]
     assert len(rec["history"]["test_roc"]) == 1 and rec["best_epoch"] == 1
-    assert rec["test_roc_last"] == rec["test_roc_best_valid"]
-    assert rec["test_tasks_skipped"] in (0, 1)
-    # the two losses give different encoders, which fine-tuning started from
-    g_state = torch.load(mn.pretrain_path(cfg, "graphcl"), weights_only=True)["encoder"]
-    m_state = torch.load(mn.pretrain_path(cfg, "macl"), weights_only=True)["encoder"]
-    assert g_state.keys() == m_state.keys()
+    assert rec["metrics"]["test_roc_last"] == rec["metrics"]["test_roc_best_valid"]
+    g_state = torch.load(mn.pretrain_path(cfg, "graphcl", prints["pretrain"]),
+                         weights_only=True)["encoder"]
+    m_state = torch.load(mn.pretrain_path(cfg, "macl", prints["pretrain"]),
+                         weights_only=True)["encoder"]
     assert not torch.allclose(g_state["convs.0.nn.0.weight"], m_state["convs.0.nn.0.weight"])
     out = tmp_path / "out"
     md = (out / "results.md").read_text()
-    assert "| BBBP |" in md and "Last epoch" in md and "best validation" in md
-    assert "69.68 ± 0.67" in md and "(n=1)" in md
+    assert "| BBBP |" in md and "## test_roc_last" in md and "## test_roc_best_valid" in md
+    assert "69.68 ± 0.67" in md and "(n=1)" in md and "GraphCL+MACL − GraphCL" in md
     assert (out / "pretraining_alignment_temperature.png").stat().st_size > 0
 
     # rerun: nothing recomputed, checkpoints reused untouched
-    ckpt = mn.pretrain_path(cfg, "macl")
+    ckpt = mn.pretrain_path(cfg, "macl", prints["pretrain"])
     mtime = ckpt.stat().st_mtime_ns
     again = mn.run_moleculenet(cfg)
-    assert again["computed"] == [] and len(again["skipped"]) == 3
+    assert again["computed"] == [] and len(again["reused"]) == 3
     assert ckpt.stat().st_mtime_ns == mtime
     assert again["table_markdown"] == res["table_markdown"]
-    # a lost (dataset, init, seed) result is recomputed alone, identically (seeded)
-    mn.run_path(cfg, "bbbp", "graphcl", 0).unlink()
-    third = mn.run_moleculenet(cfg)
-    assert third["computed"] == [["bbbp", "graphcl", 0]]
-    new = {(r["dataset"], r["init"], r["seed"]): r for r in third["runs"]}
-    assert new[("bbbp", "graphcl", 0)]["test_roc_last"] == pytest.approx(
-        runs[("bbbp", "graphcl", 0)]["test_roc_last"], abs=1e-6)
+    # a changed fine-tuning setting recomputes every cell, and keeps the pre-training
+    changed = mn.run_moleculenet(_tiny(shared_data, tmp_path / "out", lr=5e-4))
+    assert len(changed["computed"]) == 3 and len(changed["superseded"]) == 3
+    assert ckpt.stat().st_mtime_ns == mtime
+
+
+def test_changed_pretraining_corpus_is_pretrained_again(shared_data, tmp_path):
+    import gzip
+
+    corpus = tmp_path / "corpus.csv.gz"
+    with gzip.open(shared_data / "zinc" / "moses" / "test.csv.gz", "rt") as src:
+        lines = [next(src) for _ in range(130)]
+    corpus.write_bytes(gzip.compress("".join(lines).encode()))
+    cfg = _tiny(shared_data, tmp_path / "out", pretrain_smiles=str(corpus), inits=["graphcl"],
+                pretrain_molecules=120, plot=False)
+    first = mn.pretrain_path(cfg, "graphcl")
+    mn.run_moleculenet(cfg)
+    corpus.write_bytes(gzip.compress("".join(lines[:1] + lines[:0:-1]).encode()))  # reordered
+    assert mn.pretrain_path(cfg, "graphcl") != first
+    again = mn.run_moleculenet(cfg)
+    assert again["computed"] == [["bbbp", "graphcl", 0]] and again["reused"] == []
+
+
+def test_malformed_label_is_a_one_line_error_naming_the_file(shared_data, tmp_path, capsys):
+    import shutil
+
+    root = tmp_path / "data"
+    shutil.copytree(shared_data / "moleculenet" / "bbbp", root / "moleculenet" / "bbbp")
+    csv = root / "moleculenet" / "bbbp" / "raw" / "BBBP.csv"
+    csv.chmod(0o644)
+    lines = csv.read_text().splitlines()
+    head = lines[0].split(",")
+    row = lines[1].split(",")
+    row[head.index("p_np")] = "yes"
+    csv.write_text("\n".join([lines[0], ",".join(row), *lines[2:50]]) + "\n")
+    code = cli.main(["moleculenet", "--data-root", str(root), "--datasets", "bbbp",
+                     "--inits", "none", "--seeds", "0", "--finetune-epochs", "1",
+                     "--output-dir", str(tmp_path / "out"), "--no-progress", "--no-plot"])
+    assert code == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("adaptcl moleculenet: error: reading MoleculeNet 'bbbp'")
 
 
 def test_interrupted_pretraining_resumes_from_its_last_epoch(shared_data, tmp_path,
@@ -179,7 +206,7 @@ def test_interrupted_pretraining_resumes_from_its_last_epoch(shared_data, tmp_pa
                 inits=["graphcl"])
     reference = mn.pretrain(_tiny(shared_data, tmp_path / "ref", pretrain_epochs=2,
                                   pretrain_molecules=120, inits=["graphcl"]), "graphcl")
-    real_save = mn._torch_save_atomic
+    real_save = mn.torch_save_atomic
     calls = {"n": 0}
 
     def save_then_die(obj, path):
@@ -188,12 +215,12 @@ def test_interrupted_pretraining_resumes_from_its_last_epoch(shared_data, tmp_pa
         if calls["n"] == 1:  # after the first epoch's partial checkpoint
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(mn, "_torch_save_atomic", save_then_die)
+    monkeypatch.setattr(mn, "torch_save_atomic", save_then_die)
     with pytest.raises(KeyboardInterrupt):
         mn.pretrain(cfg, "graphcl")
     partial = mn.pretrain_path(cfg, "graphcl").with_suffix(".partial.pt")
     assert partial.is_file() and not mn.pretrain_path(cfg, "graphcl").exists()
-    monkeypatch.setattr(mn, "_torch_save_atomic", real_save)
+    monkeypatch.setattr(mn, "torch_save_atomic", real_save)
     resumed = mn.pretrain(cfg, "graphcl")
     assert not partial.exists() and mn.pretrain_path(cfg, "graphcl").is_file()
     # resuming gives exactly the uninterrupted run (model, optimiser and RNG states restored)

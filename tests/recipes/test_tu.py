@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,7 +11,7 @@ pytest.importorskip("torch_geometric")
 pytest.importorskip("sklearn")
 
 from adaptcl import cli  # noqa: E402
-from adaptcl.recipes import tu  # noqa: E402
+from adaptcl.recipes import runner, tu  # noqa: E402
 from adaptcl.recipes.graph_eval import svm_cv_accuracy  # noqa: E402
 
 # ---------------------------------------------------------------------------- SVM protocol
@@ -55,110 +54,211 @@ def test_svm_cv_on_noise_is_near_chance_and_validates():
 # ------------------------------------------------------------------------------------ data
 
 
+@pytest.fixture
+def mutag_root(shared_data, tmp_path):
+    """A private copy of MUTAG's raw files as a data root (tests may change it)."""
+    import shutil
+
+    root = tmp_path / "data"
+    shutil.copytree(shared_data / "tu" / "MUTAG", root / "tu" / "MUTAG")
+    for path in (root / "tu" / "MUTAG" / "raw").iterdir():
+        path.chmod(0o644)
+    return root
+
+
 def test_prepare_copies_raw_and_never_writes_to_source(shared_data, tmp_path):
     before = sorted(p.name for p in (shared_data / "tu" / "MUTAG").iterdir())
-    root = tu.prepare_tu_root(shared_data, "MUTAG", tmp_path / "work")
-    assert (root / "MUTAG" / "raw" / "MUTAG_A.txt").is_file()
+    name, raw = tu.find_raw(shared_data, "mutag")  # names match case-insensitively
+    assert name == "MUTAG"
+    root = tu.prepare_tu_root(raw, name, tmp_path / "work", "abc123")
+    assert (root / "MUTAG" / "raw" / "MUTAG_A.txt").is_file() and root.name == "abc123"
     assert sorted(p.name for p in (shared_data / "tu" / "MUTAG").iterdir()) == before
     with pytest.raises(FileNotFoundError):
-        tu.prepare_tu_root(shared_data, "NOT-A-DATASET", tmp_path / "work")
+        tu.find_raw(shared_data, "NOT-A-DATASET")
 
 
 def test_featureless_dataset_gets_constant_or_degree_features(shared_data, tmp_path):
     cfg = tu.TUConfig(datasets=["IMDB-BINARY"], data_root=str(shared_data),
-                      out_dir=str(tmp_path / "out"), work_dir=str(tmp_path / "work"))
-    graphs, dim, info = tu.load_tu_graphs(cfg, "IMDB-BINARY")
+                      output_dir=str(tmp_path / "out"), work_dir=str(tmp_path / "work"))
+    _, raw = tu.find_raw(shared_data, "IMDB-BINARY")
+    graphs, dim, info = tu.load_tu_graphs(cfg, "IMDB-BINARY", raw, "imdb")
     assert len(graphs) == 1000 and dim == 1 and info["num_classes"] == 2
     assert all(g.x.shape == (g.num_nodes, 1) for g in graphs[:50])
     cfg.node_features, cfg.max_degree = "degree", 20
-    graphs, dim, _ = tu.load_tu_graphs(cfg, "IMDB-BINARY")
+    graphs, dim, _ = tu.load_tu_graphs(cfg, "IMDB-BINARY", raw, "imdb")
     assert dim == 21 and all(float(g.x.sum()) == g.num_nodes for g in graphs[:50])
     assert tu.resolve_aug(cfg, "IMDB-BINARY") == "random4"
     assert tu.resolve_aug(cfg, "MUTAG") == "random2"
 
 
-def test_config_hash_and_graphcl_exact():
-    a, b = tu.TUConfig(), tu.TUConfig(progress=False, out_dir="elsewhere")
-    assert a.result_key() == b.result_key()  # bookkeeping does not change results
-    assert a.result_key() != tu.TUConfig(epochs=5).result_key()
+def test_truncated_processed_dataset_is_named_and_rebuilt(mutag_root, tmp_path, capsys):
+    cfg = tu.TUConfig(data_root=str(mutag_root), output_dir=str(tmp_path / "out"))
+    _, raw = tu.find_raw(mutag_root, "MUTAG")
+    graphs, _, _ = tu.load_tu_graphs(cfg, "MUTAG", raw, "fp")
+    (processed,) = (tmp_path / "out" / "data").glob("fp/MUTAG/processed/data.pt")
+    processed.write_bytes(processed.read_bytes()[:200])  # killed while torch-geometric wrote it
+    again, _, _ = tu.load_tu_graphs(cfg, "MUTAG", raw, "fp")
+    assert len(again) == len(graphs) == 188
+    err = capsys.readouterr().err
+    assert "processed MUTAG dataset" in err and "corrupt or truncated" in err
+    assert str(processed.parent) in err
+
+
+def test_config_settings_and_graphcl_exact():
+    a, b = tu.TUConfig(), tu.TUConfig(progress=False, output_dir="elsewhere", threads=2)
+    assert a.result_settings() == b.result_settings()  # bookkeeping does not change results
+    assert a.result_settings() != tu.TUConfig(epochs=5).result_settings()
     exact = tu.TUConfig.graphcl_exact()
     assert exact.graphcl_quirks and exact.cv_seed is None and exact.aug_ratio == 0.1
     assert exact.subgraph_ratio == 0.2 and exact.first_view == "identity"
-    with pytest.raises(ValueError):
-        tu.TUConfig(first_view="both")
-    with pytest.raises(ValueError):
-        tu.TUConfig(classifier="knn")
+    assert tu.TUConfig(losses=["MACL"]).losses == ["macl"]
+    for bad in ({"first_view": "both"}, {"classifier": "knn"}, {"batch_size": 1}):
+        with pytest.raises(ValueError):
+            tu.TUConfig(**bad)
+
+
+# ------------------------------------------------------------------ run identity and resume
+
+
+def _fake_run_one(calls):
+    def run_one(cfg, cell, graphs, dim, logger=None):
+        calls.append(tuple(cell))
+        labels = [int(g.y) for g in graphs]
+        return {"metrics": {"accuracy": sum(labels) / len(labels)}, "optimisation_steps": 2,
+                "losses": [1.0], "step_stats": {}, "train_seconds": 1.0, "eval_seconds": 0.0}
+    return run_one
+
+
+def _cfg(root, out, **kw):
+    return tu.TUConfig(**{"datasets": ["mutag"], "losses": ["graphcl", "macl"], "seeds": [0],
+                          "data_root": str(root), "output_dir": str(out), "progress": False,
+                          "plot": False} | kw)
+
+
+def test_changed_data_is_recomputed_not_reused(mutag_root, tmp_path, monkeypatch):
+    calls: list = []
+    monkeypatch.setattr(tu, "run_one", _fake_run_one(calls))
+    first = tu.run_tu(_cfg(mutag_root, tmp_path / "out"))
+    assert len(calls) == 2 and first["reused"] == []
+    labels = mutag_root / "tu" / "MUTAG" / "raw" / "MUTAG_graph_labels.txt"
+    values = labels.read_text().split()
+    labels.write_text("\n".join(values[::-1]) + "\n")  # same counts, other graphs
+    again = tu.run_tu(_cfg(mutag_root, tmp_path / "out"))
+    assert len(calls) == 4 and again["reused"] == []
+    assert len(again["superseded"]) == 2
+    assert again["environment"]["data_fingerprint"]["MUTAG"] != first["environment"][
+        "data_fingerprint"]["MUTAG"]
+    unchanged = tu.run_tu(_cfg(mutag_root, tmp_path / "out"))
+    assert len(calls) == 4 and unchanged["reused"] == [["MUTAG", "graphcl", 0],
+                                                       ["MUTAG", "macl", 0]]
+
+
+def test_changed_setting_is_recomputed_and_more_seeds_compute_only_the_new(mutag_root, tmp_path,
+                                                                           monkeypatch):
+    calls: list = []
+    monkeypatch.setattr(tu, "run_one", _fake_run_one(calls))
+    tu.run_tu(_cfg(mutag_root, tmp_path / "out"))
+    tu.run_tu(_cfg(mutag_root, tmp_path / "out", epochs=3))
+    assert len(calls) == 4
+    more = tu.run_tu(_cfg(mutag_root, tmp_path / "out", epochs=3, seeds=[0, 1]))
+    assert calls[4:] == [("MUTAG", "graphcl", 1), ("MUTAG", "macl", 1)]
+    assert more["summary"]["accuracy"]["MUTAG"]["methods"]["macl"]["n"] == 2
+    assert more["summary"]["accuracy"]["MUTAG"]["paired"]["macl"]["mean"] == 0.0
+    assert more["complete"] and not more["partial"] and more["total_train_seconds"] == 4.0
+
+
+def test_zero_step_run_is_an_error_not_a_result(mutag_root, tmp_path):
+    cfg = _cfg(mutag_root, tmp_path / "out", epochs=1, batch_size=2)
+    _, raw = tu.find_raw(mutag_root, "MUTAG")
+    graphs, dim, _ = tu.load_tu_graphs(cfg, "MUTAG", raw, "fp")
+    with pytest.raises(runner.NonResultError, match="no optimisation step"):
+        tu.run_one(cfg, runner.Cell("MUTAG", "macl", 0), graphs[:1], dim)
+
+
+def test_cli_batch_size_one_is_a_one_line_error(mutag_root, tmp_path, capsys):
+    code = cli.main(["tu", "--data-root", str(mutag_root), "--batch-size", "1",
+                     "--output-dir", str(tmp_path / "out"), "--no-progress"])
+    assert code == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("adaptcl tu: error: batch_size must be >= 2")
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_unknown_dataset_fails_before_any_work(mutag_root, tmp_path, capsys):
+    code = cli.main(["tu", "--data-root", str(mutag_root), "--datasets", "MUTAG", "NOPE",
+                     "--output-dir", str(tmp_path / "out"), "--no-progress"])
+    assert code == 2
+    assert "no TU raw folder for 'NOPE'" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()
 
 
 # ------------------------------------------------------------------- tiny real run + resume
 
 
 @pytest.mark.slow
-def test_tiny_mutag_run_writes_results_and_resumes(shared_data, tmp_path, monkeypatch):
+def test_tiny_mutag_run_writes_results_logs_and_resumes(mutag_root, tmp_path, monkeypatch):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
     out = tmp_path / "out"
-    cfg = tu.TUConfig(datasets=["MUTAG"], losses=["graphcl", "macl"], seeds=[0], epochs=2,
-                      data_root=str(shared_data), out_dir=str(out), inner_folds=3,
-                      c_grid=[0.1, 1.0, 10.0], progress=False)
+    cfg = _cfg(mutag_root, out, epochs=2, inner_folds=3, c_grid=[0.1, 1.0, 10.0], plot=True,
+               logger="tensorboard")
     result = tu.run_tu(cfg)
     assert result["computed"] == [["MUTAG", "graphcl", 0], ["MUTAG", "macl", 0]]
-    assert result["skipped"] == []
-
     on_disk = json.loads((out / "results.json").read_text())
     assert on_disk["recipe"] == "tu" and on_disk["config"]["epochs"] == 2
+    assert on_disk["environment"]["torch_threads"] == 1
+    assert on_disk["environment"]["data_root"] == str(mutag_root.resolve())
     for run in on_disk["runs"]:
         ev = run["evaluation"]
         assert ev["folds"] == 10 and len(ev["fold_accuracies"]) == 10
-        assert all(0.0 <= a <= 1.0 for a in ev["fold_accuracies"])
-        assert 0.0 <= run["accuracy"] <= 1.0 and run["embedding_dim"] == 96
-        assert len(run["epoch_loss"]) == 2 and all(np.isfinite(run["epoch_loss"]))
-    summary = on_disk["summary"]["MUTAG"]
-    assert summary["info"]["num_graphs"] == 188
-    assert summary["paper_table4"]["macl"] == [89.04, 0.98]
-    assert 0.0 <= summary["losses"]["macl"]["mean"] <= 100.0
+        assert run["embedding_dim"] == 96 and run["optimisation_steps"] == 4
+        assert len(run["losses"]) == 2 and all(np.isfinite(run["losses"]))
+    facts = on_disk["datasets"]["MUTAG"]
+    assert facts["info"]["num_graphs"] == 188 and facts["paper_table4"]["macl"] == [89.04, 0.98]
+    assert 0.0 <= on_disk["summary"]["accuracy"]["MUTAG"]["methods"]["macl"]["mean"] <= 100.0
     table = (out / "results.md").read_text()
     assert "| MUTAG |" in table and "86.80 ± 1.34" in table and "89.04 ± 0.98" in table
     assert (out / "macl_temperature_alignment.png").stat().st_size > 0
-    macl_run = json.loads(tu.run_path(cfg, "MUTAG", "macl", 0).read_text())
-    temps = macl_run["step_stats"]["temperature"]
-    assert len(temps) == 2 * 2 and all(t > 0 for t in temps)  # 2 epochs x 2 batches of 128
-    assert (tmp_path / "out" / "data" / "MUTAG" / "processed").is_dir()
+    events = EventAccumulator(str(out / "logs" / "MUTAG" / "macl" / "seed0"))
+    events.Reload()
+    temps = [e.value for e in events.Scalars("train/temperature")]
+    assert len(temps) == 4 and all(t > 0 for t in temps)  # 2 epochs x 2 batches of 128
+    assert len(events.Scalars("eval/svm_accuracy")) == 1
+    assert {"train/loss", "train/alignment"} <= set(events.Tags()["scalars"])
 
-    # rerun: nothing is recomputed (run_one would fail if it were called)
     def boom(*args, **kwargs):
         raise AssertionError("a finished run was recomputed")
 
     monkeypatch.setattr(tu, "run_one", boom)
     again = tu.run_tu(cfg)
-    assert again["computed"] == [] and len(again["skipped"]) == 2
-    assert again["summary"]["MUTAG"]["losses"] == result["summary"]["MUTAG"]["losses"]
-    assert again["summary"]["MUTAG"]["info"]["num_graphs"] == 188
-
-    # an interrupted multi-seed run: only the missing seed is computed
-    calls = []
-
-    def fake_run_one(cfg_, name, loss_name, seed, graphs, dim, position=1):
-        calls.append((name, loss_name, seed))
-        return {"dataset": name, "loss": loss_name, "seed": seed, "accuracy": 0.5,
-                "evaluation": {"fold_accuracies": [0.5] * 10}, "epoch_loss": [1.0],
-                "step_stats": {}, "train_seconds": 0.0, "eval_seconds": 0.0}
-
-    monkeypatch.setattr(tu, "run_one", fake_run_one)
-    more = tu.run_tu(tu.TUConfig(**{**cfg.__dict__, "seeds": [0, 1], "losses": ["macl"]}))
-    assert calls == [("MUTAG", "macl", 1)]
-    assert more["summary"]["MUTAG"]["losses"]["macl"]["n_seeds"] == 2
+    assert again["computed"] == [] and len(again["reused"]) == 2
+    assert again["summary"] == result["summary"]
 
 
-def test_cli_registers_tu_and_builds_config(tmp_path):
+def test_cli_builds_config_with_common_vocabulary(tmp_path):
     parser = cli.build_parser("tu")
-    args = parser.parse_args(["tu", "--datasets", "MUTAG", "NCI1", "--losses", "graphcl",
-                              "macl", "--seeds", "0", "1", "--out-dir", str(tmp_path),
+    args = parser.parse_args(["tu", "--datasets", "MUTAG", "NCI1", "--losses", "GraphCL",
+                              "macl", "--seeds", "0", "1", "--output-dir", str(tmp_path),
                               "--cv-seed", "none", "--classifier", "linear"])
     cfg = tu.config_from_args(args)
     assert cfg.datasets == ["MUTAG", "NCI1"] and cfg.seeds == [0, 1]
+    assert cfg.losses == ["graphcl", "macl"] and cfg.epochs == 20
     assert cfg.cv_seed is None and cfg.classifier == "linear" and not cfg.graphcl_quirks
     exact = tu.config_from_args(parser.parse_args(["tu", "--graphcl-exact"]))
     assert exact.graphcl_quirks and exact.cv_seed is None and exact.aug_ratio == 0.1
-    with pytest.raises(SystemExit) as info:
-        cli.main(["tu", "--help"])
-    assert info.value.code == 0
-    assert Path(tu.__file__).name == "tu.py"
+    kept = tu.config_from_args(parser.parse_args(["tu", "--graphcl-exact", "--aug-ratio", "0.3"]))
+    assert kept.aug_ratio == 0.3
+
+
+@pytest.mark.parametrize("precision", ["bf16-mixed", "16-mixed"])
+def test_graphcl_trains_under_autocast_with_finite_losses(mutag_root, tmp_path, precision):
+    cfg = _cfg(mutag_root, tmp_path / "out", epochs=1, batch_size=64, folds=2, inner_folds=2,
+               c_grid=[1.0], precision=precision, device="cpu")
+    _, raw = tu.find_raw(mutag_root, "MUTAG")
+    graphs, dim, _ = tu.load_tu_graphs(cfg, "MUTAG", raw, "fp")
+    record = tu.run_one(cfg, runner.Cell("MUTAG", "macl", 0), graphs, dim)
+    assert record["optimisation_steps"] == 3  # 188 graphs in batches of 64
+    assert all(np.isfinite(record["step_stats"]["loss"]))
+    assert all(t > 0 for t in record["step_stats"]["temperature"])
+    assert 0.0 <= record["metrics"]["accuracy"] <= 1.0

@@ -26,10 +26,15 @@ randomly initialised encoder. On clean, centred 8x8 digits plain kNN is nearly s
 (raw pixels already reach about 97%), so the clean kNN column cannot show much; the
 augmented-query column, alignment and uniformity show what the training itself added.
 
+Several ``--seeds`` give mean +- std over seeds and the paired difference MACL - NT-Xent with a
+95% t-interval; each (loss, seed) is stored by :mod:`adaptcl.recipes.runner` and reused while
+its identity (settings, data fingerprint, code) matches. ``--device``, ``--precision`` and
+``--logger`` work as in every recipe.
+
 Usage::
 
     adaptcl demo --output-dir results/demo
-    adaptcl demo --epochs 5 --batch-size 128 --seed 1 --output-dir /tmp/demo
+    adaptcl demo --epochs 5 --batch-size 128 --seeds 0 1 2 --output-dir /tmp/demo
 
     from adaptcl.recipes.demo import DemoConfig, run_demo
     result = run_demo(DemoConfig(epochs=30, output_dir="results/demo"))
@@ -43,31 +48,31 @@ and the InfoNCE value over the training steps of both losses).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import torch
-import torch.nn.functional as F
-from torch import Tensor, nn
+from adaptcl.recipes import runner
+from adaptcl.recipes._common import markdown_table, seed_everything
+from adaptcl.recipes.runner import Cell
 
-from adaptcl.plugins import InfoNCELoss, MACLLoss, alignment, uniformity
-from adaptcl.recipes._common import (
-    markdown_table,
-    save_figure_atomic,
-    seed_everything,
-    write_json_atomic,
-    write_text_atomic,
-)
+if TYPE_CHECKING:  # torch is imported where it is used, so ``adaptcl demo --help`` is instant
+    import torch
+    from torch import Tensor, nn
 
+EXAMPLE = """adaptcl demo --output-dir results/demo
+adaptcl demo --epochs 5 --seeds 0 1 2 --logger tensorboard --output-dir /tmp/demo"""
 TABLE_COLUMNS = ("loss", "kNN acc", "alignment", "uniformity", "final temperature",
                  "kNN acc, augmented queries")
 RESULT_FILE = "demo_results.json"
 TABLE_FILE = "demo_results.md"
 PLOT_FILE = "demo_training.png"
 NUM_CLASSES = 10
+LOSSES = ("nt_xent", "macl")
+CODE = ("adaptcl.recipes.demo", "adaptcl.plugins")
 
 
 @dataclass
@@ -80,7 +85,7 @@ class DemoConfig:
 
     epochs: int = 30
     batch_size: int = 256
-    seed: int = 0
+    seeds: list[int] = field(default_factory=lambda: [0])
     output_dir: str = "results/demo"
     lr: float = 2e-3
     weight_decay: float = 1e-5
@@ -95,10 +100,14 @@ class DemoConfig:
     # torch intra-op threads. The model is tiny (about 0.3 GFLOP per step), so one thread beats
     # two: OpenMP's per-op synchronisation costs more than it saves, badly so on a busy machine.
     threads: int = 1
+    device: str = "auto"
+    precision: str = "32"
+    logger: str = "none"
     progress: bool = True
 
     def __post_init__(self) -> None:
-        for name in ("epochs", "batch_size", "knn_k", "width", "feature_dim", "projection_dim"):
+        for name in ("epochs", "batch_size", "knn_k", "width", "feature_dim", "projection_dim",
+                     "threads"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
@@ -109,8 +118,11 @@ class DemoConfig:
         for name in ("lr", "temperature"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
-        if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1:
-            raise ValueError(f"threads must be >= 1, got {self.threads}")
+        if not self.seeds:
+            raise ValueError("seeds must hold at least one seed")
+        runner.check_precision(self.precision)
+        if self.logger not in runner.LOGGERS:
+            raise ValueError(f"logger must be one of {runner.LOGGERS}, got {self.logger!r}")
 
 
 # ----------------------------------------------------------------------------------- data
@@ -118,6 +130,7 @@ class DemoConfig:
 
 def load_digits_split(test_fraction: float, seed: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """scikit-learn's bundled digits as ``[N, 1, 8, 8]`` floats in [0, 1], stratified split."""
+    import torch
     from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split
 
@@ -132,12 +145,26 @@ def load_digits_split(test_fraction: float, seed: int) -> tuple[Tensor, Tensor, 
     return images[idx_train], labels[idx_train], images[idx_test], labels[idx_test]
 
 
+def digits_fingerprint() -> dict[str, Any]:
+    """SHA-256 of the bundled digits (the data a stored run was computed on)."""
+    import hashlib
+
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    digest = hashlib.sha256(digits.images.tobytes() + digits.target.tobytes())
+    return {"sha256": digest.hexdigest(), "images": int(len(digits.target))}
+
+
 def augment(x: Tensor, generator: torch.Generator) -> Tensor:
     """One random SimCLR-style view of a batch of ``[B, 1, 8, 8]`` digits in [0, 1].
 
     Random affine warp (rotation <= 15 deg, zoom 0.85-1.15, shift <= 1 px), brightness and
     contrast jitter, Gaussian noise (sigma 0.1) and pixel dropout (p = 0.1), clamped to [0, 1].
     """
+    import torch
+    import torch.nn.functional as F
+
     b = x.shape[0]
 
     def uniform(*shape: int) -> Tensor:
@@ -162,49 +189,29 @@ def augment(x: Tensor, generator: torch.Generator) -> Tensor:
 # ---------------------------------------------------------------------------------- model
 
 
-class DigitsEncoder(nn.Module):
-    """A small CNN for 8x8 digits: three 3x3 conv blocks and a linear layer to ``feature_dim``."""
+def build_model(config: DemoConfig, seed: int) -> nn.ModuleDict:
+    """``encoder`` (three 3x3 conv blocks and a linear layer to ``feature_dim``) and the SimCLR
+    ``head`` (Linear-BN-ReLU-Linear; the loss sees its output); seeded, so both losses start
+    from the same weights."""
+    from torch import nn
 
-    def __init__(self, width: int = 32, feature_dim: int = 128) -> None:
-        super().__init__()
+    def block(c_in: int, c_out: int) -> list[nn.Module]:
+        return [nn.Conv2d(c_in, c_out, 3, padding=1, bias=False), nn.BatchNorm2d(c_out),
+                nn.ReLU(inplace=True)]
 
-        def block(c_in: int, c_out: int) -> list[nn.Module]:
-            return [nn.Conv2d(c_in, c_out, 3, padding=1, bias=False), nn.BatchNorm2d(c_out),
-                    nn.ReLU(inplace=True)]
-
-        self.features = nn.Sequential(
-            *block(1, width), *block(width, 2 * width), nn.MaxPool2d(2),  # 8x8 -> 4x4
-            *block(2 * width, 2 * width), nn.Flatten(),
-            nn.Linear(2 * width * 16, feature_dim),
-        )
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.features(x)
-
-
-class SimCLRModel(nn.Module):
-    """Encoder plus the SimCLR projection head (Linear-BN-ReLU-Linear); the loss sees the head."""
-
-    def __init__(self, width: int, feature_dim: int, projection_dim: int) -> None:
-        super().__init__()
-        self.encoder = DigitsEncoder(width, feature_dim)
-        self.head = nn.Sequential(
-            nn.Linear(feature_dim, feature_dim, bias=False), nn.BatchNorm1d(feature_dim),
-            nn.ReLU(inplace=True), nn.Linear(feature_dim, projection_dim),
-        )
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.head(self.encoder(x))
-
-
-def build_model(config: DemoConfig) -> SimCLRModel:
-    """The model both losses start from: seeded, so every call returns the same weights."""
-    seed_everything(config.seed)
-    return SimCLRModel(config.width, config.feature_dim, config.projection_dim)
+    seed_everything(seed)
+    w, d = config.width, config.feature_dim
+    encoder = nn.Sequential(*block(1, w), *block(w, 2 * w), nn.MaxPool2d(2),  # 8x8 -> 4x4
+                            *block(2 * w, 2 * w), nn.Flatten(), nn.Linear(2 * w * 16, d))
+    head = nn.Sequential(nn.Linear(d, d, bias=False), nn.BatchNorm1d(d), nn.ReLU(inplace=True),
+                         nn.Linear(d, config.projection_dim))
+    return nn.ModuleDict({"encoder": encoder, "head": head})
 
 
 def build_losses(config: DemoConfig) -> dict[str, tuple[str, nn.Module]]:
     """key -> (table name, loss module) of the two losses compared."""
+    from adaptcl.plugins import InfoNCELoss, MACLLoss
+
     return {
         "nt_xent": (f"NT-Xent (tau={config.temperature:g})", InfoNCELoss(config.temperature)),
         "macl": (f"MACL (tau0={config.temperature:g}, alpha={config.macl_alpha:g}, "
@@ -216,19 +223,22 @@ def build_losses(config: DemoConfig) -> dict[str, tuple[str, nn.Module]]:
 # ------------------------------------------------------------------------------- training
 
 
-def train(model: SimCLRModel, loss_fn: nn.Module, images: Tensor, config: DemoConfig,
-          desc: str) -> dict[str, list[float]]:
+def train(model: nn.ModuleDict, loss_fn: nn.Module, images: Tensor, config: DemoConfig,
+          seed: int, logger: Any = None, desc: str = "") -> dict[str, list[float]]:
     """SimCLR training; returns the per-step history of the loss's ``last_stats``.
 
-    The batch order and the augmentations come from generators seeded with ``config.seed`` so
-    that every loss sees exactly the same views in the same order.
+    The batch order and the augmentations come from generators seeded with ``seed`` so that
+    every loss sees exactly the same views in the same order.
     """
-    from tqdm.auto import tqdm
+    import torch
 
-    order_gen = torch.Generator().manual_seed(config.seed)
-    aug_gen = torch.Generator().manual_seed(config.seed + 1)
+    device = runner.resolve_device(config.device)
+    model.to(device)
+    order_gen = torch.Generator().manual_seed(seed)
+    aug_gen = torch.Generator().manual_seed(seed + 1)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr,
                                  weight_decay=config.weight_decay)
+    scaler = runner.grad_scaler(device, config.precision)
     n = images.shape[0]
     # drop the last incomplete batch (as SimCLR loaders do) unless it is the only one
     steps_per_epoch = max(1, n // config.batch_size)
@@ -237,26 +247,31 @@ def train(model: SimCLRModel, loss_fn: nn.Module, images: Tensor, config: DemoCo
     keys = ("loss", "plain_loss", "alignment", "temperature", "mean_w", "positive_probability")
     history: dict[str, list[float]] = {"step": [], **{k: [] for k in keys}}
     model.train()
-    with tqdm(total=total, desc=desc, unit="step", disable=not config.progress,
-              leave=False) as bar:
-        for _ in range(config.epochs):
-            perm = torch.randperm(n, generator=order_gen)
-            for s in range(steps_per_epoch):
-                batch = images[perm[s * config.batch_size:(s + 1) * config.batch_size]]
-                views = torch.cat([augment(batch, aug_gen), augment(batch, aug_gen)])
-                z0, z1 = model(views).chunk(2)
+    bar = runner.progress(total=total, desc=desc, enabled=config.progress)
+    for _ in range(config.epochs):
+        perm = torch.randperm(n, generator=order_gen)
+        for s in range(steps_per_epoch):
+            batch = images[perm[s * config.batch_size:(s + 1) * config.batch_size]]
+            views = torch.cat([augment(batch, aug_gen), augment(batch, aug_gen)]).to(device)
+            with runner.autocast(device, config.precision):
+                z0, z1 = model.head(model.encoder(views)).chunk(2)
                 loss = loss_fn(z0, z1)
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                optimizer.step()
-                scheduler.step()
-                stats = loss_fn.last_stats
-                history["step"].append(len(history["step"]))
-                for k in keys:
-                    history[k].append(float(stats[k]))
-                bar.set_postfix(loss=f"{history['plain_loss'][-1]:.3f}",
-                                tau=f"{history['temperature'][-1]:.4f}")
-                bar.update()
+            optimizer.zero_grad(set_to_none=True)
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+            scheduler.step()
+            point = {k: float(loss_fn.last_stats[k]) for k in keys}
+            if not math.isfinite(point["loss"]):
+                raise runner.NonResultError(f"{desc}: non-finite loss at step {len(history['step'])}")
+            history["step"].append(len(history["step"]))
+            for k in keys:
+                history[k].append(point[k])
+            if logger is not None:
+                logger.log({f"train/{k}": v for k, v in point.items()}, len(history["step"]))
+            bar.set_postfix(loss=f"{point['plain_loss']:.3f}", tau=f"{point['temperature']:.4f}")
+            bar.update()
+    bar.close()
     model.eval()
     return history
 
@@ -264,11 +279,17 @@ def train(model: SimCLRModel, loss_fn: nn.Module, images: Tensor, config: DemoCo
 # ----------------------------------------------------------------------------- evaluation
 
 
-@torch.no_grad()
 def embed(encoder: nn.Module, images: Tensor, batch_size: int = 512) -> Tensor:
-    """Frozen-encoder features of ``images`` (eval mode), in batches."""
+    """Frozen-encoder features of ``images`` (eval mode, no gradient), in batches, on the CPU."""
+    import torch
+
     encoder.eval()
-    return torch.cat([encoder(images[i:i + batch_size]) for i in range(0, len(images), batch_size)])
+    device = next(encoder.parameters()).device
+    with torch.no_grad():
+        features = torch.cat([encoder(images[i:i + batch_size].to(device)).float().cpu()
+                              for i in range(0, len(images), batch_size)])
+    runner.check_embeddings(features, "demo encoder features")
+    return features
 
 
 def knn_accuracy(train_x: Tensor, train_y: Tensor, test_x: Tensor, test_y: Tensor, k: int) -> float:
@@ -283,6 +304,8 @@ def knn_accuracy(train_x: Tensor, train_y: Tensor, test_x: Tensor, test_y: Tenso
 def evaluate(features: Any, data: tuple[Tensor, Tensor, Tensor, Tensor],
              views: tuple[Tensor, Tensor], k: int) -> dict[str, float]:
     """kNN accuracy, alignment and uniformity of a feature map ``features(images) -> [N, D]``."""
+    from adaptcl.plugins import alignment, uniformity
+
     x_train, y_train, x_test, y_test = data
     train_f, test_f = features(x_train), features(x_test)
     view0, view1 = features(views[0]), features(views[1])
@@ -294,122 +317,113 @@ def evaluate(features: Any, data: tuple[Tensor, Tensor, Tensor, Tensor],
     }
 
 
-# ----------------------------------------------------------------------------------- plot
+def _data_and_views(config: DemoConfig, seed: int):
+    import torch
 
-
-def plot_history(histories: dict[str, dict[str, list[float]]], names: dict[str, str],
-                 path: Path, min_temperature: float) -> Path:
-    """Temperature, alignment magnitude A and InfoNCE over steps for every loss; PNG, atomic."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.6))
-    panels = (("temperature", "temperature tau"),
-              ("alignment", "alignment magnitude A (mean positive cosine)"),
-              ("plain_loss", "InfoNCE value (unweighted)"))
-    for ax, (key, title) in zip(axes, panels, strict=True):
-        for loss_key, hist in histories.items():
-            ax.plot(hist["step"], hist[key], label=names[loss_key], linewidth=1.4)
-        ax.set_title(title, fontsize=10)
-        ax.set_xlabel("training step")
-        ax.grid(alpha=0.3)
-    axes[0].axhline(min_temperature, color="grey", linestyle=":", linewidth=1,
-                    label=f"MACL floor {min_temperature:g}")
-    axes[0].legend(fontsize=8)
-    fig.suptitle("adaptcl demo: NT-Xent vs MACL on sklearn digits (same seed, same views)",
-                 fontsize=11)
-    fig.tight_layout()
-    save_figure_atomic(fig, path)
-    return path
+    data = load_digits_split(config.test_fraction, seed)
+    # two fixed augmented views of every test image, for the alignment metric
+    eval_gen = torch.Generator().manual_seed(seed + 2)
+    return data, (augment(data[2], eval_gen), augment(data[2], eval_gen))
 
 
 # ------------------------------------------------------------------------------------ run
 
 
 def run_demo(config: DemoConfig) -> dict[str, Any]:
-    """Train with NT-Xent and MACL, evaluate, write JSON / markdown / PNG; return the result.
+    """Train with NT-Xent and MACL for every seed, evaluate, write JSON / markdown / PNG.
 
     Example:
         >>> result = run_demo(DemoConfig(epochs=2, output_dir="/tmp/demo", progress=False))
         >>> [row["key"] for row in result["rows"]]
         ['raw_pixels', 'random_encoder', 'nt_xent', 'macl']
     """
+    import torch
+
     start = time.perf_counter()
+    with runner.user_errors():
+        device = runner.resolve_device(config.device)
     previous_threads = torch.get_num_threads()
-    torch.set_num_threads(config.threads)
+    runner.apply_thread_policy(config.threads)
+    out = Path(config.output_dir)
+    losses = build_losses(config)
+    ident = {"settings": runner.result_settings(dataclasses.replace(config, device=device)),
+             "data": digits_fingerprint(), "code": runner.code_version(*CODE)}
+
+    def compute(cell: Cell) -> dict[str, Any]:
+        data, views = _data_and_views(config, cell.seed)
+        model = build_model(config, cell.seed)
+        log_dir = out / "logs" / cell.method / f"seed{cell.seed}"
+        t0 = time.perf_counter()
+        with runner.metric_logger(config.logger, log_dir) as logger:
+            history = train(model, losses[cell.method][1], data[0], config, cell.seed, logger,
+                            desc=cell.label())
+        seconds = time.perf_counter() - t0
+        metrics = evaluate(lambda x: embed(model.encoder, x), data, views, config.knn_k)
+        return {"metrics": metrics, "optimisation_steps": len(history["step"]),
+                "losses": history["loss"], "history": history, "train_seconds": seconds,
+                "final_temperature": history["temperature"][-1]}
+
     try:
-        result = _run(config)
+        grid = runner.run_grid("demo", out, [Cell("digits", m, s) for s in config.seeds
+                                             for m in LOSSES],
+                               identity=lambda cell: ident, compute=compute,
+                               progress_bar=config.progress)
+        result = _result(config, grid, losses, device)
     finally:
         torch.set_num_threads(previous_threads)
     result["wall_clock_seconds"] = time.perf_counter() - start
-    out = Path(config.output_dir)
-    write_json_atomic(out / RESULT_FILE, result)
+    result["files"] = runner.write_results(out, RESULT_FILE[:-5], result, render_markdown(result))
+    min_temperature = losses["macl"][1].min_temperature
+    result["files"]["plot"] = runner.save_plot(
+        out / PLOT_FILE, lambda axes: _draw(result["history"], result["names"], min_temperature,
+                                            axes), ncols=3, figsize=(13, 3.6),
+        title="adaptcl demo: NT-Xent vs MACL on sklearn digits (same seed, same views)")
     return result
 
 
-def _run(config: DemoConfig) -> dict[str, Any]:
-    out = Path(config.output_dir)
-    data = load_digits_split(config.test_fraction, config.seed)
-    x_train, _, x_test, _ = data
-    # two fixed augmented views of every test image, for the alignment metric
-    eval_gen = torch.Generator().manual_seed(config.seed + 2)
-    views = (augment(x_test, eval_gen), augment(x_test, eval_gen))
-
-    rows: list[dict[str, Any]] = []
-    pixels = evaluate(lambda x: x.flatten(1), data, views, config.knn_k)
-    rows.append({"key": "raw_pixels", "loss": "raw pixels (no training)", **pixels,
-                 "final_temperature": None})
-    untrained = build_model(config)
-    rows.append({"key": "random_encoder", "loss": "random-init encoder (no training)",
-                 **evaluate(lambda x: embed(untrained.encoder, x), data, views, config.knn_k),
-                 "final_temperature": None})
-
-    histories: dict[str, dict[str, list[float]]] = {}
-    names: dict[str, str] = {}
-    min_temperature = None
-    for key, (name, loss_fn) in build_losses(config).items():
-        model = build_model(config)
-        t0 = time.perf_counter()
-        histories[key] = train(model, loss_fn, x_train, config, desc=key)
-        train_seconds = time.perf_counter() - t0
-        metrics = evaluate(lambda x, m=model: embed(m.encoder, x), data, views, config.knn_k)
-        rows.append({"key": key, "loss": name, **metrics,
-                     "final_temperature": histories[key]["temperature"][-1],
-                     "train_seconds": train_seconds})
-        names[key] = name
-        if isinstance(loss_fn, MACLLoss):
-            min_temperature = loss_fn.min_temperature
-
+def _result(config: DemoConfig, grid: runner.GridRun, losses: dict, device: str) -> dict[str, Any]:
+    seed = config.seeds[0]
+    data, views = _data_and_views(config, seed)
+    untrained = build_model(config, seed)
+    rows = [{"key": "raw_pixels", "loss": "raw pixels (no training)", "final_temperature": None,
+             **evaluate(lambda x: x.flatten(1), data, views, config.knn_k)},
+            {"key": "random_encoder", "loss": "random-init encoder (no training)",
+             "final_temperature": None,
+             **evaluate(lambda x: embed(untrained.encoder, x), data, views, config.knn_k)}]
+    for key, (name, _) in losses.items():  # each metric's mean over seeds
+        records = [grid.records[Cell("digits", key, s)] for s in config.seeds]
+        row = {m: sum(r["metrics"][m] for r in records) / len(records)
+               for m in records[0]["metrics"]}
+        rows.append({"key": key, "loss": name, **row, "n_seeds": len(records),
+                     "final_temperature": records[0]["final_temperature"],
+                     "train_seconds": sum(r["train_seconds"] for r in records)})
+    summary = runner.summarize(grid.records, "knn_accuracy", datasets=["digits"],
+                               methods=list(losses), baseline="nt_xent", scale=100.0)
+    history = {key: grid.records[Cell("digits", key, seed)]["history"] for key in losses}
+    macl_temps = history["macl"]["temperature"]
     by_key = {row["key"]: row for row in rows}
-    macl_temps = histories["macl"]["temperature"]
-    result: dict[str, Any] = {
-        "recipe": "demo",
-        "config": asdict(config),
-        "data": {"source": "sklearn.datasets.load_digits", "n_train": int(x_train.shape[0]),
-                 "n_test": int(x_test.shape[0]), "classes": NUM_CLASSES, "image_shape": [8, 8]},
+    return {
+        "recipe": "demo", "config": asdict(config),
+        "environment": runner.environment(device=device, data_fingerprint=digits_fingerprint(),
+                                          frameworks=["scikit-learn"]),
+        **grid.bookkeeping(),
+        "data": {"source": "sklearn.datasets.load_digits", "n_train": int(data[0].shape[0]),
+                 "n_test": int(data[2].shape[0]), "classes": NUM_CLASSES, "image_shape": [8, 8]},
         "evaluation": {"features": f"encoder output ({config.feature_dim}-d, before the head)",
                        "knn": f"cosine, k={config.knn_k}, majority vote",
                        "alignment": "Wang & Isola, alpha=2, two augmented views of each test image",
                        "uniformity": "Wang & Isola, t=2, clean test images"},
-        "chance_accuracy": 1.0 / NUM_CLASSES,
-        "rows": rows,
-        "history": histories,
-        "macl_min_temperature": min_temperature,
+        "chance_accuracy": 1.0 / NUM_CLASSES, "rows": rows, "summary": summary,
+        "history": history, "names": {key: name for key, (name, _) in losses.items()},
+        "macl_min_temperature": losses["macl"][1].min_temperature,
         "macl_temperature_range": [min(macl_temps), max(macl_temps)],
         "macl_minus_ntxent_knn": by_key["macl"]["knn_accuracy"] - by_key["nt_xent"]["knn_accuracy"],
-        "files": {"json": str(out / RESULT_FILE), "table": str(out / TABLE_FILE),
-                  "plot": str(out / PLOT_FILE)},
     }
-    plot_history(histories, names, out / PLOT_FILE, min_temperature)
-    write_text_atomic(out / TABLE_FILE, render_markdown(result))
-    return result
 
 
 def render_markdown(result: dict[str, Any]) -> str:
     """The demo's table (loss | kNN acc | alignment | uniformity | final temperature | kNN acc
-    on augmented queries) and a one-line verdict on MACL vs NT-Xent."""
+    on augmented queries), the paired difference over seeds and a one-line verdict."""
     table_rows = []
     for row in result["rows"]:
         tau = row["final_temperature"]
@@ -421,49 +435,54 @@ def render_markdown(result: dict[str, Any]) -> str:
             "final temperature": "-" if tau is None else f"{tau:.4f}",
             "kNN acc, augmented queries": f"{100 * row['knn_accuracy_augmented']:.1f}%",
         })
-    data = result["data"]
+    data, config = result["data"], result["config"]
     lo, hi = result["macl_temperature_range"]
-    diff = 100 * result["macl_minus_ntxent_knn"]
-    verdict = ("MACL beats NT-Xent" if diff > 0 else
-               "MACL ties NT-Xent" if diff == 0 else "MACL does not beat NT-Xent")
-    config = result["config"]
+    diff = result["summary"]["digits"]["paired"]["macl"]
+    verdict = ("MACL beats NT-Xent" if diff["mean"] > 0 else
+               "MACL ties NT-Xent" if diff["mean"] == 0 else "MACL does not beat NT-Xent")
     return (
         f"adaptcl demo: sklearn digits ({data['n_train']} train / {data['n_test']} test), "
-        f"{config['epochs']} epochs, batch {config['batch_size']}, seed {config['seed']}\n\n"
+        f"{config['epochs']} epochs, batch {config['batch_size']}, seeds {config['seeds']}\n\n"
         + markdown_table(table_rows, TABLE_COLUMNS)
         + f"\nkNN: {result['evaluation']['knn']} on the {result['evaluation']['features']}; "
-        f"chance is {100 * result['chance_accuracy']:.0f}%. "
-        f"{verdict} on kNN accuracy here ({diff:+.1f} points, one seed). "
-        f"MACL's temperature ranged over [{lo:.4f}, {hi:.4f}] "
-        f"(floor {result['macl_min_temperature']:g}).\n"
+        f"chance is {100 * result['chance_accuracy']:.0f}%; trained rows average the seeds. "
+        f"{verdict} on kNN accuracy here: MACL − NT-Xent = {runner.format_difference(diff)} "
+        f"points (paired over seeds, 95% t-interval). MACL's temperature ranged over "
+        f"[{lo:.4f}, {hi:.4f}] (floor {result['macl_min_temperature']:g}).\n"
     )
+
+
+def _draw(histories: dict, names: dict, min_temperature: float, axes) -> None:
+    """Temperature, alignment magnitude A and InfoNCE over steps for every loss."""
+    panels = (("temperature", "temperature tau"),
+              ("alignment", "alignment magnitude A (mean positive cosine)"),
+              ("plain_loss", "InfoNCE value (unweighted)"))
+    for ax, (key, title) in zip(axes, panels, strict=True):
+        for loss_key, hist in histories.items():
+            ax.plot(hist["step"], hist[key], label=names[loss_key], linewidth=1.4)
+        ax.set_title(title, fontsize=10)
+        ax.set_xlabel("training step")
+        ax.grid(alpha=0.3)
+    axes[0].axhline(min_temperature, color="grey", linestyle=":", linewidth=1,
+                    label=f"MACL floor {min_temperature:g}")
 
 
 # ------------------------------------------------------------------------------------ CLI
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    defaults = DemoConfig()
-    parser.add_argument("--epochs", type=int, default=defaults.epochs,
-                        help=f"training epochs per loss (default {defaults.epochs})")
-    parser.add_argument("--batch-size", type=int, default=defaults.batch_size,
-                        help=f"pairs per step (default {defaults.batch_size})")
-    parser.add_argument("--seed", type=int, default=defaults.seed,
-                        help="seed of the split, the weights, the batch order and the views")
-    parser.add_argument("--output-dir", default=defaults.output_dir,
-                        help=f"where the JSON, table and PNG go (default {defaults.output_dir})")
-    parser.add_argument("--lr", type=float, default=defaults.lr, help="Adam learning rate")
-    parser.add_argument("--threads", type=int, default=defaults.threads,
-                        help=f"torch intra-op threads (default {defaults.threads}: the model is tiny)")
-    parser.add_argument("--no-progress", action="store_true", help="hide the progress bars")
+    runner.add_common_arguments(parser, output_dir=DemoConfig.output_dir, seeds=[0],
+                                data_root=False)
+    runner.add_config_arguments(parser, DemoConfig, helps={
+        "epochs": "training epochs per loss", "batch_size": "pairs per step",
+        "lr": "Adam learning rate", "temperature": "tau (NT-Xent) and tau0 (MACL)"})
 
 
 def main(args: argparse.Namespace) -> int:
-    config = DemoConfig(epochs=args.epochs, batch_size=args.batch_size, seed=args.seed,
-                        output_dir=args.output_dir, lr=args.lr, threads=args.threads,
-                        progress=not args.no_progress)
+    with runner.user_errors():
+        config = DemoConfig(**runner.config_kwargs(DemoConfig, args))
     result = run_demo(config)
     print(render_markdown(result))
-    print(f"wrote {result['files']['json']}, {result['files']['table']} and "
+    print(f"wrote {result['files']['json']}, {result['files']['markdown']} and "
           f"{result['files']['plot']} ({result['wall_clock_seconds']:.1f} s)")
     return 0

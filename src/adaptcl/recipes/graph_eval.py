@@ -1,4 +1,8 @@
-"""SVM evaluation of frozen graph embeddings (the protocol of InfoGraph and GraphCL).
+"""Evaluation protocols of the graph recipes: the SVM of ``tu``, the ROC-AUC of ``moleculenet``.
+
+:func:`masked_bce_loss` and :func:`multitask_roc_auc` are Hu et al.'s (ICLR 2020) multi-task
+fine-tuning loss and metric, used by ``moleculenet``. The rest of this page is the SVM
+evaluation of frozen graph embeddings (the protocol of InfoGraph and GraphCL).
 
 GraphCL (You et al., NeurIPS 2020; code ``unsupervised_TU/evaluate_embedding.py``) feeds the
 graph embeddings to an RBF ``sklearn.svm.SVC`` under 10-fold stratified cross-validation; in
@@ -27,6 +31,7 @@ Example::
 
 from __future__ import annotations
 
+import math
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -117,3 +122,50 @@ def svm_cv_accuracy(x: Any, y: Any, *, folds: int = 10, inner_folds: int = 5,
         "cv_seed": cv_seed,
         "c_grid": list(c_grid),
     }
+
+
+def masked_bce_loss(logits, y):
+    """Multi-task BCE over the present labels only (Hu et al.'s fine-tuning loss).
+
+    ``y`` holds 0/1 with ``NaN`` where a label is missing; the loss is the mean of
+    ``BCEWithLogits(logits, y)`` over the present entries (0 with a zero gradient when a batch
+    has none).
+    """
+    import torch
+    import torch.nn.functional as F
+
+    y = y.to(logits.dtype).view_as(logits)
+    mask = ~torch.isnan(y)
+    target = torch.where(mask, y, torch.zeros_like(y))
+    per_entry = F.binary_cross_entropy_with_logits(logits, target, reduction="none")
+    per_entry = torch.where(mask, per_entry, torch.zeros_like(per_entry))
+    return per_entry.sum() / mask.sum().clamp(min=1)
+
+
+def multitask_roc_auc(y_true, scores) -> dict[str, Any]:
+    """ROC-AUC per task and its mean over the tasks whose labels hold both classes.
+
+    ``y_true`` [N, T] 0/1 with ``NaN`` = missing, ``scores`` [N, T]. Tasks with a single class
+    among the present labels are skipped (Hu et al.'s ``eval``); ``num_skipped`` counts them.
+    ``mean`` is NaN when every task is skipped.
+    """
+    import numpy as np
+    from sklearn.metrics import roc_auc_score
+
+    y = np.asarray(y_true, dtype=np.float64)
+    s = np.asarray(scores, dtype=np.float64)
+    if y.ndim == 1:
+        y, s = y[:, None], s[:, None]
+    if y.shape != s.shape:
+        raise ValueError(f"labels {y.shape} and scores {s.shape} differ")
+    per_task: list[float | None] = []
+    for t in range(y.shape[1]):
+        labels = y[~np.isnan(y[:, t]), t]
+        if labels.size == 0 or labels.min() == labels.max():
+            per_task.append(None)
+            continue
+        per_task.append(float(roc_auc_score(labels, s[~np.isnan(y[:, t]), t])))
+    valid = [v for v in per_task if v is not None]
+    return {"mean": float(np.mean(valid)) if valid else math.nan, "per_task": per_task,
+            "num_tasks": int(y.shape[1]), "num_evaluated": len(valid),
+            "num_skipped": int(y.shape[1] - len(valid))}

@@ -15,6 +15,7 @@ torchvision fetches CIFAR-10 into the root); otherwise a missing source raises
 
 from __future__ import annotations
 
+import hashlib
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -113,6 +114,24 @@ class ImageSplits:
     def describe(self) -> dict[str, Any]:
         return {"source": self.source, "train_size": len(self.train), "test_size": len(self.test),
                 "num_classes": self.num_classes}
+
+    def fingerprint(self) -> dict[str, Any]:
+        """SHA-256 of exactly the images and labels used (their content, not where they live)."""
+        digest = hashlib.sha256()
+        for part in (self.train, self.test):
+            base = part.base if isinstance(part, TransformedDataset) else part
+            if isinstance(base, ArrayImageDataset):
+                digest.update(base.images.tobytes())
+                digest.update(base.labels.tobytes())
+                continue
+            indices = getattr(base, "indices", None)
+            folder = getattr(base, "dataset", base)
+            samples = folder.samples if indices is None else [folder.samples[i] for i in indices]
+            for path, label in samples:  # an ImageFolder (or a Subset of one): the files used
+                digest.update(f"{Path(path).name}\0{label}\0".encode())
+                digest.update(Path(path).read_bytes())
+        return {"sha256": digest.hexdigest(), "train_size": len(self.train),
+                "test_size": len(self.test)}
 
 
 def load_npz_arrays(paths: Sequence[str | os.PathLike]) -> tuple[np.ndarray, np.ndarray]:

@@ -1,64 +1,41 @@
 """``adaptcl images``: self-supervised pre-training on images via Lightly, kNN and linear probe.
 
-Pre-trains SimCLR, MoCo v2, SimSiam, Barlow Twins or ASCL-MoCo (Lightning modules of
+Pre-trains SimCLR, MoCo v2, SimSiam, Barlow Twins or ASCL-MoCo (the Lightning modules of
 :mod:`adaptcl.adapters.lightning_modules`) with one or more losses on CIFAR-10 (torchvision's
 files, or the ``.npz`` arrays of the shared data folder) or an image folder, then evaluates the
-frozen backbone with a kNN classifier (Lightly's ``knn_predict``, k=200, t=0.1) and a linear
-probe. Writes, under ``--output-dir``:
+frozen backbone with Lightly's weighted kNN (k=200, t=0.1) and a linear probe. Device,
+precision, several devices and the logger go to Lightning's own ``Trainer``
+(``accelerator``/``devices``/``strategy``/``precision``/``logger``).
 
-- ``images_<method>_<preset>.json`` (atomically): configuration, data, one record per
-  (loss, seed) with accuracies, the per-step adaptive temperature / alignment and the per-epoch
-  online kNN accuracy;
-- ``images_<method>_<preset>.md``: the markdown table;
-- ``images_<method>_<preset>_temperature.png``: temperature and alignment over training;
-- ``runs/<method>_<loss>_seed<seed>_<config hash>/``: per (loss, seed) Lightning's
-  ``last.ckpt`` (written every epoch, atomically) and, once evaluated, ``record.json``.
+Each (loss, seed) is a cell of :mod:`adaptcl.recipes.runner`: reused only while its identity
+(resolved settings, the fingerprint of the exact images used, code) matches; an unfinished one
+resumes from its ``last.ckpt`` (weights, optimiser, loss statistics, MoCo/ASCL queues and the
+training time so far). Not restored: the data order of the interrupted epoch.
 
-Runs resume: killing the recipe and starting it again with the same configuration skips every
-(loss, seed) whose ``record.json`` exists, continues an unfinished one from its ``last.ckpt``
-(weights, optimiser, scheduler, loss statistics so far and MoCo/ASCL queues) and writes the
-final JSON, markdown and PNG (each atomically) only when every run is done. The config hash
-covers every setting that changes training, so a changed configuration starts afresh. Not
-restored: the data order and augmentation random state of the interrupted epoch.
-
-Two presets, chosen with ``--preset``:
-
-``cpu`` (default) minutes on a laptop CPU: CIFAR ResNet-18 at width 1/8 (64-d features), the
-    4,000 exact-pixel training images, 15 epochs, batch 128, Adam 1e-3; kNN on 1,000 test images.
-``paper`` MACL App. B.3 for a GPU: CIFAR ResNet-18 (3x3 first conv, no max-pool), the whole
-    training set, 200 epochs, batch 512, Adam 1e-3 x batch/256 (weight decay 1e-6), temperature
-    0.1, alpha 0.5, A0 0; linear probe 100 epochs, batch 128, SGD lr 0.02, momentum 0.9.
-
-Every field of a preset can be overridden by its flag. Nothing is downloaded unless
-``--download`` is given and no local data is found.
-
-Examples:
-    adaptcl images --data-root ../shared/data --losses nt_xent,macl
-    adaptcl images --data-root ~/data/cifar10 --preset paper --devices 4 --strategy ddp
+Presets (``--preset``): ``cpu`` (the default; minutes: CIFAR ResNet-18 at width 1/8, the 4,000
+exact-pixel training images, 15 epochs, batch 128, Adam 1e-3, kNN on 1,000 test images) and
+``paper`` (MACL App. B.3, for a GPU: full ResNet-18 and training set, 200 epochs, batch 512,
+Adam 1e-3 x batch/256; linear probe 100 epochs, SGD lr 0.02). Options override the preset.
+Outputs: ``images_<method>_<preset>.json`` / ``.md`` / ``_temperature.png``.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import hashlib
-import json
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from adaptcl.recipes._common import (
-    markdown_table,
-    mean_std,
-    read_json,
-    resolve_data_root,
-    save_figure_atomic,
-    seed_everything,
-    write_json_atomic,
-    write_text_atomic,
-)
+from adaptcl.recipes import runner
+from adaptcl.recipes._common import resolve_data_root, seed_everything
+from adaptcl.recipes.runner import Cell
+
+EXAMPLE = """adaptcl images --data-root ../shared/data --losses nt_xent macl
+adaptcl images --data-root ~/data/cifar10 --preset paper --device cuda --devices 4 \\
+    --strategy ddp --precision bf16-mixed --logger tensorboard"""
 
 METHODS = ("simclr", "moco", "simsiam", "barlowtwins", "ascl-moco")
 #: losses each method accepts (first = the method's own baseline)
@@ -69,7 +46,7 @@ METHOD_LOSSES = {
     "barlowtwins": ("barlow", "amcl"),
     "ascl-moco": ("ascl", "ahcl", "hard", "moco"),
 }
-
+ALL_LOSSES = tuple(dict.fromkeys(x for losses in METHOD_LOSSES.values() for x in losses))
 PRESETS: dict[str, dict[str, Any]] = {
     "cpu": dict(backbone="resnet-18", width=0.125, epochs=15, batch_size=128, lr=1e-3,
                 optimizer="adam", weight_decay=1e-6, train_limit=4000, test_limit=1000,
@@ -80,6 +57,8 @@ PRESETS: dict[str, dict[str, Any]] = {
                   npz_variant="jpeg", hidden_dim=512, output_dim=128, queue_size=4096,
                   linear_epochs=100, linear_batch_size=128, linear_lr=0.02, knn_every=10),
 }
+CODE = ("adaptcl.recipes.images", "adaptcl.adapters.lightly", "adaptcl.adapters.lightning_modules",
+        "adaptcl.plugins")
 
 
 @dataclass
@@ -90,8 +69,8 @@ class ImagesConfig:
     output_dir: str = "results/images"
     preset: str = "cpu"
     method: str = "simclr"
-    losses: tuple[str, ...] = ("nt_xent", "macl")
-    seeds: tuple[int, ...] = (0,)
+    losses: list[str] = field(default_factory=lambda: ["nt_xent", "macl"])
+    seeds: list[int] = field(default_factory=lambda: [0])
     source: str = "auto"
     npz_variant: str | None = None
     train_limit: int | None = None
@@ -125,11 +104,12 @@ class ImagesConfig:
     linear_batch_size: int | None = None
     linear_lr: float | None = None
     num_workers: int = 0
-    accelerator: str = "auto"
-    devices: int | str = 1
+    device: str = "auto"
+    devices: int = 1
     strategy: str = "auto"
-    precision: str | None = None
-    num_threads: int | None = None
+    precision: str = "32"
+    logger: str = "none"
+    threads: int | None = 1
     progress: bool = True
 
     def resolved(self) -> ImagesConfig:
@@ -138,15 +118,14 @@ class ImagesConfig:
             raise ValueError(f"preset must be one of {tuple(PRESETS)}, got {self.preset!r}")
         if self.method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {self.method!r}")
-        out = dataclasses.replace(self)
+        out = dataclasses.replace(self, losses=list(self.losses), seeds=list(self.seeds))
         for key, value in PRESETS[self.preset].items():
             if getattr(out, key) is None and not (self.full_data and key in ("train_limit",
                                                                              "test_limit")):
                 setattr(out, key, value)
         if self.full_data:
             out.train_limit = out.test_limit = None
-            if self.npz_variant is None:
-                out.npz_variant = "jpeg"
+            out.npz_variant = self.npz_variant or "jpeg"
         if out.temperature is None:
             out.temperature = 0.2 if out.method == "moco" else 0.1
         if out.macl_temperature is None:  # MACL App. B.2.1: tau0 0.15 for MoCo v2
@@ -154,29 +133,16 @@ class ImagesConfig:
                                     else out.temperature)
         if out.a0 is None:
             out.a0 = 0.2 if out.method == "moco" else 0.0
-        out.losses = tuple(out.losses)
-        if not out.losses:
-            raise ValueError("losses must name at least one loss")
-        allowed = METHOD_LOSSES[out.method]
         for loss in out.losses:
-            if loss not in allowed:
-                raise ValueError(f"loss {loss!r} does not apply to {out.method}; choose from {allowed}")
-        if not out.seeds:
-            raise ValueError("seeds must hold at least one seed")
-        for name in ("epochs", "batch_size", "hidden_dim", "output_dim", "linear_batch_size",
-                     "num_heads", "queue_size", "knn_k", "input_size"):
-            value = getattr(out, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive int, got {value!r}")
-        for name in ("lr", "temperature", "macl_temperature", "knn_t", "linear_lr", "width",
-                     "sharpen_temperature"):
-            value = getattr(out, name)
-            if not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
-                raise ValueError(f"{name} must be a positive number, got {value!r}")
-        if out.linear_epochs < 0 or out.knn_every < 0:
-            raise ValueError("linear_epochs and knn_every must be >= 0")
-        if out.num_workers < 0:
-            raise ValueError(f"num_workers must be >= 0, got {out.num_workers}")
+            if loss not in METHOD_LOSSES[out.method]:
+                raise ValueError(f"loss {loss!r} does not apply to {out.method}; choose from "
+                                 f"{METHOD_LOSSES[out.method]}")
+        runner.validate_config(out, non_empty=("losses", "seeds"), positive=(
+            "epochs", "batch_size", "hidden_dim", "output_dim", "linear_batch_size", "num_heads",
+            "queue_size", "knn_k", "input_size", "devices", "lr", "temperature",
+            "macl_temperature", "knn_t", "linear_lr", "width", "sharpen_temperature"))
+        if out.linear_epochs < 0 or out.knn_every < 0 or out.num_workers < 0:
+            raise ValueError("linear_epochs, knn_every and num_workers must be >= 0")
         return out
 
 
@@ -368,166 +334,175 @@ def linear_probe(train_x, train_y, test_x, test_y, num_classes: int, epochs: int
         return float((head(xte).argmax(1) == test_y).float().mean())
 
 
-#: configuration fields that do not change what a (loss, seed) run computes
-_NOT_IN_RUN_KEY = frozenset({"output_dir", "losses", "seeds", "progress", "num_threads",
-                             "num_workers", "data_root", "download"})
+def _training_clock():
+    """A Lightning callback summing training seconds over every invocation (kept in checkpoints)."""
+    import pytorch_lightning as pl
+
+    class TrainingClock(pl.Callback):
+        def __init__(self) -> None:
+            self.seconds, self._start = 0.0, 0.0
+
+        def on_train_epoch_start(self, trainer, pl_module) -> None:
+            self._start = time.perf_counter()
+
+        def on_train_epoch_end(self, trainer, pl_module) -> None:
+            # Lightning runs checkpoint callbacks last, so the saved state includes this epoch
+            self.seconds += time.perf_counter() - self._start
+
+        def state_dict(self) -> dict[str, float]:
+            return {"seconds": self.seconds}
+
+        def load_state_dict(self, state_dict: dict[str, float]) -> None:
+            self.seconds = float(state_dict["seconds"])
+
+    return TrainingClock()
 
 
-def run_key(cfg: ImagesConfig, loss: str, seed: int) -> str:
-    """Name of the folder holding the checkpoint and record of one (loss, seed) run of ``cfg``.
-
-    ``<method>_<loss>_seed<seed>_<hash>``, the hash covering every resolved setting that changes
-    training or evaluation, so a rerun with another configuration never resumes a stale run.
-    """
-    fields = {k: v for k, v in dataclasses.asdict(cfg).items() if k not in _NOT_IN_RUN_KEY}
-    digest = hashlib.sha256(json.dumps(fields, sort_keys=True, default=str).encode())
-    return f"{cfg.method}_{loss}_seed{seed}_{digest.hexdigest()[:10]}"
-
-
-def _trainer(cfg: ImagesConfig, log_dir: Path, max_epochs: int, ckpt_dir: Path | None = None):
+def _trainer(cfg: ImagesConfig, log_dir: Path, max_epochs: int, ckpt_dir: Path | None = None,
+             clock=None):
+    """Lightning's Trainer with the recipe's device, precision, strategy, logger, checkpoints."""
     import pytorch_lightning as pl
     from pytorch_lightning.callbacks import ModelCheckpoint
-    from pytorch_lightning.loggers import CSVLogger
 
     from adaptcl.adapters.lightning_modules import AtomicCheckpointIO
 
-    callbacks, plugins = [], []
+    callbacks, plugins = [clock] if clock is not None else [], []
     if ckpt_dir is not None:
-        # last.ckpt after every training epoch (Lightning also keeps the newest epoch=*.ckpt);
-        # no version counter, so a rerun overwrites last.ckpt instead of writing last-v1.ckpt
+        # last.ckpt after every training epoch, no version counter (a rerun overwrites it)
         callbacks.append(ModelCheckpoint(dirpath=str(ckpt_dir), filename="{epoch}",
                                          save_last=True, every_n_epochs=1,
                                          save_on_train_epoch_end=True,
                                          enable_version_counter=False))
         plugins.append(AtomicCheckpointIO())
-    kwargs: dict[str, Any] = dict(
-        max_epochs=max_epochs, accelerator=cfg.accelerator, devices=cfg.devices,
-        strategy=cfg.strategy, logger=CSVLogger(str(log_dir), name=""),
+    device = runner.resolve_device(cfg.device)
+    accelerator = "gpu" if device.startswith("cuda") else "cpu"
+    devices: Any = [int(device[5:])] if device.startswith("cuda:") else cfg.devices
+    trainer = pl.Trainer(
+        max_epochs=max_epochs, accelerator=accelerator, devices=devices, strategy=cfg.strategy,
+        precision=cfg.precision, logger=runner.lightning_logger(cfg.logger, log_dir),
         enable_checkpointing=ckpt_dir is not None, callbacks=callbacks, plugins=plugins,
-        enable_progress_bar=cfg.progress,
-        enable_model_summary=False, num_sanity_val_steps=0, log_every_n_steps=10,
-        check_val_every_n_epoch=max(1, cfg.knn_every or 1),
+        enable_progress_bar=cfg.progress, enable_model_summary=False, num_sanity_val_steps=0,
+        log_every_n_steps=1, check_val_every_n_epoch=max(1, cfg.knn_every or 1),
         limit_val_batches=1.0 if cfg.knn_every else 0,
-    )
-    if cfg.precision:
-        kwargs["precision"] = cfg.precision
-    if cfg.strategy.startswith("ddp") and cfg.accelerator != "cpu":
-        import torch
-
-        # SyncBatchNorm needs GPU modules (torch raises on CPU); CPU DDP keeps per-rank BN
-        kwargs["sync_batchnorm"] = torch.cuda.is_available()
-    return pl.Trainer(**kwargs)
+        # SyncBatchNorm needs GPU modules; CPU DDP keeps per-rank BN
+        sync_batchnorm=cfg.strategy.startswith("ddp") and accelerator == "gpu")
+    return trainer
 
 
-def _run_one(cfg: ImagesConfig, splits, loss: str, seed: int, out_dir: Path) -> dict[str, Any]:
-    """Train and evaluate one (loss, seed), resuming from / skipping what an earlier run left."""
+def _run_one(cfg: ImagesConfig, splits, cell: Cell, run_dir: Path,
+             log_dir: Path) -> dict[str, Any] | None:
+    """Train and evaluate one (loss, seed), resuming from the ``last.ckpt`` an earlier run left."""
     import torch
     from torch.utils.data import DataLoader
 
-    run_dir = out_dir / "runs" / run_key(cfg, loss, seed)
-    record_path = run_dir / "record.json"
-    if record_path.is_file():  # finished by an earlier invocation
-        record = read_json(record_path)
-        print(f"[images] {cfg.method}/{loss} seed {seed}: done earlier, reusing {record_path}",
-              flush=True)
-        return record
     last_ckpt = run_dir / "last.ckpt"
     for stale in run_dir.glob(".*.tmp"):  # temporary file of a write that was killed
         stale.unlink(missing_ok=True)
-    resume = last_ckpt if last_ckpt.is_file() else None
-    if resume is not None:
-        print(f"[images] {cfg.method}/{loss} seed {seed}: resuming from {resume}", flush=True)
-
-    seed_everything(seed)
-    normalize = _normalize_stats(splits.source)
-    train_tf, eval_tf = _transforms(cfg, normalize)
+    # a checkpoint that cannot be read (truncated by a full disk, say) is named and set aside
+    resume = last_ckpt if runner.torch_load_checked(last_ckpt, what="checkpoint",
+                                                    map_location="cpu",
+                                                    weights_only=False) is not None else None
+    seed_everything(cell.seed)
+    train_tf, eval_tf = _transforms(cfg, _normalize_stats(splits.source))
     ssl_data = splits.train.with_transform(train_tf)
     if len(ssl_data) < cfg.batch_size:
-        raise ValueError(f"the training set ({len(ssl_data)} images) is smaller than one batch "
-                         f"({cfg.batch_size}); lower --batch-size")
-    loader_kw = dict(num_workers=cfg.num_workers, persistent_workers=cfg.num_workers > 0)
+        raise runner.RecipeError(f"the training set ({len(ssl_data)} images) is smaller than one "
+                                 f"batch ({cfg.batch_size}); lower --batch-size")
+    loader_kw = runner.loader_options(runner.resolve_device(cfg.device), cfg.num_workers)
     ssl_loader = DataLoader(ssl_data, batch_size=cfg.batch_size, shuffle=True, drop_last=True,
-                            generator=torch.Generator().manual_seed(seed), **loader_kw)
+                            generator=torch.Generator().manual_seed(cell.seed), **loader_kw)
     eval_bs = max(cfg.batch_size, 256)
     bank_loader = DataLoader(splits.train.with_transform(eval_tf), batch_size=eval_bs,
                              shuffle=False, **loader_kw)
     test_loader = DataLoader(splits.test.with_transform(eval_tf), batch_size=eval_bs,
                              shuffle=False, **loader_kw)
-
-    module = build_module(cfg, loss, splits.num_classes)
+    module = build_module(cfg, cell.method, splits.num_classes)
     if cfg.knn_every:
         module.set_knn_bank_loader(bank_loader)
-    trainer = _trainer(cfg, out_dir / "logs" / f"{cfg.method}_{loss}_seed{seed}", cfg.epochs,
-                       ckpt_dir=run_dir)
-    start = time.perf_counter()
+    clock = _training_clock()
+    trainer = _trainer(cfg, log_dir, cfg.epochs, ckpt_dir=run_dir, clock=clock)
     trainer.fit(module, train_dataloaders=ssl_loader,
                 val_dataloaders=test_loader if cfg.knn_every else None,
                 ckpt_path=str(resume) if resume is not None else None)
-    train_time = time.perf_counter() - start
     if not trainer.is_global_zero:
-        return {}
-
-    device = module.device
+        return None
+    runner.require_steps(len(module.history), cell.label())
     start = time.perf_counter()
+    device = module.device
     train_x, train_y = extract_features(module.backbone, bank_loader, device, cfg.progress,
                                         "train features")
     test_x, test_y = extract_features(module.backbone, test_loader, device, cfg.progress,
                                       "test features")
-    knn = knn_accuracy(train_x, train_y, test_x, test_y, splits.num_classes, cfg.knn_k, cfg.knn_t)
-    linear = linear_probe(train_x, train_y, test_x, test_y, splits.num_classes,
-                          cfg.linear_epochs, cfg.linear_batch_size, cfg.linear_lr, seed=seed,
-                          progress=cfg.progress)
-    eval_time = time.perf_counter() - start
-    history = module.history
-    last = history[-1] if history else {}
-    record = {
-        "method": cfg.method, "loss": loss, "seed": seed, "epochs": cfg.epochs,
-        "batch_size": cfg.batch_size, "knn_top1": knn, "linear_top1": linear,
-        "final_temperature": last.get("temperature"), "final_alignment": last.get("alignment"),
-        "final_loss": last.get("loss"), "train_time_s": train_time, "eval_time_s": eval_time,
-        "steps": len(history), "resumed_from": module.resumed_from, "run_dir": str(run_dir),
-        "history": history, "online_knn": module.knn_history,
-    }
-    write_json_atomic(record_path, record)
-    return record
+    runner.check_embeddings(train_x, f"{cell.label()} backbone features")
+    metrics = {"knn_top1": knn_accuracy(train_x, train_y, test_x, test_y, splits.num_classes,
+                                        cfg.knn_k, cfg.knn_t)}
+    if cfg.linear_epochs:
+        metrics["linear_top1"] = linear_probe(train_x, train_y, test_x, test_y,
+                                              splits.num_classes, cfg.linear_epochs,
+                                              cfg.linear_batch_size, cfg.linear_lr,
+                                              seed=cell.seed, progress=cfg.progress)
+    history, last = module.history, (module.history or [{}])[-1]
+    return {"metrics": metrics, "optimisation_steps": len(history),
+            "losses": [h["loss"] for h in history], "method": cfg.method, "loss": cell.method,
+            "seed": cell.seed, "final_temperature": last.get("temperature"),
+            "final_alignment": last.get("alignment"), "train_seconds": clock.seconds,
+            "eval_seconds": time.perf_counter() - start, "resumed_from": module.resumed_from,
+            "run_dir": str(run_dir), "history": history, "online_knn": module.knn_history}
 
 
-def _table(records: list[dict[str, Any]]) -> str:
-    rows = []
-    for r in records:
-        rows.append({
-            "method": r["method"], "loss": r["loss"], "seed": str(r["seed"]),
-            "kNN top-1 (%)": 100 * r["knn_top1"],
-            "linear top-1 (%)": 100 * r["linear_top1"] if not math.isnan(r["linear_top1"]) else None,
-            "final tau": None if r["final_temperature"] is None else f"{r['final_temperature']:.4f}",
-            "final A": None if r["final_alignment"] is None else f"{r['final_alignment']:.3f}",
-            "batch": str(r["batch_size"]),
-            "train (s)": f"{r['train_time_s']:.0f}",
-        })
-    seeds = sorted({r["seed"] for r in records})
-    if len(seeds) > 1:
-        for loss in dict.fromkeys(r["loss"] for r in records):
-            sel = [r for r in records if r["loss"] == loss]
-            km, ks = mean_std([100 * r["knn_top1"] for r in sel])
-            lm, ls = mean_std([100 * r["linear_top1"] for r in sel])
-            rows.append({"method": sel[0]["method"], "loss": loss, "seed": "mean ± std",
-                         "kNN top-1 (%)": f"{km:.2f} ± {ks:.2f}",
-                         "linear top-1 (%)": f"{lm:.2f} ± {ls:.2f}"})
-    return markdown_table(rows)
+def run_images(config: ImagesConfig) -> dict[str, Any]:
+    """Run every (loss, seed) of ``config`` not stored yet; write JSON, markdown and PNG."""
+    from adaptcl.recipes.image_data import load_image_splits
+
+    with runner.user_errors():
+        cfg = config.resolved()
+        root = resolve_data_root(cfg.data_root)
+        cfg.device = runner.resolve_device(cfg.device)
+        splits = load_image_splits(root, cfg.source, cfg.npz_variant, cfg.train_limit,
+                                   cfg.test_limit, seed=0, download=cfg.download)
+    runner.apply_thread_policy(cfg.threads)
+    out, stem = Path(cfg.output_dir), f"images_{cfg.method}_{cfg.preset}"
+    fingerprint = splits.fingerprint()
+    ident = {"settings": runner.result_settings(cfg), "data": fingerprint,
+             "code": runner.code_version(*CODE)}
+    key = runner.stable_hash(ident, 10)
+    cells = [Cell(cfg.method, loss, seed) for seed in cfg.seeds for loss in cfg.losses]
+    store = runner.RunStore(out)
+
+    def compute(cell: Cell) -> dict[str, Any]:
+        run_dir = store.path(cell).with_name(f"seed{cell.seed}-{key}")
+        return _run_one(cfg, splits, cell, run_dir,
+                        out / "logs" / cell.dataset / cell.method / f"seed{cell.seed}")
+
+    grid = runner.run_grid("images", out, cells, identity=lambda cell: ident, compute=compute,
+                           progress_bar=cfg.progress)
+    if not grid.records:  # a non-zero rank of a distributed run
+        return {}
+    header = (f"# images: {cfg.method}, preset {cfg.preset}\n\n{splits.source}: "
+              f"{len(splits.train)} train / {len(splits.test)} test images; {cfg.backbone} width "
+              f"{cfg.width}, {cfg.epochs} epochs, batch {cfg.batch_size}, {cfg.optimizer} lr "
+              f"{cfg.lr}, precision {cfg.precision}; kNN k={cfg.knn_k} t={cfg.knn_t}; linear "
+              f"probe {cfg.linear_epochs} epochs. Top-1 (%), mean ± population std over seeds; "
+              f"differences against {cfg.losses[0]} paired over seeds with a 95% t-interval.\n\n")
+    result = runner.Report(
+        "images", out, cfg, metrics=["knn_top1", "linear_top1"][:2 if cfg.linear_epochs else 1],
+        datasets=[cfg.method], methods=cfg.losses, baseline=cfg.losses[0], header=header,
+        dataset_labels={cfg.method: f"{cfg.method} ({splits.source})"}, stem=stem,
+        frameworks=["lightly", "pytorch-lightning", "torchvision"], device=cfg.device,
+        data_root=root, data_fingerprint=fingerprint,
+        details=lambda grid: {"data": splits.describe()}).write(grid)
+    result["outputs"]["png"] = runner.save_plot(
+        out / f"{stem}_temperature.png", lambda axes: _draw(cfg, result["runs"], axes),
+        title=f"{cfg.method} ({cfg.preset})", ncols=3, figsize=(15, 4))
+    return result
 
 
-def _plot(records: list[dict[str, Any]], path: Path, title: str) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 3, figsize=(15, 4))
+def _draw(cfg: ImagesConfig, records: list[dict[str, Any]], axes) -> None:
     for r in records:
         label = f"{r['loss']} (seed {r['seed']})"
         steps = [h["step"] for h in r["history"]]
         for ax, key in zip(axes[:2], ("temperature", "alignment"), strict=True):
-            values = [h.get(key, float("nan")) for h in r["history"]]
+            values = [h.get(key, math.nan) for h in r["history"]]
             if any(not math.isnan(v) for v in values):
                 ax.plot(steps, values, label=label, linewidth=1)
         if r["online_knn"]:
@@ -536,150 +511,37 @@ def _plot(records: list[dict[str, Any]], path: Path, title: str) -> Path:
     axes[0].set(title="temperature (adaptive: MACL tau_a, AMCL mean tau+)", xlabel="step")
     axes[1].set(title="alignment A (mean positive cosine)", xlabel="step")
     axes[2].set(title="online kNN top-1 (%)", xlabel="epoch")
-    for ax in axes:
-        ax.grid(alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=8)
-    fig.suptitle(title)
-    fig.tight_layout()
-    return save_figure_atomic(fig, path)
-
-
-def run_images(config: ImagesConfig) -> dict[str, Any]:
-    """Run every (loss, seed) of ``config``; write JSON, markdown and PNG; return the result."""
-    import torch
-
-    from adaptcl.recipes.image_data import load_image_splits
-
-    cfg = config.resolved()
-    if cfg.num_threads:
-        torch.set_num_threads(cfg.num_threads)
-    root = resolve_data_root(cfg.data_root)
-    splits = load_image_splits(root, cfg.source, cfg.npz_variant, cfg.train_limit,
-                               cfg.test_limit, seed=0, download=cfg.download)
-    out_dir = Path(cfg.output_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    stem = f"images_{cfg.method}_{cfg.preset}"
-    started = time.perf_counter()
-    records = []
-    for seed in cfg.seeds:
-        for loss in cfg.losses:
-            record = _run_one(cfg, splits, loss, seed, out_dir)
-            if record:
-                records.append(record)
-                print(f"[images] {cfg.method}/{loss} seed {seed}: kNN {100 * record['knn_top1']:.2f}% "
-                      f"linear {100 * record['linear_top1']:.2f}% "
-                      f"({record['train_time_s']:.0f}s train)", flush=True)
-    if not records:  # non-zero ranks of a distributed run
-        return {}
-    table = _table(records)
-    cfg_dict = dataclasses.asdict(cfg)
-    result = {
-        "recipe": "images", "config": cfg_dict, "data": splits.describe(),
-        "wall_time_s": time.perf_counter() - started, "runs": records, "table": table,
-        "torch": torch.__version__, "num_threads": torch.get_num_threads(),
-    }
-    paths = {
-        "json": out_dir / f"{stem}.json",
-        "markdown": out_dir / f"{stem}.md",
-        "png": out_dir / f"{stem}_temperature.png",
-    }
-    header = (f"# images: {cfg.method}, preset {cfg.preset}\n\n"
-              f"{splits.describe()['source']}: {len(splits.train)} train / {len(splits.test)} "
-              f"test images; {cfg.backbone} width {cfg.width}, {cfg.epochs} epochs, batch "
-              f"{cfg.batch_size}, {cfg.optimizer} lr {cfg.lr}; kNN k={cfg.knn_k} t={cfg.knn_t}; "
-              f"linear probe {cfg.linear_epochs} epochs.\n\n")
-    write_text_atomic(paths["markdown"], header + table)
-    _plot(records, paths["png"], f"{cfg.method} ({cfg.preset})")
-    result["outputs"] = {k: str(v) for k, v in paths.items()}
-    write_json_atomic(paths["json"], result)
-    return result
-
-
-# ----------------------------------------------------------------------------------------------
-# CLI
-# ----------------------------------------------------------------------------------------------
-
-
-def _csv(kind):
-    def parse(text: str):
-        items = [kind(x) for x in text.split(",") if x.strip()]
-        if not items:
-            raise argparse.ArgumentTypeError("expected a comma-separated list")
-        return tuple(items)
-    return parse
-
-
-def _devices(text: str) -> int | str:
-    return int(text) if text.isdigit() else text
+    runner.explain_empty(axes[0], f"no loss of {', '.join(cfg.losses)} reports a temperature")
+    runner.explain_empty(axes[1], f"no loss of {', '.join(cfg.losses)} reports the alignment")
+    runner.explain_empty(axes[2], "online kNN monitor off (--knn-every 0)" if not cfg.knn_every
+                         else f"no kNN point: --epochs {cfg.epochs} < --knn-every {cfg.knn_every}")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Register the ``adaptcl images`` options."""
-    d = ImagesConfig()
-    parser.add_argument("--data-root", default=None,
-                        help="folder with cifar-10-batches-py, cifar10_*.npz (or cifar10/), or "
-                             "train/ and test/ class folders (default: $ADAPTCL_DATA)")
-    parser.add_argument("--output-dir", default=d.output_dir)
-    parser.add_argument("--preset", choices=tuple(PRESETS), default=d.preset,
-                        help="cpu: narrow ResNet-18, 4k images, minutes; paper: MACL App. B.3")
-    parser.add_argument("--method", choices=METHODS, default=d.method)
-    parser.add_argument("--losses", type=_csv(str), default=d.losses,
-                        help="comma-separated; simclr: nt_xent,macl,dcl,flatnce,dual,amcl; "
-                             "moco: nt_xent,macl,dcl,ascl,amcl; simsiam: negcos,amcl; "
-                             "barlowtwins: barlow,amcl; ascl-moco: ascl,ahcl,hard,moco")
-    parser.add_argument("--seeds", type=_csv(int), default=d.seeds)
-    parser.add_argument("--source", choices=("auto", "torchvision", "npz", "folder"),
-                        default=d.source)
-    parser.add_argument("--npz-variant", choices=("auto", "lossless", "jpeg"), default=None)
-    parser.add_argument("--train-limit", type=int, default=None)
-    parser.add_argument("--test-limit", type=int, default=None)
-    parser.add_argument("--full-data", action="store_true", help="use every image available")
-    parser.add_argument("--download", action="store_true",
-                        help="download CIFAR-10 with torchvision if no local data is found")
-    parser.add_argument("--input-size", type=int, default=d.input_size)
-    parser.add_argument("--backbone", default=None, help="resnet-9/18/34/50 (Lightly's CIFAR ResNet)")
-    parser.add_argument("--width", type=float, default=None)
-    parser.add_argument("--hidden-dim", type=int, default=None)
-    parser.add_argument("--output-dim", type=int, default=None)
-    parser.add_argument("--epochs", type=int, default=None)
-    parser.add_argument("--batch-size", type=int, default=None)
-    parser.add_argument("--lr", type=float, default=None)
-    parser.add_argument("--optimizer", choices=("adam", "adamw", "sgd"), default=None)
-    parser.add_argument("--weight-decay", type=float, default=None)
-    parser.add_argument("--temperature", type=float, default=None,
-                        help="tau (MACL: tau0); default 0.1, MoCo 0.2 (MACL-MoCo 0.15)")
-    parser.add_argument("--macl-temperature", type=float, default=None,
-                        help="MACL tau0 (default: --temperature; MoCo 0.15)")
-    parser.add_argument("--alpha", type=float, default=d.alpha)
-    parser.add_argument("--a0", type=float, default=None, help="MACL A0 (default 0, MoCo 0.2)")
-    parser.add_argument("--num-heads", type=int, default=d.num_heads, help="AMCL heads C")
-    parser.add_argument("--beta", type=float, default=d.beta, help="AMCL regulariser weight")
-    parser.add_argument("--kappa", type=int, default=d.kappa, help="AMCL top-kappa negatives")
-    parser.add_argument("--queue-size", type=int, default=None)
-    parser.add_argument("--num-neighbors", type=int, default=d.num_neighbors, help="ASCL K")
-    parser.add_argument("--sharpen-temperature", type=float, default=d.sharpen_temperature)
-    parser.add_argument("--knn-k", type=int, default=d.knn_k)
-    parser.add_argument("--knn-t", type=float, default=d.knn_t)
-    parser.add_argument("--knn-every", type=int, default=None,
-                        help="online kNN monitor every N epochs (0: off)")
-    parser.add_argument("--linear-epochs", type=int, default=None)
-    parser.add_argument("--linear-batch-size", type=int, default=None)
-    parser.add_argument("--linear-lr", type=float, default=None)
-    parser.add_argument("--num-workers", type=int, default=d.num_workers)
-    parser.add_argument("--accelerator", default=d.accelerator)
-    parser.add_argument("--devices", type=_devices, default=d.devices)
-    parser.add_argument("--strategy", default=d.strategy, help="e.g. ddp for several GPUs")
-    parser.add_argument("--precision", default=None, help="e.g. 16-mixed on GPU")
-    parser.add_argument("--num-threads", type=int, default=None, help="torch CPU threads")
-    parser.add_argument("--no-progress", dest="progress", action="store_false")
+    parser.add_argument("--preset", choices=tuple(PRESETS), default="cpu",
+                        help="cpu: narrow ResNet-18, 4k images, minutes; paper: MACL App. B.3 "
+                             "(a GPU job)")
+    runner.add_common_arguments(parser, output_dir=ImagesConfig.output_dir, seeds=[0],
+                                devices=True, data_root_help="folder with cifar-10-batches-py, "
+                                "cifar10_*.npz (or cifar10/), or train/ and test/ class folders")
+    runner.add_config_arguments(parser, ImagesConfig, choices={
+        "method": METHODS, "losses": ALL_LOSSES, "source": ("auto", "torchvision", "npz", "folder"),
+        "npz_variant": ("auto", "lossless", "jpeg"), "optimizer": ("adam", "adamw", "sgd")},
+        helps={"losses": "losses (simclr: nt_xent macl dcl flatnce dual amcl; moco: nt_xent macl "
+               "dcl ascl amcl; simsiam: negcos amcl; barlowtwins: barlow amcl; ascl-moco: ascl "
+               "ahcl hard moco)", "full_data": "use every image available", "download":
+               "download CIFAR-10 with torchvision if no local data is found", "backbone":
+               "resnet-9/18/34/50 (Lightly's CIFAR ResNet; none: the preset's)",
+               "temperature": "tau (MACL: tau0; none: 0.1, MoCo 0.2)", "a0": "MACL A0 (none: 0, "
+               "MoCo 0.2)", "num_heads": "AMCL heads C", "beta": "AMCL regulariser weight",
+               "kappa": "AMCL top-kappa negatives", "num_neighbors": "ASCL K", "knn_every":
+               "online kNN monitor every N epochs (0: off; none: the preset's)"})
 
 
 def main(args: argparse.Namespace) -> int:
-    fields = {f.name for f in dataclasses.fields(ImagesConfig)}
-    config = ImagesConfig(**{k: v for k, v in vars(args).items() if k in fields})
-    result = run_images(config)
+    result = run_images(ImagesConfig(**runner.config_kwargs(ImagesConfig, args)))
     if result:
-        print(result["table"])
-        print(json.dumps(result["outputs"], indent=2))
+        print(result["table_markdown"])
+        print(f"results: {result['outputs']['json']}  table: {result['outputs']['markdown']}")
     return 0

@@ -1,0 +1,140 @@
+"""The one CLI vocabulary: common options, deprecated spellings, one-line errors, --version."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from adaptcl import cli
+from adaptcl.recipes import runner
+
+SRC = str(Path(__file__).resolve().parents[2] / "src")
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = cli.OneLineParser(prog="adaptcl toy")
+    runner.add_common_arguments(parser, output_dir="results/toy", seeds=[0, 1], devices=True)
+    parser.add_argument("--datasets", action=runner.ListAction,
+                        item_type=runner.choice_type(["MUTAG", "IMDB-BINARY"], "dataset"),
+                        default=["MUTAG"])
+    return parser
+
+
+def test_common_options_have_one_spelling_and_defaults():
+    args = _parser().parse_args([])
+    assert args.output_dir == "results/toy" and args.seeds == [0, 1] and args.threads == 1
+    assert args.device == "auto" and args.precision == "32" and args.logger == "none"
+    assert args.devices == 1 and args.strategy == "auto" and args.progress is True
+    args = _parser().parse_args(["--seeds", "3", "4", "--datasets", "mutag", "imdb-binary"])
+    assert args.seeds == [3, 4] and args.datasets == ["MUTAG", "IMDB-BINARY"]
+
+
+def test_old_spellings_still_work_with_a_deprecation_note(capsys):
+    args = _parser().parse_args(["--seeds", "0,1,2", "--out-dir", "x", "--num-threads", "2"])
+    assert args.seeds == [0, 1, 2] and args.output_dir == "x" and args.threads == 2
+    err = capsys.readouterr().err
+    assert "comma-separated --seeds is deprecated" in err
+    assert "--out-dir is deprecated; use --output-dir" in err
+    assert "--num-threads is deprecated; use --threads" in err
+    assert _parser().parse_args(["--seed", "5"]).seeds == [5]
+
+
+def test_user_error_is_one_line_and_exit_2(capsys):
+    with pytest.raises(SystemExit) as info:
+        _parser().parse_args(["--datasets", "NOPE"])
+    assert info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith("adaptcl toy: error: argument --datasets: unknown dataset 'NOPE'")
+
+
+def test_recipe_error_from_main_is_one_line_and_exit_2(capsys, tmp_path):
+    code = cli.main(["tu", "--data-root", str(tmp_path / "nowhere"), "--output-dir",
+                     str(tmp_path / "out"), "--no-progress"])
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("adaptcl tu: error: data root")
+    assert not (tmp_path / "out").exists()  # validated before any file is written
+
+
+def test_crash_keeps_its_traceback_and_exits_1(tmp_path):
+    code = ("import adaptcl.recipes.tu as tu\n"
+            "def crash(*a, **k):\n    raise ZeroDivisionError('boom')\n"
+            "tu.run_tu = crash\n"
+            "from adaptcl import cli\nimport sys\n"
+            "sys.exit(cli.main(['tu', '--no-progress', '--output-dir', sys.argv[1]]))\n")
+    env = dict(os.environ, PYTHONPATH=SRC, ADAPTCL_DATA=str(tmp_path))
+    proc = subprocess.run([sys.executable, "-c", code, str(tmp_path / "o")], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 1
+    assert "Traceback" in proc.stderr and "ZeroDivisionError: boom" in proc.stderr
+
+
+def test_version_comes_from_package_metadata(capsys):
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as info:
+        cli.main(["--version"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"adaptcl {version('adaptcl')}"
+
+
+@pytest.mark.parametrize("recipe", ["tu", "moleculenet", "images", "demo"])
+def test_help_is_fast_shows_defaults_and_an_example(recipe):
+    env = dict(os.environ, PYTHONPATH=SRC)
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "adaptcl.cli", recipe, "--help"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    elapsed = time.perf_counter() - start
+    assert proc.returncode == 0, proc.stderr
+    assert elapsed < 3.0, f"adaptcl {recipe} --help took {elapsed:.1f} s"
+    assert "(default: " in proc.stdout and "example:" in proc.stdout
+    for option in ("--output-dir", "--seeds", "--threads", "--device", "--precision", "--logger"):
+        assert option in proc.stdout
+
+
+def test_help_imports_no_heavy_module():
+    code = ("import sys\nfrom adaptcl import cli\n"
+            "for r in ('tu', 'moleculenet', 'images', 'demo'):\n"
+            "    cli.build_parser(r)\n"
+            "heavy = sorted(m for m in ('torch', 'torch_geometric', 'lightly', 'sklearn', "
+            "'transformers', 'matplotlib') if m in sys.modules)\n"
+            "print(heavy)\n")
+    proc = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=SRC),
+                          capture_output=True, text=True, timeout=60)
+    assert proc.stdout.strip() == "[]", proc.stderr
+
+
+_SLOW_HELP = pytest.mark.xfail(
+    strict=True, reason="the sentences branch (E2) makes these modules import lazily; remove "
+    "this mark when it is merged")
+
+
+@pytest.mark.parametrize("recipe", [
+    pytest.param(r, marks=_SLOW_HELP) if r in ("simcse", "transfer") else r for r in cli.RECIPES])
+def test_help_of_every_recipe_returns_in_under_3_s(recipe):
+    env = dict(os.environ, PYTHONPATH=SRC)
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "adaptcl.cli", recipe, "--help"], env=env,
+                          capture_output=True, text=True, timeout=10)  # a slow one fails fast
+    assert proc.returncode == 0, proc.stderr
+    assert time.perf_counter() - start < 3.0
+
+
+def test_missing_extra_is_a_one_line_error(monkeypatch, capsys, tmp_path):
+    import adaptcl.recipes.tu as tu
+
+    def missing(*args, **kwargs):
+        raise ImportError("'torch_geometric' is required here; install it with "
+                          "`pip install 'adaptcl[graph]'`")
+
+    monkeypatch.setattr(tu, "run_tu", missing)
+    assert cli.main(["tu", "--output-dir", str(tmp_path), "--no-progress"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("adaptcl tu: error: 'torch_geometric' is required")
