@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from adaptcl.plugins import DCLLoss, InfoNCELoss, MACLLoss
+from adaptcl.plugins import AMCLLoss, DCLLoss, InfoNCELoss, MACLLoss, NCELoss, PairTemperature
 
 WORLD = 2
 N, D = 6, 8
@@ -24,7 +24,18 @@ CASES = {
     "macl": lambda gather: MACLLoss(0.1, 0.5, 0.0, gather_distributed=gather),
     "macl_simcse": lambda gather: MACLLoss(0.05, 2.0, 0.8, reweight=False, form="cross_view",
                                            gather_distributed=gather),
+    "amcl_topk": lambda gather: AMCLLoss(_temperature_net(), 1e-2, kappa=2,
+                                         gather_distributed=gather),
+    "amcl_softmax": lambda gather: AMCLLoss(_temperature_net(), 1e-2, negative_term="softmax",
+                                            form="cross_view", gather_distributed=gather),
+    "nce": lambda gather: NCELoss(0.2, gather_distributed=gather),
 }
+
+
+def _temperature_net() -> PairTemperature:
+    """The same AMCL temperature network in every process."""
+    torch.manual_seed(1)
+    return PairTemperature(D)
 
 
 def _full_batch():
@@ -95,3 +106,17 @@ def test_two_ranks_equal_single_process(distributed_results, name):
         temps = {round(distributed_results[r][name]["temperature"], 7) for r in range(WORLD)}
         assert len(temps) == 1
         assert temps.pop() == pytest.approx(fn.last_stats["temperature"].item(), rel=1e-6)
+
+
+def test_amcl_honours_gather_fn():
+    """A gather that appends another rank's keys makes them negatives, as for InfoNCE."""
+    g = torch.Generator().manual_seed(2)
+    z0, z1, other = (torch.randn(N, D, generator=g) for _ in range(3))
+    other_rank = torch.nn.functional.normalize(other, dim=1)
+
+    def gather_fn(x):
+        return [x, other_rank]
+
+    gathered = AMCLLoss(_temperature_net(), 1e-2, kappa=2, form="cross_view", gather_fn=gather_fn)
+    with_queue = AMCLLoss(_temperature_net(), 1e-2, kappa=2, form="cross_view")
+    torch.testing.assert_close(gathered(z0, z1), with_queue(z0, z1, negatives=other))

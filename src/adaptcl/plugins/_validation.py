@@ -46,6 +46,29 @@ def check_int(name: str, value: int, minimum: int = 0) -> int:
     return value
 
 
+def check_bool(name: str, value: bool) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+    return value
+
+
+def check_shared(*, gather_distributed: bool, gather_fn, check_finite: bool,
+                 tile_size: int | None) -> tuple[bool, object, bool, int | None]:
+    """The keywords every loss shares, checked the same way for all of them.
+
+    Returns ``(gather_distributed, gather_fn, check_finite, tile_size)``.
+    """
+    check_bool("gather_distributed", gather_distributed)
+    if gather_distributed and not torch.distributed.is_available():
+        raise ValueError("gather_distributed=True but torch.distributed is not available")
+    if gather_fn is not None and not callable(gather_fn):
+        raise TypeError(f"gather_fn must be callable or None, got {type(gather_fn).__name__}")
+    check_bool("check_finite", check_finite)
+    if tile_size is not None:
+        check_int("tile_size", tile_size, minimum=1)
+    return gather_distributed, gather_fn, check_finite, tile_size
+
+
 def check_embeddings(name: str, x: Tensor, *, dim: int | None = None, check_finite: bool = True) -> None:
     """Validate a ``[N, D]`` floating-point embedding tensor."""
     if not isinstance(x, Tensor):

@@ -35,9 +35,11 @@ from ._validation import (
     check_non_negative,
     check_positive,
 )
-from .base import Stats
-from .candidates import FORMS, Candidates, build_candidates, compute_dtype, normalize
-from .tiled import check_tile_size, tiled_amcl_head
+from .base import ContrastiveLoss, Stats
+from .candidates import Candidates, compute_dtype, normalize
+from .distributed import GatherFn
+from .kernel import no_negatives_output
+from .tiled import tiled_amcl_head
 
 NEGATIVE_TERMS = ("topk", "softmax")
 OBJECTIVES = ("nt_xent", "infonce")
@@ -152,7 +154,7 @@ def _as_heads(name: str, z: Tensor) -> Tensor:
     return z
 
 
-class AMCLLoss(nn.Module):
+class AMCLLoss(ContrastiveLoss):
     """AMCL in the NT-Xent / InfoNCE forms of Table 2 (2.1 and 2.4).
 
     Args:
@@ -164,6 +166,9 @@ class AMCLLoss(nn.Module):
         objective: ``"nt_xent"`` (negatives only, Table 2.1) or ``"infonce"`` (positive
             included, Table 2.4).
         form: candidate set (see :mod:`adaptcl.plugins.candidates`).
+        gather_distributed / gather_fn / check_finite: as in
+            :class:`~adaptcl.plugins.InfoNCELoss` (the same validation; each head's candidates
+            are gathered across ranks with ``gather_fn``).
         tile_size: stream the pair similarities and temperatures in tiles (Inf-CL, Cheng et
             al. 2024; :mod:`adaptcl.plugins.tiled`), exactly: ``"softmax"`` recomputes each tile's
             pair temperatures in backward so the temperature network still learns; ``"topk"``
@@ -186,8 +191,10 @@ class AMCLLoss(nn.Module):
     def __init__(self, temperature_net: nn.Module, beta: float = 1e-3, *,
                  negative_term: str = "topk", kappa: int = 1, objective: str = "nt_xent",
                  form: str = "nt_xent", gather_distributed: bool = False,
-                 check_finite: bool = True, tile_size: int | None = None) -> None:
-        super().__init__()
+                 gather_fn: GatherFn | None = None, check_finite: bool = True,
+                 tile_size: int | None = None) -> None:
+        super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
+                         check_finite=check_finite, tile_size=tile_size)
         if not hasattr(temperature_net, "pairwise"):
             raise TypeError("temperature_net must be a PairTemperature or ConstantTemperature")
         self.temperature_net = temperature_net
@@ -195,19 +202,18 @@ class AMCLLoss(nn.Module):
         self.negative_term = check_choice("negative_term", negative_term, NEGATIVE_TERMS)
         self.kappa = check_int("kappa", kappa, minimum=1)
         self.objective = check_choice("objective", objective, OBJECTIVES)
-        self.form = check_choice("form", form, FORMS)
-        self.gather_distributed = bool(gather_distributed)
-        self.check_finite = check_finite
-        self.tile_size = check_tile_size(tile_size)
         if self.tile_size is not None and not isinstance(temperature_net,
                                                          (PairTemperature, ConstantTemperature)):
             raise ValueError(
                 f"tile_size needs a PairTemperature or ConstantTemperature network to recompute "
                 f"pair temperatures inside a tile; {type(temperature_net).__name__} cannot be "
                 "tiled: pass tile_size=None")
-        self.last_stats: Stats = {}
 
     def _head_loss(self, c: Candidates, dim: int) -> tuple[Tensor, Tensor, Tensor]:
+        if c.num_negatives == 0:
+            tau_pos = self.temperature_net.pairwise(c.anchors, c.positive_keys)
+            zero = no_negatives_output(c.positive_sim / tau_pos).loss
+            return zero, tau_pos.detach(), tau_pos.detach()
         if self.tile_size is not None:
             return tiled_amcl_head(c, self.temperature_net, beta=self.beta, dim=dim,
                                    negative_term=self.negative_term, kappa=self.kappa,
@@ -240,6 +246,11 @@ class AMCLLoss(nn.Module):
         return loss, tau_pos.detach(), tau.detach()
 
     def forward(self, z0: Tensor, z1: Tensor, negatives: Tensor | None = None) -> Tensor:
+        """AMCL loss of ``[C, N, D]`` (or ``[N, D]``) projections of two views; ``negatives``
+        ``[C, K, D]`` (or ``[K, D]``), one set per head."""
+        return super().forward(z0, z1, negatives)
+
+    def compute(self, z0: Tensor, z1: Tensor, negatives: Tensor | None) -> tuple[Tensor, Stats]:
         z0, z1 = _as_heads("z0", z0), _as_heads("z1", z1)
         if z0.shape != z1.shape:
             raise ValueError(f"z0 and z1 must have the same shape, got {tuple(z0.shape)} and {tuple(z1.shape)}")
@@ -250,10 +261,7 @@ class AMCLLoss(nn.Module):
         dim = z0.shape[-1]
         total, taus_pos, taus_neg, align = 0.0, [], [], []
         for h in range(z0.shape[0]):
-            cands = build_candidates(z0[h], z1[h], self.form,
-                                     None if negatives is None else negatives[h],
-                                     gather_distributed=self.gather_distributed,
-                                     check_finite=self.check_finite)
+            cands = self.candidates(z0[h], z1[h], None if negatives is None else negatives[h])
             losses = []
             for c in cands:
                 loss, tau_pos, tau = self._head_loss(c, dim)
@@ -262,10 +270,14 @@ class AMCLLoss(nn.Module):
                 taus_neg.append(tau.mean())
             total = total + torch.cat(losses).mean()
             align.append(cands[0].positive_sim.detach().mean())
-        self.last_stats = {"loss": total.detach(), "temperature": torch.stack(taus_pos).mean(),
-                           "negative_temperature": torch.stack(taus_neg).mean(),
-                           "alignment": torch.stack(align).mean()}
-        return total
+        stats = {"loss": total.detach(), "temperature": torch.stack(taus_pos).mean(),
+                 "negative_temperature": torch.stack(taus_neg).mean(),
+                 "alignment": torch.stack(align).mean()}
+        return total, stats
+
+    def extra_repr(self) -> str:
+        return (f"beta={self.beta}, negative_term={self.negative_term!r}, kappa={self.kappa}, "
+                f"objective={self.objective!r}, {super().extra_repr()}")
 
 
 class AMCLSimSiamLoss(nn.Module):

@@ -23,11 +23,11 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ._validation import check_choice, check_embeddings, check_int, check_positive
-from .base import ContrastiveLoss, Stats
-from .candidates import MASKED, Candidates, normalize, rows_logits
+from ._validation import check_choice, check_int, check_positive
+from .base import ContrastiveLoss, Stats, in_row_blocks
+from .candidates import MASKED, Candidates, rows_logits
 from .distributed import GatherFn
-from .kernel import contrastive_kernel
+from .kernel import contrastive_kernel, no_negatives_output
 from .tiled import tiled_ascl
 
 MODES = ("ascl", "ahcl", "hard")
@@ -107,8 +107,8 @@ class ASCLLoss(ContrastiveLoss):
                  gather_distributed: bool = False, gather_fn: GatherFn | None = None,
                  check_finite: bool = True, tile_size: int | None = None) -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
-                         check_finite=check_finite, tile_size=tile_size)
-        check_choice("form", form, ("queue", "cross_view"))
+                         check_finite=check_finite, tile_size=tile_size,
+                         forms=("queue", "cross_view"))
         self.temperature = check_positive("temperature", temperature)
         self.sharpen_temperature = check_positive("sharpen_temperature", sharpen_temperature)
         self.num_neighbors = check_int("num_neighbors", num_neighbors, minimum=0)
@@ -119,6 +119,10 @@ class ASCLLoss(ContrastiveLoss):
         return self.compute_from_candidates(c)
 
     def compute_from_candidates(self, c: Candidates) -> tuple[Tensor, Stats]:
+        if c.num_negatives == 0:
+            # nothing to contrast against and no neighbour to label: 0, as InfoNCE
+            confidence = torch.zeros_like(c.positive_sim).detach()
+            return self._stats(c, no_negatives_output(c.positive_sim), confidence)
         if self.tile_size is not None:
             out, confidence = tiled_ascl(c, self.temperature, self.tile_size, mode=self.mode,
                                          num_neighbors=self.num_neighbors,
@@ -143,13 +147,18 @@ class ASCLLoss(ContrastiveLoss):
         return loss, stats
 
 
-class ASCLBYOLLoss(torch.nn.Module):
+class ASCLBYOLLoss(ContrastiveLoss):
     """ASCL without negatives (paper appendix A): BYOL's regression loss with soft targets.
 
     ``L_i = 2 - 2 * sum_j y_ij cos(t_i, p_j)`` where ``p`` are the online predictions and ``t``
     the target (momentum) projections; ``y`` comes from the in-batch neighbour distribution of
     ``t_i`` with ``c = 1 - H(q) / log(b - 1)`` and ``y_ij = min(1, c K q_ij)`` (the appendix's
-    ``max`` is a typo: the bound keeps a neighbour below the sample's own view).
+    ``max`` is a typo: the bound keeps a neighbour below the sample's own view). A batch of one
+    has no neighbour: its target is its own view, plain BYOL ``2 - 2 cos(t, p)``.
+
+    The shared keywords work as in the contrastive losses: ``gather_distributed`` /
+    ``gather_fn`` make every rank's samples neighbours (``j`` runs over the gathered batch),
+    ``tile_size`` processes that many samples at a time under activation checkpointing.
 
     Examples:
         >>> loss_fn = ASCLBYOLLoss(sharpen_temperature=0.05, num_neighbors=1)
@@ -157,35 +166,43 @@ class ASCLBYOLLoss(torch.nn.Module):
     """
 
     def __init__(self, sharpen_temperature: float = 0.05, num_neighbors: int = 1,
-                 mode: str = "ascl", check_finite: bool = True) -> None:
-        super().__init__()
+                 mode: str = "ascl", *, gather_distributed: bool = False,
+                 gather_fn: GatherFn | None = None, check_finite: bool = True,
+                 tile_size: int | None = None) -> None:
+        super().__init__(form="cross_view", gather_distributed=gather_distributed,
+                         gather_fn=gather_fn, check_finite=check_finite, tile_size=tile_size,
+                         forms=("cross_view",))
         self.sharpen_temperature = check_positive("sharpen_temperature", sharpen_temperature)
         self.num_neighbors = check_int("num_neighbors", num_neighbors, minimum=0)
         self.mode = check_choice("mode", mode, MODES)
-        self.check_finite = check_finite
-        self.last_stats: Stats = {}
 
-    def forward(self, predictions: Tensor, targets: Tensor) -> Tensor:
+    def forward(self, predictions: Tensor, targets: Tensor, negatives: None = None) -> Tensor:
         """``predictions`` (online, with gradient) and ``targets`` (momentum), both ``[B, D]``."""
-        check_embeddings("predictions", predictions, check_finite=self.check_finite)
-        check_embeddings("targets", targets, dim=predictions.shape[1], check_finite=self.check_finite)
-        if predictions.shape != targets.shape:
-            raise ValueError(f"predictions and targets must have the same shape, got "
-                             f"{tuple(predictions.shape)} and {tuple(targets.shape)}")
-        b = predictions.shape[0]
-        if b < 2 and self.num_neighbors > 0:
-            raise ValueError("ASCLBYOLLoss with num_neighbors > 0 needs a batch of at least 2")
-        with torch.autocast(device_type=predictions.device.type, enabled=False):
-            p, t = normalize(predictions), normalize(targets).detach()
-            with torch.no_grad():
-                valid = ~torch.eye(b, dtype=torch.bool, device=p.device)
-                y_pos, y_neg, confidence = soft_labels(
-                    t @ t.T, valid, mode=self.mode, num_neighbors=self.num_neighbors,
-                    sharpen_temperature=self.sharpen_temperature)
-            cos = t @ p.T  # [i, j] = cos(t_i, p_j)
-            agreement = y_pos * cos.diagonal() + (y_neg * cos).sum(dim=1)
-            loss = (2 - 2 * agreement).mean()
-        self.last_stats = {"loss": loss.detach(), "confidence": confidence.mean(),
-                           "alignment": cos.diagonal().detach().mean()}
-        return loss
+        return super().forward(predictions, targets, negatives)
 
+    def compute(self, predictions: Tensor, targets: Tensor,
+                negatives: Tensor | None) -> tuple[Tensor, Stats]:
+        if negatives is not None:
+            raise ValueError("ASCLBYOLLoss takes no negatives: BYOL regresses onto its targets")
+        try:
+            # anchors t_i against the (gathered) predictions p_j ...
+            (c,) = self.candidates(targets.detach(), predictions, None)
+        except ValueError as e:  # name the arguments as the caller knows them
+            raise ValueError(str(e).replace("z0", "targets").replace("z1", "predictions")) from None
+        # ... and against the (gathered) targets t_j, for the neighbour distribution
+        (neighbours,) = self.candidates(targets.detach(), targets.detach(), None)
+        k = self.num_neighbors if neighbours.num_negatives > 0 else 0
+
+        def rows(r0: int, r1: int) -> Tensor:
+            block, near = c.rows(r0, r1), neighbours.rows(r0, r1)
+            with torch.no_grad(), torch.autocast(device_type=block.anchors.device.type, enabled=False):
+                y_pos, y_neg, confidence = soft_labels(
+                    near.similarity(), near.positive_mask(), mode=self.mode, num_neighbors=k,
+                    sharpen_temperature=self.sharpen_temperature)
+            agreement = y_pos * block.positive_sim + (y_neg * block.similarity()).sum(dim=1)
+            return torch.stack([2 - 2 * agreement, confidence])
+
+        out = in_row_blocks(rows, c.num_anchors, self.tile_size)
+        loss = out[0].mean()
+        return loss, {"loss": loss.detach(), "confidence": out[1].detach().mean(),
+                      "alignment": c.positive_sim.detach().mean()}

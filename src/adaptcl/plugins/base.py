@@ -6,11 +6,13 @@ from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
-from .candidates import Candidates, build_candidates, rows_logits
+from ._validation import check_choice, check_shared
+from .candidates import FORMS, Candidates, build_candidates, rows_logits
 from .distributed import GatherFn
-from .kernel import contrastive_kernel
-from .tiled import check_tile_size, tiled_kernel
+from .kernel import contrastive_kernel, no_negatives_output
+from .tiled import tiled_kernel
 
 Stats = dict[str, Tensor]
 
@@ -32,7 +34,9 @@ def run_kernel(
     losses, plains, log_ws, p_pos = [], [], [], []
     for c in cands:
         weight_fn = None if log_weights is None else (lambda lw, c=c: log_weights(c, lw))
-        if tile_size is not None:
+        if c.num_negatives == 0:
+            out = no_negatives_output(c.positive_sim)
+        elif tile_size is not None:
             out = tiled_kernel(c, temperature, tile_size,
                                positive_in_denominator=positive_in_denominator, log_weights=weight_fn)
         else:
@@ -55,8 +59,31 @@ def run_kernel(
     return loss, stats
 
 
+def in_row_blocks(rows_fn: Callable[[int, int], Tensor], num_rows: int,
+                  tile_size: int | None) -> Tensor:
+    """``rows_fn(0, num_rows)``, computed ``tile_size`` rows at a time and concatenated on the
+    last dimension (``rows_fn(r0, r1)`` returns ``[..., r1 - r0]``).
+
+    For the losses without a streaming path (the survey losses, ASCL-BYOL): each block runs
+    under activation checkpointing, so only one ``[tile_size, C]`` block of the similarity
+    matrix is alive at a time, in forward and in the recomputing backward.
+    """
+    if tile_size is None or tile_size >= num_rows:
+        return rows_fn(0, num_rows)
+    return torch.cat([checkpoint(rows_fn, r0, min(r0 + tile_size, num_rows), use_reentrant=False)
+                      for r0 in range(0, num_rows, tile_size)], dim=-1)
+
+
 class ContrastiveLoss(nn.Module):
     """Base of the two-view loss modules: validation of the shared arguments and ``last_stats``.
+
+    Every loss (InfoNCE, DCL, FlatNCE, Dual temperature, MACL, ASCL, ASCL-BYOL, AMCL, the
+    survey losses) takes the same keywords, checked here by one function:
+    ``gather_distributed`` (a bool), ``gather_fn`` (a gradient-carrying gather such as
+    ``lightly.utils.dist.gather``, or None), ``check_finite`` (a bool) and ``tile_size``
+    (None or an int >= 1). Inputs of mixed float32/float64 dtypes are computed in float64.
+    Anchors with no negatives (a batch of one pair, an empty queue) contribute 0 with a zero
+    gradient, as in Lightly and sentence-transformers.
 
     Subclasses implement :meth:`compute` returning ``(loss, stats)``; ``forward(z0, z1,
     negatives=None)`` is called like Lightly's losses.
@@ -64,20 +91,14 @@ class ContrastiveLoss(nn.Module):
 
     def __init__(self, *, form: str, gather_distributed: bool = False,
                  gather_fn: GatherFn | None = None, check_finite: bool = True,
-                 tile_size: int | None = None) -> None:
+                 tile_size: int | None = None, forms: tuple[str, ...] = FORMS) -> None:
         super().__init__()
-        from ._validation import check_choice
-        from .candidates import FORMS
-
-        self.form = check_choice("form", form, FORMS)
-        if not isinstance(gather_distributed, bool):
-            raise TypeError(f"gather_distributed must be a bool, got {type(gather_distributed).__name__}")
-        if gather_distributed and not torch.distributed.is_available():
-            raise ValueError("gather_distributed=True but torch.distributed is not available")
-        self.gather_distributed = gather_distributed
-        self.gather_fn = gather_fn
-        self.check_finite = check_finite
-        self.tile_size = check_tile_size(tile_size)
+        # One validation path for the keywords every loss shares (a subclass restricts
+        # ``forms`` to those it defines).
+        self.form = check_choice("form", form, forms)
+        (self.gather_distributed, self.gather_fn, self.check_finite,
+         self.tile_size) = check_shared(gather_distributed=gather_distributed, gather_fn=gather_fn,
+                                        check_finite=check_finite, tile_size=tile_size)
         self.last_stats: Stats = {}
 
     def candidates(self, z0: Tensor, z1: Tensor, negatives: Tensor | None) -> list[Candidates]:

@@ -42,14 +42,15 @@ FORMS = ("nt_xent", "cross_view", "cross_view_symmetric", "queue")
 MASKED = torch.finfo(torch.float32).min
 
 
-def compute_dtype(x: Tensor) -> torch.dtype:
-    """float32 for half/bfloat16/float32 inputs, float64 kept for gradient checks."""
-    return torch.float64 if x.dtype == torch.float64 else torch.float32
+def compute_dtype(*xs: Tensor | None) -> torch.dtype:
+    """float32 for half/bfloat16/float32 inputs; float64 if any input is float64 (gradient
+    checks). One dtype for all inputs, so float64/float32 mixes are accepted everywhere."""
+    return torch.float64 if any(x is not None and x.dtype == torch.float64 for x in xs) else torch.float32
 
 
-def normalize(x: Tensor) -> Tensor:
-    """L2-normalise rows in float32 (or float64), outside autocast."""
-    return F.normalize(x.to(compute_dtype(x)), dim=1)
+def normalize(x: Tensor, dtype: torch.dtype | None = None) -> Tensor:
+    """L2-normalise rows in float32 (or float64, or ``dtype``), outside autocast."""
+    return F.normalize(x.to(compute_dtype(x) if dtype is None else dtype), dim=1)
 
 
 @dataclass
@@ -84,6 +85,16 @@ class Candidates:
         n -= self.positive_index is not None
         n -= self.self_index is not None
         return n
+
+    def rows(self, r0: int, r1: int) -> Candidates:
+        """The anchors ``r0:r1`` of this direction against the same keys."""
+        def cut(x: Tensor | None) -> Tensor | None:
+            return None if x is None else x[r0:r1]
+
+        return Candidates(anchors=self.anchors[r0:r1], keys=self.keys,
+                          positive_sim=self.positive_sim[r0:r1],
+                          positive_index=cut(self.positive_index), self_index=cut(self.self_index),
+                          positive_keys=cut(self.positive_keys))
 
     def mask_(self, matrix: Tensor) -> Tensor:
         """Overwrite the positive and self columns of an ``[A, C]`` matrix in place.
@@ -156,20 +167,27 @@ def build_candidates(
             :func:`adaptcl.plugins.distributed.gather_with_grad`.
 
     Returns:
-        One :class:`Candidates` per direction (two for ``"cross_view_symmetric"``).
+        One :class:`Candidates` per direction (two for ``"cross_view_symmetric"``). Every anchor
+        of a direction has the same number of negatives (:attr:`Candidates.num_negatives`);
+        it may be 0 (a batch of one pair, an empty queue): the losses then return 0 with a
+        zero gradient, as Lightly's ``NTXentLoss`` and sentence-transformers'
+        ``MultipleNegativesRankingLoss`` do for a batch of one.
     """
     check_choice("form", form, FORMS)
     check_pair(z0, z1, check_finite=check_finite)
     if negatives is not None:
         check_embeddings("negatives", negatives, dim=z0.shape[1], check_finite=check_finite)
-    if form == "queue" and (negatives is None or negatives.shape[0] == 0):
-        raise ValueError("form='queue' needs a non-empty `negatives` tensor of shape [K, dim]")
+    if form == "queue" and negatives is None:
+        raise ValueError("form='queue' needs a `negatives` tensor of shape [K, dim]")
 
     n = z0.shape[0]
     if n == 0:
         raise ValueError("z0 and z1 are empty: the batch needs at least one pair")
-    a0, a1 = normalize(z0), normalize(z1)
-    neg = normalize(negatives) if negatives is not None and negatives.shape[0] > 0 else None
+    dtype = compute_dtype(z0, z1, negatives)
+    a0, a1 = normalize(z0, dtype), normalize(z1, dtype)
+    neg = normalize(negatives, dtype) if negatives is not None else None
+    if form != "queue" and neg is not None and neg.shape[0] == 0:
+        neg = None
     positive_sim = (a0 * a1).sum(dim=1)
     device = a0.device
     idx = torch.arange(n, device=device)
@@ -200,12 +218,6 @@ def build_candidates(
             big0, rank, _ = _gather(a0, gather_fn) if gather else (a0, 0, 1)
             out.append(Candidates(anchors=a1, keys=with_negatives(big0), positive_sim=positive_sim,
                                   positive_index=rank * n + idx, positive_keys=a0))
-    if out[0].num_negatives < 1:
-        raise ValueError(
-            f"no negatives: form={form!r} with a batch of {n} and "
-            f"{0 if neg is None else neg.shape[0]} extra negatives leaves each anchor with "
-            "nothing to contrast against; use a batch of at least 2 or pass `negatives`"
-        )
     return out
 
 

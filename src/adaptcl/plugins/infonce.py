@@ -16,11 +16,12 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ._validation import check_positive
+from ._validation import check_positive, check_shared
 from .base import ContrastiveLoss, Stats, run_kernel
 from .candidates import build_candidates, rows_logits
 from .distributed import GatherFn
-from .tiled import check_tile_size, tiled_negative_lse
+from .kernel import no_negatives_output
+from .tiled import tiled_negative_lse
 
 
 def info_nce(z0: Tensor, z1: Tensor, temperature: float = 0.1, *, form: str = "nt_xent",
@@ -29,7 +30,8 @@ def info_nce(z0: Tensor, z1: Tensor, temperature: float = 0.1, *, form: str = "n
              tile_size: int | None = None) -> Tensor:
     """InfoNCE / NT-Xent of the pairs ``(z0[i], z1[i])``; see :class:`InfoNCELoss`."""
     check_positive("temperature", temperature)
-    tile_size = check_tile_size(tile_size)
+    _, _, _, tile_size = check_shared(gather_distributed=gather_distributed, gather_fn=gather_fn,
+                                      check_finite=True, tile_size=tile_size)
     cands = build_candidates(z0, z1, form, negatives, gather_distributed=gather_distributed,
                              gather_fn=gather_fn)
     return run_kernel(cands, temperature, positive_in_denominator=positive_in_denominator,
@@ -112,7 +114,8 @@ class FlatNCELoss(ContrastiveLoss):
     """FlatNCE (Chen et al. 2021): ``exp(r - sg(r))`` with ``r = logsumexp_j (l_j - l_pos)``.
 
     Its value is always 1 (uninformative by construction) and its gradient equals DCL's;
-    ``last_stats["plain_loss"]`` holds the InfoNCE value for monitoring.
+    ``last_stats["plain_loss"]`` holds the InfoNCE value for monitoring. Anchors without
+    negatives give 0 (no gradient), like every other loss here.
 
     Examples:
         >>> loss_fn = FlatNCELoss(temperature=0.1)
@@ -130,6 +133,11 @@ class FlatNCELoss(ContrastiveLoss):
         cands = self.candidates(z0, z1, negatives)
         losses, plains = [], []
         for c in cands:
+            if c.num_negatives == 0:
+                out = no_negatives_output(c.positive_sim)
+                losses.append(out.loss)
+                plains.append(out.plain)
+                continue
             if self.tile_size is not None:
                 lse, pos = tiled_negative_lse(c, self.temperature, self.tile_size)
                 r = lse - pos

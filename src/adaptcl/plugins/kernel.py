@@ -124,6 +124,22 @@ def contrastive_kernel(
                            soft_targets=soft_targets, log_weights=log_weights)
 
 
+def no_negatives_output(positive_logit: Tensor) -> KernelOutput:
+    """The kernel's result for anchors with no negatives: loss 0 and gradient 0.
+
+    With nothing to contrast against, softmax puts all mass on the positive: ``P_pos = 1``,
+    InfoNCE's ``-log P_pos = 0`` and ``W = 1 - P_pos = 0``. Lightly's ``NTXentLoss`` and
+    sentence-transformers' ``MultipleNegativesRankingLoss`` return exactly 0 (zero gradient)
+    for a batch of one pair; every loss here does the same for such anchors instead of
+    evaluating ``0 * inf`` (MACL's ``V = 1 / W``) or DCL's ``log 0``. The loss stays attached
+    to the graph so ``backward()`` runs and gives zeros.
+    """
+    zero = positive_logit * 0.0
+    return KernelOutput(loss=zero, plain=zero.detach(),
+                        log_w=torch.full_like(zero, float("-inf")).detach(),
+                        positive_probability=torch.ones_like(zero).detach())
+
+
 def kernel_from_lse(
     lse_neg: Tensor,
     positive_logit: Tensor,

@@ -7,7 +7,11 @@ Representation Learning" (EECS 442 project report; see ``002_748363f490ab5580.tx
   Discrimination", CVPR 2018), with a uniform noise distribution ``P_n = 1/n``.
 
 All take two views ``(z0, z1)`` (normalised inside) and use in-batch cross-view negatives by
-default, so they slot into the same pipelines as the InfoNCE family.
+default, so they slot into the same pipelines as the InfoNCE family; they share its keywords
+(``gather_distributed``, ``gather_fn``, ``check_finite``, ``tile_size``: with a tile size the
+anchors are processed that many at a time under activation checkpointing). An anchor with no
+negatives (a batch of one pair) contributes only its positive term: the margin loss keeps
+``1/2 d(a, p)^2``, the triplet and NCE losses give 0.
 """
 
 from __future__ import annotations
@@ -18,17 +22,47 @@ import torch
 from torch import Tensor
 
 from ._validation import check_choice, check_positive
-from .base import ContrastiveLoss, Stats
-from .candidates import rows_logits
+from .base import ContrastiveLoss, Stats, in_row_blocks
+from .candidates import Candidates, rows_logits
+from .distributed import GatherFn
 
 
-class MarginContrastiveLoss(ContrastiveLoss):
+class _SurveyLoss(ContrastiveLoss):
+    """A loss defined per anchor on the cosine matrix; the mean over every anchor."""
+
+    def __init__(self, *, form: str, gather_distributed: bool, gather_fn: GatherFn | None,
+                 check_finite: bool, tile_size: int | None) -> None:
+        super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
+                         check_finite=check_finite, tile_size=tile_size)
+
+    def per_anchor(self, c: Candidates) -> Tensor:
+        raise NotImplementedError  # pragma: no cover - abstract
+
+    def compute(self, z0: Tensor, z1: Tensor, negatives: Tensor | None) -> tuple[Tensor, Stats]:
+        cands = self.candidates(z0, z1, negatives)
+        loss = torch.cat([in_row_blocks(lambda r0, r1, c=c: self.per_anchor(c.rows(r0, r1)),
+                                        c.num_anchors, self.tile_size)
+                          for c in cands]).mean()
+        return loss, {"loss": loss.detach(), "alignment": cands[0].positive_sim.detach().mean()}
+
+
+def _distances(c: Candidates) -> tuple[Tensor, Tensor]:
+    """Euclidean distances of unit vectors to the positive ``[A]`` and every key ``[A, C]``.
+
+    On the unit sphere ``||a - b||^2 = 2 - 2 cos(a, b)``; the clamp keeps sqrt differentiable.
+    """
+    d_pos = (2 - 2 * c.positive_sim).clamp(min=1e-12).sqrt()
+    d_all = (2 - 2 * c.similarity()).clamp(min=1e-12).sqrt()
+    return d_pos, d_all
+
+
+class MarginContrastiveLoss(_SurveyLoss):
     """Spring-like contrastive loss: pull positives together, push negatives beyond a margin.
 
     Per pair with Euclidean distance ``d``: ``1/2 d^2`` for positives and
     ``1/2 max(0, m - d)^2`` for negatives (Hadsell et al. 2006); ``squared=False`` gives the
     survey's unsquared variant. The loss is the mean over positive pairs plus the mean over
-    negative pairs.
+    negative pairs (0 when there are none).
 
     Examples:
         >>> loss_fn = MarginContrastiveLoss(margin=1.0)
@@ -36,32 +70,28 @@ class MarginContrastiveLoss(ContrastiveLoss):
     """
 
     def __init__(self, margin: float = 1.0, *, squared: bool = True, form: str = "cross_view",
-                 check_finite: bool = True) -> None:
-        super().__init__(form=form, check_finite=check_finite)
+                 gather_distributed: bool = False, gather_fn: GatherFn | None = None,
+                 check_finite: bool = True, tile_size: int | None = None) -> None:
+        super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
+                         check_finite=check_finite, tile_size=tile_size)
         self.margin = check_positive("margin", margin)
         self.squared = bool(squared)
 
-    def compute(self, z0: Tensor, z1: Tensor, negatives: Tensor | None) -> tuple[Tensor, Stats]:
-        losses = []
-        for c in self.candidates(z0, z1, negatives):
-            # On the unit sphere ||a - b||^2 = 2 - 2 cos(a, b); clamp keeps sqrt differentiable.
-            d_pos = (2 - 2 * c.positive_sim).clamp(min=1e-12).sqrt()
-            d_neg = (2 - 2 * c.similarity()).clamp(min=1e-12).sqrt()
-            hinge = (self.margin - d_neg).clamp(min=0)
-            if self.squared:
-                d_pos, hinge = d_pos.pow(2), hinge.pow(2)
-            valid = c.positive_mask()
-            neg_term = (hinge * valid).sum() / valid.sum()
-            losses.append(0.5 * d_pos.mean() + 0.5 * neg_term)
-        loss = torch.stack(losses).mean()
-        return loss, {"loss": loss.detach()}
+    def per_anchor(self, c: Candidates) -> Tensor:
+        d_pos, d_neg = _distances(c)
+        hinge = (self.margin - d_neg).clamp(min=0)
+        if self.squared:
+            d_pos, hinge = d_pos.pow(2), hinge.pow(2)
+        # mean over anchors of (row sum / negatives per row) = mean over all negative pairs
+        neg_term = (hinge * c.positive_mask()).sum(dim=1) / max(c.num_negatives, 1)
+        return 0.5 * d_pos + 0.5 * neg_term
 
 
-class TripletLoss(ContrastiveLoss):
+class TripletLoss(_SurveyLoss):
     """Triplet loss ``max(0, d(a, p) - d(a, n) + alpha)`` over in-batch negatives.
 
     ``mining="all"`` averages over every (anchor, negative) triplet; ``"hardest"`` keeps the
-    closest negative of each anchor.
+    closest negative of each anchor. Without negatives there is no triplet: 0.
 
     Examples:
         >>> loss_fn = TripletLoss(margin=0.5)
@@ -69,34 +99,32 @@ class TripletLoss(ContrastiveLoss):
     """
 
     def __init__(self, margin: float = 0.5, *, mining: str = "all", form: str = "cross_view",
-                 check_finite: bool = True) -> None:
-        super().__init__(form=form, check_finite=check_finite)
+                 gather_distributed: bool = False, gather_fn: GatherFn | None = None,
+                 check_finite: bool = True, tile_size: int | None = None) -> None:
+        super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
+                         check_finite=check_finite, tile_size=tile_size)
         self.margin = check_positive("margin", margin)
         self.mining = check_choice("mining", mining, ("all", "hardest"))
 
-    def compute(self, z0: Tensor, z1: Tensor, negatives: Tensor | None) -> tuple[Tensor, Stats]:
-        losses = []
-        for c in self.candidates(z0, z1, negatives):
-            d_pos = (2 - 2 * c.positive_sim).clamp(min=1e-12).sqrt()
-            d_neg = (2 - 2 * c.similarity()).clamp(min=1e-12).sqrt()
-            valid = c.positive_mask()
-            if self.mining == "hardest":
-                d_neg = d_neg.masked_fill(~valid, math.inf).min(dim=1).values
-                losses.append((d_pos - d_neg + self.margin).clamp(min=0).mean())
-            else:
-                per = (d_pos[:, None] - d_neg + self.margin).clamp(min=0)
-                losses.append((per * valid).sum() / valid.sum())
-        loss = torch.stack(losses).mean()
-        return loss, {"loss": loss.detach()}
+    def per_anchor(self, c: Candidates) -> Tensor:
+        if c.num_negatives == 0:
+            return c.positive_sim * 0.0
+        d_pos, d_neg = _distances(c)
+        valid = c.positive_mask()
+        if self.mining == "hardest":
+            d_neg = d_neg.masked_fill(~valid, math.inf).min(dim=1).values
+            return (d_pos - d_neg + self.margin).clamp(min=0)
+        per = (d_pos[:, None] - d_neg + self.margin).clamp(min=0)
+        return (per * valid).sum(dim=1) / c.num_negatives
 
 
-class NCELoss(ContrastiveLoss):
+class NCELoss(_SurveyLoss):
     """Noise-contrastive estimation with a uniform noise distribution (Wu et al. 2018).
 
     ``P(i|x)`` is the softmax over the ``n`` candidates at temperature tau; with ``m`` noise
     samples (the negatives) and ``P_n = 1/n``,
     ``h = P / (P + m/n)`` and ``L = -log h(positive) - sum_negatives log(1 - h)``,
-    computed in log space.
+    computed in log space. With no noise samples ``h = 1`` and the loss is 0.
 
     Examples:
         >>> loss_fn = NCELoss(temperature=0.1)
@@ -104,25 +132,25 @@ class NCELoss(ContrastiveLoss):
     """
 
     def __init__(self, temperature: float = 0.1, *, form: str = "cross_view",
-                 check_finite: bool = True) -> None:
-        super().__init__(form=form, check_finite=check_finite)
+                 gather_distributed: bool = False, gather_fn: GatherFn | None = None,
+                 check_finite: bool = True, tile_size: int | None = None) -> None:
+        super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
+                         check_finite=check_finite, tile_size=tile_size)
         self.temperature = check_positive("temperature", temperature)
 
-    def compute(self, z0: Tensor, z1: Tensor, negatives: Tensor | None) -> tuple[Tensor, Stats]:
-        losses = []
-        for c in self.candidates(z0, z1, negatives):
-            neg, pos = rows_logits(c, self.temperature)
-            lse = torch.logaddexp(torch.logsumexp(neg, dim=1), pos)
-            m = c.num_negatives
-            log_noise = math.log(m / (m + 1))  # log(m * P_n), n = m + 1 candidates
-            log_p_pos = pos - lse
-            log_h_pos = log_p_pos - torch.logaddexp(log_p_pos, torch.full_like(pos, log_noise))
-            log_p_neg = neg - lse[:, None]
-            log_1mh = log_noise - torch.logaddexp(log_p_neg, torch.full_like(log_p_neg, log_noise))
-            log_1mh = log_1mh * c.positive_mask()
-            losses.append(-log_h_pos - log_1mh.sum(dim=1))
-        loss = torch.cat(losses).mean()
-        return loss, {"loss": loss.detach()}
+    def per_anchor(self, c: Candidates) -> Tensor:
+        m = c.num_negatives
+        if m == 0:
+            return c.positive_sim * 0.0
+        neg, pos = rows_logits(c, self.temperature)
+        lse = torch.logaddexp(torch.logsumexp(neg, dim=1), pos)
+        log_noise = math.log(m / (m + 1))  # log(m * P_n), n = m + 1 candidates
+        log_p_pos = pos - lse
+        log_h_pos = log_p_pos - torch.logaddexp(log_p_pos, torch.full_like(pos, log_noise))
+        log_p_neg = neg - lse[:, None]
+        log_1mh = log_noise - torch.logaddexp(log_p_neg, torch.full_like(log_p_neg, log_noise))
+        log_1mh = log_1mh * c.positive_mask()
+        return -log_h_pos - log_1mh.sum(dim=1)
 
 
 __all__ = ["MarginContrastiveLoss", "TripletLoss", "NCELoss"]
