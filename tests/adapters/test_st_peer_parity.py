@@ -125,3 +125,67 @@ def test_check_finite_rejects_nan_by_default_and_can_be_turned_off(cls):
     unchecked.check_finite = True
     with pytest.raises(ValueError, match="(?i)finite|nan"):
         unchecked.compute_loss_from_embeddings(columns, None)
+
+
+class _Encoder(torch.nn.Module):
+    """Stands in for a model where only the embedding size matters (AMCL sizes its heads)."""
+
+    def get_embedding_dimension(self) -> int:
+        return 16
+
+
+SINGLE_PAIR_LOSSES = {
+    "infonce": lambda: st_losses.InfoNCELoss(None),
+    "infonce_symmetric": lambda: st_losses.InfoNCELoss(None, symmetric=True),
+    "macl_reweighted": lambda: st_losses.MACLLoss(None, reweight=True),
+    "ascl": lambda: st_losses.ASCLLoss(None),
+    "amcl": lambda: st_losses.AMCLLoss(_Encoder(), num_heads=2, projection_dim=8),
+}
+
+
+@pytest.mark.parametrize("name", SINGLE_PAIR_LOSSES)
+def test_single_pair_batch_gives_zero_loss_and_gradient_like_mnrl(name):
+    columns = _columns(n=1, columns=2, dtype=torch.float32)
+    peer = MultipleNegativesRankingLoss(None).compute_loss_from_embeddings(columns, None)
+    value, grads = _value_and_grads(SINGLE_PAIR_LOSSES[name](), columns)
+    assert peer.item() == 0.0
+    assert value.item() == 0.0
+    for grad in grads:
+        assert torch.equal(grad, torch.zeros_like(grad))
+
+
+def test_trainer_with_default_arguments_trains_through_a_last_batch_of_one_pair(tmp_path):
+    """9 pairs at batch 8: the default DataLoader keeps the last batch, which holds one pair."""
+    from datasets import Dataset
+    from sentence_transformers import SentenceTransformerTrainer
+    from sentence_transformers.sentence_transformer.training_args import (
+        SentenceTransformerTrainingArguments,
+    )
+
+    from adaptcl.adapters.simcse import build_simcse_model
+
+    from ._tiny_models import CORPUS, build_tiny_model
+
+    model = build_simcse_model(str(build_tiny_model(tmp_path / "tiny", "bert")), "avg", max_seq_length=16)
+    sentences = CORPUS + ["one more sentence ."]
+    seen_batches = []
+    loss = st_losses.MACLLoss(model)
+    loss.register_forward_hook(lambda module, args, out: seen_batches.append(args[0][0]["input_ids"].shape[0]))
+    args = SentenceTransformerTrainingArguments(output_dir=str(tmp_path / "out"), per_device_train_batch_size=8,
+                                                num_train_epochs=1, report_to="none", use_cpu=True)
+    trainer = SentenceTransformerTrainer(model=model, args=args, loss=loss,
+                                         train_dataset=Dataset.from_dict({"anchor": sentences,
+                                                                          "positive": sentences}))
+    trainer.train()
+    assert trainer.state.global_step == 2
+    assert sorted(seen_batches) == [1, 8]
+    assert loss.last_stats["loss"].item() == 0.0  # the last batch was the single pair
+
+
+def test_amcl_single_pair_with_a_hard_negative_trains_through_its_batchnorm_heads():
+    columns = _columns(n=1, columns=3, dtype=torch.float32)
+    loss = st_losses.AMCLLoss(_Encoder(), num_heads=2, projection_dim=8)
+    value = loss.compute_loss_from_embeddings(columns, None)
+    value.backward()
+    assert torch.isfinite(value) and value.item() != 0.0  # the hard negative is a real negative
+    assert all(torch.isfinite(c.grad).all() for c in columns)

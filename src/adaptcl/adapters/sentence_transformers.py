@@ -120,6 +120,12 @@ def _check_bool(name: str, value: Any) -> bool:
     return value
 
 
+def _gather_kwargs(gather_across_devices: Any) -> dict[str, Any]:
+    """The core's gather arguments: sentence-transformers' gradient-carrying all-gather."""
+    gather = _check_bool("gather_across_devices", gather_across_devices)
+    return {"gather_distributed": gather, "gather_fn": _gather_fn if gather else None}
+
+
 def _check_optional_count(name: str, value: Any) -> int | None:
     if value is None:
         return None
@@ -200,7 +206,8 @@ class AdaptiveContrastiveLoss(CachedLossMixin, nn.Module):
     Args:
         model: the ``SentenceTransformer`` being trained (``None`` is accepted when only
             :meth:`compute_loss_from_embeddings` is called, as with sentence-transformers' losses).
-        core: an :mod:`adaptcl.plugins` two-view loss module in the ``"cross_view"`` form.
+        core: an :mod:`adaptcl.plugins` two-view loss module in the ``"cross_view"`` form, built
+            with ``gather_distributed=gather_across_devices`` and sentence-transformers' gather.
         projection: optional module applied to every embedding before the loss and only there
             (SimCSE's training MLP); trained with the loss, not saved with the model.
         gather_across_devices: gather candidates (and hard negatives) from every rank, with
@@ -248,9 +255,6 @@ class AdaptiveContrastiveLoss(CachedLossMixin, nn.Module):
         self.projection = projection
         self.symmetric = _check_bool("symmetric", symmetric)
         self.gather_across_devices = _check_bool("gather_across_devices", gather_across_devices)
-        if self.gather_across_devices:
-            core.gather_distributed = True
-            core.gather_fn = _gather_fn
         self.last_stats: dict[str, Tensor] = {}
         self._pending_parameter_grads: list[tuple[list[nn.Parameter], tuple[Tensor | None, ...]]] = []
         self._warned_patched_forward = False
@@ -311,6 +315,11 @@ class AdaptiveContrastiveLoss(CachedLossMixin, nn.Module):
         """What the core loss sees of one column: the training-only projection, if any."""
         return embeddings if self.projection is None else self.projection(embeddings)
 
+    def project_columns(self, anchors: Tensor, positives: Tensor,
+                        negatives: Tensor | None) -> tuple[Tensor, Tensor, Tensor | None]:
+        return (self.project(anchors), self.project(positives),
+                None if negatives is None else self.project(negatives))
+
     def compute_loss_from_embeddings(self, embeddings: list[Tensor], labels: Tensor | None) -> Tensor:
         """Loss of ``(anchor, positive[, negative...])`` embedding columns; ``labels`` unused."""
         if len(embeddings) < 2:
@@ -320,8 +329,8 @@ class AdaptiveContrastiveLoss(CachedLossMixin, nn.Module):
         negatives = torch.cat(embeddings[2:]) if len(embeddings) > 2 else None
         if negatives is not None and self.gather_across_devices and get_world_size() > 1:
             negatives = all_gather_with_grad(negatives)
-        anchors, positives = self.project(embeddings[0]), self.project(embeddings[1])
-        loss = self.core(anchors, positives, None if negatives is None else self.project(negatives))
+        anchors, positives, negatives = self.project_columns(embeddings[0], embeddings[1], negatives)
+        loss = self.core(anchors, positives, negatives)
         stats = dict(self.core.last_stats)
         if self.symmetric:
             reverse = self.core(positives, anchors)
@@ -432,7 +441,8 @@ class InfoNCELoss(_ScalarTemperatureLoss):
         self._check_model(model)
         check_similarity_fct(similarity_fct)
         core = plugins.InfoNCELoss(resolve_temperature(temperature, scale), form="cross_view",
-                                   check_finite=check_finite, tile_size=tile_size)
+                                   check_finite=check_finite, tile_size=tile_size,
+                                   **_gather_kwargs(gather_across_devices))
         super().__init__(model, core, projection=projection, gather_across_devices=gather_across_devices,
                          mini_batch_size=mini_batch_size, mini_batch_num_tokens=mini_batch_num_tokens,
                          symmetric=symmetric, show_progress_bar=show_progress_bar)
@@ -466,7 +476,8 @@ class MACLLoss(_ScalarTemperatureLoss):
         core = plugins.MACLLoss(resolve_temperature(temperature, scale), alpha, a0, reweight=reweight,
                                 adaptive=adaptive, temperature_form=temperature_form,
                                 min_temperature=min_temperature, form="cross_view",
-                                check_finite=check_finite, tile_size=tile_size)
+                                check_finite=check_finite, tile_size=tile_size,
+                                **_gather_kwargs(gather_across_devices))
         super().__init__(model, core, projection=projection, gather_across_devices=gather_across_devices,
                          mini_batch_size=mini_batch_size, mini_batch_num_tokens=mini_batch_num_tokens,
                          symmetric=symmetric, show_progress_bar=show_progress_bar)
@@ -495,7 +506,8 @@ class ASCLLoss(_ScalarTemperatureLoss):
         self._check_model(model)
         check_similarity_fct(similarity_fct)
         core = plugins.ASCLLoss(resolve_temperature(temperature, scale), sharpen_temperature, num_neighbors,
-                                mode, form="cross_view", check_finite=check_finite, tile_size=tile_size)
+                                mode, form="cross_view", check_finite=check_finite, tile_size=tile_size,
+                                **_gather_kwargs(gather_across_devices))
         super().__init__(model, core, projection=projection, gather_across_devices=gather_across_devices,
                          mini_batch_size=mini_batch_size, mini_batch_num_tokens=mini_batch_num_tokens,
                          show_progress_bar=show_progress_bar)
@@ -533,7 +545,7 @@ class AMCLLoss(AdaptiveContrastiveLoss):
         core = plugins.AMCLLoss(plugins.PairTemperature(projection_dim, eta=eta, iota=iota),
                                 beta=beta, negative_term=negative_term, kappa=kappa,
                                 objective=objective, form="cross_view", check_finite=check_finite,
-                                tile_size=tile_size)
+                                tile_size=tile_size, **_gather_kwargs(gather_across_devices))
         super().__init__(model, core, gather_across_devices=gather_across_devices,
                          mini_batch_size=mini_batch_size, mini_batch_num_tokens=mini_batch_num_tokens,
                          show_progress_bar=show_progress_bar)
@@ -545,6 +557,16 @@ class AMCLLoss(AdaptiveContrastiveLoss):
     def project(self, embeddings: Tensor) -> Tensor:
         """The C heads' projections, ``[C, B, d']``."""
         return self.heads(embeddings)
+
+    def project_columns(self, anchors: Tensor, positives: Tensor,
+                        negatives: Tensor | None) -> tuple[Tensor, Tensor, Tensor | None]:
+        if anchors.shape[0] > 1 or not self.heads.training:
+            return super().project_columns(anchors, positives, negatives)
+        # A batch of one pair (the last batch of an epoch) leaves the heads' BatchNorm without
+        # per-column batch statistics: project its rows together instead.
+        columns = [anchors, positives] + ([] if negatives is None else [negatives])
+        parts = self.heads(torch.cat(columns)).split([c.shape[0] for c in columns], dim=1)
+        return parts[0], parts[1], parts[2] if negatives is not None else None
 
     @property
     def temperature(self) -> float:
