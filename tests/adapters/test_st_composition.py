@@ -30,14 +30,6 @@ POSITIVES = CORPUS[::-1]
 NEGATIVES = CORPUS[3:] + CORPUS[:3]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
     path = build_tiny_model(tmp_path_factory.mktemp("tiny-bert-composition"), "bert")

@@ -409,7 +409,20 @@ class AdaptiveContrastiveLoss(CachedLossMixin, nn.Module):
 
 
 class _ScalarTemperatureLoss(AdaptiveContrastiveLoss):
-    """A loss with one temperature, settable as sentence-transformers' ``scale`` (1 / temperature)."""
+    """A loss with one temperature, given as ``temperature`` or sentence-transformers' ``scale``
+    (1 / temperature) and settable as either; the core is ``core_cls(temperature, *core_args,
+    **core_kwargs)`` in the cross-view form."""
+
+    def __init__(self, model: nn.Module | None, core_cls: type[nn.Module], temperature: float | None,
+                 *core_args: Any, scale: float | None, similarity_fct: Callable | None,
+                 core_kwargs: dict[str, Any], gather_across_devices: bool, check_finite: bool,
+                 tile_size: int | None, **base_kwargs: Any) -> None:
+        self._check_model(model)
+        check_similarity_fct(similarity_fct)
+        core = core_cls(resolve_temperature(temperature, scale), *core_args, form="cross_view",
+                        check_finite=check_finite, tile_size=tile_size,
+                        **_gather_kwargs(gather_across_devices), **core_kwargs)
+        super().__init__(model, core, gather_across_devices=gather_across_devices, **base_kwargs)
 
     @property
     def scale(self) -> float:
@@ -438,12 +451,9 @@ class InfoNCELoss(_ScalarTemperatureLoss):
                  gather_across_devices: bool = False, tile_size: int | None = None,
                  mini_batch_size: int | None = None, mini_batch_num_tokens: int | None = None,
                  check_finite: bool = True, show_progress_bar: bool = False) -> None:
-        self._check_model(model)
-        check_similarity_fct(similarity_fct)
-        core = plugins.InfoNCELoss(resolve_temperature(temperature, scale), form="cross_view",
-                                   check_finite=check_finite, tile_size=tile_size,
-                                   **_gather_kwargs(gather_across_devices))
-        super().__init__(model, core, projection=projection, gather_across_devices=gather_across_devices,
+        super().__init__(model, plugins.InfoNCELoss, temperature, scale=scale, similarity_fct=similarity_fct,
+                         core_kwargs={}, gather_across_devices=gather_across_devices,
+                         check_finite=check_finite, tile_size=tile_size, projection=projection,
                          mini_batch_size=mini_batch_size, mini_batch_num_tokens=mini_batch_num_tokens,
                          symmetric=symmetric, show_progress_bar=show_progress_bar)
 
@@ -471,16 +481,15 @@ class MACLLoss(_ScalarTemperatureLoss):
                  gather_across_devices: bool = False, tile_size: int | None = None,
                  mini_batch_size: int | None = None, mini_batch_num_tokens: int | None = None,
                  check_finite: bool = True, show_progress_bar: bool = False) -> None:
-        self._check_model(model)
-        check_similarity_fct(similarity_fct)
-        core = plugins.MACLLoss(resolve_temperature(temperature, scale), alpha, a0, reweight=reweight,
-                                adaptive=adaptive, temperature_form=temperature_form,
-                                min_temperature=min_temperature, form="cross_view",
-                                check_finite=check_finite, tile_size=tile_size,
-                                **_gather_kwargs(gather_across_devices))
-        super().__init__(model, core, projection=projection, gather_across_devices=gather_across_devices,
-                         mini_batch_size=mini_batch_size, mini_batch_num_tokens=mini_batch_num_tokens,
-                         symmetric=symmetric, show_progress_bar=show_progress_bar)
+        super().__init__(model, plugins.MACLLoss, temperature, alpha, a0, scale=scale,
+                         similarity_fct=similarity_fct,
+                         core_kwargs={"reweight": reweight, "adaptive": adaptive,
+                                      "temperature_form": temperature_form,
+                                      "min_temperature": min_temperature},
+                         gather_across_devices=gather_across_devices, check_finite=check_finite,
+                         tile_size=tile_size, projection=projection, mini_batch_size=mini_batch_size,
+                         mini_batch_num_tokens=mini_batch_num_tokens, symmetric=symmetric,
+                         show_progress_bar=show_progress_bar)
 
     def get_config_dict(self) -> dict[str, Any]:
         c = self.core
@@ -503,14 +512,11 @@ class ASCLLoss(_ScalarTemperatureLoss):
                  tile_size: int | None = None, mini_batch_size: int | None = None,
                  mini_batch_num_tokens: int | None = None, check_finite: bool = True,
                  show_progress_bar: bool = False) -> None:
-        self._check_model(model)
-        check_similarity_fct(similarity_fct)
-        core = plugins.ASCLLoss(resolve_temperature(temperature, scale), sharpen_temperature, num_neighbors,
-                                mode, form="cross_view", check_finite=check_finite, tile_size=tile_size,
-                                **_gather_kwargs(gather_across_devices))
-        super().__init__(model, core, projection=projection, gather_across_devices=gather_across_devices,
-                         mini_batch_size=mini_batch_size, mini_batch_num_tokens=mini_batch_num_tokens,
-                         show_progress_bar=show_progress_bar)
+        super().__init__(model, plugins.ASCLLoss, temperature, sharpen_temperature, num_neighbors, mode,
+                         scale=scale, similarity_fct=similarity_fct, core_kwargs={},
+                         gather_across_devices=gather_across_devices, check_finite=check_finite,
+                         tile_size=tile_size, projection=projection, mini_batch_size=mini_batch_size,
+                         mini_batch_num_tokens=mini_batch_num_tokens, show_progress_bar=show_progress_bar)
 
     def get_config_dict(self) -> dict[str, Any]:
         c = self.core
