@@ -20,8 +20,14 @@ through sentence-transformers' own machinery (``CachedLossMixin``, as
 the loss and its gradient wrt the embeddings are computed on the full batch, and each mini-batch
 is embedded again with gradient in backward (replaying its random state, so dropout masks are
 identical). ``MatryoshkaLoss`` decorates such a loss's ``calculate_loss`` and DDP synchronises
-once after the replay, exactly as with the peer. Together they train with batches whose
-activations and similarity matrix would not fit.
+once after the replay, exactly as with the peer; under ``AdaptiveLayerLoss``, which patches the
+model's forward only during its forward pass, the loss embeds in one pass (the peer raises
+there). Together they train with batches whose activations and similarity matrix would not fit.
+
+Where sentence-transformers defines a behaviour the losses follow it: ``scale`` (1 / temperature)
+and ``similarity_fct=cos_sim`` are accepted, a batch of one pair gives 0 with zero gradient like
+``MultipleNegativesRankingLoss``, and ``symmetric=True`` is the peer's symmetric loss: the
+reverse direction (positive -> anchors) does not see the hard-negative columns.
 
 Example:
     >>> from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer
@@ -136,10 +142,10 @@ def _check_optional_count(name: str, value: Any) -> int | None:
     return value
 
 
-def resolve_temperature(temperature: float | None, scale: float | None, default: float = 0.05) -> float:
+def _resolve_temperature(temperature: float | None, scale: float | None, default: float = 0.05) -> float:
     """The temperature from ``temperature`` or sentence-transformers' ``scale`` (= 1 / temperature).
 
-    >>> resolve_temperature(None, 20.0)
+    >>> _resolve_temperature(None, 20.0)
     0.05
     """
     if scale is None:
@@ -152,7 +158,7 @@ def resolve_temperature(temperature: float | None, scale: float | None, default:
     return 1.0 / scale
 
 
-def check_similarity_fct(similarity_fct: Callable | None) -> None:
+def _check_similarity_fct(similarity_fct: Callable | None) -> None:
     """Only cosine similarity has a meaning here: the cores normalise the embeddings and the
     adaptive temperatures are defined on cosines (MACL's alignment, ASCL's sharpening)."""
     if similarity_fct is None or similarity_fct is cos_sim:
@@ -418,8 +424,8 @@ class _ScalarTemperatureLoss(AdaptiveContrastiveLoss):
                  core_kwargs: dict[str, Any], gather_across_devices: bool, check_finite: bool,
                  tile_size: int | None, **base_kwargs: Any) -> None:
         self._check_model(model)
-        check_similarity_fct(similarity_fct)
-        core = core_cls(resolve_temperature(temperature, scale), *core_args, form="cross_view",
+        _check_similarity_fct(similarity_fct)
+        core = core_cls(_resolve_temperature(temperature, scale), *core_args, form="cross_view",
                         check_finite=check_finite, tile_size=tile_size,
                         **_gather_kwargs(gather_across_devices), **core_kwargs)
         super().__init__(model, core, gather_across_devices=gather_across_devices, **base_kwargs)
@@ -430,7 +436,7 @@ class _ScalarTemperatureLoss(AdaptiveContrastiveLoss):
 
     @scale.setter
     def scale(self, value: float) -> None:
-        self.core.temperature = resolve_temperature(None, value)
+        self.core.temperature = _resolve_temperature(None, value)
 
 
 class InfoNCELoss(_ScalarTemperatureLoss):
