@@ -101,3 +101,30 @@ def test_cached_loss_outside_a_modifier_still_replays_in_backward(model):
     assert value.is_leaf and value.requires_grad
     _assert_same(_value_and_grads(loss, model, [ANCHORS, POSITIVES]),
                  _value_and_grads(st_losses.MACLLoss(model), model, [ANCHORS, POSITIVES]))
+
+
+def test_trainer_runs_matryoshka_around_cached_macl(tmp_path):
+    """The combination that crashed in backward before ("Mismatch in shape: grad_output"),
+    through SentenceTransformerTrainer, one-pair last batch included (9 pairs at batch 4)."""
+    from datasets import Dataset
+    from sentence_transformers import SentenceTransformerTrainer
+    from sentence_transformers.sentence_transformer.training_args import (
+        SentenceTransformerTrainingArguments,
+    )
+
+    path = build_tiny_model(tmp_path / "tiny", "bert")
+    model = build_simcse_model(str(path), "avg", max_seq_length=16)
+    loss = MatryoshkaLoss(model, st_losses.MACLLoss(model, mini_batch_size=2), DIMS)
+    before = [p.detach().clone() for p in model.parameters()]
+    sentences = CORPUS + ["one more sentence ."]
+    args = SentenceTransformerTrainingArguments(output_dir=str(tmp_path / "out"), per_device_train_batch_size=4,
+                                                num_train_epochs=1, report_to="none", use_cpu=True,
+                                                learning_rate=1e-3)
+    trainer = SentenceTransformerTrainer(model=model, args=args, loss=loss,
+                                         train_dataset=Dataset.from_dict({"anchor": sentences,
+                                                                          "positive": POSITIVES + ["one more ."]}))
+    trainer.train()
+    assert trainer.state.global_step == 3
+    train_loss = trainer.state.log_history[-1]["train_loss"]
+    assert train_loss == train_loss and abs(train_loss) < float("inf")
+    assert any(not torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
