@@ -149,6 +149,18 @@ def test_cached_gradients_follow_the_outer_scaling_loss_parameters_included(tiny
             torch.testing.assert_close(p.grad, 0.25 * reference[name], rtol=1e-9, atol=1e-12, msg=name)
 
 
+def test_token_budget_mini_batches_equal_the_plain_loss(tiny_bert):
+    """``mini_batch_num_tokens`` (sentence-transformers' token-budget packing) turns caching on
+    and gives the plain loss and gradients."""
+    model = _model(tiny_bert).to(torch.float64)
+    model.eval()
+    features = _features(model, [ANCHORS, POSITIVES, NEGATIVES])
+    cached = st_losses.MACLLoss(model, mini_batch_num_tokens=20)
+    assert cached.uses_gradient_cache and cached.get_config_dict()["mini_batch_num_tokens"] == 20
+    _assert_same(_run(cached, features), _run(st_losses.MACLLoss(model), features),
+                 {"rtol": 1e-9, "atol": 1e-12})
+
+
 def test_no_grad_evaluation_gives_the_plain_value(tiny_bert):
     model = _model(tiny_bert)
     model.eval()
@@ -160,9 +172,10 @@ def test_no_grad_evaluation_gives_the_plain_value(tiny_bert):
 
 
 @pytest.mark.parametrize("bad, error", [(0, ValueError), (-1, ValueError), (2.0, TypeError), (True, TypeError)])
-def test_mini_batch_size_validation(bad, error):
-    with pytest.raises(error, match="mini_batch_size"):
-        st_losses.InfoNCELoss(None, mini_batch_size=bad)
+@pytest.mark.parametrize("argument", ["mini_batch_size", "mini_batch_num_tokens"])
+def test_mini_batch_size_validation(argument, bad, error):
+    with pytest.raises(error, match=argument):
+        st_losses.InfoNCELoss(None, **{argument: bad})
 
 
 def test_tile_size_is_validated_by_the_core():
