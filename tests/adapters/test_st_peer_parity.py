@@ -189,3 +189,18 @@ def test_amcl_single_pair_with_a_hard_negative_trains_through_its_batchnorm_head
     value.backward()
     assert torch.isfinite(value) and value.item() != 0.0  # the hard negative is a real negative
     assert all(torch.isfinite(c.grad).all() for c in columns)
+
+
+def test_the_peers_directions_and_partition_mode_select_the_symmetric_loss():
+    columns = _columns(columns=3)
+    both = ("query_to_doc", "doc_to_query")
+    ours = st_losses.InfoNCELoss(None, scale=20.0, directions=both, partition_mode="per_direction")
+    peer = MultipleNegativesRankingLoss(None, scale=20.0, directions=both, partition_mode="per_direction")
+    assert ours.symmetric
+    torch.testing.assert_close(ours.compute_loss_from_embeddings(columns, None),
+                               peer.compute_loss_from_embeddings(columns, None))
+    assert not st_losses.InfoNCELoss(None, directions=("query_to_doc",)).symmetric
+    with pytest.raises(ValueError, match="partition_mode='joint' is not available"):
+        st_losses.InfoNCELoss(None, directions=both, partition_mode="joint")
+    with pytest.raises(ValueError, match="query_to_query"):
+        st_losses.InfoNCELoss(None, directions=("query_to_doc", "query_to_query"))

@@ -158,6 +158,23 @@ def _resolve_temperature(temperature: float | None, scale: float | None, default
     return 1.0 / scale
 
 
+def _symmetric_from_directions(directions: Sequence[str] | None, partition_mode: str | None,
+                               symmetric: bool) -> bool:
+    """``symmetric`` from ``MultipleNegativesRankingLoss``'s ``directions`` / ``partition_mode``,
+    where they describe one of the two losses offered here."""
+    if directions is None and partition_mode is None:
+        return symmetric
+    directions = tuple(directions or ("query_to_doc",))
+    if directions == ("query_to_doc",) and partition_mode in (None, "joint", "per_direction"):
+        return symmetric
+    if sorted(directions) == ["doc_to_query", "query_to_doc"] and partition_mode == "per_direction":
+        return True
+    raise ValueError(
+        f"directions={directions} with partition_mode={partition_mode!r} is not available: the "
+        "losses here offer ('query_to_doc',) and ('query_to_doc', 'doc_to_query') with "
+        "partition_mode='per_direction' (that is symmetric=True)")
+
+
 def _check_similarity_fct(similarity_fct: Callable | None) -> None:
     """Only cosine similarity has a meaning here: the cores normalise the embeddings and the
     adaptive temperatures are defined on cosines (MACL's alignment, ASCL's sharpening)."""
@@ -443,9 +460,10 @@ class InfoNCELoss(_ScalarTemperatureLoss):
     """InfoNCE in the direction anchor -> candidates, like ``MultipleNegativesRankingLoss``.
 
     ``InfoNCELoss(model, temperature=0.05)`` (or ``scale=20``) equals
-    ``MultipleNegativesRankingLoss(model, scale=20)``; ``symmetric=True`` equals its symmetric
-    form (``MultipleNegativesSymmetricRankingLoss``), with or without hard negatives. A batch of
-    one pair gives 0, as the peer does.
+    ``MultipleNegativesRankingLoss(model, scale=20)``; ``symmetric=True`` (or the peer's
+    ``directions=("query_to_doc", "doc_to_query"), partition_mode="per_direction"``) equals its
+    symmetric form (``MultipleNegativesSymmetricRankingLoss``), with or without hard negatives.
+    A batch of one pair gives 0, as the peer does.
 
     Example:
         >>> loss = InfoNCELoss(model, scale=20.0)   # MultipleNegativesRankingLoss(model)
@@ -453,7 +471,8 @@ class InfoNCELoss(_ScalarTemperatureLoss):
 
     def __init__(self, model: nn.Module | None, temperature: float | None = None, *,
                  scale: float | None = None, similarity_fct: Callable | None = None,
-                 symmetric: bool = False, projection: nn.Module | None = None,
+                 symmetric: bool = False, directions: Sequence[str] | None = None,
+                 partition_mode: str | None = None, projection: nn.Module | None = None,
                  gather_across_devices: bool = False, tile_size: int | None = None,
                  mini_batch_size: int | None = None, mini_batch_num_tokens: int | None = None,
                  check_finite: bool = True, show_progress_bar: bool = False) -> None:
@@ -461,7 +480,8 @@ class InfoNCELoss(_ScalarTemperatureLoss):
                          core_kwargs={}, gather_across_devices=gather_across_devices,
                          check_finite=check_finite, tile_size=tile_size, projection=projection,
                          mini_batch_size=mini_batch_size, mini_batch_num_tokens=mini_batch_num_tokens,
-                         symmetric=symmetric, show_progress_bar=show_progress_bar)
+                         symmetric=_symmetric_from_directions(directions, partition_mode, symmetric),
+                         show_progress_bar=show_progress_bar)
 
     def get_config_dict(self) -> dict[str, Any]:
         return {"temperature": self.core.temperature, "symmetric": self.symmetric,
