@@ -13,7 +13,14 @@ import torch.multiprocessing as mp
 pytest.importorskip("sentence_transformers")
 
 WORLD, N, D = 2, 5, 8
-NAMES = ("infonce", "macl", "macl_symmetric")
+NAMES = ("infonce", "macl", "macl_symmetric", "amcl")
+
+
+class _Encoder(torch.nn.Module):
+    """Stands in for the model: AMCL only reads the embedding size to build its heads."""
+
+    def get_embedding_dimension(self) -> int:
+        return D
 
 
 def _make(name: str, gather: bool):
@@ -23,6 +30,12 @@ def _make(name: str, gather: bool):
         return st.InfoNCELoss(None, 0.05, gather_across_devices=gather)
     if name == "macl":
         return st.MACLLoss(None, gather_across_devices=gather)
+    if name == "amcl":
+        torch.manual_seed(0)  # the same heads and temperature network on every rank
+        loss = st.AMCLLoss(_Encoder(), num_heads=2, projection_dim=4, gather_across_devices=gather)
+        # the heads' BatchNorm in eval mode: batch statistics per rank differ from the full
+        # batch's by design (as in any DDP run without SyncBatchNorm); the gathering is under test
+        return loss.eval()
     return st.MACLLoss(None, 0.1, 0.5, 0.0, symmetric=True, gather_across_devices=gather)
 
 
@@ -66,7 +79,7 @@ def results():
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", NAMES)
-def test_gather_across_devices(results, name):
+def test_gather_across_devices_equals_the_full_batch_hard_negatives_included(results, name):
     cols = [c.clone().requires_grad_() for c in _columns()]
     loss = _make(name, False).compute_loss_from_embeddings(cols, None)
     loss.backward()

@@ -128,7 +128,40 @@ def test_dropout_is_replayed_in_the_second_pass(tiny_bert):
     assert not torch.allclose(embeddings[0], embeddings[1][torch.arange(len(ANCHORS) - 1, -1, -1)])
 
 
-def test_no_grad_evaluation_takes_the_plain_path(tiny_bert):
+def test_cached_gradients_follow_the_outer_scaling_loss_parameters_included(tiny_bert):
+    """``(0.25 * loss).backward()`` (gradient accumulation, AMP's scaler) scales every gradient:
+    the encoder's through the replay and the loss's own parameters (AMCL's heads and temperature
+    network), which the cached loss computes in forward and adds in backward."""
+    model = _model(tiny_bert).to(torch.float64)
+    model.eval()
+    features = _features(model, [ANCHORS, POSITIVES, NEGATIVES])
+    torch.manual_seed(1)
+    plain = LOSSES["amcl"](model).to(torch.float64)
+    _, reference = _run(plain, features)
+    cached = LOSSES["amcl"](model, mini_batch_size=3).to(torch.float64)
+    cached.load_state_dict(plain.state_dict())
+    for p in cached.parameters():
+        p.grad = None
+    (0.25 * cached([dict(f) for f in features], None)).backward()
+    assert any(name.startswith("heads.") for name in reference)
+    for name, p in cached.named_parameters():
+        if name in reference:
+            torch.testing.assert_close(p.grad, 0.25 * reference[name], rtol=1e-9, atol=1e-12, msg=name)
+
+
+def test_token_budget_mini_batches_equal_the_plain_loss(tiny_bert):
+    """``mini_batch_num_tokens`` (sentence-transformers' token-budget packing) turns caching on
+    and gives the plain loss and gradients."""
+    model = _model(tiny_bert).to(torch.float64)
+    model.eval()
+    features = _features(model, [ANCHORS, POSITIVES, NEGATIVES])
+    cached = st_losses.MACLLoss(model, mini_batch_num_tokens=20)
+    assert cached.uses_gradient_cache and cached.get_config_dict()["mini_batch_num_tokens"] == 20
+    _assert_same(_run(cached, features), _run(st_losses.MACLLoss(model), features),
+                 {"rtol": 1e-9, "atol": 1e-12})
+
+
+def test_no_grad_evaluation_gives_the_plain_value(tiny_bert):
     model = _model(tiny_bert)
     model.eval()
     features = _features(model, [ANCHORS, POSITIVES])
@@ -139,9 +172,10 @@ def test_no_grad_evaluation_takes_the_plain_path(tiny_bert):
 
 
 @pytest.mark.parametrize("bad, error", [(0, ValueError), (-1, ValueError), (2.0, TypeError), (True, TypeError)])
-def test_mini_batch_size_validation(bad, error):
-    with pytest.raises(error, match="mini_batch_size"):
-        st_losses.InfoNCELoss(None, mini_batch_size=bad)
+@pytest.mark.parametrize("argument", ["mini_batch_size", "mini_batch_num_tokens"])
+def test_mini_batch_size_validation(argument, bad, error):
+    with pytest.raises(error, match=argument):
+        st_losses.InfoNCELoss(None, **{argument: bad})
 
 
 def test_tile_size_is_validated_by_the_core():

@@ -14,12 +14,20 @@ of the saved model: save them with :meth:`AdaptiveContrastiveLoss.save_loss_stat
 
 Large batches: ``tile_size=`` streams the similarity matrix in tiles with an exact backward
 (Inf-CL, Cheng et al. 2024; :mod:`adaptcl.plugins.tiled`), so the loss itself needs memory
-linear in the batch; ``mini_batch_size=`` adds gradient caching (GradCache, Gao et al. 2021, as
-sentence-transformers' ``CachedMultipleNegativesRankingLoss``): the texts are embedded in
-mini-batches without a graph, the loss and its gradient wrt the embeddings are computed on the
-full batch, and each mini-batch is embedded again with gradient in backward (replaying its
-random state, so dropout masks are identical) to push the cached gradient into the encoder.
-Together they train with batches whose activations and similarity matrix would not fit.
+linear in the batch; ``mini_batch_size=`` adds gradient caching (GradCache, Gao et al. 2021)
+through sentence-transformers' own machinery (``CachedLossMixin``, as
+``CachedMultipleNegativesRankingLoss``): the texts are embedded in mini-batches without a graph,
+the loss and its gradient wrt the embeddings are computed on the full batch, and each mini-batch
+is embedded again with gradient in backward (replaying its random state, so dropout masks are
+identical). ``MatryoshkaLoss`` decorates such a loss's ``calculate_loss`` and DDP synchronises
+once after the replay, exactly as with the peer; under ``AdaptiveLayerLoss``, which patches the
+model's forward only during its forward pass, the loss embeds in one pass (the peer raises
+there). Together they train with batches whose activations and similarity matrix would not fit.
+
+Where sentence-transformers defines a behaviour the losses follow it: ``scale`` (1 / temperature)
+and ``similarity_fct=cos_sim`` are accepted, a batch of one pair gives 0 with zero gradient like
+``MultipleNegativesRankingLoss``, and ``symmetric=True`` is the peer's symmetric loss: the
+reverse direction (positive -> anchors) does not see the hard-negative columns.
 
 Example:
     >>> from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer
@@ -32,9 +40,11 @@ Example:
 
 from __future__ import annotations
 
-import json
+import logging
+import math
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -47,10 +57,13 @@ from . import require
 
 require("sentence_transformers", "text")
 
-from sentence_transformers.base.losses.gradcache import RandContext, _create_minibatch  # noqa: E402
+from sentence_transformers import SentenceTransformer  # noqa: E402
+from sentence_transformers.base.losses import CachedLossMixin, has_static_embedding_input  # noqa: E402
 from sentence_transformers.base.losses.merged_forward import embed_columns  # noqa: E402
-from sentence_transformers.util import all_gather_with_grad, get_world_size  # noqa: E402
+from sentence_transformers.util import all_gather_with_grad, cos_sim, get_world_size  # noqa: E402
 from transformers import TrainerCallback  # noqa: E402
+
+logger = logging.getLogger(__name__)
 
 LOSS_STATE_FILE = "adaptcl_loss_state.pt"
 
@@ -107,6 +120,102 @@ def _gather_fn(tensor: Tensor) -> list[Tensor]:
     return list(all_gather_with_grad(tensor).chunk(get_world_size()))
 
 
+def _check_bool(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__} {value!r}")
+    return value
+
+
+def _gather_kwargs(gather_across_devices: Any) -> dict[str, Any]:
+    """The core's gather arguments: sentence-transformers' gradient-carrying all-gather."""
+    gather = _check_bool("gather_across_devices", gather_across_devices)
+    return {"gather_distributed": gather, "gather_fn": _gather_fn if gather else None}
+
+
+def _check_optional_count(name: str, value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int or None, got {type(value).__name__}")
+    if value < 1:
+        raise ValueError(f"{name} must be >= 1, got {value}")
+    return value
+
+
+def _resolve_temperature(temperature: float | None, scale: float | None, default: float = 0.05) -> float:
+    """The temperature from ``temperature`` or sentence-transformers' ``scale`` (= 1 / temperature).
+
+    >>> _resolve_temperature(None, 20.0)
+    0.05
+    """
+    if scale is None:
+        return default if temperature is None else temperature
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0 or not math.isfinite(scale):
+        raise ValueError(f"scale must be a positive finite number (scale = 1 / temperature), got {scale!r}")
+    if temperature is not None and not math.isclose(temperature, 1.0 / scale):
+        raise ValueError(f"pass temperature or scale, not both: temperature={temperature} but "
+                         f"scale={scale} means temperature={1.0 / scale}")
+    return 1.0 / scale
+
+
+def _symmetric_from_directions(directions: Sequence[str] | None, partition_mode: str | None,
+                               symmetric: bool) -> bool:
+    """``symmetric`` from ``MultipleNegativesRankingLoss``'s ``directions`` / ``partition_mode``,
+    where they describe one of the two losses offered here."""
+    if directions is None and partition_mode is None:
+        return symmetric
+    directions = tuple(directions or ("query_to_doc",))
+    if directions == ("query_to_doc",) and partition_mode in (None, "joint", "per_direction"):
+        return symmetric
+    if sorted(directions) == ["doc_to_query", "query_to_doc"] and partition_mode == "per_direction":
+        return True
+    raise ValueError(
+        f"directions={directions} with partition_mode={partition_mode!r} is not available: the "
+        "losses here offer ('query_to_doc',) and ('query_to_doc', 'doc_to_query') with "
+        "partition_mode='per_direction' (that is symmetric=True)")
+
+
+def _check_similarity_fct(similarity_fct: Callable | None) -> None:
+    """Only cosine similarity has a meaning here: the cores normalise the embeddings and the
+    adaptive temperatures are defined on cosines (MACL's alignment, ASCL's sharpening)."""
+    if similarity_fct is None or similarity_fct is cos_sim:
+        return
+    name = getattr(similarity_fct, "__name__", type(similarity_fct).__name__)
+    raise ValueError(f"similarity_fct={name} is not supported: adaptcl's losses compare cosine "
+                     "similarities (sentence_transformers.util.cos_sim, the default); normalise or "
+                     "rescale through temperature/scale instead")
+
+
+def _forward_is_patched(model: nn.Module) -> bool:
+    """Whether a loss modifier has replaced the model's ``forward`` (or its first module's) on
+    the instance for the duration of its own forward pass, as ``AdaptiveLayerLoss`` does. A
+    gradient-cache replay in backward would run the unpatched forward, so such a call must embed
+    in one pass instead."""
+    model = getattr(model, "_orig_mod", model)
+    model = getattr(model, "module", model)  # DistributedDataParallel
+    modules = [model]
+    if isinstance(model, nn.Sequential) and len(model) > 0:
+        modules.append(model[0])
+    for module in modules:
+        override = vars(module).get("forward")
+        # a modifier restores the original as an instance attribute: a bound method of the
+        # class's own forward is not a patch
+        if override is not None and getattr(override, "__func__", override) is not type(module).forward:
+            return True
+    return False
+
+
+def _apply_loss_parameter_gradients(grad_output: Tensor, params: list[nn.Parameter],
+                                    grads: Sequence[Tensor | None]) -> None:
+    """Backward hook on a cached loss: add the loss's own parameter gradients (computed with the
+    loss in forward) scaled by the outer gradient (AMP scaler, gradient accumulation)."""
+    for param, grad in zip(params, grads, strict=True):
+        if grad is None:
+            continue
+        grad = grad * grad_output.to(grad.dtype)
+        param.grad = grad if param.grad is None else param.grad + grad
+
+
 class SimCSEProjection(nn.Sequential):
     """SimCSE's training-only MLP over the CLS vector: ``Linear(d, d) -> Tanh`` (Gao et al. 2021)."""
 
@@ -114,62 +223,31 @@ class SimCSEProjection(nn.Sequential):
         super().__init__(nn.Linear(dim, dim), nn.Tanh())
 
 
-class _CachedColumn(torch.autograd.Function):
-    """One column's embeddings computed without a graph; backward re-embeds each mini-batch with
-    gradient under the random state of its first pass and back-propagates the cached gradient.
-
-    ``dummy`` is an empty leaf requiring grad that puts this node into the loss's graph; the
-    gradients of the loss's own parameters (projection, heads) flow the ordinary way, and the
-    incoming gradient already carries any outer scaling (AMP scaler, accumulation).
-    """
-
-    @staticmethod
-    def forward(ctx, dummy: Tensor, loss: AdaptiveContrastiveLoss, features: dict,
-                mini_batch_size: int) -> Tensor:  # type: ignore[override]
-        parts, states, ranges = [], [], []
-        batch = _batch_size(features)
-        with torch.no_grad():
-            for begin in range(0, batch, mini_batch_size):
-                end = min(begin + mini_batch_size, batch)
-                mb = _create_minibatch(features, begin, end)
-                states.append(RandContext(*(v for v in mb.values() if isinstance(v, Tensor))))
-                parts.append(loss.model(mb)["sentence_embedding"])
-                ranges.append((begin, end))
-        ctx.loss, ctx.features, ctx.states, ctx.ranges = loss, features, states, ranges
-        return torch.cat(parts)
-
-    @staticmethod
-    def backward(ctx, grad: Tensor):  # type: ignore[override]
-        with torch.enable_grad():
-            for (begin, end), state in zip(ctx.ranges, ctx.states, strict=True):
-                with state:
-                    reps = ctx.loss.model(_create_minibatch(ctx.features, begin, end))["sentence_embedding"]
-                if reps.requires_grad:
-                    torch.autograd.backward(reps, grad[begin:end].to(reps.dtype))
-        return None, None, None, None
-
-
-def _batch_size(features: dict[str, Any]) -> int:
-    for key in ("input_ids", "attention_mask"):
-        if isinstance(features.get(key), Tensor):
-            return features[key].shape[0]
-    return next(v.shape[0] for v in features.values() if isinstance(v, Tensor) and v.ndim > 0)
-
-
-class AdaptiveContrastiveLoss(nn.Module):
+class AdaptiveContrastiveLoss(CachedLossMixin, nn.Module):
     """Base of the sentence-transformers losses: columns -> embeddings -> core loss.
 
     Args:
-        model: the ``SentenceTransformer`` being trained.
-        core: an :mod:`adaptcl.plugins` two-view loss module.
+        model: the ``SentenceTransformer`` being trained (``None`` is accepted when only
+            :meth:`compute_loss_from_embeddings` is called, as with sentence-transformers' losses).
+        core: an :mod:`adaptcl.plugins` two-view loss module in the ``"cross_view"`` form, built
+            with ``gather_distributed=gather_across_devices`` and sentence-transformers' gather.
         projection: optional module applied to every embedding before the loss and only there
             (SimCSE's training MLP); trained with the loss, not saved with the model.
         gather_across_devices: gather candidates (and hard negatives) from every rank, with
             gradient, before the loss (more negatives per anchor under DDP).
-        mini_batch_size: gradient caching: embed the texts ``mini_batch_size`` at a time without
-            a graph, compute the loss on the whole batch, then re-embed each mini-batch with
-            gradient in backward (same dropout masks). Same loss and gradients as without it;
-            activation memory of one mini-batch. ``None`` (default) embeds in one pass.
+        mini_batch_size: gradient caching with sentence-transformers' ``CachedLossMixin``: embed
+            the texts ``mini_batch_size`` at a time without a graph, compute the loss on the whole
+            batch, then re-embed each mini-batch with gradient in backward (same dropout masks).
+            Same loss and gradients as without it; activation memory of one mini-batch. ``None``
+            (default) embeds in one pass.
+        mini_batch_num_tokens: as in ``CachedMultipleNegativesRankingLoss``: mini-batches hold
+            at most this many non-padding tokens (turns gradient caching on).
+        symmetric: also rank the anchors for each positive and average the two directions. As
+            sentence-transformers' symmetric loss, the reverse direction ranks the anchors only:
+            hard-negative columns are candidates of the forward direction alone.
+        check_finite: raise ``ValueError`` on NaN/inf embeddings (costs one host-device
+            synchronisation per call; ``False`` skips it).
+        show_progress_bar: progress bar over the cached mini-batches.
 
     The subclasses also take ``tile_size`` (passed to the core loss): see
     :mod:`adaptcl.plugins.tiled`.
@@ -177,36 +255,93 @@ class AdaptiveContrastiveLoss(nn.Module):
 
     citation_text = INFONCE_CITATION
 
-    def __init__(self, model: nn.Module, core: nn.Module, *, projection: nn.Module | None = None,
-                 gather_across_devices: bool = False, mini_batch_size: int | None = None) -> None:
+    def __init__(self, model: nn.Module | None, core: nn.Module, *, projection: nn.Module | None = None,
+                 gather_across_devices: bool = False, mini_batch_size: int | None = None,
+                 mini_batch_num_tokens: int | None = None, symmetric: bool = False,
+                 show_progress_bar: bool = False) -> None:
+        self._check_model(model)
+        mini_batch_size = _check_optional_count("mini_batch_size", mini_batch_size)
+        mini_batch_num_tokens = _check_optional_count("mini_batch_num_tokens", mini_batch_num_tokens)
         super().__init__()
-        if mini_batch_size is not None:
-            if isinstance(mini_batch_size, bool) or not isinstance(mini_batch_size, int):
-                raise TypeError(f"mini_batch_size must be an int or None, got {type(mini_batch_size).__name__}")
-            if mini_batch_size < 1:
-                raise ValueError(f"mini_batch_size must be >= 1, got {mini_batch_size}")
         self.mini_batch_size = mini_batch_size
+        self.mini_batch_num_tokens = mini_batch_num_tokens
+        # CachedLossMixin's flag, read by MatryoshkaLoss / AdaptiveLayerLoss: per instance, as
+        # sentence-transformers' losses that can turn the caching off do.
+        self.uses_gradient_cache = mini_batch_size is not None or mini_batch_num_tokens is not None
+        if self.uses_gradient_cache and isinstance(model, SentenceTransformer) and has_static_embedding_input(model):
+            raise ValueError(
+                f"mini_batch_size / mini_batch_num_tokens: {type(self).__name__} cannot cache gradients "
+                "for a model based on a StaticEmbedding, whose inputs cannot be split into mini-batches")
+        self.show_progress_bar = _check_bool("show_progress_bar", show_progress_bar)
         self.model = model
         self.core = core
         self.projection = projection
-        self.gather_across_devices = bool(gather_across_devices)
-        if self.gather_across_devices and hasattr(core, "gather_distributed"):
-            core.gather_distributed = True
-            core.gather_fn = _gather_fn
+        self.symmetric = _check_bool("symmetric", symmetric)
+        self.gather_across_devices = _check_bool("gather_across_devices", gather_across_devices)
         self.last_stats: dict[str, Tensor] = {}
+        self._pending_parameter_grads: list[tuple[list[nn.Parameter], tuple[Tensor | None, ...]]] = []
+        self._warned_patched_forward = False
+
+    def _check_model(self, model: Any) -> None:
+        if model is not None and not isinstance(model, nn.Module):
+            raise TypeError(
+                f"model must be the SentenceTransformer being trained (or None when only "
+                f"compute_loss_from_embeddings is called), got {type(model).__name__} {model!r}: "
+                f"the model comes first, as in sentence-transformers' losses, e.g. "
+                f"{type(self).__name__}(model, temperature=0.05)")
+
+    # --- forward: one pass, or gradient caching on sentence-transformers' machinery -----------
 
     def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None) -> Tensor:
-        if self.mini_batch_size is not None and torch.is_grad_enabled():
-            embeddings = self.embed_cached(sentence_features)
-        else:
-            embeddings = embed_columns(self.model, sentence_features)
+        sentence_features = list(sentence_features)
+        if self.uses_gradient_cache and _forward_is_patched(self.model):
+            if not self._warned_patched_forward:
+                logger.warning("%s: the model's forward is patched by a loss modifier (e.g. "
+                               "AdaptiveLayerLoss) for this call only; embedding in one pass "
+                               "without gradient caching", type(self).__name__)
+                self._warned_patched_forward = True
+        elif self.uses_gradient_cache:
+            self._pending_parameter_grads = []
+            loss = self.forward_cached(sentence_features, labels)
+            pending, self._pending_parameter_grads = self._pending_parameter_grads, []
+            if loss.requires_grad:
+                for params, grads in pending:
+                    loss.register_hook(partial(_apply_loss_parameter_gradients, params=params, grads=grads))
+            return loss
+        embeddings = embed_columns(self.model, sentence_features)
         return self.compute_loss_from_embeddings(embeddings, labels)
 
-    def embed_cached(self, sentence_features: Iterable[dict[str, Tensor]]) -> list[Tensor]:
-        """Column embeddings whose backward re-embeds mini-batches (gradient caching)."""
-        dummy = torch.empty(0, requires_grad=True)
-        return [_CachedColumn.apply(dummy, self, dict(features), self.mini_batch_size)
-                for features in sentence_features]
+    def calculate_loss(self, reps: list[list[Tensor]], labels: Tensor | None = None, *,
+                       with_backward: bool = False) -> Tensor:
+        """``CachedLossMixin``'s hook: the loss of the whole batch from per-mini-batch embeddings.
+
+        With ``with_backward`` the gradients wrt the embeddings land in their ``.grad`` (the
+        cache); those of the loss's own parameters (projection, AMCL heads) are held back and
+        added in backward, scaled like every other gradient.
+        """
+        loss = self.compute_loss_from_embeddings([torch.cat(column) for column in reps], labels)
+        if not with_backward:
+            return loss
+        leaves = [rep for column in reps for rep in column]
+        params = [p for name, p in self.named_parameters() if p.requires_grad and not name.startswith("model.")]
+        grads = torch.autograd.grad(loss, leaves + params, allow_unused=True)
+        for leaf, grad in zip(leaves, grads, strict=False):
+            if grad is not None:
+                leaf.grad = grad if leaf.grad is None else leaf.grad + grad
+        if params:
+            self._pending_parameter_grads.append((params, grads[len(leaves):]))
+        return loss.detach()
+
+    # --- the loss on embeddings -----------------------------------------------------------
+
+    def project(self, embeddings: Tensor) -> Tensor:
+        """What the core loss sees of one column: the training-only projection, if any."""
+        return embeddings if self.projection is None else self.projection(embeddings)
+
+    def project_columns(self, anchors: Tensor, positives: Tensor,
+                        negatives: Tensor | None) -> tuple[Tensor, Tensor, Tensor | None]:
+        return (self.project(anchors), self.project(positives),
+                None if negatives is None else self.project(negatives))
 
     def compute_loss_from_embeddings(self, embeddings: list[Tensor], labels: Tensor | None) -> Tensor:
         """Loss of ``(anchor, positive[, negative...])`` embedding columns; ``labels`` unused."""
@@ -214,28 +349,46 @@ class AdaptiveContrastiveLoss(nn.Module):
             raise ValueError(
                 f"{type(self).__name__} needs at least 2 columns (anchor, positive), got {len(embeddings)}"
             )
-        if self.projection is not None:
-            embeddings = [self.projection(e) for e in embeddings]
-        anchors, positives = embeddings[0], embeddings[1]
         negatives = torch.cat(embeddings[2:]) if len(embeddings) > 2 else None
         if negatives is not None and self.gather_across_devices and get_world_size() > 1:
             negatives = all_gather_with_grad(negatives)
+        anchors, positives, negatives = self.project_columns(embeddings[0], embeddings[1], negatives)
         loss = self.core(anchors, positives, negatives)
-        self.last_stats = dict(self.core.last_stats)
+        stats = dict(self.core.last_stats)
+        if self.symmetric:
+            reverse = self.core(positives, anchors)
+            loss = (loss + reverse) / 2
+            stats = {k: (v + self.core.last_stats[k]) / 2 if k in self.core.last_stats else v
+                     for k, v in stats.items()}
+        self.last_stats = stats
         return loss
 
     @property
     def temperature(self) -> float:
         return float(self.core.temperature)
 
+    @property
+    def check_finite(self) -> bool:
+        return self.core.check_finite
+
+    @check_finite.setter
+    def check_finite(self, value: bool) -> None:
+        self.core.check_finite = _check_bool("check_finite", value)
+
     def get_config_dict(self) -> dict[str, Any]:
-        config = {"gather_across_devices": self.gather_across_devices}
+        config: dict[str, Any] = {"gather_across_devices": self.gather_across_devices}
+        if self.symmetric:
+            config["symmetric"] = True
         if getattr(self.core, "tile_size", None) is not None:
             config["tile_size"] = self.core.tile_size
         if self.mini_batch_size is not None:
             config["mini_batch_size"] = self.mini_batch_size
+        if self.mini_batch_num_tokens is not None:
+            config["mini_batch_num_tokens"] = self.mini_batch_num_tokens
         if self.projection is not None:
             config["projection"] = type(self.projection).__name__
+        if not self.check_finite:
+            config["check_finite"] = False
         return config
 
     @property
@@ -278,50 +431,91 @@ class AdaptiveContrastiveLoss(nn.Module):
             raise ValueError(f"loss state mismatch: missing {missing}, unexpected {unexpected}")
 
 
-class InfoNCELoss(AdaptiveContrastiveLoss):
+class _ScalarTemperatureLoss(AdaptiveContrastiveLoss):
+    """A loss with one temperature, given as ``temperature`` or sentence-transformers' ``scale``
+    (1 / temperature) and settable as either; the core is ``core_cls(temperature, *core_args,
+    **core_kwargs)`` in the cross-view form."""
+
+    def __init__(self, model: nn.Module | None, core_cls: type[nn.Module], temperature: float | None,
+                 *core_args: Any, scale: float | None, similarity_fct: Callable | None,
+                 core_kwargs: dict[str, Any], gather_across_devices: bool, check_finite: bool,
+                 tile_size: int | None, **base_kwargs: Any) -> None:
+        self._check_model(model)
+        _check_similarity_fct(similarity_fct)
+        core = core_cls(_resolve_temperature(temperature, scale), *core_args, form="cross_view",
+                        check_finite=check_finite, tile_size=tile_size,
+                        **_gather_kwargs(gather_across_devices), **core_kwargs)
+        super().__init__(model, core, gather_across_devices=gather_across_devices, **base_kwargs)
+
+    @property
+    def scale(self) -> float:
+        return 1.0 / float(self.core.temperature)
+
+    @scale.setter
+    def scale(self, value: float) -> None:
+        self.core.temperature = _resolve_temperature(None, value)
+
+
+class InfoNCELoss(_ScalarTemperatureLoss):
     """InfoNCE in the direction anchor -> candidates, like ``MultipleNegativesRankingLoss``.
 
-    ``InfoNCELoss(model, temperature=0.05)`` equals ``MultipleNegativesRankingLoss(model,
-    scale=20)``; ``symmetric=True`` averages both directions.
+    ``InfoNCELoss(model, temperature=0.05)`` (or ``scale=20``) equals
+    ``MultipleNegativesRankingLoss(model, scale=20)``; ``symmetric=True`` (or the peer's
+    ``directions=("query_to_doc", "doc_to_query"), partition_mode="per_direction"``) equals its
+    symmetric form (``MultipleNegativesSymmetricRankingLoss``), with or without hard negatives.
+    A batch of one pair gives 0, as the peer does.
+
+    Example:
+        >>> loss = InfoNCELoss(model, scale=20.0)   # MultipleNegativesRankingLoss(model)
     """
 
-    def __init__(self, model: nn.Module, temperature: float = 0.05, *, symmetric: bool = False,
-                 projection: nn.Module | None = None, gather_across_devices: bool = False,
-                 tile_size: int | None = None, mini_batch_size: int | None = None) -> None:
-        core = plugins.InfoNCELoss(temperature, form="cross_view_symmetric" if symmetric else "cross_view",
-                                   tile_size=tile_size)
-        super().__init__(model, core, projection=projection, gather_across_devices=gather_across_devices,
-                         mini_batch_size=mini_batch_size)
-        self.symmetric = symmetric
+    def __init__(self, model: nn.Module | None, temperature: float | None = None, *,
+                 scale: float | None = None, similarity_fct: Callable | None = None,
+                 symmetric: bool = False, directions: Sequence[str] | None = None,
+                 partition_mode: str | None = None, projection: nn.Module | None = None,
+                 gather_across_devices: bool = False, tile_size: int | None = None,
+                 mini_batch_size: int | None = None, mini_batch_num_tokens: int | None = None,
+                 check_finite: bool = True, show_progress_bar: bool = False) -> None:
+        super().__init__(model, plugins.InfoNCELoss, temperature, scale=scale, similarity_fct=similarity_fct,
+                         core_kwargs={}, gather_across_devices=gather_across_devices,
+                         check_finite=check_finite, tile_size=tile_size, projection=projection,
+                         mini_batch_size=mini_batch_size, mini_batch_num_tokens=mini_batch_num_tokens,
+                         symmetric=_symmetric_from_directions(directions, partition_mode, symmetric),
+                         show_progress_bar=show_progress_bar)
 
     def get_config_dict(self) -> dict[str, Any]:
         return {"temperature": self.core.temperature, "symmetric": self.symmetric,
                 **super().get_config_dict()}
 
 
-class MACLLoss(AdaptiveContrastiveLoss):
+class MACLLoss(_ScalarTemperatureLoss):
     """MACL (Huang et al., ICML 2023) for sentence embeddings.
 
     Defaults are the paper's SimCSE setting: tau0 = 0.05, alpha = 2, A0 = 0.8, no reweighting
     ("the results are not sensitive to batch size, so we did not apply reweighting"). The
-    adaptive temperature is clamped at ``min_temperature`` (default tau0 / 10).
+    adaptive temperature is clamped at ``min_temperature`` (default tau0 / 10). ``scale`` sets
+    tau0 as 1 / scale.
     """
 
     citation_text = MACL_CITATION
 
-    def __init__(self, model: nn.Module, temperature: float = 0.05, alpha: float = 2.0,
-                 a0: float = 0.8, *, reweight: bool = False, adaptive: bool = True,
+    def __init__(self, model: nn.Module | None, temperature: float | None = None, alpha: float = 2.0,
+                 a0: float = 0.8, *, scale: float | None = None, similarity_fct: Callable | None = None,
+                 reweight: bool = False, adaptive: bool = True,
                  temperature_form: str = "linear", min_temperature: float | None = None,
                  symmetric: bool = False, projection: nn.Module | None = None,
                  gather_across_devices: bool = False, tile_size: int | None = None,
-                 mini_batch_size: int | None = None) -> None:
-        core = plugins.MACLLoss(temperature, alpha, a0, reweight=reweight, adaptive=adaptive,
-                                temperature_form=temperature_form, min_temperature=min_temperature,
-                                form="cross_view_symmetric" if symmetric else "cross_view",
-                                tile_size=tile_size)
-        super().__init__(model, core, projection=projection, gather_across_devices=gather_across_devices,
-                         mini_batch_size=mini_batch_size)
-        self.symmetric = symmetric
+                 mini_batch_size: int | None = None, mini_batch_num_tokens: int | None = None,
+                 check_finite: bool = True, show_progress_bar: bool = False) -> None:
+        super().__init__(model, plugins.MACLLoss, temperature, alpha, a0, scale=scale,
+                         similarity_fct=similarity_fct,
+                         core_kwargs={"reweight": reweight, "adaptive": adaptive,
+                                      "temperature_form": temperature_form,
+                                      "min_temperature": min_temperature},
+                         gather_across_devices=gather_across_devices, check_finite=check_finite,
+                         tile_size=tile_size, projection=projection, mini_batch_size=mini_batch_size,
+                         mini_batch_num_tokens=mini_batch_num_tokens, symmetric=symmetric,
+                         show_progress_bar=show_progress_bar)
 
     def get_config_dict(self) -> dict[str, Any]:
         c = self.core
@@ -331,20 +525,24 @@ class MACLLoss(AdaptiveContrastiveLoss):
                 **super().get_config_dict()}
 
 
-class ASCLLoss(AdaptiveContrastiveLoss):
+class ASCLLoss(_ScalarTemperatureLoss):
     """ASCL (Feng & Patras, 2022) with in-batch soft labels: the other positives of the batch
     are the negatives, and those closest to an anchor's own positive get soft target mass."""
 
     citation_text = ASCL_CITATION
 
-    def __init__(self, model: nn.Module, temperature: float = 0.05,
+    def __init__(self, model: nn.Module | None, temperature: float | None = None,
                  sharpen_temperature: float = 0.025, num_neighbors: int = 1, mode: str = "ascl", *,
+                 scale: float | None = None, similarity_fct: Callable | None = None,
                  projection: nn.Module | None = None, gather_across_devices: bool = False,
-                 tile_size: int | None = None, mini_batch_size: int | None = None) -> None:
-        core = plugins.ASCLLoss(temperature, sharpen_temperature, num_neighbors, mode, form="cross_view",
-                                tile_size=tile_size)
-        super().__init__(model, core, projection=projection, gather_across_devices=gather_across_devices,
-                         mini_batch_size=mini_batch_size)
+                 tile_size: int | None = None, mini_batch_size: int | None = None,
+                 mini_batch_num_tokens: int | None = None, check_finite: bool = True,
+                 show_progress_bar: bool = False) -> None:
+        super().__init__(model, plugins.ASCLLoss, temperature, sharpen_temperature, num_neighbors, mode,
+                         scale=scale, similarity_fct=similarity_fct, core_kwargs={},
+                         gather_across_devices=gather_across_devices, check_finite=check_finite,
+                         tile_size=tile_size, projection=projection, mini_batch_size=mini_batch_size,
+                         mini_batch_num_tokens=mini_batch_num_tokens, show_progress_bar=show_progress_bar)
 
     def get_config_dict(self) -> dict[str, Any]:
         c = self.core
@@ -357,7 +555,8 @@ class AMCLLoss(AdaptiveContrastiveLoss):
 
     The heads and the temperature network live in the loss and are used only in training; the
     saved ``SentenceTransformer`` is the encoder. Save/restore them with
-    :meth:`save_loss_state` / :meth:`load_loss_state` or :class:`LossStateCallback`.
+    :meth:`save_loss_state` / :meth:`load_loss_state` or :class:`LossStateCallback`. Hard
+    negatives are gathered across devices with ``gather_across_devices`` like the other losses.
     """
 
     citation_text = AMCL_CITATION
@@ -366,30 +565,40 @@ class AMCLLoss(AdaptiveContrastiveLoss):
                  hidden_dim: int | None = None, beta: float = 1e-3, eta: float = 1e-5,
                  iota: float = 2.0, *, negative_term: str = "softmax", kappa: int = 1,
                  objective: str = "infonce", gather_across_devices: bool = False,
-                 tile_size: int | None = None, mini_batch_size: int | None = None) -> None:
-        dim = embedding_dimension(model)
+                 tile_size: int | None = None, mini_batch_size: int | None = None,
+                 mini_batch_num_tokens: int | None = None, check_finite: bool = True,
+                 show_progress_bar: bool = False) -> None:
+        self._check_model(model)
+        dim = None if model is None else embedding_dimension(model)
         if dim is None:
-            raise ValueError("the model does not report its sentence embedding dimension")
+            raise ValueError("AMCLLoss sizes its heads from the model's sentence embedding dimension, "
+                             "which the model does not report")
         hidden = hidden_dim or dim
         core = plugins.AMCLLoss(plugins.PairTemperature(projection_dim, eta=eta, iota=iota),
                                 beta=beta, negative_term=negative_term, kappa=kappa,
-                                objective=objective, form="cross_view",
-                                gather_distributed=gather_across_devices, tile_size=tile_size)
+                                objective=objective, form="cross_view", check_finite=check_finite,
+                                tile_size=tile_size, **_gather_kwargs(gather_across_devices))
         super().__init__(model, core, gather_across_devices=gather_across_devices,
-                         mini_batch_size=mini_batch_size)
+                         mini_batch_size=mini_batch_size, mini_batch_num_tokens=mini_batch_num_tokens,
+                         show_progress_bar=show_progress_bar)
         self.heads = plugins.MultiHeadProjection(dim, hidden, projection_dim, num_heads=num_heads)
         self.config = {"num_heads": num_heads, "projection_dim": projection_dim, "hidden_dim": hidden,
                        "beta": beta, "eta": eta, "iota": iota, "negative_term": negative_term,
                        "kappa": kappa, "objective": objective}
 
-    def compute_loss_from_embeddings(self, embeddings: list[Tensor], labels: Tensor | None) -> Tensor:
-        if len(embeddings) < 2:
-            raise ValueError(f"AMCLLoss needs at least 2 columns (anchor, positive), got {len(embeddings)}")
-        heads = [self.heads(e) for e in embeddings]  # [C, B, d'] each
-        negatives = torch.cat(heads[2:], dim=1) if len(heads) > 2 else None
-        loss = self.core(heads[0], heads[1], negatives)
-        self.last_stats = dict(self.core.last_stats)
-        return loss
+    def project(self, embeddings: Tensor) -> Tensor:
+        """The C heads' projections, ``[C, B, d']``."""
+        return self.heads(embeddings)
+
+    def project_columns(self, anchors: Tensor, positives: Tensor,
+                        negatives: Tensor | None) -> tuple[Tensor, Tensor, Tensor | None]:
+        if anchors.shape[0] > 1 or not self.heads.training:
+            return super().project_columns(anchors, positives, negatives)
+        # A batch of one pair (the last batch of an epoch) leaves the heads' BatchNorm without
+        # per-column batch statistics: project its rows together instead.
+        columns = [anchors, positives] + ([] if negatives is None else [negatives])
+        parts = self.heads(torch.cat(columns)).split([c.shape[0] for c in columns], dim=1)
+        return parts[0], parts[1], parts[2] if negatives is not None else None
 
     @property
     def temperature(self) -> float:
@@ -419,25 +628,3 @@ class LossStateCallback(TrainerCallback):
         if state.is_world_process_zero:
             self.loss.save_loss_state(args.output_dir)
         return control
-
-
-class AdaptiveStatsCallback(TrainerCallback):
-    """Add the loss's adaptive quantities (temperature, alignment, mean W, confidence) to the
-    trainer's logs, so they reach the console, TensorBoard or W&B with the loss value."""
-
-    def __init__(self, loss: AdaptiveContrastiveLoss, prefix: str = "adaptcl/") -> None:
-        self.loss = loss
-        self.prefix = prefix
-        self.history: list[dict[str, float]] = []
-
-    def on_log(self, args, state, control, logs=None, **kwargs):
-        if logs is not None and self.loss.last_stats:
-            stats = {f"{self.prefix}{k}": float(v) for k, v in self.loss.last_stats.items()}
-            logs.update(stats)
-            self.history.append({"step": state.global_step, **stats})
-        return control
-
-
-def describe(loss: AdaptiveContrastiveLoss) -> str:
-    """One-line JSON description (class + config), e.g. for run logs."""
-    return json.dumps({"loss": type(loss).__name__, **loss.get_config_dict()}, default=str)

@@ -302,7 +302,7 @@ def train_simcse(model: SentenceTransformer, train_dataset, loss: AdaptiveContra
         metric_for_best_model=metric,
         greater_is_better=True,
         report_to="none",
-        dataloader_drop_last=True,  # a last batch of one would have no negatives
+        dataloader_drop_last=True,  # a last batch of one pair gives 0, but the optimiser would still step
         use_cpu=not torch.cuda.is_available(),
         **config.extra_args,
     )
