@@ -29,7 +29,8 @@ How:
   top of its inputs: autograd-saved tensors, temporaries and the input gradients (not
   measured on CPU);
 * an out-of-memory error is caught per case and recorded (``oom``); the same loss is then not
-  tried at larger batches of that dim and dtype (``skipped``).
+  tried at larger batches of that dim and dtype (``skipped``). Any other exception is recorded
+  as ``error`` with its message, listed at the end, and makes the exit code 1.
 
 Without CUDA the script prints why and exits 0. ``--device cpu`` runs the same machinery on
 the CPU, for the smoke test (``tests/test_bench_gpu.py``); its numbers are not the point.
@@ -191,7 +192,11 @@ def free_memory(device: torch.device) -> None:
 
 def measure(step: Callable[[], None], device: torch.device, *, warmup: int, repeats: int,
             case_budget: float) -> dict[str, object]:
-    """Median time and peak added memory of ``step``; ``{"status": "oom"}`` when it runs out.
+    """Median time and peak added memory of ``step``.
+
+    Returns ``{"status": "ok", ...}``, or ``"oom"`` when the device ran out of memory, or
+    ``"error"`` with the exception's type and message for anything else (reported at the end
+    and in the exit code, but a long run goes on).
 
     ``step`` runs ``warmup`` times untimed, then ``repeats`` times under :class:`Timer` (once
     if the first warm step took longer than ``case_budget`` seconds).
@@ -214,11 +219,11 @@ def measure(step: Callable[[], None], device: torch.device, *, warmup: int, repe
                 step()
             times.append(timer.seconds)
         peak = torch.cuda.max_memory_allocated(device) - base if cuda else None
-    except Exception as error:  # noqa: BLE001 - only out-of-memory is expected; re-raised otherwise
-        if not is_oom(error):
-            raise
+    except Exception as error:  # noqa: BLE001 - recorded, so one case cannot end a long run
         free_memory(device)
-        return {"status": "oom", "error": str(error).splitlines()[0][:200]}
+        message = (str(error).splitlines() or [""])[0][:300]
+        return {"status": "oom" if is_oom(error) else "error",
+                "error": message if is_oom(error) else f"{type(error).__name__}: {message}"}
     return {"status": "ok", "time_s": statistics.median(times), "times_s": times,
             "peak_bytes": peak}
 
@@ -503,7 +508,11 @@ def main(argv: list[str] | None = None) -> int:
     tmp.write_text(json.dumps(result, indent=2) + "\n")
     os.replace(tmp, args.out)
     print(f"wrote {args.out}")
-    return 0
+    errors = [r for r in losses + step if r["status"] == "error"]
+    for r in errors:
+        print(f"ERROR in {r['loss']} (batch {r['batch']}, {r.get('dim', '-')}, {r['dtype']}): "
+              f"{r['error']}", file=sys.stderr)
+    return 1 if errors else 0
 
 
 if __name__ == "__main__":

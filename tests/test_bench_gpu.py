@@ -104,14 +104,17 @@ def test_out_of_memory_is_recorded_and_larger_batches_are_skipped(bench):
     assert len(records[0]["times_s"]) == 2
 
 
-def test_other_errors_are_not_swallowed(bench):
+def test_other_errors_are_recorded_with_their_message_and_fail_the_exit_code(bench):
     def broken(_tile_size):
-        return lambda z0, z1: (_ for _ in ()).throw(ValueError("a real bug"))
+        def loss_fn(z0, z1):
+            raise ValueError("a real bug")
+        return loss_fn
 
-    with pytest.raises(ValueError, match="a real bug"):
-        bench.run_losses([bench.Candidate("broken", broken)], torch.device("cpu"), [8], [4],
-                         ["fp32"], tile_size=8, warmup=0, repeats=1, case_budget=60.0,
-                         log=lambda _line: None)
+    records = bench.run_losses([bench.Candidate("broken", broken)], torch.device("cpu"), [8, 16],
+                               [4], ["fp32"], tile_size=8, warmup=0, repeats=1,
+                               case_budget=60.0, log=lambda _line: None)
+    assert [r["status"] for r in records] == ["error", "error"]
+    assert records[0]["error"] == "ValueError: a real bug"
 
 
 def test_cifar_resnet18_is_the_32x32_variant(bench):
@@ -148,3 +151,18 @@ def test_cli_on_cpu_writes_the_tables_and_the_json(tmp_path):
     assert result["environment"]["device"] == "cpu"
     assert {r["loss"] for r in result["losses"]} >= {"adaptcl MACL", "lightly NTXentLoss"}
     assert result["simclr_step"] == []
+
+
+def test_an_error_in_any_case_makes_the_exit_code_1(bench, monkeypatch, tmp_path, capsys):
+    def broken(_tile_size):
+        def loss_fn(z0, z1):
+            raise ValueError("a real bug")
+        return loss_fn
+
+    monkeypatch.setattr(bench, "CANDIDATES", [bench.Candidate("broken", broken)])
+    out = tmp_path / "bench.json"
+    code = bench.main(["--device", "cpu", "--batches", "8", "--dims", "4", "--dtypes", "fp32",
+                       "--repeats", "1", "--step-batch", "0", "--out", str(out)])
+    assert code == 1
+    assert "ERROR in broken" in capsys.readouterr().err
+    assert json.loads(out.read_text())["losses"][0]["status"] == "error"
