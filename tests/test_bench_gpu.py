@@ -23,15 +23,6 @@ SCRIPT = REPO_ROOT / "benchmarks" / "bench_gpu.py"
 pytest.importorskip("lightly", reason="the benchmark compares against Lightly (extra 'vision')")
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # tiny cases on a shared machine: more threads only add contention
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.fixture(scope="module")
 def bench():
     spec = importlib.util.spec_from_file_location("bench_gpu", SCRIPT)
