@@ -39,8 +39,8 @@ from sentence_transformers import (  # noqa: E402
     SentenceTransformer,
     SentenceTransformerTrainer,
     SentenceTransformerTrainingArguments,
-    models,
 )
+from sentence_transformers.sentence_transformer.modules import Pooling, Transformer  # noqa: E402
 
 from adaptcl.adapters import sentence_transformers as st_losses  # noqa: E402
 
@@ -69,8 +69,8 @@ def tiny_bert_path(tmp_path_factory):
 
 def _model(path, device: torch.device) -> SentenceTransformer:
     torch.manual_seed(0)
-    encoder = models.Transformer(str(path), max_seq_length=16)
-    pooling = models.Pooling(encoder.get_word_embedding_dimension(), "mean")
+    encoder = Transformer(str(path), max_seq_length=16)
+    pooling = Pooling(encoder.get_embedding_dimension(), "mean")
     return SentenceTransformer(modules=[encoder, pooling], device=str(device))
 
 
