@@ -122,6 +122,18 @@ def _trainer_step(model, loss_name: str, output_dir, **precision):
     return probe, update, trainer
 
 
+_FLOAT32: dict = {}
+
+
+def _float32_step(model, loss_name: str, tmp_path):
+    """The float32 step of ``loss_name`` from the seed-0 model, run once per loss and device."""
+    key = (loss_name, str(next(model.parameters()).device))
+    if key not in _FLOAT32:
+        probe, update, _ = _trainer_step(copy.deepcopy(model), loss_name, tmp_path / "fp32")
+        _FLOAT32[key] = probe, update
+    return _FLOAT32[key]
+
+
 def _assert_close_to_float32(probe, update, reference, ref_update, precision) -> None:
     assert probe.loss.dtype == torch.float32 and torch.isfinite(probe.loss)
     assert torch.isfinite(update).all() and update.abs().sum() > 0
@@ -134,7 +146,7 @@ def _assert_close_to_float32(probe, update, reference, ref_update, precision) ->
 def test_bf16_trainer_step_is_finite_and_close_to_float32(tiny_bert_path, tmp_path, loss_name,
                                                          device):
     model = _model(tiny_bert_path, device)
-    reference, ref_update, _ = _trainer_step(copy.deepcopy(model), loss_name, tmp_path / "fp32")
+    reference, ref_update = _float32_step(model, loss_name, tmp_path)
     probe, update, _ = _trainer_step(model, loss_name, tmp_path / "bf16", bf16=True)
     assert reference.linear_dtype == torch.float32
     assert probe.linear_dtype == torch.bfloat16  # the trainer's autocast reached the encoder
@@ -144,7 +156,7 @@ def test_bf16_trainer_step_is_finite_and_close_to_float32(tiny_bert_path, tmp_pa
 @pytest.mark.parametrize("loss_name", list(LOSSES))
 def test_fp16_step_is_finite_and_close_to_float32(tiny_bert_path, tmp_path, loss_name, device):
     model = _model(tiny_bert_path, device)
-    reference, ref_update, _ = _trainer_step(copy.deepcopy(model), loss_name, tmp_path / "fp32")
+    reference, ref_update = _float32_step(model, loss_name, tmp_path)
     if device.type == "cuda":
         probe, update, trainer = _trainer_step(model, loss_name, tmp_path / "fp16", fp16=True)
         assert trainer.accelerator.scaler is not None
@@ -176,7 +188,7 @@ def test_fp16_step_is_finite_and_close_to_float32(tiny_bert_path, tmp_path, loss
 def test_fp16_switch_trains_in_float32_on_cpu(tiny_bert_path, tmp_path):
     """What CPU supports: accelerate ignores ``fp16=True`` there (no autocast, no scaler)."""
     model = _model(tiny_bert_path, torch.device("cpu"))
-    reference, ref_update, _ = _trainer_step(copy.deepcopy(model), "macl", tmp_path / "fp32")
+    reference, ref_update = _float32_step(model, "macl", tmp_path)
     probe, update, trainer = _trainer_step(model, "macl", tmp_path / "fp16", fp16=True)
     assert not trainer.accelerator.native_amp and trainer.accelerator.scaler is None
     assert probe.linear_dtype == torch.float32
