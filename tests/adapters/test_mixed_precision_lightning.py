@@ -8,12 +8,12 @@ already unscaled when a gradient scaler is in play) are compared.
 Which switch, per device:
 
 * bf16: ``Trainer(precision="bf16-mixed")`` on CPU and CUDA.
-* fp16: on CUDA ``Trainer(precision="16-mixed")`` (autocast to float16 plus Lightning's
-  ``GradScaler``). On CPU Lightning does not run fp16: ``precision="16-mixed"`` with
-  ``accelerator="cpu"`` warns and silently falls back to bf16
-  (``test_lightning_16_mixed_on_cpu_falls_back_to_bf16`` pins that). The fp16 step is therefore
-  run here through Lightning's own ``MixedPrecision("16-mixed", "cpu", scaler=GradScaler("cpu"))``
-  plugin, the same plugin ``precision="16-mixed"`` builds on CUDA, with its scaler.
+* fp16: Lightning's ``MixedPrecision("16-mixed", device, scaler=GradScaler(...))`` plugin, which
+  is what ``Trainer(precision="16-mixed")`` builds on CUDA (autocast to float16 plus a gradient
+  scaler), passed explicitly to choose the scaler's initial scale (below). On CPU Lightning does
+  not run fp16 from the string: ``precision="16-mixed"`` with ``accelerator="cpu"`` warns and
+  falls back to bf16 (``test_lightning_16_mixed_on_cpu_falls_back_to_bf16`` pins that), so the
+  plugin is the only way there.
 
 Tolerances against float32 on the same batch. The backbone and heads run in the low precision
 (bfloat16 keeps 8 mantissa bits, a relative rounding of 2**-8 = 0.4 % per operation; float16
@@ -142,11 +142,11 @@ def _precision_args(device: torch.device, precision: str) -> dict:
         return dict(accelerator=accelerator, precision="32-true")
     if precision == "bf16":
         return dict(accelerator=accelerator, precision="bf16-mixed")
-    if device.type == "cuda":
-        return dict(accelerator=accelerator, precision="16-mixed")
-    # Lightning maps precision="16-mixed" on CPU to bf16; its plugin runs fp16 with the scaler.
-    return dict(accelerator=accelerator, plugins=[
-        MixedPrecision("16-mixed", "cpu", scaler=torch.amp.GradScaler("cpu", init_scale=2.0**8))])
+    # The plugin precision="16-mixed" builds on CUDA, with a scale that does not overflow at
+    # once; on CPU Lightning maps precision="16-mixed" to bf16, so the plugin is the only way.
+    scaler = torch.amp.GradScaler(device.type, init_scale=2.0**8)
+    return dict(accelerator=accelerator, plugins=[MixedPrecision("16-mixed", device.type,
+                                                                 scaler=scaler)])
 
 
 def _train_step(module, device: torch.device, precision: str, record: pl.Callback | None = None,

@@ -10,7 +10,8 @@ What each device supports:
 
 * ``bf16=True``: accelerate runs the forward under ``torch.autocast(dtype=torch.bfloat16)`` on
   CPU and CUDA (checked: BERT's linear layers produce bfloat16).
-* ``fp16=True``: on CUDA autocast to float16 with accelerate's ``GradScaler``. On CPU
+* ``fp16=True``: on CUDA autocast to float16 with accelerate's ``GradScaler`` (started at
+  2**8 instead of 2**16 here, so the one step compared is not skipped for overflow). On CPU
   accelerate switches fp16 off (``native_amp`` stays False and no scaler is built), so the step
   is plain float32; the test pins that and then runs the fp16 case the trainer would run on a
   GPU by hand: the same model and loss under ``torch.autocast("cpu", torch.float16)`` with a
@@ -116,6 +117,9 @@ def _trainer_step(model, loss_name: str, output_dir, **precision):
         use_cpu=next(model.parameters()).device.type == "cpu", **precision)
     trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=_dataset(),
                                          loss=loss)
+    if trainer.accelerator.scaler is not None:  # fp16 on CUDA: a first step that does not
+        # overflow at accelerate's default scale of 2**16 (the optimiser takes it in train())
+        trainer.accelerator.scaler = torch.amp.GradScaler("cuda", init_scale=2.0**8)
     trainer.train()
     update = torch.cat([(b - p.detach()).flatten().float()
                         for b, p in zip(before, _parameters(model, loss), strict=True)])
