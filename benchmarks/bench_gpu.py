@@ -275,6 +275,8 @@ def run_losses(candidates: list[Candidate], device: torch.device, batches: list[
                         except ImportError as error:
                             record.update(status="unavailable", error=str(error))
                         else:
+                            if isinstance(loss_fn, torch.nn.Module):
+                                loss_fn.to(device)  # e.g. Lightly's (empty) memory bank
                             record.update(measure(loss_step(loss_fn, z0, z1, dtype), device,
                                                   warmup=warmup, repeats=repeats,
                                                   case_budget=case_budget))
