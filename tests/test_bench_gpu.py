@@ -1,0 +1,159 @@
+"""Smoke test of ``benchmarks/bench_gpu.py`` on CPU: its case machinery, tables and JSON.
+
+The timing and memory functions are device-generic (CUDA events and allocator statistics on a
+GPU, ``perf_counter`` and no memory on CPU), so the cases run here through the same code path
+as on a GPU, at sizes that take seconds. Nothing here says anything about speed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = REPO_ROOT / "benchmarks" / "bench_gpu.py"
+
+pytest.importorskip("lightly", reason="the benchmark compares against Lightly (extra 'vision')")
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_gpu", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["bench_gpu"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True,
+                          timeout=300, cwd=REPO_ROOT, check=False, env=env)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA")
+def test_without_cuda_it_says_so_and_exits_cleanly(tmp_path):
+    out = tmp_path / "bench.json"
+    proc = _run("--quick", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "CUDA is not available" in proc.stdout
+    assert not out.exists()
+
+
+def test_every_loss_runs_in_both_dtypes_with_ratios_to_its_peer(bench):
+    cpu = torch.device("cpu")
+    candidates = bench.available_candidates()
+    records = bench.run_losses(candidates, cpu, [16], [8], ["fp32", "bf16"], tile_size=8,
+                               warmup=0, repeats=1, case_budget=60.0, log=lambda _line: None)
+    assert len(records) == len(candidates) * 2
+    names = {c.name for c in candidates}
+    assert {bench.OURS_MACL, bench.OURS_TILED_MACL, bench.LIGHTLY_NTXENT, bench.ST_MNRL} <= names
+    for r in records:
+        assert r["status"] == "ok", r
+        assert r["time_s"] > 0 and r["peak_bytes"] is None  # no allocator statistics on CPU
+        assert r["time_vs_lightly_ntxent"] == pytest.approx(r["time_s"] / next(
+            x["time_s"] for x in records if x["loss"] == bench.LIGHTLY_NTXENT
+            and (x["dtype"], x["dim"], x["batch"]) == (r["dtype"], r["dim"], r["batch"])))
+        peer_present = r["peer"] in names
+        assert (r["time_vs_peer"] is not None) == peer_present, r
+    table = bench.render_losses(records, repeats=1)
+    assert table.count("### ") == 2  # one table per (dtype, dim, batch)
+    assert f"| {bench.OURS_MACL} |" in table and "| lightly MACLLoss |" in table
+
+
+def test_tiled_only_batches_skip_materialised_losses(bench, monkeypatch):
+    monkeypatch.setattr(bench, "MATERIALISED_MAX_BATCH", 16)
+    candidates = bench.available_candidates()
+    records = bench.run_losses(candidates, torch.device("cpu"), [24], [8], ["fp32"], tile_size=8,
+                               warmup=0, repeats=1, case_budget=60.0, log=lambda _line: None)
+    assert records and all(r["tiled"] for r in records)
+    assert {r["loss"] for r in records} >= {bench.OURS_TILED_MACL, bench.OURS_TILED_CROSS}
+
+
+def test_out_of_memory_is_recorded_and_larger_batches_are_skipped(bench):
+    def make(_tile_size):
+        def loss_fn(z0, z1):
+            if z0.shape[0] >= 32:
+                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 64.00 GiB")
+            return (z0 * z1).sum()
+        return loss_fn
+
+    greedy = bench.Candidate("greedy", make)
+    records = bench.run_losses([greedy], torch.device("cpu"), [16, 32, 64], [4], ["fp32"],
+                               tile_size=8, warmup=1, repeats=2, case_budget=60.0,
+                               log=lambda _line: None)
+    assert [r["status"] for r in records] == ["ok", "oom", "skipped"]
+    assert "64.00 GiB" in records[1]["error"]
+    assert records[2]["error"] == "out of memory at batch 32"
+    assert len(records[0]["times_s"]) == 2
+
+
+def test_other_errors_are_recorded_with_their_message_and_fail_the_exit_code(bench):
+    def broken(_tile_size):
+        def loss_fn(z0, z1):
+            raise ValueError("a real bug")
+        return loss_fn
+
+    records = bench.run_losses([bench.Candidate("broken", broken)], torch.device("cpu"), [8, 16],
+                               [4], ["fp32"], tile_size=8, warmup=0, repeats=1,
+                               case_budget=60.0, log=lambda _line: None)
+    assert [r["status"] for r in records] == ["error", "error"]
+    assert records[0]["error"] == "ValueError: a real bug"
+
+
+def test_cifar_resnet18_is_the_32x32_variant(bench):
+    backbone, features = bench.cifar_resnet18()
+    assert features == 512
+    assert backbone.conv1.kernel_size == (3, 3) and backbone.conv1.stride == (1, 1)
+    assert isinstance(backbone.maxpool, torch.nn.Identity)
+    assert backbone.eval()(torch.randn(1, 3, 32, 32)).shape == (1, 512)
+
+
+def test_simclr_step_compares_macl_with_lightly(bench):
+    def tiny_backbone():
+        return torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3, stride=4), torch.nn.Flatten()), 256
+
+    records = bench.run_simclr_step(torch.device("cpu"), 4, "bf16", warmup=1, repeats=1,
+                                    case_budget=60.0, log=lambda _line: None,
+                                    backbone_factory=tiny_backbone)
+    assert [r["loss"] for r in records] == list(bench.STEP_LOSSES)
+    assert all(r["status"] == "ok" and r["time_s"] > 0 for r in records)
+    lightly = next(r for r in records if r["loss"] == bench.LIGHTLY_NTXENT)
+    assert lightly["time_vs_lightly_ntxent"] == 1.0
+    assert "| adaptcl MACLLoss (Lightly adapter) |" in bench.render_step(records)
+
+
+def test_cli_on_cpu_writes_the_tables_and_the_json(tmp_path):
+    out = tmp_path / "bench.json"
+    proc = _run("--device", "cpu", "--batches", "16", "--dims", "8", "--dtypes", "fp32",
+                "--repeats", "1", "--warmup", "0", "--tile-size", "8", "--step-batch", "0",
+                "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "### fp32, dim 8, batch 16" in proc.stdout
+    assert "| adaptcl MACL | " in proc.stdout
+    result = json.loads(out.read_text())
+    assert result["environment"]["device"] == "cpu"
+    assert {r["loss"] for r in result["losses"]} >= {"adaptcl MACL", "lightly NTXentLoss"}
+    assert result["simclr_step"] == []
+
+
+def test_an_error_in_any_case_makes_the_exit_code_1(bench, monkeypatch, tmp_path, capsys):
+    def broken(_tile_size):
+        def loss_fn(z0, z1):
+            raise ValueError("a real bug")
+        return loss_fn
+
+    monkeypatch.setattr(bench, "CANDIDATES", [bench.Candidate("broken", broken)])
+    out = tmp_path / "bench.json"
+    code = bench.main(["--device", "cpu", "--batches", "8", "--dims", "4", "--dtypes", "fp32",
+                       "--repeats", "1", "--step-batch", "0", "--out", str(out)])
+    assert code == 1
+    assert "ERROR in broken" in capsys.readouterr().err
+    assert json.loads(out.read_text())["losses"][0]["status"] == "error"

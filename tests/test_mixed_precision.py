@@ -1,0 +1,104 @@
+"""The loss core computes in float32 under bf16 and fp16 autocast.
+
+Under ``torch.autocast`` a model hands the loss half-precision embeddings. Every core loss
+must then normalise, build its logits, softmax/log-sum-exp, entropy and MACL's ``V`` in
+float32 (DESIGN: "Mixed precision"). The check: the loss of half-precision embeddings under
+autocast equals, to float32 rounding, the loss of the *same* values upcast to float32 with
+autocast off, and the gradient reaching the half-precision embeddings is that float32 gradient
+rounded once to the half dtype. A loss that ran any step in bf16/fp16 would differ by the
+dtype's rounding (0.4 % / 0.05 %) instead of float32's (1e-7).
+
+The temperature is 0.05 (SimCSE's): ``exp(1 / 0.05) = 4.9e8`` exceeds float16's largest value
+(65,504), so a softmax exponentiated in float16 would overflow.
+
+The framework-level steps (Lightning, sentence-transformers, GraphCL) are in
+``tests/adapters/test_mixed_precision_*.py``.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from adaptcl.plugins import (
+    AMCLLoss,
+    ASCLLoss,
+    DCLLoss,
+    DualTemperatureLoss,
+    FlatNCELoss,
+    InfoNCELoss,
+    MACLLoss,
+    PairTemperature,
+)
+
+N, D, QUEUE, TAU = 12, 16, 20, 0.05
+HALF = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+LOSSES = {
+    "infonce": lambda: InfoNCELoss(TAU),
+    "dcl": lambda: DCLLoss(TAU),
+    "macl": lambda: MACLLoss(TAU, alpha=2.0, a0=0.8),
+    "macl_cross_view": lambda: MACLLoss(TAU, alpha=0.5, form="cross_view"),
+    "flatnce": lambda: FlatNCELoss(TAU),
+    "dual_temperature": lambda: DualTemperatureLoss(TAU, temperature_beta=1.0),
+    "ascl_queue": lambda: ASCLLoss(TAU, sharpen_temperature=0.02, num_neighbors=2),
+    "amcl": lambda: AMCLLoss(PairTemperature(D), negative_term="softmax"),
+}
+
+
+def _embeddings(dtype: torch.dtype, device: torch.device, seed: int = 0):
+    """Half-precision positives that are well aligned (large logits) plus a queue."""
+    g = torch.Generator().manual_seed(seed)
+    z0 = torch.randn(N, D, generator=g)
+    z1 = z0 + 0.1 * torch.randn(N, D, generator=g)
+    queue = torch.randn(QUEUE, D, generator=g)
+    return [t.to(device=device, dtype=dtype) for t in (z0, z1, queue)]
+
+
+def _run(loss_fn, z0, z1, queue, name: str):
+    return loss_fn(z0, z1, queue) if name == "ascl_queue" else loss_fn(z0, z1)
+
+
+@pytest.mark.parametrize("precision", list(HALF))
+@pytest.mark.parametrize("name", list(LOSSES))
+def test_loss_under_autocast_computes_in_float32(name, precision, device):
+    dtype = HALF[precision]
+    torch.manual_seed(0)
+    half_loss_fn = LOSSES[name]().to(device)
+    float_loss_fn = copy.deepcopy(half_loss_fn)
+    z0, z1, queue = _embeddings(dtype, device)
+    z0.requires_grad_(True)
+    z1.requires_grad_(True)
+    with torch.autocast(device_type=device.type, dtype=dtype):
+        loss = _run(half_loss_fn, z0, z1, queue, name)
+    f0, f1 = (z.detach().float().requires_grad_(True) for z in (z0, z1))
+    expected = _run(float_loss_fn, f0, f1, queue.float(), name)
+
+    assert loss.dtype == torch.float32 and torch.isfinite(loss)
+    torch.testing.assert_close(loss, expected, rtol=1e-6, atol=1e-7)
+    loss.backward()
+    expected.backward()
+    for half_z, float_z in ((z0, f0), (z1, f1)):
+        assert half_z.grad.dtype == dtype and torch.isfinite(half_z.grad).all()
+        if name != "flatnce":  # FlatNCE's value is 1 by construction; its gradient is not 0
+            assert half_z.grad.abs().sum() > 0
+        torch.testing.assert_close(half_z.grad, float_z.grad.to(dtype), rtol=0, atol=0)
+    for p_half, p_float in zip(half_loss_fn.parameters(), float_loss_fn.parameters(), strict=True):
+        assert p_half.grad.dtype == torch.float32  # AMCL's temperature network stays float32
+        torch.testing.assert_close(p_half.grad, p_float.grad, rtol=1e-6, atol=1e-7)
+    for key, value in half_loss_fn.last_stats.items():
+        if value.is_floating_point():
+            assert value.dtype in (torch.float32, torch.float64), key
+
+
+def test_float16_softmax_at_temperature_005_overflows_where_the_loss_does_not(device):
+    """Why the float32 rule matters: the same logits exponentiated in float16 reach inf."""
+    z0, z1, _ = _embeddings(torch.float16, device)
+    cosine = torch.nn.functional.cosine_similarity(z0.float(), z1.float())
+    naive = torch.exp((cosine / TAU).to(torch.float16))
+    assert torch.isinf(naive).any()
+    with torch.autocast(device_type=device.type, dtype=torch.float16):
+        loss = MACLLoss(TAU, alpha=2.0, a0=0.8)(z0, z1)
+    assert torch.isfinite(loss)
