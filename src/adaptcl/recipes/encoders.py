@@ -13,13 +13,19 @@ Three kinds of encoder are accepted and turned into one ``encode(list[str]) -> n
   string naming one).
 
 Sentences are sorted by length before batching (less padding, as SentEval does) and the
-embeddings are returned in input order as float32. Each (model, pooler, dataset, sentence list)
-is cached as ``.npy`` under ``cache_dir``: the key hashes the model identifier, the pooler, the
-``max_length``, the dataset name and a SHA-256 of the sentences, so a second run reuses the
-encodings and a changed model or sentence list never hits a stale entry. The model identifier is
-the resolved path plus a fingerprint (name, size, mtime) of the model files for a local folder, the
-name for a hub model, and ``model_id=`` / a ``model_id`` attribute / ``module.qualname`` for a
-callable (pass ``model_id`` when a callable's output depends on state its name does not show).
+embeddings are returned in input order as float32. Every batch of embeddings is checked before it
+is used or cached: NaN/inf values, or the same vector for every sentence (all zero, constant),
+raise :class:`EmbeddingError` naming the encoder and the dataset, and nothing is cached.
+
+Each (model, pooler, dataset, sentence list) is cached as ``.npy`` under ``cache_dir`` with a
+``.json`` record next to it. The key hashes the model identifier, the encoder's **fingerprint**
+(a SHA-256 of the model folder's files for a local model, of the loaded weights for a hub
+model), the pooler, the ``max_length``, the dataset name and a SHA-256 of the sentences, so a
+changed model, even one saved again under the same path, never hits a stale entry. A callable
+has no weights to hash, so it is cached only under an explicit identity (``model_id=`` or a
+``model_id`` attribute); otherwise it is encoded afresh every run. Cache files are written
+atomically and verified on load (the record's SHA-256 of the array file, shape and finiteness);
+a truncated or corrupt entry is named in a warning and rebuilt.
 
 Example::
 
@@ -50,6 +56,8 @@ import numpy as np
 
 POOLERS: tuple[str, ...] = ("cls", "cls_before_pooler", "avg", "avg_first_last", "avg_top2")
 CACHE_ENV = "ADAPTCL_CACHE_DIR"
+# Bump when the way embeddings are computed changes, so older cache entries are never reused.
+CACHE_FORMAT = 2
 _CALLABLE_SPEC = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 log = logging.getLogger("adaptcl.recipes")
 
@@ -80,12 +88,77 @@ def hash_sentences(sentences: Sequence[str]) -> str:
     return digest.hexdigest()
 
 
+class EmbeddingError(ValueError):
+    """An encoder returned embeddings no result can be computed from (non-finite or constant)."""
+
+
+def check_embeddings(array: np.ndarray, source: str, dataset: str) -> np.ndarray:
+    """Return ``array`` if it is a finite, non-constant ``(n, dim)`` matrix; raise otherwise.
+
+    NaN/inf anywhere, ``dim == 0``, or one vector repeated for every sentence (an all-zero or
+    constant encoder) raise :class:`EmbeddingError` naming ``source`` and ``dataset``: cosine
+    similarities and probes computed from them would be NaN or meaningless.
+    """
+    if array.ndim != 2:
+        raise EmbeddingError(f"encoder {source!r} gave {dataset!r} embeddings of shape "
+                             f"{array.shape}; expected (n, dim)")
+    n, dim = array.shape
+    if n == 0:
+        return array
+    if dim == 0:
+        raise EmbeddingError(f"encoder {source!r} gave zero-dimensional embeddings for {dataset!r}")
+    finite = np.isfinite(array)
+    if not finite.all():
+        rows = int((~finite).any(axis=1).sum())
+        raise EmbeddingError(f"encoder {source!r} gave non-finite values (NaN/inf) in {rows} of "
+                             f"{n} embeddings of {dataset!r}; nothing was cached")
+    if n > 1 and not (array != array[0]).any():
+        kind = "all-zero" if not array[0].any() else "identical"
+        raise EmbeddingError(f"encoder {source!r} gave {kind} embeddings for all {n} sentences of "
+                             f"{dataset!r}; similarities and probes would be meaningless")
+    return array
+
+
+def encode_checked(encoder: Any, sentences: Sequence[str], dataset: str) -> np.ndarray:
+    """``encoder.encode(sentences, dataset=dataset)`` as float32, checked by
+    :func:`check_embeddings` (for any object with that method, not only a ``SentenceEncoder``)."""
+    array = np.asarray(encoder.encode(list(sentences), dataset=dataset), dtype=np.float32)
+    source = getattr(encoder, "model_id", None) or type(encoder).__name__
+    return check_embeddings(array, str(source), dataset)
+
+
+_FOLDER_HASHES: dict[tuple, str] = {}
+
+
 def _folder_fingerprint(path: Path) -> str:
-    """Cheap identity of a local model folder: relative name, size and mtime of its files."""
+    """SHA-256 over the relative names and contents of a model folder's files (weights included).
+
+    Memoised per process on (name, inode, size, mtime, ctime) of every file, so a folder is read
+    once per run (ctime cannot be set back, unlike mtime).
+    """
+    files = sorted(p for p in path.rglob("*") if p.is_file() and ".git" not in p.parts)
+    stats = [(f, f.stat()) for f in files]
+    stamp = (str(path), *((str(f), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+                          for f, st in stats))
+    if stamp not in _FOLDER_HASHES:
+        digest = hashlib.sha256()
+        for file in files:
+            digest.update(f"{file.relative_to(path).as_posix()}\n".encode())
+            with file.open("rb") as handle:
+                digest.update(hashlib.file_digest(handle, "sha256").digest())
+        _FOLDER_HASHES[stamp] = digest.hexdigest()[:16]
+    return _FOLDER_HASHES[stamp]
+
+
+def weights_fingerprint(module: Any) -> str:
+    """SHA-256 of a torch module's ``state_dict`` (names, dtypes, shapes and values)."""
+    import torch
+
     digest = hashlib.sha256()
-    for file in sorted(p for p in path.rglob("*") if p.is_file() and ".git" not in p.parts):
-        stat = file.stat()
-        digest.update(f"{file.relative_to(path)}|{stat.st_size}|{stat.st_mtime_ns}\n".encode())
+    for name, tensor in sorted(module.state_dict().items()):
+        digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}\n".encode())
+        flat = tensor.detach().cpu().contiguous().reshape(-1)
+        digest.update(flat.view(torch.uint8).numpy().tobytes())
     return digest.hexdigest()[:16]
 
 
@@ -113,22 +186,28 @@ def resolve_callable(spec: str) -> Callable[[list[str]], Any]:
 
 
 class SentenceEncoder:
-    """Batching + length sorting + progress bar + disk cache around a batch function.
+    """Batching + length sorting + progress bar + checked, verified disk cache around a batch
+    function.
 
-    Subclasses (or :func:`build_encoder`) provide ``_encode_batch(list[str]) -> np.ndarray``.
+    Subclasses (or :func:`build_encoder`) provide ``_encode_batch(list[str]) -> np.ndarray`` and
+    set ``fingerprint`` (the hash of the weights or model files) where there is one. An encoder
+    with neither a fingerprint nor an explicit identity sets ``cacheable = False``.
     """
 
     kind = "base"
 
     def __init__(self, model_id: str, pooler: str | None = None, *, batch_size: int = 64,
                  max_length: int | None = None, cache_dir: str | os.PathLike | None = None,
-                 use_cache: bool = True, show_progress: bool = True) -> None:
+                 use_cache: bool = True, show_progress: bool = True,
+                 fingerprint: str | None = None) -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if max_length is not None and max_length < 1:
             raise ValueError(f"max_length must be >= 1 or None, got {max_length}")
         self.model_id = model_id
         self.pooler = pooler
+        self.fingerprint = fingerprint
+        self.cacheable = True
         self.batch_size = batch_size
         self.max_length = max_length
         self.use_cache = use_cache
@@ -141,11 +220,15 @@ class SentenceEncoder:
         raise NotImplementedError
 
     # ------------------------------------------------------------------ cache
+    def identity(self) -> dict[str, Any]:
+        """Everything that determines the embeddings, as recorded in results and cache keys."""
+        return {"kind": self.kind, "model_id": self.model_id, "fingerprint": self.fingerprint,
+                "pooler": self.pooler, "max_length": self.max_length,
+                "cache_format": CACHE_FORMAT}
+
     def cache_key(self, dataset: str, sentences: Sequence[str]) -> str:
-        payload = json.dumps({
-            "model_id": self.model_id, "pooler": self.pooler, "max_length": self.max_length,
-            "dataset": dataset, "sentences": hash_sentences(sentences),
-        }, sort_keys=True)
+        payload = json.dumps({**self.identity(), "dataset": dataset,
+                              "sentences": hash_sentences(sentences)}, sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()
 
     def cache_path(self, dataset: str, sentences: Sequence[str]) -> Path:
@@ -154,32 +237,54 @@ class SentenceEncoder:
         return folder / f"{_slug(dataset, 40)}-{key[:24]}.npy"
 
     def _save(self, path: Path, array: np.ndarray, dataset: str, n: int) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        import io
+
+        buffer = io.BytesIO()
+        np.save(buffer, array)
+        data = buffer.getvalue()
+        _write_bytes_atomic(path, data)
+        meta = {**self.identity(), "dataset": dataset, "n_sentences": n,
+                "shape": list(array.shape), "sha256": hashlib.sha256(data).hexdigest()}
+        _write_bytes_atomic(path.with_suffix(".json"), (json.dumps(meta, indent=2) + "\n").encode())
+
+    def _load(self, path: Path, n: int) -> np.ndarray | None:
+        """The cached array at ``path`` if it is complete and matches its record, else ``None``
+        (after a warning naming the file and what is wrong with it; the caller rebuilds it)."""
+        if not path.is_file():
+            return None
         try:
-            with os.fdopen(fd, "wb") as handle:
-                np.save(handle, array)
-            os.chmod(tmp, 0o644)  # mkstemp creates 0600; cache files are shareable data
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        meta = {"model_id": self.model_id, "pooler": self.pooler, "max_length": self.max_length,
-                "dataset": dataset, "n_sentences": n, "shape": list(array.shape)}
-        path.with_suffix(".json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+            meta = json.loads(path.with_suffix(".json").read_text(encoding="utf-8"))
+            data = path.read_bytes()
+            if hashlib.sha256(data).hexdigest() != meta["sha256"]:
+                raise ValueError("its SHA-256 does not match the record (truncated or overwritten)")
+            import io
+
+            array = np.load(io.BytesIO(data), allow_pickle=False)
+            if list(array.shape) != list(meta["shape"]) or array.shape[0] != n:
+                raise ValueError(f"shape {array.shape} does not match {n} sentences")
+            check_embeddings(array, self.model_id, meta.get("dataset", "?"))
+        except (OSError, ValueError, KeyError, TypeError, EOFError) as err:
+            log.warning("embedding cache %s is unusable (%s); re-encoding", path, err)
+            return None
+        return array
 
     # ------------------------------------------------------------------ public API
     def encode(self, sentences: Sequence[str], dataset: str = "default") -> np.ndarray:
-        """Embeddings of ``sentences`` (float32, shape ``(n, dim)``), from cache when possible."""
+        """Embeddings of ``sentences`` (float32, shape ``(n, dim)``), from cache when possible.
+
+        Raises :class:`EmbeddingError` (and caches nothing) when the embeddings are non-finite or
+        the same for every sentence.
+        """
         sentences = list(sentences)
-        path = self.cache_path(dataset, sentences) if self.use_cache else None
-        if path is not None and path.is_file():
-            cached = np.load(path)
-            if cached.shape[0] == len(sentences):
+        cached_ok = self.use_cache and self.cacheable
+        path = self.cache_path(dataset, sentences) if cached_ok else None
+        if path is not None:
+            cached = self._load(path, len(sentences))
+            if cached is not None:
                 log.info("%s: %d embeddings from cache %s", dataset, len(sentences), path)
                 return cached
         start = time.perf_counter()
-        array = self._encode_all(sentences, dataset)
+        array = check_embeddings(self._encode_all(sentences, dataset), self.model_id, dataset)
         log.info("%s: encoded %d sentences in %.1f s", dataset, len(sentences),
                  time.perf_counter() - start)
         if path is not None:
@@ -213,20 +318,46 @@ class SentenceEncoder:
         return out
 
 
+def _write_bytes_atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; cache files are shareable data
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 class CallableEncoder(SentenceEncoder):
-    """Wraps ``fn(list[str]) -> array-like``."""
+    """Wraps ``fn(list[str]) -> array-like``.
+
+    A function has no weights to fingerprint, so its embeddings are cached only under an
+    explicit identity: ``model_id=`` or a ``model_id`` attribute of ``fn``. Without one, the
+    results name it ``callable:module.qualname`` and it is encoded afresh on every run.
+    """
 
     kind = "callable"
 
-    def __init__(self, fn: Callable[[list[str]], Any], model_id: str | None = None, **kwargs):
+    def __init__(self, fn: Callable[[list[str]], Any], model_id: str | None = None,
+                 name: str | None = None, **kwargs):
         if not callable(fn):
             raise TypeError(f"model must be callable, got {type(fn).__name__}")
         if model_id is None:
             model_id = getattr(fn, "model_id", None)
-        if model_id is None:
-            name = getattr(fn, "__qualname__", None) or type(fn).__qualname__
-            model_id = f"callable:{getattr(fn, '__module__', '?')}.{name}"
+        explicit = model_id is not None
+        if model_id is None:  # a display name only: it does not identify the function's code
+            qualname = getattr(fn, "__qualname__", None) or type(fn).__qualname__
+            model_id = name or f"callable:{getattr(fn, '__module__', '?')}.{qualname}"
         super().__init__(str(model_id), kwargs.pop("pooler", None), **kwargs)
+        self.cacheable = explicit
+        if not explicit and self.use_cache:
+            log.info("%s has no model_id, so its embeddings are not cached; pass model_id= "
+                     "(--model-id) to cache them", self.model_id)
         self.fn = fn
 
     def _encode_batch(self, batch: list[str]) -> np.ndarray:
@@ -247,6 +378,8 @@ class SentenceTransformerEncoder(SentenceEncoder):
         self.model = st.SentenceTransformer(path, device=device or "cpu")
         if self.max_length is not None:
             self.model.max_seq_length = self.max_length
+        if self.fingerprint is None:  # a hub model: identify it by its loaded weights
+            self.fingerprint = "weights:" + weights_fingerprint(self.model)
 
     def _encode_batch(self, batch: list[str]) -> np.ndarray:
         return self.model.encode(batch, batch_size=len(batch), show_progress_bar=False,
@@ -269,6 +402,8 @@ class HFPoolerEncoder(SentenceEncoder):
         self.device = torch.device(device or "cpu")
         self.tokenizer = transformers.AutoTokenizer.from_pretrained(path)
         self.model = transformers.AutoModel.from_pretrained(path).to(self.device).eval()
+        if self.fingerprint is None:  # a hub model: identify it by its loaded weights
+            self.fingerprint = "weights:" + weights_fingerprint(self.model)
 
     def _encode_batch(self, batch: list[str]) -> np.ndarray:
         torch = self.torch
@@ -308,7 +443,8 @@ def _is_sentence_transformers_dir(path: Path) -> bool:
 
 
 def model_identifier(model: str | os.PathLike) -> str:
-    """Stable id for a model path (resolved path + file fingerprint) or hub name (as given)."""
+    """Stable id for a model path (resolved path + content hash of its files) or hub name (as
+    given; hub models are fingerprinted by their weights once loaded)."""
     path = Path(model).expanduser()
     if path.is_dir():
         resolved = path.resolve()
@@ -338,8 +474,9 @@ def build_encoder(model: str | os.PathLike | Callable[[list[str]], Any], pooler:
                   use_cache=use_cache, show_progress=show_progress)
     if isinstance(model, str) and not Path(model).expanduser().exists() and (
             kind == "callable" or (kind == "auto" and _CALLABLE_SPEC.match(model))):
-        model_id = model_id or f"callable:{model}"
-        model = resolve_callable(model)
+        spec, model = model, resolve_callable(model)
+        return CallableEncoder(model, model_id=model_id, name=f"callable:{spec}", pooler=pooler,
+                               **common)
     if callable(model) and not isinstance(model, (str, os.PathLike)):
         if kind not in ("auto", "callable"):
             raise ValueError(f"kind={kind!r} given but model is a callable")
@@ -348,6 +485,8 @@ def build_encoder(model: str | os.PathLike | Callable[[list[str]], Any], pooler:
         raise TypeError(f"model must be a path, a name or a callable, got {type(model).__name__}")
     model_str = str(Path(model).expanduser()) if Path(model).expanduser().exists() else str(model)
     ident = model_id or model_identifier(model)
+    if Path(model_str).is_dir():  # a local model: identified by the content of its files
+        common["fingerprint"] = "files:" + _folder_fingerprint(Path(model_str).resolve())
     if kind == "hf" or (kind == "auto" and pooler is not None):
         if pooler is None:
             raise ValueError("a Hugging Face model needs pooler= (one of " + ", ".join(POOLERS) + ")")

@@ -24,6 +24,8 @@ Outputs ``sts_results.json`` (atomic write) and ``sts_results.md`` in ``output_d
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -33,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from adaptcl.recipes._common import markdown_table, write_json_atomic, write_text_atomic
+from adaptcl.recipes._common import _jsonable, markdown_table, write_text_atomic
 
 STS_TASKS: tuple[str, ...] = (
     "STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness",
@@ -73,6 +75,27 @@ class STSConfig:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
 
 
+# ------------------------------------------------------------------------------- result files
+def _nonfinite_paths(obj: Any, where: str = "") -> list[str]:
+    if isinstance(obj, float):
+        return [] if math.isfinite(obj) else [where or "<root>"]
+    if isinstance(obj, Mapping):
+        return [p for k, v in obj.items() for p in _nonfinite_paths(v, f"{where}.{k}" if where else str(k))]
+    if isinstance(obj, (list, tuple)):
+        return [p for i, v in enumerate(obj) for p in _nonfinite_paths(v, f"{where}[{i}]")]
+    return []
+
+
+def write_result_json(path: str | os.PathLike, obj: Any) -> Path:
+    """Write a result atomically as strict JSON: a NaN/inf anywhere raises ``ValueError`` naming
+    where it is (bare ``NaN`` is not JSON, and a NaN is never a result)."""
+    plain = _jsonable(obj)
+    bad = _nonfinite_paths(plain)
+    if bad:
+        raise ValueError(f"refusing to write {path}: non-finite values at {', '.join(bad[:5])}")
+    return write_text_atomic(path, json.dumps(plain, indent=2, allow_nan=False) + "\n")
+
+
 # ------------------------------------------------------------------------------------ scoring
 def _scipy_stats():
     try:
@@ -84,11 +107,16 @@ def _scipy_stats():
 
 
 def cosine_scores(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Row-wise cosine similarity; a zero vector gives 0 (SentEval's ``nan_to_num``)."""
-    a = np.nan_to_num(np.asarray(a, dtype=np.float64))
-    b = np.nan_to_num(np.asarray(b, dtype=np.float64))
+    """Row-wise cosine similarity; a zero vector gives 0 (as SentEval's ``nan_to_num`` does).
+
+    NaN/inf in the embeddings raise ``ValueError``: they must never turn into scores.
+    """
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
     if a.shape != b.shape or a.ndim != 2:
         raise ValueError(f"cosine_scores needs two (n, d) arrays of one shape, got {a.shape}, {b.shape}")
+    if not (np.isfinite(a).all() and np.isfinite(b).all()):
+        raise ValueError("cosine_scores got non-finite (NaN/inf) embeddings")
     denom = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.nan_to_num((a * b).sum(axis=1) / denom)
@@ -101,6 +129,12 @@ def correlations(system: Sequence[float], gold: Sequence[float]) -> dict[str, fl
     gold = np.asarray(gold, dtype=np.float64)
     if system.shape != gold.shape or system.size < 2:
         raise ValueError(f"need two equal-length score lists of >= 2, got {system.shape}, {gold.shape}")
+    for name, values in (("system", system), ("gold", gold)):
+        if not np.isfinite(values).all():
+            raise ValueError(f"{name} scores contain NaN/inf; no correlation can be computed")
+        if values.min() == values.max():  # scipy would warn and return NaN
+            raise ValueError(f"all {values.size} {name} scores equal {values[0]:g}; a correlation "
+                             "needs scores that vary (is the encoder constant?)")
     return {"pearson": float(stats.pearsonr(system, gold)[0]),
             "spearman": float(stats.spearmanr(system, gold)[0]),
             "n": int(system.size)}
@@ -133,7 +167,9 @@ def _pair_scores(encoder, pairs_by_name: Mapping[str, Any], dataset: str) -> dic
     for pairs in pairs_by_name.values():
         for sentence in (*pairs.sentences1, *pairs.sentences2):
             unique.setdefault(sentence, len(unique))
-    embeddings = encoder.encode(list(unique), dataset=dataset)
+    from adaptcl.recipes.encoders import encode_checked
+
+    embeddings = encode_checked(encoder, list(unique), dataset)
     out = {}
     for name, pairs in pairs_by_name.items():
         a = embeddings[[unique[s] for s in pairs.sentences1]]
@@ -258,7 +294,7 @@ def run_sts(config: STSConfig) -> dict[str, Any]:
         result["st_evaluator_stsb_test"]["ours_spearman"] = tasks["STSBenchmark"]["spearman"]
     result["elapsed_seconds"] = time.perf_counter() - start
     out = Path(config.output_dir)
-    write_json_atomic(out / "sts_results.json", result)
+    write_result_json(out / "sts_results.json", result)
     write_text_atomic(out / "sts_results.md", render_markdown(result))
     return result
 

@@ -64,7 +64,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from adaptcl.recipes._common import markdown_table, write_json_atomic, write_text_atomic
+from adaptcl.recipes._common import markdown_table, write_text_atomic
+from adaptcl.recipes.encoders import check_embeddings, encode_checked
 
 TRANSFER_TASKS: tuple[str, ...] = ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC")
 TABLE_COLUMNS: tuple[str, ...] = TRANSFER_TASKS + ("Avg.",)
@@ -357,7 +358,7 @@ def evaluate_binary(encoder, task: str, root: Path, config: TransferConfig) -> d
     from adaptcl.recipes.senteval_data import load_binary
 
     sentences, labels = _sorted_single(load_binary(root, task), config, 0)
-    X = encoder.encode(sentences, dataset=task)
+    X = encode_checked(encoder, sentences, task)
     result = inner_kfold_classifier(X, labels, 2, config)
     return {**result, "ndev": len(labels), "ntest": len(labels)}
 
@@ -368,7 +369,7 @@ def evaluate_sst2(encoder, root: Path, config: TransferConfig) -> dict[str, Any]
     X, y = {}, {}
     for salt, split in enumerate(("train", "dev", "test")):
         sentences, y[split] = _sorted_single(load_sst2(root, split), config, salt)
-        X[split] = encoder.encode(sentences, dataset=f"SST2-{split}")
+        X[split] = encode_checked(encoder, sentences, f"SST2-{split}")
     result = split_classifier(X, y, 2, config)
     return {**result, "ndev": len(y["dev"]), "ntest": len(y["test"])}
 
@@ -379,7 +380,7 @@ def evaluate_trec(encoder, root: Path, config: TransferConfig) -> dict[str, Any]
     data = {}
     for salt, split in enumerate(("train", "test")):
         sentences, labels = _sorted_single(load_trec(root, split), config, salt)
-        data[split] = (encoder.encode(sentences, dataset=f"TREC-{split}"), labels)
+        data[split] = (encode_checked(encoder, sentences, f"TREC-{split}"), labels)
     result = kfold_classifier(data["train"], data["test"], len(TREC_CLASSES), config)
     result.pop("yhat")
     return {**result, "ndev": len(data["train"][1]), "ntest": len(data["test"][1])}
@@ -406,7 +407,7 @@ def evaluate_mrpc(encoder, root: Path, config: TransferConfig) -> dict[str, Any]
                       key=lambda z: (_ntok(z[0]), _ntok(z[1]), z[2]))
         unique = {s: None for row in rows for s in row[:2]}
         index = {s: i for i, s in enumerate(unique)}
-        emb = encoder.encode(list(unique), dataset=f"MRPC-{split}")
+        emb = encode_checked(encoder, list(unique), f"MRPC-{split}")
         a = emb[[index[r[0]] for r in rows]]
         b = emb[[index[r[1]] for r in rows]]
         data[split] = (mrpc_features(a, b, config.mrpc_features),
@@ -443,7 +444,8 @@ def _run_with_senteval(encoder, root: Path, config: TransferConfig) -> dict[str,
     def batcher(params, batch):
         sentences = [" ".join(w.decode("utf-8") if isinstance(w, bytes) else w for w in s)
                      for s in batch]
-        return encoder._encode_all(sentences, "senteval")
+        return check_embeddings(encoder._encode_all(sentences, "senteval"), encoder.model_id,
+                                "senteval")
 
     params = {"task_path": str(root.parent), "usepytorch": config.classifier == "torch",
               "kfold": config.k, "seed": config.seed, "batch_size": config.batch_size,
@@ -460,7 +462,7 @@ def run_transfer(config: TransferConfig) -> dict[str, Any]:
     ``result["tasks"]`` holds dev accuracy, chosen L2 penalties, sizes and MRPC's F1.
     """
     from adaptcl.recipes.senteval_data import downstream_dir
-    from adaptcl.recipes.sts import _config_record, _short_label, make_encoder
+    from adaptcl.recipes.sts import _config_record, _short_label, make_encoder, write_result_json
 
     config.validate()
     root = downstream_dir(config.data_root)
@@ -493,7 +495,7 @@ def run_transfer(config: TransferConfig) -> dict[str, Any]:
         "elapsed_seconds": time.perf_counter() - start,
     }
     out = Path(config.output_dir)
-    write_json_atomic(out / "transfer_results.json", result)
+    write_result_json(out / "transfer_results.json", result)
     write_text_atomic(out / "transfer_results.md", render_markdown(result))
     return result
 
