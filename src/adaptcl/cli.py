@@ -1,8 +1,12 @@
 """``adaptcl <recipe> ...``: one sub-command per recipe.
 
-Each recipe module exposes ``add_arguments(parser)`` and ``main(args) -> int``; only the module
-of the sub-command being run is imported, so ``adaptcl --help`` is instant and works with the
-core alone installed.
+Each recipe module exposes ``add_arguments(parser)``, ``main(args) -> int`` and optionally
+``EXAMPLE`` (shown under ``--help``). Only the module of the sub-command being run is imported,
+and recipe modules import nothing heavy at module level, so ``--help`` is instant.
+
+Errors: a user error (a bad option, missing or malformed data, a run that produced no result:
+:class:`adaptcl.recipes.runner.RecipeError`) prints one line ``adaptcl <recipe>: error: ...``
+and exits 2; anything else is a crash and keeps its traceback (exit 1).
 """
 
 from __future__ import annotations
@@ -23,12 +27,37 @@ RECIPES: dict[str, tuple[str, str]] = {
 }
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse with one-line errors: ``adaptcl <recipe>: error: ...`` and exit status 2."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """Defaults in every option's help; the description and example kept as written."""
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("adaptcl")
+    except PackageNotFoundError:  # pragma: no cover - a bare checkout
+        import adaptcl
+
+        return adaptcl.__version__
+
+
 def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
     """The CLI parser; only the ``selected`` recipe's module is imported (for its options)."""
-    parser = argparse.ArgumentParser(prog="adaptcl", description=__doc__.splitlines()[0])
-    sub = parser.add_subparsers(dest="recipe", metavar="<recipe>", required=True)
+    parser = OneLineParser(prog="adaptcl", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"adaptcl {_version()}")
+    sub = parser.add_subparsers(dest="recipe", metavar="<recipe>", required=True,
+                                parser_class=OneLineParser)
     for name, (module, help_text) in RECIPES.items():
-        recipe_parser = sub.add_parser(name, help=help_text, description=help_text)
+        recipe_parser = sub.add_parser(name, help=help_text, description=help_text,
+                                       formatter_class=_HelpFormatter)
         recipe_parser.set_defaults(_module=module)
         if name == selected:
             _add_arguments(recipe_parser, module)
@@ -37,20 +66,33 @@ def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
 
 def _add_arguments(parser: argparse.ArgumentParser, module: str) -> None:
     try:
-        importlib.import_module(module).add_arguments(parser)
+        recipe = importlib.import_module(module)
     except ImportError as err:
-        # Keep the sub-command usable for --help; running it raises the informative ImportError.
+        # Keep the sub-command usable for --help; running it reports the missing extra.
         parser.set_defaults(_import_error=err)
+        return
+    recipe.add_arguments(parser)
+    example = getattr(recipe, "EXAMPLE", None)
+    if example:
+        parser.epilog = "example:\n" + "\n".join(f"  {line}" for line in example.strip().splitlines())
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     selected = next((a for a in argv if not a.startswith("-")), None)
     args = build_parser(selected if selected in RECIPES else None).parse_args(argv)
+    prog = f"adaptcl {args.recipe}"
     error = getattr(args, "_import_error", None)
     if error is not None:
-        raise error
-    return int(importlib.import_module(args._module).main(args) or 0)
+        print(f"{prog}: error: {error}", file=sys.stderr)
+        return 2
+    from adaptcl.recipes.runner import RecipeError
+
+    try:
+        return int(importlib.import_module(args._module).main(args) or 0)
+    except RecipeError as err:
+        print(f"{prog}: error: {err}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":  # pragma: no cover

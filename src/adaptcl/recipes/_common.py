@@ -82,8 +82,17 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
 
 
 def write_json_atomic(path: str | os.PathLike, obj: Any) -> Path:
-    """Serialise ``obj`` (numpy/torch scalars and arrays allowed) to JSON atomically."""
-    return write_text_atomic(path, json.dumps(_jsonable(obj), indent=2, sort_keys=False) + "\n")
+    """Serialise ``obj`` (numpy/torch scalars and arrays allowed) to strict JSON atomically.
+
+    NaN and infinity are refused (``allow_nan=False``): bare ``NaN`` is not JSON, and a result
+    holding one is not a result. The ``ValueError`` names the file.
+    """
+    try:
+        text = json.dumps(_jsonable(obj), indent=2, sort_keys=False, allow_nan=False)
+    except ValueError as err:
+        raise ValueError(f"refusing to write {str(path)!r}: {err} (a NaN or infinite value; "
+                         "store None for a value that does not exist)") from err
+    return write_text_atomic(path, text + "\n")
 
 
 def save_figure_atomic(fig: Any, path: str | os.PathLike, dpi: int = 110) -> Path:
