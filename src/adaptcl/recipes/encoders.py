@@ -15,7 +15,8 @@ Three kinds of encoder are accepted and turned into one ``encode(list[str]) -> n
 Sentences are sorted by length before batching (less padding, as SentEval does) and the
 embeddings are returned in input order as float32. Every batch of embeddings is checked before it
 is used or cached: NaN/inf values, or the same vector for every sentence (all zero, constant),
-raise :class:`EmbeddingError` naming the encoder and the dataset, and nothing is cached.
+raise :class:`~adaptcl.recipes.runner.NonResultError` naming the encoder and the dataset, and
+nothing is cached.
 
 Each (model, pooler, dataset, sentence list) is cached as ``.npy`` under ``cache_dir`` with a
 ``.json`` record next to it. The key hashes the model identifier, the encoder's **fingerprint**
@@ -88,34 +89,21 @@ def hash_sentences(sentences: Sequence[str]) -> str:
     return digest.hexdigest()
 
 
-class EmbeddingError(ValueError):
-    """An encoder returned embeddings no result can be computed from (non-finite or constant)."""
-
-
 def check_embeddings(array: np.ndarray, source: str, dataset: str) -> np.ndarray:
-    """Return ``array`` if it is a finite, non-constant ``(n, dim)`` matrix; raise otherwise.
+    """Return ``array`` if it is a finite ``(n, dim)`` matrix that is not one vector repeated.
 
-    NaN/inf anywhere, ``dim == 0``, or one vector repeated for every sentence (an all-zero or
-    constant encoder) raise :class:`EmbeddingError` naming ``source`` and ``dataset``: cosine
-    similarities and probes computed from them would be NaN or meaningless.
+    NaN/inf anywhere, or the same vector for every sentence (an all-zero or constant encoder),
+    raise :class:`~adaptcl.recipes.runner.NonResultError` naming ``source`` and ``dataset``:
+    cosine similarities and probes computed from them would be NaN or meaningless.
     """
+    from adaptcl.recipes.runner import NonResultError
+    from adaptcl.recipes.runner import check_embeddings as check
+
+    where = f"encoder {source!r} on {dataset!r}"
     if array.ndim != 2:
-        raise EmbeddingError(f"encoder {source!r} gave {dataset!r} embeddings of shape "
-                             f"{array.shape}; expected (n, dim)")
-    n, dim = array.shape
-    if n == 0:
-        return array
-    if dim == 0:
-        raise EmbeddingError(f"encoder {source!r} gave zero-dimensional embeddings for {dataset!r}")
-    finite = np.isfinite(array)
-    if not finite.all():
-        rows = int((~finite).any(axis=1).sum())
-        raise EmbeddingError(f"encoder {source!r} gave non-finite values (NaN/inf) in {rows} of "
-                             f"{n} embeddings of {dataset!r}; nothing was cached")
-    if n > 1 and not (array != array[0]).any():
-        kind = "all-zero" if not array[0].any() else "identical"
-        raise EmbeddingError(f"encoder {source!r} gave {kind} embeddings for all {n} sentences of "
-                             f"{dataset!r}; similarities and probes would be meaningless")
+        raise NonResultError(f"{where}: embeddings of shape {array.shape}; expected (n, dim)")
+    if array.shape[0]:
+        check(array, where)
     return array
 
 
@@ -250,6 +238,8 @@ class SentenceEncoder:
     def _load(self, path: Path, n: int) -> np.ndarray | None:
         """The cached array at ``path`` if it is complete and matches its record, else ``None``
         (after a warning naming the file and what is wrong with it; the caller rebuilds it)."""
+        from adaptcl.recipes.runner import NonResultError
+
         if not path.is_file():
             return None
         try:
@@ -263,7 +253,7 @@ class SentenceEncoder:
             if list(array.shape) != list(meta["shape"]) or array.shape[0] != n:
                 raise ValueError(f"shape {array.shape} does not match {n} sentences")
             check_embeddings(array, self.model_id, meta.get("dataset", "?"))
-        except (OSError, ValueError, KeyError, TypeError, EOFError) as err:
+        except (OSError, ValueError, KeyError, TypeError, EOFError, NonResultError) as err:
             log.warning("embedding cache %s is unusable (%s); re-encoding", path, err)
             return None
         return array
@@ -272,7 +262,7 @@ class SentenceEncoder:
     def encode(self, sentences: Sequence[str], dataset: str = "default") -> np.ndarray:
         """Embeddings of ``sentences`` (float32, shape ``(n, dim)``), from cache when possible.
 
-        Raises :class:`EmbeddingError` (and caches nothing) when the embeddings are non-finite or
+        Raises ``NonResultError`` (and caches nothing) when the embeddings are non-finite or
         the same for every sentence.
         """
         sentences = list(sentences)

@@ -58,11 +58,12 @@ from collections.abc import Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
-from torch import nn
+
+if TYPE_CHECKING:
+    import torch
 
 from adaptcl.recipes._common import markdown_table, write_text_atomic
 from adaptcl.recipes.encoders import check_embeddings, encode_checked
@@ -80,9 +81,10 @@ SKLEARN_REGS_INNER: tuple[float, ...] = tuple(2.0**t for t in range(-2, 4))
 SKLEARN_REGS_KFOLD: tuple[float, ...] = tuple(2.0**t for t in range(-1, 6))
 MRPC_FEATURES = ("senteval", "full")
 log = logging.getLogger("adaptcl.recipes")
-_OPTIMIZERS = {"adam": torch.optim.Adam, "rmsprop": torch.optim.RMSprop, "sgd": torch.optim.SGD,
-               "adagrad": torch.optim.Adagrad, "adadelta": torch.optim.Adadelta,
-               "adamax": torch.optim.Adamax}
+# SentEval's optimizer names -> torch.optim classes (looked up lazily: the CLI parser imports
+# this module, and must not import torch)
+_OPTIMIZERS = {"adam": "Adam", "rmsprop": "RMSprop", "sgd": "SGD", "adagrad": "Adagrad",
+               "adadelta": "Adadelta", "adamax": "Adamax"}
 
 
 @dataclass
@@ -159,11 +161,15 @@ def _parse_optimizer(spec: str):
         kwargs[key] = float(value)
     if method == "sgd" and "lr" not in kwargs:
         raise ValueError(f"optim={spec!r}: sgd needs an explicit lr (e.g. 'sgd,lr=0.1')")
-    return _OPTIMIZERS[method], kwargs
+    import torch
+
+    return getattr(torch.optim, _OPTIMIZERS[method]), kwargs
 
 
 @contextmanager
 def _torch_threads(n: int):
+    import torch
+
     previous = torch.get_num_threads()
     torch.set_num_threads(n)
     try:
@@ -178,6 +184,9 @@ class SentEvalLogReg:
     def __init__(self, inputdim: int, nclasses: int, l2reg: float = 0.0, seed: int = 1111,
                  optim: str = "adam", batch_size: int = 64, tenacity: int = 5,
                  epoch_size: int = 4, max_epoch: int = 200, **_ignored: Any) -> None:
+        import torch
+        from torch import nn
+
         self.rng = np.random.RandomState(seed)  # == SentEval's np.random.seed(seed)
         with torch.random.fork_rng(devices=[]):  # == torch.manual_seed(seed), RNG state restored
             torch.manual_seed(seed)
@@ -199,6 +208,8 @@ class SentEvalLogReg:
             return self._fit(X, y, validation_data, validation_split, early_stop)
 
     def _fit(self, X, y, validation_data, validation_split, early_stop) -> float:
+        import torch
+
         if validation_data is not None:
             trainX, trainy = X, y
             devX, devy = validation_data
@@ -229,6 +240,8 @@ class SentEvalLogReg:
         return best
 
     def _train_epochs(self, X: torch.Tensor, y: torch.Tensor) -> None:
+        import torch
+
         self.model.train()
         for _ in range(self.epoch_size):
             permutation = torch.from_numpy(self.rng.permutation(len(X))).long()
@@ -241,6 +254,8 @@ class SentEvalLogReg:
         self.nepoch += self.epoch_size
 
     def predict(self, X: np.ndarray) -> np.ndarray:
+        import torch
+
         self.model.eval()
         with torch.no_grad():
             logits = self.model(torch.as_tensor(np.asarray(X), dtype=torch.float32))
