@@ -129,3 +129,19 @@ def test_zero_step_run_is_refused_and_nothing_stored(tmp_path, shared_data, monk
         run_simcse(config)
     assert not list((tmp_path / "out").rglob("seed42.json"))
     assert not (tmp_path / "out" / "simcse_results.json").exists()
+
+
+def test_plot_says_why_when_nothing_was_logged(tmp_path, monkeypatch):
+    """A run shorter than --logging-steps logs no temperature: the figure says so."""
+    import adaptcl.recipes.runner as runner
+
+    figures = []
+    monkeypatch.setattr(runner, "save_figure_atomic", lambda fig, path: figures.append(fig) or path)
+    grid = runner.GridRun(cells=[runner.Cell("wiki", "macl", 42)])
+    grid.records[runner.Cell("wiki", "macl", 42)] = {"optimisation_steps": 3, "history": []}
+    config = SimCSERecipeConfig(logging_steps=10)
+    recipe._plot(grid, tmp_path / "p.png", config)
+    (figure,) = figures
+    texts = [t.get_text() for ax in figure.axes for t in ax.texts]
+    assert len(texts) == 2 and all("3 optimisation steps" in t and "every 10" in t for t in texts)
+    assert not any(ax.lines for ax in figure.axes)

@@ -12,6 +12,7 @@ from scipy.stats import rankdata
 
 from adaptcl.recipes import sts
 from adaptcl.recipes.encoders import POOLERS, build_encoder, hash_sentences, model_identifier
+from adaptcl.recipes.runner import RecipeError
 from tests.recipes._bow import CountingEncoder, hashed_bow
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -104,7 +105,7 @@ def test_encoder_argument_errors(tmp_path):
     (tmp_path / "config.json").write_text("{}")
     with pytest.raises(ValueError, match="not a sentence-transformers folder"):
         build_encoder(str(tmp_path))
-    with pytest.raises(ValueError, match="tasks="):
+    with pytest.raises(RecipeError, match="tasks="):
         sts.run_sts(sts.STSConfig(model=hashed_bow, tasks=["STS17"]))
 
 

