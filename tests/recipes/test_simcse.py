@@ -70,15 +70,18 @@ def test_recipe_trains_scores_reuses_and_recomputes_when_settings_change(tmp_pat
     assert changed["runs"]["macl/seed42"]["optimisation_steps"] == 3
 
 
-def test_sentence_file_change_recomputes(tmp_path, shared_data, monkeypatch):
+def test_sentence_file_change_recomputes_and_curves_go_to_the_logger(tmp_path, shared_data):
     sentences = tmp_path / "sentences.txt"
     sentences.write_text("\n".join(f"sentence number {i} about a cat ." for i in range(16)))
     model = build_tiny_model(tmp_path / "tiny", "bert")
     config = _config(model, shared_data, tmp_path / "out", sentences=str(sentences),
                      losses=["infonce"], evaluate_baseline=False, evaluate_sts=False,
-                     max_sentences=None)
+                     max_sentences=None, logger="csv")
     first = run_simcse(config)
     assert first["computed"] == [["wiki", "infonce", 42]]
+    curves = (tmp_path / "out" / "logs" / "infonce" / "seed42" / "metrics.csv").read_text()
+    assert curves.startswith("step,name,value\n") and "\n1,loss," in curves
+    assert "adaptcl/temperature" in curves
     sentences.write_text("\n".join(f"sentence number {i} about a dog ." for i in range(16)))
     second = run_simcse(config)
     assert second["computed"] == [["wiki", "infonce", 42]] and second["superseded"]
@@ -145,3 +148,26 @@ def test_plot_says_why_when_nothing_was_logged(tmp_path, monkeypatch):
     texts = [t.get_text() for ax in figure.axes for t in ax.texts]
     assert len(texts) == 2 and all("3 optimisation steps" in t and "every 10" in t for t in texts)
     assert not any(ax.lines for ax in figure.axes)
+
+
+def test_interrupted_run_leaves_a_partial_result_and_resumes(tmp_path, shared_data, monkeypatch):
+    model = build_tiny_model(tmp_path / "tiny", "bert")
+    config = _config(model, shared_data, tmp_path / "out", losses=["infonce", "macl"],
+                     evaluate_sts=False, max_sentences=16)
+    real_train = recipe._train_one
+
+    def killed_on_macl(name, seed, plan, out):
+        if name == "macl":
+            raise KeyboardInterrupt  # a kill between two runs
+        return real_train(name, seed, plan, out)
+
+    monkeypatch.setattr(recipe, "_train_one", killed_on_macl)
+    with pytest.raises(KeyboardInterrupt):
+        run_simcse(config)
+    partial = json.loads((tmp_path / "out" / "simcse_results.json").read_text())
+    assert partial["partial"] is True and partial["missing"] == [["wiki", "macl", 42]]
+    assert (tmp_path / "out" / "simcse_results.md").read_text().startswith("> **PARTIAL**")
+    monkeypatch.setattr(recipe, "_train_one", real_train)
+    resumed = run_simcse(config)
+    assert resumed["reused"] == [["wiki", "infonce", 42]]
+    assert resumed["computed"] == [["wiki", "macl", 42]] and resumed["partial"] is False

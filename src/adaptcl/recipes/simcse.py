@@ -39,6 +39,7 @@ from .runner import (
     LOGGERS,
     PRECISIONS,
     Cell,
+    GridRun,
     RecipeError,
     add_common_arguments,
     apply_thread_policy,
@@ -357,23 +358,37 @@ def run_simcse(config: SimCSERecipeConfig) -> dict[str, Any]:
     def identity(cell: Cell) -> dict[str, Any]:
         return {**plan.identity, "method": cell.method, "seed": cell.seed}
 
+    def after_each_run(grid: GridRun) -> None:  # curves, and a result marked partial until done
+        latest = grid.computed[-1]
+        write_training_logs({latest: grid.records[latest]}, config.logger, out / "logs")
+        _report(grid, plan, methods, threads, plot=None)
+
+    out = Path(config.output_dir)
     grid = run_grid("simcse", config.output_dir, cells, identity=identity,
                     compute=lambda cell: _compute(cell, plan),
-                    trains=lambda cell: cell.method != BASELINE,
+                    trains=lambda cell: cell.method != BASELINE, on_record=after_each_run,
                     progress_bar=config.show_progress)
-    out = Path(config.output_dir)
-    write_training_logs({c: grid.records[c] for c in grid.computed}, config.logger, out / "logs")
+    result = _report(grid, plan, methods, threads, plot=_plot(grid, out / "simcse_adaptive.png",
+                                                              config))
+    if config.show_progress:
+        print(render_markdown(result["summary"], methods))
+    return result
+
+
+def _report(grid: GridRun, plan: _Plan, methods: list[str], threads: int,
+            plot: str | None) -> dict[str, Any]:
+    """Write ``simcse_results.json`` / ``.md`` for what ``grid`` holds (marked partial while runs
+    are missing) and return the result."""
+    config = plan.config
     metrics = [m for m in ("best dev", *STS_COLUMNS, "final loss")
                if any(m in r["metrics"] for r in grid.records.values())]
     summary = {m: summarize(grid.records, m, datasets=[DATASET], methods=methods,
                             baseline="infonce" if "infonce" in methods else None)[DATASET]
                for m in metrics}
-    plot = _plot(grid, out / "simcse_adaptive.png", config)
-    with user_errors():
-        env = environment(frameworks=("transformers", "sentence-transformers"),
-                          device=plan.device, data_root=plan.data_root,
-                          data_fingerprint={"sentences": plan.identity["data"]["sentences"],
-                                            "sts": plan.identity["data"]["sts"]})
+    env = environment(frameworks=("transformers", "sentence-transformers"), device=plan.device,
+                      data_root=plan.data_root,
+                      data_fingerprint={"sentences": plan.identity["data"]["sentences"],
+                                        "sts": plan.identity["data"]["sts"]})
     env["torch_threads"] = threads
     result = {
         "recipe": "simcse", "config": asdict(config), "sentence_file": str(plan.sentence_file),
@@ -383,10 +398,7 @@ def run_simcse(config: SimCSERecipeConfig) -> dict[str, Any]:
         "summary": summary, "table": _table_rows(summary, methods), "plot": plot,
         **grid.bookkeeping(),
     }
-    markdown = render_markdown(summary, methods)
-    write_results(out, "simcse_results", result, markdown)
-    if config.show_progress:
-        print(markdown)
+    write_results(config.output_dir, "simcse_results", result, render_markdown(summary, methods))
     return result
 
 
