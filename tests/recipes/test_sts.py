@@ -146,6 +146,12 @@ def test_cli_with_callable_spec(shared_data, tmp_path, capsys):
     saved = json.loads((tmp_path / "o" / "sts_results.json").read_text())
     assert set(saved["table"]) == {"STS13", "STS-B", "Avg."}
     assert saved["model_id"] == "callable:tests.recipes._bow:hashed_bow"
+    env = saved["environment"]  # the result describes where and how it was computed
+    assert env["data_fingerprint"]["STS13"]["files"] == 6 and env["torch_threads"] == 1
+    assert env["torch"] and env["timestamp"] and env["data_root"] == str(shared_data.resolve()
+                                                                         / "senteval" / "downstream")
+    assert saved["partial"] is False and saved["computed"] == [["STS13", "encoder", 0],
+                                                               ["STSBenchmark", "encoder", 0]]
     assert "| Model | STS13 | STS-B | Avg. |" in capsys.readouterr().out
 
 

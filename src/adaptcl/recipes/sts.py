@@ -18,7 +18,11 @@ Usage::
     result = run_sts(STSConfig(model="/path/to/model", data_root="/data", output_dir="out"))
     result["table"]["STS-B"]      # Spearman x 100 on the STS-B test set
 
-Outputs ``sts_results.json`` (atomic write) and ``sts_results.md`` in ``output_dir``.
+Outputs ``sts_results.json`` (strict JSON, atomic write, with the environment: versions, host,
+threads, commit, data fingerprint) and ``sts_results.md`` in ``output_dir``. Each task is a cell
+of :mod:`adaptcl.recipes.runner`, reused on a rerun only for the same encoder identity (its
+weights or files, pooler, precision), the same task files and the same code. Embeddings that are
+NaN/inf or the same for every sentence stop the run with a one-line error; nothing is cached.
 """
 
 from __future__ import annotations

@@ -45,7 +45,11 @@ Usage::
                                          params="fasttest", output_dir="out"))
     result["table"]      # {"MR": 80.1, ..., "MRPC": 73.0, "Avg.": ...}
 
-Outputs ``transfer_results.json`` (atomic write) and ``transfer_results.md`` in ``output_dir``.
+Outputs ``transfer_results.json`` (strict JSON, atomic write, with the environment) and
+``transfer_results.md`` in ``output_dir``. Every (task, seed) is a cell of
+:mod:`adaptcl.recipes.runner`: reused on a rerun only for the same encoder identity, task files,
+protocol and code; with several ``--seeds`` the table shows mean ± std. Features that are NaN/inf
+or constant stop the run with a one-line error: no accuracy is reported from them.
 """
 
 from __future__ import annotations
