@@ -285,13 +285,14 @@ def _train_one(name: str, seed: int, plan: _Plan, out: Path) -> dict[str, Any]:
     projection = None if name == "amcl" else training_projection(config.pooler, model)
     loss = make_loss(name, model, projection=projection)
     dev = load_stsb(plan.senteval_root, "dev")
-    precision = {"bf16-mixed": {"bf16": True}, "16-mixed": {"fp16": True}}.get(config.precision, {})
+    extra = {"bf16-mixed": {"bf16": True}, "16-mixed": {"fp16": True}}.get(config.precision, {})
+    extra = {**extra, "disable_tqdm": not config.show_progress}
     return train_simcse(
         model, unsupervised_dataset(plan.sentences), loss,
         SimCSEConfig(output_dir=str(out), batch_size=config.batch_size,
                      learning_rate=config.learning_rate, epochs=config.epochs,
                      max_seq_length=config.max_seq_length, eval_steps=config.eval_steps,
-                     seed=seed, logging_steps=config.logging_steps, extra_args=precision),
+                     seed=seed, logging_steps=config.logging_steps, extra_args=extra),
         dev_evaluator=stsb_dev_evaluator(dev.sentences1, dev.sentences2, dev.scores))
 
 
