@@ -170,3 +170,9 @@ def test_truncated_cache_is_named_and_rebuilt(tmp_path, caplog):
     third = build_encoder(counting, cache_dir=tmp_path, show_progress=False)
     third.encode(sentences, dataset="toy")
     assert counting.calls == 2  # the rebuilt entry is good again
+
+
+def test_precision_is_part_of_the_cache_key(tmp_path):
+    full = SentenceEncoder("m", cache_dir=tmp_path, fingerprint="files:abc")
+    bf16 = SentenceEncoder("m", cache_dir=tmp_path, fingerprint="files:abc", precision="bf16-mixed")
+    assert full.cache_path("d", ["x"]) != bf16.cache_path("d", ["x"])

@@ -171,3 +171,17 @@ def test_interrupted_run_leaves_a_partial_result_and_resumes(tmp_path, shared_da
     resumed = run_simcse(config)
     assert resumed["reused"] == [["wiki", "infonce", 42]]
     assert resumed["computed"] == [["wiki", "macl", 42]] and resumed["partial"] is False
+
+
+def test_preset_paper_detects_roberta_and_old_spellings_map_to_the_new(tmp_path, capsys):
+    from adaptcl.cli import build_parser
+
+    model = build_tiny_model(tmp_path / "tiny", "roberta")
+    args = build_parser("simcse").parse_args(
+        ["simcse", "--model", str(model), "--preset", "paper", "--seed", "1,2",
+         "--num-threads", "2", "--precision", "bf16-mixed", "--logger", "tensorboard"])
+    config = recipe.config_from_args(args)
+    assert (config.paper, config.learning_rate, config.batch_size) == ("roberta", 1e-5, 64)
+    assert (config.seeds, config.num_threads, config.precision, config.logger) == (
+        [1, 2], 2, "bf16-mixed", "tensorboard")
+    assert "--seed is deprecated" in capsys.readouterr().err
