@@ -4,6 +4,7 @@ scores, reuses a finished run only while nothing that determines it has changed.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -60,12 +61,12 @@ def test_recipe_trains_scores_reuses_and_recomputes_when_settings_change(tmp_pat
     assert again["computed"] == [] and again["table"] == result["table"]
     monkeypatch.undo()
 
-    # another learning rate: the macl run is recomputed, its old record kept aside; the
-    # untrained model does not depend on the learning rate... but its identity holds every
-    # setting, so it is recomputed too (cheap), never mixed with records of other settings
+    # another learning rate: the macl run is recomputed, its old record kept aside, never mixed
+    # in; the untrained model does not depend on training settings, so it is reused
     changed = run_simcse(_config(model, shared_data, out, learning_rate=1e-3))
-    assert ["wiki", "macl", 42] in changed["computed"] and changed["reused"] == []
-    assert any("macl" in path for path in changed["superseded"])
+    assert changed["computed"] == [["wiki", "macl", 42]]
+    assert changed["reused"] == [["wiki", "untrained", 0]]
+    assert [Path(p).parts[-3:] for p in changed["superseded"]] == [("wiki", "macl", "seed42.json")]
     assert changed["identity"]["settings"]["learning_rate"] == 1e-3
     assert changed["runs"]["macl/seed42"]["optimisation_steps"] == 3
 

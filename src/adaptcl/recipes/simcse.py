@@ -72,6 +72,9 @@ POOLERS = ("cls", "cls_before_pooler", "avg", "avg_first_last", "avg_top2")
 PAPER_FAMILIES = ("bert", "roberta")
 DATASET = "wiki"  # the cells' dataset name: the sentence file trained on
 BASELINE = "untrained"
+# what the untrained model's scores depend on (not the training settings or sentences)
+BASELINE_SETTINGS = ("model", "pooler", "max_seq_length", "sts_tasks", "device_type",
+                     "evaluate_sts")
 STS_COLUMNS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STS-B", "SICK-R", "Avg.")
 
 
@@ -216,7 +219,8 @@ def _preflight(config: SimCSERecipeConfig) -> _Plan:
                           if model_path.is_dir() else {"hub": model})
     settings = {k: v for k, v in asdict(config).items()
                 if k not in ("output_dir", "data_root", "seeds", "seed", "num_threads", "losses",
-                             "logger", "show_progress", "evaluate_baseline", "sentences")}
+                             "logger", "show_progress", "evaluate_baseline", "sentences",
+                             "device")}  # the device's type is kept: "auto" may mean "cuda"
     identity = {
         "settings": {**settings, "model": model_identity, "device_type": device.split(":")[0],
                      "sts_tasks": tasks, "planned_steps": steps},
@@ -357,6 +361,10 @@ def run_simcse(config: SimCSERecipeConfig) -> dict[str, Any]:
     cells += [Cell(DATASET, name, seed) for name in config.losses for seed in config.seeds]
 
     def identity(cell: Cell) -> dict[str, Any]:
+        if cell.method == BASELINE:  # untrained: only what builds and scores the model counts
+            settings = {k: plan.identity["settings"][k] for k in BASELINE_SETTINGS}
+            return {**plan.identity, "settings": settings, "method": cell.method,
+                    "data": {"sts": plan.identity["data"]["sts"]}}
         return {**plan.identity, "method": cell.method, "seed": cell.seed}
 
     def after_each_run(grid: GridRun) -> None:  # curves, and a result marked partial until done
