@@ -395,7 +395,8 @@ def config_from_args(args: argparse.Namespace, cls: Callable[..., Any] = STSConf
 
     with user_errors():
         return cls(model=resolve_model(args.model), pooler=args.pooler, model_id=args.model_id,
-                   label=args.label or (args.model if args.model in MODEL_ALIASES else None),
+                   label=args.label or args.model_id
+                   or (args.model if args.model in MODEL_ALIASES else None),
                    data_root=args.data_root,
                    output_dir=args.output_dir, tasks=list(args.tasks),
                    batch_size=args.batch_size, max_length=args.max_length, device=args.device,

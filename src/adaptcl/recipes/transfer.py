@@ -578,7 +578,9 @@ def render_markdown(result: Mapping[str, Any]) -> str:
     text = markdown_table([row], columns)
     mrpc = result["tasks"].get("MRPC")
     if mrpc and "f1" in mrpc:
-        text += f"\nMRPC F1: {mrpc['f1']:.2f}. {result['protocol']}.\n"
+        seeds = result.get("seeds") or []
+        which = f" (seed {seeds[0]})" if len(seeds) > 1 else ""
+        text += f"\nMRPC F1{which}: {mrpc['f1']:.2f}. {result['protocol']}.\n"
     else:
         text += f"\n{result['protocol']}.\n"
     return text
