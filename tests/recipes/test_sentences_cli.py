@@ -63,6 +63,15 @@ def test_simcse_fewer_sentences_than_a_batch_is_one_line_before_transformers(tmp
     assert not (tmp_path / "out").exists()
 
 
+def test_simcse_missing_model_is_one_line_before_any_work(tmp_path, shared_data):
+    done = _cli("simcse", "--model", str(tmp_path / "no-such-model"), "--losses", "macl",
+                "--data-root", str(shared_data), "--output-dir", str(tmp_path / "out"))
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    (line,) = [x for x in done.stderr.splitlines() if x.startswith("adaptcl simcse: error:")]
+    assert "no-such-model" in line and "neither a local model folder" in line
+    assert not (tmp_path / "out").exists()
+
+
 def test_sts_nan_encoder_is_one_line_exit_2_and_nothing_cached(tmp_path, shared_data):
     done = _cli("sts", "--model", "tests.recipes._bow:nan_bow", "--model-id", "nan-bow",
                 "--tasks", "STS13", "--data-root", str(shared_data), "--output-dir",

@@ -214,6 +214,7 @@ def _preflight(config: SimCSERecipeConfig) -> _Plan:
                      for path in task_files(senteval_root, task)]
         model = resolve_model(config.model)
         model_path = Path(model).expanduser()
+        _require_model(model)
         model_identity = ({"path": str(model_path.resolve()),
                            "files": _folder_fingerprint(model_path.resolve())}
                           if model_path.is_dir() else {"hub": model})
@@ -233,6 +234,19 @@ def _preflight(config: SimCSERecipeConfig) -> _Plan:
     }
     return _Plan(config, model, data_root, senteval_root, sentence_file, sentences, device,
                  identity)
+
+
+def _require_model(model: str) -> None:
+    """Fail with one line, before any work, when ``model`` has no loadable configuration (a
+    missing folder, a hub name not available here)."""
+    from transformers import AutoConfig
+
+    try:
+        AutoConfig.from_pretrained(model)
+    except (OSError, ValueError) as err:
+        raise RecipeError(f"--model {model!r} is neither a local model folder nor a hub model "
+                          f"available here (offline runs need a local path): "
+                          f"{str(err).splitlines()[0]}") from err
 
 
 def _all_sts_tasks() -> tuple[str, ...]:
