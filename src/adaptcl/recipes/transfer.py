@@ -463,12 +463,7 @@ def evaluate_task(encoder, task: str, root: Path, config: TransferConfig) -> dic
 
 def _run_with_senteval(encoder, root: Path, config: TransferConfig) -> dict[str, Any]:
     """Optional path: SentEval's own engine (only if the ``senteval`` package is importable)."""
-    try:
-        import senteval
-    except ImportError as err:
-        raise ImportError("backend='senteval' needs the senteval package "
-                          "(https://github.com/facebookresearch/SentEval), which is not "
-                          "installed; use backend='adaptcl'") from err
+    import senteval
 
     def batcher(params, batch):
         sentences = [" ".join(w.decode("utf-8") if isinstance(w, bytes) else w for w in s)
@@ -495,9 +490,17 @@ def run_transfer(config: TransferConfig) -> dict[str, Any]:
     files, protocol and code. Non-finite or constant features raise
     :class:`~adaptcl.recipes.runner.NonResultError`; nothing is reported from them.
     """
+    import importlib.util
     from dataclasses import replace
 
-    from adaptcl.recipes.runner import Cell, code_version, run_grid, summarize, write_results
+    from adaptcl.recipes.runner import (
+        Cell,
+        RecipeError,
+        code_version,
+        run_grid,
+        summarize,
+        write_results,
+    )
     from adaptcl.recipes.sts import (
         _config_record,
         _short_label,
@@ -506,6 +509,10 @@ def run_transfer(config: TransferConfig) -> dict[str, Any]:
         run_environment,
     )
 
+    if config.backend == "senteval" and importlib.util.find_spec("senteval") is None:
+        raise RecipeError("backend='senteval' needs the senteval package "
+                          "(https://github.com/facebookresearch/SentEval), which is not "
+                          "installed; use backend='adaptcl'")
     start = time.perf_counter()
     root, data, encoder, threads = prepare_run(config)
     seeds = config.run_seeds
