@@ -35,3 +35,10 @@ class CountingEncoder:
         self.calls += 1
         self.sentences += len(sentences)
         return hashed_bow(sentences, self.dim)
+
+
+def nan_bow(sentences: list[str]) -> np.ndarray:
+    """A broken encoder: the hashed bag of words with NaN in every third row."""
+    out = hashed_bow(sentences)
+    out[::3] = np.nan
+    return out

@@ -12,6 +12,7 @@ from scipy.stats import rankdata
 
 from adaptcl.recipes import sts
 from adaptcl.recipes.encoders import POOLERS, build_encoder, hash_sentences, model_identifier
+from adaptcl.recipes.runner import RecipeError
 from tests.recipes._bow import CountingEncoder, hashed_bow
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -104,7 +105,7 @@ def test_encoder_argument_errors(tmp_path):
     (tmp_path / "config.json").write_text("{}")
     with pytest.raises(ValueError, match="not a sentence-transformers folder"):
         build_encoder(str(tmp_path))
-    with pytest.raises(ValueError, match="tasks="):
+    with pytest.raises(RecipeError, match="tasks="):
         sts.run_sts(sts.STSConfig(model=hashed_bow, tasks=["STS17"]))
 
 
@@ -145,6 +146,12 @@ def test_cli_with_callable_spec(shared_data, tmp_path, capsys):
     saved = json.loads((tmp_path / "o" / "sts_results.json").read_text())
     assert set(saved["table"]) == {"STS13", "STS-B", "Avg."}
     assert saved["model_id"] == "callable:tests.recipes._bow:hashed_bow"
+    env = saved["environment"]  # the result describes where and how it was computed
+    assert env["data_fingerprint"]["STS13"]["files"] == 6 and env["torch_threads"] == 1
+    assert env["torch"] and env["timestamp"] and env["data_root"] == str(shared_data.resolve()
+                                                                         / "senteval" / "downstream")
+    assert saved["partial"] is False and saved["computed"] == [["STS13", "encoder", 0],
+                                                               ["STSBenchmark", "encoder", 0]]
     assert "| Model | STS13 | STS-B | Avg. |" in capsys.readouterr().out
 
 

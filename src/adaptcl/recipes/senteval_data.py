@@ -275,3 +275,35 @@ def load_mrpc(data_root: str | os.PathLike | None, split: str) -> LabeledPairs:
         s1.append(_tok(fields[3]))
         s2.append(_tok(fields[4]))
     return LabeledPairs(f"MRPC/{split}", s1, s2, np.asarray(labels, dtype=np.int64))
+
+
+# ---------------------------------------------------------------------------------- identity
+def task_files(data_root: str | os.PathLike | None, task: str) -> list[Path]:
+    """The files a task's evaluation reads (for the data fingerprint of a run's identity).
+
+    STS12-16: every subset's input and gold file; ``STSBenchmark``: the dev (used by ``simcse``
+    for model selection) and test files; ``SICKRelatedness``: the test file; the transfer tasks
+    (MR, CR, SUBJ, MPQA, SST2, TREC, MRPC): every split they read. Raises ``FileNotFoundError``
+    naming a missing file, ``ValueError`` for an unknown task.
+    """
+    root = downstream_dir(data_root)
+    if task in STS_SUBSETS:
+        folder = root / "STS" / f"{task}-en-test"
+        paths = [folder / f"STS.{kind}.{subset}.txt" for subset in STS_SUBSETS[task]
+                 for kind in ("input", "gs")]
+    elif task == "STSBenchmark":
+        paths = [root / "STS" / "STSBenchmark" / STSB_FILES[split] for split in ("dev", "test")]
+    elif task == "SICKRelatedness":
+        paths = [root / "SICK" / SICK_FILES["test"]]
+    elif task in BINARY_FILES:
+        folder_name, *names = BINARY_FILES[task]
+        paths = [root / folder_name / name for name in names]
+    elif task == "SST2":
+        paths = [root / "SST" / "binary" / name for name in SST2_FILES.values()]
+    elif task == "TREC":
+        paths = [root / "TREC" / name for name in TREC_FILES.values()]
+    elif task == "MRPC":
+        paths = [root / "MRPC" / name for name in MRPC_FILES.values()]
+    else:
+        raise ValueError(f"task={task!r} has no SentEval files")
+    return [_require(path) for path in paths]

