@@ -111,13 +111,7 @@ def test_help_imports_no_heavy_module():
     assert proc.stdout.strip() == "[]", proc.stderr
 
 
-_SLOW_HELP = pytest.mark.xfail(
-    strict=True, reason="the sentences branch (E2) makes these modules import lazily; remove "
-    "this mark when it is merged")
-
-
-@pytest.mark.parametrize("recipe", [
-    pytest.param(r, marks=_SLOW_HELP) if r in ("simcse", "transfer") else r for r in cli.RECIPES])
+@pytest.mark.parametrize("recipe", cli.RECIPES)
 def test_help_of_every_recipe_returns_in_under_3_s(recipe):
     env = dict(os.environ, PYTHONPATH=SRC)
     start = time.perf_counter()
