@@ -29,7 +29,8 @@ from adaptcl.plugins import (
     dcl,
     info_nce,
 )
-from adaptcl.plugins.tiled import SoftTargetSpec, _TiledRowStats
+from adaptcl.plugins.ascl import _TileTargets
+from adaptcl.plugins.tiled import streamed_row_stats
 
 TOL = {"rtol": 1e-5, "atol": 1e-5}
 
@@ -96,6 +97,8 @@ def methods(dim: int):
 
 
 METHODS = list(methods(8))
+# A fixed seed per method (reproducible across runs, unlike ``hash(name)``).
+SEEDS = {name: 101 + i for i, name in enumerate(METHODS)}
 
 
 def _loss_and_grads(fn, leaves, build):
@@ -150,7 +153,7 @@ def _builder(needs_negatives):
 def test_tiled_equals_materialised(name, tile):
     """Tile 1, tiles that do not divide 2N = 14 or C, and one tile larger than the batch."""
     needs_neg = methods(8)[name][1]
-    _compare(name, _random_leaves(7, 8, 6, seed=hash(name) % 1000), _builder(needs_neg), tile)
+    _compare(name, _random_leaves(7, 8, 6, seed=SEEDS[name]), _builder(needs_neg), tile)
 
 
 @pytest.mark.parametrize("name", ["infonce", "macl", "ascl_in_batch", "amcl_softmax_infonce"])
@@ -235,11 +238,11 @@ def test_gradcheck_streamed_row_statistics(with_soft_targets):
     spec = None
     if with_soft_targets:
         pk = torch.nn.functional.normalize(torch.randn(7, 3, generator=g, dtype=torch.float64), dim=1)
-        spec = SoftTargetSpec(pk, 0.5, torch.rand(7, generator=g, dtype=torch.float64),
-                              torch.rand(7, generator=g, dtype=torch.float64) * 3)
+        spec = _TileTargets(pk, 0.5, torch.rand(7, generator=g, dtype=torch.float64),
+                            torch.rand(7, generator=g, dtype=torch.float64) * 3)
 
     def f(a, k):
-        lse, sum_ul, _ = _TiledRowStats.apply(a, k, 4, (pos_idx, self_idx), spec)
+        lse, sum_ul, _ = streamed_row_stats(a, k, 4, (pos_idx, self_idx), spec)
         return lse, sum_ul
 
     if with_soft_targets:
@@ -343,3 +346,50 @@ def test_ascl_num_neighbors_larger_than_negatives_raises_when_tiled():
 def test_default_is_materialised_and_repr_shows_tiles():
     assert InfoNCELoss(0.1).tile_size is None
     assert "tile_size=128" in repr(MACLLoss(0.1, tile_size=128))
+
+
+def _tied_views():
+    """Keys with exactly tied similarities: z1 repeats e1 in rows 1, 2 and 4, and every anchor
+    leans towards e1, so its top negative is a three-way tie (dot products with basis vectors
+    are exact in any summation order, so the tie is exact in both paths)."""
+    g = torch.Generator().manual_seed(7)
+    eye = torch.eye(8)
+    z1 = eye[[0, 1, 1, 2, 1, 3]].clone()
+    z0 = torch.rand(6, 8, generator=g) * 0.1
+    z0[:, 1] += 1.0
+    return z0.requires_grad_(), z1.requires_grad_()
+
+
+@pytest.mark.parametrize("kappa,objective", [(1, "nt_xent"), (2, "nt_xent"), (2, "infonce")])
+@pytest.mark.parametrize("tile", [1, 2, 4])
+def test_amcl_topk_routes_tied_gradients_identically_when_tiled(kappa, objective, tile):
+    def run(tile_size):
+        torch.manual_seed(3)
+        fn = AMCLLoss(PairTemperature(8), 1e-2, kappa=kappa, objective=objective,
+                      form="cross_view", tile_size=tile_size)
+        z0, z1 = _tied_views()
+        loss = fn(z0, z1)
+        return loss, torch.autograd.grad(loss, (z0, z1, *fn.parameters()))
+
+    ref_loss, ref_grads = run(None)
+    til_loss, til_grads = run(tile)
+    torch.testing.assert_close(til_loss, ref_loss, **TOL)
+    for a, b in zip(til_grads, ref_grads, strict=True):
+        torch.testing.assert_close(a, b, **TOL)
+
+
+def test_amcl_topk_tie_goes_to_the_lowest_column():
+    """Anchor 0 (positive e0) ties between the e1 keys in columns 1, 2 and 4: kappa=1 picks
+    column 1, so keys 2 and 4 get no gradient from it (anchors 1, 2, 4 have their own e1 as
+    positive and pick another e1 row: the lowest one that is not their positive)."""
+    torch.manual_seed(3)
+    z0, z1 = _tied_views()
+    z0 = z0.detach()[:1].requires_grad_()
+    keys = z1.detach()
+    fn = AMCLLoss(ConstantTemperature(0.1), 0.0, kappa=1, form="cross_view")
+    # one anchor, its positive key 0, the other five keys as extra negatives
+    leaf = keys[1:].clone().requires_grad_()
+    loss = fn(z0, keys[:1], negatives=leaf)
+    (g,) = torch.autograd.grad(loss, leaf)
+    assert g[0].abs().sum() > 0
+    assert torch.equal(g[1], torch.zeros(8)) and torch.equal(g[3], torch.zeros(8))
