@@ -102,6 +102,7 @@ SEEDS = {name: 101 + i for i, name in enumerate(METHODS)}
 
 
 def _loss_and_grads(fn, leaves, build):
+    fn = fn.to(leaves[0].device)
     z0, z1, neg = build(*leaves)
     loss = fn(z0, z1, neg)
     params = list(fn.parameters())
@@ -136,12 +137,10 @@ def _compare(name, leaves, build, tile, temperature=None, dim=None, input_grads=
         torch.testing.assert_close(til[2][key].to(value.dtype), value, **TOL, msg=f"{name}: stat {key}")
 
 
-def _random_leaves(n, d, k, seed, dtype=torch.float32):
+def _random_leaves(n, d, k, seed, dtype=torch.float32, device="cpu"):
     g = torch.Generator().manual_seed(seed)
-    z0 = torch.randn(n, d, generator=g, dtype=dtype).requires_grad_()
-    z1 = torch.randn(n, d, generator=g, dtype=dtype).requires_grad_()
-    neg = torch.randn(k, d, generator=g, dtype=dtype).requires_grad_()
-    return z0, z1, neg
+    return tuple(torch.randn(rows, d, generator=g, dtype=dtype).to(device).requires_grad_()
+                 for rows in (n, n, k))
 
 
 def _builder(needs_negatives):
@@ -150,10 +149,11 @@ def _builder(needs_negatives):
 
 @pytest.mark.parametrize("name", METHODS)
 @pytest.mark.parametrize("tile", [1, 3, 5, 64])
-def test_tiled_equals_materialised(name, tile):
+def test_tiled_equals_materialised(name, tile, device):
     """Tile 1, tiles that do not divide 2N = 14 or C, and one tile larger than the batch."""
     needs_neg = methods(8)[name][1]
-    _compare(name, _random_leaves(7, 8, 6, seed=SEEDS[name]), _builder(needs_neg), tile)
+    _compare(name, _random_leaves(7, 8, 6, seed=SEEDS[name], device=device),
+             _builder(needs_neg), tile)
 
 
 @pytest.mark.parametrize("name", ["infonce", "macl", "ascl_in_batch", "amcl_softmax_infonce"])

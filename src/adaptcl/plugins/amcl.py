@@ -37,7 +37,7 @@ from ._validation import (
     check_positive,
 )
 from .base import REDUCTIONS, ContrastiveLoss, Stats, functional_candidates, loss_stats, reduce
-from .candidates import Candidates, compute_dtype, normalize
+from .candidates import Candidates, autocast_off, compute_dtype, normalize
 from .distributed import GatherFn
 from .kernel import no_negatives_output
 from .tiled import streamed_pair_lse, streamed_sum, streamed_top_columns, top_columns
@@ -117,17 +117,17 @@ class PairTemperature(nn.Module):
         """``phi(x)`` in the network's dtype, outside autocast: a pair's temperature is
         ``squash(<features(a), features(b)>)``, which is what lets the tiled path recompute it
         inside a tile."""
-        with torch.autocast(device_type=x.device.type, enabled=False):
+        with autocast_off(x):
             return self.phi(x.to(self.phi.weight.dtype))
 
     def forward(self, a: Tensor, b: Tensor) -> Tensor:
         """Temperatures of every pair: ``[A, D] x [B, D] -> [A, B]``."""
-        with torch.autocast(device_type=a.device.type, enabled=False):
+        with autocast_off(a):
             return self.squash(self.features(a) @ self.features(b).T)
 
     def pairwise(self, a: Tensor, b: Tensor) -> Tensor:
         """Temperatures of matching rows: ``[N, D] x [N, D] -> [N]``."""
-        with torch.autocast(device_type=a.device.type, enabled=False):
+        with autocast_off(a):
             return self.squash((self.features(a) * self.features(b)).sum(dim=1))
 
 
@@ -351,7 +351,7 @@ def _head_loss(c: Candidates, net: nn.Module, dim: int, *, beta: float, negative
         zero = no_negatives_output(c.positive_sim / tau_pos).loss
         return zero, tau_pos.detach().mean(), tau_pos.detach().mean()
     infonce = objective == "infonce"
-    with torch.autocast(device_type=c.anchors.device.type, enabled=False):
+    with autocast_off(c.anchors):
         pos = c.positive_sim / tau_pos
         reg_pos = beta * omega(tau_pos, dim)
         if negative_term == "softmax":
@@ -495,7 +495,7 @@ def _amcl_barlow_twins(z0: Tensor, z1: Tensor, net: nn.Module, beta: float, lamb
     for h in range(z0.shape[0]):
         check_embeddings("z0", z0[h], check_finite=check_finite)
         check_embeddings("z1", z1[h], check_finite=check_finite)
-        with torch.autocast(device_type=z0.device.type, enabled=False):
+        with autocast_off(z0):
             dtype = compute_dtype(z0, z1)
             a, b = z0[h].to(dtype), z1[h].to(dtype)
             # Batch standardisation exactly as Barlow Twins (biased variance, eps 1e-5).

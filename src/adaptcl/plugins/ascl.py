@@ -34,7 +34,7 @@ from .base import (
     loss_stats,
     reduce,
 )
-from .candidates import MASKED, Candidates, rows_logits, scaled_anchors
+from .candidates import MASKED, Candidates, autocast_off, rows_logits, scaled_anchors
 from .distributed import GatherFn
 from .kernel import KernelOutput, contrastive_kernel, kernel_from_lse, no_negatives_output
 from .tiled import Masks, mask_tile, streamed_row_stats, streamed_softmax_stats, top_columns
@@ -161,7 +161,7 @@ def _tiled_ascl(c: Candidates, temperature: float, tile_size: int, *, mode: str,
         fill = _fill(mode, confidence)
         total = 1 + fill * num_neighbors
         lse = streamed_row_stats(a, c.keys, tile_size, c.excluded)[0]
-        with torch.autocast(device_type=a.device.type, enabled=False):
+        with autocast_off(a):
             top_logits = torch.einsum("ad,akd->ak", a, c.keys[top])
         weighted = (fill / total) * top_logits.sum(dim=1)
     return kernel_from_lse(lse, pos, soft_targets=(1 / total, weighted)), confidence
@@ -178,7 +178,7 @@ def _ascl(c: Candidates, *, temperature: float, sharpen_temperature: float, num_
                                       num_neighbors=num_neighbors,
                                       sharpen_temperature=sharpen_temperature)
     else:
-        with torch.no_grad(), torch.autocast(device_type=c.anchors.device.type, enabled=False):
+        with torch.no_grad(), autocast_off(c.anchors):
             y_pos, y_neg, confidence = _soft_targets(
                 c.positive_keys.detach() @ c.keys.detach().T, c.positive_mask(), c.num_negatives,
                 mode=mode, num_neighbors=num_neighbors, sharpen_temperature=sharpen_temperature)
@@ -278,7 +278,7 @@ def _ascl_byol(targets_view: list[Candidates], neighbours: list[Candidates], *,
 
     def rows(r0: int, r1: int) -> Tensor:
         block, near = c.rows(r0, r1), near_all.rows(r0, r1)
-        with torch.no_grad(), torch.autocast(device_type=block.anchors.device.type, enabled=False):
+        with torch.no_grad(), autocast_off(block.anchors):
             y_pos, y_neg, confidence = _soft_targets(
                 near.similarity(), near.positive_mask(), n, mode=mode, num_neighbors=k,
                 sharpen_temperature=sharpen_temperature)

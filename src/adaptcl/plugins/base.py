@@ -38,8 +38,8 @@ def loss_stats(per_anchor: Tensor, cands: list[Candidates] | None = None, *,
     ``positive_probability``; ``temperature`` (its mean) and any ``extra`` value as given.
     """
     def scalar(x: Tensor | float) -> Tensor:
-        if not isinstance(x, Tensor):
-            x = torch.tensor(float(x))
+        if not isinstance(x, Tensor):  # on the inputs' device, with no host-to-device copy
+            return torch.full((), float(x), dtype=torch.float32, device=per_anchor.device)
         return x.detach().mean()
 
     stats = {"loss": scalar(per_anchor)}

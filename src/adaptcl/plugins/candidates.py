@@ -25,6 +25,7 @@ Extra ``negatives`` ([K, D]) are appended to the candidates of every form.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
@@ -39,6 +40,15 @@ FORMS = ("nt_xent", "cross_view", "cross_view_symmetric", "queue")
 # Masked logits are set to the most negative float32: exp() of it is exactly 0, and unlike -inf
 # it stays NaN-free when multiplied by a zero soft target.
 MASKED = torch.finfo(torch.float32).min
+
+
+def autocast_off(x: Tensor):
+    """A region where autocast is off on ``x``'s device, so the loss computes in float32 (a
+    no-op on devices without autocast, e.g. ``meta``)."""
+    device_type = x.device.type
+    if not torch.amp.is_autocast_available(device_type):
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device_type, enabled=False)
 
 
 def compute_dtype(*xs: Tensor | None) -> torch.dtype:
@@ -141,7 +151,7 @@ class Candidates:
 
     def similarity(self) -> Tensor:
         """Fresh ``[A, C]`` cosine matrix (unmasked), in float32 even under autocast."""
-        with torch.autocast(device_type=self.anchors.device.type, enabled=False):
+        with autocast_off(self.anchors):
             return self.anchors @ self.keys.T
 
     def positive_mask(self) -> Tensor:
@@ -261,11 +271,15 @@ def scaled_anchors(cands: Candidates, temperature: Tensor | float) -> tuple[Tens
     folded into the anchors before any matrix product, so no N x N division happens. The one
     place the temperature enters the logits, for the materialised and the tiled paths.
     """
-    t = torch.as_tensor(temperature, dtype=cands.anchors.dtype, device=cands.anchors.device)
-    if t.ndim > 1:
-        raise ValueError(f"temperature must be a scalar or have shape [anchors], got {tuple(t.shape)}")
-    with torch.autocast(device_type=cands.anchors.device.type, enabled=False):
-        anchors = cands.anchors / (t[:, None] if t.ndim == 1 else t)
+    if isinstance(temperature, Tensor):
+        if temperature.ndim > 1:
+            raise ValueError("temperature must be a scalar or have shape [anchors], got "
+                             f"{tuple(temperature.shape)}")
+        t = temperature.to(cands.anchors.dtype)
+    else:
+        t = float(temperature)  # a python number: no tensor, no host-to-device copy
+    with autocast_off(cands.anchors):
+        anchors = cands.anchors / (t[:, None] if isinstance(t, Tensor) and t.ndim == 1 else t)
         positive = cands.positive_sim / t
     return anchors, positive
 
@@ -273,6 +287,6 @@ def scaled_anchors(cands: Candidates, temperature: Tensor | float) -> tuple[Tens
 def rows_logits(cands: Candidates, temperature: Tensor | float) -> tuple[Tensor, Tensor]:
     """Masked ``[A, C]`` negative logits and ``[A]`` positive logits in float32."""
     anchors, positive = scaled_anchors(cands, temperature)
-    with torch.autocast(device_type=cands.anchors.device.type, enabled=False):
+    with autocast_off(cands.anchors):
         logits = cands.mask_(anchors @ cands.keys.T)
     return logits, positive

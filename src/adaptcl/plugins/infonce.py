@@ -76,7 +76,10 @@ class InfoNCELoss(ContrastiveLoss):
         positive_in_denominator: False gives DCL (see :class:`DCLLoss`).
         gather_distributed: gather candidates from every rank before the loss.
         gather_fn: custom gradient-carrying gather (e.g. ``lightly.utils.dist.gather``).
-        check_finite: raise ``ValueError`` on NaN/inf embeddings (one cheap reduction).
+        check_finite: fail on NaN/inf embeddings (one cheap reduction): a ``ValueError`` on
+            the CPU; on an accelerator a device-side assertion (``torch._assert_async``) that
+            never stalls the step and fails the next synchronising call with a
+            ``RuntimeError``. Nothing else in any loss synchronises host and device.
         tile_size: stream the similarity matrix in ``tile_size x tile_size`` tiles with an exact
             recomputing backward (Inf-CL, Cheng et al. 2024; :mod:`adaptcl.plugins.tiled`):
             memory linear in the batch. ``None`` (default) materialises it.

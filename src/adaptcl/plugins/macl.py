@@ -52,7 +52,7 @@ def macl_temperature(alignment: Tensor, temperature: float, alpha: float, a0: fl
     if temperature_form == "linear":
         tau = temperature * (1 + alpha * (a - a0))
     else:
-        tau = temperature * torch.pow(torch.as_tensor(alpha, dtype=a.dtype, device=a.device), a)
+        tau = temperature * torch.pow(alpha, a)
     return tau.clamp(min=floor)
 
 
@@ -83,7 +83,7 @@ def _macl_options(temperature: float, alpha: float, a0: float, reweight: bool, a
 def _batch_temperature(alignment: Tensor, *, temperature: float, alpha: float, a0: float,
                        adaptive: bool, temperature_form: str, min_temperature: float) -> Tensor:
     if not adaptive:
-        return torch.as_tensor(temperature, dtype=alignment.dtype, device=alignment.device)
+        return torch.full_like(alignment, temperature)
     return macl_temperature(alignment, temperature, alpha, a0, temperature_form=temperature_form,
                             min_temperature=min_temperature)
 
@@ -105,7 +105,7 @@ def _macl(cands: list[Candidates], *, temperature: float, alpha: float, a0: floa
     per_anchor, stats = run_kernel(cands, tau, positive_in_denominator=positive_in_denominator,
                                    log_weights=log_weights if reweight else None,
                                    tile_size=tile_size)
-    stats["alignment"] = a.float()
+    stats["alignment"] = a
     return per_anchor, stats
 
 

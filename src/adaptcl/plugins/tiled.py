@@ -69,7 +69,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from .candidates import Candidates, scaled_anchors
+from .candidates import Candidates, autocast_off, scaled_anchors
 
 NEG_INF = float("-inf")
 Masks = tuple[Tensor | None, ...]
@@ -224,7 +224,7 @@ def streamed_row_stats(a: Tensor, k: Tensor, tile: int, masks: Masks,
                        weights: TileWeights | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """``(logsumexp_j l_ij, sum_j u_ij l_ij, sum_j u_ij)`` over the unmasked columns of
     ``l = a @ k.T``, streamed; differentiable in ``a`` and ``k`` (``u`` is detached)."""
-    with torch.autocast(device_type=a.device.type, enabled=False):
+    with autocast_off(a):
         return _StreamedRowStats.apply(a, k, tile, masks, weights)
 
 
@@ -369,7 +369,7 @@ class _StreamedPairLSE(torch.autograd.Function):
 def streamed_pair_lse(a: Tensor, k: Tensor, pa: Tensor, pk: Tensor, tile: int, masks: Masks,
                       pair: PairTerm) -> tuple[Tensor, Tensor]:
     """``(logsumexp_j pair.term(s_ij, r_ij) [A], sum of pair.statistic over all pairs)``."""
-    with torch.autocast(device_type=a.device.type, enabled=False):
+    with autocast_off(a):
         return _StreamedPairLSE.apply(a, k, pa, pk, tile, masks, pair)
 
 
