@@ -419,3 +419,26 @@ def test_row_block_losses_equal_materialised(make, tile):
     torch.testing.assert_close(til, ref, **TOL)
     for a, b in zip(til_g, ref_g, strict=True):
         torch.testing.assert_close(a, b, **TOL)
+
+
+@pytest.mark.parametrize("k", [1, 3, 9, 12])
+def test_top_columns_breaks_ties_by_lowest_column_whatever_the_tiling(k):
+    """Integer-valued rows full of ties and some masked (-inf) columns: the merged top-k over
+    any tiling is the top-k of the whole row, ties going to the lowest columns (k = 9 and 12
+    exercise the threshold method beyond the argmax rounds)."""
+    from adaptcl.plugins.tiled import merge_top, top_columns
+
+    g = torch.Generator().manual_seed(k)
+    values = torch.randint(0, 4, (5, 17), generator=g).float()
+    values[:, ::5] = float("-inf")
+    columns = torch.arange(17).expand(5, -1)
+    whole_v, whole_i = top_columns(values, columns, k)
+    for row in range(5):
+        finite = [(-v, c) for c, v in enumerate(values[row].tolist()) if v != float("-inf")]
+        expected = sorted(c for _, c in sorted(finite)[:k])
+        assert whole_i[row].tolist() == expected
+    for tile in (1, 2, 5, 17):
+        best = None
+        for c0 in range(0, 17, tile):
+            best = merge_top(best, values[:, c0:c0 + tile], c0, k)
+        assert torch.equal(best[1], whole_i) and torch.equal(best[0], whole_v)

@@ -83,16 +83,20 @@ def mask_tile(tile: Tensor, indices: Masks, c0: int, c1: int, fill: float = NEG_
     """Set, in place, entry ``(r, idx[r] - c0)`` of a ``[rows, c1 - c0]`` tile to ``fill``
     for every row whose excluded column ``idx[r]`` falls inside ``[c0, c1)``.
 
-    Built by comparing each row's excluded column with the tile's column range: no
-    ``nonzero()``, so no host synchronisation per tile.
+    One gather and one scatter of ``rows`` entries per index vector (rows whose column lies
+    outside the tile write back what they read): no ``nonzero()``, so no host synchronisation
+    per tile, and no pass over the whole tile.
     """
-    cols = None
+    rows = None
     for idx in indices:
         if idx is None:
             continue
-        if cols is None:
-            cols = torch.arange(c0, c1, device=tile.device)
-        tile.masked_fill_(idx[:, None] == cols, fill)
+        if rows is None:
+            rows = torch.arange(tile.shape[0], device=tile.device)
+        local = idx - c0
+        inside = (local >= 0) & (local < c1 - c0)
+        col = local.clamp(0, c1 - c0 - 1)
+        tile[rows, col] = torch.where(inside, fill, tile[rows, col])
     return tile
 
 
@@ -125,20 +129,37 @@ def top_columns(values: Tensor, columns: Tensor, k: int) -> tuple[Tensor, Tensor
     """The ``k`` largest entries of each row of ``values`` and their ``columns``.
 
     ``columns`` holds each entry's column index, ascending along every row. Among entries tied
-    exactly at the k-th value the lowest columns are taken, so the selection does not depend on
-    how a row was split into tiles (``torch.topk`` promises no order among ties). The result
-    is ordered by column.
+    exactly, the lowest columns are taken, so the selection does not depend on how a row was
+    split into tiles (``torch.topk`` promises no order among ties; ``torch.argmax`` documents
+    that it returns the first maximal index). The result is ordered by column.
     """
-    kth = values.topk(k, dim=1).values[:, -1:]
-    greater = values > kth
-    tied = values == kth
-    need = k - greater.sum(dim=1, keepdim=True)
-    take = greater | (tied & (tied.cumsum(dim=1) <= need))
-    # exactly k entries per row are taken; rank them before the others, in column order
-    width = values.shape[1]
-    rank = take * width + (width - 1 - torch.arange(width, device=values.device))
-    picked = rank.topk(k, dim=1).indices.sort(dim=1).values
+    if k <= _ARGMAX_ROUNDS:
+        # k passes of argmax, each masking its pick with -inf: the cheapest exact choice for
+        # small k. Masked (-inf) entries are lifted to the most negative float first, so a
+        # pick is never chosen twice while an unpicked entry is left.
+        work = values if k == 1 else values.nan_to_num(neginf=torch.finfo(values.dtype).min)
+        picks = []
+        for j in range(k):
+            pick = work.argmax(dim=1, keepdim=True)
+            picks.append(pick)
+            if j + 1 < k:
+                work.scatter_(1, pick, NEG_INF)
+        picked = torch.cat(picks, dim=1).sort(dim=1).values
+    else:
+        kth = values.topk(k, dim=1).values[:, -1:]
+        greater = values > kth
+        tied = values == kth
+        need = k - greater.sum(dim=1, keepdim=True)
+        take = greater | (tied & (tied.cumsum(dim=1) <= need))
+        # exactly k entries per row are taken; rank them before the others, in column order
+        width = values.shape[1]
+        rank = take * width + (width - 1 - torch.arange(width, device=values.device))
+        picked = rank.topk(k, dim=1).indices.sort(dim=1).values
     return values.gather(1, picked), columns.gather(1, picked)
+
+
+# Up to this k the top columns are found by k argmax passes, beyond it by a threshold.
+_ARGMAX_ROUNDS = 8
 
 
 def merge_top(best: tuple[Tensor, Tensor] | None, tile: Tensor, c0: int,
