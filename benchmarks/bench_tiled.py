@@ -146,13 +146,12 @@ def main(argv: list[str] | None = None) -> int:
         r = run_worker(args.huge, args.dim, args.huge_tile, warm=False, repeats=1, threads=args.threads)
         report["huge"] = {**r, "materialised_bytes_one_copy": need}
         if "error" in r:
-            print(f"tiled (tile {args.huge_tile}): FAILED: {r['error']}")
+            print(f"tiled (tile {args.huge_tile}): did not run: {r['error']}")
         else:
             print(f"tiled (tile {args.huge_tile}): forward+backward {r['seconds']:.1f} s, peak memory "
                   f"{fmt_bytes(r['peak_bytes'])} (no warm-up: includes first-call overhead), "
                   f"loss {r['loss']:.6f}")
-            print(f"  materialised one-copy bytes / tiled peak = {need / max(r['peak_bytes'], 1):.0f}x; "
-                  f"peak < 8 GiB: {'PASS' if r['peak_bytes'] < 8 * GiB else 'FAIL'}")
+            print(f"  materialised one-copy bytes / tiled peak = {need / max(r['peak_bytes'], 1):.0f}x")
     rows = []
     print(f"\n== tiled (tile {args.tile}) vs materialised, same run ==")
     print(f"{'batch':>7} {'mat time':>10} {'tiled time':>11} {'time ratio':>11} "

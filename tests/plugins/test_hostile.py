@@ -99,3 +99,54 @@ def test_random_shapes(n, d, seed, scale, t, form):
         # In-batch ASCL needs n - 1 >= num_neighbors negatives.
         loss = ASCLLoss(t, t / 2, num_neighbors=1, form="cross_view")(z0, z1)
         assert torch.isfinite(loss)
+
+
+@pytest.mark.parametrize("scale", [1e19, 1e30, 1e37])
+def test_huge_norms_normalise_without_overflow_and_keep_their_gradient(scale):
+    """|x|^2 overflows float32 above ~1.8e19: the loss and its gradient must be those of the
+    same directions at unit scale (the gradient of x / |x| shrinks as 1 / |x|)."""
+    g = torch.Generator().manual_seed(4)
+    z0, z1 = torch.randn(6, 8, generator=g), torch.randn(6, 8, generator=g)
+    small = tuple(t.clone().requires_grad_() for t in (z0, z1))
+    big = tuple((t * scale).requires_grad_() for t in (z0, z1))
+    loss_small, loss_big = MACLLoss(0.1, 0.5)(*small), MACLLoss(0.1, 0.5)(*big)
+    torch.testing.assert_close(loss_big, loss_small)
+    for gs, gb in zip(torch.autograd.grad(loss_small, small), torch.autograd.grad(loss_big, big),
+                      strict=True):
+        torch.testing.assert_close((gb * scale), gs, rtol=1e-4, atol=1e-6)
+
+
+def test_normalisation_matches_torch_bitwise_on_ordinary_rows():
+    from adaptcl.plugins.candidates import normalize
+
+    x = torch.randn(64, 32, generator=torch.Generator().manual_seed(0)) * 3
+    assert torch.equal(normalize(x), torch.nn.functional.normalize(x, dim=1))
+
+
+@pytest.mark.parametrize("norm", [0.0, 1e-30, 1e-8])
+def test_degenerate_rows_get_zero_embedding_and_zero_gradient(norm):
+    """A row of norm <= MIN_NORM (1e-6) has no direction: it normalises to 0 and gets no
+    gradient, where F.normalize amplifies the gradient by 1 / eps = 1e12 (and Lightly with it)."""
+    from adaptcl.plugins.candidates import MIN_NORM
+
+    assert norm <= MIN_NORM
+    g = torch.Generator().manual_seed(5)
+    z0, z1 = torch.randn(6, 8, generator=g), torch.randn(6, 8, generator=g)
+    z0[2] = torch.randn(8, generator=g) * norm / (8 ** 0.5)
+    z0.requires_grad_()
+    z1.requires_grad_()
+    loss = InfoNCELoss(0.1)(z0, z1)
+    g0, g1 = torch.autograd.grad(loss, (z0, z1))
+    assert torch.equal(g0[2], torch.zeros(8))
+    assert g0.abs().max() < 10 and g1.abs().max() < 10  # the other rows: ordinary gradients
+
+
+def test_rows_just_above_the_degenerate_norm_have_a_bounded_gradient():
+    from adaptcl.plugins.candidates import MIN_NORM
+
+    z0, z1 = torch.randn(6, 8), torch.randn(6, 8)
+    z0[0] = z0[0] / z0[0].norm() * (2 * MIN_NORM)
+    z0.requires_grad_()
+    g0, = torch.autograd.grad(InfoNCELoss(0.1)(z0, z1), z0)
+    # exact gradient of x / |x|: |g| <= |dL/dy| / |x|, and |dL/dy| <= 2 / tau here
+    assert torch.isfinite(g0).all() and g0[0].norm() <= 2 / 0.1 / (2 * MIN_NORM)

@@ -53,9 +53,9 @@ ZERO_LOSSES = {
 @pytest.mark.parametrize("tile", [None, 1])
 @pytest.mark.parametrize("form", IN_BATCH_FORMS)
 @pytest.mark.parametrize("name", list(ZERO_LOSSES))
-def test_single_pair_batch_gives_zero_loss_and_zero_gradient(name, form, tile):
-    z0, z1 = pair(1, 8)
-    loss_fn = ZERO_LOSSES[name](form, tile)
+def test_single_pair_batch_gives_zero_loss_and_zero_gradient(name, form, tile, device):
+    z0, z1 = (t.detach().to(device).requires_grad_() for t in pair(1, 8))
+    loss_fn = ZERO_LOSSES[name](form, tile).to(device)
     loss = loss_fn(z0, z1)
     assert loss.item() == 0.0
     for g in grads(loss, z0, z1):

@@ -18,6 +18,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from adaptcl.plugins import (
     AMCLLoss,
+    ASCLBYOLLoss,
     ASCLLoss,
     ConstantTemperature,
     DCLLoss,
@@ -25,11 +26,15 @@ from adaptcl.plugins import (
     FlatNCELoss,
     InfoNCELoss,
     MACLLoss,
+    MarginContrastiveLoss,
+    NCELoss,
     PairTemperature,
+    TripletLoss,
     dcl,
     info_nce,
 )
-from adaptcl.plugins.tiled import SoftTargetSpec, _TiledRowStats
+from adaptcl.plugins.ascl import _TileTargets
+from adaptcl.plugins.tiled import streamed_row_stats
 
 TOL = {"rtol": 1e-5, "atol": 1e-5}
 
@@ -96,9 +101,12 @@ def methods(dim: int):
 
 
 METHODS = list(methods(8))
+# A fixed seed per method (reproducible across runs, unlike ``hash(name)``).
+SEEDS = {name: 101 + i for i, name in enumerate(METHODS)}
 
 
 def _loss_and_grads(fn, leaves, build):
+    fn = fn.to(leaves[0].device)
     z0, z1, neg = build(*leaves)
     loss = fn(z0, z1, neg)
     params = list(fn.parameters())
@@ -133,12 +141,10 @@ def _compare(name, leaves, build, tile, temperature=None, dim=None, input_grads=
         torch.testing.assert_close(til[2][key].to(value.dtype), value, **TOL, msg=f"{name}: stat {key}")
 
 
-def _random_leaves(n, d, k, seed, dtype=torch.float32):
+def _random_leaves(n, d, k, seed, dtype=torch.float32, device="cpu"):
     g = torch.Generator().manual_seed(seed)
-    z0 = torch.randn(n, d, generator=g, dtype=dtype).requires_grad_()
-    z1 = torch.randn(n, d, generator=g, dtype=dtype).requires_grad_()
-    neg = torch.randn(k, d, generator=g, dtype=dtype).requires_grad_()
-    return z0, z1, neg
+    return tuple(torch.randn(rows, d, generator=g, dtype=dtype).to(device).requires_grad_()
+                 for rows in (n, n, k))
 
 
 def _builder(needs_negatives):
@@ -147,10 +153,11 @@ def _builder(needs_negatives):
 
 @pytest.mark.parametrize("name", METHODS)
 @pytest.mark.parametrize("tile", [1, 3, 5, 64])
-def test_tiled_equals_materialised(name, tile):
+def test_tiled_equals_materialised(name, tile, device):
     """Tile 1, tiles that do not divide 2N = 14 or C, and one tile larger than the batch."""
     needs_neg = methods(8)[name][1]
-    _compare(name, _random_leaves(7, 8, 6, seed=hash(name) % 1000), _builder(needs_neg), tile)
+    _compare(name, _random_leaves(7, 8, 6, seed=SEEDS[name], device=device),
+             _builder(needs_neg), tile)
 
 
 @pytest.mark.parametrize("name", ["infonce", "macl", "ascl_in_batch", "amcl_softmax_infonce"])
@@ -235,11 +242,11 @@ def test_gradcheck_streamed_row_statistics(with_soft_targets):
     spec = None
     if with_soft_targets:
         pk = torch.nn.functional.normalize(torch.randn(7, 3, generator=g, dtype=torch.float64), dim=1)
-        spec = SoftTargetSpec(pk, 0.5, torch.rand(7, generator=g, dtype=torch.float64),
-                              torch.rand(7, generator=g, dtype=torch.float64) * 3)
+        spec = _TileTargets(pk, 0.5, torch.rand(7, generator=g, dtype=torch.float64),
+                            torch.rand(7, generator=g, dtype=torch.float64) * 3)
 
     def f(a, k):
-        lse, sum_ul, _ = _TiledRowStats.apply(a, k, 4, (pos_idx, self_idx), spec)
+        lse, sum_ul, _ = streamed_row_stats(a, k, 4, (pos_idx, self_idx), spec)
         return lse, sum_ul
 
     if with_soft_targets:
@@ -343,3 +350,95 @@ def test_ascl_num_neighbors_larger_than_negatives_raises_when_tiled():
 def test_default_is_materialised_and_repr_shows_tiles():
     assert InfoNCELoss(0.1).tile_size is None
     assert "tile_size=128" in repr(MACLLoss(0.1, tile_size=128))
+
+
+def _tied_views():
+    """Keys with exactly tied similarities: z1 repeats e1 in rows 1, 2 and 4, and every anchor
+    leans towards e1, so its top negative is a three-way tie (dot products with basis vectors
+    are exact in any summation order, so the tie is exact in both paths)."""
+    g = torch.Generator().manual_seed(7)
+    eye = torch.eye(8)
+    z1 = eye[[0, 1, 1, 2, 1, 3]].clone()
+    z0 = torch.rand(6, 8, generator=g) * 0.1
+    z0[:, 1] += 1.0
+    return z0.requires_grad_(), z1.requires_grad_()
+
+
+@pytest.mark.parametrize("kappa,objective", [(1, "nt_xent"), (2, "nt_xent"), (2, "infonce")])
+@pytest.mark.parametrize("tile", [1, 2, 4])
+def test_amcl_topk_routes_tied_gradients_identically_when_tiled(kappa, objective, tile):
+    def run(tile_size):
+        torch.manual_seed(3)
+        fn = AMCLLoss(PairTemperature(8), 1e-2, kappa=kappa, objective=objective,
+                      form="cross_view", tile_size=tile_size)
+        z0, z1 = _tied_views()
+        loss = fn(z0, z1)
+        return loss, torch.autograd.grad(loss, (z0, z1, *fn.parameters()))
+
+    ref_loss, ref_grads = run(None)
+    til_loss, til_grads = run(tile)
+    torch.testing.assert_close(til_loss, ref_loss, **TOL)
+    for a, b in zip(til_grads, ref_grads, strict=True):
+        torch.testing.assert_close(a, b, **TOL)
+
+
+def test_amcl_topk_tie_goes_to_the_lowest_column():
+    """Anchor 0 (positive e0) ties between the e1 keys in columns 1, 2 and 4: kappa=1 picks
+    column 1, so keys 2 and 4 get no gradient from it (anchors 1, 2, 4 have their own e1 as
+    positive and pick another e1 row: the lowest one that is not their positive)."""
+    torch.manual_seed(3)
+    z0, z1 = _tied_views()
+    z0 = z0.detach()[:1].requires_grad_()
+    keys = z1.detach()
+    fn = AMCLLoss(ConstantTemperature(0.1), 0.0, kappa=1, form="cross_view")
+    # one anchor, its positive key 0, the other five keys as extra negatives
+    leaf = keys[1:].clone().requires_grad_()
+    loss = fn(z0, keys[:1], negatives=leaf)
+    (g,) = torch.autograd.grad(loss, leaf)
+    assert g[0].abs().sum() > 0
+    assert torch.equal(g[1], torch.zeros(8)) and torch.equal(g[3], torch.zeros(8))
+
+
+@pytest.mark.parametrize("make", [
+    lambda t: MarginContrastiveLoss(0.8, tile_size=t),
+    lambda t: TripletLoss(0.5, mining="hardest", tile_size=t),
+    lambda t: TripletLoss(0.5, tile_size=t),
+    lambda t: NCELoss(0.2, form="cross_view_symmetric", tile_size=t),
+    lambda t: ASCLBYOLLoss(0.05, 2, tile_size=t),
+], ids=["margin", "triplet_hardest", "triplet_all", "nce_symmetric", "ascl_byol"])
+@pytest.mark.parametrize("tile", [1, 4, 64])
+def test_row_block_losses_equal_materialised(make, tile):
+    """The losses without a streaming path process ``tile_size`` anchors at a time under
+    activation checkpointing: same value and gradient as the materialised loss."""
+    def run(t):
+        z0, z1, _ = _random_leaves(9, 8, 1, seed=4)
+        loss = make(t)(z0, z1)
+        return loss, torch.autograd.grad(loss, (z0, z1), allow_unused=True, materialize_grads=True)
+
+    (ref, ref_g), (til, til_g) = run(None), run(tile)
+    torch.testing.assert_close(til, ref, **TOL)
+    for a, b in zip(til_g, ref_g, strict=True):
+        torch.testing.assert_close(a, b, **TOL)
+
+
+@pytest.mark.parametrize("k", [1, 3, 9, 12])
+def test_top_columns_breaks_ties_by_lowest_column_whatever_the_tiling(k):
+    """Integer-valued rows full of ties and some masked (-inf) columns: the merged top-k over
+    any tiling is the top-k of the whole row, ties going to the lowest columns (k = 9 and 12
+    exercise the threshold method beyond the argmax rounds)."""
+    from adaptcl.plugins.tiled import merge_top, top_columns
+
+    g = torch.Generator().manual_seed(k)
+    values = torch.randint(0, 4, (5, 17), generator=g).float()
+    values[:, ::5] = float("-inf")
+    columns = torch.arange(17).expand(5, -1)
+    whole_v, whole_i = top_columns(values, columns, k)
+    for row in range(5):
+        finite = [(-v, c) for c, v in enumerate(values[row].tolist()) if v != float("-inf")]
+        expected = sorted(c for _, c in sorted(finite)[:k])
+        assert whole_i[row].tolist() == expected
+    for tile in (1, 2, 5, 17):
+        best = None
+        for c0 in range(0, 17, tile):
+            best = merge_top(best, values[:, c0:c0 + tile], c0, k)
+        assert torch.equal(best[1], whole_i) and torch.equal(best[0], whole_v)

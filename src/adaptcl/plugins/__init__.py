@@ -2,11 +2,22 @@
 
 Every method is InfoNCE with one part changed: the candidate set
 (:mod:`~adaptcl.plugins.candidates`), the temperature (MACL, AMCL), the target distribution
-(ASCL) or the anchor weight (MACL, Dual temperature). One similarity step and one numerically
-stable kernel (:mod:`~adaptcl.plugins.kernel`) serve all of them.
+(ASCL) or the anchor weight (MACL, Dual temperature). One similarity step serves every loss;
+one numerically stable kernel (:mod:`~adaptcl.plugins.kernel`) serves the InfoNCE family
+(InfoNCE, DCL, FlatNCE, Dual temperature, MACL, ASCL); AMCL's learned pair temperatures and the
+survey losses have their own per-anchor terms on the same candidates. Each path can be
+materialised or streamed in tiles by the method-agnostic engine in :mod:`~adaptcl.plugins.tiled`.
 
-Two-view modules are called like Lightly's losses, ``loss(z0, z1)``, plus an optional
-``negatives=`` tensor, and keep what they last computed in ``loss.last_stats``.
+Like ``torch.nn.functional`` and ``torch.nn``, every loss has a functional form in
+:mod:`adaptcl.plugins.functional` (``info_nce``, ``dcl``, ``flat_nce``, ``dual_temperature``,
+``macl``, ``ascl``, ``ascl_byol``, ``amcl``, ``amcl_simsiam``, ``amcl_barlow_twins``,
+``margin_contrastive``, ``triplet``, ``nce``; all but ``ascl`` and ``amcl``, whose names are
+those of their modules, are also importable from here) with
+``reduction="mean" | "sum" | "none"`` (per-anchor losses), and a module that
+validates its arguments once, calls the same code and keeps what it last computed in
+``loss.last_stats``. Two-view modules are called like Lightly's losses, ``loss(z0, z1)``, plus
+an optional ``negatives=`` tensor; all share the keywords ``gather_distributed``,
+``gather_fn``, ``check_finite``, ``tile_size`` and ``reduction``.
 """
 
 from .amcl import (
@@ -16,12 +27,23 @@ from .amcl import (
     ConstantTemperature,
     MultiHeadProjection,
     PairTemperature,
+    amcl_barlow_twins,
+    amcl_simsiam,
     omega,
 )
-from .ascl import ASCLBYOLLoss, ASCLLoss, soft_labels
+from .ascl import ASCLBYOLLoss, ASCLLoss, ascl_byol, soft_labels
 from .base import ContrastiveLoss
 from .candidates import FORMS, Candidates, build_candidates
-from .infonce import DCLLoss, DualTemperatureLoss, FlatNCELoss, InfoNCELoss, dcl, info_nce
+from .infonce import (
+    DCLLoss,
+    DualTemperatureLoss,
+    FlatNCELoss,
+    InfoNCELoss,
+    dcl,
+    dual_temperature,
+    flat_nce,
+    info_nce,
+)
 from .kernel import KernelOutput, contrastive_kernel
 from .macl import MACLLoss, macl, macl_temperature
 from .metrics import (
@@ -33,17 +55,18 @@ from .metrics import (
     uniformity,
     w_statistics,
 )
-from .survey import MarginContrastiveLoss, NCELoss, TripletLoss
+from .survey import MarginContrastiveLoss, NCELoss, TripletLoss, margin_contrastive, nce, triplet
 
 __all__ = [
     "FORMS", "Candidates", "build_candidates", "KernelOutput", "contrastive_kernel",
     "ContrastiveLoss",
     "InfoNCELoss", "DCLLoss", "FlatNCELoss", "DualTemperatureLoss", "info_nce", "dcl",
+    "flat_nce", "dual_temperature",
     "MACLLoss", "macl", "macl_temperature",
-    "ASCLLoss", "ASCLBYOLLoss", "soft_labels",
-    "AMCLLoss", "AMCLSimSiamLoss", "AMCLBarlowTwinsLoss", "PairTemperature",
-    "ConstantTemperature", "MultiHeadProjection", "omega",
-    "MarginContrastiveLoss", "TripletLoss", "NCELoss",
+    "ASCLLoss", "ASCLBYOLLoss", "ascl_byol", "soft_labels",
+    "AMCLLoss", "AMCLSimSiamLoss", "AMCLBarlowTwinsLoss", "amcl_simsiam",
+    "amcl_barlow_twins", "PairTemperature", "ConstantTemperature", "MultiHeadProjection", "omega",
+    "MarginContrastiveLoss", "TripletLoss", "NCELoss", "margin_contrastive", "triplet", "nce",
     "alignment", "uniformity", "alignment_magnitude", "tolerance", "semantic_sensitivity",
     "gradient_scaling_factor", "w_statistics",
 ]

@@ -81,9 +81,27 @@ def check_embeddings(name: str, x: Tensor, *, dim: int | None = None, check_fini
         raise ValueError(f"{name} has an empty feature dimension: {tuple(x.shape)}")
     if dim is not None and x.shape[1] != dim:
         raise ValueError(f"{name} has feature dimension {x.shape[1]}, expected {dim}")
-    # One reduction over [N, D]: negligible next to the N x N similarity matrix.
-    if check_finite and not bool(torch.isfinite(x).all()):
-        raise ValueError(f"{name} contains NaN or inf")
+    if check_finite:
+        check_all_finite(name, x)
+
+
+def check_all_finite(name: str, x: Tensor) -> None:
+    """Fail on NaN/inf without stalling an accelerator.
+
+    One reduction over ``[N, D]``, negligible next to the N x N similarity matrix. On the CPU
+    its result is read at once (nothing to wait for): ``ValueError``. On an accelerator reading
+    it would synchronise host and device on every step, so the check is a device-side
+    assertion (``torch._assert_async``) that fails the next synchronising call with a
+    ``RuntimeError`` naming the tensor. On the ``meta`` device there are no values to check.
+    """
+    if x.device.type == "meta":
+        return
+    finite = torch.isfinite(x).all()
+    if x.device.type == "cpu":
+        if not bool(finite):
+            raise ValueError(f"{name} contains NaN or inf")
+    else:
+        torch._assert_async(finite, f"{name} contains NaN or inf")
 
 
 def check_pair(z0: Tensor, z1: Tensor, *, check_finite: bool = True) -> None:

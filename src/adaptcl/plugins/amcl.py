@@ -29,17 +29,18 @@ import torch
 from torch import Tensor, nn
 
 from ._validation import (
+    check_bool,
     check_choice,
     check_embeddings,
     check_int,
     check_non_negative,
     check_positive,
 )
-from .base import ContrastiveLoss, Stats
-from .candidates import Candidates, compute_dtype, normalize
+from .base import REDUCTIONS, ContrastiveLoss, Stats, functional_candidates, loss_stats, reduce
+from .candidates import Candidates, autocast_off, compute_dtype, normalize
 from .distributed import GatherFn
 from .kernel import no_negatives_output
-from .tiled import tiled_amcl_head
+from .tiled import streamed_pair_lse, streamed_sum, streamed_top_columns, top_columns
 
 NEGATIVE_TERMS = ("topk", "softmax")
 OBJECTIVES = ("nt_xent", "infonce")
@@ -49,6 +50,33 @@ def omega(tau: Tensor, dim: int) -> Tensor:
     """AMCL's temperature regulariser ``(dim/2) log tau + 1/tau`` in float32 (Eq. 4)."""
     tau = tau.to(torch.float64 if tau.dtype == torch.float64 else torch.float32)
     return 0.5 * dim * torch.log(tau) + 1.0 / tau
+
+
+def pair_term(s: Tensor, tau: Tensor, beta: float, dim: int) -> Tensor:
+    """A negative pair's term ``s / tau - beta Omega(tau)`` (Eq. 7); the one formula of the
+    top-kappa and softmax terms, materialised and tiled."""
+    return s / tau - beta * omega(tau, dim)
+
+
+class _PairTerm:
+    """:func:`pair_term` with ``tau = net.squash(r)``, on tiles of the streaming engine
+    (:class:`~adaptcl.plugins.tiled.PairTerm`); its derivative is written out for the
+    recomputing backward."""
+
+    def __init__(self, net: nn.Module, beta: float, dim: int) -> None:
+        self.net, self.beta, self.dim = net, beta, dim
+
+    def term(self, s: Tensor, r: Tensor) -> Tensor:
+        return pair_term(s, self.net.squash(r), self.beta, self.dim)
+
+    def grads(self, s: Tensor, r: Tensor, w: Tensor) -> tuple[Tensor, Tensor]:
+        inv = 1.0 / self.net.squash(r)
+        # d term / d tau = -s / tau^2 - beta (dim / (2 tau) - 1 / tau^2)
+        d_tau = -s * inv * inv - self.beta * (0.5 * self.dim * inv - inv * inv)
+        return w * inv, w * d_tau * self.net.squash_grad(r)
+
+    def statistic(self, r: Tensor) -> Tensor:
+        return self.net.squash(r)
 
 
 class PairTemperature(nn.Module):
@@ -76,20 +104,31 @@ class PairTemperature(nn.Module):
         self.clamp = check_positive("clamp", clamp)
         self.phi = nn.Linear(dim, dim)
 
-    def _squash(self, r: Tensor) -> Tensor:
+    def squash(self, r: Tensor) -> Tensor:
+        """The temperature of a pair from ``r = <phi(a), phi(b)>``."""
         return self.iota * torch.sigmoid(-r.clamp(-self.clamp, self.clamp)) + self.eta
+
+    def squash_grad(self, r: Tensor) -> Tensor:
+        """``d squash / d r``: ``-iota sig (1 - sig)``, zero where the clamp is active."""
+        sig = torch.sigmoid(-r.clamp(-self.clamp, self.clamp))
+        return sig * (1 - sig) * (-self.iota) * ((r >= -self.clamp) & (r <= self.clamp))
+
+    def features(self, x: Tensor) -> Tensor:
+        """``phi(x)`` in the network's dtype, outside autocast: a pair's temperature is
+        ``squash(<features(a), features(b)>)``, which is what lets the tiled path recompute it
+        inside a tile."""
+        with autocast_off(x):
+            return self.phi(x.to(self.phi.weight.dtype))
 
     def forward(self, a: Tensor, b: Tensor) -> Tensor:
         """Temperatures of every pair: ``[A, D] x [B, D] -> [A, B]``."""
-        with torch.autocast(device_type=a.device.type, enabled=False):
-            dtype = self.phi.weight.dtype
-            return self._squash(self.phi(a.to(dtype)) @ self.phi(b.to(dtype)).T)
+        with autocast_off(a):
+            return self.squash(self.features(a) @ self.features(b).T)
 
     def pairwise(self, a: Tensor, b: Tensor) -> Tensor:
         """Temperatures of matching rows: ``[N, D] x [N, D] -> [N]``."""
-        with torch.autocast(device_type=a.device.type, enabled=False):
-            dtype = self.phi.weight.dtype
-            return self._squash((self.phi(a.to(dtype)) * self.phi(b.to(dtype))).sum(dim=1))
+        with autocast_off(a):
+            return self.squash((self.features(a) * self.features(b)).sum(dim=1))
 
 
 class ConstantTemperature(nn.Module):
@@ -98,6 +137,16 @@ class ConstantTemperature(nn.Module):
     def __init__(self, temperature: float = 0.1) -> None:
         super().__init__()
         self.temperature = check_positive("temperature", temperature)
+
+    def squash(self, r: Tensor) -> Tensor:
+        return torch.full_like(r, self.temperature)
+
+    def squash_grad(self, r: Tensor) -> Tensor:
+        return torch.zeros_like(r)
+
+    def features(self, x: Tensor) -> Tensor:
+        """No features: every pair has the same temperature."""
+        return x.new_zeros(x.shape[0], 1, dtype=compute_dtype(x))
 
     def forward(self, a: Tensor, b: Tensor) -> Tensor:
         return torch.full((a.shape[0], b.shape[0]), self.temperature, dtype=compute_dtype(a),
@@ -110,8 +159,9 @@ class ConstantTemperature(nn.Module):
 class MultiHeadProjection(nn.Module):
     """C independent projection heads (same architecture, separate weights), stacked.
 
-    Each head is ``Linear -> BatchNorm1d -> ReLU -> Linear`` (SimCLR's head; ``num_layers``
-    hidden blocks). Output shape ``[C, B, output_dim]``.
+    Each head is SimCLR's: ``num_layers - 1`` hidden blocks ``Linear -> BatchNorm1d -> ReLU``
+    (the BatchNorm only with ``batch_norm=True``) and a final ``Linear``; ``num_layers=2`` is
+    ``Linear -> BatchNorm1d -> ReLU -> Linear``. Output shape ``[C, B, output_dim]``.
 
     Examples:
         >>> heads = MultiHeadProjection(512, 512, 128, num_heads=3)
@@ -166,15 +216,22 @@ class AMCLLoss(ContrastiveLoss):
         objective: ``"nt_xent"`` (negatives only, Table 2.1) or ``"infonce"`` (positive
             included, Table 2.4).
         form: candidate set (see :mod:`adaptcl.plugins.candidates`).
-        gather_distributed / gather_fn / check_finite: as in
+        gather_distributed / gather_fn / check_finite / reduction: as in
             :class:`~adaptcl.plugins.InfoNCELoss` (the same validation; each head's candidates
             are gathered across ranks with ``gather_fn``).
         tile_size: stream the pair similarities and temperatures in tiles (Inf-CL, Cheng et
             al. 2024; :mod:`adaptcl.plugins.tiled`), exactly: ``"softmax"`` recomputes each tile's
             pair temperatures in backward so the temperature network still learns; ``"topk"``
             merges the top-kappa across tiles and differentiates the gathered pairs. Needs a
-            :class:`PairTemperature` or :class:`ConstantTemperature` (a ``ValueError`` otherwise,
-            since another network's pair temperature cannot be recomputed inside a tile).
+            temperature network exposing ``features``, ``squash`` and ``squash_grad`` (as
+            :class:`PairTemperature` and :class:`ConstantTemperature` do): a pair's
+            temperature is ``squash(<features(a), features(b)>)``, recomputed inside a tile.
+            A ``ValueError`` otherwise.
+
+    Among candidates tied exactly, the top-kappa takes the lowest columns (the positive, for
+    ``objective="infonce"``, counts as the last column) in both paths, so the tiled and the
+    materialised gradients agree even on ties. ``reduction="none"`` gives per-anchor losses
+    summed over heads. The functional form is :func:`amcl`.
 
     ``forward(z0, z1, negatives=None)`` takes ``[C, N, D]`` (or ``[N, D]`` for one head); the
     per-head losses are summed (the paper's l = sum_c l_c) and averaged over anchors.
@@ -192,58 +249,14 @@ class AMCLLoss(ContrastiveLoss):
                  negative_term: str = "topk", kappa: int = 1, objective: str = "nt_xent",
                  form: str = "nt_xent", gather_distributed: bool = False,
                  gather_fn: GatherFn | None = None, check_finite: bool = True,
-                 tile_size: int | None = None) -> None:
+                 tile_size: int | None = None, reduction: str = "mean") -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
-                         check_finite=check_finite, tile_size=tile_size)
-        if not hasattr(temperature_net, "pairwise"):
-            raise TypeError("temperature_net must be a PairTemperature or ConstantTemperature")
-        self.temperature_net = temperature_net
-        self.beta = check_non_negative("beta", beta)
-        self.negative_term = check_choice("negative_term", negative_term, NEGATIVE_TERMS)
-        self.kappa = check_int("kappa", kappa, minimum=1)
-        self.objective = check_choice("objective", objective, OBJECTIVES)
-        if self.tile_size is not None and not isinstance(temperature_net,
-                                                         (PairTemperature, ConstantTemperature)):
-            raise ValueError(
-                f"tile_size needs a PairTemperature or ConstantTemperature network to recompute "
-                f"pair temperatures inside a tile; {type(temperature_net).__name__} cannot be "
-                "tiled: pass tile_size=None")
-
-    def _head_loss(self, c: Candidates, dim: int) -> tuple[Tensor, Tensor, Tensor]:
-        if c.num_negatives == 0:
-            tau_pos = self.temperature_net.pairwise(c.anchors, c.positive_keys)
-            zero = no_negatives_output(c.positive_sim / tau_pos).loss
-            return zero, tau_pos.detach(), tau_pos.detach()
-        if self.tile_size is not None:
-            return tiled_amcl_head(c, self.temperature_net, beta=self.beta, dim=dim,
-                                   negative_term=self.negative_term, kappa=self.kappa,
-                                   objective=self.objective, tile_size=self.tile_size)
-        net = self.temperature_net
-        tau_pos = net.pairwise(c.anchors, c.positive_keys)
-        tau = net(c.anchors, c.keys)
-        with torch.autocast(device_type=c.anchors.device.type, enabled=False):
-            sim = c.similarity()
-            pos = c.positive_sim / tau_pos
-            reg_pos = self.beta * omega(tau_pos, dim)
-            if self.negative_term == "softmax":
-                terms = c.mask_(sim / tau - self.beta * omega(tau, dim))
-                neg = torch.logsumexp(terms, dim=1)
-                if self.objective == "infonce":
-                    neg = torch.logaddexp(neg, pos - reg_pos)
-            else:
-                sims, taus = c.mask_(sim), tau
-                if self.objective == "infonce":
-                    sims = torch.cat([sims, c.positive_sim[:, None]], dim=1)
-                    taus = torch.cat([tau, tau_pos[:, None]], dim=1)
-                available = c.num_negatives + (self.objective == "infonce")
-                if self.kappa > available:
-                    raise ValueError(f"kappa={self.kappa} is larger than the {available} "
-                                     "candidates available to each anchor")
-                top = sims.topk(self.kappa, dim=1).indices
-                s_k, t_k = sims.gather(1, top), taus.gather(1, top)
-                neg = (s_k / t_k - self.beta * omega(t_k, dim)).mean(dim=1)
-            loss = -pos + reg_pos + neg
-        return loss, tau_pos.detach(), tau.detach()
+                         check_finite=check_finite, tile_size=tile_size, reduction=reduction)
+        options = _amcl_options(temperature_net, beta, negative_term, kappa, objective,
+                                self.tile_size)
+        self.temperature_net = options.pop("temperature_net")
+        for name, value in options.items():
+            setattr(self, name, value)
 
     def forward(self, z0: Tensor, z1: Tensor, negatives: Tensor | None = None) -> Tensor:
         """AMCL loss of ``[C, N, D]`` (or ``[N, D]``) projections of two views; ``negatives``
@@ -251,33 +264,191 @@ class AMCLLoss(ContrastiveLoss):
         return super().forward(z0, z1, negatives)
 
     def compute(self, z0: Tensor, z1: Tensor, negatives: Tensor | None) -> tuple[Tensor, Stats]:
-        z0, z1 = _as_heads("z0", z0), _as_heads("z1", z1)
-        if z0.shape != z1.shape:
-            raise ValueError(f"z0 and z1 must have the same shape, got {tuple(z0.shape)} and {tuple(z1.shape)}")
-        if negatives is not None:
-            negatives = _as_heads("negatives", negatives)
-            if negatives.shape[0] != z0.shape[0]:
-                raise ValueError("negatives must have one [K, D] set per head")
-        dim = z0.shape[-1]
-        total, taus_pos, taus_neg, align = 0.0, [], [], []
-        for h in range(z0.shape[0]):
-            cands = self.candidates(z0[h], z1[h], None if negatives is None else negatives[h])
-            losses = []
-            for c in cands:
-                loss, tau_pos, tau = self._head_loss(c, dim)
-                losses.append(loss)
-                taus_pos.append(tau_pos.mean())
-                taus_neg.append(tau.mean())
-            total = total + torch.cat(losses).mean()
-            align.append(cands[0].positive_sim.detach().mean())
-        stats = {"loss": total.detach(), "temperature": torch.stack(taus_pos).mean(),
-                 "negative_temperature": torch.stack(taus_neg).mean(),
-                 "alignment": torch.stack(align).mean()}
-        return total, stats
+        return _amcl(z0, z1, negatives, self.candidates, self.temperature_net, beta=self.beta,
+                     negative_term=self.negative_term, kappa=self.kappa,
+                     objective=self.objective, tile_size=self.tile_size)
 
     def extra_repr(self) -> str:
         return (f"beta={self.beta}, negative_term={self.negative_term!r}, kappa={self.kappa}, "
                 f"objective={self.objective!r}, {super().extra_repr()}")
+
+
+def _tileable(net: nn.Module) -> bool:
+    return all(hasattr(net, name) for name in ("features", "squash", "squash_grad"))
+
+
+def _amcl_options(temperature_net: nn.Module, beta: float, negative_term: str, kappa: int,
+                  objective: str, tile_size: int | None) -> dict:
+    """AMCL's hyper-parameters checked once for the module and the functional form."""
+    if not hasattr(temperature_net, "pairwise"):
+        raise TypeError("temperature_net must be a PairTemperature or ConstantTemperature")
+    if tile_size is not None and not _tileable(temperature_net):
+        raise ValueError(
+            f"tile_size needs a temperature network with features/squash/squash_grad (like "
+            f"PairTemperature or ConstantTemperature) to recompute pair temperatures inside a "
+            f"tile; {type(temperature_net).__name__} cannot be tiled: pass tile_size=None")
+    return {"temperature_net": temperature_net, "beta": check_non_negative("beta", beta),
+            "negative_term": check_choice("negative_term", negative_term, NEGATIVE_TERMS),
+            "kappa": check_int("kappa", kappa, minimum=1),
+            "objective": check_choice("objective", objective, OBJECTIVES)}
+
+
+def _top_pairs(c: Candidates, net: nn.Module, tau_pos: Tensor, kappa: int, infonce: bool,
+               tile_size: int | None) -> tuple[Tensor, Tensor, Tensor]:
+    """Similarities and temperatures ``[A, kappa]`` of each anchor's kappa most similar
+    candidates (the positive among them for InfoNCE, as column ``C``), and the mean pair
+    temperature over all ``A x C`` pairs. Ties go to the lowest column in both paths."""
+    available = c.num_negatives + infonce
+    if kappa > available:
+        raise ValueError(f"kappa={kappa} is larger than the {available} "
+                         "candidates available to each anchor")
+    num_keys = c.keys.shape[0]
+    if tile_size is None:
+        sims, taus = c.mask_(c.similarity()), net(c.anchors, c.keys)
+        tau_mean = taus.detach().mean()
+        if infonce:
+            sims = torch.cat([sims, c.positive_sim[:, None]], dim=1)
+            taus = torch.cat([taus, tau_pos[:, None].to(taus.dtype)], dim=1)
+        columns = torch.arange(sims.shape[1], device=sims.device).expand_as(sims)
+        top = top_columns(sims.detach(), columns, kappa)[1]
+        return sims.gather(1, top), taus.gather(1, top), tau_mean
+    extra = c.positive_sim.detach() if infonce else None
+    top = streamed_top_columns(c.anchors.detach(), c.keys.detach(), tile_size, c.excluded,
+                               kappa, extra)
+    is_pos = top == num_keys
+    cols = top.clamp(max=num_keys - 1)
+    s_k = torch.einsum("ad,akd->ak", c.anchors, c.keys[cols])
+    s_k = torch.where(is_pos, c.positive_sim[:, None], s_k)
+    pa, pk = net.features(c.anchors), net.features(c.keys)
+    t_k = net.squash(torch.einsum("ad,akd->ak", pa, pk[cols]))
+    t_k = torch.where(is_pos, tau_pos[:, None].to(t_k.dtype), t_k)
+    tau_mean = streamed_sum(net.squash, pa.detach(), pk.detach(), tile_size) / (
+        c.num_anchors * num_keys)
+    return s_k, t_k, tau_mean
+
+
+def _softmax_term(c: Candidates, net: nn.Module, beta: float, dim: int,
+                  tile_size: int | None) -> tuple[Tensor, Tensor]:
+    """``logsumexp_n pair_term(s_n, tau_n)`` over each anchor's negatives, and the mean pair
+    temperature over all ``A x C`` pairs."""
+    if tile_size is None:
+        tau = net(c.anchors, c.keys)
+        terms = c.mask_(pair_term(c.similarity(), tau, beta, dim))
+        return torch.logsumexp(terms, dim=1), tau.detach().mean()
+    pa, pk = net.features(c.anchors), net.features(c.keys)
+    dtype = c.anchors.dtype
+    neg, tau_sum = streamed_pair_lse(c.anchors, c.keys, pa.to(dtype), pk.to(dtype), tile_size,
+                                     c.excluded, _PairTerm(net, beta, dim))
+    return neg, tau_sum / (c.num_anchors * c.keys.shape[0])
+
+
+def _head_loss(c: Candidates, net: nn.Module, dim: int, *, beta: float, negative_term: str,
+               kappa: int, objective: str, tile_size: int | None) -> tuple[Tensor, Tensor, Tensor]:
+    """Per-anchor loss ``-s_pos / tau_pos + beta Omega(tau_pos) + negative term`` of one head
+    and direction, with the mean positive and pair temperatures (detached)."""
+    tau_pos = net.pairwise(c.anchors, c.positive_keys)
+    if c.num_negatives == 0:
+        zero = no_negatives_output(c.positive_sim / tau_pos).loss
+        return zero, tau_pos.detach().mean(), tau_pos.detach().mean()
+    infonce = objective == "infonce"
+    with autocast_off(c.anchors):
+        pos = c.positive_sim / tau_pos
+        reg_pos = beta * omega(tau_pos, dim)
+        if negative_term == "softmax":
+            neg, tau_mean = _softmax_term(c, net, beta, dim, tile_size)
+            if infonce:
+                neg = torch.logaddexp(neg, pos - reg_pos)
+        else:
+            s_k, t_k, tau_mean = _top_pairs(c, net, tau_pos, kappa, infonce, tile_size)
+            neg = pair_term(s_k, t_k, beta, dim).mean(dim=1)
+        loss = -pos + reg_pos + neg
+    return loss, tau_pos.detach().mean(), tau_mean.detach()
+
+
+def _amcl(z0: Tensor, z1: Tensor, negatives: Tensor | None, build, net: nn.Module, *,
+          beta: float, negative_term: str, kappa: int, objective: str,
+          tile_size: int | None) -> tuple[Tensor, Stats]:
+    """AMCL's per-anchor losses (summed over heads) and statistics; ``build(z0, z1, neg)``
+    makes one head's candidates."""
+    z0, z1 = _as_heads("z0", z0), _as_heads("z1", z1)
+    if z0.shape != z1.shape:
+        raise ValueError(f"z0 and z1 must have the same shape, got {tuple(z0.shape)} and {tuple(z1.shape)}")
+    if negatives is not None:
+        negatives = _as_heads("negatives", negatives)
+        if negatives.shape[0] != z0.shape[0]:
+            raise ValueError("negatives must have one [K, D] set per head")
+    dim = z0.shape[-1]
+    total, taus_pos, taus_neg, align = 0.0, [], [], []
+    for h in range(z0.shape[0]):
+        cands = build(z0[h], z1[h], None if negatives is None else negatives[h])
+        losses = []
+        for c in cands:
+            loss, tau_pos, tau = _head_loss(c, net, dim, beta=beta, negative_term=negative_term,
+                                            kappa=kappa, objective=objective, tile_size=tile_size)
+            losses.append(loss)
+            taus_pos.append(tau_pos)
+            taus_neg.append(tau)
+        total = total + torch.cat(losses)
+        align.append(cands[0].positive_sim.detach().mean())
+    return total, loss_stats(total, temperature=torch.stack(taus_pos),
+                             negative_temperature=torch.stack(taus_neg),
+                             alignment=torch.stack(align))
+
+
+def amcl(z0: Tensor, z1: Tensor, temperature_net: nn.Module, beta: float = 1e-3, *,
+         negatives: Tensor | None = None, negative_term: str = "topk", kappa: int = 1,
+         objective: str = "nt_xent", form: str = "nt_xent", gather_distributed: bool = False,
+         gather_fn: GatherFn | None = None, check_finite: bool = True,
+         tile_size: int | None = None, reduction: str = "mean") -> Tensor:
+    """Functional AMCL; arguments as :class:`AMCLLoss`.
+
+    Examples:
+        >>> net = PairTemperature(dim=32)
+        >>> loss = amcl(torch.randn(2, 16, 32), torch.randn(2, 16, 32), net, kappa=2)
+    """
+    options = _amcl_options(temperature_net, beta, negative_term, kappa, objective, tile_size)
+    net = options.pop("temperature_net")
+
+    def build(a: Tensor, b: Tensor, neg: Tensor | None) -> list[Candidates]:
+        return functional_candidates(a, b, neg, form=form, gather_distributed=gather_distributed,
+                                     gather_fn=gather_fn, check_finite=check_finite,
+                                     tile_size=tile_size, reduction=reduction)
+
+    return reduce(_amcl(z0, z1, negatives, build, net, **options, tile_size=tile_size)[0],
+                  reduction)
+
+
+def _amcl_simsiam(p0: Tensor, p1: Tensor, z0: Tensor, z1: Tensor, net: nn.Module, beta: float,
+                  check_finite: bool) -> tuple[Tensor, Stats]:
+    p0, p1, z0, z1 = (_as_heads(n, t) for n, t in zip(("p0", "p1", "z0", "z1"), (p0, p1, z0, z1), strict=True))
+    if not p0.shape == p1.shape == z0.shape == z1.shape:
+        raise ValueError("p0, p1, z0 and z1 must have the same shape")
+    dim = p0.shape[-1]
+    total, taus = 0.0, []
+    for h in range(p0.shape[0]):
+        for name, t in (("p0", p0[h]), ("p1", p1[h]), ("z0", z0[h]), ("z1", z1[h])):
+            check_embeddings(name, t, check_finite=check_finite)
+        dtype = compute_dtype(p0[h], p1[h], z0[h], z1[h])
+        a0, a1 = normalize(p0[h], dtype), normalize(p1[h], dtype)
+        t0, t1 = normalize(z0[h], dtype).detach(), normalize(z1[h], dtype).detach()
+        tau_a = net.pairwise(a0, t1)
+        tau_b = net.pairwise(a1, t0)
+        cos_a, cos_b = (a0 * t1).sum(1), (a1 * t0).sum(1)
+        total = total + (-cos_a / (2 * tau_a) - cos_b / (2 * tau_b)
+                         + beta * (omega(tau_a, dim) + omega(tau_b, dim)))
+        taus.append(torch.cat([tau_a, tau_b]).detach().mean())
+    return total, loss_stats(total, temperature=torch.stack(taus))
+
+
+def amcl_simsiam(p0: Tensor, p1: Tensor, z0: Tensor, z1: Tensor, temperature_net: nn.Module,
+                 beta: float = 1e-3, *, check_finite: bool = True,
+                 reduction: str = "mean") -> Tensor:
+    """Functional AMCL SimSiam form; arguments as :class:`AMCLSimSiamLoss`."""
+    check_bool("check_finite", check_finite)
+    check_choice("reduction", reduction, REDUCTIONS)
+    beta = check_non_negative("beta", beta)
+    return reduce(_amcl_simsiam(p0, p1, z0, z1, temperature_net, beta, check_finite)[0],
+                  reduction)
 
 
 class AMCLSimSiamLoss(nn.Module):
@@ -291,36 +462,63 @@ class AMCLSimSiamLoss(nn.Module):
         >>> loss_fn = AMCLSimSiamLoss(PairTemperature(dim=32), beta=1e-3)
         >>> p0, p1, z0, z1 = (torch.randn(2, 8, 32) for _ in range(4))
         >>> loss = loss_fn(p0, p1, z0, z1)
+
+    The functional form is :func:`amcl_simsiam`; ``reduction="none"`` gives the per-sample
+    losses summed over heads.
     """
 
     def __init__(self, temperature_net: nn.Module, beta: float = 1e-3,
-                 check_finite: bool = True) -> None:
+                 check_finite: bool = True, *, reduction: str = "mean") -> None:
         super().__init__()
         self.temperature_net = temperature_net
         self.beta = check_non_negative("beta", beta)
-        self.check_finite = check_finite
+        self.check_finite = check_bool("check_finite", check_finite)
+        self.reduction = check_choice("reduction", reduction, REDUCTIONS)
         self.last_stats: Stats = {}
 
     def forward(self, p0: Tensor, p1: Tensor, z0: Tensor, z1: Tensor) -> Tensor:
-        p0, p1, z0, z1 = (_as_heads(n, t) for n, t in zip(("p0", "p1", "z0", "z1"), (p0, p1, z0, z1), strict=True))
-        if not p0.shape == p1.shape == z0.shape == z1.shape:
-            raise ValueError("p0, p1, z0 and z1 must have the same shape")
-        dim = p0.shape[-1]
-        total, taus = 0.0, []
-        for h in range(p0.shape[0]):
-            for name, t in (("p0", p0[h]), ("z0", z0[h])):
-                check_embeddings(name, t, check_finite=self.check_finite)
-            a0, a1 = normalize(p0[h]), normalize(p1[h])
-            t0, t1 = normalize(z0[h]).detach(), normalize(z1[h]).detach()
-            tau_a = self.temperature_net.pairwise(a0, t1)
-            tau_b = self.temperature_net.pairwise(a1, t0)
-            cos_a, cos_b = (a0 * t1).sum(1), (a1 * t0).sum(1)
-            loss = (-cos_a / (2 * tau_a) - cos_b / (2 * tau_b)
-                    + self.beta * (omega(tau_a, dim) + omega(tau_b, dim)))
-            total = total + loss.mean()
-            taus.append(torch.cat([tau_a, tau_b]).detach().mean())
-        self.last_stats = {"loss": total.detach(), "temperature": torch.stack(taus).mean()}
-        return total
+        per_sample, self.last_stats = _amcl_simsiam(p0, p1, z0, z1, self.temperature_net,
+                                                    self.beta, self.check_finite)
+        return reduce(per_sample, self.reduction)
+
+
+def _amcl_barlow_twins(z0: Tensor, z1: Tensor, net: nn.Module, beta: float, lambda_param: float,
+                       check_finite: bool) -> tuple[Tensor, Stats]:
+    z0, z1 = _as_heads("z0", z0), _as_heads("z1", z1)
+    if z0.shape != z1.shape:
+        raise ValueError(f"z0 and z1 must have the same shape, got {tuple(z0.shape)} and {tuple(z1.shape)}")
+    n, dim = z0.shape[1], z0.shape[2]
+    if n < 2:
+        raise ValueError("Barlow Twins needs a batch of at least 2 to standardise features")
+    total, taus = 0.0, []
+    eye = torch.eye(dim, dtype=torch.bool, device=z0.device)
+    for h in range(z0.shape[0]):
+        check_embeddings("z0", z0[h], check_finite=check_finite)
+        check_embeddings("z1", z1[h], check_finite=check_finite)
+        with autocast_off(z0):
+            dtype = compute_dtype(z0, z1)
+            a, b = z0[h].to(dtype), z1[h].to(dtype)
+            # Batch standardisation exactly as Barlow Twins (biased variance, eps 1e-5).
+            a = torch.nn.functional.batch_norm(a, None, None, training=True)
+            b = torch.nn.functional.batch_norm(b, None, None, training=True)
+            corr = a.T @ b / n
+            tau = net(corr, corr.T)
+            scaled = corr / tau
+            on = (1 - scaled.diagonal()).pow(2).sum()
+            off = (corr.pow(2) / tau).masked_fill(eye, 0.0).sum()
+            reg = omega(tau, dim)
+            reg_term = reg.diagonal().sum() - reg.masked_fill(eye, 0.0).sum()
+            total = total + on + lambda_param * off + beta * reg_term
+        taus.append(tau.diagonal().detach().mean())
+    return total, loss_stats(total, temperature=torch.stack(taus))
+
+
+def amcl_barlow_twins(z0: Tensor, z1: Tensor, temperature_net: nn.Module, beta: float = 1e-3,
+                      lambda_param: float = 5e-3, *, check_finite: bool = True) -> Tensor:
+    """Functional AMCL Barlow Twins form; arguments as :class:`AMCLBarlowTwinsLoss`."""
+    check_bool("check_finite", check_finite)
+    return _amcl_barlow_twins(z0, z1, temperature_net, check_non_negative("beta", beta),
+                              check_non_negative("lambda_param", lambda_param), check_finite)[0]
 
 
 class AMCLBarlowTwinsLoss(nn.Module):
@@ -336,6 +534,9 @@ class AMCLBarlowTwinsLoss(nn.Module):
     Examples:
         >>> loss_fn = AMCLBarlowTwinsLoss(PairTemperature(dim=32), beta=1e-3)
         >>> loss = loss_fn(torch.randn(2, 16, 32), torch.randn(2, 16, 32))
+
+    The functional form is :func:`amcl_barlow_twins`. The loss is a sum over feature pairs, not
+    over samples, so there is no ``reduction``.
     """
 
     def __init__(self, temperature_net: nn.Module, beta: float = 1e-3,
@@ -344,39 +545,14 @@ class AMCLBarlowTwinsLoss(nn.Module):
         self.temperature_net = temperature_net
         self.beta = check_non_negative("beta", beta)
         self.lambda_param = check_non_negative("lambda_param", lambda_param)
-        self.check_finite = check_finite
+        self.check_finite = check_bool("check_finite", check_finite)
         self.last_stats: Stats = {}
 
     def forward(self, z0: Tensor, z1: Tensor) -> Tensor:
-        z0, z1 = _as_heads("z0", z0), _as_heads("z1", z1)
-        if z0.shape != z1.shape:
-            raise ValueError(f"z0 and z1 must have the same shape, got {tuple(z0.shape)} and {tuple(z1.shape)}")
-        n, dim = z0.shape[1], z0.shape[2]
-        if n < 2:
-            raise ValueError("Barlow Twins needs a batch of at least 2 to standardise features")
-        total, taus = 0.0, []
-        eye = torch.eye(dim, dtype=torch.bool, device=z0.device)
-        for h in range(z0.shape[0]):
-            check_embeddings("z0", z0[h], check_finite=self.check_finite)
-            check_embeddings("z1", z1[h], check_finite=self.check_finite)
-            with torch.autocast(device_type=z0.device.type, enabled=False):
-                dtype = compute_dtype(z0)
-                a, b = z0[h].to(dtype), z1[h].to(dtype)
-                # Batch standardisation exactly as Barlow Twins (biased variance, eps 1e-5).
-                a = torch.nn.functional.batch_norm(a, None, None, training=True)
-                b = torch.nn.functional.batch_norm(b, None, None, training=True)
-                corr = a.T @ b / n
-                tau = self.temperature_net(corr, corr.T)
-                scaled = corr / tau
-                on = (1 - scaled.diagonal()).pow(2).sum()
-                off = (corr.pow(2) / tau).masked_fill(eye, 0.0).sum()
-                reg = omega(tau, dim)
-                reg_term = reg.diagonal().sum() - reg.masked_fill(eye, 0.0).sum()
-                total = total + on + self.lambda_param * off + self.beta * reg_term
-            taus.append(tau.diagonal().detach().mean())
-        self.last_stats = {"loss": total.detach(), "temperature": torch.stack(taus).mean()}
-        return total
+        loss, self.last_stats = _amcl_barlow_twins(z0, z1, self.temperature_net, self.beta,
+                                                   self.lambda_param, self.check_finite)
+        return loss
 
 
-__all__ = ["AMCLLoss", "AMCLSimSiamLoss", "AMCLBarlowTwinsLoss", "PairTemperature",
+__all__ = ["AMCLLoss", "amcl", "amcl_simsiam", "amcl_barlow_twins", "pair_term", "AMCLSimSiamLoss", "AMCLBarlowTwinsLoss", "PairTemperature",
            "ConstantTemperature", "MultiHeadProjection", "omega"]

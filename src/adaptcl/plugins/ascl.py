@@ -20,17 +20,83 @@ the in-batch form (``form="cross_view"``) uses the other keys of the batch and `
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
 from ._validation import check_choice, check_int, check_positive
-from .base import ContrastiveLoss, Stats, in_row_blocks
-from .candidates import MASKED, Candidates, rows_logits
+from .base import (
+    ContrastiveLoss,
+    Stats,
+    functional_candidates,
+    in_row_blocks,
+    loss_stats,
+    reduce,
+)
+from .candidates import MASKED, Candidates, autocast_off, rows_logits, scaled_anchors
 from .distributed import GatherFn
-from .kernel import contrastive_kernel, no_negatives_output
-from .tiled import tiled_ascl
+from .kernel import KernelOutput, contrastive_kernel, kernel_from_lse, no_negatives_output
+from .tiled import Masks, mask_tile, streamed_row_stats, streamed_softmax_stats, top_columns
 
 MODES = ("ascl", "ahcl", "hard")
+ASCL_FORMS = ("queue", "cross_view")
+
+
+# --------------------------------------------------------------------------------------------
+# The label formulas, once for the materialised and the tiled paths
+# --------------------------------------------------------------------------------------------
+
+
+def _check_neighbours(num_neighbors: int, negatives: int | Tensor) -> None:
+    fewest = negatives if isinstance(negatives, int) else int(negatives.min())
+    if fewest < num_neighbors:
+        raise ValueError(
+            f"num_neighbors={num_neighbors} is larger than the {fewest} negatives available")
+
+
+def _confidence(entropy: Tensor, negatives: int | Tensor) -> Tensor:
+    """``c = 1 - H(q) / log(n)`` (Eq. 8), in ``[0, 1]``. ``log(1) = 0``: a single negative
+    carries no uncertainty, c = 1."""
+    tiny = torch.finfo(entropy.dtype).tiny
+    if isinstance(negatives, int):
+        log_n = max(math.log(negatives), tiny)
+    else:
+        log_n = torch.log(negatives.to(entropy.dtype)).clamp(min=tiny)
+    return (1 - entropy / log_n).clamp(0.0, 1.0)
+
+
+def _capped(q: Tensor, scale: Tensor) -> Tensor:
+    """ASCL's un-normalised soft targets ``min(1, c K q_ij)`` (Eq. 10); ``scale = c K``."""
+    return (q * scale[:, None]).clamp(max=1.0)
+
+
+def _fill(mode: str, confidence: Tensor) -> Tensor:
+    """The label of each top-K neighbour: 1 (Hard, Eq. 6) or the confidence (AHCL, Eq. 9)."""
+    return torch.ones_like(confidence) if mode == "hard" else confidence
+
+
+def _soft_targets(key_sim: Tensor, valid: Tensor, negatives: int | Tensor, *, mode: str,
+                  num_neighbors: int, sharpen_temperature: float) -> tuple[Tensor, Tensor, Tensor]:
+    a = key_sim.shape[0]
+    if num_neighbors == 0:
+        return (torch.ones(a, dtype=key_sim.dtype, device=key_sim.device),
+                torch.zeros_like(key_sim), torch.zeros(a, dtype=key_sim.dtype, device=key_sim.device))
+    _check_neighbours(num_neighbors, negatives)
+    d = key_sim.masked_fill(~valid, MASKED)
+    log_q = torch.log_softmax(d / sharpen_temperature, dim=1)
+    q = log_q.exp()
+    entropy = -(q * log_q.masked_fill(~valid, 0.0)).sum(dim=1)
+    confidence = _confidence(entropy, negatives)
+    if mode == "ascl":
+        y_neg = _capped(q, confidence * num_neighbors).masked_fill(~valid, 0.0)
+    else:
+        columns = torch.arange(d.shape[1], device=d.device).expand_as(d)
+        top = top_columns(d, columns, num_neighbors)[1]
+        y_neg = torch.zeros_like(q).scatter_(
+            1, top, _fill(mode, confidence)[:, None].expand(-1, num_neighbors))
+    total = 1 + y_neg.sum(dim=1)
+    return 1 / total, y_neg / total[:, None], confidence
 
 
 @torch.no_grad()
@@ -47,32 +113,107 @@ def soft_labels(key_sim: Tensor, valid: Tensor, *, mode: str = "ascl", num_neigh
 
     Returns:
         ``(y_pos [A], y_neg [A, C], confidence [A])`` with each row of targets summing to 1.
+        Among neighbours tied exactly, the lowest columns are the top-K.
     """
-    a = key_sim.shape[0]
-    n = valid.sum(dim=1)
+    return _soft_targets(key_sim, valid, valid.sum(dim=1), mode=mode, num_neighbors=num_neighbors,
+                         sharpen_temperature=sharpen_temperature)
+
+
+class _TileTargets:
+    """ASCL's un-normalised targets on a tile, ``min(1, s_i q_ij)`` with
+    ``q_ij = exp(<k_i, k_j> / tau' - log_norm_i)`` over the valid columns (detached); the
+    :class:`~adaptcl.plugins.tiled.TileWeights` of the streamed soft-target sum."""
+
+    def __init__(self, positive_keys: Tensor, sharpen_temperature: float, log_norm: Tensor,
+                 scale: Tensor) -> None:
+        self.positive_keys, self.sharpen_temperature = positive_keys, sharpen_temperature
+        self.log_norm, self.scale = log_norm, scale
+
+    def tile(self, r0: int, r1: int, keys: Tensor, masks: Masks, c0: int, c1: int) -> Tensor:
+        x = (self.positive_keys[r0:r1] @ keys.T).div_(self.sharpen_temperature)
+        q = mask_tile(x, masks, c0, c1).sub_(self.log_norm[r0:r1, None]).exp_()
+        return _capped(q, self.scale[r0:r1])
+
+
+def _tiled_ascl(c: Candidates, temperature: float, tile_size: int, *, mode: str,
+                num_neighbors: int, sharpen_temperature: float) -> tuple[KernelOutput, Tensor]:
+    """Streamed: a first gradient-free pass gathers the normaliser and entropy of the sharpened
+    distribution (and the top-K columns for ``"hard"`` / ``"ahcl"``), the second streams
+    ``lse_neg`` and, for ``"ascl"``, ``sum_j u_ij l_ij`` and ``sum_j u_ij``."""
+    a, pos = scaled_anchors(c, temperature)
+    n = c.num_negatives
     if num_neighbors == 0:
-        return (torch.ones(a, dtype=key_sim.dtype, device=key_sim.device),
-                torch.zeros_like(key_sim), torch.zeros(a, dtype=key_sim.dtype, device=key_sim.device))
-    if int(n.min()) < num_neighbors:
-        raise ValueError(
-            f"num_neighbors={num_neighbors} is larger than the {int(n.min())} negatives available"
-        )
-    d = key_sim.masked_fill(~valid, MASKED)
-    log_q = torch.log_softmax(d / sharpen_temperature, dim=1)
-    q = log_q.exp()
-    entropy = -(q * log_q.masked_fill(~valid, 0.0)).sum(dim=1)
-    # log(n) with n = 1 is 0: a single negative carries no uncertainty, c = 1.
-    log_n = torch.log(n.to(key_sim.dtype)).clamp(min=torch.finfo(key_sim.dtype).tiny)
-    confidence = (1 - entropy / log_n).clamp(0.0, 1.0)
+        lse = streamed_row_stats(a, c.keys, tile_size, c.excluded)[0]
+        out = kernel_from_lse(lse, pos, soft_targets=(torch.ones_like(pos), torch.zeros_like(pos)))
+        return out, torch.zeros_like(pos).detach()
+    _check_neighbours(num_neighbors, n)
+    pk = c.positive_keys.detach()
+    log_norm, entropy, top = streamed_softmax_stats(
+        pk, c.keys.detach(), sharpen_temperature, tile_size, c.excluded,
+        top=num_neighbors if mode != "ascl" else 0)
+    confidence = _confidence(entropy, n)
     if mode == "ascl":
-        y_neg = torch.minimum(torch.ones_like(q), confidence[:, None] * num_neighbors * q)
-        y_neg = y_neg.masked_fill(~valid, 0.0)
+        targets = _TileTargets(pk, sharpen_temperature, log_norm, confidence * num_neighbors)
+        lse, sum_ul, sum_u = streamed_row_stats(a, c.keys, tile_size, c.excluded, targets)
+        total = 1 + sum_u
+        weighted = sum_ul / total
     else:
-        top = d.topk(num_neighbors, dim=1).indices
-        fill = torch.ones_like(confidence) if mode == "hard" else confidence
-        y_neg = torch.zeros_like(q).scatter_(1, top, fill[:, None].expand(-1, num_neighbors))
-    total = 1 + y_neg.sum(dim=1)
-    return 1 / total, y_neg / total[:, None], confidence
+        fill = _fill(mode, confidence)
+        total = 1 + fill * num_neighbors
+        lse = streamed_row_stats(a, c.keys, tile_size, c.excluded)[0]
+        with autocast_off(a):
+            top_logits = torch.einsum("ad,akd->ak", a, c.keys[top])
+        weighted = (fill / total) * top_logits.sum(dim=1)
+    return kernel_from_lse(lse, pos, soft_targets=(1 / total, weighted)), confidence
+
+
+def _ascl(c: Candidates, *, temperature: float, sharpen_temperature: float, num_neighbors: int,
+          mode: str, tile_size: int | None) -> tuple[Tensor, Stats]:
+    """ASCL's per-anchor losses and statistics on one direction's candidates."""
+    if c.num_negatives == 0:
+        # nothing to contrast against and no neighbour to label: 0, as InfoNCE
+        out, confidence = no_negatives_output(c.positive_sim), torch.zeros_like(c.positive_sim)
+    elif tile_size is not None:
+        out, confidence = _tiled_ascl(c, temperature, tile_size, mode=mode,
+                                      num_neighbors=num_neighbors,
+                                      sharpen_temperature=sharpen_temperature)
+    else:
+        with torch.no_grad(), autocast_off(c.anchors):
+            y_pos, y_neg, confidence = _soft_targets(
+                c.positive_keys.detach() @ c.keys.detach().T, c.positive_mask(), c.num_negatives,
+                mode=mode, num_neighbors=num_neighbors, sharpen_temperature=sharpen_temperature)
+        neg, pos = rows_logits(c, temperature)
+        out = contrastive_kernel(neg, pos, soft_targets=(y_pos, y_neg))
+    return out.loss, loss_stats(out.loss, [c], outputs=[out], temperature=temperature,
+                                confidence=confidence)
+
+
+def _check_ascl(temperature: float, sharpen_temperature: float, num_neighbors: int,
+                mode: str) -> dict:
+    return {"temperature": check_positive("temperature", temperature),
+            "sharpen_temperature": check_positive("sharpen_temperature", sharpen_temperature),
+            "num_neighbors": check_int("num_neighbors", num_neighbors, minimum=0),
+            "mode": check_choice("mode", mode, MODES)}
+
+
+def ascl(z0: Tensor, z1: Tensor, temperature: float = 0.1, sharpen_temperature: float = 0.05,
+         num_neighbors: int = 1, mode: str = "ascl", *, negatives: Tensor | None = None,
+         form: str = "queue", gather_distributed: bool = False, gather_fn: GatherFn | None = None,
+         check_finite: bool = True, tile_size: int | None = None,
+         reduction: str = "mean") -> Tensor:
+    """Functional ASCL; arguments as :class:`ASCLLoss`.
+
+    Examples:
+        >>> q, k, queue = torch.randn(8, 32), torch.randn(8, 32), torch.randn(64, 32)
+        >>> loss = ascl(q, k, negatives=queue)
+    """
+    options = _check_ascl(temperature, sharpen_temperature, num_neighbors, mode)
+    (c,) = functional_candidates(z0, z1, negatives, form=form,
+                                 gather_distributed=gather_distributed, gather_fn=gather_fn,
+                                 check_finite=check_finite, tile_size=tile_size,
+                                 reduction=reduction, forms=ASCL_FORMS)
+    return reduce(_ascl(c, **options, tile_size=tile_size)[0], reduction)
+
 
 
 class ASCLLoss(ContrastiveLoss):
@@ -81,6 +222,7 @@ class ASCLLoss(ContrastiveLoss):
     Called as ``loss(q, k, negatives=queue)``: ``q`` the queries (strong views, online
     encoder), ``k`` their keys (weak views, momentum encoder), ``queue`` ``[K, D]`` negatives.
     With ``form="cross_view"`` the other keys of the batch serve as negatives (no queue).
+    The functional form is :func:`ascl`.
 
     Args:
         temperature: tau of the contrastive softmax (paper: 0.1).
@@ -93,6 +235,8 @@ class ASCLLoss(ContrastiveLoss):
             gradient-free pass gathers the normaliser and entropy of the sharpened distribution
             (and merges the top-K across tiles for ``"hard"`` / ``"ahcl"``), the second streams
             ``lse`` and the soft-target sum ``sum_j y_ij l_ij``. ``None`` (default) materialises.
+        gather_distributed / gather_fn / check_finite / reduction: as in
+            :class:`~adaptcl.plugins.InfoNCELoss`.
 
     ``last_stats["confidence"]`` holds the mean label confidence c.
 
@@ -105,46 +249,79 @@ class ASCLLoss(ContrastiveLoss):
     def __init__(self, temperature: float = 0.1, sharpen_temperature: float = 0.05,
                  num_neighbors: int = 1, mode: str = "ascl", *, form: str = "queue",
                  gather_distributed: bool = False, gather_fn: GatherFn | None = None,
-                 check_finite: bool = True, tile_size: int | None = None) -> None:
+                 check_finite: bool = True, tile_size: int | None = None,
+                 reduction: str = "mean") -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
-                         check_finite=check_finite, tile_size=tile_size,
-                         forms=("queue", "cross_view"))
-        self.temperature = check_positive("temperature", temperature)
-        self.sharpen_temperature = check_positive("sharpen_temperature", sharpen_temperature)
-        self.num_neighbors = check_int("num_neighbors", num_neighbors, minimum=0)
-        self.mode = check_choice("mode", mode, MODES)
+                         check_finite=check_finite, tile_size=tile_size, reduction=reduction,
+                         forms=ASCL_FORMS)
+        for name, value in _check_ascl(temperature, sharpen_temperature, num_neighbors,
+                                       mode).items():
+            setattr(self, name, value)
 
     def compute(self, z0: Tensor, z1: Tensor, negatives: Tensor | None) -> tuple[Tensor, Stats]:
         (c,) = self.candidates(z0, z1, negatives)
         return self.compute_from_candidates(c)
 
     def compute_from_candidates(self, c: Candidates) -> tuple[Tensor, Stats]:
-        if c.num_negatives == 0:
-            # nothing to contrast against and no neighbour to label: 0, as InfoNCE
-            confidence = torch.zeros_like(c.positive_sim).detach()
-            return self._stats(c, no_negatives_output(c.positive_sim), confidence)
-        if self.tile_size is not None:
-            out, confidence = tiled_ascl(c, self.temperature, self.tile_size, mode=self.mode,
-                                         num_neighbors=self.num_neighbors,
-                                         sharpen_temperature=self.sharpen_temperature)
-            return self._stats(c, out, confidence)
-        with torch.no_grad(), torch.autocast(device_type=c.anchors.device.type, enabled=False):
-            key_sim = c.positive_keys.detach() @ c.keys.detach().T
-            valid = c.positive_mask()
-            y_pos, y_neg, confidence = soft_labels(
-                key_sim, valid, mode=self.mode, num_neighbors=self.num_neighbors,
-                sharpen_temperature=self.sharpen_temperature)
-        neg, pos = rows_logits(c, self.temperature)
-        out = contrastive_kernel(neg, pos, soft_targets=(y_pos, y_neg))
-        return self._stats(c, out, confidence)
+        """ASCL's per-anchor losses on prepared candidates (adapters that build their own)."""
+        return _ascl(c, temperature=self.temperature,
+                     sharpen_temperature=self.sharpen_temperature,
+                     num_neighbors=self.num_neighbors, mode=self.mode, tile_size=self.tile_size)
 
-    def _stats(self, c: Candidates, out, confidence: Tensor) -> tuple[Tensor, Stats]:
-        loss = out.loss.mean()
-        stats = {"loss": loss.detach(), "plain_loss": loss.detach(),
-                 "alignment": c.positive_sim.detach().mean(),
-                 "temperature": torch.tensor(self.temperature),
-                 "confidence": confidence.mean(), "mean_w": out.log_w.exp().mean()}
-        return loss, stats
+
+def _ascl_byol(targets_view: list[Candidates], neighbours: list[Candidates], *,
+               sharpen_temperature: float, num_neighbors: int, mode: str,
+               tile_size: int | None) -> tuple[Tensor, Stats]:
+    (c,), (near_all,) = targets_view, neighbours
+    n = near_all.num_negatives
+    k = num_neighbors if n > 0 else 0  # a batch of one has no neighbour: plain BYOL
+
+    def rows(r0: int, r1: int) -> Tensor:
+        block, near = c.rows(r0, r1), near_all.rows(r0, r1)
+        with torch.no_grad(), autocast_off(block.anchors):
+            y_pos, y_neg, confidence = _soft_targets(
+                near.similarity(), near.positive_mask(), n, mode=mode, num_neighbors=k,
+                sharpen_temperature=sharpen_temperature)
+        agreement = y_pos * block.positive_sim + (y_neg * block.similarity()).sum(dim=1)
+        return torch.stack([2 - 2 * agreement, confidence])
+
+    out = in_row_blocks(rows, c.num_anchors, tile_size)
+    return out[0], loss_stats(out[0], [c], confidence=out[1])
+
+
+def _byol_candidates(predictions: Tensor, targets: Tensor, negatives: Tensor | None,
+                     build) -> tuple[list[Candidates], list[Candidates]]:
+    """Anchors ``t_i`` against the (gathered) predictions ``p_j`` and the (gathered) targets."""
+    if negatives is not None:
+        raise ValueError("ASCLBYOLLoss takes no negatives: BYOL regresses onto its targets")
+    try:
+        targets_view = build(targets.detach(), predictions)
+    except ValueError as e:  # name the arguments as the caller knows them
+        raise ValueError(str(e).replace("z0", "targets").replace("z1", "predictions")) from None
+    return targets_view, build(targets.detach(), targets.detach())
+
+
+def _check_byol(sharpen_temperature: float, num_neighbors: int, mode: str) -> dict:
+    return {"sharpen_temperature": check_positive("sharpen_temperature", sharpen_temperature),
+            "num_neighbors": check_int("num_neighbors", num_neighbors, minimum=0),
+            "mode": check_choice("mode", mode, MODES)}
+
+
+def ascl_byol(predictions: Tensor, targets: Tensor, sharpen_temperature: float = 0.05,
+              num_neighbors: int = 1, mode: str = "ascl", *, gather_distributed: bool = False,
+              gather_fn: GatherFn | None = None, check_finite: bool = True,
+              tile_size: int | None = None, reduction: str = "mean") -> Tensor:
+    """Functional ASCL-BYOL; arguments as :class:`ASCLBYOLLoss`."""
+    options = _check_byol(sharpen_temperature, num_neighbors, mode)
+
+    def build(z0: Tensor, z1: Tensor) -> list[Candidates]:
+        return functional_candidates(z0, z1, None, form="cross_view",
+                                     gather_distributed=gather_distributed, gather_fn=gather_fn,
+                                     check_finite=check_finite, tile_size=tile_size,
+                                     reduction=reduction)
+
+    views = _byol_candidates(predictions, targets, None, build)
+    return reduce(_ascl_byol(*views, **options, tile_size=tile_size)[0], reduction)
 
 
 class ASCLBYOLLoss(ContrastiveLoss):
@@ -158,7 +335,8 @@ class ASCLBYOLLoss(ContrastiveLoss):
 
     The shared keywords work as in the contrastive losses: ``gather_distributed`` /
     ``gather_fn`` make every rank's samples neighbours (``j`` runs over the gathered batch),
-    ``tile_size`` processes that many samples at a time under activation checkpointing.
+    ``tile_size`` processes that many samples at a time under activation checkpointing. The
+    functional form is :func:`ascl_byol`.
 
     Examples:
         >>> loss_fn = ASCLBYOLLoss(sharpen_temperature=0.05, num_neighbors=1)
@@ -168,13 +346,12 @@ class ASCLBYOLLoss(ContrastiveLoss):
     def __init__(self, sharpen_temperature: float = 0.05, num_neighbors: int = 1,
                  mode: str = "ascl", *, gather_distributed: bool = False,
                  gather_fn: GatherFn | None = None, check_finite: bool = True,
-                 tile_size: int | None = None) -> None:
+                 tile_size: int | None = None, reduction: str = "mean") -> None:
         super().__init__(form="cross_view", gather_distributed=gather_distributed,
                          gather_fn=gather_fn, check_finite=check_finite, tile_size=tile_size,
-                         forms=("cross_view",))
-        self.sharpen_temperature = check_positive("sharpen_temperature", sharpen_temperature)
-        self.num_neighbors = check_int("num_neighbors", num_neighbors, minimum=0)
-        self.mode = check_choice("mode", mode, MODES)
+                         reduction=reduction, forms=("cross_view",))
+        for name, value in _check_byol(sharpen_temperature, num_neighbors, mode).items():
+            setattr(self, name, value)
 
     def forward(self, predictions: Tensor, targets: Tensor, negatives: None = None) -> Tensor:
         """``predictions`` (online, with gradient) and ``targets`` (momentum), both ``[B, D]``."""
@@ -182,27 +359,8 @@ class ASCLBYOLLoss(ContrastiveLoss):
 
     def compute(self, predictions: Tensor, targets: Tensor,
                 negatives: Tensor | None) -> tuple[Tensor, Stats]:
-        if negatives is not None:
-            raise ValueError("ASCLBYOLLoss takes no negatives: BYOL regresses onto its targets")
-        try:
-            # anchors t_i against the (gathered) predictions p_j ...
-            (c,) = self.candidates(targets.detach(), predictions, None)
-        except ValueError as e:  # name the arguments as the caller knows them
-            raise ValueError(str(e).replace("z0", "targets").replace("z1", "predictions")) from None
-        # ... and against the (gathered) targets t_j, for the neighbour distribution
-        (neighbours,) = self.candidates(targets.detach(), targets.detach(), None)
-        k = self.num_neighbors if neighbours.num_negatives > 0 else 0
-
-        def rows(r0: int, r1: int) -> Tensor:
-            block, near = c.rows(r0, r1), neighbours.rows(r0, r1)
-            with torch.no_grad(), torch.autocast(device_type=block.anchors.device.type, enabled=False):
-                y_pos, y_neg, confidence = soft_labels(
-                    near.similarity(), near.positive_mask(), mode=self.mode, num_neighbors=k,
-                    sharpen_temperature=self.sharpen_temperature)
-            agreement = y_pos * block.positive_sim + (y_neg * block.similarity()).sum(dim=1)
-            return torch.stack([2 - 2 * agreement, confidence])
-
-        out = in_row_blocks(rows, c.num_anchors, self.tile_size)
-        loss = out[0].mean()
-        return loss, {"loss": loss.detach(), "confidence": out[1].detach().mean(),
-                      "alignment": c.positive_sim.detach().mean()}
+        views = _byol_candidates(predictions, targets, negatives,
+                                 lambda z0, z1: self.candidates(z0, z1, None))
+        return _ascl_byol(*views, sharpen_temperature=self.sharpen_temperature,
+                          num_neighbors=self.num_neighbors, mode=self.mode,
+                          tile_size=self.tile_size)

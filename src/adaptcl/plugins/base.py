@@ -1,4 +1,5 @@
-"""Shared plumbing of the loss modules: the per-direction loop and the statistics they keep."""
+"""Shared plumbing of every loss: the per-direction loop, the statistics, the reduction and the
+validation of the keywords all losses share. Knows no concrete method."""
 
 from __future__ import annotations
 
@@ -9,12 +10,50 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from ._validation import check_choice, check_shared
-from .candidates import FORMS, Candidates, build_candidates, rows_logits
+from .candidates import FORMS, Candidates, build_candidates
 from .distributed import GatherFn
-from .kernel import contrastive_kernel, no_negatives_output
-from .tiled import tiled_kernel
+from .kernel import KernelOutput, kernel_from_lse, negative_lse, no_negatives_output
 
 Stats = dict[str, Tensor]
+REDUCTIONS = ("mean", "sum", "none")
+
+
+def reduce(per_anchor: Tensor, reduction: str) -> Tensor:
+    """``"mean"`` / ``"sum"`` over anchors, or the ``[A]`` per-anchor losses (``"none"``)."""
+    if reduction == "mean":
+        return per_anchor.mean()
+    if reduction == "sum":
+        return per_anchor.sum()
+    return per_anchor
+
+
+def loss_stats(per_anchor: Tensor, cands: list[Candidates] | None = None, *,
+               outputs: list[KernelOutput] | None = None, temperature: Tensor | float | None = None,
+               **extra: Tensor | float) -> Stats:
+    """The one builder of ``last_stats``: detached 0-d tensors (in the computation's dtype;
+    python numbers as float32).
+
+    ``loss`` is the mean per-anchor loss; ``alignment`` the mean positive cosine of the first
+    direction; from kernel ``outputs`` the unweighted ``plain_loss``, ``mean_w`` (MACL's W) and
+    ``positive_probability``; ``temperature`` (its mean) and any ``extra`` value as given.
+    """
+    def scalar(x: Tensor | float) -> Tensor:
+        if not isinstance(x, Tensor):  # on the inputs' device, with no host-to-device copy
+            return torch.full((), float(x), dtype=torch.float32, device=per_anchor.device)
+        return x.detach().mean()
+
+    stats = {"loss": scalar(per_anchor)}
+    if outputs:
+        stats["plain_loss"] = scalar(torch.cat([o.plain for o in outputs]))
+    if cands:
+        stats["alignment"] = scalar(cands[0].positive_sim)
+    if temperature is not None:
+        stats["temperature"] = scalar(temperature)
+    if outputs:
+        stats["mean_w"] = scalar(torch.cat([o.log_w for o in outputs]).exp())
+        stats["positive_probability"] = scalar(torch.cat([o.positive_probability for o in outputs]))
+    stats.update({k: scalar(v) for k, v in extra.items()})
+    return stats
 
 
 def run_kernel(
@@ -25,38 +64,24 @@ def run_kernel(
     log_weights: Callable[[Candidates, Tensor], Tensor] | None = None,
     tile_size: int | None = None,
 ) -> tuple[Tensor, Stats]:
-    """Apply the kernel to every direction with one temperature; mean over all anchors.
+    """Apply the kernel to every direction with one temperature: ``([A] losses, stats)``.
 
     ``log_weights(cands, log_w)`` may return per-anchor log weights from the direction's
     candidates and its detached ``log W`` (they are detached anyway). ``tile_size`` streams
     the similarity matrix in tiles (:mod:`adaptcl.plugins.tiled`) instead of materialising it.
+    Anchors without negatives give 0 (:func:`~adaptcl.plugins.kernel.no_negatives_output`).
     """
-    losses, plains, log_ws, p_pos = [], [], [], []
+    outputs = []
     for c in cands:
-        weight_fn = None if log_weights is None else (lambda lw, c=c: log_weights(c, lw))
         if c.num_negatives == 0:
-            out = no_negatives_output(c.positive_sim)
-        elif tile_size is not None:
-            out = tiled_kernel(c, temperature, tile_size,
-                               positive_in_denominator=positive_in_denominator, log_weights=weight_fn)
-        else:
-            neg, pos = rows_logits(c, temperature)
-            out = contrastive_kernel(neg, pos, positive_in_denominator=positive_in_denominator,
-                                     log_weights=weight_fn, inplace=True)
-        losses.append(out.loss)
-        plains.append(out.plain)
-        log_ws.append(out.log_w)
-        p_pos.append(out.positive_probability)
-    loss = torch.cat(losses).mean()
-    stats = {
-        "loss": loss.detach(),
-        "plain_loss": torch.cat(plains).detach().mean(),
-        "alignment": cands[0].positive_sim.detach().mean(),
-        "temperature": torch.as_tensor(temperature).detach().float().mean(),
-        "mean_w": torch.cat(log_ws).exp().mean(),
-        "positive_probability": torch.cat(p_pos).mean(),
-    }
-    return loss, stats
+            outputs.append(no_negatives_output(c.positive_sim))
+            continue
+        weight_fn = None if log_weights is None else (lambda lw, c=c: log_weights(c, lw))
+        lse, pos = negative_lse(c, temperature, tile_size)
+        outputs.append(kernel_from_lse(lse, pos, positive_in_denominator=positive_in_denominator,
+                                       log_weights=weight_fn))
+    per_anchor = torch.cat([o.loss for o in outputs])
+    return per_anchor, loss_stats(per_anchor, cands, outputs=outputs, temperature=temperature)
 
 
 def in_row_blocks(rows_fn: Callable[[int, int], Tensor], num_rows: int,
@@ -74,32 +99,55 @@ def in_row_blocks(rows_fn: Callable[[int, int], Tensor], num_rows: int,
                       for r0 in range(0, num_rows, tile_size)], dim=-1)
 
 
+def functional_candidates(z0: Tensor, z1: Tensor, negatives: Tensor | None, *, form: str,
+                          gather_distributed: bool, gather_fn: GatherFn | None,
+                          check_finite: bool, tile_size: int | None, reduction: str,
+                          forms: tuple[str, ...] = FORMS) -> list[Candidates]:
+    """What a functional form does before its formula: check the shared keywords exactly as
+    :class:`ContrastiveLoss` does, then build the candidates."""
+    check_choice("form", form, forms)
+    check_choice("reduction", reduction, REDUCTIONS)
+    check_shared(gather_distributed=gather_distributed, gather_fn=gather_fn,
+                 check_finite=check_finite, tile_size=tile_size)
+    return build_candidates(z0, z1, form, negatives, gather_distributed=gather_distributed,
+                            gather_fn=gather_fn, check_finite=check_finite)
+
+
 class ContrastiveLoss(nn.Module):
-    """Base of the two-view loss modules: validation of the shared arguments and ``last_stats``.
+    """Base of the loss modules: validation of the shared arguments, reduction, ``last_stats``.
 
     Every loss (InfoNCE, DCL, FlatNCE, Dual temperature, MACL, ASCL, ASCL-BYOL, AMCL, the
     survey losses) takes the same keywords, checked here by one function:
     ``gather_distributed`` (a bool), ``gather_fn`` (a gradient-carrying gather such as
-    ``lightly.utils.dist.gather``, or None), ``check_finite`` (a bool) and ``tile_size``
-    (None or an int >= 1). Inputs of mixed float32/float64 dtypes are computed in float64.
+    ``lightly.utils.dist.gather``, or None), ``check_finite`` (a bool), ``tile_size`` (None or
+    an int >= 1) and ``reduction`` (``"mean"``, ``"sum"`` or ``"none"`` for per-anchor losses,
+    as in ``torch.nn``). Inputs of mixed float32/float64 dtypes are computed in float64.
     Anchors with no negatives (a batch of one pair, an empty queue) contribute 0 with a zero
     gradient, as in Lightly and sentence-transformers.
 
-    Subclasses implement :meth:`compute` returning ``(loss, stats)``; ``forward(z0, z1,
+    Subclasses implement :meth:`compute` returning ``(per-anchor losses, stats)``, usually by
+    calling the same private function as their functional form; ``forward(z0, z1,
     negatives=None)`` is called like Lightly's losses.
     """
 
     def __init__(self, *, form: str, gather_distributed: bool = False,
                  gather_fn: GatherFn | None = None, check_finite: bool = True,
-                 tile_size: int | None = None, forms: tuple[str, ...] = FORMS) -> None:
+                 tile_size: int | None = None, reduction: str = "mean",
+                 forms: tuple[str, ...] = FORMS) -> None:
         super().__init__()
         # One validation path for the keywords every loss shares (a subclass restricts
         # ``forms`` to those it defines).
         self.form = check_choice("form", form, forms)
+        self.reduction = check_choice("reduction", reduction, REDUCTIONS)
         (self.gather_distributed, self.gather_fn, self.check_finite,
          self.tile_size) = check_shared(gather_distributed=gather_distributed, gather_fn=gather_fn,
                                         check_finite=check_finite, tile_size=tile_size)
         self.last_stats: Stats = {}
+
+    @property
+    def gathers(self) -> bool:
+        """Whether candidates are gathered across ranks (a flag or a custom gather)."""
+        return self.gather_distributed or self.gather_fn is not None
 
     def candidates(self, z0: Tensor, z1: Tensor, negatives: Tensor | None) -> list[Candidates]:
         return build_candidates(z0, z1, self.form, negatives,
@@ -116,10 +164,11 @@ class ContrastiveLoss(nn.Module):
             z0, z1: ``[N, D]`` embeddings of two views (normalised inside).
             negatives: optional ``[K, D]`` extra negatives, required for ``form="queue"``.
         """
-        loss, stats = self.compute(z0, z1, negatives)
+        per_anchor, stats = self.compute(z0, z1, negatives)
         self.last_stats = stats
-        return loss
+        return reduce(per_anchor, self.reduction)
 
     def extra_repr(self) -> str:
         tiled = "" if self.tile_size is None else f", tile_size={self.tile_size}"
-        return f"form={self.form!r}, gather_distributed={self.gather_distributed}{tiled}"
+        reduction = "" if self.reduction == "mean" else f", reduction={self.reduction!r}"
+        return f"form={self.form!r}, gather_distributed={self.gather_distributed}{tiled}{reduction}"

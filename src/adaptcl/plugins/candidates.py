@@ -25,10 +25,10 @@ Extra ``negatives`` ([K, D]) are appended to the candidates of every form.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
 from . import distributed
@@ -42,15 +42,47 @@ FORMS = ("nt_xent", "cross_view", "cross_view_symmetric", "queue")
 MASKED = torch.finfo(torch.float32).min
 
 
+def autocast_off(x: Tensor):
+    """A region where autocast is off on ``x``'s device, so the loss computes in float32 (a
+    no-op on devices without autocast, e.g. ``meta``)."""
+    device_type = x.device.type
+    if not torch.amp.is_autocast_available(device_type):
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device_type, enabled=False)
+
+
 def compute_dtype(*xs: Tensor | None) -> torch.dtype:
     """float32 for half/bfloat16/float32 inputs; float64 if any input is float64 (gradient
     checks). One dtype for all inputs, so float64/float32 mixes are accepted everywhere."""
     return torch.float64 if any(x is not None and x.dtype == torch.float64 for x in xs) else torch.float32
 
 
+# Rows whose L2 norm is at most this are degenerate (no direction): they normalise to the zero
+# vector with a zero gradient. Above it the gradient of x / |x| is exact, at most |g| / MIN_NORM.
+MIN_NORM = 1e-6
+
+
 def normalize(x: Tensor, dtype: torch.dtype | None = None) -> Tensor:
-    """L2-normalise rows in float32 (or float64, or ``dtype``), outside autocast."""
-    return F.normalize(x.to(compute_dtype(x) if dtype is None else dtype), dim=1)
+    """L2-normalise rows in float32 (or float64, or ``dtype``), outside autocast.
+
+    Unlike ``F.normalize`` this neither overflows nor explodes: each row is first divided by
+    the power of two nearest its largest entry (exact, so ordinary rows give the very same
+    result), so norms up to the dtype's maximum are computed without ``x ** 2`` overflowing;
+    rows with a norm of at most :data:`MIN_NORM` (zero or near-zero embeddings) give the zero
+    vector and a zero gradient instead of ``F.normalize``'s ``1 / eps = 1e12`` amplification.
+    """
+    x = x.to(compute_dtype(x) if dtype is None else dtype)
+    with torch.no_grad():
+        peak = x.abs().amax(dim=1, keepdim=True)
+        scale = torch.exp2(torch.floor(torch.log2(peak)))
+        scale = torch.where((peak > 0) & torch.isfinite(scale), scale, torch.ones_like(peak))
+    scaled = x / scale
+    norm = torch.linalg.vector_norm(scaled, dim=1, keepdim=True)
+    with torch.no_grad():
+        # |x| = norm * scale <= MIN_NORM, compared without forming the (overflowing) product
+        degenerate = norm <= MIN_NORM / scale
+    unit = scaled / torch.where(degenerate, torch.ones_like(norm), norm)
+    return unit.masked_fill(degenerate, 0.0)
 
 
 @dataclass
@@ -86,6 +118,11 @@ class Candidates:
         n -= self.self_index is not None
         return n
 
+    @property
+    def excluded(self) -> tuple[Tensor | None, Tensor | None]:
+        """The per-row columns that are not negatives: ``(positive_index, self_index)``."""
+        return self.positive_index, self.self_index
+
     def rows(self, r0: int, r1: int) -> Candidates:
         """The anchors ``r0:r1`` of this direction against the same keys."""
         def cut(x: Tensor | None) -> Tensor | None:
@@ -114,7 +151,7 @@ class Candidates:
 
     def similarity(self) -> Tensor:
         """Fresh ``[A, C]`` cosine matrix (unmasked), in float32 even under autocast."""
-        with torch.autocast(device_type=self.anchors.device.type, enabled=False):
+        with autocast_off(self.anchors):
             return self.anchors @ self.keys.T
 
     def positive_mask(self) -> Tensor:
@@ -227,29 +264,29 @@ def alignment_magnitude(cands: list[Candidates], *, all_reduce: bool = False) ->
     return distributed.all_reduce_mean(a) if all_reduce else a
 
 
-def rows_logits(cands: Candidates, temperature: Tensor | float) -> tuple[Tensor, Tensor]:
-    """Masked ``[A, C]`` negative logits and ``[A]`` positive logits in float32.
+def scaled_anchors(cands: Candidates, temperature: Tensor | float) -> tuple[Tensor, Tensor]:
+    """Anchors with ``1 / temperature`` folded in, and the ``[A]`` positive logits, in float32.
 
     ``temperature`` may be a python float, a 0-d tensor or a per-anchor ``[A]`` tensor: it is
-    folded into the anchors before the matrix product, so no N x N division happens.
+    folded into the anchors before any matrix product, so no N x N division happens. The one
+    place the temperature enters the logits, for the materialised and the tiled paths.
     """
-    t = torch.as_tensor(temperature, dtype=cands.anchors.dtype, device=cands.anchors.device)
-    if t.ndim == 1:
-        t = t[:, None]
-    elif t.ndim != 0:
-        raise ValueError(f"temperature must be a scalar or have shape [anchors], got {tuple(t.shape)}")
-    with torch.autocast(device_type=cands.anchors.device.type, enabled=False):
-        logits = (cands.anchors / t) @ cands.keys.T
-        cands.mask_(logits)
-        positive = cands.positive_sim / t.reshape(-1) if t.ndim else cands.positive_sim / t
-    return logits, positive
+    if isinstance(temperature, Tensor):
+        if temperature.ndim > 1:
+            raise ValueError("temperature must be a scalar or have shape [anchors], got "
+                             f"{tuple(temperature.shape)}")
+        t = temperature.to(cands.anchors.dtype)
+    else:
+        t = float(temperature)  # a python number: no tensor, no host-to-device copy
+    with autocast_off(cands.anchors):
+        anchors = cands.anchors / (t[:, None] if isinstance(t, Tensor) and t.ndim == 1 else t)
+        positive = cands.positive_sim / t
+    return anchors, positive
 
 
-def pair_logits(cands: Candidates, sim: Tensor, positive_temperature: Tensor,
-                pair_temperature: Tensor) -> tuple[Tensor, Tensor]:
-    """Masked logits for per-pair temperatures (AMCL): ``sim / tau`` elementwise, float32."""
-    with torch.autocast(device_type=sim.device.type, enabled=False):
-        logits = sim.to(cands.anchors.dtype) / pair_temperature.to(cands.anchors.dtype)
-        cands.mask_(logits)
-        positive = cands.positive_sim / positive_temperature.to(cands.anchors.dtype)
+def rows_logits(cands: Candidates, temperature: Tensor | float) -> tuple[Tensor, Tensor]:
+    """Masked ``[A, C]`` negative logits and ``[A]`` positive logits in float32."""
+    anchors, positive = scaled_anchors(cands, temperature)
+    with autocast_off(cands.anchors):
+        logits = cands.mask_(anchors @ cands.keys.T)
     return logits, positive

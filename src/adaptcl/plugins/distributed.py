@@ -52,16 +52,6 @@ def gather_with_grad(x: Tensor) -> list[Tensor]:
     return list(_GatherWithGrad.apply(x))
 
 
-@torch.no_grad()
-def gather_no_grad(x: Tensor) -> Tensor:
-    """Concatenate ``x`` from every rank without gradient (keys entering a queue)."""
-    if not is_distributed():
-        return x
-    out = [torch.zeros_like(x) for _ in range(dist.get_world_size())]
-    dist.all_gather(out, x.contiguous())
-    return torch.cat(out)
-
-
 def all_reduce_mean(x: Tensor) -> Tensor:
     """Mean of a (detached) tensor over ranks, so every rank uses the same value."""
     if not is_distributed():

@@ -14,37 +14,52 @@ References:
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor
 
-from ._validation import check_positive, check_shared
-from .base import ContrastiveLoss, Stats, run_kernel
-from .candidates import build_candidates, rows_logits
+from ._validation import check_positive
+from .base import ContrastiveLoss, Stats, functional_candidates, loss_stats, reduce, run_kernel
+from .candidates import Candidates
 from .distributed import GatherFn
-from .kernel import no_negatives_output
-from .tiled import tiled_negative_lse
+from .kernel import negative_lse, no_negatives_output
 
 
-def info_nce(z0: Tensor, z1: Tensor, temperature: float = 0.1, *, form: str = "nt_xent",
-             negatives: Tensor | None = None, positive_in_denominator: bool = True,
-             gather_distributed: bool = False, gather_fn: GatherFn | None = None,
-             tile_size: int | None = None) -> Tensor:
-    """InfoNCE / NT-Xent of the pairs ``(z0[i], z1[i])``; see :class:`InfoNCELoss`."""
-    check_positive("temperature", temperature)
-    _, _, _, tile_size = check_shared(gather_distributed=gather_distributed, gather_fn=gather_fn,
-                                      check_finite=True, tile_size=tile_size)
-    cands = build_candidates(z0, z1, form, negatives, gather_distributed=gather_distributed,
-                             gather_fn=gather_fn)
+def _info_nce(cands: list[Candidates], temperature: float, positive_in_denominator: bool,
+              tile_size: int | None) -> tuple[Tensor, Stats]:
     return run_kernel(cands, temperature, positive_in_denominator=positive_in_denominator,
-                      tile_size=tile_size)[0]
+                      tile_size=tile_size)
 
 
-def dcl(z0: Tensor, z1: Tensor, temperature: float = 0.1, *, form: str = "nt_xent",
-        negatives: Tensor | None = None, gather_distributed: bool = False,
-        gather_fn: GatherFn | None = None, tile_size: int | None = None) -> Tensor:
+def info_nce(z0: Tensor, z1: Tensor, temperature: float = 0.1, *, negatives: Tensor | None = None,
+             form: str = "nt_xent", positive_in_denominator: bool = True,
+             gather_distributed: bool = False, gather_fn: GatherFn | None = None,
+             check_finite: bool = True, tile_size: int | None = None,
+             reduction: str = "mean") -> Tensor:
+    """InfoNCE / NT-Xent of the pairs ``(z0[i], z1[i])``; arguments as :class:`InfoNCELoss`.
+
+    ``reduction="none"`` gives the per-anchor losses (``2N`` for ``"nt_xent"`` and
+    ``"cross_view_symmetric"``: the anchors of ``z0`` then those of ``z1``).
+
+    Examples:
+        >>> loss = info_nce(torch.randn(8, 32), torch.randn(8, 32), 0.5)
+    """
+    check_positive("temperature", temperature)
+    cands = functional_candidates(z0, z1, negatives, form=form,
+                                  gather_distributed=gather_distributed, gather_fn=gather_fn,
+                                  check_finite=check_finite, tile_size=tile_size,
+                                  reduction=reduction)
+    return reduce(_info_nce(cands, temperature, bool(positive_in_denominator), tile_size)[0],
+                  reduction)
+
+
+def dcl(z0: Tensor, z1: Tensor, temperature: float = 0.1, *, negatives: Tensor | None = None,
+        form: str = "nt_xent", gather_distributed: bool = False, gather_fn: GatherFn | None = None,
+        check_finite: bool = True, tile_size: int | None = None, reduction: str = "mean") -> Tensor:
     """Decoupled contrastive loss: InfoNCE with the positive removed from the denominator."""
-    return info_nce(z0, z1, temperature, form=form, negatives=negatives,
+    return info_nce(z0, z1, temperature, negatives=negatives, form=form,
                     positive_in_denominator=False, gather_distributed=gather_distributed,
-                    gather_fn=gather_fn, tile_size=tile_size)
+                    gather_fn=gather_fn, check_finite=check_finite, tile_size=tile_size,
+                    reduction=reduction)
 
 
 class InfoNCELoss(ContrastiveLoss):
@@ -53,6 +68,7 @@ class InfoNCELoss(ContrastiveLoss):
     With the default ``form="nt_xent"`` this is exactly ``lightly.loss.NTXentLoss`` (symmetric,
     2N anchors, 2N - 2 negatives each). ``form="cross_view"`` is the one-direction form of
     SimCSE and sentence-transformers' ``MultipleNegativesRankingLoss``; ``form="queue"`` is MoCo.
+    The functional form is :func:`info_nce`.
 
     Args:
         temperature: softmax temperature tau > 0.
@@ -60,10 +76,14 @@ class InfoNCELoss(ContrastiveLoss):
         positive_in_denominator: False gives DCL (see :class:`DCLLoss`).
         gather_distributed: gather candidates from every rank before the loss.
         gather_fn: custom gradient-carrying gather (e.g. ``lightly.utils.dist.gather``).
-        check_finite: raise ``ValueError`` on NaN/inf embeddings (one cheap reduction).
+        check_finite: fail on NaN/inf embeddings (one cheap reduction): a ``ValueError`` on
+            the CPU; on an accelerator a device-side assertion (``torch._assert_async``) that
+            never stalls the step and fails the next synchronising call with a
+            ``RuntimeError``. Nothing else in any loss synchronises host and device.
         tile_size: stream the similarity matrix in ``tile_size x tile_size`` tiles with an exact
             recomputing backward (Inf-CL, Cheng et al. 2024; :mod:`adaptcl.plugins.tiled`):
             memory linear in the batch. ``None`` (default) materialises it.
+        reduction: ``"mean"`` (default), ``"sum"`` or ``"none"`` (per-anchor losses).
 
     Examples:
         >>> loss_fn = InfoNCELoss(temperature=0.5)
@@ -75,16 +95,15 @@ class InfoNCELoss(ContrastiveLoss):
     def __init__(self, temperature: float = 0.1, *, form: str = "nt_xent",
                  positive_in_denominator: bool = True, gather_distributed: bool = False,
                  gather_fn: GatherFn | None = None, check_finite: bool = True,
-                 tile_size: int | None = None) -> None:
+                 tile_size: int | None = None, reduction: str = "mean") -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
-                         check_finite=check_finite, tile_size=tile_size)
+                         check_finite=check_finite, tile_size=tile_size, reduction=reduction)
         self.temperature = check_positive("temperature", temperature)
         self.positive_in_denominator = bool(positive_in_denominator)
 
     def compute(self, z0: Tensor, z1: Tensor, negatives: Tensor | None) -> tuple[Tensor, Stats]:
-        return run_kernel(self.candidates(z0, z1, negatives), self.temperature,
-                          positive_in_denominator=self.positive_in_denominator,
-                          tile_size=self.tile_size)
+        return _info_nce(self.candidates(z0, z1, negatives), self.temperature,
+                         self.positive_in_denominator, self.tile_size)
 
     def extra_repr(self) -> str:
         return (f"temperature={self.temperature}, positive_in_denominator="
@@ -95,7 +114,7 @@ class DCLLoss(InfoNCELoss):
     """Decoupled contrastive loss (Yeh et al., ECCV 2022): the positive leaves the denominator.
 
     GraphCL's loss is this loss in ``form="cross_view"``. The gradient no longer carries MACL's
-    scaling factor W (Huang et al. 2023, Sec. 5.2).
+    scaling factor W (Huang et al. 2023, Sec. 5.2). The functional form is :func:`dcl`.
 
     Examples:
         >>> loss_fn = DCLLoss(temperature=0.1)
@@ -104,10 +123,43 @@ class DCLLoss(InfoNCELoss):
 
     def __init__(self, temperature: float = 0.1, *, form: str = "nt_xent",
                  gather_distributed: bool = False, gather_fn: GatherFn | None = None,
-                 check_finite: bool = True, tile_size: int | None = None) -> None:
+                 check_finite: bool = True, tile_size: int | None = None,
+                 reduction: str = "mean") -> None:
         super().__init__(temperature, form=form, positive_in_denominator=False,
                          gather_distributed=gather_distributed, gather_fn=gather_fn,
-                         check_finite=check_finite, tile_size=tile_size)
+                         check_finite=check_finite, tile_size=tile_size, reduction=reduction)
+
+
+def _flat_nce(cands: list[Candidates], temperature: float,
+              tile_size: int | None) -> tuple[Tensor, Stats]:
+    losses, plains = [], []
+    for c in cands:
+        if c.num_negatives == 0:
+            out = no_negatives_output(c.positive_sim)
+            losses.append(out.loss)
+            plains.append(out.plain)
+            continue
+        lse, pos = negative_lse(c, temperature, tile_size)
+        r = lse - pos
+        losses.append(torch.exp(r - r.detach()))
+        plains.append(F.softplus(r.detach()))
+    per_anchor = torch.cat(losses)
+    return per_anchor, loss_stats(per_anchor, cands, temperature=temperature,
+                                  plain_loss=torch.cat(plains))
+
+
+def flat_nce(z0: Tensor, z1: Tensor, temperature: float = 0.1, *,
+             negatives: Tensor | None = None, form: str = "nt_xent",
+             gather_distributed: bool = False, gather_fn: GatherFn | None = None,
+             check_finite: bool = True, tile_size: int | None = None,
+             reduction: str = "mean") -> Tensor:
+    """FlatNCE of the pairs ``(z0[i], z1[i])``; arguments as :class:`FlatNCELoss`."""
+    check_positive("temperature", temperature)
+    cands = functional_candidates(z0, z1, negatives, form=form,
+                                  gather_distributed=gather_distributed, gather_fn=gather_fn,
+                                  check_finite=check_finite, tile_size=tile_size,
+                                  reduction=reduction)
+    return reduce(_flat_nce(cands, temperature, tile_size)[0], reduction)
 
 
 class FlatNCELoss(ContrastiveLoss):
@@ -115,7 +167,8 @@ class FlatNCELoss(ContrastiveLoss):
 
     Its value is always 1 (uninformative by construction) and its gradient equals DCL's;
     ``last_stats["plain_loss"]`` holds the InfoNCE value for monitoring. Anchors without
-    negatives give 0 (no gradient), like every other loss here.
+    negatives give 0 (no gradient), like every other loss here. The functional form is
+    :func:`flat_nce`.
 
     Examples:
         >>> loss_fn = FlatNCELoss(temperature=0.1)
@@ -124,33 +177,40 @@ class FlatNCELoss(ContrastiveLoss):
 
     def __init__(self, temperature: float = 0.1, *, form: str = "nt_xent",
                  gather_distributed: bool = False, gather_fn: GatherFn | None = None,
-                 check_finite: bool = True, tile_size: int | None = None) -> None:
+                 check_finite: bool = True, tile_size: int | None = None,
+                 reduction: str = "mean") -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
-                         check_finite=check_finite, tile_size=tile_size)
+                         check_finite=check_finite, tile_size=tile_size, reduction=reduction)
         self.temperature = check_positive("temperature", temperature)
 
     def compute(self, z0: Tensor, z1: Tensor, negatives: Tensor | None) -> tuple[Tensor, Stats]:
-        cands = self.candidates(z0, z1, negatives)
-        losses, plains = [], []
-        for c in cands:
-            if c.num_negatives == 0:
-                out = no_negatives_output(c.positive_sim)
-                losses.append(out.loss)
-                plains.append(out.plain)
-                continue
-            if self.tile_size is not None:
-                lse, pos = tiled_negative_lse(c, self.temperature, self.tile_size)
-                r = lse - pos
-            else:
-                neg, pos = rows_logits(c, self.temperature)
-                r = torch.logsumexp(neg, dim=1) - pos
-            losses.append(torch.exp(r - r.detach()))
-            plains.append(torch.nn.functional.softplus(r.detach()))
-        loss = torch.cat(losses).mean()
-        stats = {"loss": loss.detach(), "plain_loss": torch.cat(plains).mean(),
-                 "alignment": cands[0].positive_sim.detach().mean(),
-                 "temperature": torch.tensor(self.temperature)}
-        return loss, stats
+        return _flat_nce(self.candidates(z0, z1, negatives), self.temperature, self.tile_size)
+
+
+def _dual_temperature(cands: list[Candidates], temperature: float, temperature_beta: float,
+                      tile_size: int | None) -> tuple[Tensor, Stats]:
+    def log_weights(c: Candidates, log_w_alpha: Tensor) -> Tensor:
+        with torch.no_grad():
+            lse, pos = negative_lse(c, temperature_beta, tile_size)
+            log_w_beta = F.logsigmoid(lse - pos)
+        return log_w_beta - log_w_alpha
+
+    return run_kernel(cands, temperature, log_weights=log_weights, tile_size=tile_size)
+
+
+def dual_temperature(z0: Tensor, z1: Tensor, temperature: float = 0.1,
+                     temperature_beta: float = 1.0, *, negatives: Tensor | None = None,
+                     form: str = "nt_xent", gather_distributed: bool = False,
+                     gather_fn: GatherFn | None = None, check_finite: bool = True,
+                     tile_size: int | None = None, reduction: str = "mean") -> Tensor:
+    """Dual temperature InfoNCE; arguments as :class:`DualTemperatureLoss`."""
+    check_positive("temperature", temperature)
+    check_positive("temperature_beta", temperature_beta)
+    cands = functional_candidates(z0, z1, negatives, form=form,
+                                  gather_distributed=gather_distributed, gather_fn=gather_fn,
+                                  check_finite=check_finite, tile_size=tile_size,
+                                  reduction=reduction)
+    return reduce(_dual_temperature(cands, temperature, temperature_beta, tile_size)[0], reduction)
 
 
 class DualTemperatureLoss(ContrastiveLoss):
@@ -158,7 +218,8 @@ class DualTemperatureLoss(ContrastiveLoss):
 
     ``temperature`` (tau_alpha) shapes the intra-anchor hardness; ``temperature_beta`` sets
     the inter-anchor weight through ``W_beta = 1 - P_pos(tau_beta)``. Weights are computed in log
-    space, so easy positives (W_alpha -> 0) do not overflow.
+    space, so easy positives (W_alpha -> 0) do not overflow. The functional form is
+    :func:`dual_temperature`.
 
     Examples:
         >>> loss_fn = DualTemperatureLoss(temperature=0.1, temperature_beta=1.0)
@@ -168,23 +229,12 @@ class DualTemperatureLoss(ContrastiveLoss):
     def __init__(self, temperature: float = 0.1, temperature_beta: float = 1.0, *,
                  form: str = "nt_xent", gather_distributed: bool = False,
                  gather_fn: GatherFn | None = None, check_finite: bool = True,
-                 tile_size: int | None = None) -> None:
+                 tile_size: int | None = None, reduction: str = "mean") -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
-                         check_finite=check_finite, tile_size=tile_size)
+                         check_finite=check_finite, tile_size=tile_size, reduction=reduction)
         self.temperature = check_positive("temperature", temperature)
         self.temperature_beta = check_positive("temperature_beta", temperature_beta)
 
     def compute(self, z0: Tensor, z1: Tensor, negatives: Tensor | None) -> tuple[Tensor, Stats]:
-        cands = self.candidates(z0, z1, negatives)
-
-        def log_weights(c, log_w_alpha: Tensor) -> Tensor:
-            with torch.no_grad():
-                if self.tile_size is not None:
-                    lse, pos = tiled_negative_lse(c, self.temperature_beta, self.tile_size)
-                else:
-                    neg, pos = rows_logits(c, self.temperature_beta)
-                    lse = torch.logsumexp(neg, dim=1)
-                log_w_beta = torch.nn.functional.logsigmoid(lse - pos)
-            return log_w_beta - log_w_alpha
-
-        return run_kernel(cands, self.temperature, log_weights=log_weights, tile_size=self.tile_size)
+        return _dual_temperature(self.candidates(z0, z1, negatives), self.temperature,
+                                 self.temperature_beta, self.tile_size)

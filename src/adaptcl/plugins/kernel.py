@@ -29,6 +29,9 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
+from .candidates import Candidates, rows_logits
+from .tiled import tiled_negative_lse
+
 
 @dataclass
 class KernelOutput:
@@ -122,6 +125,20 @@ def contrastive_kernel(
         soft_targets = (y_pos, (y_neg * negative_logits).sum(dim=1))
     return kernel_from_lse(lse_neg, positive_logit, positive_in_denominator=positive_in_denominator,
                            soft_targets=soft_targets, log_weights=log_weights)
+
+
+def negative_lse(c: Candidates, temperature: Tensor | float,
+                 tile_size: int | None = None) -> tuple[Tensor, Tensor]:
+    """``(logsumexp over each anchor's negatives [A], positive logit [A])`` of one direction.
+
+    The one place that chooses between materialising the ``[A, C]`` logits (``tile_size=None``)
+    and streaming them in tiles (:func:`~adaptcl.plugins.tiled.tiled_negative_lse`); same
+    values and gradients either way.
+    """
+    if tile_size is not None:
+        return tiled_negative_lse(c, temperature, tile_size)
+    neg, pos = rows_logits(c, temperature)
+    return row_logsumexp(neg, inplace=True), pos
 
 
 def no_negatives_output(positive_logit: Tensor) -> KernelOutput:

@@ -26,8 +26,8 @@ import torch
 from torch import Tensor
 
 from ._validation import check_choice, check_finite_number, check_non_negative, check_positive
-from .base import ContrastiveLoss, Stats, run_kernel
-from .candidates import Candidates, alignment_magnitude, build_candidates
+from .base import ContrastiveLoss, Stats, functional_candidates, reduce, run_kernel
+from .candidates import Candidates, alignment_magnitude
 from .distributed import GatherFn
 
 TEMPERATURE_FORMS = ("linear", "exp")
@@ -52,8 +52,61 @@ def macl_temperature(alignment: Tensor, temperature: float, alpha: float, a0: fl
     if temperature_form == "linear":
         tau = temperature * (1 + alpha * (a - a0))
     else:
-        tau = temperature * torch.pow(torch.as_tensor(alpha, dtype=a.dtype, device=a.device), a)
+        tau = temperature * torch.pow(alpha, a)
     return tau.clamp(min=floor)
+
+
+def _macl_options(temperature: float, alpha: float, a0: float, reweight: bool, adaptive: bool,
+                  temperature_form: str, weight_form: str, min_temperature: float | None,
+                  positive_in_denominator: bool) -> dict:
+    """MACL's hyper-parameters checked once for the module and the functional form."""
+    temperature = check_positive("temperature", temperature)
+    check_choice("temperature_form", temperature_form, TEMPERATURE_FORMS)
+    alpha = (check_positive("alpha", alpha) if temperature_form == "exp" and adaptive
+             else check_non_negative("alpha", alpha))
+    if reweight and not positive_in_denominator:
+        raise ValueError(
+            "reweight=True needs positive_in_denominator=True: with the positive out of the "
+            "denominator (DCL/GraphCL) the gradient carries no W to undo; pass reweight=False"
+        )
+    return {
+        "temperature": temperature, "alpha": alpha, "a0": check_finite_number("a0", a0),
+        "reweight": bool(reweight), "adaptive": bool(adaptive),
+        "temperature_form": temperature_form,
+        "weight_form": check_choice("weight_form", weight_form, WEIGHT_FORMS),
+        "min_temperature": (temperature / 10 if min_temperature is None
+                            else check_positive("min_temperature", min_temperature)),
+        "positive_in_denominator": bool(positive_in_denominator),
+    }
+
+
+def _batch_temperature(alignment: Tensor, *, temperature: float, alpha: float, a0: float,
+                       adaptive: bool, temperature_form: str, min_temperature: float) -> Tensor:
+    if not adaptive:
+        return torch.full_like(alignment, temperature)
+    return macl_temperature(alignment, temperature, alpha, a0, temperature_form=temperature_form,
+                            min_temperature=min_temperature)
+
+
+def _macl(cands: list[Candidates], *, temperature: float, alpha: float, a0: float,
+          reweight: bool, adaptive: bool, temperature_form: str, weight_form: str,
+          min_temperature: float, positive_in_denominator: bool, tile_size: int | None,
+          all_reduce: bool) -> tuple[Tensor, Stats]:
+    """MACL's per-anchor losses and statistics on prepared candidates."""
+    a = alignment_magnitude(cands, all_reduce=all_reduce)
+    tau = _batch_temperature(a, temperature=temperature, alpha=alpha, a0=a0, adaptive=adaptive,
+                             temperature_form=temperature_form, min_temperature=min_temperature)
+
+    def log_weights(c: Candidates, log_w: Tensor) -> Tensor:
+        if weight_form == "inverse":
+            return -log_w
+        return torch.log(2 - c.positive_sim.detach()) - log_w
+
+    per_anchor, stats = run_kernel(cands, tau, positive_in_denominator=positive_in_denominator,
+                                   log_weights=log_weights if reweight else None,
+                                   tile_size=tile_size)
+    stats["alignment"] = a
+    return per_anchor, stats
 
 
 class MACLLoss(ContrastiveLoss):
@@ -100,52 +153,32 @@ class MACLLoss(ContrastiveLoss):
                  weight_form: str = "inverse", min_temperature: float | None = None,
                  form: str = "nt_xent", positive_in_denominator: bool = True,
                  gather_distributed: bool = False, gather_fn: GatherFn | None = None,
-                 check_finite: bool = True, tile_size: int | None = None) -> None:
+                 check_finite: bool = True, tile_size: int | None = None,
+                 reduction: str = "mean") -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
-                         check_finite=check_finite, tile_size=tile_size)
-        self.temperature = check_positive("temperature", temperature)
-        self.temperature_form = check_choice("temperature_form", temperature_form, TEMPERATURE_FORMS)
-        self.alpha = (check_positive("alpha", alpha) if temperature_form == "exp" and adaptive
-                      else check_non_negative("alpha", alpha))
-        self.a0 = check_finite_number("a0", a0)
-        self.weight_form = check_choice("weight_form", weight_form, WEIGHT_FORMS)
-        self.min_temperature = (self.temperature / 10 if min_temperature is None
-                                else check_positive("min_temperature", min_temperature))
-        self.reweight = bool(reweight)
-        self.adaptive = bool(adaptive)
-        self.positive_in_denominator = bool(positive_in_denominator)
-        if self.reweight and not self.positive_in_denominator:
-            raise ValueError(
-                "reweight=True needs positive_in_denominator=True: with the positive out of the "
-                "denominator (DCL/GraphCL) the gradient carries no W to undo; pass reweight=False"
-            )
+                         check_finite=check_finite, tile_size=tile_size, reduction=reduction)
+        options = _macl_options(temperature, alpha, a0, reweight, adaptive, temperature_form,
+                                weight_form, min_temperature, positive_in_denominator)
+        for name, value in options.items():
+            setattr(self, name, value)
+
+    def _options(self) -> dict:
+        return {name: getattr(self, name) for name in (
+            "temperature", "alpha", "a0", "reweight", "adaptive", "temperature_form",
+            "weight_form", "min_temperature", "positive_in_denominator")}
 
     def current_temperature(self, alignment: Tensor) -> Tensor:
-        if not self.adaptive:
-            return torch.as_tensor(self.temperature, dtype=alignment.dtype, device=alignment.device)
-        return macl_temperature(alignment, self.temperature, self.alpha, self.a0,
-                                temperature_form=self.temperature_form,
-                                min_temperature=self.min_temperature)
-
-    def _log_weights(self, c: Candidates, log_w: Tensor) -> Tensor:
-        if self.weight_form == "inverse":
-            return -log_w
-        return torch.log(2 - c.positive_sim.detach()) - log_w
+        """The temperature this loss uses for a batch of alignment ``alignment``."""
+        options = self._options()
+        del options["reweight"], options["weight_form"], options["positive_in_denominator"]
+        return _batch_temperature(alignment, **options)
 
     def compute(self, z0: Tensor, z1: Tensor, negatives: Tensor | None) -> tuple[Tensor, Stats]:
-        cands = self.candidates(z0, z1, negatives)
-        return self.compute_from_candidates(cands)
+        return self.compute_from_candidates(self.candidates(z0, z1, negatives))
 
     def compute_from_candidates(self, cands: list[Candidates]) -> tuple[Tensor, Stats]:
-        """MACL on prepared candidates (adapters that build their own candidate sets)."""
-        distributed_run = self.gather_distributed or self.gather_fn is not None
-        a = alignment_magnitude(cands, all_reduce=distributed_run)
-        tau = self.current_temperature(a)
-        loss, stats = run_kernel(cands, tau, positive_in_denominator=self.positive_in_denominator,
-                                 log_weights=self._log_weights if self.reweight else None,
-                                 tile_size=self.tile_size)
-        stats["alignment"] = a
-        return loss, stats
+        """MACL's per-anchor losses on prepared candidates (adapters that build their own)."""
+        return _macl(cands, **self._options(), tile_size=self.tile_size, all_reduce=self.gathers)
 
     def extra_repr(self) -> str:
         return (f"temperature={self.temperature}, alpha={self.alpha}, a0={self.a0}, "
@@ -155,9 +188,26 @@ class MACLLoss(ContrastiveLoss):
 
 
 def macl(z0: Tensor, z1: Tensor, temperature: float = 0.1, alpha: float = 0.5, a0: float = 0.0,
-         *, negatives: Tensor | None = None, **kwargs) -> Tensor:
-    """Functional MACL; keyword arguments as in :class:`MACLLoss`."""
-    return MACLLoss(temperature, alpha, a0, **kwargs)(z0, z1, negatives)
+         *, negatives: Tensor | None = None, reweight: bool = True, adaptive: bool = True,
+         temperature_form: str = "linear", weight_form: str = "inverse",
+         min_temperature: float | None = None, form: str = "nt_xent",
+         positive_in_denominator: bool = True, gather_distributed: bool = False,
+         gather_fn: GatherFn | None = None, check_finite: bool = True,
+         tile_size: int | None = None, reduction: str = "mean") -> Tensor:
+    """Functional MACL; arguments as :class:`MACLLoss`.
+
+    Examples:
+        >>> loss = macl(torch.randn(8, 32), torch.randn(8, 32), 0.1, alpha=0.5)
+    """
+    options = _macl_options(temperature, alpha, a0, reweight, adaptive, temperature_form,
+                            weight_form, min_temperature, positive_in_denominator)
+    cands = functional_candidates(z0, z1, negatives, form=form,
+                                  gather_distributed=gather_distributed, gather_fn=gather_fn,
+                                  check_finite=check_finite, tile_size=tile_size,
+                                  reduction=reduction)
+    per_anchor, _ = _macl(cands, **options, tile_size=tile_size,
+                          all_reduce=gather_distributed or gather_fn is not None)
+    return reduce(per_anchor, reduction)
 
 
-__all__ = ["MACLLoss", "macl", "macl_temperature", "build_candidates"]
+__all__ = ["MACLLoss", "macl", "macl_temperature"]

@@ -14,7 +14,8 @@ import torch
 from torch import Tensor
 
 from ._validation import check_embeddings, check_pair, check_positive
-from .candidates import build_candidates, normalize, rows_logits
+from .candidates import build_candidates, normalize
+from .kernel import negative_lse
 
 
 def _labels(labels: Tensor, n: int) -> Tensor:
@@ -82,8 +83,8 @@ def gradient_scaling_factor(z0: Tensor, z1: Tensor, temperature: float = 0.1, *,
     check_positive("temperature", temperature)
     out = []
     for c in build_candidates(z0, z1, form, negatives):
-        neg, pos = rows_logits(c, temperature)
-        out.append(torch.sigmoid(torch.logsumexp(neg, dim=1) - pos))
+        lse, pos = negative_lse(c, temperature)
+        out.append(torch.sigmoid(lse - pos))
     return torch.cat(out)
 
 

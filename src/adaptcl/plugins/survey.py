@@ -17,33 +17,43 @@ negatives (a batch of one pair) contributes only its positive term: the margin l
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch import Tensor
 
 from ._validation import check_choice, check_positive
-from .base import ContrastiveLoss, Stats, in_row_blocks
+from .base import (
+    ContrastiveLoss,
+    Stats,
+    functional_candidates,
+    in_row_blocks,
+    loss_stats,
+    reduce,
+)
 from .candidates import Candidates, rows_logits
 from .distributed import GatherFn
 
+MINING = ("all", "hardest")
 
-class _SurveyLoss(ContrastiveLoss):
-    """A loss defined per anchor on the cosine matrix; the mean over every anchor."""
 
-    def __init__(self, *, form: str, gather_distributed: bool, gather_fn: GatherFn | None,
-                 check_finite: bool, tile_size: int | None) -> None:
-        super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
-                         check_finite=check_finite, tile_size=tile_size)
+def _survey(cands: list[Candidates], per_anchor: Callable[[Candidates], Tensor],
+            tile_size: int | None) -> tuple[Tensor, Stats]:
+    """A loss defined per anchor on the cosine matrix, over every direction."""
+    losses = torch.cat([in_row_blocks(lambda r0, r1, c=c: per_anchor(c.rows(r0, r1)),
+                                      c.num_anchors, tile_size) for c in cands])
+    return losses, loss_stats(losses, cands)
 
-    def per_anchor(self, c: Candidates) -> Tensor:
-        raise NotImplementedError  # pragma: no cover - abstract
 
-    def compute(self, z0: Tensor, z1: Tensor, negatives: Tensor | None) -> tuple[Tensor, Stats]:
-        cands = self.candidates(z0, z1, negatives)
-        loss = torch.cat([in_row_blocks(lambda r0, r1, c=c: self.per_anchor(c.rows(r0, r1)),
-                                        c.num_anchors, self.tile_size)
-                          for c in cands]).mean()
-        return loss, {"loss": loss.detach(), "alignment": cands[0].positive_sim.detach().mean()}
+def _functional(per_anchor: Callable[[Candidates], Tensor], z0: Tensor, z1: Tensor,
+                negatives: Tensor | None, *, form: str, gather_distributed: bool,
+                gather_fn: GatherFn | None, check_finite: bool, tile_size: int | None,
+                reduction: str) -> Tensor:
+    cands = functional_candidates(z0, z1, negatives, form=form,
+                                  gather_distributed=gather_distributed, gather_fn=gather_fn,
+                                  check_finite=check_finite, tile_size=tile_size,
+                                  reduction=reduction)
+    return reduce(_survey(cands, per_anchor, tile_size)[0], reduction)
 
 
 def _distances(c: Candidates) -> tuple[Tensor, Tensor]:
@@ -56,13 +66,87 @@ def _distances(c: Candidates) -> tuple[Tensor, Tensor]:
     return d_pos, d_all
 
 
-class MarginContrastiveLoss(_SurveyLoss):
+def _margin_rows(c: Candidates, margin: float, squared: bool) -> Tensor:
+    d_pos, d_neg = _distances(c)
+    hinge = (margin - d_neg).clamp(min=0)
+    if squared:
+        d_pos, hinge = d_pos.pow(2), hinge.pow(2)
+    # mean over anchors of (row sum / negatives per row) = mean over all negative pairs
+    neg_term = (hinge * c.positive_mask()).sum(dim=1) / max(c.num_negatives, 1)
+    return 0.5 * d_pos + 0.5 * neg_term
+
+
+def _triplet_rows(c: Candidates, margin: float, mining: str) -> Tensor:
+    if c.num_negatives == 0:
+        return c.positive_sim * 0.0
+    d_pos, d_neg = _distances(c)
+    valid = c.positive_mask()
+    if mining == "hardest":
+        d_neg = d_neg.masked_fill(~valid, math.inf).min(dim=1).values
+        return (d_pos - d_neg + margin).clamp(min=0)
+    per = (d_pos[:, None] - d_neg + margin).clamp(min=0)
+    return (per * valid).sum(dim=1) / c.num_negatives
+
+
+def _nce_rows(c: Candidates, temperature: float) -> Tensor:
+    m = c.num_negatives
+    if m == 0:
+        return c.positive_sim * 0.0
+    neg, pos = rows_logits(c, temperature)
+    lse = torch.logaddexp(torch.logsumexp(neg, dim=1), pos)
+    log_noise = math.log(m / (m + 1))  # log(m * P_n), n = m + 1 candidates
+    log_p_pos = pos - lse
+    log_h_pos = log_p_pos - torch.logaddexp(log_p_pos, torch.full_like(pos, log_noise))
+    log_p_neg = neg - lse[:, None]
+    log_1mh = log_noise - torch.logaddexp(log_p_neg, torch.full_like(log_p_neg, log_noise))
+    log_1mh = log_1mh * c.positive_mask()
+    return -log_h_pos - log_1mh.sum(dim=1)
+
+
+def margin_contrastive(z0: Tensor, z1: Tensor, margin: float = 1.0, *, squared: bool = True,
+                       negatives: Tensor | None = None, form: str = "cross_view",
+                       gather_distributed: bool = False, gather_fn: GatherFn | None = None,
+                       check_finite: bool = True, tile_size: int | None = None,
+                       reduction: str = "mean") -> Tensor:
+    """Functional margin contrastive loss; arguments as :class:`MarginContrastiveLoss`."""
+    margin = check_positive("margin", margin)
+    return _functional(lambda c: _margin_rows(c, margin, bool(squared)), z0, z1, negatives,
+                       form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
+                       check_finite=check_finite, tile_size=tile_size, reduction=reduction)
+
+
+def triplet(z0: Tensor, z1: Tensor, margin: float = 0.5, *, mining: str = "all",
+            negatives: Tensor | None = None, form: str = "cross_view",
+            gather_distributed: bool = False, gather_fn: GatherFn | None = None,
+            check_finite: bool = True, tile_size: int | None = None,
+            reduction: str = "mean") -> Tensor:
+    """Functional triplet loss; arguments as :class:`TripletLoss`."""
+    margin = check_positive("margin", margin)
+    mining = check_choice("mining", mining, MINING)
+    return _functional(lambda c: _triplet_rows(c, margin, mining), z0, z1, negatives, form=form,
+                       gather_distributed=gather_distributed, gather_fn=gather_fn,
+                       check_finite=check_finite, tile_size=tile_size, reduction=reduction)
+
+
+def nce(z0: Tensor, z1: Tensor, temperature: float = 0.1, *, negatives: Tensor | None = None,
+        form: str = "cross_view", gather_distributed: bool = False,
+        gather_fn: GatherFn | None = None, check_finite: bool = True,
+        tile_size: int | None = None, reduction: str = "mean") -> Tensor:
+    """Functional NCE; arguments as :class:`NCELoss`."""
+    temperature = check_positive("temperature", temperature)
+    return _functional(lambda c: _nce_rows(c, temperature), z0, z1, negatives, form=form,
+                       gather_distributed=gather_distributed, gather_fn=gather_fn,
+                       check_finite=check_finite, tile_size=tile_size, reduction=reduction)
+
+
+
+class MarginContrastiveLoss(ContrastiveLoss):
     """Spring-like contrastive loss: pull positives together, push negatives beyond a margin.
 
     Per pair with Euclidean distance ``d``: ``1/2 d^2`` for positives and
     ``1/2 max(0, m - d)^2`` for negatives (Hadsell et al. 2006); ``squared=False`` gives the
     survey's unsquared variant. The loss is the mean over positive pairs plus the mean over
-    negative pairs (0 when there are none).
+    negative pairs (0 when there are none). The functional form is :func:`margin_contrastive`.
 
     Examples:
         >>> loss_fn = MarginContrastiveLoss(margin=1.0)
@@ -71,27 +155,24 @@ class MarginContrastiveLoss(_SurveyLoss):
 
     def __init__(self, margin: float = 1.0, *, squared: bool = True, form: str = "cross_view",
                  gather_distributed: bool = False, gather_fn: GatherFn | None = None,
-                 check_finite: bool = True, tile_size: int | None = None) -> None:
+                 check_finite: bool = True, tile_size: int | None = None,
+                 reduction: str = "mean") -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
-                         check_finite=check_finite, tile_size=tile_size)
+                         check_finite=check_finite, tile_size=tile_size, reduction=reduction)
         self.margin = check_positive("margin", margin)
         self.squared = bool(squared)
 
-    def per_anchor(self, c: Candidates) -> Tensor:
-        d_pos, d_neg = _distances(c)
-        hinge = (self.margin - d_neg).clamp(min=0)
-        if self.squared:
-            d_pos, hinge = d_pos.pow(2), hinge.pow(2)
-        # mean over anchors of (row sum / negatives per row) = mean over all negative pairs
-        neg_term = (hinge * c.positive_mask()).sum(dim=1) / max(c.num_negatives, 1)
-        return 0.5 * d_pos + 0.5 * neg_term
+    def compute(self, z0: Tensor, z1: Tensor, negatives: Tensor | None) -> tuple[Tensor, Stats]:
+        return _survey(self.candidates(z0, z1, negatives),
+                       lambda c: _margin_rows(c, self.margin, self.squared), self.tile_size)
 
 
-class TripletLoss(_SurveyLoss):
+class TripletLoss(ContrastiveLoss):
     """Triplet loss ``max(0, d(a, p) - d(a, n) + alpha)`` over in-batch negatives.
 
     ``mining="all"`` averages over every (anchor, negative) triplet; ``"hardest"`` keeps the
-    closest negative of each anchor. Without negatives there is no triplet: 0.
+    closest negative of each anchor. Without negatives there is no triplet: 0. The functional
+    form is :func:`triplet`.
 
     Examples:
         >>> loss_fn = TripletLoss(margin=0.5)
@@ -100,31 +181,26 @@ class TripletLoss(_SurveyLoss):
 
     def __init__(self, margin: float = 0.5, *, mining: str = "all", form: str = "cross_view",
                  gather_distributed: bool = False, gather_fn: GatherFn | None = None,
-                 check_finite: bool = True, tile_size: int | None = None) -> None:
+                 check_finite: bool = True, tile_size: int | None = None,
+                 reduction: str = "mean") -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
-                         check_finite=check_finite, tile_size=tile_size)
+                         check_finite=check_finite, tile_size=tile_size, reduction=reduction)
         self.margin = check_positive("margin", margin)
-        self.mining = check_choice("mining", mining, ("all", "hardest"))
+        self.mining = check_choice("mining", mining, MINING)
 
-    def per_anchor(self, c: Candidates) -> Tensor:
-        if c.num_negatives == 0:
-            return c.positive_sim * 0.0
-        d_pos, d_neg = _distances(c)
-        valid = c.positive_mask()
-        if self.mining == "hardest":
-            d_neg = d_neg.masked_fill(~valid, math.inf).min(dim=1).values
-            return (d_pos - d_neg + self.margin).clamp(min=0)
-        per = (d_pos[:, None] - d_neg + self.margin).clamp(min=0)
-        return (per * valid).sum(dim=1) / c.num_negatives
+    def compute(self, z0: Tensor, z1: Tensor, negatives: Tensor | None) -> tuple[Tensor, Stats]:
+        return _survey(self.candidates(z0, z1, negatives),
+                       lambda c: _triplet_rows(c, self.margin, self.mining), self.tile_size)
 
 
-class NCELoss(_SurveyLoss):
+class NCELoss(ContrastiveLoss):
     """Noise-contrastive estimation with a uniform noise distribution (Wu et al. 2018).
 
     ``P(i|x)`` is the softmax over the ``n`` candidates at temperature tau; with ``m`` noise
     samples (the negatives) and ``P_n = 1/n``,
     ``h = P / (P + m/n)`` and ``L = -log h(positive) - sum_negatives log(1 - h)``,
-    computed in log space. With no noise samples ``h = 1`` and the loss is 0.
+    computed in log space. With no noise samples ``h = 1`` and the loss is 0. The functional
+    form is :func:`nce`.
 
     Examples:
         >>> loss_fn = NCELoss(temperature=0.1)
@@ -133,24 +209,16 @@ class NCELoss(_SurveyLoss):
 
     def __init__(self, temperature: float = 0.1, *, form: str = "cross_view",
                  gather_distributed: bool = False, gather_fn: GatherFn | None = None,
-                 check_finite: bool = True, tile_size: int | None = None) -> None:
+                 check_finite: bool = True, tile_size: int | None = None,
+                 reduction: str = "mean") -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
-                         check_finite=check_finite, tile_size=tile_size)
+                         check_finite=check_finite, tile_size=tile_size, reduction=reduction)
         self.temperature = check_positive("temperature", temperature)
 
-    def per_anchor(self, c: Candidates) -> Tensor:
-        m = c.num_negatives
-        if m == 0:
-            return c.positive_sim * 0.0
-        neg, pos = rows_logits(c, self.temperature)
-        lse = torch.logaddexp(torch.logsumexp(neg, dim=1), pos)
-        log_noise = math.log(m / (m + 1))  # log(m * P_n), n = m + 1 candidates
-        log_p_pos = pos - lse
-        log_h_pos = log_p_pos - torch.logaddexp(log_p_pos, torch.full_like(pos, log_noise))
-        log_p_neg = neg - lse[:, None]
-        log_1mh = log_noise - torch.logaddexp(log_p_neg, torch.full_like(log_p_neg, log_noise))
-        log_1mh = log_1mh * c.positive_mask()
-        return -log_h_pos - log_1mh.sum(dim=1)
+    def compute(self, z0: Tensor, z1: Tensor, negatives: Tensor | None) -> tuple[Tensor, Stats]:
+        return _survey(self.candidates(z0, z1, negatives),
+                       lambda c: _nce_rows(c, self.temperature), self.tile_size)
 
 
-__all__ = ["MarginContrastiveLoss", "TripletLoss", "NCELoss"]
+__all__ = ["MarginContrastiveLoss", "TripletLoss", "NCELoss", "margin_contrastive", "triplet",
+           "nce"]

@@ -1,0 +1,184 @@
+"""Device discipline of the loss core: every tensor follows the inputs' device, and a loss's
+forward + backward never synchronises host and device.
+
+On this CPU machine device mistakes are caught anyway: the ``meta`` device has no data, so a
+tensor created on the CPU inside a loss meets a meta tensor and fails loudly; and a dispatch
+mode records every operation that needs a value on the host (``item()``, ``bool()``,
+``int()``, ``nonzero()``, ``tolist()``), each of which would stall a GPU once per step. With
+CUDA, the same losses run under ``torch.cuda.set_sync_debug_mode("error")``.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from adaptcl.plugins import (
+    AMCLLoss,
+    ASCLBYOLLoss,
+    ASCLLoss,
+    ConstantTemperature,
+    DCLLoss,
+    DualTemperatureLoss,
+    FlatNCELoss,
+    InfoNCELoss,
+    MACLLoss,
+    MarginContrastiveLoss,
+    NCELoss,
+    PairTemperature,
+    TripletLoss,
+)
+
+# name -> (factory(tile_size, check_finite), needs a queue)
+LOSSES = {
+    "infonce": (lambda t, f: InfoNCELoss(0.1, tile_size=t, check_finite=f), False),
+    "infonce_queue": (lambda t, f: InfoNCELoss(0.1, form="queue", tile_size=t, check_finite=f), True),
+    "dcl": (lambda t, f: DCLLoss(0.1, form="cross_view", tile_size=t, check_finite=f), False),
+    "flatnce": (lambda t, f: FlatNCELoss(0.1, tile_size=t, check_finite=f), False),
+    "dual": (lambda t, f: DualTemperatureLoss(0.1, 1.0, tile_size=t, check_finite=f), False),
+    "macl": (lambda t, f: MACLLoss(0.1, 0.5, tile_size=t, check_finite=f), False),
+    "macl_exp_wprime": (lambda t, f: MACLLoss(0.1, 2.0, temperature_form="exp",
+                                              weight_form="w_prime", tile_size=t,
+                                              check_finite=f), False),
+    "macl_fixed": (lambda t, f: MACLLoss(0.1, adaptive=False, tile_size=t, check_finite=f), False),
+    "ascl_queue": (lambda t, f: ASCLLoss(0.1, 0.05, 2, tile_size=t, check_finite=f), True),
+    "ahcl_in_batch": (lambda t, f: ASCLLoss(0.1, 0.05, 1, "ahcl", form="cross_view",
+                                            tile_size=t, check_finite=f), False),
+    "ascl_byol": (lambda t, f: ASCLBYOLLoss(0.05, 1, tile_size=t, check_finite=f), False),
+    "amcl_topk": (lambda t, f: AMCLLoss(PairTemperature(8), 1e-2, kappa=2, tile_size=t,
+                                        check_finite=f), False),
+    "amcl_softmax": (lambda t, f: AMCLLoss(PairTemperature(8), 1e-2, negative_term="softmax",
+                                           objective="infonce", tile_size=t,
+                                           check_finite=f), False),
+    "amcl_constant": (lambda t, f: AMCLLoss(ConstantTemperature(0.2), 1e-2, kappa=2,
+                                            tile_size=t, check_finite=f), False),
+    "margin": (lambda t, f: MarginContrastiveLoss(tile_size=t, check_finite=f), False),
+    "triplet": (lambda t, f: TripletLoss(mining="hardest", tile_size=t, check_finite=f), False),
+    "nce": (lambda t, f: NCELoss(tile_size=t, check_finite=f), False),
+}
+
+
+def _inputs(device, needs_queue, n=6, d=8):
+    g = torch.Generator().manual_seed(0)
+    z0, z1, queue = (torch.randn(k, d, generator=g).to(device) for k in (n, n, 5))
+    return z0.requires_grad_(), z1.requires_grad_(), (queue if needs_queue else None)
+
+
+def _run(name, device, tile, check_finite=True):
+    make, needs_queue = LOSSES[name]
+    torch.manual_seed(0)
+    fn = make(tile, check_finite).to(device)
+    z0, z1, queue = _inputs(device, needs_queue)
+    loss = fn(z0, z1, queue) if queue is not None else fn(z0, z1)
+    loss.backward()
+    return fn, loss, z0
+
+
+@pytest.mark.parametrize("tile", [None, 4])
+@pytest.mark.parametrize("name", list(LOSSES))
+def test_every_loss_runs_forward_and_backward_on_the_meta_device(name, tile):
+    fn, loss, z0 = _run(name, "meta", tile)
+    assert loss.device.type == "meta"
+    assert z0.grad is not None and z0.grad.device.type == "meta"
+    assert all(v.device.type == "meta" for v in fn.last_stats.values()), fn.last_stats
+
+
+def test_meta_device_catches_a_tensor_created_on_the_cpu():
+    """The purpose-made regression: a loss that adds a constant built on the CPU."""
+    class CPUConstantLoss(InfoNCELoss):
+        def compute(self, z0, z1, negatives):
+            per_anchor, stats = super().compute(z0, z1, negatives)
+            return per_anchor + torch.zeros(per_anchor.shape[0]), stats  # the mistake
+
+    z0, z1, _ = _inputs("meta", False)
+    with pytest.raises((RuntimeError, NotImplementedError)):
+        CPUConstantLoss(0.1)(z0, z1).backward()
+
+
+class HostSyncDetector(TorchDispatchMode):
+    """Records every operation that needs a tensor's value on the host.
+
+    ``item()``, ``bool()``, ``int()`` and ``float()`` dispatch to ``_local_scalar_dense``;
+    ``nonzero()`` must know its output size; ``tolist()`` reads the data directly, so it is
+    patched for the duration.
+    """
+
+    SYNCING = {"_local_scalar_dense", "nonzero", "masked_select", "unique_dim", "_unique2"}
+
+    def __init__(self):
+        super().__init__()
+        self.calls: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        if name in self.SYNCING:
+            self.calls.append(name)
+        return func(*args, **(kwargs or {}))
+
+    def __enter__(self):
+        self._tolist = torch.Tensor.tolist
+
+        def tolist(t):
+            self.calls.append("tolist")
+            return self._tolist(t)
+
+        torch.Tensor.tolist = tolist
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        torch.Tensor.tolist = self._tolist
+        return super().__exit__(*exc)
+
+
+@pytest.mark.parametrize("tile", [None, 4])
+@pytest.mark.parametrize("name", list(LOSSES))
+def test_forward_and_backward_never_synchronise(name, tile):
+    """With the finiteness check off (on CPU it reads one bool; on CUDA it is asynchronous)."""
+    with HostSyncDetector() as detector:
+        _run(name, "cpu", tile, check_finite=False)
+    assert detector.calls == [], f"{name} synchronises: {detector.calls}"
+
+
+def test_finiteness_check_reads_one_value_on_cpu_only():
+    with HostSyncDetector() as detector:
+        _run("macl", "cpu", None, check_finite=True)
+    assert detector.calls == ["_local_scalar_dense"] * 2  # z0 and z1, once each
+
+
+@pytest.mark.parametrize("regression", ["item", "nonzero", "tolist", "bool"])
+def test_sync_detector_catches_a_purpose_made_regression(regression):
+    class SyncingLoss(MACLLoss):
+        def compute(self, z0, z1, negatives):
+            per_anchor, stats = super().compute(z0, z1, negatives)
+            if regression == "item":
+                per_anchor = per_anchor * per_anchor.detach().max().item()
+            elif regression == "nonzero":
+                per_anchor = per_anchor[(per_anchor > -1).nonzero().squeeze(1)]
+            elif regression == "tolist":
+                per_anchor = per_anchor * len(per_anchor.detach().tolist())
+            elif bool((per_anchor > 100).any()):  # Python branching on a tensor value
+                per_anchor = per_anchor * 2
+            return per_anchor, stats
+
+    z0, z1, _ = _inputs("cpu", False)
+    with HostSyncDetector() as detector:
+        SyncingLoss(0.1, check_finite=False)(z0, z1).backward()
+    assert detector.calls, regression
+
+
+def test_stats_follow_the_input_device(device):
+    fn, loss, _ = _run("macl_fixed", device, None)
+    assert {v.device.type for v in fn.last_stats.values()} == {torch.device(device).type}
+
+
+def test_cuda_forward_and_backward_do_not_synchronise(device):
+    if torch.device(device).type != "cuda":
+        pytest.skip("needs CUDA: torch.cuda.set_sync_debug_mode")
+    for name in LOSSES:
+        for tile in (None, 4):
+            torch.cuda.set_sync_debug_mode("error")
+            try:
+                _run(name, device, tile, check_finite=True)
+            finally:
+                torch.cuda.set_sync_debug_mode("default")

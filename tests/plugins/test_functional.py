@@ -1,0 +1,145 @@
+"""Functional forms (like ``torch.nn.functional``) equal their modules, for every reduction."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from adaptcl.plugins import (
+    AMCLBarlowTwinsLoss,
+    AMCLLoss,
+    AMCLSimSiamLoss,
+    ASCLBYOLLoss,
+    ASCLLoss,
+    DCLLoss,
+    DualTemperatureLoss,
+    FlatNCELoss,
+    InfoNCELoss,
+    MACLLoss,
+    MarginContrastiveLoss,
+    NCELoss,
+    PairTemperature,
+    TripletLoss,
+)
+from adaptcl.plugins.functional import (
+    amcl,
+    amcl_barlow_twins,
+    amcl_simsiam,
+    ascl,
+    ascl_byol,
+    dcl,
+    dual_temperature,
+    flat_nce,
+    info_nce,
+    macl,
+    margin_contrastive,
+    nce,
+    triplet,
+)
+
+from ._helpers import pair
+
+
+def _net():
+    torch.manual_seed(0)
+    return PairTemperature(8)
+
+
+# name -> (module factory, functional, form's anchors per pair, needs negatives)
+CASES = {
+    "info_nce": (lambda **kw: InfoNCELoss(0.2, **kw), lambda a, b, **kw: info_nce(a, b, 0.2, **kw)),
+    "dcl": (lambda **kw: DCLLoss(0.2, form="cross_view", **kw),
+            lambda a, b, **kw: dcl(a, b, 0.2, form="cross_view", **kw)),
+    "flat_nce": (lambda **kw: FlatNCELoss(0.2, **kw), lambda a, b, **kw: flat_nce(a, b, 0.2, **kw)),
+    "dual_temperature": (lambda **kw: DualTemperatureLoss(0.2, 0.7, **kw),
+                         lambda a, b, **kw: dual_temperature(a, b, 0.2, 0.7, **kw)),
+    "macl": (lambda **kw: MACLLoss(0.1, 0.5, 0.1, form="cross_view_symmetric", **kw),
+             lambda a, b, **kw: macl(a, b, 0.1, 0.5, 0.1, form="cross_view_symmetric", **kw)),
+    "ascl": (lambda **kw: ASCLLoss(0.1, 0.05, 2, "ahcl", form="cross_view", **kw),
+             lambda a, b, **kw: ascl(a, b, 0.1, 0.05, 2, "ahcl", form="cross_view", **kw)),
+    "ascl_byol": (lambda **kw: ASCLBYOLLoss(0.05, 1, **kw),
+                  lambda a, b, **kw: ascl_byol(a, b, 0.05, 1, **kw)),
+    "amcl": (lambda **kw: AMCLLoss(_net(), 1e-2, kappa=2, **kw),
+             lambda a, b, **kw: amcl(a, b, _net(), 1e-2, kappa=2, **kw)),
+    "margin": (lambda **kw: MarginContrastiveLoss(0.8, **kw),
+               lambda a, b, **kw: margin_contrastive(a, b, 0.8, **kw)),
+    "triplet": (lambda **kw: TripletLoss(0.5, mining="hardest", **kw),
+                lambda a, b, **kw: triplet(a, b, 0.5, mining="hardest", **kw)),
+    "nce": (lambda **kw: NCELoss(0.3, **kw), lambda a, b, **kw: nce(a, b, 0.3, **kw)),
+}
+
+
+@pytest.mark.parametrize("tile", [None, 3])
+@pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
+@pytest.mark.parametrize("name", list(CASES))
+def test_functional_equals_module(name, reduction, tile):
+    make, functional = CASES[name]
+    z0, z1 = pair(6, 8, seed=11)
+    module_loss = make(reduction=reduction, tile_size=tile)(z0, z1)
+    functional_loss = functional(z0, z1, reduction=reduction, tile_size=tile)
+    torch.testing.assert_close(functional_loss, module_loss)
+    weights = torch.rand(module_loss.shape, generator=torch.Generator().manual_seed(0))
+    def input_grads(loss):  # ASCL-BYOL's targets are detached: their gradient is zero
+        return torch.autograd.grad((loss * weights).sum(), (z0, z1), allow_unused=True,
+                                   materialize_grads=True)
+
+    for g_mod, g_fun in zip(input_grads(module_loss), input_grads(functional_loss), strict=True):
+        torch.testing.assert_close(g_fun, g_mod)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_reduction_none_gives_per_anchor_losses_whose_mean_and_sum_are_the_others(name):
+    make, _ = CASES[name]
+    z0, z1 = pair(6, 8, seed=12)
+    per_anchor = make(reduction="none")(z0, z1)
+    assert per_anchor.ndim == 1
+    torch.testing.assert_close(per_anchor.mean(), make()(z0, z1))
+    torch.testing.assert_close(per_anchor.sum(), make(reduction="sum")(z0, z1))
+
+
+@pytest.mark.parametrize("form,anchors", [("nt_xent", 12), ("cross_view", 6),
+                                          ("cross_view_symmetric", 12)])
+def test_reduction_none_has_one_loss_per_anchor_of_the_form(form, anchors):
+    z0, z1 = pair(6, 8)
+    assert info_nce(z0, z1, form=form, reduction="none").shape == (anchors,)
+    assert macl(z0, z1, form=form, reduction="none").shape == (anchors,)
+
+
+def test_per_anchor_infonce_is_cross_entropy_of_each_row():
+    z0, z1 = pair(5, 8, dtype=torch.float64)
+    a, b = torch.nn.functional.normalize(z0, dim=1), torch.nn.functional.normalize(z1, dim=1)
+    expected = torch.nn.functional.cross_entropy(a @ b.T / 0.2, torch.arange(5), reduction="none")
+    torch.testing.assert_close(info_nce(z0, z1, 0.2, form="cross_view", reduction="none"), expected)
+
+
+def test_amcl_simsiam_and_barlow_twins_functional_equal_modules():
+    p0, p1, z0, z1 = (pair(6, 8, seed=s)[0] for s in range(4))
+    for reduction in ("mean", "sum", "none"):
+        torch.testing.assert_close(
+            amcl_simsiam(p0, p1, z0, z1, _net(), 1e-2, reduction=reduction),
+            AMCLSimSiamLoss(_net(), 1e-2, reduction=reduction)(p0, p1, z0, z1))
+    torch.testing.assert_close(amcl_barlow_twins(z0, z1, _net(), 1e-2),
+                               AMCLBarlowTwinsLoss(_net(), 1e-2)(z0, z1))
+
+
+@pytest.mark.parametrize("bad", ["avg", None, "batchmean"])
+def test_unknown_reduction_rejected_by_module_and_functional(bad):
+    with pytest.raises(ValueError, match="reduction"):
+        MACLLoss(reduction=bad)
+    with pytest.raises(ValueError, match="reduction"):
+        macl(*pair(4, 8), reduction=bad)
+
+
+def test_functional_macl_validates_like_the_module():
+    with pytest.raises(ValueError, match="reweight"):
+        macl(*pair(4, 8), positive_in_denominator=False)
+    with pytest.raises(TypeError, match="gather_distributed"):
+        info_nce(*pair(4, 8), gather_distributed="yes")
+
+
+def test_package_attributes_amcl_and_ascl_stay_the_submodules():
+    """``plugins.amcl.ConstantTemperature`` (used by the adapters) must keep working."""
+    import adaptcl.plugins as plugins
+
+    assert plugins.amcl.ConstantTemperature is plugins.ConstantTemperature
+    assert plugins.ascl.ASCLLoss is plugins.ASCLLoss
