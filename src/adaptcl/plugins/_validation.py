@@ -89,7 +89,8 @@ def check_all_finite(name: str, x: Tensor) -> None:
     """Fail on NaN/inf without stalling an accelerator.
 
     One reduction over ``[N, D]``, negligible next to the N x N similarity matrix. On the CPU
-    its result is read at once (nothing to wait for): ``ValueError``. On an accelerator reading
+    its result is read at once (nothing to wait for): ``ValueError``. Under ``torch.compile``, and
+    on an accelerator, where reading
     it would synchronise host and device on every step, so the check is a device-side
     assertion (``torch._assert_async``) that fails the next synchronising call with a
     ``RuntimeError`` naming the tensor. On the ``meta`` device there are no values to check.
@@ -97,7 +98,8 @@ def check_all_finite(name: str, x: Tensor) -> None:
     if x.device.type == "meta":
         return
     finite = torch.isfinite(x).all()
-    if x.device.type == "cpu":
+    # Under torch.compile a host read is a graph break; the traced assertion is not.
+    if x.device.type == "cpu" and not torch.compiler.is_compiling():
         if not bool(finite):
             raise ValueError(f"{name} contains NaN or inf")
     else:

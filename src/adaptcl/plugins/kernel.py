@@ -79,9 +79,11 @@ class _RowLogSumExp(torch.autograd.Function):
 def row_logsumexp(x: Tensor, *, inplace: bool = False) -> Tensor:
     """``torch.logsumexp(x, dim=1)`` for ``[A, C]`` with a one-buffer backward (same values).
 
-    With ``inplace=True`` ``x`` is overwritten (it becomes the backward buffer).
+    With ``inplace=True`` ``x`` is overwritten (it becomes the backward buffer). Under
+    ``torch.compile`` the copy is kept: dynamo cannot trace ``mark_dirty``, and inductor plans
+    the buffers itself.
     """
-    return _RowLogSumExp.apply(x, inplace)[0]
+    return _RowLogSumExp.apply(x, inplace and not torch.compiler.is_compiling())[0]
 
 
 def log_softplus(r: Tensor) -> Tensor:
