@@ -177,3 +177,47 @@ def test_cls_pooling_needs_a_cls_token(tmp_path, tiny_bert):
     with pytest.raises(ValueError, match="CLS token"):
         build_simcse_model(str(copy), "cls")
     assert build_simcse_model(str(copy), "avg") is not None
+
+
+def _scalars(log_dir) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar curve TensorBoard's own event reader finds in ``log_dir``."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(log_dir))
+    events.Reload()
+    return {tag: [(e.step, e.value) for e in events.Scalars(tag)]
+            for tag in events.Tags()["scalars"]}
+
+
+def test_extra_args_override_the_built_training_arguments(tmp_path, tiny_roberta):
+    pytest.importorskip("tensorboard")
+    model = build_simcse_model(str(tiny_roberta), "avg", max_seq_length=16)
+    loss = make_loss("macl", model)
+    # report_to and use_cpu are set by train_simcse too: passing them once used to be a TypeError
+    result = train_simcse(model, unsupervised_dataset(CORPUS * 2), loss,
+                          SimCSEConfig(output_dir=str(tmp_path), batch_size=4, max_steps=2,
+                                       logging_steps=1,
+                                       extra_args={"report_to": ["tensorboard"], "use_cpu": True}))
+    assert result["global_step"] == 2
+    (run,) = (tmp_path / "checkpoints" / "runs").iterdir()  # transformers' default log folder
+    assert [step for step, _ in _scalars(run)["train/loss"]] == [1, 2]
+
+
+def test_tensorboard_dir_gets_the_loss_and_adaptive_curves_through_the_trainer(tmp_path,
+                                                                              tiny_roberta):
+    pytest.importorskip("tensorboard")
+    model = build_simcse_model(str(tiny_roberta), "avg", max_seq_length=16)
+    loss = make_loss("macl", model)
+    result = train_simcse(model, unsupervised_dataset(CORPUS * 2), loss,
+                          SimCSEConfig(output_dir=str(tmp_path / "out"), batch_size=4,
+                                       max_steps=3, logging_steps=1),
+                          tensorboard_dir=tmp_path / "tb")
+    curves = _scalars(tmp_path / "tb")
+    logged = [h for h in result["history"] if "loss" in h]
+    assert [v for _, v in curves["train/loss"]] == pytest.approx([h["loss"] for h in logged])
+    temperature = curves["train/adaptcl/temperature"]
+    assert [s for s, _ in temperature] == [1, 2, 3]
+    assert [v for _, v in temperature] == pytest.approx(
+        [h["adaptcl/temperature"] for h in logged], rel=1e-6)
+    assert "train/adaptcl/alignment" in curves
+    assert not (tmp_path / "out" / "checkpoints" / "runs").exists()  # only where it was asked

