@@ -10,16 +10,21 @@ import pytest
 
 from adaptcl import cli
 
-BLOCK_FRAMEWORKS = r"""
+# Makes the packages in BLOCKED unimportable, as if they were not installed.
+BLOCKER = r"""
 import sys, importlib.abc
-BLOCKED = {"lightly", "sentence_transformers", "transformers", "torch_geometric", "ogb",
-           "rdkit", "pytorch_lightning", "lightning", "sklearn", "matplotlib", "tqdm"}
 class Blocker(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
         if name.split(".")[0] in BLOCKED:
-            raise ImportError(f"blocked {name}")
+            raise ImportError(f"No module named {name!r}")
         return None
 sys.meta_path.insert(0, Blocker())
+"""
+
+BLOCK_FRAMEWORKS = r"""
+BLOCKED = {"lightly", "sentence_transformers", "transformers", "torch_geometric", "ogb",
+           "rdkit", "pytorch_lightning", "lightning", "sklearn", "matplotlib", "tqdm"}
+""" + BLOCKER + r"""
 import torch
 import adaptcl.plugins as p
 z = torch.randn(4, 8)
@@ -59,14 +64,9 @@ def test_public_names():
 
 
 ADAPTER_WITHOUT_EXTRA = r"""
-import sys, importlib.abc
+import sys
 BLOCKED = set(sys.argv[1].split(","))
-class Blocker(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if name.split(".")[0] in BLOCKED:
-            raise ImportError(f"No module named {name!r}")
-        return None
-sys.meta_path.insert(0, Blocker())
+""" + BLOCKER + r"""
 try:
     __import__(sys.argv[2])
 except ImportError as err:
