@@ -5,4 +5,11 @@ Lightly, sentence-transformers and torch-geometric; ``adaptcl.recipes`` reproduc
 evaluations.
 """
 
-__version__ = "0.1.0"
+from importlib.metadata import PackageNotFoundError, version
+
+try:
+    # One source for the version: ``[project] version`` in pyproject.toml, read back from the
+    # installed distribution's metadata.
+    __version__ = version("adaptcl")
+except PackageNotFoundError:  # a source tree on sys.path that was never installed
+    __version__ = "0+unknown"
