@@ -241,7 +241,7 @@ def pretrain(cfg: MoleculeNetConfig, loss_name: str, corpus=None,
         clock[0] = time.perf_counter()
 
     with runner.metric_logger(cfg.logger, Path(cfg.output_dir) / "logs" / final.stem) as logger:
-        train_epochs(model, loader, optimizer, lambda b: model(*b),
+        train_epochs(model, loader, optimizer,
                      epochs=range(state["epoch"], cfg.pretrain_epochs), progress=cfg.progress,
                      desc=f"pre-train {loss_name}", on_epoch_end=checkpoint_epoch,
                      step=state["steps"], device=device, precision=cfg.precision,

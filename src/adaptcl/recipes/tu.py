@@ -220,7 +220,7 @@ def run_one(cfg: TUConfig, cell: Cell, graphs, in_dim: int, logger=None) -> dict
                         **runner.loader_options(device))
     history: dict[str, list[float]] = {}
     start = time.perf_counter()
-    epoch_loss, steps = train_epochs(model, loader, optimizer, lambda b: model(*b),
+    epoch_loss, steps = train_epochs(model, loader, optimizer,
                                      epochs=range(cfg.epochs), progress=cfg.progress,
                                      desc=cell.label(), device=device, precision=cfg.precision,
                                      stats=history, logger=logger)
