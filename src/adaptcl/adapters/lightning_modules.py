@@ -386,7 +386,7 @@ class MoCoV2Module(SSLModule):
         self.momentum_schedule = bool(momentum_schedule)
 
     def current_momentum(self) -> float:
-        if not self.momentum_schedule or self.trainer is None:
+        if not self.momentum_schedule or self._trainer is None:  # not fitting: no schedule
             return self.base_momentum
         total = max(1, int(self.trainer.estimated_stepping_batches))
         return cosine_schedule(self.global_step, total, self.base_momentum, 1.0)
