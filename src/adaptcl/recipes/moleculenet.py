@@ -152,14 +152,9 @@ def build_encoder(cfg: MoleculeNetConfig, dropout: float):
 
 def build_classifier(cfg: MoleculeNetConfig, num_tasks: int):
     """MolGIN encoder (dropout ``cfg.dropout``) + mean pooling + linear head (Hu et al.)."""
-    from torch import nn
+    from adaptcl.adapters.graphcl import MolPropertyModel
 
-    encoder = build_encoder(cfg, cfg.dropout)
-    return nn.ModuleDict({"encoder": encoder, "head": nn.Linear(encoder.out_dim, num_tasks)})
-
-
-def _predict(model, batch):
-    return model["head"](model["encoder"](batch))
+    return MolPropertyModel(build_encoder(cfg, cfg.dropout), num_tasks)
 
 
 # ------------------------------------------------------------------------ pre-training
@@ -283,7 +278,7 @@ def evaluate(model, graphs, device: str = "cpu") -> dict[str, Any]:
     from adaptcl.recipes.graph_eval import multitask_roc_auc
 
     model.eval()
-    scores, labels = embed_graphs(lambda b: _predict(model, b), graphs, device=device,
+    scores, labels = embed_graphs(model, graphs, device=device,
                                   where="fine-tuned model scores", allow_constant=True)
     return multitask_roc_auc(labels, scores)
 
@@ -302,7 +297,7 @@ def finetune_one(cfg: MoleculeNetConfig, cell: Cell, dataset, split,
     device = runner.resolve_device(cfg.device)
     model = build_classifier(cfg, dataset.num_tasks)
     if encoder_state is not None:
-        model["encoder"].load_state_dict(encoder_state)
+        model.encoder.load_state_dict(encoder_state)
     model.to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     loader = DataLoader(train, batch_size=cfg.batch_size, shuffle=True,
@@ -321,7 +316,7 @@ def finetune_one(cfg: MoleculeNetConfig, cell: Cell, dataset, split,
 
     start = time.perf_counter()
     _, steps = train_epochs(model, loader, optimizer,
-                            lambda b: masked_bce_loss(_predict(model, b), b.y),
+                            lambda b: masked_bce_loss(model(b), b.y),
                             epochs=range(cfg.finetune_epochs), progress=cfg.progress,
                             desc=cell.label(), on_epoch_end=evaluate_epoch, device=device,
                             precision=cfg.precision, logger=logger)

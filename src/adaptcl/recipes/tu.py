@@ -179,19 +179,11 @@ def resolve_aug(cfg: TUConfig, name: str) -> str:
 
 def build_views(cfg: TUConfig, name: str, generator):
     """The two view transforms of a run (first view identity unless ``first_view='augmented'``)."""
-    from adaptcl.adapters.graphcl import Identity, RandomChoice, graphcl_augmentation
+    from adaptcl.adapters.graphcl import Identity, graphcl_augmentation
 
     aug = resolve_aug(cfg, name)
-
-    def make(kind: str):  # the subgraph may remove another fraction (GraphCL's code: 0.2)
-        ratio = cfg.subgraph_ratio if kind == "subgraph" and cfg.subgraph_ratio else cfg.aug_ratio
-        return graphcl_augmentation(kind, ratio, graphcl_quirks=cfg.graphcl_quirks,
-                                    generator=generator)
-
-    pools = {"random2": ("dnodes", "subgraph"), "random3": ("dnodes", "pedges", "subgraph"),
-             "random4": ("dnodes", "pedges", "subgraph", "mask_nodes")}
-    view1 = RandomChoice([make(k) for k in pools[aug]], generator=generator) if aug in pools \
-        else make(aug)
+    view1 = graphcl_augmentation(aug, cfg.aug_ratio, graphcl_quirks=cfg.graphcl_quirks,
+                                 generator=generator, subgraph_ratio=cfg.subgraph_ratio or None)
     return (Identity() if cfg.first_view == "identity" else view1), view1, aug
 
 

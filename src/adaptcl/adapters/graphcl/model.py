@@ -33,8 +33,8 @@ from torch import Tensor, nn  # noqa: E402
 
 from .transforms import _data_device  # noqa: E402
 
-__all__ = ["GraphCL", "graphcl_loss", "LOSS_NAMES", "PRECISIONS", "projection_head",
-           "train_epoch"]
+__all__ = ["GraphCL", "MolPropertyModel", "graphcl_loss", "LOSS_NAMES", "PRECISIONS",
+           "projection_head", "train_epoch"]
 
 LOSS_NAMES = ("graphcl", "infonce", "macl")
 
@@ -131,6 +131,39 @@ class GraphCL(nn.Module):
         Scalars only (one-element tensors and numbers); reading them syncs with the device.
         """
         return {key: float(value) for key, value in _scalar_stats(self).items()}
+
+
+class MolPropertyModel(nn.Module):
+    """A graph encoder and a linear head: one logit per property (task) of each graph.
+
+    The fine-tuning model of Hu et al. 2020 ("Strategies for Pre-training Graph Neural
+    Networks", ICLR 2020) and GraphCL's transfer setting: the (pre-trained) encoder, e.g.
+    :class:`~adaptcl.adapters.graphcl.MolGINEncoder` with mean pooling, then
+    ``Linear(encoder.out_dim, num_tasks)``. Train it with a multi-task binary cross-entropy on
+    the logits (labels of missing tasks masked out). Its state dict holds ``encoder.*`` and
+    ``head.*``, so ``model.encoder.load_state_dict(GraphCL(...).encoder.state_dict())``
+    starts fine-tuning from a GraphCL pre-training.
+
+    Example::
+
+        model = MolPropertyModel(MolGINEncoder(num_layers=5, emb_dim=300, drop_ratio=0.5),
+                                 num_tasks=12)
+        logits = model(batch)               # [batch.num_graphs, 12]
+    """
+
+    def __init__(self, encoder: nn.Module, num_tasks: int) -> None:
+        super().__init__()
+        dim = getattr(encoder, "out_dim", None)
+        if dim is None:
+            raise ValueError("encoder must expose out_dim (the graph embedding size)")
+        if isinstance(num_tasks, bool) or not isinstance(num_tasks, int) or num_tasks < 1:
+            raise ValueError(f"num_tasks must be an integer >= 1, got {num_tasks!r}")
+        self.encoder = encoder
+        self.head = nn.Linear(int(dim), num_tasks)
+
+    def forward(self, data) -> Tensor:
+        """Logits ``[num_graphs, num_tasks]`` of a batch of graphs."""
+        return self.head(self.encoder(data))
 
 
 # Lightning's precision spellings -> the autocast dtype (None: no autocast)
