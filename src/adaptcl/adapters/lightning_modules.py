@@ -35,9 +35,6 @@ from __future__ import annotations
 
 import copy
 import math
-import os
-import tempfile
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -45,6 +42,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from adaptcl.adapters import require
+from adaptcl.adapters._atomic import atomic_write
 
 require("lightly", "vision")
 pl = require("pytorch_lightning", "vision")
@@ -131,18 +129,7 @@ class AtomicCheckpointIO(pl.plugins.TorchCheckpointIO):
                         storage_options: Any | None = None) -> None:
         if storage_options is not None:
             raise TypeError("AtomicCheckpointIO does not take storage_options")
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                torch.save(checkpoint, handle)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        atomic_write(path, lambda handle: torch.save(checkpoint, handle))
 
 
 class SSLModule(pl.LightningModule):

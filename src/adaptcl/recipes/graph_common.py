@@ -82,3 +82,34 @@ def embed_graphs(encode: Callable[[Any], Any], graphs: Any, *, device: str = "cp
     x = torch.cat(outs).numpy()
     check_embeddings(x, where, allow_constant=allow_constant)
     return x, (torch.cat(ys).numpy() if labels else None)
+
+
+def paper_columns(table: dict[str, dict[str, tuple[float, float]]], dataset: str,
+                  labels: dict[str, str]) -> dict[str, str]:
+    """The paper's ``mean ± std`` of each method in ``labels`` (method -> column) for a table.
+
+    A dataset the paper did not report gets ``-``.
+    """
+    paper = table.get(dataset)
+    return {column: "{:.2f} ± {:.2f}".format(*paper[method]) if paper else "-"
+            for method, column in labels.items()}
+
+
+def draw_pretraining_curves(axes: Any, curves: dict[str, dict[str, list[float]]], *,
+                            empty: str = "") -> None:
+    """Alignment (``axes[0]``) and temperature (``axes[1]``) per pre-training step.
+
+    ``curves`` maps a legend label to a run's step statistics; a panel left empty says
+    ``empty`` (or the runner's generic reason).
+    """
+    from adaptcl.recipes.runner import explain_empty
+
+    keys = ("alignment", "temperature")
+    for label, stats in curves.items():
+        for ax, key in zip(axes, keys, strict=True):
+            if (stats or {}).get(key):
+                ax.plot(stats[key], lw=1, label=label)
+    for ax, name in zip(axes, ("alignment A (mean positive cosine)", "temperature"), strict=True):
+        ax.set(xlabel="pre-training step", ylabel=name)
+        if empty:
+            explain_empty(ax, empty)

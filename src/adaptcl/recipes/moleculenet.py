@@ -411,9 +411,10 @@ def run_moleculenet(cfg: MoleculeNetConfig) -> dict[str, Any]:
 
 
 def _paper_columns(name: str) -> dict[str, str]:
-    paper = PAPER_TABLE5[name]
-    return {"paper GraphCL": "{:.2f} ± {:.2f}".format(*paper["graphcl"]),
-            "paper GraphCL+MACL": "{:.2f} ± {:.2f}".format(*paper["macl"])}
+    from adaptcl.recipes.graph_common import paper_columns
+
+    return paper_columns(PAPER_TABLE5, name, {"graphcl": "paper GraphCL",
+                                              "macl": "paper GraphCL+MACL"})
 
 
 def _describe(cfg: MoleculeNetConfig) -> str:
@@ -431,14 +432,10 @@ def _describe(cfg: MoleculeNetConfig) -> str:
 
 
 def _draw(checkpoints: dict[str, dict[str, Any]], axes) -> None:
-    for loss_name, ckpt in checkpoints.items():
-        for ax, key in zip(axes, ("alignment", "temperature"), strict=True):
-            if (ckpt.get("step_stats") or {}).get(key):
-                ax.plot(ckpt["step_stats"][key], label=loss_name, lw=1)
-    for ax, key in zip(axes, ("alignment A (mean positive cosine)", "temperature"), strict=True):
-        ax.set(xlabel="pre-training step", ylabel=key)
-        if not checkpoints:
-            runner.explain_empty(ax, "no pre-training: --inits holds only 'none'")
+    from adaptcl.recipes.graph_common import draw_pretraining_curves
+
+    draw_pretraining_curves(axes, {loss: ck.get("step_stats") for loss, ck in checkpoints.items()},
+                            empty="" if checkpoints else "no pre-training: --inits holds only 'none'")
 
 
 # ----------------------------------------------------------------------------------- CLI

@@ -295,10 +295,10 @@ def run_tu(cfg: TUConfig) -> dict[str, Any]:
 
 
 def _paper_columns(name: str) -> dict[str, str]:
-    paper = PAPER_TABLE4.get(name)
-    cell = "{0:.2f} ± {1:.2f}".format
-    return {"paper GraphCL": cell(*paper["graphcl"]) if paper else "-",
-            "paper GraphCL w/ MACL": cell(*paper["macl"]) if paper else "-"}
+    from adaptcl.recipes.graph_common import paper_columns
+
+    return paper_columns(PAPER_TABLE4, name, {"graphcl": "paper GraphCL",
+                                              "macl": "paper GraphCL w/ MACL"})
 
 
 def _header(cfg: TUConfig) -> str:
@@ -309,16 +309,12 @@ def _header(cfg: TUConfig) -> str:
 
 def _draw(cfg: TUConfig, records: dict, axes) -> None:
     """Alignment of every loss and the temperature over pre-training steps, first seed."""
+    from adaptcl.recipes.graph_common import draw_pretraining_curves
+
     seed = min(c.seed for c in records)
-    for cell, record in records.items():
-        if cell.seed == seed:
-            for ax, key in zip(axes, ("alignment", "temperature"), strict=True):
-                values = record.get("step_stats", {}).get(key)
-                if values:
-                    ax.plot(values, lw=1, label=f"{cell.dataset}/{cell.method}")
-    axes[0].set(xlabel="pre-training step", ylabel="alignment A (mean positive cosine)",
-                title=f"seed {seed}")
-    axes[1].set(xlabel="pre-training step", ylabel="temperature")
+    draw_pretraining_curves(axes, {f"{c.dataset}/{c.method}": r.get("step_stats", {})
+                                   for c, r in records.items() if c.seed == seed})
+    axes[0].set(title=f"seed {seed}")
 
 
 # ----------------------------------------------------------------------------------- CLI

@@ -46,13 +46,13 @@ import io
 import json
 import math
 import os
-import tempfile
 import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from adaptcl.adapters import require
+from adaptcl.adapters._atomic import atomic_write
 
 require("torch_geometric", "graph")
 
@@ -426,17 +426,8 @@ class MoleculeDataset(torch.utils.data.Dataset):
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write the processed dataset atomically (temporary file + ``os.replace``)."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        os.close(fd)
-        try:
-            torch.save(self._to_state(), tmp)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        return path
+        state = self._to_state()
+        return atomic_write(path, lambda handle: torch.save(state, handle))
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> MoleculeDataset:
