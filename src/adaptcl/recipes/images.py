@@ -155,37 +155,20 @@ def _module(cfg: ImagesConfig, loss: str, num_classes: int):
         weight_decay=cfg.weight_decay, num_classes=num_classes, knn_k=cfg.knn_k, knn_t=cfg.knn_t)
 
 
-def extract_features(backbone, loader, device, progress: bool = False, desc: str = "features"):
-    """Backbone features and targets of every batch of ``loader`` (eval mode, no grad)."""
-    import torch
-    from tqdm.auto import tqdm
-
-    backbone = backbone.to(device)
-    was_training = backbone.training
-    backbone.eval()
-    features, targets = [], []
-    with torch.no_grad():
-        for images, target in tqdm(loader, desc=desc, disable=not progress, leave=False):
-            features.append(backbone(images.to(device)).flatten(start_dim=1).float().cpu())
-            targets.append(torch.as_tensor(target))
-    backbone.train(was_training)
-    return torch.cat(features), torch.cat(targets).long()
-
-
 def knn_accuracy(train_x, train_y, test_x, test_y, num_classes: int, k: int = 200,
                  t: float = 0.1, chunk: int = 1024) -> float:
     """Top-1 accuracy of Lightly's weighted kNN (``knn_predict``) on normalised features."""
     import torch.nn.functional as F
-    from lightly.utils.benchmarking import knn_predict
 
+    from adaptcl.adapters.lightning_modules import knn_correct
+
+    if not len(test_x):
+        return float("nan")
     bank = F.normalize(train_x, dim=1).t().contiguous()
-    correct = 0
-    for start in range(0, len(test_x), chunk):
-        feats = F.normalize(test_x[start:start + chunk], dim=1)
-        pred = knn_predict(feats, bank, train_y, num_classes, knn_k=min(k, bank.shape[1]),
-                           knn_t=t)
-        correct += int((pred[:, 0] == test_y[start:start + chunk]).sum())
-    return correct / max(1, len(test_x)) if len(test_x) else float("nan")
+    correct = sum(knn_correct(F.normalize(test_x[i:i + chunk], dim=1), bank, train_y,
+                              test_y[i:i + chunk], num_classes, k, t)
+                  for i in range(0, len(test_x), chunk))
+    return correct / len(test_x)
 
 
 def linear_probe(train_x, train_y, test_x, test_y, num_classes: int, epochs: int = 100,
@@ -280,11 +263,13 @@ def _run_one(cfg: ImagesConfig, splits, cell: Cell, run_dir: Path,
         return None
     runner.require_steps(len(module.history), cell.label())
     start = time.perf_counter()
-    device = module.device
-    train_x, train_y = extract_features(module.backbone, bank_loader, device, cfg.progress,
-                                        "train features")
-    test_x, test_y = extract_features(module.backbone, test_loader, device, cfg.progress,
-                                      "test features")
+    from adaptcl.adapters.lightning_modules import extract_features
+
+    train_x, train_y, test_x, test_y = (
+        *extract_features(module.backbone, bank_loader, module.device, progress=cfg.progress,
+                          desc="train features"),
+        *extract_features(module.backbone, test_loader, module.device, progress=cfg.progress,
+                          desc="test features"))
     runner.check_embeddings(train_x, f"{cell.label()} backbone features")
     metrics = {"knn_top1": knn_accuracy(train_x, train_y, test_x, test_y, splits.num_classes,
                                         cfg.knn_k, cfg.knn_t)}
