@@ -84,15 +84,19 @@ def embed_graphs(encode: Callable[[Any], Any], graphs: Any, *, device: str = "cp
     return x, (torch.cat(ys).numpy() if labels else None)
 
 
-def paper_columns(table: dict[str, dict[str, tuple[float, float]]], dataset: str,
-                  labels: dict[str, str]) -> dict[str, str]:
-    """The paper's ``mean ± std`` of each method in ``labels`` (method -> column) for a table.
+def paper_columns(table: dict[str, dict[str, tuple[float, float]]],
+                  labels: dict[str, str]) -> Callable[[str], dict[str, str]]:
+    """The table's extra columns: dataset -> the paper's ``mean ± std`` of each method.
 
-    A dataset the paper did not report gets ``-``.
+    ``labels`` maps a method of ``table`` to its column; a dataset the paper did not report
+    gets ``-``.
     """
-    paper = table.get(dataset)
-    return {column: "{:.2f} ± {:.2f}".format(*paper[method]) if paper else "-"
-            for method, column in labels.items()}
+    def columns(dataset: str) -> dict[str, str]:
+        paper = table.get(dataset)
+        return {column: "{:.2f} ± {:.2f}".format(*paper[method]) if paper else "-"
+                for method, column in labels.items()}
+
+    return columns
 
 
 def draw_pretraining_curves(axes: Any, curves: dict[str, dict[str, list[float]]], *,

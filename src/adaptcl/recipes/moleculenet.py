@@ -29,6 +29,7 @@ from typing import Any
 
 from adaptcl.recipes import runner
 from adaptcl.recipes._common import resolve_data_root, seed_everything, torch_save_atomic
+from adaptcl.recipes.graph_common import paper_columns
 from adaptcl.recipes.runner import Cell
 
 EXAMPLE = """adaptcl moleculenet --data-root ../shared/data --output-dir results/moleculenet
@@ -396,7 +397,8 @@ def run_moleculenet(cfg: MoleculeNetConfig) -> dict[str, Any]:
     report = runner.Report(
         "moleculenet", out, cfg, metrics=["test_roc_last", "test_roc_best_valid"],
         datasets=cfg.datasets, methods=cfg.inits, labels=INIT_LABELS, dataset_labels=DISPLAY,
-        baseline="graphcl" if "graphcl" in cfg.inits else cfg.inits[0], extra=_paper_columns,
+        baseline="graphcl" if "graphcl" in cfg.inits else cfg.inits[0],
+        extra=paper_columns(PAPER_TABLE5, {"graphcl": "paper GraphCL", "macl": "paper GraphCL+MACL"}),
         header=f"# MoleculeNet transfer: test ROC-AUC (%)\n\n{_describe(cfg)}\n\n",
         frameworks=["torch_geometric", "ogb", "rdkit", "scikit-learn"], device=cfg.device,
         data_root=resolve_data_root(cfg.data_root), data_fingerprint=prints, details=details)
@@ -408,13 +410,6 @@ def run_moleculenet(cfg: MoleculeNetConfig) -> dict[str, Any]:
         result["plot"] = runner.save_plot(out / "pretraining_alignment_temperature.png",
                                           lambda axes: _draw(checkpoints, axes), ncols=2)
     return result
-
-
-def _paper_columns(name: str) -> dict[str, str]:
-    from adaptcl.recipes.graph_common import paper_columns
-
-    return paper_columns(PAPER_TABLE5, name, {"graphcl": "paper GraphCL",
-                                              "macl": "paper GraphCL+MACL"})
 
 
 def _describe(cfg: MoleculeNetConfig) -> str:

@@ -31,6 +31,7 @@ from typing import Any
 
 from adaptcl.recipes import runner
 from adaptcl.recipes._common import resolve_data_root, seed_everything
+from adaptcl.recipes.graph_common import paper_columns
 from adaptcl.recipes.runner import Cell
 
 EXAMPLE = """adaptcl tu --data-root ../shared/data --datasets MUTAG --losses graphcl macl \\
@@ -281,7 +282,9 @@ def run_tu(cfg: TUConfig) -> dict[str, Any]:
     report = runner.Report(
         "tu", out, cfg, metrics=["accuracy"], datasets=cfg.datasets, methods=cfg.losses,
         baseline="graphcl" if "graphcl" in cfg.losses else cfg.losses[0], header=_header(cfg),
-        extra=_paper_columns, frameworks=["torch_geometric", "scikit-learn"], device=cfg.device,
+        extra=paper_columns(PAPER_TABLE4, {"graphcl": "paper GraphCL",
+                                           "macl": "paper GraphCL w/ MACL"}),
+        frameworks=["torch_geometric", "scikit-learn"], device=cfg.device,
         data_root=resolve_data_root(cfg.data_root), details=details, drop=["step_stats"],
         data_fingerprint={n: f for n, (_, f) in sources.items()})
     grid = runner.run_grid("tu", out, cells, identity=identity, compute=compute,
@@ -292,13 +295,6 @@ def run_tu(cfg: TUConfig) -> dict[str, Any]:
                                           lambda axes: _draw(cfg, grid.records, axes), ncols=2,
                                           figsize=(10, 3.6))
     return result
-
-
-def _paper_columns(name: str) -> dict[str, str]:
-    from adaptcl.recipes.graph_common import paper_columns
-
-    return paper_columns(PAPER_TABLE4, name, {"graphcl": "paper GraphCL",
-                                              "macl": "paper GraphCL w/ MACL"})
 
 
 def _header(cfg: TUConfig) -> str:
