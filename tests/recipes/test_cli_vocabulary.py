@@ -111,8 +111,9 @@ def test_help_imports_no_heavy_module():
     assert proc.stdout.strip() == "[]", proc.stderr
 
 
+# not strict: on a quiet machine these imports fit in 3 s (an XPASS), under load they do not
 _SLOW_HELP = pytest.mark.xfail(
-    strict=True, reason="the sentences branch (E2) makes these modules import lazily; remove "
+    strict=False, reason="the sentences branch (E2) makes these modules import lazily; remove "
     "this mark when it is merged")
 
 
