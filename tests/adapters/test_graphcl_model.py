@@ -18,6 +18,7 @@ from adaptcl.adapters.graphcl import (  # noqa: E402
     GraphCL,
     Identity,
     MolGINEncoder,
+    MolPropertyModel,
     TUGINEncoder,
     TwoViewDataset,
     graphcl_augmentation,
@@ -233,3 +234,20 @@ def test_tile_size_passes_through_the_loss_factory(name):
     tiled = graphcl_loss(name, tile_size=4)
     assert tiled.tile_size == 4
     torch.testing.assert_close(tiled(z0, z1), graphcl_loss(name)(z0, z1), rtol=1e-5, atol=1e-6)
+
+
+def test_property_model_starts_from_a_graphcl_encoder_and_gives_one_logit_per_task():
+    torch.manual_seed(0)
+    pretrained = GraphCL(MolGINEncoder(num_layers=2, emb_dim=16), loss_fn="macl")
+    model = MolPropertyModel(MolGINEncoder(num_layers=2, emb_dim=16), num_tasks=3)
+    model.encoder.load_state_dict(pretrained.encoder.state_dict())
+    assert {k.split(".")[0] for k in model.state_dict()} == {"encoder", "head"}
+    batch = Batch.from_data_list(molecules(["CCN", "O=C=O", "c1ccccc1"]))
+    model.eval()
+    logits = model(batch)
+    assert logits.shape == (3, 3)
+    assert torch.allclose(logits, model.head(pretrained.encoder.eval()(batch)))
+    with pytest.raises(ValueError, match="num_tasks must be an integer >= 1, got 0"):
+        MolPropertyModel(MolGINEncoder(num_layers=2, emb_dim=16), num_tasks=0)
+    with pytest.raises(ValueError, match="out_dim"):
+        MolPropertyModel(nn.Linear(3, 3), num_tasks=1)

@@ -112,3 +112,21 @@ def test_unknown_precision_is_rejected_by_name():
     with pytest.raises(ValueError, match=r"precision must be one of '32', 'bf16-mixed', "
                                          r"'16-mixed', got 'fp8'"):
         train_epoch(model, pair_loader(), opt, precision="fp8")
+
+
+def test_step_loss_trains_a_single_view_objective_and_counts_its_steps():
+    # supervised fine-tuning runs through the same loop: a plain Batch and a custom objective
+    torch.manual_seed(0)
+    encoder = TUGINEncoder(4, hidden_channels=16, num_layers=2)
+    head = nn.Linear(encoder.out_dim, 1)
+    model = nn.ModuleDict({"encoder": encoder, "head": head})
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    graphs = [pair[0] for pair in pair_loader(16, 16).dataset]
+    loader = DataLoader(graphs + graphs[:1], batch_size=8, shuffle=False)  # last batch: 1 graph
+    stats: dict[str, list] = {}
+    losses = [train_epoch(model, loader, opt, stats,
+                          step_loss=lambda b: (head(encoder(b)) - 1.0).pow(2).mean())
+              for _ in range(3)]
+    assert len(stats["loss"]) == 6  # two steps per epoch; the single-graph batch is skipped
+    assert set(stats) == {"loss"}  # a model without loss_fn contributes no statistics
+    assert losses[-1] < losses[0]

@@ -402,3 +402,13 @@ def test_seeded_views_match_the_previous_release_exactly():
     masked = view("mask_nodes").x.view(-1)
     assert torch.allclose(masked, torch.tensor([0.0, 0.6245, 2.0, 3.0, 0.8236, 5.0, 6.0, 0.3323,
                                                 8.0, 9.0]), atol=1e-4)
+
+
+def test_subgraph_ratio_applies_to_the_subgraph_inside_a_random_pool_only():
+    pool = graphcl_augmentation("random2", 0.1, subgraph_ratio=0.2, graphcl_quirks=True)
+    drop, sub = pool.transforms
+    assert (type(drop).__name__, drop.ratio) == ("NodeDrop", 0.1)
+    assert (type(sub).__name__, sub.ratio, sub.one_hop) == ("Subgraph", 0.2, True)
+    assert graphcl_augmentation("subgraph", 0.1).ratio == 0.1  # default: ratio
+    with pytest.raises(ValueError):
+        graphcl_augmentation("random2", 0.1, subgraph_ratio=1.5)

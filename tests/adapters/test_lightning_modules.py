@@ -25,8 +25,14 @@ from adaptcl.adapters.lightly import (  # noqa: E402
     NTXentLoss,
     PairTemperature,
 )
+from adaptcl.adapters.lightning_factory import (  # noqa: E402
+    TrainingClock,
+    build_ssl_module,
+    build_trainer,
+)
 from adaptcl.adapters.lightning_modules import (  # noqa: E402
     ASCLMoCoModule,
+    AtomicCheckpointIO,
     BarlowTwinsModule,
     MoCoV2Module,
     SimCLRModule,
@@ -34,6 +40,7 @@ from adaptcl.adapters.lightning_modules import (  # noqa: E402
     cifar_resnet,
     small_cnn,
 )
+from adaptcl.adapters.ssl_methods import METHOD_LOSSES  # noqa: E402
 from adaptcl.plugins.amcl import AMCLBarlowTwinsLoss, AMCLSimSiamLoss  # noqa: E402
 
 N_IMAGES, BATCH = 32, 16
@@ -218,3 +225,49 @@ def test_cifar_resnet_is_the_cifar_variant():
     assert backbone(torch.randn(2, 3, 32, 32)).shape == (2, 64)
     with pytest.raises(ValueError):
         cifar_resnet(width=0)
+
+
+# --------------------------------------------------------------------- modules built by name
+
+
+@pytest.mark.parametrize("method,loss", [(m, x) for m, losses in METHOD_LOSSES.items()
+                                         for x in losses])
+def test_every_method_and_loss_by_name_builds_a_module_whose_loss_is_finite(method, loss):
+    torch.manual_seed(0)
+    module = build_ssl_module(method, loss, width=0.0625, hidden_dim=32, output_dim=16,
+                              queue_size=32, num_classes=4)
+    expected = {"simclr": SimCLRModule, "moco": MoCoV2Module, "simsiam": SimSiamModule,
+                "barlowtwins": BarlowTwinsModule, "ascl-moco": ASCLMoCoModule}[method]
+    assert type(module) is expected
+    if loss == "amcl" and method in ("simclr", "moco", "barlowtwins"):
+        assert isinstance(module.projection_head, AMCLProjectionHead)
+    views = [torch.randn(8, 3, 32, 32), torch.randn(8, 3, 32, 32)]
+    loss_value = module.training_loss(views)
+    assert loss_value.ndim == 0 and torch.isfinite(loss_value)
+    loss_value.backward()
+
+
+def test_moco_by_name_keeps_its_queue_in_the_state_dict_and_macl_gets_tau0():
+    module = build_ssl_module("moco", "macl", width=0.0625, hidden_dim=32, output_dim=16,
+                              queue_size=32, temperature=0.2, macl_temperature=0.15, a0=0.2)
+    assert isinstance(module.criterion, MACLLoss)
+    assert any("memory_bank" in key for key in module.state_dict())  # resumed runs keep it
+    assert (module.criterion.temperature, module.criterion.A_0) == pytest.approx((0.15, 0.2))
+
+
+def test_a_loss_that_does_not_apply_to_the_method_is_rejected_by_name():
+    with pytest.raises(ValueError, match="loss 'macl' does not apply to simsiam"):
+        build_ssl_module("simsiam", "macl")
+    with pytest.raises(ValueError, match="method must be one of"):
+        build_ssl_module("byol", "nt_xent")
+
+
+def test_trainer_by_device_name_writes_last_checkpoint_and_the_clock_resumes(tmp_path):
+    trainer = build_trainer(1, device="cpu", precision="bf16-mixed", ckpt_dir=tmp_path,
+                            callbacks=[TrainingClock()], progress=False)
+    assert trainer.accelerator.__class__.__name__ == "CPUAccelerator"
+    assert trainer.precision == "bf16-mixed" and trainer.logger is None
+    assert any(isinstance(p, AtomicCheckpointIO) for p in [trainer.strategy.checkpoint_io])
+    clock = TrainingClock()
+    clock.load_state_dict({"seconds": 12.5})
+    assert clock.state_dict() == {"seconds": 12.5}

@@ -126,7 +126,8 @@ def test_load_moleculenet_counts_invalid_and_caches(shared_data, mol_cache, tmp_
     files = list(cache.glob("bbbp-*.pt"))
     assert len(files) == 1 and files[0].name not in {p.name for p in mol_cache.glob("*.pt")}
     files[0].write_bytes(b"garbage")
-    rebuilt = mol.load_moleculenet("bbbp", shared_data, cache_dir=cache, limit=100)
+    with pytest.warns(RuntimeWarning, match=files[0].name):
+        rebuilt = mol.load_moleculenet("bbbp", shared_data, cache_dir=cache, limit=100)
     assert rebuilt.smiles == small.smiles
     assert torch.equal(mol.MoleculeDataset.load(files[0])[5].x, small[5].x)
 
@@ -207,3 +208,29 @@ def test_scaffold_split_hand_example_and_tie_break():
     assert tr == [9, 10] and sorted(tr + va + te) == list(range(n))
     with pytest.raises(ValueError):
         mol.scaffold_split(tie, 0.8, 0.1, 0.2)
+
+
+def test_non_numeric_label_names_the_file_line_and_column(tmp_path):
+    root = tmp_path / "data"
+    raw = root / "moleculenet" / "bbbp" / "raw"
+    raw.mkdir(parents=True)
+    (raw / "BBBP.csv").write_text("num,name,p_np,smiles\n1,a,1,CCO\n2,b,yes,CCN\n")
+    with pytest.raises(ValueError, match=r"label 'yes' at .*BBBP\.csv:3, column 'p_np' is not "
+                                         r"a number \(0, 1 or empty\)"):
+        mol.read_moleculenet_csv("bbbp", root)
+
+
+def test_truncated_featurisation_cache_is_named_in_a_warning_and_rebuilt(tmp_path):
+    smiles = tmp_path / "s.txt"
+    smiles.write_text("CCO\nc1ccccc1\nCC(=O)O\nCCN\n")
+    cache = tmp_path / "cache"
+    first = mol.load_smiles_dataset(smiles, cache_dir=cache)
+    (path,) = cache.glob("*.pt")
+    path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])  # a kill mid-write
+    with pytest.warns(RuntimeWarning, match=rf"featurisation cache .*{path.name}.* is corrupt "
+                                            r"or truncated.*rebuilding it"):
+        rebuilt = mol.load_smiles_dataset(smiles, cache_dir=cache)
+    assert rebuilt.smiles == first.smiles
+    assert all(torch.equal(a.x, b.x) for a, b in zip(rebuilt, first, strict=True))
+    reloaded = mol.MoleculeDataset.load(path)  # the rebuilt cache is whole again
+    assert reloaded.smiles == first.smiles

@@ -262,3 +262,26 @@ def test_graphcl_trains_under_autocast_with_finite_losses(mutag_root, tmp_path, 
     assert all(np.isfinite(record["step_stats"]["loss"]))
     assert all(t > 0 for t in record["step_stats"]["temperature"])
     assert 0.0 <= record["metrics"]["accuracy"] <= 1.0
+
+
+def test_non_finite_pretraining_loss_is_a_non_result_naming_the_cell(mutag_root, tmp_path):
+    import torch
+    from torch_geometric.loader import DataLoader
+
+    from adaptcl.adapters.graphcl import GraphCL, Identity, TUGINEncoder, TwoViewDataset
+    from adaptcl.recipes.graph_common import train_epochs
+
+    class NaNLoss(torch.nn.Module):
+        def forward(self, z0, z1):
+            return (z0 * z1).sum() * float("nan")
+
+    cfg = _cfg(mutag_root, tmp_path / "out")
+    _, raw = tu.find_raw(mutag_root, "MUTAG")
+    graphs, dim, _ = tu.load_tu_graphs(cfg, "MUTAG", raw, "fp")
+    model = GraphCL(TUGINEncoder(dim, 8, 2), loss_fn=NaNLoss())
+    loader = DataLoader(TwoViewDataset(graphs[:8], Identity(), Identity()), batch_size=4)
+    stats: dict[str, list] = {}
+    with pytest.raises(runner.NonResultError, match="non-finite loss on MUTAG/macl/seed0"):
+        train_epochs(model, loader, torch.optim.Adam(model.parameters()), epochs=range(2),
+                     desc="MUTAG/macl/seed0", stats=stats)
+    assert stats == {}  # nothing of the failed epoch reaches the history

@@ -35,9 +35,6 @@ from __future__ import annotations
 
 import copy
 import math
-import os
-import tempfile
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -45,6 +42,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from adaptcl.adapters import require
+from adaptcl.adapters._atomic import atomic_write
 
 require("lightly", "vision")
 pl = require("pytorch_lightning", "vision")
@@ -72,7 +70,7 @@ from adaptcl.plugins.amcl import AMCLSimSiamLoss  # noqa: E402
 
 __all__ = [
     "AtomicCheckpointIO", "SSLModule", "SimCLRModule", "MoCoV2Module", "SimSiamModule", "BarlowTwinsModule",
-    "ASCLMoCoModule", "cifar_resnet", "small_cnn",
+    "ASCLMoCoModule", "cifar_resnet", "small_cnn", "extract_features", "knn_correct",
 ]
 
 OPTIMIZERS = ("adam", "adamw", "sgd")
@@ -114,6 +112,40 @@ def small_cnn(width: int = 32) -> tuple[nn.Module, int]:
     return nn.Sequential(*layers), 4 * width
 
 
+@torch.no_grad()
+def extract_features(model: nn.Module, loader: Any, device: torch.device | str, *,
+                     keep_on_device: bool = False, progress: bool = False,
+                     desc: str = "features") -> tuple[Tensor, Tensor]:
+    """Flattened float features and targets of every ``(images, targets, ...)`` batch.
+
+    ``model`` runs in eval mode without gradients (its mode is restored afterwards), on
+    ``device``; the features are gathered on the CPU unless ``keep_on_device``.
+    """
+    from tqdm.auto import tqdm
+
+    was_training = model.training
+    model.eval()
+    features, targets = [], []
+    for batch in tqdm(loader, desc=desc, disable=not progress, leave=False):
+        out = model(batch[0].to(device)).flatten(start_dim=1).float()
+        target = torch.as_tensor(batch[1])
+        features.append(out if keep_on_device else out.cpu())
+        targets.append(target.to(device) if keep_on_device else target)
+    model.train(was_training)
+    return torch.cat(features), torch.cat(targets).long()
+
+
+def knn_correct(features: Tensor, bank: Tensor, bank_targets: Tensor, targets: Tensor,
+                num_classes: int, knn_k: int = 200, knn_t: float = 0.1) -> int:
+    """How many ``targets`` Lightly's weighted kNN (``knn_predict``) classifies right.
+
+    ``features`` ``[B, D]`` and the ``bank`` ``[D, N]`` are L2-normalised; ``k`` is capped at N.
+    """
+    predicted = knn_predict(features, bank, bank_targets, num_classes,
+                            knn_k=min(knn_k, bank.shape[1]), knn_t=knn_t)
+    return int((predicted[:, 0] == targets).sum())
+
+
 class AtomicCheckpointIO(pl.plugins.TorchCheckpointIO):
     """``TorchCheckpointIO`` that never leaves a half-written checkpoint behind.
 
@@ -131,18 +163,7 @@ class AtomicCheckpointIO(pl.plugins.TorchCheckpointIO):
                         storage_options: Any | None = None) -> None:
         if storage_options is not None:
             raise TypeError("AtomicCheckpointIO does not take storage_options")
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as handle:
-                torch.save(checkpoint, handle)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        atomic_write(path, lambda handle: torch.save(checkpoint, handle))
 
 
 class SSLModule(pl.LightningModule):
@@ -254,16 +275,12 @@ class SSLModule(pl.LightningModule):
         self._bank = self._bank_targets = None
         if self.knn_bank_loader is None:
             return
-        features, targets = [], []
-        for batch in self.knn_bank_loader:
-            images, target = batch[0].to(self.device), batch[1].to(self.device)
-            features.append(F.normalize(self(images).float(), dim=1))
-            targets.append(target)
         # The bank loader is not handed to the Trainer, so it has no distributed sampler: every
         # rank builds the whole bank (as Lightly's BenchmarkModule); the validation batches are
         # split across ranks and the counts are summed in on_validation_epoch_end.
-        self._bank = torch.cat(features).t().contiguous()
-        self._bank_targets = torch.cat(targets)
+        features, self._bank_targets = extract_features(self, self.knn_bank_loader, self.device,
+                                                        keep_on_device=True)
+        self._bank = F.normalize(features, dim=1).t().contiguous()
 
     @torch.no_grad()
     def validation_step(self, batch: Any, batch_idx: int) -> None:
@@ -271,9 +288,8 @@ class SSLModule(pl.LightningModule):
             return
         images, targets = batch[0], batch[1]
         features = F.normalize(self(images).float(), dim=1)
-        predicted = knn_predict(features, self._bank, self._bank_targets, self.num_classes,
-                                knn_k=min(self.knn_k, self._bank.shape[1]), knn_t=self.knn_t)
-        self._knn_correct += int((predicted[:, 0] == targets).sum())
+        self._knn_correct += knn_correct(features, self._bank, self._bank_targets, targets,
+                                         self.num_classes, self.knn_k, self.knn_t)
         self._knn_total += int(targets.shape[0])
 
     def on_validation_epoch_end(self) -> None:
@@ -386,7 +402,7 @@ class MoCoV2Module(SSLModule):
         self.momentum_schedule = bool(momentum_schedule)
 
     def current_momentum(self) -> float:
-        if not self.momentum_schedule or self.trainer is None:
+        if not self.momentum_schedule or self._trainer is None:  # not fitting: no schedule
             return self.base_momentum
         total = max(1, int(self.trainer.estimated_stepping_batches))
         return cosine_schedule(self.global_step, total, self.base_momentum, 1.0)

@@ -5,10 +5,11 @@ from __future__ import annotations
 import json
 import os
 import random
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+from adaptcl.adapters._atomic import atomic_write
 
 DATA_ENV = "ADAPTCL_DATA"
 
@@ -57,28 +58,9 @@ def _jsonable(obj: Any) -> Any:
     return obj
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
-
-
 def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
     """Write ``text`` to ``path`` through a temporary file and ``os.replace`` (never half-written)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; results are ordinary files
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return atomic_write(path, lambda handle: handle.write(text), binary=False)
 
 
 def write_json_atomic(path: str | os.PathLike, obj: Any) -> Path:
@@ -99,17 +81,7 @@ def torch_save_atomic(obj: Any, path: str | os.PathLike) -> Path:
     """``torch.save`` through a temporary file and ``os.replace`` (a kill never truncates it)."""
     import torch
 
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
-        torch.save(obj, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return atomic_write(path, lambda handle: torch.save(obj, handle))
 
 
 def save_figure_atomic(fig: Any, path: str | os.PathLike, dpi: int = 110) -> Path:
@@ -117,15 +89,11 @@ def save_figure_atomic(fig: Any, path: str | os.PathLike, dpi: int = 110) -> Pat
     import matplotlib.pyplot as plt
 
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.stem}.tmp{path.suffix}")
     try:
-        fig.savefig(tmp, dpi=dpi)
-        os.replace(tmp, path)
+        return atomic_write(path, lambda handle: fig.savefig(
+            handle, dpi=dpi, format=path.suffix.lstrip(".") or "png"))
     finally:
         plt.close(fig)
-        Path(tmp).unlink(missing_ok=True)
-    return path
 
 
 def read_json(path: str | os.PathLike) -> Any:

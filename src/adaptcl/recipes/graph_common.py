@@ -1,77 +1,59 @@
-"""What the graph recipes (``tu``, ``moleculenet``) share: the training epoch and embeddings.
+"""What the graph recipes (``tu``, ``moleculenet``) share: the epochs and the embeddings.
 
-One plain-torch loop serves GraphCL pre-training and supervised fine-tuning: batches are moved
-to the chosen device, the forward pass runs under :func:`adaptcl.recipes.runner.autocast`
-(``--precision``), fp16 uses a gradient scaler, a non-finite loss stops the run
-(:class:`~adaptcl.recipes.runner.NonResultError`), and every step's loss and the loss module's
-statistics (temperature, alignment, mean W, ...) go to the step history and the ``--logger``.
+Each epoch is the adapter's :func:`adaptcl.adapters.graphcl.train_epoch` (one loop for GraphCL
+pre-training and supervised fine-tuning: device, ``--precision`` autocast, fp16 gradient
+scaler); this module adds what only a recipe needs around it: the progress bar, a
+non-finite loss as :class:`~adaptcl.recipes.runner.NonResultError`, the step history and the
+``--logger`` (every step's loss and the loss module's statistics: temperature, alignment, ...).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
-from adaptcl.recipes.runner import NonResultError, autocast, check_embeddings, grad_scaler
+from adaptcl.recipes.runner import NonResultError, check_embeddings
 
 
-def train_epoch(model: Any, loader: Any, optimizer: Any, step_loss: Callable[[Any], Any], *,
-                device: str = "cpu", precision: str = "32", scaler: Any = None,
-                stats: dict[str, list[float]] | None = None, logger: Any = None,
-                step: int = 0, where: str = "", min_graphs: int = 2) -> tuple[float, int]:
-    """One epoch; returns (mean loss per graph, optimisation steps taken).
-
-    ``step_loss(batch)`` computes the loss of one batch (already on ``device``; a tuple for
-    two-view loaders). Batches with fewer than ``min_graphs`` graphs are skipped (a contrastive
-    batch needs a negative; BatchNorm needs two samples). ``step`` numbers the logged points.
-    """
-    scaler = scaler if scaler is not None else grad_scaler(device, precision)
-    model.train()
-    total, count, steps = 0.0, 0, 0
-    for batch in loader:
-        first = batch[0] if isinstance(batch, (tuple, list)) else batch
-        if first.num_graphs < min_graphs:
-            continue
-        batch = (tuple(b.to(device, non_blocking=True) for b in batch)
-                 if isinstance(batch, (tuple, list)) else batch.to(device, non_blocking=True))
-        optimizer.zero_grad(set_to_none=True)
-        with autocast(device, precision):
-            loss = step_loss(batch)
-        scaler.scale(loss).backward()
-        scaler.step(optimizer)
-        scaler.update()
-        value = float(loss.detach())  # one synchronisation per step: the loss curve and its check
-        if not math.isfinite(value):
-            raise NonResultError(f"non-finite loss at {where or 'training'}, step {step + steps}")
-        total += value * first.num_graphs
-        count += first.num_graphs
-        steps += 1
-        point = {"loss": value, **(getattr(model, "last_stats", None) or {})}
-        if stats is not None:
-            for key, val in point.items():
-                stats.setdefault(key, []).append(val)
-        if logger is not None:
-            logger.log({f"train/{k}": v for k, v in point.items()}, step + steps)
-    return total / max(count, 1), steps
-
-
-def train_epochs(model: Any, loader: Any, optimizer: Any, step_loss: Callable[[Any], Any], *,
-                 epochs: range, progress: bool = False, desc: str = "",
+def train_epochs(model: Any, loader: Any, optimizer: Any,
+                 step_loss: Callable[..., Any] | None = None, *, epochs: range,
+                 device: str = "cpu", precision: str = "32", progress: bool = False,
+                 desc: str = "", stats: dict[str, list[float]] | None = None,
+                 logger: Any = None, step: int = 0,
                  on_epoch_end: Callable[[int, float, int], None] | None = None,
-                 step: int = 0, **kwargs: Any) -> tuple[list[float], int]:
-    """:func:`train_epoch` for every epoch of ``epochs`` under one progress bar.
+                 ) -> tuple[list[float], int]:
+    """The adapter's ``train_epoch`` for every epoch of ``epochs`` under one progress bar.
 
-    Returns (loss per epoch, optimisation steps); ``on_epoch_end(epoch, loss, steps so far)``
-    runs after each epoch (checkpoints, evaluation). ``kwargs`` go to :func:`train_epoch`.
+    Returns (mean loss per graph of each epoch, optimisation steps taken). ``step_loss``
+    (default: GraphCL's ``model(b0, b1)``) goes to ``train_epoch``; one gradient scaler serves
+    every epoch of a ``16-mixed`` run. Each step's loss and statistics are appended to
+    ``stats`` and logged to ``logger`` at step numbers counted on from ``step`` (a resumed
+    run's steps so far); ``on_epoch_end(epoch, loss, steps so far)`` runs after each epoch
+    (checkpoints, evaluation).
     """
+    import torch
+
+    from adaptcl.adapters.graphcl import train_epoch
     from adaptcl.recipes.runner import progress as progress_bar
 
+    scaler = torch.amp.GradScaler(torch.device(device).type) if precision == "16-mixed" else None
     losses, steps = [], step
-    kwargs.setdefault("where", desc)
     bar = progress_bar(epochs, enabled=progress, desc=desc)
     for epoch in bar:
-        loss, taken = train_epoch(model, loader, optimizer, step_loss, step=steps, **kwargs)
+        points: dict[str, list[float]] = {}
+        try:
+            loss = train_epoch(model, loader, optimizer, points, where=desc or "training",
+                               device=device, precision=precision, scaler=scaler,
+                               step_loss=step_loss)
+        except FloatingPointError as err:
+            raise NonResultError(f"{err} (epoch {epoch}); nothing was stored") from None
+        taken = len(points.get("loss", []))
+        for key, values in points.items():
+            if stats is not None:
+                stats.setdefault(key, []).extend(values)
+        if logger is not None:
+            for i in range(taken):
+                logger.log({f"train/{k}": v[i] for k, v in points.items()}, steps + i + 1)
         losses.append(loss)
         steps += taken
         bar.set_postfix(loss=f"{loss:.3f}")
@@ -100,3 +82,38 @@ def embed_graphs(encode: Callable[[Any], Any], graphs: Any, *, device: str = "cp
     x = torch.cat(outs).numpy()
     check_embeddings(x, where, allow_constant=allow_constant)
     return x, (torch.cat(ys).numpy() if labels else None)
+
+
+def paper_columns(table: dict[str, dict[str, tuple[float, float]]],
+                  labels: dict[str, str]) -> Callable[[str], dict[str, str]]:
+    """The table's extra columns: dataset -> the paper's ``mean ± std`` of each method.
+
+    ``labels`` maps a method of ``table`` to its column; a dataset the paper did not report
+    gets ``-``.
+    """
+    def columns(dataset: str) -> dict[str, str]:
+        paper = table.get(dataset)
+        return {column: "{:.2f} ± {:.2f}".format(*paper[method]) if paper else "-"
+                for method, column in labels.items()}
+
+    return columns
+
+
+def draw_pretraining_curves(axes: Any, curves: dict[str, dict[str, list[float]]], *,
+                            empty: str = "") -> None:
+    """Alignment (``axes[0]``) and temperature (``axes[1]``) per pre-training step.
+
+    ``curves`` maps a legend label to a run's step statistics; a panel left empty says
+    ``empty`` (or the runner's generic reason).
+    """
+    from adaptcl.recipes.runner import explain_empty
+
+    keys = ("alignment", "temperature")
+    for label, stats in curves.items():
+        for ax, key in zip(axes, keys, strict=True):
+            if (stats or {}).get(key):
+                ax.plot(stats[key], lw=1, label=label)
+    for ax, name in zip(axes, ("alignment A (mean positive cosine)", "temperature"), strict=True):
+        ax.set(xlabel="pre-training step", ylabel=name)
+        if empty:
+            explain_empty(ax, empty)

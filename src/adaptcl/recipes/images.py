@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from adaptcl.adapters.ssl_methods import METHOD_LOSSES, METHODS, check_method_loss
 from adaptcl.recipes import runner
 from adaptcl.recipes._common import resolve_data_root, seed_everything
 from adaptcl.recipes.runner import Cell
@@ -37,15 +38,6 @@ EXAMPLE = """adaptcl images --data-root ../shared/data --losses nt_xent macl
 adaptcl images --data-root ~/data/cifar10 --preset paper --device cuda --devices 4 \\
     --strategy ddp --precision bf16-mixed --logger tensorboard"""
 
-METHODS = ("simclr", "moco", "simsiam", "barlowtwins", "ascl-moco")
-#: losses each method accepts (first = the method's own baseline)
-METHOD_LOSSES = {
-    "simclr": ("nt_xent", "macl", "dcl", "flatnce", "dual", "amcl"),
-    "moco": ("nt_xent", "macl", "dcl", "ascl", "amcl"),
-    "simsiam": ("negcos", "amcl"),
-    "barlowtwins": ("barlow", "amcl"),
-    "ascl-moco": ("ascl", "ahcl", "hard", "moco"),
-}
 ALL_LOSSES = tuple(dict.fromkeys(x for losses in METHOD_LOSSES.values() for x in losses))
 PRESETS: dict[str, dict[str, Any]] = {
     "cpu": dict(backbone="resnet-18", width=0.125, epochs=15, batch_size=128, lr=1e-3,
@@ -58,7 +50,7 @@ PRESETS: dict[str, dict[str, Any]] = {
                   linear_epochs=100, linear_batch_size=128, linear_lr=0.02, knn_every=10),
 }
 CODE = ("adaptcl.recipes.images", "adaptcl.adapters.lightly", "adaptcl.adapters.lightning_modules",
-        "adaptcl.plugins")
+        "adaptcl.adapters.lightning_factory", "adaptcl.adapters.ssl_methods", "adaptcl.plugins")
 
 
 @dataclass
@@ -134,9 +126,7 @@ class ImagesConfig:
         if out.a0 is None:
             out.a0 = 0.2 if out.method == "moco" else 0.0
         for loss in out.losses:
-            if loss not in METHOD_LOSSES[out.method]:
-                raise ValueError(f"loss {loss!r} does not apply to {out.method}; choose from "
-                                 f"{METHOD_LOSSES[out.method]}")
+            check_method_loss(out.method, loss)
         runner.validate_config(out, non_empty=("losses", "seeds"), positive=(
             "epochs", "batch_size", "hidden_dim", "output_dim", "linear_batch_size", "num_heads",
             "queue_size", "knn_k", "input_size", "devices", "lr", "temperature",
@@ -151,153 +141,34 @@ class ImagesConfig:
 # ----------------------------------------------------------------------------------------------
 
 
-def _normalize_stats(source: str) -> dict[str, list[float]]:
-    from adaptcl.adapters.lightly import CIFAR10_NORMALIZE
+def _module(cfg: ImagesConfig, loss: str, num_classes: int):
+    """The Lightning module of ``cfg.method`` trained with ``loss`` (the adapter's factory)."""
+    from adaptcl.adapters.lightning_factory import build_ssl_module
 
-    if source.startswith("image folder"):
-        from lightly.transforms.utils import IMAGENET_NORMALIZE
-
-        return IMAGENET_NORMALIZE
-    return CIFAR10_NORMALIZE
-
-
-def _transforms(cfg: ImagesConfig, normalize: dict[str, list[float]]):
-    """(two-view training transform, evaluation transform)."""
-    from lightly.transforms import SimCLRTransform
-    from lightly.transforms.torchvision_v2_compatibility import torchvision_transforms as T
-
-    from adaptcl.adapters.lightly import ASCLTransform
-
-    if cfg.method == "ascl-moco":
-        train = ASCLTransform(input_size=cfg.input_size, gaussian_blur=0.0, normalize=normalize)
-    else:
-        # MACL App. B.3: crop-resize, colour jitter, flip, grayscale (no blur at 32x32)
-        train = SimCLRTransform(input_size=cfg.input_size, cj_strength=0.5, gaussian_blur=0.0,
-                                normalize=normalize)
-    evaluation = T.Compose([T.Resize(cfg.input_size), T.CenterCrop(cfg.input_size), T.ToTensor(),
-                            T.Normalize(mean=normalize["mean"], std=normalize["std"])])
-    return train, evaluation
-
-
-def build_module(cfg: ImagesConfig, loss: str, num_classes: int):
-    """The Lightning module of ``cfg.method`` trained with ``loss``."""
-    from lightly.models.modules.heads import (
-        BarlowTwinsProjectionHead,
-        MoCoProjectionHead,
-        SimCLRProjectionHead,
-        SimSiamPredictionHead,
-        SimSiamProjectionHead,
-    )
-
-    from adaptcl.adapters import lightly as L
-    from adaptcl.adapters import lightning_modules as M
-    from adaptcl.plugins.amcl import AMCLBarlowTwinsLoss, AMCLSimSiamLoss, PairTemperature
-
-    backbone, feature_dim = M.cifar_resnet(cfg.backbone, width=cfg.width)
-    common = dict(optimizer=cfg.optimizer, lr=cfg.lr, weight_decay=cfg.weight_decay,
-                  num_classes=num_classes, knn_k=cfg.knn_k, knn_t=cfg.knn_t)
-    tau, hid, out = cfg.temperature, cfg.hidden_dim, cfg.output_dim
-    distributed = cfg.strategy.startswith("ddp")
-    bank = (cfg.queue_size, out) if cfg.method == "moco" else 0
-    # the MoCo queue is saved in checkpoints so that a resumed run keeps it
-    qkw = dict(memory_bank_size=bank, gather_distributed=distributed,
-               persistent_memory_bank=bool(bank))
-
-    def contrastive(name: str):
-        if name == "nt_xent":
-            return L.NTXentLoss(tau, **qkw)
-        if name == "macl":
-            return L.MACLLoss(cfg.macl_temperature, cfg.alpha, cfg.a0, **qkw)
-        if name == "dcl":
-            return L.DCLLoss(tau, **qkw)
-        if name == "flatnce":
-            return L.FlatNCELoss(tau, **qkw)
-        if name == "dual":
-            return L.DualTemperatureLoss(tau, 1.0, **qkw)
-        if name == "ascl":
-            return L.ASCLLoss(tau, cfg.sharpen_temperature, cfg.num_neighbors, **qkw)
-        raise ValueError(name)  # pragma: no cover - validated in resolved()
-
-    if cfg.method == "simclr":
-        if loss == "amcl":
-            heads = L.AMCLProjectionHead.from_lightly(
-                SimCLRProjectionHead, num_heads=cfg.num_heads, input_dim=feature_dim,
-                hidden_dim=hid, output_dim=out)
-            crit = L.AMCLLoss(out, cfg.beta, kappa=cfg.kappa, num_heads=cfg.num_heads,
-                              gather_distributed=distributed)
-            return M.SimCLRModule(backbone, feature_dim, crit, projection_head=heads, **common)
-        return M.SimCLRModule(backbone, feature_dim, contrastive(loss), hidden_dim=hid,
-                              output_dim=out, **common)
-    if cfg.method == "moco":
-        if loss == "amcl":
-            heads = L.AMCLProjectionHead.from_lightly(
-                MoCoProjectionHead, num_heads=cfg.num_heads, input_dim=feature_dim,
-                hidden_dim=hid, output_dim=out)
-            crit = L.AMCLLoss(out, cfg.beta, kappa=cfg.kappa, num_heads=cfg.num_heads, **qkw)
-            return M.MoCoV2Module(backbone, feature_dim, crit, projection_head=heads, **common)
-        return M.MoCoV2Module(backbone, feature_dim, contrastive(loss), hidden_dim=hid,
-                              output_dim=out, **common)
-    if cfg.method == "simsiam":
-        if loss == "amcl":
-            proj = L.AMCLProjectionHead.from_lightly(
-                SimSiamProjectionHead, num_heads=cfg.num_heads, input_dim=feature_dim,
-                hidden_dim=hid, output_dim=out)
-            pred = L.AMCLProjectionHead.from_lightly(
-                SimSiamPredictionHead, num_heads=cfg.num_heads, input_dim=out,
-                hidden_dim=max(1, out // 4), output_dim=out)
-            crit = AMCLSimSiamLoss(PairTemperature(out), cfg.beta)
-            return M.SimSiamModule(backbone, feature_dim, crit, projection_head=proj,
-                                   prediction_head=pred, output_dim=out, **common)
-        return M.SimSiamModule(backbone, feature_dim, None, hidden_dim=hid, output_dim=out,
-                               prediction_dim=max(1, out // 4), **common)
-    if cfg.method == "barlowtwins":
-        if loss == "amcl":
-            heads = L.AMCLProjectionHead.from_lightly(
-                BarlowTwinsProjectionHead, num_heads=cfg.num_heads, input_dim=feature_dim,
-                hidden_dim=hid, output_dim=out)
-            crit = AMCLBarlowTwinsLoss(PairTemperature(out), cfg.beta)
-            return M.BarlowTwinsModule(backbone, feature_dim, crit, projection_head=heads,
-                                       **common)
-        return M.BarlowTwinsModule(backbone, feature_dim, None, hidden_dim=hid,
-                                   output_dim=out, **common)
-    mode, k = (loss, cfg.num_neighbors) if loss != "moco" else ("ascl", 0)
-    return M.ASCLMoCoModule(backbone, feature_dim, hidden_dim=hid, output_dim=out,
-                            queue_size=cfg.queue_size, temperature=tau,
-                            sharpen_temperature=cfg.sharpen_temperature, num_neighbors=k,
-                            mode=mode, gather_distributed=distributed, **common)
-
-
-def extract_features(backbone, loader, device, progress: bool = False, desc: str = "features"):
-    """Backbone features and targets of every batch of ``loader`` (eval mode, no grad)."""
-    import torch
-    from tqdm.auto import tqdm
-
-    backbone = backbone.to(device)
-    was_training = backbone.training
-    backbone.eval()
-    features, targets = [], []
-    with torch.no_grad():
-        for images, target in tqdm(loader, desc=desc, disable=not progress, leave=False):
-            features.append(backbone(images.to(device)).flatten(start_dim=1).float().cpu())
-            targets.append(torch.as_tensor(target))
-    backbone.train(was_training)
-    return torch.cat(features), torch.cat(targets).long()
+    return build_ssl_module(
+        cfg.method, loss, backbone=cfg.backbone, width=cfg.width, hidden_dim=cfg.hidden_dim,
+        output_dim=cfg.output_dim, temperature=cfg.temperature,
+        macl_temperature=cfg.macl_temperature, alpha=cfg.alpha, a0=cfg.a0,
+        num_heads=cfg.num_heads, beta=cfg.beta, kappa=cfg.kappa, queue_size=cfg.queue_size,
+        num_neighbors=cfg.num_neighbors, sharpen_temperature=cfg.sharpen_temperature,
+        gather_distributed=cfg.strategy.startswith("ddp"), optimizer=cfg.optimizer, lr=cfg.lr,
+        weight_decay=cfg.weight_decay, num_classes=num_classes, knn_k=cfg.knn_k, knn_t=cfg.knn_t)
 
 
 def knn_accuracy(train_x, train_y, test_x, test_y, num_classes: int, k: int = 200,
                  t: float = 0.1, chunk: int = 1024) -> float:
     """Top-1 accuracy of Lightly's weighted kNN (``knn_predict``) on normalised features."""
     import torch.nn.functional as F
-    from lightly.utils.benchmarking import knn_predict
 
+    from adaptcl.adapters.lightning_modules import knn_correct
+
+    if not len(test_x):
+        return float("nan")
     bank = F.normalize(train_x, dim=1).t().contiguous()
-    correct = 0
-    for start in range(0, len(test_x), chunk):
-        feats = F.normalize(test_x[start:start + chunk], dim=1)
-        pred = knn_predict(feats, bank, train_y, num_classes, knn_k=min(k, bank.shape[1]),
-                           knn_t=t)
-        correct += int((pred[:, 0] == test_y[start:start + chunk]).sum())
-    return correct / max(1, len(test_x)) if len(test_x) else float("nan")
+    correct = sum(knn_correct(F.normalize(test_x[i:i + chunk], dim=1), bank, train_y,
+                              test_y[i:i + chunk], num_classes, k, t)
+                  for i in range(0, len(test_x), chunk))
+    return correct / len(test_x)
 
 
 def linear_probe(train_x, train_y, test_x, test_y, num_classes: int, epochs: int = 100,
@@ -334,59 +205,16 @@ def linear_probe(train_x, train_y, test_x, test_y, num_classes: int, epochs: int
         return float((head(xte).argmax(1) == test_y).float().mean())
 
 
-def _training_clock():
-    """A Lightning callback summing training seconds over every invocation (kept in checkpoints)."""
-    import pytorch_lightning as pl
-
-    class TrainingClock(pl.Callback):
-        def __init__(self) -> None:
-            self.seconds, self._start = 0.0, 0.0
-
-        def on_train_epoch_start(self, trainer, pl_module) -> None:
-            self._start = time.perf_counter()
-
-        def on_train_epoch_end(self, trainer, pl_module) -> None:
-            # Lightning runs checkpoint callbacks last, so the saved state includes this epoch
-            self.seconds += time.perf_counter() - self._start
-
-        def state_dict(self) -> dict[str, float]:
-            return {"seconds": self.seconds}
-
-        def load_state_dict(self, state_dict: dict[str, float]) -> None:
-            self.seconds = float(state_dict["seconds"])
-
-    return TrainingClock()
-
-
 def _trainer(cfg: ImagesConfig, log_dir: Path, max_epochs: int, ckpt_dir: Path | None = None,
              clock=None):
     """Lightning's Trainer with the recipe's device, precision, strategy, logger, checkpoints."""
-    import pytorch_lightning as pl
-    from pytorch_lightning.callbacks import ModelCheckpoint
+    from adaptcl.adapters.lightning_factory import build_trainer
 
-    from adaptcl.adapters.lightning_modules import AtomicCheckpointIO
-
-    callbacks, plugins = [clock] if clock is not None else [], []
-    if ckpt_dir is not None:
-        # last.ckpt after every training epoch, no version counter (a rerun overwrites it)
-        callbacks.append(ModelCheckpoint(dirpath=str(ckpt_dir), filename="{epoch}",
-                                         save_last=True, every_n_epochs=1,
-                                         save_on_train_epoch_end=True,
-                                         enable_version_counter=False))
-        plugins.append(AtomicCheckpointIO())
-    device = runner.resolve_device(cfg.device)
-    accelerator = "gpu" if device.startswith("cuda") else "cpu"
-    devices: Any = [int(device[5:])] if device.startswith("cuda:") else cfg.devices
-    trainer = pl.Trainer(
-        max_epochs=max_epochs, accelerator=accelerator, devices=devices, strategy=cfg.strategy,
-        precision=cfg.precision, logger=runner.lightning_logger(cfg.logger, log_dir),
-        enable_checkpointing=ckpt_dir is not None, callbacks=callbacks, plugins=plugins,
-        enable_progress_bar=cfg.progress, enable_model_summary=False, num_sanity_val_steps=0,
-        log_every_n_steps=1, check_val_every_n_epoch=max(1, cfg.knn_every or 1),
-        limit_val_batches=1.0 if cfg.knn_every else 0,
-        # SyncBatchNorm needs GPU modules; CPU DDP keeps per-rank BN
-        sync_batchnorm=cfg.strategy.startswith("ddp") and accelerator == "gpu")
-    return trainer
+    return build_trainer(max_epochs, device=runner.resolve_device(cfg.device),
+                         devices=cfg.devices, strategy=cfg.strategy, precision=cfg.precision,
+                         logger=runner.lightning_logger(cfg.logger, log_dir), ckpt_dir=ckpt_dir,
+                         callbacks=[clock] if clock is not None else None,
+                         progress=cfg.progress, val_every=cfg.knn_every or 0)
 
 
 def _run_one(cfg: ImagesConfig, splits, cell: Cell, run_dir: Path,
@@ -403,7 +231,14 @@ def _run_one(cfg: ImagesConfig, splits, cell: Cell, run_dir: Path,
                                                     map_location="cpu",
                                                     weights_only=False) is not None else None
     seed_everything(cell.seed)
-    train_tf, eval_tf = _transforms(cfg, _normalize_stats(splits.source))
+    from adaptcl.adapters.lightning_factory import TrainingClock, ssl_transforms
+
+    normalize = None  # CIFAR-10's statistics; ImageNet's for an image folder
+    if splits.source.startswith("image folder"):
+        from lightly.transforms.utils import IMAGENET_NORMALIZE
+
+        normalize = IMAGENET_NORMALIZE
+    train_tf, eval_tf = ssl_transforms(cfg.method, cfg.input_size, normalize)
     ssl_data = splits.train.with_transform(train_tf)
     if len(ssl_data) < cfg.batch_size:
         raise runner.RecipeError(f"the training set ({len(ssl_data)} images) is smaller than one "
@@ -416,10 +251,10 @@ def _run_one(cfg: ImagesConfig, splits, cell: Cell, run_dir: Path,
                              shuffle=False, **loader_kw)
     test_loader = DataLoader(splits.test.with_transform(eval_tf), batch_size=eval_bs,
                              shuffle=False, **loader_kw)
-    module = build_module(cfg, cell.method, splits.num_classes)
+    module = _module(cfg, cell.method, splits.num_classes)
     if cfg.knn_every:
         module.set_knn_bank_loader(bank_loader)
-    clock = _training_clock()
+    clock = TrainingClock()
     trainer = _trainer(cfg, log_dir, cfg.epochs, ckpt_dir=run_dir, clock=clock)
     trainer.fit(module, train_dataloaders=ssl_loader,
                 val_dataloaders=test_loader if cfg.knn_every else None,
@@ -428,11 +263,13 @@ def _run_one(cfg: ImagesConfig, splits, cell: Cell, run_dir: Path,
         return None
     runner.require_steps(len(module.history), cell.label())
     start = time.perf_counter()
-    device = module.device
-    train_x, train_y = extract_features(module.backbone, bank_loader, device, cfg.progress,
-                                        "train features")
-    test_x, test_y = extract_features(module.backbone, test_loader, device, cfg.progress,
-                                      "test features")
+    from adaptcl.adapters.lightning_modules import extract_features
+
+    train_x, train_y, test_x, test_y = (
+        *extract_features(module.backbone, bank_loader, module.device, progress=cfg.progress,
+                          desc="train features"),
+        *extract_features(module.backbone, test_loader, module.device, progress=cfg.progress,
+                          desc="test features"))
     runner.check_embeddings(train_x, f"{cell.label()} backbone features")
     metrics = {"knn_top1": knn_accuracy(train_x, train_y, test_x, test_y, splits.num_classes,
                                         cfg.knn_k, cfg.knn_t)}

@@ -29,6 +29,7 @@ from typing import Any
 
 from adaptcl.recipes import runner
 from adaptcl.recipes._common import resolve_data_root, seed_everything, torch_save_atomic
+from adaptcl.recipes.graph_common import paper_columns
 from adaptcl.recipes.runner import Cell
 
 EXAMPLE = """adaptcl moleculenet --data-root ../shared/data --output-dir results/moleculenet
@@ -152,14 +153,9 @@ def build_encoder(cfg: MoleculeNetConfig, dropout: float):
 
 def build_classifier(cfg: MoleculeNetConfig, num_tasks: int):
     """MolGIN encoder (dropout ``cfg.dropout``) + mean pooling + linear head (Hu et al.)."""
-    from torch import nn
+    from adaptcl.adapters.graphcl import MolPropertyModel
 
-    encoder = build_encoder(cfg, cfg.dropout)
-    return nn.ModuleDict({"encoder": encoder, "head": nn.Linear(encoder.out_dim, num_tasks)})
-
-
-def _predict(model, batch):
-    return model["head"](model["encoder"](batch))
+    return MolPropertyModel(build_encoder(cfg, cfg.dropout), num_tasks)
 
 
 # ------------------------------------------------------------------------ pre-training
@@ -241,7 +237,7 @@ def pretrain(cfg: MoleculeNetConfig, loss_name: str, corpus=None,
         clock[0] = time.perf_counter()
 
     with runner.metric_logger(cfg.logger, Path(cfg.output_dir) / "logs" / final.stem) as logger:
-        train_epochs(model, loader, optimizer, lambda b: model(*b),
+        train_epochs(model, loader, optimizer,
                      epochs=range(state["epoch"], cfg.pretrain_epochs), progress=cfg.progress,
                      desc=f"pre-train {loss_name}", on_epoch_end=checkpoint_epoch,
                      step=state["steps"], device=device, precision=cfg.precision,
@@ -283,7 +279,7 @@ def evaluate(model, graphs, device: str = "cpu") -> dict[str, Any]:
     from adaptcl.recipes.graph_eval import multitask_roc_auc
 
     model.eval()
-    scores, labels = embed_graphs(lambda b: _predict(model, b), graphs, device=device,
+    scores, labels = embed_graphs(model, graphs, device=device,
                                   where="fine-tuned model scores", allow_constant=True)
     return multitask_roc_auc(labels, scores)
 
@@ -302,7 +298,7 @@ def finetune_one(cfg: MoleculeNetConfig, cell: Cell, dataset, split,
     device = runner.resolve_device(cfg.device)
     model = build_classifier(cfg, dataset.num_tasks)
     if encoder_state is not None:
-        model["encoder"].load_state_dict(encoder_state)
+        model.encoder.load_state_dict(encoder_state)
     model.to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     loader = DataLoader(train, batch_size=cfg.batch_size, shuffle=True,
@@ -321,7 +317,7 @@ def finetune_one(cfg: MoleculeNetConfig, cell: Cell, dataset, split,
 
     start = time.perf_counter()
     _, steps = train_epochs(model, loader, optimizer,
-                            lambda b: masked_bce_loss(_predict(model, b), b.y),
+                            lambda b: masked_bce_loss(model(b), b.y),
                             epochs=range(cfg.finetune_epochs), progress=cfg.progress,
                             desc=cell.label(), on_epoch_end=evaluate_epoch, device=device,
                             precision=cfg.precision, logger=logger)
@@ -401,7 +397,8 @@ def run_moleculenet(cfg: MoleculeNetConfig) -> dict[str, Any]:
     report = runner.Report(
         "moleculenet", out, cfg, metrics=["test_roc_last", "test_roc_best_valid"],
         datasets=cfg.datasets, methods=cfg.inits, labels=INIT_LABELS, dataset_labels=DISPLAY,
-        baseline="graphcl" if "graphcl" in cfg.inits else cfg.inits[0], extra=_paper_columns,
+        baseline="graphcl" if "graphcl" in cfg.inits else cfg.inits[0],
+        extra=paper_columns(PAPER_TABLE5, {"graphcl": "paper GraphCL", "macl": "paper GraphCL+MACL"}),
         header=f"# MoleculeNet transfer: test ROC-AUC (%)\n\n{_describe(cfg)}\n\n",
         frameworks=["torch_geometric", "ogb", "rdkit", "scikit-learn"], device=cfg.device,
         data_root=resolve_data_root(cfg.data_root), data_fingerprint=prints, details=details)
@@ -413,12 +410,6 @@ def run_moleculenet(cfg: MoleculeNetConfig) -> dict[str, Any]:
         result["plot"] = runner.save_plot(out / "pretraining_alignment_temperature.png",
                                           lambda axes: _draw(checkpoints, axes), ncols=2)
     return result
-
-
-def _paper_columns(name: str) -> dict[str, str]:
-    paper = PAPER_TABLE5[name]
-    return {"paper GraphCL": "{:.2f} ± {:.2f}".format(*paper["graphcl"]),
-            "paper GraphCL+MACL": "{:.2f} ± {:.2f}".format(*paper["macl"])}
 
 
 def _describe(cfg: MoleculeNetConfig) -> str:
@@ -436,14 +427,10 @@ def _describe(cfg: MoleculeNetConfig) -> str:
 
 
 def _draw(checkpoints: dict[str, dict[str, Any]], axes) -> None:
-    for loss_name, ckpt in checkpoints.items():
-        for ax, key in zip(axes, ("alignment", "temperature"), strict=True):
-            if (ckpt.get("step_stats") or {}).get(key):
-                ax.plot(ckpt["step_stats"][key], label=loss_name, lw=1)
-    for ax, key in zip(axes, ("alignment A (mean positive cosine)", "temperature"), strict=True):
-        ax.set(xlabel="pre-training step", ylabel=key)
-        if not checkpoints:
-            runner.explain_empty(ax, "no pre-training: --inits holds only 'none'")
+    from adaptcl.recipes.graph_common import draw_pretraining_curves
+
+    draw_pretraining_curves(axes, {loss: ck.get("step_stats") for loss, ck in checkpoints.items()},
+                            empty="" if checkpoints else "no pre-training: --inits holds only 'none'")
 
 
 # ----------------------------------------------------------------------------------- CLI

@@ -31,6 +31,7 @@ from typing import Any
 
 from adaptcl.recipes import runner
 from adaptcl.recipes._common import resolve_data_root, seed_everything
+from adaptcl.recipes.graph_common import paper_columns
 from adaptcl.recipes.runner import Cell
 
 EXAMPLE = """adaptcl tu --data-root ../shared/data --datasets MUTAG --losses graphcl macl \\
@@ -179,19 +180,11 @@ def resolve_aug(cfg: TUConfig, name: str) -> str:
 
 def build_views(cfg: TUConfig, name: str, generator):
     """The two view transforms of a run (first view identity unless ``first_view='augmented'``)."""
-    from adaptcl.adapters.graphcl import Identity, RandomChoice, graphcl_augmentation
+    from adaptcl.adapters.graphcl import Identity, graphcl_augmentation
 
     aug = resolve_aug(cfg, name)
-
-    def make(kind: str):  # the subgraph may remove another fraction (GraphCL's code: 0.2)
-        ratio = cfg.subgraph_ratio if kind == "subgraph" and cfg.subgraph_ratio else cfg.aug_ratio
-        return graphcl_augmentation(kind, ratio, graphcl_quirks=cfg.graphcl_quirks,
-                                    generator=generator)
-
-    pools = {"random2": ("dnodes", "subgraph"), "random3": ("dnodes", "pedges", "subgraph"),
-             "random4": ("dnodes", "pedges", "subgraph", "mask_nodes")}
-    view1 = RandomChoice([make(k) for k in pools[aug]], generator=generator) if aug in pools \
-        else make(aug)
+    view1 = graphcl_augmentation(aug, cfg.aug_ratio, graphcl_quirks=cfg.graphcl_quirks,
+                                 generator=generator, subgraph_ratio=cfg.subgraph_ratio or None)
     return (Identity() if cfg.first_view == "identity" else view1), view1, aug
 
 
@@ -220,7 +213,7 @@ def run_one(cfg: TUConfig, cell: Cell, graphs, in_dim: int, logger=None) -> dict
                         **runner.loader_options(device))
     history: dict[str, list[float]] = {}
     start = time.perf_counter()
-    epoch_loss, steps = train_epochs(model, loader, optimizer, lambda b: model(*b),
+    epoch_loss, steps = train_epochs(model, loader, optimizer,
                                      epochs=range(cfg.epochs), progress=cfg.progress,
                                      desc=cell.label(), device=device, precision=cfg.precision,
                                      stats=history, logger=logger)
@@ -289,7 +282,9 @@ def run_tu(cfg: TUConfig) -> dict[str, Any]:
     report = runner.Report(
         "tu", out, cfg, metrics=["accuracy"], datasets=cfg.datasets, methods=cfg.losses,
         baseline="graphcl" if "graphcl" in cfg.losses else cfg.losses[0], header=_header(cfg),
-        extra=_paper_columns, frameworks=["torch_geometric", "scikit-learn"], device=cfg.device,
+        extra=paper_columns(PAPER_TABLE4, {"graphcl": "paper GraphCL",
+                                           "macl": "paper GraphCL w/ MACL"}),
+        frameworks=["torch_geometric", "scikit-learn"], device=cfg.device,
         data_root=resolve_data_root(cfg.data_root), details=details, drop=["step_stats"],
         data_fingerprint={n: f for n, (_, f) in sources.items()})
     grid = runner.run_grid("tu", out, cells, identity=identity, compute=compute,
@@ -302,13 +297,6 @@ def run_tu(cfg: TUConfig) -> dict[str, Any]:
     return result
 
 
-def _paper_columns(name: str) -> dict[str, str]:
-    paper = PAPER_TABLE4.get(name)
-    cell = "{0:.2f} ± {1:.2f}".format
-    return {"paper GraphCL": cell(*paper["graphcl"]) if paper else "-",
-            "paper GraphCL w/ MACL": cell(*paper["macl"]) if paper else "-"}
-
-
 def _header(cfg: TUConfig) -> str:
     return (f"# GraphCL on TU datasets: SVM accuracy (%)\n\nSeeds {cfg.seeds}; settings in "
             "results.json. Mean ± population std over seeds; differences are paired over seeds "
@@ -317,16 +305,12 @@ def _header(cfg: TUConfig) -> str:
 
 def _draw(cfg: TUConfig, records: dict, axes) -> None:
     """Alignment of every loss and the temperature over pre-training steps, first seed."""
+    from adaptcl.recipes.graph_common import draw_pretraining_curves
+
     seed = min(c.seed for c in records)
-    for cell, record in records.items():
-        if cell.seed == seed:
-            for ax, key in zip(axes, ("alignment", "temperature"), strict=True):
-                values = record.get("step_stats", {}).get(key)
-                if values:
-                    ax.plot(values, lw=1, label=f"{cell.dataset}/{cell.method}")
-    axes[0].set(xlabel="pre-training step", ylabel="alignment A (mean positive cosine)",
-                title=f"seed {seed}")
-    axes[1].set(xlabel="pre-training step", ylabel="temperature")
+    draw_pretraining_curves(axes, {f"{c.dataset}/{c.method}": r.get("step_stats", {})
+                                   for c, r in records.items() if c.seed == seed})
+    axes[0].set(title=f"seed {seed}")
 
 
 # ----------------------------------------------------------------------------------- CLI

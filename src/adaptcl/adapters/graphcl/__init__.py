@@ -6,7 +6,8 @@
   :class:`TwoViewDataset` for the two views of each graph;
 * encoders (:mod:`.encoders`): :class:`TUGINEncoder` (GraphCL's TU GIN, 3 x 32, 96-dim) and
   :class:`MolGINEncoder` (Hu et al. 2020, 5 x 300, OGB atom/bond encoders);
-* the model (:mod:`.model`): :class:`GraphCL` and the loss factory :func:`graphcl_loss`
+* the models (:mod:`.model`): :class:`GraphCL`, the fine-tuning :class:`MolPropertyModel`
+  (encoder + linear multi-task head), the loss factory :func:`graphcl_loss`
   (``"graphcl"`` = DCL cross-view, ``"infonce"``, ``"macl"``, or any ``nn.Module``), and
   :func:`train_epoch` (``device=``, ``precision="32" | "bf16-mixed" | "16-mixed"``).
 
@@ -34,6 +35,7 @@ from .model import (  # noqa: E402
     LOSS_NAMES,
     PRECISIONS,
     GraphCL,
+    MolPropertyModel,
     graphcl_loss,
     projection_head,
     train_epoch,
@@ -67,7 +69,7 @@ __all__ = [
     "AttrMask", "CappedOneHotDegree", "ConstantFeatures", "EdgePerturb", "GraphAugmentation",
     "Identity", "NodeDrop", "RandomChoice", "Subgraph", "TwoViewDataset", "graphcl_augmentation",
     "worker_generator",
-    "TUGINEncoder", "MolGINEncoder", "GraphCL", "graphcl_loss", "LOSS_NAMES", "projection_head",
+    "TUGINEncoder", "MolGINEncoder", "GraphCL", "MolPropertyModel", "graphcl_loss", "LOSS_NAMES", "projection_head",
     "train_epoch", "PRECISIONS",
     "MoleculeDataset", "featurise_smiles", "load_moleculenet", "load_smiles_dataset",
     "murcko_scaffold", "read_moleculenet_csv", "scaffold_split", "smiles_to_data",

@@ -22,6 +22,7 @@ Example::
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 
 from adaptcl.adapters import require
 
@@ -32,8 +33,8 @@ from torch import Tensor, nn  # noqa: E402
 
 from .transforms import _data_device  # noqa: E402
 
-__all__ = ["GraphCL", "graphcl_loss", "LOSS_NAMES", "PRECISIONS", "projection_head",
-           "train_epoch"]
+__all__ = ["GraphCL", "MolPropertyModel", "graphcl_loss", "LOSS_NAMES", "PRECISIONS",
+           "projection_head", "train_epoch"]
 
 LOSS_NAMES = ("graphcl", "infonce", "macl")
 
@@ -132,14 +133,47 @@ class GraphCL(nn.Module):
         return {key: float(value) for key, value in _scalar_stats(self).items()}
 
 
+class MolPropertyModel(nn.Module):
+    """A graph encoder and a linear head: one logit per property (task) of each graph.
+
+    The fine-tuning model of Hu et al. 2020 ("Strategies for Pre-training Graph Neural
+    Networks", ICLR 2020) and GraphCL's transfer setting: the (pre-trained) encoder, e.g.
+    :class:`~adaptcl.adapters.graphcl.MolGINEncoder` with mean pooling, then
+    ``Linear(encoder.out_dim, num_tasks)``. Train it with a multi-task binary cross-entropy on
+    the logits (labels of missing tasks masked out). Its state dict holds ``encoder.*`` and
+    ``head.*``, so ``model.encoder.load_state_dict(GraphCL(...).encoder.state_dict())``
+    starts fine-tuning from a GraphCL pre-training.
+
+    Example::
+
+        model = MolPropertyModel(MolGINEncoder(num_layers=5, emb_dim=300, drop_ratio=0.5),
+                                 num_tasks=12)
+        logits = model(batch)               # [batch.num_graphs, 12]
+    """
+
+    def __init__(self, encoder: nn.Module, num_tasks: int) -> None:
+        super().__init__()
+        dim = getattr(encoder, "out_dim", None)
+        if dim is None:
+            raise ValueError("encoder must expose out_dim (the graph embedding size)")
+        if isinstance(num_tasks, bool) or not isinstance(num_tasks, int) or num_tasks < 1:
+            raise ValueError(f"num_tasks must be an integer >= 1, got {num_tasks!r}")
+        self.encoder = encoder
+        self.head = nn.Linear(int(dim), num_tasks)
+
+    def forward(self, data) -> Tensor:
+        """Logits ``[num_graphs, num_tasks]`` of a batch of graphs."""
+        return self.head(self.encoder(data))
+
+
 # Lightning's precision spellings -> the autocast dtype (None: no autocast)
 PRECISIONS: dict[str, torch.dtype | None] = {
     "32": None, "bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}
 
 
-def _scalar_stats(model: GraphCL) -> dict[str, object]:
+def _scalar_stats(model: nn.Module) -> dict[str, object]:
     """The scalars of the loss's ``last_stats``; tensors stay on their device, unread."""
-    stats = getattr(model.loss_fn, "last_stats", None) or {}
+    stats = getattr(getattr(model, "loss_fn", None), "last_stats", None) or {}
     return {k: v.detach() if isinstance(v, Tensor) else v for k, v in stats.items()
             if (isinstance(v, Tensor) and v.numel() == 1) or isinstance(v, (int, float))}
 
@@ -151,16 +185,24 @@ def _as_floats(values: list) -> list[float]:
     return [float(v) for v in values]
 
 
-def train_epoch(model: GraphCL, loader, optimizer: torch.optim.Optimizer,
+def train_epoch(model: nn.Module, loader, optimizer: torch.optim.Optimizer,
                 stats: dict[str, list] | None = None, *, where: str = "",
                 device: torch.device | str | None = None, precision: str = "32",
                 scaler: torch.amp.GradScaler | None = None,
-                sync_each_step: bool | None = None) -> float:
-    """One GraphCL pre-training epoch over a two-view loader; returns the mean loss per graph.
+                sync_each_step: bool | None = None,
+                step_loss: Callable[..., Tensor] | None = None) -> float:
+    """One training epoch over a graph loader; returns the mean loss per graph.
 
-    Batches of a single graph are skipped (no negative). The loss module's ``last_stats`` are
-    appended to ``stats`` (key -> list, one value per step). A non-finite loss raises
-    ``FloatingPointError`` naming ``where``.
+    By default a GraphCL pre-training epoch: the loader yields two-view pairs ``(b0, b1)``
+    and the loss is ``model(b0, b1)``. With ``step_loss`` any objective trains the same way
+    (e.g. supervised fine-tuning): ``step_loss(*views)`` gets the loader's batch (a single
+    ``Batch``, or the tuple's items), already on ``device``, and returns the scalar loss.
+
+    Batches of a single graph are skipped (no negative; BatchNorm needs two samples). Each
+    step appends its loss (key ``"loss"``) and the loss module's scalar ``last_stats``
+    (``model.loss_fn.last_stats``, when there is one) to ``stats`` (key -> list, one value
+    per step), so ``len(stats["loss"])`` counts the optimisation steps. A non-finite loss
+    raises ``FloatingPointError`` naming ``where``.
 
     Args:
         device: move each batch there (``non_blocking``) before its step; ``None`` leaves the
@@ -175,6 +217,7 @@ def train_epoch(model: GraphCL, loader, optimizer: torch.optim.Optimizer,
             training before its optimiser step. Default: on CPU, where reading is free;
             elsewhere the loss, its finiteness and the stats stay on the device and are read
             once at the end of the epoch, so no step waits for the host.
+        step_loss: the loss of one batch (default: ``model(b0, b1)``, GraphCL's objective).
 
     >>> PRECISIONS["bf16-mixed"]
     torch.bfloat16
@@ -183,18 +226,21 @@ def train_epoch(model: GraphCL, loader, optimizer: torch.optim.Optimizer,
         raise ValueError(f"precision must be one of {', '.join(map(repr, PRECISIONS))}, "
                          f"got {precision!r}")
     autocast_dtype = PRECISIONS[precision]
-    place = where or "GraphCL pre-training"
+    place = where or ("GraphCL pre-training" if step_loss is None else "training")
+    compute_loss = step_loss if step_loss is not None else model
     model.train()
     total: Tensor | None = None
     count = 0
     nonfinite: Tensor | None = None
     pending: dict[str, list] = {}
-    for b0, b1 in loader:
-        if b0.num_graphs < 2:  # a single-graph batch has no negative
+    for batch in loader:
+        views = tuple(batch) if isinstance(batch, (tuple, list)) else (batch,)
+        num_graphs = views[0].num_graphs
+        if num_graphs < 2:  # a single-graph batch has no negative
             continue
         if device is not None:
-            b0, b1 = b0.to(device, non_blocking=True), b1.to(device, non_blocking=True)
-        device_type = _data_device(b0).type
+            views = tuple(view.to(device, non_blocking=True) for view in views)
+        device_type = _data_device(views[0]).type
         per_step = sync_each_step if sync_each_step is not None else device_type == "cpu"
         if autocast_dtype is torch.float16 and scaler is None:
             scaler = torch.amp.GradScaler(device_type)
@@ -202,7 +248,7 @@ def train_epoch(model: GraphCL, loader, optimizer: torch.optim.Optimizer,
         autocast = (torch.autocast(device_type, dtype=autocast_dtype)
                     if autocast_dtype is not None else contextlib.nullcontext())
         with autocast:
-            loss = model(b0, b1)
+            loss = compute_loss(*views)
         finite = torch.isfinite(loss.detach())
         if per_step and not finite:
             raise FloatingPointError(f"non-finite loss on {place}")
@@ -214,11 +260,12 @@ def train_epoch(model: GraphCL, loader, optimizer: torch.optim.Optimizer,
         else:
             loss.backward()
             optimizer.step()
-        step_total = loss.detach().float() * b0.num_graphs
+        step_loss_value = loss.detach().float()
+        step_total = step_loss_value * num_graphs
         total = step_total if total is None else total + step_total
-        count += b0.num_graphs
+        count += num_graphs
         if stats is not None:
-            for key, value in _scalar_stats(model).items():
+            for key, value in {"loss": step_loss_value, **_scalar_stats(model)}.items():
                 pending.setdefault(key, []).append(value)
     if nonfinite is not None and bool(nonfinite):
         raise FloatingPointError(f"non-finite loss on {place}")

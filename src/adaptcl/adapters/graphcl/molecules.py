@@ -46,12 +46,13 @@ import io
 import json
 import math
 import os
-import tempfile
+import warnings
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from adaptcl.adapters import require
+from adaptcl.adapters._atomic import atomic_write
 
 require("torch_geometric", "graph")
 
@@ -269,10 +270,14 @@ def _spec(name: str) -> MoleculeNetSpec:
 
 
 def _parse_label(value: str, where: str) -> float:
+    """A binary label: 0, 1, or NaN for a missing one; ``where`` names file, line and column."""
     value = value.strip()
     if value == "" or value.lower() in ("nan", "na"):
         return math.nan
-    number = float(value)
+    try:
+        number = float(value)
+    except ValueError:
+        raise ValueError(f"label {value!r} at {where} is not a number (0, 1 or empty)") from None
     if number not in (0.0, 1.0):
         raise ValueError(f"label {value!r} at {where} is not 0, 1 or empty")
     return number
@@ -308,7 +313,8 @@ def read_moleculenet_csv(name: str, data_root: str | os.PathLike,
                 raise ValueError(f"{str(path)!r} line {line_no}: {len(row)} fields, "
                                  f"header has {len(header)}")
             smiles.append(row[s_idx].strip())
-            rows.append([_parse_label(row[j], f"{path.name}:{line_no}") for j in t_idx])
+            rows.append([_parse_label(row[j], f"{path}:{line_no}, column {header[j]!r}")
+                         for j in t_idx])
     labels = torch.tensor(rows, dtype=torch.float32).reshape(len(rows), len(tasks))
     return smiles, labels, tasks
 
@@ -420,17 +426,8 @@ class MoleculeDataset(torch.utils.data.Dataset):
 
     def save(self, path: str | os.PathLike) -> Path:
         """Write the processed dataset atomically (temporary file + ``os.replace``)."""
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        os.close(fd)
-        try:
-            torch.save(self._to_state(), tmp)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        return path
+        state = self._to_state()
+        return atomic_write(path, lambda handle: torch.save(state, handle))
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> MoleculeDataset:
@@ -463,13 +460,21 @@ def cache_key(path: Path, **extra) -> str:
 
 
 def _cached(cache_dir, stem: str, key: str, build) -> MoleculeDataset:
+    """``build()``'s dataset, saved as ``<cache_dir>/<stem>-<key>.pt`` and reused from there.
+
+    A cache file that cannot be read back (truncated by a kill or a full disk, or otherwise
+    corrupt) is named in a ``RuntimeWarning``, deleted and rebuilt: never fatal, never reused.
+    """
     if cache_dir is None:
         return build()
     path = Path(cache_dir) / f"{stem}-{key}.pt"
     if path.is_file():
         try:
             return MoleculeDataset.load(path)
-        except Exception:  # a corrupt cache is rebuilt, never fatal
+        except Exception as err:  # any unreadable cache is rebuilt
+            warnings.warn(f"featurisation cache {str(path)!r} is corrupt or truncated "
+                          f"({type(err).__name__}: {str(err)[:200]}); rebuilding it",
+                          RuntimeWarning, stacklevel=3)
             path.unlink(missing_ok=True)
     dataset = build()
     dataset.save(path)

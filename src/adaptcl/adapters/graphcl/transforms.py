@@ -552,16 +552,20 @@ _AUG_NAMES = ("dnodes", "pedges", "mask_nodes", "subgraph")
 
 
 def graphcl_augmentation(name: str, ratio: float = 0.2, *, graphcl_quirks: bool = False,
-                         generator: torch.Generator | None = None) -> GraphAugmentation:
+                         generator: torch.Generator | None = None,
+                         subgraph_ratio: float | None = None) -> GraphAugmentation:
     """Build a GraphCL augmentation by its name in GraphCL's code.
 
     ``name``: ``none``, ``dnodes``, ``pedges``, ``mask_nodes``, ``subgraph``, ``random2``
     (node dropping or subgraph), ``random3`` (+ edge perturbation) or ``random4``
     (+ attribute masking). ``graphcl_quirks=True`` uses the behaviour of GraphCL's TU code:
     removal-only edge perturbation and one-hop subgraph (its ratios are 0.1 and, for the
-    subgraph, 0.2: pass them through ``ratio``/separate transforms if wanted).
+    subgraph, 0.2: pass them through ``ratio`` and ``subgraph_ratio``).
+    ``subgraph_ratio`` is the fraction the subgraph removes, alone or inside a ``random*``
+    pool (default: ``ratio``).
     """
     ratio = _check_ratio(ratio)
+    sub_ratio = ratio if subgraph_ratio is None else _check_ratio(subgraph_ratio)
 
     def make(kind: str) -> GraphAugmentation:
         if kind == "dnodes":
@@ -572,7 +576,7 @@ def graphcl_augmentation(name: str, ratio: float = 0.2, *, graphcl_quirks: bool 
         if kind == "mask_nodes":
             return AttrMask(ratio, mode="gaussian", generator=generator)
         if kind == "subgraph":
-            return Subgraph(ratio, one_hop=graphcl_quirks, generator=generator)
+            return Subgraph(sub_ratio, one_hop=graphcl_quirks, generator=generator)
         raise ValueError(f"unknown augmentation {kind!r}")
 
     if name == "none":
