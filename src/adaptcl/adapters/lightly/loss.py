@@ -104,7 +104,6 @@ class DCLLoss(MemoryBankLoss):
 
     Examples:
         >>> from lightly.loss.dcl_loss import negative_mises_fisher_weights
-from lightly.utils import dist as lightly_dist
         >>> loss_fn = DCLLoss(0.1, negative_mises_fisher_weights)
         >>> loss = loss_fn(torch.randn(8, 16), torch.randn(8, 16))
     """
