@@ -238,6 +238,20 @@ class AMCLLoss(ContrastiveLoss):
     With one head, a constant temperature, ``beta=0``, ``negative_term="softmax"`` and
     ``objective="infonce"`` it equals InfoNCE exactly.
 
+    Degeneracy (issue 16; ``tests/plugins/test_amcl_degeneracy.py``): in the max-negative
+    form (Table 2.1, kappa = 1) the per-anchor loss is
+    ``-s+/tau+ + s-/tau- + beta Omega(tau+) - beta Omega(tau-)``. When the positive and the
+    hardest negative get the same temperature ``tau`` (one shared pair network that no longer
+    tells the pairs apart), the regulariser terms cancel exactly and the loss is
+    ``(s- - s+) / tau``: nothing pins the temperature level. If the hardest negative is closer
+    than the positive (``s- > s+``) the loss falls as tau grows, and the temperature runs to the
+    largest value the network reaches (the sigmoid's midpoint ``eta + iota / 2``, about 1, when
+    ``phi`` gives every sample the same output, since then ``<phi(a), phi(b)> >= 0``); otherwise
+    it runs to the floor ``eta``. beta drops out, so no beta (1e-5 to 1 checked) cures it.
+    With a shared temperature the soft-max form (Eq. 7) is no cure by itself either: Omega
+    factors out of its log-sum-exp and cancels in the same way, and on the test's fixed
+    embeddings it reaches the same bounds.
+
     Examples:
         >>> net = PairTemperature(dim=32)
         >>> loss_fn = AMCLLoss(net, beta=1e-3, negative_term="topk", kappa=4)

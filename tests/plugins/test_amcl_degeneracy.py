@@ -1,0 +1,97 @@
+"""AMCL's max-negative form degenerates when the positive and the hardest negative share one
+temperature (issue 16): the regulariser cancels and the temperature runs to a bound that only
+the sign of ``s_hardest_negative - s_positive`` picks, whatever beta is.
+
+Only the temperature network learns, on fixed tiny embeddings. Its ``phi`` weight is frozen at
+zero, so ``phi(x) = b`` for every sample and every pair gets the one temperature
+``iota * sigmoid(-|b|^2) + eta``: the limit of a shared pair network that no longer tells pairs
+apart. Since ``|b|^2 >= 0`` its largest value is the sigmoid's midpoint ``eta + iota / 2``.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from adaptcl.plugins import AMCLLoss, PairTemperature
+
+DIM, N = 8, 4
+ETA, IOTA = 1e-5, 2.0
+MIDPOINT = ETA + IOTA / 2
+
+
+def _batch(kind: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """``aligned``: each positive is the closest candidate; ``swapped``: each positive sits next
+    to another sample's anchor, so the hardest negative is closer than the positive."""
+    g = torch.Generator().manual_seed(0)
+    base = torch.eye(DIM)[:N] + 0.05 * torch.randn(N, DIM, generator=g)
+    partner = base if kind == "aligned" else base.roll(1, 0)
+    return base, partner + 0.05 * torch.randn(N, DIM, generator=g)
+
+
+def _shared_temperature_net() -> PairTemperature:
+    net = PairTemperature(DIM, eta=ETA, iota=IOTA)
+    with torch.no_grad():
+        net.phi.weight.zero_()
+        net.phi.bias.fill_(0.3)
+    net.phi.weight.requires_grad_(False)
+    return net
+
+
+def _learned_temperature(kind: str, beta: float, negative_term: str = "topk",
+                         steps: int = 200) -> float:
+    z0, z1 = _batch(kind)
+    net = _shared_temperature_net()
+    loss_fn = AMCLLoss(net, beta, negative_term=negative_term, kappa=1)
+    opt = torch.optim.Adam([net.phi.bias], lr=0.05)
+    for _ in range(steps):
+        opt.zero_grad()
+        loss_fn(z0, z1).backward()
+        opt.step()
+    return loss_fn.last_stats["temperature"].item()
+
+
+def _hardest_negative_minus_positive(kind: str) -> torch.Tensor:
+    z0, z1 = (torch.nn.functional.normalize(z, dim=1) for z in _batch(kind))
+    views = torch.cat([z0, z1])
+    sims = views @ views.T
+    sims.fill_diagonal_(-float("inf"))
+    positive = torch.cat([(z0 * z1).sum(1), (z0 * z1).sum(1)])
+    sims[torch.arange(2 * N), torch.arange(2 * N).roll(N)] = -float("inf")
+    return sims.max(dim=1).values - positive
+
+
+def test_constructed_batches_have_the_intended_sign_of_hardest_negative_minus_positive():
+    assert (_hardest_negative_minus_positive("aligned") < 0).all()
+    assert (_hardest_negative_minus_positive("swapped") > 0).all()
+
+
+@pytest.mark.parametrize("negative_term", ["topk", "softmax"])
+@pytest.mark.parametrize("kind", ["aligned", "swapped"])
+def test_regulariser_cancels_exactly_when_positive_and_negative_temperatures_are_equal(
+        kind, negative_term):
+    """``beta Omega(tau+) - beta Omega(tau-)`` is exactly zero: the loss does not depend on
+    beta. In the soft-max form Omega factors out of the log-sum-exp, so it cancels too."""
+    z0, z1 = _batch(kind)
+    net = _shared_temperature_net()
+    losses = [AMCLLoss(net, beta, negative_term=negative_term)(z0, z1)
+              for beta in (0.0, 1e-3, 1.0, 10.0)]
+    for loss in losses[1:]:
+        torch.testing.assert_close(loss, losses[0], rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize(("kind", "bound"), [("aligned", ETA), ("swapped", MIDPOINT)])
+def test_shared_temperature_runs_to_the_bound_set_by_the_sign_whatever_beta(kind, bound):
+    """Positive closer than the hardest negative: ``(s- - s+) / tau`` falls as tau -> 0, the
+    floor eta. Hardest negative closer: it falls as tau grows, to the largest temperature the
+    shared network reaches (the sigmoid's midpoint). beta from 1e-5 to 1 changes nothing."""
+    for beta in (1e-5, 1e-2, 1.0):
+        tau = _learned_temperature(kind, beta)
+        assert tau == pytest.approx(bound, rel=1e-3, abs=1e-6), (kind, beta, tau)
+
+
+def test_softmax_negative_form_with_a_shared_temperature_degenerates_the_same_way():
+    """The soft-max term (Eq. 7) is no cure once the temperature is shared: Omega cancels
+    there too, and on these fixed embeddings it reaches the same bounds."""
+    assert _learned_temperature("aligned", 1e-3, "softmax") == pytest.approx(ETA, rel=1e-3)
+    assert _learned_temperature("swapped", 1e-3, "softmax") == pytest.approx(MIDPOINT, rel=1e-3)
