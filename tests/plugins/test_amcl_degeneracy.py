@@ -95,3 +95,45 @@ def test_softmax_negative_form_with_a_shared_temperature_degenerates_the_same_wa
     there too, and on these fixed embeddings it reaches the same bounds."""
     assert _learned_temperature("aligned", 1e-3, "softmax") == pytest.approx(ETA, rel=1e-3)
     assert _learned_temperature("swapped", 1e-3, "softmax") == pytest.approx(MIDPOINT, rel=1e-3)
+
+
+def test_paper_config_builds_a_working_three_head_top_100_loss_with_the_papers_settings():
+    from adaptcl.plugins import MultiHeadProjection
+    from adaptcl.plugins.amcl import AMCL_PAPER, AMCL_PAPER_BETA_RANGE
+
+    loss_fn = AMCLLoss.paper_config(dim=16)
+    assert (loss_fn.negative_term, loss_fn.kappa, loss_fn.objective) == ("topk", 100, "nt_xent")
+    assert loss_fn.beta == 1.0 and AMCL_PAPER_BETA_RANGE[0] <= loss_fn.beta <= AMCL_PAPER_BETA_RANGE[1]
+    net = loss_fn.temperature_net
+    assert isinstance(net, PairTemperature) and (net.eta, net.iota) == (1e-5, 2.0)
+    torch.manual_seed(0)
+    heads = MultiHeadProjection(24, 24, 16, num_heads=AMCL_PAPER["num_heads"])
+    z0, z1 = heads(torch.randn(64, 24)), heads(torch.randn(64, 24))
+    assert z0.shape == (3, 64, 16)
+    loss = loss_fn(z0, z1)
+    loss.backward()
+    assert torch.isfinite(loss)
+    assert net.phi.weight.grad is not None and net.phi.weight.grad.abs().sum() > 0
+    with pytest.raises(ValueError, match="kappa=100"):  # 2 * 32 - 2 = 62 negatives per anchor
+        loss_fn(z0[:, :32], z1[:, :32])
+
+
+def test_paper_config_overrides_replace_settings_and_unknown_keywords_are_rejected():
+    assert AMCLLoss.paper_config(dim=8, kappa=150, iota=5.0).kappa == 150
+    assert AMCLLoss.paper_config(dim=8, iota=5.0).temperature_net.iota == 5.0
+    with pytest.raises(TypeError, match="temprature"):
+        AMCLLoss.paper_config(dim=8, temprature=0.1)
+
+
+def test_paper_config_keys_are_keywords_of_both_adapters():
+    import inspect
+
+    pytest.importorskip("lightly")
+    pytest.importorskip("sentence_transformers")
+    from adaptcl.adapters import sentence_transformers as st_adapter
+    from adaptcl.adapters.lightly.loss import AMCLLoss as LightlyAMCLLoss
+    from adaptcl.plugins.amcl import AMCL_PAPER
+
+    lightly_loss = LightlyAMCLLoss(dim=16, **AMCL_PAPER)
+    assert lightly_loss(torch.randn(3, 64, 16), torch.randn(3, 64, 16)).isfinite()
+    assert set(AMCL_PAPER) <= set(inspect.signature(st_adapter.AMCLLoss).parameters)

@@ -45,6 +45,25 @@ from .tiled import streamed_pair_lse, streamed_sum, streamed_top_columns, top_co
 NEGATIVE_TERMS = ("topk", "softmax")
 OBJECTIVES = ("nt_xent", "infonce")
 
+#: The paper's settings for SimCLR / MoCo on the smaller datasets (Wang et al., ECCV 2024):
+#: 3 projection heads (Sec. 5, "Impact of the number of projection heads", Fig. 5 left: "we use
+#: 3 heads in our paper"); the top-kappa negative term with kappa = 100 (Fig. 5 right: top-kappa
+#: beats soft-max at kappa = 100 and 150); the NT-Xent form of Table 2.1; temperature bounds
+#: eta = 1e-5, iota = 2 (Sec. 5, experimental setup; iota = 5 on ImageNet / Tiny-ImageNet); and
+#: beta = 1, the value of the maximum-likelihood derivation (Appendix A). The paper picks beta
+#: in [1e-5, 10] and kappa by Hyperopt per dataset (:data:`AMCL_PAPER_BETA_RANGE`), so these
+#: are its stated defaults, not tuned values. kappa = 100 needs at least 100 negatives per
+#: anchor (a batch of 51 or more in the NT-Xent form; the paper trains at batch 512). The keys
+#: are keywords of ``adapters.lightly.AMCLLoss(dim, **AMCL_PAPER)`` and
+#: ``adapters.sentence_transformers.AMCLLoss(model, **AMCL_PAPER)``; in the core,
+#: :meth:`AMCLLoss.paper_config` builds the loss and ``num_heads`` goes to
+#: :class:`MultiHeadProjection`. Not the default: in the top-1 / shared-temperature regime the
+#: loss degenerates (see :class:`AMCLLoss`).
+AMCL_PAPER: dict = {"num_heads": 3, "beta": 1.0, "negative_term": "topk", "kappa": 100,
+                    "objective": "nt_xent", "eta": 1e-5, "iota": 2.0}
+#: The range the paper searches beta over (Sec. 5 and Appendix, Fig. 9).
+AMCL_PAPER_BETA_RANGE = (1e-5, 10.0)
+
 
 def omega(tau: Tensor, dim: int) -> Tensor:
     """AMCL's temperature regulariser ``(dim/2) log tau + 1/tau`` in float32 (Eq. 4)."""
@@ -271,6 +290,25 @@ class AMCLLoss(ContrastiveLoss):
         self.temperature_net = options.pop("temperature_net")
         for name, value in options.items():
             setattr(self, name, value)
+
+    @classmethod
+    def paper_config(cls, dim: int, **overrides) -> AMCLLoss:
+        """AMCL with the paper's settings (:data:`AMCL_PAPER`) and a fresh
+        :class:`PairTemperature` of feature dimension ``dim``; ``overrides`` replace any of them.
+
+        ``num_heads`` is not a setting of the loss (it takes ``[C, N, D]``): build the heads with
+        ``MultiHeadProjection(..., num_heads=AMCL_PAPER["num_heads"])``.
+
+        Examples:
+            >>> loss_fn = AMCLLoss.paper_config(dim=32)
+            >>> heads = MultiHeadProjection(64, 64, 32, num_heads=AMCL_PAPER["num_heads"])
+            >>> x0, x1 = torch.randn(128, 64), torch.randn(128, 64)
+            >>> loss = loss_fn(heads(x0), heads(x1))
+        """
+        config = {**AMCL_PAPER, **overrides}
+        config.pop("num_heads")
+        net = PairTemperature(dim, eta=config.pop("eta"), iota=config.pop("iota"))
+        return cls(net, **config)
 
     def forward(self, z0: Tensor, z1: Tensor, negatives: Tensor | None = None) -> Tensor:
         """AMCL loss of ``[C, N, D]`` (or ``[N, D]``) projections of two views; ``negatives``
@@ -568,5 +606,5 @@ class AMCLBarlowTwinsLoss(nn.Module):
         return loss
 
 
-__all__ = ["AMCLLoss", "amcl", "amcl_simsiam", "amcl_barlow_twins", "pair_term", "AMCLSimSiamLoss", "AMCLBarlowTwinsLoss", "PairTemperature",
+__all__ = ["AMCLLoss", "AMCL_PAPER", "AMCL_PAPER_BETA_RANGE", "amcl", "amcl_simsiam", "amcl_barlow_twins", "pair_term", "AMCLSimSiamLoss", "AMCLBarlowTwinsLoss", "PairTemperature",
            "ConstantTemperature", "MultiHeadProjection", "omega"]
