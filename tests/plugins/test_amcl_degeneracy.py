@@ -42,7 +42,8 @@ def _learned_temperature(kind: str, beta: float, negative_term: str = "topk",
                          steps: int = 200) -> float:
     z0, z1 = _batch(kind)
     net = _shared_temperature_net()
-    loss_fn = AMCLLoss(net, beta, negative_term=negative_term, kappa=1)
+    loss_fn = AMCLLoss(net, beta, negative_term=negative_term, kappa=1,
+                       bound_warning_steps=None)
     opt = torch.optim.Adam([net.phi.bias], lr=0.05)
     for _ in range(steps):
         opt.zero_grad()
@@ -137,3 +138,74 @@ def test_paper_config_keys_are_keywords_of_both_adapters():
     lightly_loss = LightlyAMCLLoss(dim=16, **AMCL_PAPER)
     assert lightly_loss(torch.randn(3, 64, 16), torch.randn(3, 64, 16)).isfinite()
     assert set(AMCL_PAPER) <= set(inspect.signature(st_adapter.AMCLLoss).parameters)
+
+
+def _loss_with_temperature_at(bias: float, steps: int | None = 5) -> AMCLLoss:
+    """A loss whose shared temperature is fixed by ``phi``'s bias: large -> the floor eta."""
+    net = _shared_temperature_net()
+    with torch.no_grad():
+        net.phi.bias.fill_(bias)
+    return AMCLLoss(net, 1e-3, bound_warning_steps=steps)
+
+
+def _steps(loss_fn: AMCLLoss, count: int) -> None:
+    z0, z1 = _batch("aligned")
+    for _ in range(count):
+        loss_fn(z0, z1).backward()
+
+
+def test_bound_warning_fires_once_after_the_configured_number_of_steps_at_the_floor():
+    import warnings
+
+    loss_fn = _loss_with_temperature_at(bias=10.0)  # <phi, phi> = 800, clamped: tau = eta
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _steps(loss_fn, 4)
+        assert caught == []
+        _steps(loss_fn, 1)
+        assert [w.category for w in caught] == [RuntimeWarning]
+        assert "sat at a bound" in str(caught[0].message)
+        assert "5 consecutive training steps" in str(caught[0].message)
+        _steps(loss_fn, 20)
+    assert len(caught) == 1
+
+
+def test_bound_warning_stays_silent_when_temperatures_are_inside_or_it_is_disabled():
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _steps(_loss_with_temperature_at(bias=0.3), 12)  # tau = 2 sigmoid(-0.72) ~ 0.65
+        _steps(_loss_with_temperature_at(bias=10.0, steps=None), 12)
+        evaluating = _loss_with_temperature_at(bias=10.0).eval()
+        _steps(evaluating, 12)
+
+
+def test_bound_warning_counts_consecutive_steps_only():
+    """Four steps at the floor, one inside, four at the floor: never five in a row."""
+    import warnings
+
+    loss_fn = _loss_with_temperature_at(bias=10.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        _steps(loss_fn, 4)
+        with torch.no_grad():
+            loss_fn.temperature_net.phi.bias.fill_(0.3)
+        _steps(loss_fn, 1)
+        with torch.no_grad():
+            loss_fn.temperature_net.phi.bias.fill_(10.0)
+        _steps(loss_fn, 4)
+
+
+def test_bound_tracking_reads_the_device_counter_once_per_window_only():
+    from .test_devices import HostSyncDetector
+
+    loss_fn = _loss_with_temperature_at(bias=10.0, steps=3)
+    loss_fn.check_finite = False  # its own CPU read is not what this test counts
+    z0, z1 = _batch("aligned")
+    reads = []
+    for _ in range(6):
+        with HostSyncDetector() as detector:
+            loss_fn(z0, z1)
+        reads.append(len(detector.calls))
+    assert reads == [0, 0, 1, 0, 0, 0]  # warned at step 3, no reads after

@@ -25,6 +25,8 @@ are detached, as in SimSiam.
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 from torch import Tensor, nn
 
@@ -44,6 +46,12 @@ from .tiled import streamed_pair_lse, streamed_sum, streamed_top_columns, top_co
 
 NEGATIVE_TERMS = ("topk", "softmax")
 OBJECTIVES = ("nt_xent", "infonce")
+#: How close (absolute) a mean learned temperature must be to ``eta`` or ``eta + iota`` to count
+#: as sitting at a bound.
+BOUND_TOLERANCE = 1e-3
+BOUND_WARNING = ("AMCL's learned temperatures have sat at a bound of the temperature network "
+                 "(eta or eta + iota) for {steps} consecutive training steps: the temperature "
+                 "level is degenerate (see 'Degeneracy' in the AMCLLoss docstring)")
 
 #: The paper's settings for SimCLR / MoCo on the smaller datasets (Wang et al., ECCV 2024):
 #: 3 projection heads (Sec. 5, "Impact of the number of projection heads", Fig. 5 left: "we use
@@ -246,6 +254,16 @@ class AMCLLoss(ContrastiveLoss):
             :class:`PairTemperature` and :class:`ConstantTemperature` do): a pair's
             temperature is ``squash(<features(a), features(b)>)``, recomputed inside a tile.
             A ``ValueError`` otherwise.
+        bound_warning_steps: warn once per loss instance (``RuntimeWarning``,
+            :data:`BOUND_WARNING`) when the mean positive or the mean pair temperature of a
+            :class:`PairTemperature` has stayed within :data:`BOUND_TOLERANCE` of ``eta`` or
+            ``eta + iota`` for this many consecutive training steps (forward in ``train()``
+            mode with gradients on); ``None`` disables it. The run of steps at a bound is
+            counted in a tensor on the loss's device, so a step adds no host-device
+            synchronisation; the host reads that counter once every ``bound_warning_steps``
+            steps (one read per window; a run that persists is reported within
+            ``2 * bound_warning_steps`` steps of its start).
+            Not tracked while ``torch.compile`` traces the loss.
 
     Among candidates tied exactly, the top-kappa takes the lowest columns (the positive, for
     ``objective="infonce"``, counts as the last column) in both paths, so the tiled and the
@@ -282,7 +300,8 @@ class AMCLLoss(ContrastiveLoss):
                  negative_term: str = "topk", kappa: int = 1, objective: str = "nt_xent",
                  form: str = "nt_xent", gather_distributed: bool = False,
                  gather_fn: GatherFn | None = None, check_finite: bool = True,
-                 tile_size: int | None = None, reduction: str = "mean") -> None:
+                 tile_size: int | None = None, reduction: str = "mean",
+                 bound_warning_steps: int | None = 100) -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
                          check_finite=check_finite, tile_size=tile_size, reduction=reduction)
         options = _amcl_options(temperature_net, beta, negative_term, kappa, objective,
@@ -290,6 +309,11 @@ class AMCLLoss(ContrastiveLoss):
         self.temperature_net = options.pop("temperature_net")
         for name, value in options.items():
             setattr(self, name, value)
+        self.bound_warning_steps = (None if bound_warning_steps is None else
+                                    check_int("bound_warning_steps", bound_warning_steps, 1))
+        self._bound_run: Tensor | None = None  # consecutive steps at a bound, on the device
+        self._tracked_steps = 0
+        self._bound_warned = False
 
     @classmethod
     def paper_config(cls, dim: int, **overrides) -> AMCLLoss:
@@ -313,7 +337,32 @@ class AMCLLoss(ContrastiveLoss):
     def forward(self, z0: Tensor, z1: Tensor, negatives: Tensor | None = None) -> Tensor:
         """AMCL loss of ``[C, N, D]`` (or ``[N, D]``) projections of two views; ``negatives``
         ``[C, K, D]`` (or ``[K, D]``), one set per head."""
-        return super().forward(z0, z1, negatives)
+        loss = super().forward(z0, z1, negatives)
+        if (self.bound_warning_steps is not None and not self._bound_warned and self.training
+                and torch.is_grad_enabled() and not torch.compiler.is_compiling()):
+            self._track_bounds()
+        return loss
+
+    def _track_bounds(self) -> None:
+        """Count the consecutive steps the mean temperatures sit at a bound (device-side) and
+        read the count on the host once every ``bound_warning_steps`` steps."""
+        net = self.temperature_net
+        if not isinstance(net, PairTemperature):
+            return
+        means = torch.stack([self.last_stats["temperature"].float(),
+                             self.last_stats["negative_temperature"].float()])
+        at_bound = (((means - net.eta).abs() <= BOUND_TOLERANCE)
+                    | ((means - (net.eta + net.iota)).abs() <= BOUND_TOLERANCE)).any()
+        run = self._bound_run
+        if run is None or run.device != at_bound.device:
+            run = torch.zeros((), dtype=torch.long, device=at_bound.device)
+        self._bound_run = torch.where(at_bound, run + 1, 0)
+        self._tracked_steps += 1
+        steps = self.bound_warning_steps
+        if self._tracked_steps % steps == 0 and at_bound.device.type != "meta":
+            if bool(self._bound_run >= steps):  # the one host read of the window
+                self._bound_warned = True
+                warnings.warn(BOUND_WARNING.format(steps=steps), RuntimeWarning, stacklevel=2)
 
     def compute(self, z0: Tensor, z1: Tensor, negatives: Tensor | None) -> tuple[Tensor, Stats]:
         return _amcl(z0, z1, negatives, self.candidates, self.temperature_net, beta=self.beta,
@@ -322,7 +371,8 @@ class AMCLLoss(ContrastiveLoss):
 
     def extra_repr(self) -> str:
         return (f"beta={self.beta}, negative_term={self.negative_term!r}, kappa={self.kappa}, "
-                f"objective={self.objective!r}, {super().extra_repr()}")
+                f"objective={self.objective!r}, bound_warning_steps={self.bound_warning_steps}, "
+                f"{super().extra_repr()}")
 
 
 def _tileable(net: nn.Module) -> bool:
@@ -606,5 +656,5 @@ class AMCLBarlowTwinsLoss(nn.Module):
         return loss
 
 
-__all__ = ["AMCLLoss", "AMCL_PAPER", "AMCL_PAPER_BETA_RANGE", "amcl", "amcl_simsiam", "amcl_barlow_twins", "pair_term", "AMCLSimSiamLoss", "AMCLBarlowTwinsLoss", "PairTemperature",
+__all__ = ["AMCLLoss", "AMCL_PAPER", "AMCL_PAPER_BETA_RANGE", "BOUND_WARNING", "amcl", "amcl_simsiam", "amcl_barlow_twins", "pair_term", "AMCLSimSiamLoss", "AMCLBarlowTwinsLoss", "PairTemperature",
            "ConstantTemperature", "MultiHeadProjection", "omega"]
