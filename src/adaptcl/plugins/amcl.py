@@ -25,6 +25,8 @@ are detached, as in SimSiam.
 
 from __future__ import annotations
 
+import warnings
+
 import torch
 from torch import Tensor, nn
 
@@ -44,6 +46,31 @@ from .tiled import streamed_pair_lse, streamed_sum, streamed_top_columns, top_co
 
 NEGATIVE_TERMS = ("topk", "softmax")
 OBJECTIVES = ("nt_xent", "infonce")
+#: How close (absolute) a mean learned temperature must be to ``eta`` or ``eta + iota`` to count
+#: as sitting at a bound.
+BOUND_TOLERANCE = 1e-3
+BOUND_WARNING = ("AMCL's learned temperatures have sat at a bound of the temperature network "
+                 "(eta or eta + iota) for {steps} consecutive training steps: the temperature "
+                 "level is degenerate (see 'Degeneracy' in the AMCLLoss docstring)")
+
+#: The paper's settings for SimCLR / MoCo on the smaller datasets (Wang et al., ECCV 2024):
+#: 3 projection heads (Sec. 5, "Impact of the number of projection heads", Fig. 5 left: "we use
+#: 3 heads in our paper"); the top-kappa negative term with kappa = 100 (Fig. 5 right: top-kappa
+#: beats soft-max at kappa = 100 and 150); the NT-Xent form of Table 2.1; temperature bounds
+#: eta = 1e-5, iota = 2 (Sec. 5, experimental setup; iota = 5 on ImageNet / Tiny-ImageNet); and
+#: beta = 1, the value of the maximum-likelihood derivation (Appendix A). The paper picks beta
+#: in [1e-5, 10] and kappa by Hyperopt per dataset (:data:`AMCL_PAPER_BETA_RANGE`), so these
+#: are its stated defaults, not tuned values. kappa = 100 needs at least 100 negatives per
+#: anchor (a batch of 51 or more in the NT-Xent form; the paper trains at batch 512). The keys
+#: are keywords of ``adapters.lightly.AMCLLoss(dim, **AMCL_PAPER)`` and
+#: ``adapters.sentence_transformers.AMCLLoss(model, **AMCL_PAPER)``; in the core,
+#: :meth:`AMCLLoss.paper_config` builds the loss and ``num_heads`` goes to
+#: :class:`MultiHeadProjection`. Not the default: in the top-1 / shared-temperature regime the
+#: loss degenerates (see :class:`AMCLLoss`).
+AMCL_PAPER: dict = {"num_heads": 3, "beta": 1.0, "negative_term": "topk", "kappa": 100,
+                    "objective": "nt_xent", "eta": 1e-5, "iota": 2.0}
+#: The range the paper searches beta over (Sec. 5 and Appendix, Fig. 9).
+AMCL_PAPER_BETA_RANGE = (1e-5, 10.0)
 
 
 def omega(tau: Tensor, dim: int) -> Tensor:
@@ -227,6 +254,16 @@ class AMCLLoss(ContrastiveLoss):
             :class:`PairTemperature` and :class:`ConstantTemperature` do): a pair's
             temperature is ``squash(<features(a), features(b)>)``, recomputed inside a tile.
             A ``ValueError`` otherwise.
+        bound_warning_steps: warn once per loss instance (``RuntimeWarning``,
+            :data:`BOUND_WARNING`) when the mean positive or the mean pair temperature of a
+            :class:`PairTemperature` has stayed within :data:`BOUND_TOLERANCE` of ``eta`` or
+            ``eta + iota`` for this many consecutive training steps (forward in ``train()``
+            mode with gradients on); ``None`` disables it. The run of steps at a bound is
+            counted in a tensor on the loss's device, so a step adds no host-device
+            synchronisation; the host reads that counter once every ``bound_warning_steps``
+            steps (one read per window; a run that persists is reported within
+            ``2 * bound_warning_steps`` steps of its start).
+            Not tracked while ``torch.compile`` traces the loss.
 
     Among candidates tied exactly, the top-kappa takes the lowest columns (the positive, for
     ``objective="infonce"``, counts as the last column) in both paths, so the tiled and the
@@ -237,6 +274,20 @@ class AMCLLoss(ContrastiveLoss):
     per-head losses are summed (the paper's l = sum_c l_c) and averaged over anchors.
     With one head, a constant temperature, ``beta=0``, ``negative_term="softmax"`` and
     ``objective="infonce"`` it equals InfoNCE exactly.
+
+    Degeneracy (issue 16; ``tests/plugins/test_amcl_degeneracy.py``): in the max-negative
+    form (Table 2.1, kappa = 1) the per-anchor loss is
+    ``-s+/tau+ + s-/tau- + beta Omega(tau+) - beta Omega(tau-)``. When the positive and the
+    hardest negative get the same temperature ``tau`` (one shared pair network that no longer
+    tells the pairs apart), the regulariser terms cancel exactly and the loss is
+    ``(s- - s+) / tau``: nothing pins the temperature level. If the hardest negative is closer
+    than the positive (``s- > s+``) the loss falls as tau grows, and the temperature runs to the
+    largest value the network reaches (the sigmoid's midpoint ``eta + iota / 2``, about 1, when
+    ``phi`` gives every sample the same output, since then ``<phi(a), phi(b)> >= 0``); otherwise
+    it runs to the floor ``eta``. beta drops out, so no beta (1e-5 to 1 checked) cures it.
+    With a shared temperature the soft-max form (Eq. 7) is no cure by itself either: Omega
+    factors out of its log-sum-exp and cancels in the same way, and on the test's fixed
+    embeddings it reaches the same bounds.
 
     Examples:
         >>> net = PairTemperature(dim=32)
@@ -249,7 +300,8 @@ class AMCLLoss(ContrastiveLoss):
                  negative_term: str = "topk", kappa: int = 1, objective: str = "nt_xent",
                  form: str = "nt_xent", gather_distributed: bool = False,
                  gather_fn: GatherFn | None = None, check_finite: bool = True,
-                 tile_size: int | None = None, reduction: str = "mean") -> None:
+                 tile_size: int | None = None, reduction: str = "mean",
+                 bound_warning_steps: int | None = 100) -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
                          check_finite=check_finite, tile_size=tile_size, reduction=reduction)
         options = _amcl_options(temperature_net, beta, negative_term, kappa, objective,
@@ -257,11 +309,60 @@ class AMCLLoss(ContrastiveLoss):
         self.temperature_net = options.pop("temperature_net")
         for name, value in options.items():
             setattr(self, name, value)
+        self.bound_warning_steps = (None if bound_warning_steps is None else
+                                    check_int("bound_warning_steps", bound_warning_steps, 1))
+        self._bound_run: Tensor | None = None  # consecutive steps at a bound, on the device
+        self._tracked_steps = 0
+        self._bound_warned = False
+
+    @classmethod
+    def paper_config(cls, dim: int, **overrides) -> AMCLLoss:
+        """AMCL with the paper's settings (:data:`AMCL_PAPER`) and a fresh
+        :class:`PairTemperature` of feature dimension ``dim``; ``overrides`` replace any of them.
+
+        ``num_heads`` is not a setting of the loss (it takes ``[C, N, D]``): build the heads with
+        ``MultiHeadProjection(..., num_heads=AMCL_PAPER["num_heads"])``.
+
+        Examples:
+            >>> loss_fn = AMCLLoss.paper_config(dim=32)
+            >>> heads = MultiHeadProjection(64, 64, 32, num_heads=AMCL_PAPER["num_heads"])
+            >>> x0, x1 = torch.randn(128, 64), torch.randn(128, 64)
+            >>> loss = loss_fn(heads(x0), heads(x1))
+        """
+        config = {**AMCL_PAPER, **overrides}
+        config.pop("num_heads")
+        net = PairTemperature(dim, eta=config.pop("eta"), iota=config.pop("iota"))
+        return cls(net, **config)
 
     def forward(self, z0: Tensor, z1: Tensor, negatives: Tensor | None = None) -> Tensor:
         """AMCL loss of ``[C, N, D]`` (or ``[N, D]``) projections of two views; ``negatives``
         ``[C, K, D]`` (or ``[K, D]``), one set per head."""
-        return super().forward(z0, z1, negatives)
+        loss = super().forward(z0, z1, negatives)
+        if (self.bound_warning_steps is not None and not self._bound_warned and self.training
+                and torch.is_grad_enabled() and not torch.compiler.is_compiling()):
+            self._track_bounds()
+        return loss
+
+    def _track_bounds(self) -> None:
+        """Count the consecutive steps the mean temperatures sit at a bound (device-side) and
+        read the count on the host once every ``bound_warning_steps`` steps."""
+        net = self.temperature_net
+        if not isinstance(net, PairTemperature):
+            return
+        means = torch.stack([self.last_stats["temperature"].float(),
+                             self.last_stats["negative_temperature"].float()])
+        at_bound = (((means - net.eta).abs() <= BOUND_TOLERANCE)
+                    | ((means - (net.eta + net.iota)).abs() <= BOUND_TOLERANCE)).any()
+        run = self._bound_run
+        if run is None or run.device != at_bound.device:
+            run = torch.zeros((), dtype=torch.long, device=at_bound.device)
+        self._bound_run = torch.where(at_bound, run + 1, 0)
+        self._tracked_steps += 1
+        steps = self.bound_warning_steps
+        if self._tracked_steps % steps == 0 and at_bound.device.type != "meta":
+            if bool(self._bound_run >= steps):  # the one host read of the window
+                self._bound_warned = True
+                warnings.warn(BOUND_WARNING.format(steps=steps), RuntimeWarning, stacklevel=2)
 
     def compute(self, z0: Tensor, z1: Tensor, negatives: Tensor | None) -> tuple[Tensor, Stats]:
         return _amcl(z0, z1, negatives, self.candidates, self.temperature_net, beta=self.beta,
@@ -270,7 +371,8 @@ class AMCLLoss(ContrastiveLoss):
 
     def extra_repr(self) -> str:
         return (f"beta={self.beta}, negative_term={self.negative_term!r}, kappa={self.kappa}, "
-                f"objective={self.objective!r}, {super().extra_repr()}")
+                f"objective={self.objective!r}, bound_warning_steps={self.bound_warning_steps}, "
+                f"{super().extra_repr()}")
 
 
 def _tileable(net: nn.Module) -> bool:
@@ -554,5 +656,5 @@ class AMCLBarlowTwinsLoss(nn.Module):
         return loss
 
 
-__all__ = ["AMCLLoss", "amcl", "amcl_simsiam", "amcl_barlow_twins", "pair_term", "AMCLSimSiamLoss", "AMCLBarlowTwinsLoss", "PairTemperature",
+__all__ = ["AMCLLoss", "AMCL_PAPER", "AMCL_PAPER_BETA_RANGE", "BOUND_WARNING", "amcl", "amcl_simsiam", "amcl_barlow_twins", "pair_term", "AMCLSimSiamLoss", "AMCLBarlowTwinsLoss", "PairTemperature",
            "ConstantTemperature", "MultiHeadProjection", "omega"]
