@@ -390,3 +390,11 @@ def test_gather_distributed_hands_lightlys_gather_to_every_core_loss(name):
     assert gathered.criterion.gather_fn is ours.lightly_gather
     assert gathered.criterion.gather_distributed is True
     assert ALL_LOSSES[name]().criterion.gather_fn is None
+
+
+def test_amcl_bound_warning_steps_reaches_the_core_and_none_disables_it():
+    from adaptcl.adapters.lightly import AMCLLoss
+
+    assert AMCLLoss(dim=8).criterion.bound_warning_steps == 100
+    assert AMCLLoss(dim=8, bound_warning_steps=7).criterion.bound_warning_steps == 7
+    assert AMCLLoss(dim=8, bound_warning_steps=None).criterion.bound_warning_steps is None

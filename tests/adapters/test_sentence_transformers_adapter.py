@@ -221,3 +221,10 @@ def test_tensorboard_dir_gets_the_loss_and_adaptive_curves_through_the_trainer(t
         [h["adaptcl/temperature"] for h in logged], rel=1e-6)
     assert "train/adaptcl/alignment" in curves
     assert not (tmp_path / "out" / "checkpoints" / "runs").exists()  # only where it was asked
+
+
+def test_amcl_bound_warning_steps_reaches_the_core_and_none_disables_it(tiny_bert):
+    model = build_simcse_model(str(tiny_bert), "cls_before_pooler", max_seq_length=16)
+    assert st_losses.AMCLLoss(model, projection_dim=8).core.bound_warning_steps == 100
+    loss = st_losses.AMCLLoss(model, projection_dim=8, bound_warning_steps=None)
+    assert loss.core.bound_warning_steps is None

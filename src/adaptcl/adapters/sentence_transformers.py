@@ -567,7 +567,7 @@ class AMCLLoss(AdaptiveContrastiveLoss):
                  objective: str = "infonce", gather_across_devices: bool = False,
                  tile_size: int | None = None, mini_batch_size: int | None = None,
                  mini_batch_num_tokens: int | None = None, check_finite: bool = True,
-                 show_progress_bar: bool = False) -> None:
+                 show_progress_bar: bool = False, bound_warning_steps: int | None = 100) -> None:
         self._check_model(model)
         dim = None if model is None else embedding_dimension(model)
         if dim is None:
@@ -577,7 +577,8 @@ class AMCLLoss(AdaptiveContrastiveLoss):
         core = plugins.AMCLLoss(plugins.PairTemperature(projection_dim, eta=eta, iota=iota),
                                 beta=beta, negative_term=negative_term, kappa=kappa,
                                 objective=objective, form="cross_view", check_finite=check_finite,
-                                tile_size=tile_size, **_gather_kwargs(gather_across_devices))
+                                tile_size=tile_size, bound_warning_steps=bound_warning_steps,
+                                **_gather_kwargs(gather_across_devices))
         super().__init__(model, core, gather_across_devices=gather_across_devices,
                          mini_batch_size=mini_batch_size, mini_batch_num_tokens=mini_batch_num_tokens,
                          show_progress_bar=show_progress_bar)

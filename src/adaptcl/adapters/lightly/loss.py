@@ -359,6 +359,8 @@ class AMCLLoss(MemoryBankLoss):
         form: in-batch candidate set without a memory bank.
         temperature_net: a custom temperature module (e.g. ``plugins.amcl.ConstantTemperature``).
         persistent_memory_bank, check_finite, tile_size: as in :class:`NTXentLoss`.
+        bound_warning_steps: warn once when the learned temperatures sit at a bound this many
+            training steps in a row (``None`` disables); see :class:`adaptcl.plugins.AMCLLoss`.
 
     Examples:
         >>> loss_fn = AMCLLoss(dim=16, beta=1e-3, kappa=1, num_heads=2)
@@ -373,13 +375,14 @@ class AMCLLoss(MemoryBankLoss):
                  gather_distributed: bool = False, *, num_heads: int = 1,
                  form: str = "nt_xent", temperature_net: nn.Module | None = None,
                  persistent_memory_bank: bool = False, check_finite: bool = True,
-                 tile_size: int | None = None) -> None:
+                 tile_size: int | None = None, bound_warning_steps: int | None = 100) -> None:
         check_int("dim", dim, 1)
         net = (_amcl.PairTemperature(dim, eta=eta, iota=iota) if temperature_net is None
                else temperature_net)
 
         core = functools.partial(_amcl.AMCLLoss, net, beta, negative_term=negative_term,
-                                 kappa=kappa, objective=objective)
+                                 kappa=kappa, objective=objective,
+                                 bound_warning_steps=bound_warning_steps)
         super().__init__(core, memory_bank_size, gather_distributed, form=form,
                          persistent_memory_bank=persistent_memory_bank,
                          check_finite=check_finite, tile_size=tile_size,
