@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import io
 import os
-import socket
 import tempfile
 
 import pytest
@@ -28,6 +27,8 @@ from adaptcl.adapters.lightly import (  # noqa: E402
     NTXentLoss,
     PersistentMemoryBankModule,
 )
+
+from .._distributed import free_port  # noqa: E402
 
 
 def _pair(n=16, d=32, seed=0, dtype=torch.float32):
@@ -259,12 +260,6 @@ def test_amcl_loss_with_per_head_memory_banks():
 # ---------------------------------------------------------------------------------------------
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _make_losses():
     return {
         "macl": lambda: MACLLoss(temperature=0.1, alpha=0.5, a0=0.0, gather_distributed=True),
@@ -322,7 +317,7 @@ def _worker(rank: int, world: int, port: int, out_dir: str) -> None:
 def test_two_process_gloo_matches_single_process_full_batch():
     world = 2
     with tempfile.TemporaryDirectory() as out_dir:
-        mp.spawn(_worker, args=(world, _free_port(), out_dir), nprocs=world, join=True)
+        mp.spawn(_worker, args=(world, free_port(), out_dir), nprocs=world, join=True)
         ranks = [torch.load(os.path.join(out_dir, f"rank{r}.pt"), weights_only=False)
                  for r in range(world)]
 

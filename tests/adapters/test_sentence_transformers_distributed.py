@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
-import socket
 
 import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+
+from .._distributed import free_port
 
 pytest.importorskip("sentence_transformers")
 
@@ -63,17 +64,11 @@ def _worker(rank: int, port: int, results):
         dist.destroy_process_group()
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def results():
     manager = mp.Manager()
     shared = manager.dict()
-    mp.spawn(_worker, args=(_port(), shared), nprocs=WORLD, join=True)
+    mp.spawn(_worker, args=(free_port(), shared), nprocs=WORLD, join=True)
     return dict(shared)
 
 

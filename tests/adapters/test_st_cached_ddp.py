@@ -5,7 +5,6 @@ synchronises once, after the last mini-batch, and not at all inside an outer ``n
 from __future__ import annotations
 
 import os
-import socket
 
 import pytest
 import torch
@@ -14,6 +13,7 @@ import torch.multiprocessing as mp
 
 pytest.importorskip("sentence_transformers")
 
+from .._distributed import free_port
 from ._tiny_models import CORPUS, build_tiny_model  # noqa: E402
 
 WORLD, ROWS = 2, 4  # 4 rows per rank at mini-batch 2: four replayed mini-batches per step
@@ -78,17 +78,11 @@ def _worker(rank: int, port: int, path: str, results) -> None:
         dist.destroy_process_group()
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
     path = build_tiny_model(tmp_path_factory.mktemp("tiny-bert-ddp"), "bert")
     shared = mp.Manager().dict()
-    mp.spawn(_worker, args=(_port(), str(path), shared), nprocs=WORLD, join=True)
+    mp.spawn(_worker, args=(free_port(), str(path), shared), nprocs=WORLD, join=True)
     return dict(shared)
 
 

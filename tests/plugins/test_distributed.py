@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import socket
 
 import pytest
 import torch
@@ -11,6 +10,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from adaptcl.plugins import AMCLLoss, DCLLoss, InfoNCELoss, MACLLoss, NCELoss, PairTemperature
+
+from .._distributed import free_port
 
 WORLD = 2
 N, D = 6, 8
@@ -71,19 +72,13 @@ def _worker(rank: int, port: int, results):
         dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def distributed_results():
     if not dist.is_available():
         pytest.skip("torch.distributed is not available in this build")
     manager = mp.Manager()
     results = manager.dict()
-    mp.spawn(_worker, args=(_free_port(), results), nprocs=WORLD, join=True)
+    mp.spawn(_worker, args=(free_port(), results), nprocs=WORLD, join=True)
     return dict(results)
 
 
