@@ -47,13 +47,16 @@ import json
 import logging
 import os
 import re
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from adaptcl.adapters._atomic import atomic_write
+
+from ._common import write_text_atomic
 
 POOLERS: tuple[str, ...] = ("cls", "cls_before_pooler", "avg", "avg_first_last", "avg_top2")
 CACHE_ENV = "ADAPTCL_CACHE_DIR"
@@ -241,10 +244,10 @@ class SentenceEncoder:
         buffer = io.BytesIO()
         np.save(buffer, array)
         data = buffer.getvalue()
-        _write_bytes_atomic(path, data)
+        atomic_write(path, lambda handle: handle.write(data))
         meta = {**self.identity(), "dataset": dataset, "n_sentences": n,
                 "shape": list(array.shape), "sha256": hashlib.sha256(data).hexdigest()}
-        _write_bytes_atomic(path.with_suffix(".json"), (json.dumps(meta, indent=2) + "\n").encode())
+        write_text_atomic(path.with_suffix(".json"), json.dumps(meta, indent=2) + "\n")
 
     def _load(self, path: Path, n: int) -> np.ndarray | None:
         """The cached array at ``path`` if it is complete and matches its record, else ``None``
@@ -317,21 +320,6 @@ class SentenceEncoder:
             out[chunk] = emb
         assert out is not None
         return out
-
-
-def _write_bytes_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; cache files are shareable data
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 class CallableEncoder(SentenceEncoder):
