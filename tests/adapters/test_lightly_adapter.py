@@ -226,7 +226,7 @@ def test_amcl_heads_and_loss_train_the_temperature_network():
     z0, z1 = heads(x0), heads(x1)
     assert z0.shape == (3, 10, 8)
     assert not torch.allclose(z0[0], z0[1])  # independent weights
-    loss_fn = AMCLLoss(dim=8, beta=1e-3, kappa=2, num_heads=3)
+    loss_fn = AMCLLoss(dim=8, beta=1e-3, negative_term="topk", kappa=2, num_heads=3)
     loss = loss_fn(z0, z1)
     loss.backward()
     assert torch.isfinite(loss)
@@ -273,10 +273,10 @@ def _make_losses():
         "ascl_bank": lambda: ASCLLoss(temperature=0.1, sharpen_temperature=0.05,
                                       num_neighbors=2, memory_bank_size=(40, 8),
                                       gather_distributed=True),
-        "amcl_bank": lambda: AMCLLoss(dim=8, beta=1e-2, kappa=3, memory_bank_size=(40, 8),
+        "amcl_bank": lambda: AMCLLoss(dim=8, beta=1e-2, negative_term="topk", kappa=3, memory_bank_size=(40, 8),
                                       gather_distributed=True),
         # the learned pair temperatures see the gathered candidates too (same seed: same net)
-        "amcl": lambda: AMCLLoss(dim=8, beta=1e-2, kappa=3, gather_distributed=True),
+        "amcl": lambda: AMCLLoss(dim=8, beta=1e-2, negative_term="topk", kappa=3, gather_distributed=True),
         "amcl_softmax": lambda: AMCLLoss(dim=8, beta=1e-2, negative_term="softmax",
                                          objective="infonce", gather_distributed=True),
     }

@@ -39,7 +39,8 @@ ZERO_LOSSES = {
     "macl": lambda form, tile: MACLLoss(0.1, 0.5, form=form, tile_size=tile),
     "macl_wprime": lambda form, tile: MACLLoss(0.1, 0.5, weight_form="w_prime", form=form,
                                                tile_size=tile),
-    "amcl_topk": lambda form, tile: AMCLLoss(PairTemperature(8), form=form, tile_size=tile),
+    "amcl_topk": lambda form, tile: AMCLLoss(PairTemperature(8), negative_term="topk", form=form,
+                                                 tile_size=tile),
     "amcl_softmax_infonce": lambda form, tile: AMCLLoss(
         PairTemperature(8), negative_term="softmax", objective="infonce", form=form,
         tile_size=tile),

@@ -96,7 +96,7 @@ def methods(dim: int):
         "amcl_constant": (lambda t, tau=0.1: AMCLLoss(ConstantTemperature(tau), beta=1e-2,
                                                       negative_term="softmax", tile_size=t), False, False),
         "amcl_constant_topk": (lambda t, tau=0.1: AMCLLoss(ConstantTemperature(tau), beta=1e-2, kappa=2,
-                                                           tile_size=t), False, True),
+                                                           negative_term="topk", tile_size=t), False, True),
     }
 
 
@@ -369,7 +369,7 @@ def _tied_views():
 def test_amcl_topk_routes_tied_gradients_identically_when_tiled(kappa, objective, tile):
     def run(tile_size):
         torch.manual_seed(3)
-        fn = AMCLLoss(PairTemperature(8), 1e-2, kappa=kappa, objective=objective,
+        fn = AMCLLoss(PairTemperature(8), 1e-2, negative_term="topk", kappa=kappa, objective=objective,
                       form="cross_view", tile_size=tile_size)
         z0, z1 = _tied_views()
         loss = fn(z0, z1)
@@ -390,7 +390,7 @@ def test_amcl_topk_tie_goes_to_the_lowest_column():
     z0, z1 = _tied_views()
     z0 = z0.detach()[:1].requires_grad_()
     keys = z1.detach()
-    fn = AMCLLoss(ConstantTemperature(0.1), 0.0, kappa=1, form="cross_view")
+    fn = AMCLLoss(ConstantTemperature(0.1), 0.0, negative_term="topk", kappa=1, form="cross_view")
     # one anchor, its positive key 0, the other five keys as extra negatives
     leaf = keys[1:].clone().requires_grad_()
     loss = fn(z0, keys[:1], negatives=leaf)

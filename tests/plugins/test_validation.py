@@ -84,7 +84,7 @@ def test_queue_form_needs_negatives():
 
 
 def test_kappa_larger_than_candidates():
-    fn = AMCLLoss(ConstantTemperature(0.1), kappa=10, form="cross_view")
+    fn = AMCLLoss(ConstantTemperature(0.1), negative_term="topk", kappa=10, form="cross_view")
     with pytest.raises(ValueError, match="kappa=10"):
         fn(torch.randn(4, 8), torch.randn(4, 8))
     with pytest.raises(ValueError, match="kappa"):

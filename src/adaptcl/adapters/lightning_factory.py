@@ -50,6 +50,7 @@ def build_ssl_module(method: str, loss: str, *, backbone: str = "resnet-18", wid
                      hidden_dim: int = 512, output_dim: int = 128, temperature: float = 0.1,
                      macl_temperature: float | None = None, alpha: float = 0.5,
                      a0: float = 0.0, num_heads: int = 2, beta: float = 1e-3, kappa: int = 1,
+                     negative_term: str = "softmax", amcl_objective: str = "nt_xent",
                      queue_size: int = 4096, num_neighbors: int = 1,
                      sharpen_temperature: float = 0.05, gather_distributed: bool = False,
                      **module_kwargs: Any) -> M.SSLModule:
@@ -58,8 +59,9 @@ def build_ssl_module(method: str, loss: str, *, backbone: str = "resnet-18", wid
     The backbone is Lightly's CIFAR ResNet (:func:`~adaptcl.adapters.lightning_modules.
     cifar_resnet`, ``backbone`` and ``width``). ``temperature`` is tau of the fixed-temperature
     losses (and ASCL-MoCo's), ``macl_temperature`` MACL's tau0 (default ``temperature``),
-    ``alpha``/``a0`` MACL's, ``num_heads``/``beta``/``kappa`` AMCL's (its multi-heads wrap
-    the method's own Lightly head), ``num_neighbors``/``sharpen_temperature`` ASCL's.
+    ``alpha``/``a0`` MACL's, ``num_heads``/``beta``/``kappa``/``negative_term``/
+    ``amcl_objective`` AMCL's (its multi-heads wrap the method's own Lightly head),
+    ``num_neighbors``/``sharpen_temperature`` ASCL's.
     MoCo's queue (``queue_size`` x ``output_dim``) is the loss's memory bank, kept in
     checkpoints. ``gather_distributed`` gathers negatives across DDP ranks.
     ``module_kwargs`` go to :class:`~adaptcl.adapters.lightning_modules.SSLModule`
@@ -108,7 +110,8 @@ def build_ssl_module(method: str, loss: str, *, backbone: str = "resnet-18", wid
         if method == "barlowtwins":
             criterion = AMCLBarlowTwinsLoss(PairTemperature(out), beta)
         else:
-            criterion = L.AMCLLoss(out, beta, kappa=kappa, num_heads=num_heads,
+            criterion = L.AMCLLoss(out, beta, negative_term, kappa, amcl_objective,
+                                   num_heads=num_heads,
                                    **(queue if method == "moco" else
                                       {"gather_distributed": gather_distributed}))
         return module(net, feature_dim, criterion, projection_head=heads, **module_kwargs)

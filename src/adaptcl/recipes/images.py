@@ -86,6 +86,8 @@ class ImagesConfig:
     num_heads: int = 2
     beta: float = 1e-3
     kappa: int = 1
+    negative_term: str = "softmax"
+    amcl_objective: str = "nt_xent"
     queue_size: int | None = None
     num_neighbors: int = 1
     sharpen_temperature: float = 0.05
@@ -149,7 +151,8 @@ def _module(cfg: ImagesConfig, loss: str, num_classes: int):
         cfg.method, loss, backbone=cfg.backbone, width=cfg.width, hidden_dim=cfg.hidden_dim,
         output_dim=cfg.output_dim, temperature=cfg.temperature,
         macl_temperature=cfg.macl_temperature, alpha=cfg.alpha, a0=cfg.a0,
-        num_heads=cfg.num_heads, beta=cfg.beta, kappa=cfg.kappa, queue_size=cfg.queue_size,
+        num_heads=cfg.num_heads, beta=cfg.beta, kappa=cfg.kappa, negative_term=cfg.negative_term,
+        amcl_objective=cfg.amcl_objective, queue_size=cfg.queue_size,
         num_neighbors=cfg.num_neighbors, sharpen_temperature=cfg.sharpen_temperature,
         gather_distributed=cfg.strategy.startswith("ddp"), optimizer=cfg.optimizer, lr=cfg.lr,
         weight_decay=cfg.weight_decay, num_classes=num_classes, knn_k=cfg.knn_k, knn_t=cfg.knn_t)
@@ -364,7 +367,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                 "cifar10_*.npz (or cifar10/), or train/ and test/ class folders")
     runner.add_config_arguments(parser, ImagesConfig, choices={
         "method": METHODS, "losses": ALL_LOSSES, "source": ("auto", "torchvision", "npz", "folder"),
-        "npz_variant": ("auto", "lossless", "jpeg"), "optimizer": ("adam", "adamw", "sgd")},
+        "npz_variant": ("auto", "lossless", "jpeg"), "optimizer": ("adam", "adamw", "sgd"),
+        "negative_term": ("topk", "softmax"), "amcl_objective": ("nt_xent", "infonce")},
         helps={"losses": "losses (simclr: nt_xent macl dcl flatnce dual amcl; moco: nt_xent macl "
                "dcl ascl amcl; simsiam: negcos amcl; barlowtwins: barlow amcl; ascl-moco: ascl "
                "ahcl hard moco)", "full_data": "use every image available", "download":
@@ -372,7 +376,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                "resnet-9/18/34/50 (Lightly's CIFAR ResNet; none: the preset's)",
                "temperature": "tau (MACL: tau0; none: 0.1, MoCo 0.2)", "a0": "MACL A0 (none: 0, "
                "MoCo 0.2)", "num_heads": "AMCL heads C", "beta": "AMCL regulariser weight",
-               "kappa": "AMCL top-kappa negatives", "num_neighbors": "ASCL K", "knn_every":
+               "kappa": "AMCL top-kappa negatives",
+               "negative_term": "AMCL negative term (Eq. 7: hardest kappa or soft-max)",
+               "amcl_objective": "AMCL objective (Table 2.1 nt_xent, 2.4 infonce)",
+               "num_neighbors": "ASCL K", "knn_every":
                "online kNN monitor every N epochs (0: off; none: the preset's)"})
 
 

@@ -349,7 +349,8 @@ class AMCLLoss(MemoryBankLoss):
     Args:
         dim: head output dimension d' (input of the temperature network and of Omega).
         beta: weight of the temperature regulariser Omega (paper: 1e-5 ... 10).
-        negative_term: ``"topk"`` (mean of the kappa hardest negatives) or ``"softmax"``.
+        negative_term: ``"softmax"`` (default; Eq. 7) or ``"topk"`` (mean of the kappa hardest
+            negatives); the top-1 form degenerates, see :class:`adaptcl.plugins.AMCLLoss`.
         kappa: negatives in the top-kappa term.
         objective: ``"nt_xent"`` (Table 2.1) or ``"infonce"`` (Table 2.4).
         eta, iota: temperature bounds ``(eta, eta + iota)`` (paper: 1e-5 and 2 on CIFAR).
@@ -363,13 +364,13 @@ class AMCLLoss(MemoryBankLoss):
             training steps in a row (``None`` disables); see :class:`adaptcl.plugins.AMCLLoss`.
 
     Examples:
-        >>> loss_fn = AMCLLoss(dim=16, beta=1e-3, kappa=1, num_heads=2)
+        >>> loss_fn = AMCLLoss(dim=16, num_heads=2)   # soft-max negatives, beta 1e-3
         >>> z0, z1 = torch.randn(2, 8, 16), torch.randn(2, 8, 16)   # [heads, batch, dim]
         >>> loss = loss_fn(z0, z1)
         >>> tau = loss_fn.last_stats["temperature"]
     """
 
-    def __init__(self, dim: int, beta: float = 1e-3, negative_term: str = "topk",
+    def __init__(self, dim: int, beta: float = 1e-3, negative_term: str = "softmax",
                  kappa: int = 1, objective: str = "nt_xent", eta: float = 1e-5,
                  iota: float = 2.0, memory_bank_size: BankSize = 0,
                  gather_distributed: bool = False, *, num_heads: int = 1,
