@@ -25,6 +25,7 @@ RECIPES: dict[str, tuple[str, str]] = {
     "transfer": ("adaptcl.recipes.transfer", "SentEval transfer tasks (MR..MRPC): logistic regression"),
     "tu": ("adaptcl.recipes.tu", "GraphCL pre-training on TU datasets, SVM 10-fold CV, every loss"),
     "moleculenet": ("adaptcl.recipes.moleculenet", "GraphCL/MACL pre-training on SMILES, MoleculeNet fine-tuning, ROC-AUC"),
+    "compare": ("adaptcl.recipes.compare", "one table and plot over a setting (a sweep) from result files of one recipe, paired CIs"),
 }
 
 

@@ -420,13 +420,14 @@ def summary_table(summary: Mapping[str, Mapping[str, Any]], *, methods: Sequence
                   baseline: str | None = None, labels: Mapping[str, str] | None = None,
                   dataset_labels: Mapping[str, str] | None = None,
                   extra: Callable[[str], Mapping[str, str]] | None = None,
-                  digits: int = 2) -> str:
+                  digits: int = 2, row_header: str = "dataset") -> str:
     """Markdown: one row per dataset, ``mean ± std (n)`` per method, then each method minus the
-    baseline (mean paired difference and its 95% t-interval), then ``extra(dataset)`` columns."""
+    baseline (mean paired difference and its 95% t-interval), then ``extra(dataset)`` columns;
+    ``row_header`` names the first column."""
     labels = dict(labels or {})
     rows = []
     for name, entry in summary.items():
-        row: dict[str, Any] = {"dataset": (dataset_labels or {}).get(name, name)}
+        row: dict[str, Any] = {row_header: (dataset_labels or {}).get(name, name)}
         for method in methods:
             row[labels.get(method, method)] = format_mean_std(entry["methods"].get(method),
                                                               digits)

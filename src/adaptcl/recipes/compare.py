@@ -1,0 +1,242 @@
+"""``adaptcl compare``: one table and one plot over a setting, from several runs of one recipe.
+
+A sweep is several invocations of one recipe that differ in one setting, each with its own
+``--output-dir`` (``adaptcl images --batch-size 32``, ``64``, ``128``). ``adaptcl compare`` reads
+their result JSONs and writes, per value of the ``--by`` setting(s): each loss's mean ±
+population std over seeds, and each loss minus the baseline paired over seeds with a 95%
+t-interval (the statistics of :mod:`adaptcl.recipes.runner`). It refuses files that differ in
+anything else that determines a result (a setting, the data fingerprint, the recipe), naming
+the field and both values, so a table never mixes runs made under other conditions; a partial
+input makes a table marked partial.
+
+Outputs in ``--output-dir``: ``compare_<recipe>.json`` (inputs with their SHA-256, commit and
+environment, the summaries), ``compare_<recipe>.md`` and ``compare_<recipe>.png`` (each metric
+against the setting with std error bars per loss, and the paired difference with its 95% CI).
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from adaptcl.recipes import runner
+from adaptcl.recipes.runner import Cell, RecipeError
+
+EXAMPLE = """for b in 32 64 128; do adaptcl images --batch-size $b --seeds 0 1 2 \\
+    --output-dir results/sweep/b$b; done
+adaptcl compare results/sweep/b*/images_simclr_cpu.json --by batch_size \\
+    --output-dir results/sweep"""
+
+
+def load_result(path: str | Path) -> dict[str, Any]:
+    """A recipe's result JSON, checked to be one (``RecipeError`` naming the file otherwise)."""
+    path = Path(path)
+    try:
+        result = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise RecipeError(f"no result file {path}") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise RecipeError(f"{path} is not a readable result JSON ({err})") from None
+    missing = [k for k in ("recipe", "config", "summary") if k not in result]
+    if not isinstance(result, dict) or missing:
+        raise RecipeError(f"{path} is not a recipe result (missing {', '.join(missing)})")
+    return result
+
+
+def _fixed_settings(result: dict[str, Any], by: Sequence[str]) -> dict[str, Any]:
+    skip = set(runner.BOOKKEEPING) | set(by)
+    return {k: v for k, v in result["config"].items() if k not in skip}
+
+
+def _label(by: Sequence[str], values: Sequence[Any]) -> str:
+    return ", ".join(f"{field}={value}" for field, value in zip(by, values, strict=True))
+
+
+def _sort_key(values: tuple) -> tuple:
+    return tuple((0, v, "") if isinstance(v, int | float) and not isinstance(v, bool)
+                 else (1, 0, str(v)) for v in values)
+
+
+def compare_results(paths: Sequence[str | Path], by: Sequence[str], *,
+                    metrics: Sequence[str] | None = None, baseline: str | None = None,
+                    output_dir: str | Path = "results/compare", plot: bool = True
+                    ) -> dict[str, Any]:
+    """Pool the result files ``paths`` over the settings ``by``; write JSON, markdown and PNG.
+
+    Every other setting that determines a result (all config fields but
+    :data:`adaptcl.recipes.runner.BOOKKEEPING` and ``by``), the recipe and the data fingerprint
+    must agree across files, and each file must have its own value of ``by``. ``metrics``
+    defaults to every metric of the first file, ``baseline`` to its first loss.
+
+    Examples:
+        >>> compare_results(["b32/images_simclr_cpu.json", "b64/images_simclr_cpu.json"],
+        ...                 by=["batch_size"], output_dir="sweep")  # doctest: +SKIP
+    """
+    if not paths:
+        raise RecipeError("give at least one result file")
+    by = list(by)
+    if not by:
+        raise RecipeError("--by needs at least one setting")
+    results = [load_result(p) for p in paths]
+    first, first_path = results[0], Path(paths[0])
+    fixed = _fixed_settings(first, by)
+    groups: dict[tuple, tuple[Path, dict[str, Any]]] = {}
+    for path, result in zip(map(Path, paths), results, strict=True):
+        if result["recipe"] != first["recipe"]:
+            raise RecipeError(f"{path} is a {result['recipe']!r} result, {first_path} a "
+                              f"{first['recipe']!r} one")
+        absent = [f for f in by if f not in result["config"]]
+        if absent:
+            raise RecipeError(f"--by {' '.join(absent)}: not a setting of {result['recipe']} "
+                              f"(in {path})")
+        other = _fixed_settings(result, by)
+        for key in sorted(set(fixed) | set(other)):
+            if fixed.get(key) != other.get(key):
+                raise RecipeError(
+                    f"{path} differs from {first_path} in {key} ({other.get(key)!r} vs "
+                    f"{fixed.get(key)!r}); only the --by settings ({', '.join(by)}) may differ")
+        data = (result.get("environment") or {}).get("data_fingerprint")
+        if data != (first.get("environment") or {}).get("data_fingerprint"):
+            raise RecipeError(f"{path} was computed on other data than {first_path} (data "
+                              "fingerprints differ)")
+        key = tuple(result["config"][f] for f in by)
+        if key in groups:
+            raise RecipeError(f"{path} and {groups[key][0]} both have {_label(by, key)}")
+        groups[key] = (path, result)
+
+    order = sorted(groups, key=_sort_key)
+    metrics = list(metrics or first["summary"])
+    methods = list(dict.fromkeys(m for k in order for summary in groups[k][1]["summary"].values()
+                                 for entry in summary.values() for m in entry["methods"]))
+    baseline = baseline if baseline is not None else (methods[0] if methods else None)
+    if baseline is not None and baseline not in methods:
+        raise RecipeError(f"--baseline {baseline!r} is not a loss of these results "
+                          f"({', '.join(methods)})")
+    datasets = list(dict.fromkeys(d for k in order for d in groups[k][1]["summary"].get(
+        metrics[0], {})))
+    records: dict[Cell, dict[str, Any]] = {}
+    rows: list[str] = []
+    for key in order:
+        path, result = groups[key]
+        for metric in metrics:
+            if metric not in result["summary"]:
+                raise RecipeError(f"{path} has no metric {metric!r} (it has "
+                                  f"{', '.join(result['summary'])})")
+        for dataset in datasets:
+            row = _label(by, key) if len(datasets) == 1 else f"{dataset}, {_label(by, key)}"
+            rows.append(row)
+            for metric in metrics:
+                entry = result["summary"][metric].get(dataset, {"methods": {}})
+                for method, stats in entry["methods"].items():
+                    for seed, value in zip(stats["seeds"], stats["values"], strict=True):
+                        cell = Cell(row, method, int(seed))
+                        records.setdefault(cell, {"metrics": {}})["metrics"][metric] = value
+
+    summaries = {m: runner.summarize(records, m, datasets=rows, methods=methods,
+                                     baseline=baseline) for m in metrics}
+    head = ", ".join(by) if len(datasets) == 1 else f"dataset, {', '.join(by)}"
+    tables = {m: runner.summary_table(summaries[m], methods=methods, baseline=baseline,
+                                      row_header=head) for m in metrics}
+    inputs = [{"path": str(groups[k][0]), "sha256": hashlib.sha256(
+        groups[k][0].read_bytes()).hexdigest(), "by": dict(zip(by, k, strict=True)),
+        "partial": bool(groups[k][1].get("partial")),
+        "total_train_seconds": groups[k][1].get("total_train_seconds"),
+        "environment": groups[k][1].get("environment")} for k in order]
+    partial = any(i["partial"] for i in inputs)
+    out = Path(output_dir)
+    stem = f"compare_{first['recipe']}"
+    result: dict[str, Any] = {
+        "recipe": "compare", "compared_recipe": first["recipe"], "by": by,
+        "metrics": metrics, "baseline": baseline, "settings": fixed, "inputs": inputs,
+        "partial": partial, "missing": [c for k in order for c in groups[k][1].get("missing") or []],
+        "summary": summaries, "tables": tables, "table_markdown": tables[metrics[0]]}
+    header = (f"# {first['recipe']} by {', '.join(by)}\n\nMean ± population std over seeds"
+              + (f"; each loss minus {baseline} paired over seeds with a 95% t-interval"
+                 if len(methods) > 1 else "") + ".\n\n")
+    body = "\n".join(f"## {m}\n\n{tables[m]}" for m in metrics)
+    foot = "\n_Inputs: " + "; ".join(
+        f"{i['path']} ({_label(by, list(i['by'].values()))}: commit "
+        f"{(i['environment'] or {}).get('git_commit')}, {(i['environment'] or {}).get('cpu')}, "
+        f"{(i['environment'] or {}).get('torch_threads')} threads, "
+        f"{float(i['total_train_seconds'] or 0):.0f} s training"
+        f"{', PARTIAL' if i['partial'] else ''})" for i in inputs) + "._\n"
+    result["outputs"] = runner.write_results(out, stem, result, header + body + foot)
+    if plot:
+        result["outputs"]["png"] = runner.save_plot(
+            out / f"{stem}.png", lambda axes: _draw(axes, summaries, rows, methods, baseline,
+                                                    metrics, by),
+            title=f"{first['recipe']}: {', '.join(metrics)} by {', '.join(by)}",
+            ncols=len(metrics) + (1 if baseline is not None and len(methods) > 1 else 0),
+            figsize=(5.0 * (len(metrics) + 1), 4.0))
+    return result
+
+
+def _draw(axes, summaries, rows, methods, baseline, metrics, by) -> None:
+    positions = range(len(rows))
+    width = 0.12
+    for ax, metric in zip(axes, metrics, strict=False):
+        for i, method in enumerate(methods):
+            xs, ys, errs = [], [], []
+            for x, row in zip(positions, rows, strict=True):
+                stats = summaries[metric][row]["methods"].get(method)
+                if stats:
+                    xs.append(x + (i - (len(methods) - 1) / 2) * width)
+                    ys.append(stats["mean"])
+                    errs.append(stats["std"])
+            if xs:
+                ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=3, label=method)
+        ax.set(title=f"{metric} (mean ± std over seeds)", xlabel=", ".join(by),
+               xticks=list(positions), xticklabels=[r.split("=")[-1] if len(by) == 1 else r
+                                                    for r in rows])
+    if len(axes) > len(metrics):
+        ax = axes[-1]
+        head = metrics[0]
+        others = [m for m in methods if m != baseline]
+        for i, method in enumerate(others):
+            xs, ys, lo, hi = [], [], [], []
+            for x, row in zip(positions, rows, strict=True):
+                diff = summaries[head][row]["paired"].get(method)
+                if diff and diff["ci95"] is not None:
+                    xs.append(x + (i - (len(others) - 1) / 2) * width)
+                    ys.append(diff["mean"])
+                    lo.append(diff["mean"] - diff["ci95"][0])
+                    hi.append(diff["ci95"][1] - diff["mean"])
+            if xs:
+                ax.errorbar(xs, ys, yerr=[lo, hi], marker="s", capsize=3,
+                            label=f"{method} − {baseline}")
+        if ax.lines:
+            ax.axhline(0.0, color="grey", linewidth=0.8, linestyle="--")
+        else:
+            runner.explain_empty(ax, "no paired difference with an interval (needs two or more "
+                                     "common seeds)")
+        ax.set(title=f"{head}: paired difference, 95% CI", xlabel=", ".join(by),
+               xticks=list(positions), xticklabels=[r.split("=")[-1] if len(by) == 1 else r
+                                                    for r in rows])
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Register the ``adaptcl compare`` options."""
+    parser.add_argument("results", nargs="+", metavar="RESULT_JSON",
+                        help="result files of one recipe (e.g. <output-dir>/images_simclr_cpu.json)")
+    parser.add_argument("--by", nargs="+", required=True, metavar="SETTING",
+                        help="the config field(s) the files differ in, e.g. batch_size")
+    parser.add_argument("--metrics", nargs="+", default=None, metavar="METRIC",
+                        help="metrics to tabulate (default: every metric of the first file)")
+    parser.add_argument("--baseline", default=None,
+                        help="the loss the others are paired against (default: the first loss)")
+    parser.add_argument("--output-dir", default="results/compare",
+                        help="where compare_<recipe>.json/.md/.png go")
+    parser.add_argument("--no-plot", dest="plot", action="store_false", help="skip the PNG")
+
+
+def main(args: argparse.Namespace) -> int:
+    result = compare_results(args.results, [b.replace("-", "_") for b in args.by],
+                             metrics=args.metrics, baseline=args.baseline,
+                             output_dir=args.output_dir, plot=args.plot)
+    print(result["table_markdown"])
+    print(f"results: {result['outputs']['json']}  table: {result['outputs']['markdown']}")
+    return 0

@@ -1,0 +1,114 @@
+"""``adaptcl compare``: a sweep's result files pooled into one table and plot, never mixed with
+runs made under other settings or on other data."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import pytest
+from scipy.stats import t
+
+from adaptcl import cli
+from adaptcl.recipes import runner
+from adaptcl.recipes.compare import compare_results
+from adaptcl.recipes.runner import Cell, GridRun, RecipeError
+
+
+@dataclass
+class _SweepConfig:  # the shape of a recipe config: settings plus bookkeeping fields
+    batch_size: int = 128
+    lr: float = 1e-3
+    losses: list[str] = field(default_factory=lambda: ["nt_xent", "macl"])
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    output_dir: str = "out"
+    threads: int = 1
+
+
+# kNN accuracy (fraction) per (batch size, loss, seed)
+KNN = {
+    32: {"nt_xent": [0.40, 0.42, 0.41], "macl": [0.43, 0.44, 0.45]},
+    64: {"nt_xent": [0.41, 0.40, 0.42], "macl": [0.41, 0.41, 0.43]},
+    128: {"nt_xent": [0.41, 0.41, 0.40], "macl": [0.40, 0.42, 0.40]},
+}
+
+
+def _write(tmp_path, batch_size, *, lr=1e-3, data="sha-a", drop=()):
+    """A result file written by the runner's own writer, as a recipe would."""
+    cfg = _SweepConfig(batch_size=batch_size, lr=lr)
+    cells = [Cell("simclr", loss, s) for s in cfg.seeds for loss in cfg.losses]
+    grid = GridRun(cells=cells)
+    for cell in cells:
+        if cell not in drop:
+            grid.records[cell] = {"metrics": {"knn_top1": KNN[batch_size][cell.method][cell.seed]},
+                                  "train_seconds": 10.0}
+    out = tmp_path / f"b{batch_size}-{lr}-{data}"
+    runner.Report("images", out, cfg, metrics=["knn_top1"], datasets=["simclr"],
+                  methods=cfg.losses, baseline="nt_xent", stem="images_simclr_cpu",
+                  data_fingerprint={"sha256": data}).write(grid)
+    return out / "images_simclr_cpu.json"
+
+
+def test_compare_pools_a_batch_size_sweep_with_paired_intervals(tmp_path):
+    files = [_write(tmp_path, b) for b in (128, 32, 64)]  # any order: rows sort by value
+    result = compare_results(files, ["batch_size"], output_dir=tmp_path / "sweep")
+
+    summary = result["summary"]["knn_top1"]
+    assert list(summary) == ["batch_size=32", "batch_size=64", "batch_size=128"]
+    diffs = [100 * (m - n) for m, n in zip(KNN[32]["macl"], KNN[32]["nt_xent"], strict=True)]
+    mean = sum(diffs) / 3
+    sd = (sum((d - mean) ** 2 for d in diffs) / 2) ** 0.5
+    half = t.ppf(0.975, 2) * sd / 3**0.5
+    paired = summary["batch_size=32"]["paired"]["macl"]
+    assert paired["mean"] == pytest.approx(3.0)
+    assert paired["ci95"] == pytest.approx([mean - half, mean + half])
+    assert summary["batch_size=128"]["methods"]["nt_xent"]["mean"] == pytest.approx(40.6667, abs=1e-3)
+
+    table = (tmp_path / "sweep" / "compare_images.md").read_text()
+    assert "| batch_size | nt_xent | macl | macl − nt_xent [95% CI] |" in table
+    assert table.index("batch_size=32") < table.index("batch_size=64") < table.index("batch_size=128")
+    saved = json.loads((tmp_path / "sweep" / "compare_images.json").read_text())
+    assert [i["by"] for i in saved["inputs"]] == [{"batch_size": 32}, {"batch_size": 64},
+                                                  {"batch_size": 128}]
+    assert all(len(i["sha256"]) == 64 for i in saved["inputs"]) and not saved["partial"]
+    assert (tmp_path / "sweep" / "compare_images.png").stat().st_size > 10_000
+
+
+def test_compare_refuses_files_that_differ_in_another_setting(tmp_path):
+    files = [_write(tmp_path, 32), _write(tmp_path, 64, lr=2e-3)]
+    with pytest.raises(RecipeError, match=r"differs .* in lr \(0\.002 vs 0\.001\)"):
+        compare_results(files, ["batch_size"], output_dir=tmp_path / "sweep")
+    assert not (tmp_path / "sweep").exists()  # nothing written
+
+
+def test_compare_refuses_results_computed_on_other_data(tmp_path):
+    files = [_write(tmp_path, 32), _write(tmp_path, 64, data="sha-b")]
+    with pytest.raises(RecipeError, match="other data"):
+        compare_results(files, ["batch_size"], output_dir=tmp_path / "sweep")
+
+
+def test_compare_refuses_two_files_with_the_same_value(tmp_path):
+    one = _write(tmp_path, 32)
+    other = tmp_path / "copy.json"
+    other.write_text(one.read_text())
+    with pytest.raises(RecipeError, match="both have batch_size=32"):
+        compare_results([one, other], ["batch_size"], output_dir=tmp_path / "sweep")
+
+
+def test_a_partial_input_makes_a_partial_table(tmp_path):
+    files = [_write(tmp_path, 32), _write(tmp_path, 64, drop=[Cell("simclr", "macl", 2)])]
+    result = compare_results(files, ["batch_size"], output_dir=tmp_path / "sweep")
+    assert result["partial"] and result["missing"] == [["simclr", "macl", 2]]
+    assert result["summary"]["knn_top1"]["batch_size=64"]["paired"]["macl"]["n"] == 2
+    assert (tmp_path / "sweep" / "compare_images.md").read_text().startswith("> **PARTIAL**")
+
+
+def test_cli_user_error_is_one_line_with_exit_2(tmp_path, capsys):
+    files = [str(_write(tmp_path, 32))]
+    assert cli.main(["compare", *files, "--by", "batch-size", "--output-dir",
+                     str(tmp_path / "ok")]) == 0
+    assert cli.main(["compare", *files, "--by", "width"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == f"adaptcl compare: error: --by width: not a setting of images (in {files[0]})"
+    assert cli.main(["compare", str(tmp_path / "nope.json"), "--by", "batch_size"]) == 2
+    assert "no result file" in capsys.readouterr().err
