@@ -210,3 +210,73 @@ def test_bound_tracking_reads_the_device_counter_once_per_window_only():
                 loss_fn(z0, z1)
             reads.append(len(detector.calls))
     assert reads == [0, 0, 1, 0, 0, 0]  # warned at step 3, no reads after
+
+
+# ---------------------------------------------------------------- the default, as it trains
+
+
+def _train_on_digits(steps: int = 150, **loss_kwargs) -> list[tuple[float, float]]:
+    """A small MLP encoder, AMCL's two heads and its temperature network trained SimCLR-style
+    on augmented scikit-learn digits (the demo's data and views): (tau+, tau-) per step."""
+    from adaptcl.plugins import MultiHeadProjection
+    from adaptcl.recipes.demo import augment, load_digits_split
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        images = load_digits_split(0.25, 0)[0]
+        torch.manual_seed(0)
+        g = torch.Generator().manual_seed(0)
+        encoder = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 128),
+                                      torch.nn.ReLU(), torch.nn.Linear(128, 64))
+        heads = MultiHeadProjection(64, 64, 32, num_heads=2)
+        loss_fn = AMCLLoss(PairTemperature(32), bound_warning_steps=None, **loss_kwargs)
+        params = [*encoder.parameters(), *heads.parameters(), *loss_fn.parameters()]
+        opt = torch.optim.Adam(params, lr=1e-3)
+        history = []
+        for _ in range(steps):
+            x = images[torch.randint(len(images), (128,), generator=g)]
+            loss = loss_fn(heads(encoder(augment(x, g))), heads(encoder(augment(x, g))))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            history.append((float(loss_fn.last_stats["temperature"]),
+                            float(loss_fn.last_stats["negative_temperature"])))
+        return history
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _late_means(history: list[tuple[float, float]]) -> tuple[float, float]:
+    late = history[-25:]
+    return sum(p for p, _ in late) / len(late), sum(n for _, n in late) / len(late)
+
+
+def test_default_soft_max_form_trains_with_temperatures_apart_and_away_from_the_bounds():
+    """The default (Eq. 7 soft-max negatives) as on the CIFAR subset: the pair network gives
+    positives and negatives different temperatures, both well inside (eta, midpoint)."""
+    tau_pos, tau_neg = _late_means(_train_on_digits())
+    assert 0.05 < tau_pos < 0.4, tau_pos
+    assert tau_pos + 0.03 < tau_neg < 0.5, (tau_pos, tau_neg)
+
+
+def test_top_1_form_parks_both_temperatures_together_at_the_midpoint_while_training():
+    """The old default (Table 2.1 max, kappa 1) on the same data and seed: tau+ = tau- near
+    ``eta + iota / 2``, the degeneracy of the fixed-embedding tests, in a real training run."""
+    tau_pos, tau_neg = _late_means(_train_on_digits(negative_term="topk", kappa=1))
+    assert tau_pos > 0.9 and abs(tau_pos - tau_neg) < 0.01, (tau_pos, tau_neg)
+
+
+def test_top_kappa_negative_term_is_unbounded_below_when_beta_exceeds_the_similarity():
+    """Why the paper configuration (beta 1, top-100) ran away on CIFAR: a negative's term
+    ``(s - beta)/tau - beta (d/2) log tau`` falls without bound as its temperature goes to eta
+    whenever beta > s, so the loss is minimised by sending negative temperatures to eta."""
+    from adaptcl.plugins.amcl import pair_term
+
+    s, dim = torch.tensor(0.5, dtype=torch.float64), 128
+    taus = torch.logspace(-5, 0.3, 200, dtype=torch.float64)  # eta .. 2 (the paper's bounds)
+    with_paper_beta = pair_term(s, taus, 1.0, dim)
+    assert int(with_paper_beta.argmin()) == 0 and float(with_paper_beta[0]) < -4e4
+    assert bool((with_paper_beta[:50].diff() > 0).all())  # falling all the way down to eta
+    with_small_beta = pair_term(s, taus, 1e-3, dim)  # s > beta: bounded, smallest at the top
+    assert int(with_small_beta.argmin()) == len(taus) - 1
