@@ -33,16 +33,19 @@ KNN = {
 }
 
 
-def _write(tmp_path, batch_size, *, lr=1e-3, data="sha-a", drop=()):
-    """A result file written by the runner's own writer, as a recipe would."""
+def _write(tmp_path, batch_size, *, lr=1e-3, data="sha-a", drop=(), code="c0de"):
+    """A result file and its run store written by the runner's own writers, as a recipe would."""
     cfg = _SweepConfig(batch_size=batch_size, lr=lr)
     cells = [Cell("simclr", loss, s) for s in cfg.seeds for loss in cfg.losses]
     grid = GridRun(cells=cells)
+    out = tmp_path / f"b{batch_size}-{lr}-{data}-{code}"
+    identity = {"settings": runner.result_settings(cfg), "data": data,
+                "code": {"adaptcl": "0.1.0", "sources": code}}
     for cell in cells:
         if cell not in drop:
             grid.records[cell] = {"metrics": {"knn_top1": KNN[batch_size][cell.method][cell.seed]},
                                   "train_seconds": 10.0}
-    out = tmp_path / f"b{batch_size}-{lr}-{data}"
+            runner.RunStore(out).save(cell, identity, grid.records[cell])
     runner.Report("images", out, cfg, metrics=["knn_top1"], datasets=["simclr"],
                   methods=cfg.losses, baseline="nt_xent", stem="images_simclr_cpu",
                   data_fingerprint={"sha256": data}).write(grid)
@@ -85,6 +88,14 @@ def test_compare_refuses_results_computed_on_other_data(tmp_path):
     files = [_write(tmp_path, 32), _write(tmp_path, 64, data="sha-b")]
     with pytest.raises(RecipeError, match="other data"):
         compare_results(files, ["batch_size"], output_dir=tmp_path / "sweep")
+
+
+def test_compare_refuses_runs_computed_with_other_code(tmp_path):
+    files = [_write(tmp_path, 32), _write(tmp_path, 64, code="beef")]
+    with pytest.raises(RecipeError, match="other code"):
+        compare_results(files, ["batch_size"], output_dir=tmp_path / "sweep")
+    result = compare_results(files[:1], ["batch_size"], output_dir=tmp_path / "one")
+    assert result["code"] == [{"adaptcl": "0.1.0", "sources": "c0de"}]
 
 
 def test_compare_refuses_two_files_with_the_same_value(tmp_path):

@@ -5,7 +5,8 @@ A sweep is several invocations of one recipe that differ in one setting, each wi
 their result JSONs and writes, per value of the ``--by`` setting(s): each loss's mean ±
 population std over seeds, and each loss minus the baseline paired over seeds with a 95%
 t-interval (the statistics of :mod:`adaptcl.recipes.runner`). It refuses files that differ in
-anything else that determines a result (a setting, the data fingerprint, the recipe), naming
+anything else that determines a result (a setting, the data fingerprint, the code version its
+runs were computed with, as the run store beside each file records it, the recipe), naming
 the field and both values, so a table never mixes runs made under other conditions; a partial
 input makes a table marked partial.
 
@@ -47,6 +48,21 @@ def load_result(path: str | Path) -> dict[str, Any]:
     return result
 
 
+def _code_versions(path: Path, result: dict[str, Any]) -> set[str]:
+    """The code versions its runs were computed with, from the run store beside the result file
+    (``runs/<dataset>/<method>/seed<k>.json``: each record's identity); empty when the store is
+    not there (a result file copied on its own)."""
+    store = runner.RunStore(path.parent)
+    versions = set()
+    for run in result.get("runs") or []:
+        record = store.path(Cell(*run["cell"]))
+        if record.is_file():
+            code = (runner.read_json(record).get("identity") or {}).get("code")
+            if code is not None:
+                versions.add(json.dumps(code, sort_keys=True))
+    return versions
+
+
 def _fixed_settings(result: dict[str, Any], by: Sequence[str]) -> dict[str, Any]:
     skip = set(runner.BOOKKEEPING) | set(by)
     return {k: v for k, v in result["config"].items() if k not in skip}
@@ -68,8 +84,9 @@ def compare_results(paths: Sequence[str | Path], by: Sequence[str], *,
     """Pool the result files ``paths`` over the settings ``by``; write JSON, markdown and PNG.
 
     Every other setting that determines a result (all config fields but
-    :data:`adaptcl.recipes.runner.BOOKKEEPING` and ``by``), the recipe and the data fingerprint
-    must agree across files, and each file must have its own value of ``by``. ``metrics``
+    :data:`adaptcl.recipes.runner.BOOKKEEPING` and ``by``), the recipe, the data fingerprint
+    and the code version of the runs (read from the run store beside each file, where there is
+    one) must agree across files, and each file must have its own value of ``by``. ``metrics``
     defaults to every metric of the first file, ``baseline`` to its first loss.
 
     Examples:
@@ -85,6 +102,7 @@ def compare_results(paths: Sequence[str | Path], by: Sequence[str], *,
     first, first_path = results[0], Path(paths[0])
     fixed = _fixed_settings(first, by)
     groups: dict[tuple, tuple[Path, dict[str, Any]]] = {}
+    codes: set[str] = set()
     for path, result in zip(map(Path, paths), results, strict=True):
         if result["recipe"] != first["recipe"]:
             raise RecipeError(f"{path} is a {result['recipe']!r} result, {first_path} a "
@@ -103,6 +121,13 @@ def compare_results(paths: Sequence[str | Path], by: Sequence[str], *,
         if data != (first.get("environment") or {}).get("data_fingerprint"):
             raise RecipeError(f"{path} was computed on other data than {first_path} (data "
                               "fingerprints differ)")
+        code = _code_versions(path, result)
+        if len(code) > 1:
+            raise RecipeError(f"the runs of {path} were computed with {len(code)} code versions")
+        if code and codes and code != codes:
+            raise RecipeError(f"{path} was computed with other code than {first_path} "
+                              f"({sorted(code)[0]} vs {sorted(codes)[0]})")
+        codes = codes or code
         key = tuple(result["config"][f] for f in by)
         if key in groups:
             raise RecipeError(f"{path} and {groups[key][0]} both have {_label(by, key)}")
@@ -151,7 +176,8 @@ def compare_results(paths: Sequence[str | Path], by: Sequence[str], *,
     stem = f"compare_{first['recipe']}"
     result: dict[str, Any] = {
         "recipe": "compare", "compared_recipe": first["recipe"], "by": by,
-        "metrics": metrics, "baseline": baseline, "settings": fixed, "inputs": inputs,
+        "metrics": metrics, "baseline": baseline, "settings": fixed,
+        "code": [json.loads(c) for c in sorted(codes)], "inputs": inputs,
         "partial": partial, "missing": [c for k in order for c in groups[k][1].get("missing") or []],
         "summary": summaries, "tables": tables, "table_markdown": tables[metrics[0]]}
     header = (f"# {first['recipe']} by {', '.join(by)}\n\nMean ± population std over seeds"
