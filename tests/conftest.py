@@ -53,3 +53,16 @@ def device(request):
     import torch
 
     return torch.device(request.param)
+
+
+@pytest.fixture
+def one_thread():
+    """Run the test on one torch thread (restored afterwards): on a shared 2-core machine
+    intra-op threads contending with other processes slow small ops and MiniLM many times over.
+    Modules that want it everywhere set ``pytestmark = pytest.mark.usefixtures("one_thread")``."""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)

@@ -21,12 +21,7 @@ POSITIVES = list(reversed(ANCHORS))
 NEGATIVES = ANCHORS[3:] + ANCHORS[:3]
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # small ops: no OpenMP stalls on a loaded box
 
 
 @pytest.fixture(scope="module")

@@ -39,13 +39,7 @@ from adaptcl.plugins.tiled import streamed_row_stats
 TOL = {"rtol": 1e-5, "atol": 1e-5}
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    """The tiled loops run many small ops: one thread avoids OpenMP stalls on a loaded box."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # small ops: no OpenMP stalls on a loaded box
 
 
 def _amcl(net_seed: int, dim: int, **kw):

@@ -24,18 +24,6 @@ def minilm_path():
     return str(package.get_model_path())
 
 
-@pytest.fixture
-def one_thread():
-    """Encode on one torch thread: on a shared 2-core machine, intra-op threads contending with
-    other processes slow MiniLM down many times over."""
-    import torch
-
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
-
-
 def _spearman(x, y):  # independent of scipy.stats.spearmanr: Pearson of average ranks
     return float(np.corrcoef(rankdata(x), rankdata(y))[0, 1])
 
