@@ -33,7 +33,7 @@ KNN = {
 }
 
 
-def _write(tmp_path, batch_size, *, lr=1e-3, data="sha-a", drop=(), code="c0de"):
+def _write(tmp_path, batch_size, *, lr=1e-3, data="sha-a", drop=(), code="c0de", legacy=False):
     """A result file and its run store written by the runner's own writers, as a recipe would."""
     cfg = _SweepConfig(batch_size=batch_size, lr=lr)
     cells = [Cell("simclr", loss, s) for s in cfg.seeds for loss in cfg.losses]
@@ -46,10 +46,17 @@ def _write(tmp_path, batch_size, *, lr=1e-3, data="sha-a", drop=(), code="c0de")
             grid.records[cell] = {"metrics": {"knn_top1": KNN[batch_size][cell.method][cell.seed]},
                                   "train_seconds": 10.0}
             runner.RunStore(out).save(cell, identity, grid.records[cell])
+            if not legacy:  # files written before results carried their code version
+                grid.identities[cell] = identity
     runner.Report("images", out, cfg, metrics=["knn_top1"], datasets=["simclr"],
                   methods=cfg.losses, baseline="nt_xent", stem="images_simclr_cpu",
                   data_fingerprint={"sha256": data}).write(grid)
-    return out / "images_simclr_cpu.json"
+    path = out / "images_simclr_cpu.json"
+    if legacy:
+        saved = json.loads(path.read_text())
+        del saved["code"]
+        path.write_text(json.dumps(saved))
+    return path
 
 
 def test_compare_pools_a_batch_size_sweep_with_paired_intervals(tmp_path):
@@ -90,8 +97,11 @@ def test_compare_refuses_results_computed_on_other_data(tmp_path):
         compare_results(files, ["batch_size"], output_dir=tmp_path / "sweep")
 
 
-def test_compare_refuses_runs_computed_with_other_code(tmp_path):
-    files = [_write(tmp_path, 32), _write(tmp_path, 64, code="beef")]
+@pytest.mark.parametrize("legacy", [False, True], ids=["result-code", "run-store-code"])
+def test_compare_refuses_runs_computed_with_other_code(tmp_path, legacy):
+    files = [_write(tmp_path, 32, legacy=legacy), _write(tmp_path, 64, code="beef", legacy=legacy)]
+    saved = json.loads(files[0].read_text())
+    assert ("code" in saved) is not legacy
     with pytest.raises(RecipeError, match="other code"):
         compare_results(files, ["batch_size"], output_dir=tmp_path / "sweep")
     result = compare_results(files[:1], ["batch_size"], output_dir=tmp_path / "one")

@@ -49,9 +49,11 @@ def load_result(path: str | Path) -> dict[str, Any]:
 
 
 def _code_versions(path: Path, result: dict[str, Any]) -> set[str]:
-    """The code versions its runs were computed with, from the run store beside the result file
-    (``runs/<dataset>/<method>/seed<k>.json``: each record's identity); empty when the store is
-    not there (a result file copied on its own)."""
+    """The code versions its runs were computed with: the result's ``code`` field, or (in files
+    written before it existed) the identities in the run store beside the result file
+    (``runs/<dataset>/<method>/seed<k>.json``); empty when neither is there."""
+    if result.get("code"):
+        return {json.dumps(code, sort_keys=True) for code in result["code"]}
     store = runner.RunStore(path.parent)
     versions = set()
     for run in result.get("runs") or []:

@@ -279,10 +279,20 @@ class GridRun:
     computed: list[Cell] = field(default_factory=list)
     superseded: list[str] = field(default_factory=list)
     seconds_this_invocation: float = 0.0
+    identities: dict[Cell, Mapping[str, Any]] = field(default_factory=dict)
 
     @property
     def complete(self) -> bool:
         return all(c in self.records for c in self.cells)
+
+    def code_versions(self) -> list[Any]:
+        """The distinct code versions (``identity["code"]``) of the cells with a record."""
+        seen: dict[str, Any] = {}
+        for cell in self.records:
+            code = (self.identities.get(cell) or {}).get("code")
+            if code is not None:
+                seen.setdefault(stable_hash(code), code)
+        return list(seen.values())
 
     def bookkeeping(self) -> dict[str, Any]:
         """The part of a result file that says what this invocation did."""
@@ -291,6 +301,7 @@ class GridRun:
                 "computed": [list(c) for c in self.computed],
                 "missing": [list(c) for c in self.cells if c not in self.records],
                 "superseded": list(self.superseded),
+                "code": self.code_versions(),
                 "total_train_seconds": sum(float(r.get("train_seconds") or 0.0)
                                            for r in self.records.values()),
                 "seconds_this_invocation": self.seconds_this_invocation}
@@ -316,7 +327,8 @@ def run_grid(recipe: str, out_dir: str | os.PathLike, cells: Sequence[Cell], *,
     start = time.perf_counter()
     todo: list[Cell] = []
     for cell in grid.cells:
-        record = store.load(cell, identity(cell))
+        grid.identities[cell] = identity(cell)
+        record = store.load(cell, grid.identities[cell])
         if record is not None:
             grid.records[cell] = record
             grid.reused.append(cell)
@@ -334,7 +346,7 @@ def run_grid(recipe: str, out_dir: str | os.PathLike, cells: Sequence[Cell], *,
                     bar.update(1)
                     continue
                 check_record(cell, record, trains=trains(cell) if callable(trains) else trains)
-                store.save(cell, identity(cell), record)
+                store.save(cell, grid.identities[cell], record)
                 grid.records[cell] = record
                 grid.computed.append(cell)
                 grid.seconds_this_invocation = time.perf_counter() - start
