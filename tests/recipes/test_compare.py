@@ -133,3 +133,12 @@ def test_cli_user_error_is_one_line_with_exit_2(tmp_path, capsys):
     assert err == f"adaptcl compare: error: --by width: not a setting of images (in {files[0]})"
     assert cli.main(["compare", str(tmp_path / "nope.json"), "--by", "batch_size"]) == 2
     assert "no result file" in capsys.readouterr().err
+
+
+def test_losses_select_and_order_the_columns(tmp_path):
+    files = [_write(tmp_path, 32), _write(tmp_path, 64)]
+    result = compare_results(files, ["batch_size"], losses=["macl"], baseline="macl",
+                             output_dir=tmp_path / "sweep")
+    assert list(result["summary"]["knn_top1"]["batch_size=32"]["methods"]) == ["macl"]
+    with pytest.raises(RecipeError, match="--losses amcl: not in these results"):
+        compare_results(files, ["batch_size"], losses=["amcl"], output_dir=tmp_path / "x")

@@ -80,16 +80,17 @@ def _sort_key(values: tuple) -> tuple:
 
 
 def compare_results(paths: Sequence[str | Path], by: Sequence[str], *,
-                    metrics: Sequence[str] | None = None, baseline: str | None = None,
-                    output_dir: str | Path = "results/compare", plot: bool = True
-                    ) -> dict[str, Any]:
+                    metrics: Sequence[str] | None = None, losses: Sequence[str] | None = None,
+                    baseline: str | None = None, output_dir: str | Path = "results/compare",
+                    plot: bool = True) -> dict[str, Any]:
     """Pool the result files ``paths`` over the settings ``by``; write JSON, markdown and PNG.
 
     Every other setting that determines a result (all config fields but
     :data:`adaptcl.recipes.runner.BOOKKEEPING` and ``by``), the recipe, the data fingerprint
     and the code version of the runs (read from the run store beside each file, where there is
     one) must agree across files, and each file must have its own value of ``by``. ``metrics``
-    defaults to every metric of the first file, ``baseline`` to its first loss.
+    defaults to every metric of the first file, ``losses`` to every loss found (in order of
+    appearance), ``baseline`` to the first of them.
 
     Examples:
         >>> compare_results(["b32/images_simclr_cpu.json", "b64/images_simclr_cpu.json"],
@@ -139,6 +140,12 @@ def compare_results(paths: Sequence[str | Path], by: Sequence[str], *,
     metrics = list(metrics or first["summary"])
     methods = list(dict.fromkeys(m for k in order for summary in groups[k][1]["summary"].values()
                                  for entry in summary.values() for m in entry["methods"]))
+    if losses:
+        unknown = [m for m in losses if m not in methods]
+        if unknown:
+            raise RecipeError(f"--losses {' '.join(unknown)}: not in these results "
+                              f"({', '.join(methods)})")
+        methods = list(losses)
     baseline = baseline if baseline is not None else (methods[0] if methods else None)
     if baseline is not None and baseline not in methods:
         raise RecipeError(f"--baseline {baseline!r} is not a loss of these results "
@@ -254,6 +261,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="the config field(s) the files differ in, e.g. batch_size")
     parser.add_argument("--metrics", nargs="+", default=None, metavar="METRIC",
                         help="metrics to tabulate (default: every metric of the first file)")
+    parser.add_argument("--losses", nargs="+", default=None, metavar="LOSS",
+                        help="losses to tabulate, in this order (default: every loss found)")
     parser.add_argument("--baseline", default=None,
                         help="the loss the others are paired against (default: the first loss)")
     parser.add_argument("--output-dir", default="results/compare",
@@ -263,7 +272,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def main(args: argparse.Namespace) -> int:
     result = compare_results(args.results, [b.replace("-", "_") for b in args.by],
-                             metrics=args.metrics, baseline=args.baseline,
+                             metrics=args.metrics, losses=args.losses, baseline=args.baseline,
                              output_dir=args.output_dir, plot=args.plot)
     print(result["table_markdown"])
     print(f"results: {result['outputs']['json']}  table: {result['outputs']['markdown']}")
