@@ -37,6 +37,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import functools
 import datetime as _dt
 import hashlib
 import importlib
@@ -322,6 +323,7 @@ def run_grid(recipe: str, out_dir: str | os.PathLike, cells: Sequence[Cell], *,
     with :func:`check_record` before it is stored; ``on_record`` is called after each computed
     cell (to rewrite partial result files).
     """
+    _git_commit()  # the commit the runs start from (cached for the result's environment)
     store = RunStore(out_dir)
     grid = GridRun(cells=list(cells))
     start = time.perf_counter()
@@ -566,8 +568,12 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+@functools.lru_cache(maxsize=1)
 def _git_commit() -> str | None:
-    here = Path(__file__).resolve().parent
+    """HEAD of the checkout adaptcl runs from (``+dirty`` with uncommitted changes to the
+    package), read once per process: :func:`run_grid` reads it before computing, so a result
+    names the commit its runs started from, not the one at the time it was written."""
+    here = Path(__file__).resolve().parents[1]
     try:
         out = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True,
                              text=True, timeout=5, check=False)
