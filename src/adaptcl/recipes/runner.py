@@ -37,8 +37,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import functools
 import datetime as _dt
+import functools
 import hashlib
 import importlib
 import json
