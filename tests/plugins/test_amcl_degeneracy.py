@@ -221,30 +221,25 @@ def _train_on_digits(steps: int = 150, **loss_kwargs) -> list[tuple[float, float
     from adaptcl.plugins import MultiHeadProjection
     from adaptcl.recipes.demo import augment, load_digits_split
 
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        images = load_digits_split(0.25, 0)[0]
-        torch.manual_seed(0)
-        g = torch.Generator().manual_seed(0)
-        encoder = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 128),
-                                      torch.nn.ReLU(), torch.nn.Linear(128, 64))
-        heads = MultiHeadProjection(64, 64, 32, num_heads=2)
-        loss_fn = AMCLLoss(PairTemperature(32), bound_warning_steps=None, **loss_kwargs)
-        params = [*encoder.parameters(), *heads.parameters(), *loss_fn.parameters()]
-        opt = torch.optim.Adam(params, lr=1e-3)
-        history = []
-        for _ in range(steps):
-            x = images[torch.randint(len(images), (128,), generator=g)]
-            loss = loss_fn(heads(encoder(augment(x, g))), heads(encoder(augment(x, g))))
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-            history.append((float(loss_fn.last_stats["temperature"]),
-                            float(loss_fn.last_stats["negative_temperature"])))
-        return history
-    finally:
-        torch.set_num_threads(threads)
+    images = load_digits_split(0.25, 0)[0]
+    torch.manual_seed(0)
+    g = torch.Generator().manual_seed(0)
+    encoder = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(64, 128),
+                                  torch.nn.ReLU(), torch.nn.Linear(128, 64))
+    heads = MultiHeadProjection(64, 64, 32, num_heads=2)
+    loss_fn = AMCLLoss(PairTemperature(32), bound_warning_steps=None, **loss_kwargs)
+    params = [*encoder.parameters(), *heads.parameters(), *loss_fn.parameters()]
+    opt = torch.optim.Adam(params, lr=1e-3)
+    history = []
+    for _ in range(steps):
+        x = images[torch.randint(len(images), (128,), generator=g)]
+        loss = loss_fn(heads(encoder(augment(x, g))), heads(encoder(augment(x, g))))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        history.append((float(loss_fn.last_stats["temperature"]),
+                        float(loss_fn.last_stats["negative_temperature"])))
+    return history
 
 
 def _late_means(history: list[tuple[float, float]]) -> tuple[float, float]:
@@ -252,6 +247,7 @@ def _late_means(history: list[tuple[float, float]]) -> tuple[float, float]:
     return sum(p for p, _ in late) / len(late), sum(n for _, n in late) / len(late)
 
 
+@pytest.mark.usefixtures("one_thread")
 def test_default_soft_max_form_trains_with_temperatures_apart_and_away_from_the_bounds():
     """The default (Eq. 7 soft-max negatives) as on the CIFAR subset: the pair network gives
     positives and negatives different temperatures, both well inside (eta, midpoint)."""
@@ -260,6 +256,7 @@ def test_default_soft_max_form_trains_with_temperatures_apart_and_away_from_the_
     assert tau_pos + 0.03 < tau_neg < 0.5, (tau_pos, tau_neg)
 
 
+@pytest.mark.usefixtures("one_thread")
 def test_top_1_form_parks_both_temperatures_together_at_the_midpoint_while_training():
     """The old default (Table 2.1 max, kappa 1) on the same data and seed: tau+ = tau- near
     ``eta + iota / 2``, the degeneracy of the fixed-embedding tests, in a real training run."""

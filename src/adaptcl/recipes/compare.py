@@ -35,9 +35,14 @@ adaptcl compare results/sweep/b*/images_simclr_cpu.json --by batch_size \\
 
 def load_result(path: str | Path) -> dict[str, Any]:
     """A recipe's result JSON, checked to be one (``RecipeError`` naming the file otherwise)."""
-    path = Path(path)
+    return _read_result(Path(path))[0]
+
+
+def _read_result(path: Path) -> tuple[dict[str, Any], str]:
+    """:func:`load_result` and the SHA-256 of the same bytes (the file is read once)."""
     try:
-        result = json.loads(path.read_text())
+        raw = path.read_bytes()
+        result = json.loads(raw)
     except FileNotFoundError:
         raise RecipeError(f"no result file {path}") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
@@ -45,7 +50,7 @@ def load_result(path: str | Path) -> dict[str, Any]:
     missing = [k for k in ("recipe", "config", "summary") if k not in result]
     if not isinstance(result, dict) or missing:
         raise RecipeError(f"{path} is not a recipe result (missing {', '.join(missing)})")
-    return result
+    return result, hashlib.sha256(raw).hexdigest()
 
 
 def _code_versions(path: Path, result: dict[str, Any]) -> set[str]:
@@ -101,7 +106,9 @@ def compare_results(paths: Sequence[str | Path], by: Sequence[str], *,
     by = list(by)
     if not by:
         raise RecipeError("--by needs at least one setting")
-    results = [load_result(p) for p in paths]
+    loaded = [_read_result(Path(p)) for p in paths]
+    results = [result for result, _ in loaded]
+    digests = {Path(p): digest for p, (_, digest) in zip(paths, loaded, strict=True)}
     first, first_path = results[0], Path(paths[0])
     fixed = _fixed_settings(first, by)
     groups: dict[tuple, tuple[Path, dict[str, Any]]] = {}
@@ -175,8 +182,8 @@ def compare_results(paths: Sequence[str | Path], by: Sequence[str], *,
     head = ", ".join(by) if len(datasets) == 1 else f"dataset, {', '.join(by)}"
     tables = {m: runner.summary_table(summaries[m], methods=methods, baseline=baseline,
                                       row_header=head) for m in metrics}
-    inputs = [{"path": str(groups[k][0]), "sha256": hashlib.sha256(
-        groups[k][0].read_bytes()).hexdigest(), "by": dict(zip(by, k, strict=True)),
+    inputs = [{"path": str(groups[k][0]), "sha256": digests[groups[k][0]],
+               "by": dict(zip(by, k, strict=True)),
         "partial": bool(groups[k][1].get("partial")),
         "total_train_seconds": groups[k][1].get("total_train_seconds"),
         "environment": groups[k][1].get("environment")} for k in order]
@@ -212,6 +219,8 @@ def compare_results(paths: Sequence[str | Path], by: Sequence[str], *,
 
 def _draw(axes, summaries, rows, methods, baseline, metrics, by) -> None:
     positions = range(len(rows))
+    ticks = dict(xlabel=", ".join(by), xticks=list(positions),
+                 xticklabels=[r.split("=")[-1] if len(by) == 1 else r for r in rows])
     width = 0.12
     for ax, metric in zip(axes, metrics, strict=False):
         for i, method in enumerate(methods):
@@ -224,9 +233,7 @@ def _draw(axes, summaries, rows, methods, baseline, metrics, by) -> None:
                     errs.append(stats["std"])
             if xs:
                 ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=3, label=method)
-        ax.set(title=f"{metric} (mean ± std over seeds)", xlabel=", ".join(by),
-               xticks=list(positions), xticklabels=[r.split("=")[-1] if len(by) == 1 else r
-                                                    for r in rows])
+        ax.set(title=f"{metric} (mean ± std over seeds)", **ticks)
     if len(axes) > len(metrics):
         ax = axes[-1]
         head = metrics[0]
@@ -248,9 +255,7 @@ def _draw(axes, summaries, rows, methods, baseline, metrics, by) -> None:
         else:
             runner.explain_empty(ax, "no paired difference with an interval (needs two or more "
                                      "common seeds)")
-        ax.set(title=f"{head}: paired difference, 95% CI", xlabel=", ".join(by),
-               xticks=list(positions), xticklabels=[r.split("=")[-1] if len(by) == 1 else r
-                                                    for r in rows])
+        ax.set(title=f"{head}: paired difference, 95% CI", **ticks)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
