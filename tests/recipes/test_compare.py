@@ -142,3 +142,62 @@ def test_losses_select_and_order_the_columns(tmp_path):
     assert list(result["summary"]["knn_top1"]["batch_size=32"]["methods"]) == ["macl"]
     with pytest.raises(RecipeError, match="--losses amcl: not in these results"):
         compare_results(files, ["batch_size"], losses=["amcl"], output_dir=tmp_path / "x")
+
+
+@dataclass
+class _TUConfig:  # tu's shape: a list-valued ``datasets`` setting, one fingerprint per dataset
+    datasets: list[str] = field(default_factory=lambda: ["MUTAG"])
+    epochs: int = 20
+    losses: list[str] = field(default_factory=lambda: ["graphcl", "macl"])
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
+    output_dir: str = "out"
+
+
+ACCURACY = {"MUTAG": {"graphcl": [0.86, 0.88, 0.87], "macl": [0.87, 0.90, 0.88]},
+            "DD": {"graphcl": [0.78, 0.79, 0.79], "macl": [0.78, 0.80, 0.78]},
+            "NCI1": {"graphcl": [0.80, 0.79, 0.80], "macl": [0.79, 0.79, 0.80]}}
+
+
+def _write_tu(tmp_path, datasets, *, prints=None, epochs=20):
+    cfg = _TUConfig(datasets=list(datasets), epochs=epochs)
+    prints = prints or {}
+    fingerprint = {d: {"sha256": prints.get(d, f"sha-{d}"), "files": 5} for d in datasets}
+    cells = [Cell(d, loss, s) for d in datasets for s in cfg.seeds for loss in cfg.losses]
+    grid = GridRun(cells=cells)
+    out = tmp_path / "-".join([*datasets, str(epochs), *prints.values()])
+    identity = {"settings": runner.result_settings(cfg), "data": fingerprint,
+                "code": {"adaptcl": "0.1.0", "sources": "c0de"}}
+    for cell in cells:
+        grid.records[cell] = {"metrics": {"accuracy": ACCURACY[cell.dataset][cell.method][cell.seed]}}
+        grid.identities[cell] = identity
+        runner.RunStore(out).save(cell, identity, grid.records[cell])
+    runner.Report("tu", out, cfg, metrics=["accuracy"], datasets=cfg.datasets,
+                  methods=cfg.losses, baseline="graphcl", data_fingerprint=fingerprint).write(grid)
+    return out / "results.json"
+
+
+def test_compare_by_datasets_pools_one_file_per_dataset_in_command_line_order(tmp_path):
+    files = [_write_tu(tmp_path, [d]) for d in ("NCI1", "MUTAG", "DD")]
+    result = compare_results(files, ["datasets"], output_dir=tmp_path / "tu")
+
+    summary = result["summary"]["accuracy"]
+    assert list(summary) == ["datasets=NCI1", "datasets=MUTAG", "datasets=DD"]
+    assert summary["datasets=MUTAG"]["paired"]["macl"]["mean"] == pytest.approx(4.0 / 3)
+    assert summary["datasets=DD"]["methods"]["graphcl"]["n"] == 3
+    assert "| datasets | graphcl | macl | macl − graphcl [95% CI] |" in result["table_markdown"]
+    assert [i["by"] for i in result["inputs"]] == [{"datasets": ("NCI1",)}, {"datasets": ("MUTAG",)},
+                                                   {"datasets": ("DD",)}]
+    assert (tmp_path / "tu" / "compare_tu.png").stat().st_size > 10_000
+
+
+def test_compare_by_datasets_checks_each_dataset_against_every_file_that_holds_it(tmp_path):
+    files = [_write_tu(tmp_path, ["MUTAG", "DD"]), _write_tu(tmp_path, ["DD"], prints={"DD": "x"})]
+    with pytest.raises(RecipeError, match="other data"):
+        compare_results(files, ["datasets"], output_dir=tmp_path / "tu")
+    files[1] = _write_tu(tmp_path, ["DD"])  # the same DD: a file per dataset set is fine
+    result = compare_results(files, ["datasets"], output_dir=tmp_path / "tu")
+    assert list(result["summary"]["accuracy"]) == ["MUTAG, datasets=MUTAG DD",
+                                                   "DD, datasets=MUTAG DD", "DD, datasets=DD"]
+    with pytest.raises(RecipeError, match=r"differs .* in epochs \(40 vs 20\)"):
+        compare_results([files[0], _write_tu(tmp_path, ["NCI1"], epochs=40)], ["datasets"],
+                        output_dir=tmp_path / "x")

@@ -8,7 +8,9 @@ t-interval (the statistics of :mod:`adaptcl.recipes.runner`). It refuses files t
 anything else that determines a result (a setting, the data fingerprint, the code version its
 runs were computed with, as the run store beside each file records it, the recipe), naming
 the field and both values, so a table never mixes runs made under other conditions; a partial
-input makes a table marked partial.
+input makes a table marked partial. Recipes that fingerprint each dataset apart (``tu``,
+``moleculenet``) can also be compared ``--by datasets``: one file per dataset, pooled into one
+table, each dataset checked against the files that share it.
 
 Outputs in ``--output-dir``: ``compare_<recipe>.json`` (inputs with their SHA-256, commit and
 environment, the summaries), ``compare_<recipe>.md`` and ``compare_<recipe>.png`` (each metric
@@ -30,7 +32,8 @@ from adaptcl.recipes.runner import Cell, RecipeError
 EXAMPLE = """for b in 32 64 128; do adaptcl images --batch-size $b --seeds 0 1 2 \\
     --output-dir results/sweep/b$b; done
 adaptcl compare results/sweep/b*/images_simclr_cpu.json --by batch_size \\
-    --output-dir results/sweep"""
+    --output-dir results/sweep
+adaptcl compare results/tu/MUTAG/results.json results/tu/DD/results.json --by datasets"""
 
 
 def load_result(path: str | Path) -> dict[str, Any]:
@@ -75,13 +78,37 @@ def _fixed_settings(result: dict[str, Any], by: Sequence[str]) -> dict[str, Any]
     return {k: v for k, v in result["config"].items() if k not in skip}
 
 
+def _hashable(value: Any) -> Any:
+    """A config value as a dict key (list-valued settings such as ``datasets`` become tuples)."""
+    return tuple(_hashable(v) for v in value) if isinstance(value, list | tuple) else value
+
+
 def _label(by: Sequence[str], values: Sequence[Any]) -> str:
-    return ", ".join(f"{field}={value}" for field, value in zip(by, values, strict=True))
+    def show(value: Any) -> str:
+        return " ".join(map(str, value)) if isinstance(value, list | tuple) else str(value)
+
+    return ", ".join(f"{field}={show(value)}" for field, value in zip(by, values, strict=True))
 
 
-def _sort_key(values: tuple) -> tuple:
-    return tuple((0, v, "") if isinstance(v, int | float) and not isinstance(v, bool)
-                 else (1, 0, str(v)) for v in values)
+def _numeric(values: tuple) -> bool:
+    return all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
+
+
+def _sort_key(values: tuple, position: int) -> tuple:
+    """Numbers in ascending order (a batch-size sweep); anything else in command-line order."""
+    return (0, values, 0) if _numeric(values) else (1, (), position)
+
+
+def _same_data(a: Any, b: Any) -> bool:
+    """Whether two data fingerprints agree on the data both files used. A fingerprint per
+    dataset (a mapping of names to fingerprints, as ``tu`` and ``moleculenet`` write) need only
+    agree on the datasets both hold; a single fingerprint must be equal."""
+    def per_dataset(fp: Any) -> bool:
+        return isinstance(fp, dict) and bool(fp) and all(isinstance(v, dict) for v in fp.values())
+
+    if per_dataset(a) and per_dataset(b):
+        return all(a[name] == b[name] for name in set(a) & set(b))
+    return a == b
 
 
 def compare_results(paths: Sequence[str | Path], by: Sequence[str], *,
@@ -128,9 +155,10 @@ def compare_results(paths: Sequence[str | Path], by: Sequence[str], *,
                     f"{path} differs from {first_path} in {key} ({other.get(key)!r} vs "
                     f"{fixed.get(key)!r}); only the --by settings ({', '.join(by)}) may differ")
         data = (result.get("environment") or {}).get("data_fingerprint")
-        if data != (first.get("environment") or {}).get("data_fingerprint"):
-            raise RecipeError(f"{path} was computed on other data than {first_path} (data "
-                              "fingerprints differ)")
+        for seen_path, seen in [(first_path, first), *groups.values()]:
+            if not _same_data(data, (seen.get("environment") or {}).get("data_fingerprint")):
+                raise RecipeError(f"{path} was computed on other data than {seen_path} (data "
+                                  "fingerprints differ)")
         code = _code_versions(path, result)
         if len(code) > 1:
             raise RecipeError(f"the runs of {path} were computed with {len(code)} code versions")
@@ -138,12 +166,13 @@ def compare_results(paths: Sequence[str | Path], by: Sequence[str], *,
             raise RecipeError(f"{path} was computed with other code than {first_path} "
                               f"({sorted(code)[0]} vs {sorted(codes)[0]})")
         codes = codes or code
-        key = tuple(result["config"][f] for f in by)
+        key = tuple(_hashable(result["config"][f]) for f in by)
         if key in groups:
             raise RecipeError(f"{path} and {groups[key][0]} both have {_label(by, key)}")
         groups[key] = (path, result)
 
-    order = sorted(groups, key=_sort_key)
+    position = {key: i for i, key in enumerate(groups)}
+    order = sorted(groups, key=lambda key: _sort_key(key, position[key]))
     metrics = list(metrics or first["summary"])
     methods = list(dict.fromkeys(m for k in order for summary in groups[k][1]["summary"].values()
                                  for entry in summary.values() for m in entry["methods"]))
@@ -157,18 +186,21 @@ def compare_results(paths: Sequence[str | Path], by: Sequence[str], *,
     if baseline is not None and baseline not in methods:
         raise RecipeError(f"--baseline {baseline!r} is not a loss of these results "
                           f"({', '.join(methods)})")
-    datasets = list(dict.fromkeys(d for k in order for d in groups[k][1]["summary"].get(
-        metrics[0], {})))
-    records: dict[Cell, dict[str, Any]] = {}
-    rows: list[str] = []
     for key in order:
         path, result = groups[key]
         for metric in metrics:
             if metric not in result["summary"]:
                 raise RecipeError(f"{path} has no metric {metric!r} (it has "
                                   f"{', '.join(result['summary'])})")
-        for dataset in datasets:
-            row = _label(by, key) if len(datasets) == 1 else f"{dataset}, {_label(by, key)}"
+    # a file's datasets: one per file (a sweep, or --by datasets) labels rows by the setting alone
+    held = {k: list(groups[k][1]["summary"][metrics[0]]) for k in order}
+    single = all(len(names) == 1 for names in held.values())
+    records: dict[Cell, dict[str, Any]] = {}
+    rows: list[str] = []
+    for key in order:
+        path, result = groups[key]
+        for dataset in held[key]:
+            row = _label(by, key) if single else f"{dataset}, {_label(by, key)}"
             rows.append(row)
             for metric in metrics:
                 entry = result["summary"][metric].get(dataset, {"methods": {}})
@@ -179,7 +211,7 @@ def compare_results(paths: Sequence[str | Path], by: Sequence[str], *,
 
     summaries = {m: runner.summarize(records, m, datasets=rows, methods=methods,
                                      baseline=baseline) for m in metrics}
-    head = ", ".join(by) if len(datasets) == 1 else f"dataset, {', '.join(by)}"
+    head = ", ".join(by) if single else f"dataset, {', '.join(by)}"
     tables = {m: runner.summary_table(summaries[m], methods=methods, baseline=baseline,
                                       row_header=head) for m in metrics}
     inputs = [{"path": str(groups[k][0]), "sha256": digests[groups[k][0]],
@@ -210,18 +242,23 @@ def compare_results(paths: Sequence[str | Path], by: Sequence[str], *,
     if plot:
         result["outputs"]["png"] = runner.save_plot(
             out / f"{stem}.png", lambda axes: _draw(axes, summaries, rows, methods, baseline,
-                                                    metrics, by),
+                                                    metrics, by, numeric=all(map(_numeric, order))),
             title=f"{first['recipe']}: {', '.join(metrics)} by {', '.join(by)}",
             ncols=len(metrics) + (1 if baseline is not None and len(methods) > 1 else 0),
             figsize=(5.0 * (len(metrics) + 1), 4.0))
     return result
 
 
-def _draw(axes, summaries, rows, methods, baseline, metrics, by) -> None:
+def _draw(axes, summaries, rows, methods, baseline, metrics, by, numeric=True) -> None:
     positions = range(len(rows))
     ticks = dict(xlabel=", ".join(by), xticks=list(positions),
                  xticklabels=[r.split("=")[-1] if len(by) == 1 else r for r in rows])
     width = 0.12
+    # categories (datasets) are not a scale: markers only, slanted names
+    style = {} if numeric else {"linestyle": "none"}
+    for ax in axes:
+        if not numeric:
+            ax.tick_params(axis="x", labelrotation=25)
     for ax, metric in zip(axes, metrics, strict=False):
         for i, method in enumerate(methods):
             xs, ys, errs = [], [], []
@@ -232,7 +269,7 @@ def _draw(axes, summaries, rows, methods, baseline, metrics, by) -> None:
                     ys.append(stats["mean"])
                     errs.append(stats["std"])
             if xs:
-                ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=3, label=method)
+                ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=3, label=method, **style)
         ax.set(title=f"{metric} (mean ± std over seeds)", **ticks)
     if len(axes) > len(metrics):
         ax = axes[-1]
@@ -249,7 +286,7 @@ def _draw(axes, summaries, rows, methods, baseline, metrics, by) -> None:
                     hi.append(diff["ci95"][1] - diff["mean"])
             if xs:
                 ax.errorbar(xs, ys, yerr=[lo, hi], marker="s", capsize=3,
-                            label=f"{method} − {baseline}")
+                            label=f"{method} − {baseline}", **style)
         if ax.lines:
             ax.axhline(0.0, color="grey", linewidth=0.8, linestyle="--")
         else:
