@@ -24,7 +24,6 @@ Example::
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -106,7 +105,9 @@ def run(args: argparse.Namespace) -> dict[str, object]:
               "per_round": rates, "ratio": ratio, "per_round_ratio": ratios,
               "loadavg": os.getloadavg()[0]}
     if args.json:
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
+        from adaptcl.recipes.runner import write_measurements
+
+        write_measurements(args.json, result, device="cpu")
     return result
 
 

@@ -48,9 +48,6 @@ import argparse
 import copy
 import gc
 import importlib.util
-import json
-import os
-import platform
 import statistics
 import sys
 import time
@@ -440,13 +437,14 @@ def render_step(records: list[dict[str, object]]) -> str:
 
 
 def environment(device: torch.device) -> dict[str, object]:
-    env = {"torch": torch.__version__, "python": platform.python_version(),
-           "device": str(device), "tf32_matmul": torch.backends.cuda.matmul.allow_tf32}
+    """The recipes' environment record (versions, host, commit, threads) plus the GPU it ran on
+    and whether TF32 matmuls were allowed."""
+    from adaptcl.recipes.runner import environment as run_environment
+
+    env = run_environment(device=str(device))
+    env["tf32_matmul"] = torch.backends.cuda.matmul.allow_tf32
     if device.type == "cuda":
         env["gpu"] = torch.cuda.get_device_name(device)
-        env["cuda"] = torch.version.cuda
-    else:
-        env["cpu_threads"] = torch.get_num_threads()
     return env
 
 
@@ -488,7 +486,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     env = environment(device)
     candidates = available_candidates()
-    print(f"bench_gpu.py on {env.get('gpu', 'cpu')}: torch {env['torch']}, batches "
+    print(f"bench_gpu.py on {env.get('gpu') or 'cpu'}: torch {env['torch']}, batches "
           f"{args.batches}, dims {args.dims}, dtypes {args.dtypes}, {args.repeats} repeats "
           f"after {args.warmup} warm-up, tile {args.tile_size}; losses: "
           f"{', '.join(c.name for c in candidates)}", flush=True)
@@ -505,10 +503,9 @@ def main(argv: list[str] | None = None) -> int:
     result = {"environment": env, "config": {k: (str(v) if isinstance(v, Path) else v)
                                              for k, v in vars(args).items()},
               "losses": losses, "simclr_step": step}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_name(f".{args.out.name}.tmp")
-    tmp.write_text(json.dumps(result, indent=2) + "\n")
-    os.replace(tmp, args.out)
+    from adaptcl.recipes._common import write_json_atomic
+
+    write_json_atomic(args.out, result)
     print(f"wrote {args.out}")
     errors = [r for r in losses + step if r["status"] == "error"]
     for r in errors:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import os
 import platform
 import statistics
@@ -139,10 +138,12 @@ def main() -> int:
     if load:
         print(f"# load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} CPUs")
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump({"args": vars(args), "step_times_s": times, "step_ratios": ratios,
-                       "loss_times_s": loss_times, "ratio": ratio, "limit": LIMIT,
-                       "verdict": verdict, "load": load}, handle, indent=2)
+        from adaptcl.recipes.runner import write_measurements
+
+        write_measurements(args.json, {"args": vars(args), "step_times_s": times,
+                                       "step_ratios": ratios, "loss_times_s": loss_times,
+                                       "ratio": ratio, "limit": LIMIT, "verdict": verdict,
+                                       "load": load}, device="cpu")
     return 0
 
 

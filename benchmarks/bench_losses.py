@@ -399,10 +399,9 @@ def main(argv: list[str] | None = None) -> int:
           f"adaptcl.plugins fingerprint {core_fingerprint()}\n", flush=True)
     results = run(args)
     if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        tmp = args.json.with_name(f".{args.json.name}.tmp")
-        tmp.write_text(json.dumps(results, indent=2) + "\n")
-        os.replace(tmp, args.json)
+        from adaptcl.recipes.runner import write_measurements
+
+        write_measurements(args.json, results, device="cpu")
         print(f"\nwrote {args.json}")
     return 0
 

@@ -140,6 +140,7 @@ def test_cli_on_cpu_writes_the_tables_and_the_json(tmp_path):
     assert "| adaptcl MACL | " in proc.stdout
     result = json.loads(out.read_text())
     assert result["environment"]["device"] == "cpu"
+    assert result["environment"]["adaptcl"] and "git_commit" in result["environment"]
     assert {r["loss"] for r in result["losses"]} >= {"adaptcl MACL", "lightly NTXentLoss"}
     assert result["simclr_step"] == []
 

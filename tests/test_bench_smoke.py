@@ -63,3 +63,6 @@ def test_bench_smoke_prints_ratios_and_summary(tmp_path: Path) -> None:
     for row in rows.values():
         assert row["time_median_s"] > 0 and row["peak_bytes"] >= 0
     assert [row["ratio_of"] for row in result["summary"]] == [s[0] for s in summary]
+    # ... and says what produced them (the recipes' environment record)
+    env = result["environment"]
+    assert env["adaptcl"] and env["torch"] and "git_commit" in env and "cpu" in env
