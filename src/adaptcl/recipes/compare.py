@@ -155,7 +155,7 @@ def compare_results(paths: Sequence[str | Path], by: Sequence[str], *,
                     f"{path} differs from {first_path} in {key} ({other.get(key)!r} vs "
                     f"{fixed.get(key)!r}); only the --by settings ({', '.join(by)}) may differ")
         data = (result.get("environment") or {}).get("data_fingerprint")
-        for seen_path, seen in [(first_path, first), *groups.values()]:
+        for seen_path, seen in groups.values():  # every file before this one, the first included
             if not _same_data(data, (seen.get("environment") or {}).get("data_fingerprint")):
                 raise RecipeError(f"{path} was computed on other data than {seen_path} (data "
                                   "fingerprints differ)")
@@ -256,8 +256,8 @@ def _draw(axes, summaries, rows, methods, baseline, metrics, by, numeric=True) -
     width = 0.12
     # categories (datasets) are not a scale: markers only, slanted names
     style = {} if numeric else {"linestyle": "none"}
-    for ax in axes:
-        if not numeric:
+    if not numeric:
+        for ax in axes:
             ax.tick_params(axis="x", labelrotation=25)
     for ax, metric in zip(axes, metrics, strict=False):
         for i, method in enumerate(methods):

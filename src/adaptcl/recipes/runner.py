@@ -647,12 +647,11 @@ def write_results(out_dir: str | os.PathLike, stem: str, result: Mapping[str, An
 
 
 def write_measurements(path: str | os.PathLike, measurements: Mapping[str, Any], *,
-                       device: str | None = None, **environment_extra: Any) -> Path:
+                       device: str | None = None) -> Path:
     """Write a benchmark's measurements to ``path`` as strict JSON, atomically, under an
-    ``environment`` key saying what produced them (:func:`environment`, plus ``environment_extra``
-    such as a backend flag), so a number in the docs can always be traced to its machine."""
-    env = environment(device=device) | environment_extra
-    return write_json_atomic(path, {"environment": env, **measurements})
+    ``environment`` key saying what produced them (:func:`environment`), so a number in the
+    docs can always be traced to its machine."""
+    return write_json_atomic(path, {"environment": environment(device=device), **measurements})
 
 
 def _short_fingerprint(fingerprint: Any) -> str:
