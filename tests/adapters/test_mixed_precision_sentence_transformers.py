@@ -41,6 +41,7 @@ from sentence_transformers import (  # noqa: E402
     SentenceTransformerTrainer,
     SentenceTransformerTrainingArguments,
 )
+from sentence_transformers.sentence_transformer.losses import AdaptiveLayerLoss  # noqa: E402
 from sentence_transformers.sentence_transformer.modules import Pooling, Transformer  # noqa: E402
 
 from adaptcl.adapters import sentence_transformers as st_losses  # noqa: E402
@@ -53,6 +54,7 @@ LOSSES = {
     "ascl": lambda model: st_losses.ASCLLoss(model, num_neighbors=1),
     "amcl": lambda model: st_losses.AMCLLoss(model, num_heads=2, projection_dim=8),
 }
+CACHED_LOSSES = {"macl_cached": lambda model: st_losses.MACLLoss(model, mini_batch_size=2)}
 HALF = {"bf16": torch.bfloat16, "fp16": torch.float16}
 LOSS_RTOL = {"bf16": 1e-3, "fp16": 1e-3}
 UPDATE_RTOL = {"bf16": 1e-2, "fp16": 2e-2}
@@ -103,7 +105,7 @@ def _parameters(model, loss) -> list[torch.nn.Parameter]:
 
 def _make_loss(loss_name: str, model) -> torch.nn.Module:
     torch.manual_seed(1)  # AMCL's heads and temperature network start from the same weights
-    return LOSSES[loss_name](model)
+    return {**LOSSES, **CACHED_LOSSES}[loss_name](model)
 
 
 def _trainer_step(model, loss_name: str, output_dir, **precision):
@@ -198,3 +200,42 @@ def test_fp16_switch_trains_in_float32_on_cpu(tiny_bert_path, tmp_path):
     assert probe.linear_dtype == torch.float32
     torch.testing.assert_close(update, ref_update)
     torch.testing.assert_close(probe.loss, reference.loss)
+
+
+class _ForwardCounter:
+    """Every call of the SentenceTransformer: (batch size, whether it built a graph)."""
+
+    def __init__(self, model: SentenceTransformer) -> None:
+        self.calls: list[tuple[int, bool]] = []
+        model.register_forward_hook(self._record)
+
+    def _record(self, _module, args, _output) -> None:
+        self.calls.append((int(args[0]["input_ids"].shape[0]), torch.is_grad_enabled()))
+
+
+def test_cached_loss_keeps_caching_under_bf16_trainer(tiny_bert_path, tmp_path, device):
+    """accelerate wraps ``model.forward`` on the instance under ``bf16=True`` (autocast + float32
+    outputs, for the whole run): that wrapper is not a loss modifier's patch, so gradient
+    caching stays on, as in ``CachedMultipleNegativesRankingLoss``, with the uncached loss's
+    value and gradients to mixed-precision tolerance (batch 8, mini-batches of 2)."""
+    model = _model(tiny_bert_path, device)
+    reference, ref_update = _float32_step(model, "macl", tmp_path)
+    plain, plain_update, _ = _trainer_step(copy.deepcopy(model), "macl", tmp_path / "plain", bf16=True)
+    counter = _ForwardCounter(model)
+    probe, update, _ = _trainer_step(model, "macl_cached", tmp_path / "cached", bf16=True)
+    assert probe.linear_dtype == torch.bfloat16
+    # 2 columns x 4 mini-batches of 2 without a graph, then the same 8 replayed with one
+    assert counter.calls == [(2, False)] * 8 + [(2, True)] * 8
+    _assert_close_to_float32(probe, update, plain, plain_update, "bf16")
+    _assert_close_to_float32(probe, update, reference, ref_update, "bf16")
+
+    # A genuine loss modifier on top of accelerate's wrapper (still on the model) is told apart:
+    # AdaptiveLayerLoss patches the forward for its own call, so the loss embeds in one pass.
+    assert "forward" in vars(model) and "_original_forward" in vars(model)
+    features = [dict(model.tokenize(list(_dataset()[c]))) for c in ("anchor", "positive")]
+    counter.calls.clear()
+    with pytest.warns(UserWarning, match="not compatible"):
+        modifier = AdaptiveLayerLoss(model, st_losses.MACLLoss(model, mini_batch_size=2),
+                                     n_layers_per_step=1)
+    modifier(features, None).backward()
+    assert counter.calls and set(counter.calls) == {(8, True)}

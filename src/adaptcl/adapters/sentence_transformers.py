@@ -186,11 +186,38 @@ def _check_similarity_fct(similarity_fct: Callable | None) -> None:
                      "rescale through temperature/scale instead")
 
 
+def _unwrap_forward(forward: Any) -> Any:
+    """The function under a chain of transparent wrappers: bound methods (``__func__``) and
+    decorators that declare what they wrap (``__wrapped__``, set by ``functools.wraps``).
+
+    accelerate's mixed precision (``Accelerator.prepare_model`` with ``bf16``/``fp16``) sets
+    ``model.forward`` to ``convert_outputs_to_fp32(autocast(type(model).forward))`` bound to the
+    instance, each layer declaring ``__wrapped__`` (its own ``unwrap_model`` peels them the same
+    way), so this returns the class's ``forward``.
+    """
+    seen: set[int] = set()
+    while id(forward) not in seen:
+        seen.add(id(forward))
+        forward = getattr(forward, "__func__", forward)
+        inner = getattr(forward, "__wrapped__", None)
+        if inner is None:
+            break
+        forward = inner
+    return forward
+
+
 def _forward_is_patched(model: nn.Module) -> bool:
     """Whether a loss modifier has replaced the model's ``forward`` (or its first module's) on
     the instance for the duration of its own forward pass, as ``AdaptiveLayerLoss`` does. A
     gradient-cache replay in backward would run the unpatched forward, so such a call must embed
-    in one pass instead."""
+    in one pass instead.
+
+    A transparent wrapper of the class's own ``forward`` is not such a patch: accelerate's
+    autocast wrapper under ``bf16=True`` / ``fp16=True`` stays in place for the whole run (the
+    replay in backward runs it too), so gradient caching stays on there, as in
+    ``CachedMultipleNegativesRankingLoss``. ``AdaptiveLayerLoss``'s decorators
+    (``ForwardDecorator``, ``TransformerDecorator``) declare no ``__wrapped__`` and are patches.
+    """
     model = getattr(model, "_orig_mod", model)
     model = getattr(model, "module", model)  # DistributedDataParallel
     modules = [model]
@@ -199,8 +226,8 @@ def _forward_is_patched(model: nn.Module) -> bool:
     for module in modules:
         override = vars(module).get("forward")
         # a modifier restores the original as an instance attribute: a bound method of the
-        # class's own forward is not a patch
-        if override is not None and getattr(override, "__func__", override) is not type(module).forward:
+        # class's own forward (possibly under accelerate's autocast wrapper) is not a patch
+        if override is not None and _unwrap_forward(override) is not type(module).forward:
             return True
     return False
 
