@@ -52,7 +52,7 @@ def main() -> int:
     features = model.preprocess(sentences) if hasattr(model, "preprocess") else model.tokenize(sentences)
     losses = {
         "MultipleNegativesRankingLoss": MultipleNegativesRankingLoss(model, scale=20.0),
-        "adaptcl InfoNCELoss": InfoNCELoss(model, 0.05),
+        "adaptcl InfoNCELoss": InfoNCELoss(model, temperature=0.05),
         "adaptcl MACLLoss": MACLLoss(model),
     }
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-9)  # tiny lr: the model barely moves

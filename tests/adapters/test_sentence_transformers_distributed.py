@@ -28,7 +28,7 @@ def _make(name: str, gather: bool):
     from adaptcl.adapters import sentence_transformers as st
 
     if name == "infonce":
-        return st.InfoNCELoss(None, 0.05, gather_across_devices=gather)
+        return st.InfoNCELoss(None, temperature=0.05, gather_across_devices=gather)
     if name == "macl":
         return st.MACLLoss(None, gather_across_devices=gather)
     if name == "amcl":
@@ -37,7 +37,7 @@ def _make(name: str, gather: bool):
         # the heads' BatchNorm in eval mode: batch statistics per rank differ from the full
         # batch's by design (as in any DDP run without SyncBatchNorm); the gathering is under test
         return loss.eval()
-    return st.MACLLoss(None, 0.1, 0.5, 0.0, symmetric=True, gather_across_devices=gather)
+    return st.MACLLoss(None, temperature=0.1, alpha=0.5, a0=0.0, symmetric=True, gather_across_devices=gather)
 
 
 def _columns():

@@ -60,7 +60,7 @@ def test_symmetric_infonce_equals_the_peers_directions_form():
 
 def test_symmetric_macl_without_adaptation_equals_the_peers_symmetric_loss():
     columns = _columns(columns=3)
-    macl = st_losses.MACLLoss(None, 0.05, 0.0, symmetric=True)  # alpha = 0: fixed temperature
+    macl = st_losses.MACLLoss(None, temperature=0.05, alpha=0.0, symmetric=True)  # alpha = 0: fixed temperature
     torch.testing.assert_close(macl.compute_loss_from_embeddings(columns, None),
                                _symmetric_peer(20.0).compute_loss_from_embeddings(columns, None))
 
@@ -75,12 +75,12 @@ def test_scale_is_one_over_temperature_like_the_peer():
     assert loss.temperature == pytest.approx(0.1) and loss.core.temperature == pytest.approx(0.1)
     assert st_losses.MACLLoss(None, scale=10.0).get_config_dict()["temperature"] == pytest.approx(0.1)
     assert st_losses.ASCLLoss(None, scale=40.0).temperature == pytest.approx(0.025)
-    assert st_losses.InfoNCELoss(None, 0.05, scale=20.0).temperature == pytest.approx(0.05)  # consistent
+    assert st_losses.InfoNCELoss(None, temperature=0.05, scale=20.0).temperature == pytest.approx(0.05)  # consistent
 
 
 def test_conflicting_or_bad_scale_is_rejected():
     with pytest.raises(ValueError, match="temperature or scale, not both"):
-        st_losses.InfoNCELoss(None, 0.1, scale=20.0)
+        st_losses.InfoNCELoss(None, temperature=0.1, scale=20.0)
     for bad in (0.0, -5.0, float("inf")):
         with pytest.raises(ValueError, match="scale must be a positive"):
             st_losses.MACLLoss(None, scale=bad)
@@ -204,3 +204,68 @@ def test_the_peers_directions_and_partition_mode_select_the_symmetric_loss():
         st_losses.InfoNCELoss(None, directions=both, partition_mode="joint")
     with pytest.raises(ValueError, match="query_to_query"):
         st_losses.InfoNCELoss(None, directions=("query_to_doc", "query_to_query"))
+
+
+def _adapter_losses():
+    """Every public loss class of the adapter."""
+    import inspect
+
+    return [cls for name, cls in vars(st_losses).items()
+            if inspect.isclass(cls) and issubclass(cls, st_losses.AdaptiveContrastiveLoss)
+            and cls.__module__ == st_losses.__name__ and not name.startswith("_")
+            and cls is not st_losses.AdaptiveContrastiveLoss]
+
+
+def test_positional_second_argument_follows_multiple_negatives_ranking_loss():
+    """``MultipleNegativesRankingLoss(model, 20.0)`` is scale 20: so is ``InfoNCELoss(model,
+    20.0)`` (and MACL's / ASCL's tau0), not temperature 20. The positional parameters of every
+    loss are a prefix of the peer's; the rest is keyword-only."""
+    import inspect
+
+    columns = _columns(columns=3)
+    peer = MultipleNegativesRankingLoss(None, 20.0)
+    ours = st_losses.InfoNCELoss(None, 20.0)
+    assert ours.temperature == pytest.approx(0.05) and ours.scale == pytest.approx(20.0)
+    torch.testing.assert_close(ours.compute_loss_from_embeddings(columns, None),
+                               peer.compute_loss_from_embeddings(columns, None))
+    assert st_losses.InfoNCELoss(None, 20.0, cos_sim).temperature == pytest.approx(0.05)  # peer's 3rd
+    for cls in (st_losses.MACLLoss, st_losses.ASCLLoss):
+        assert cls(None, 20.0).temperature == pytest.approx(0.05)
+        assert cls(None, 20.0).get_config_dict() == cls(None, scale=20.0).get_config_dict()
+
+    peer_order = list(inspect.signature(MultipleNegativesRankingLoss).parameters)
+    classes = _adapter_losses()
+    assert {c.__name__ for c in classes} == {"InfoNCELoss", "MACLLoss", "ASCLLoss", "AMCLLoss"}
+    for cls in classes:
+        params = inspect.signature(cls).parameters.values()
+        positional = [p.name for p in params if p.kind is p.POSITIONAL_OR_KEYWORD]
+        assert positional == peer_order[:len(positional)], cls.__name__
+        assert "temperature" not in positional
+
+
+@pytest.mark.parametrize("cls, args, keyword", [
+    (st_losses.InfoNCELoss, (20.0, cos_sim, True), "temperature"),
+    (st_losses.MACLLoss, (0.05, cos_sim, 2.0), "alpha"),
+    (st_losses.ASCLLoss, (20.0, None, 0.025), "sharpen_temperature"),
+    (st_losses.AMCLLoss, (20.0,), "num_heads"),
+])
+def test_positional_arguments_beyond_the_peers_raise_naming_the_keywords(cls, args, keyword):
+    with pytest.raises(TypeError, match=rf"{cls.__name__} takes .*by keyword.*\b{keyword}\b"):
+        cls(None, *args)
+
+
+def test_a_number_in_the_similarity_slot_says_the_order_is_the_peers():
+    """Old-style ``MACLLoss(model, 0.05, 2.0)`` (temperature, alpha) is an error, not scale 0.05."""
+    with pytest.raises(TypeError, match=r"similarity_fct must be a similarity function .*\(model, scale, "
+                                        r"similarity_fct\)"):
+        st_losses.MACLLoss(None, 0.05, 2.0)
+
+
+def test_a_scale_below_one_warns_that_it_is_a_large_temperature():
+    with pytest.warns(UserWarning, match=r"scale=0.05 is temperature 20 .*pass temperature=0.05"):
+        loss = st_losses.MACLLoss(None, 0.05)
+    assert loss.temperature == pytest.approx(20.0)  # the peer's meaning, kept
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        st_losses.InfoNCELoss(None, 1.0)
+        st_losses.InfoNCELoss(None, temperature=0.05)

@@ -24,8 +24,12 @@ once after the replay, exactly as with the peer; under ``AdaptiveLayerLoss``, wh
 model's forward only during its forward pass, the loss embeds in one pass (the peer raises
 there). Together they train with batches whose activations and similarity matrix would not fit.
 
-Where sentence-transformers defines a behaviour the losses follow it: ``scale`` (1 / temperature)
-and ``similarity_fct=cos_sim`` are accepted, a batch of one pair gives 0 with zero gradient like
+Where sentence-transformers defines a behaviour the losses follow it: the positional arguments
+are ``MultipleNegativesRankingLoss``'s, ``(model, scale, similarity_fct)`` (``InfoNCELoss(model,
+20.0)`` is scale 20, temperature 0.05), everything else is keyword-only (``AMCLLoss``, which
+learns its temperatures, takes only the model positionally; an extra positional argument is a
+``TypeError`` naming the keywords); ``scale`` (1 / temperature) and ``similarity_fct=cos_sim``
+are accepted, a batch of one pair gives 0 with zero gradient like
 ``MultipleNegativesRankingLoss``, and ``symmetric=True`` is the peer's symmetric loss: the
 reverse direction (positive -> anchors) does not see the hard-negative columns.
 
@@ -40,9 +44,12 @@ Example:
 
 from __future__ import annotations
 
+import functools
+import inspect
 import logging
 import math
 import os
+import warnings
 from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from pathlib import Path
@@ -142,7 +149,8 @@ def _check_optional_count(name: str, value: Any) -> int | None:
     return value
 
 
-def _resolve_temperature(temperature: float | None, scale: float | None, default: float = 0.05) -> float:
+def _resolve_temperature(temperature: float | None, scale: float | None, default: float = 0.05, *,
+                         stacklevel: int = 5) -> float:
     """The temperature from ``temperature`` or sentence-transformers' ``scale`` (= 1 / temperature).
 
     >>> _resolve_temperature(None, 20.0)
@@ -152,6 +160,10 @@ def _resolve_temperature(temperature: float | None, scale: float | None, default
         return default if temperature is None else temperature
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not scale > 0 or not math.isfinite(scale):
         raise ValueError(f"scale must be a positive finite number (scale = 1 / temperature), got {scale!r}")
+    if scale < 1:
+        warnings.warn(f"scale={scale} is temperature {1.0 / scale:g} (scale = 1 / temperature, the second "
+                      f"positional argument as in MultipleNegativesRankingLoss); pass temperature={scale} "
+                      f"if a temperature was meant", UserWarning, stacklevel=stacklevel)
     if temperature is not None and not math.isclose(temperature, 1.0 / scale):
         raise ValueError(f"pass temperature or scale, not both: temperature={temperature} but "
                          f"scale={scale} means temperature={1.0 / scale}")
@@ -180,10 +192,46 @@ def _check_similarity_fct(similarity_fct: Callable | None) -> None:
     adaptive temperatures are defined on cosines (MACL's alignment, ASCL's sharpening)."""
     if similarity_fct is None or similarity_fct is cos_sim:
         return
+    if not callable(similarity_fct):
+        raise TypeError(f"similarity_fct must be a similarity function such as "
+                        f"sentence_transformers.util.cos_sim, got {type(similarity_fct).__name__} "
+                        f"{similarity_fct!r}: the positional arguments are (model, scale, "
+                        f"similarity_fct) as in MultipleNegativesRankingLoss; pass the others by "
+                        f"keyword, e.g. temperature=0.05, alpha=2.0")
     name = getattr(similarity_fct, "__name__", type(similarity_fct).__name__)
     raise ValueError(f"similarity_fct={name} is not supported: adaptcl's losses compare cosine "
                      "similarities (sentence_transformers.util.cos_sim, the default); normalise or "
                      "rescale through temperature/scale instead")
+
+
+def _positional_like_the_peer(init: Callable) -> Callable:
+    """Reject positional arguments beyond those of ``init``'s signature with a ``TypeError``
+    that names the keywords to use instead.
+
+    The positional order follows ``MultipleNegativesRankingLoss(model, scale, similarity_fct,
+    ...)`` (and its cached and symmetric variants, which agree up to ``similarity_fct``) for the
+    losses that stand in for it; everything else is keyword-only, so ``InfoNCELoss(model, 20.0)``
+    is scale 20 as with the peer and ``AMCLLoss(model, 20.0)`` (no scale: AMCL learns its
+    temperatures) is an error rather than 20 heads.
+    """
+    parameters = list(inspect.signature(init).parameters.values())[1:]  # without self
+    positional = [p.name for p in parameters if p.kind is inspect.Parameter.POSITIONAL_OR_KEYWORD]
+    keywords = [p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY]
+
+    @functools.wraps(init)
+    def checked(self: Any, *args: Any, **kwargs: Any) -> None:
+        if len(args) > len(positional):
+            name = type(self).__name__
+            extra = ", ".join(repr(a) for a in args[len(positional):])
+            takes = (f"({', '.join(positional)}) positionally, in the order of sentence-transformers' "
+                     f"MultipleNegativesRankingLoss" if "scale" in positional else
+                     f"only {positional[0]} positionally (AMCL learns its temperatures: it has no scale)")
+            raise TypeError(
+                f"{name} takes {takes}; got {len(args)} positional arguments. Pass {extra} by keyword, "
+                f"e.g. {name}(model, {keywords[0]}=...); keywords: {', '.join(keywords)}")
+        init(self, *args, **kwargs)
+
+    return checked
 
 
 def _unwrap_forward(forward: Any) -> Any:
@@ -463,8 +511,8 @@ class _ScalarTemperatureLoss(AdaptiveContrastiveLoss):
     (1 / temperature) and settable as either; the core is ``core_cls(temperature, *core_args,
     **core_kwargs)`` in the cross-view form."""
 
-    def __init__(self, model: nn.Module | None, core_cls: type[nn.Module], temperature: float | None,
-                 *core_args: Any, scale: float | None, similarity_fct: Callable | None,
+    def __init__(self, model: nn.Module | None, core_cls: type[nn.Module], *core_args: Any,
+                 temperature: float | None, scale: float | None, similarity_fct: Callable | None,
                  core_kwargs: dict[str, Any], gather_across_devices: bool, check_finite: bool,
                  tile_size: int | None, **base_kwargs: Any) -> None:
         self._check_model(model)
@@ -480,30 +528,34 @@ class _ScalarTemperatureLoss(AdaptiveContrastiveLoss):
 
     @scale.setter
     def scale(self, value: float) -> None:
-        self.core.temperature = _resolve_temperature(None, value)
+        self.core.temperature = _resolve_temperature(None, value, stacklevel=4)
 
 
 class InfoNCELoss(_ScalarTemperatureLoss):
     """InfoNCE in the direction anchor -> candidates, like ``MultipleNegativesRankingLoss``.
 
-    ``InfoNCELoss(model, temperature=0.05)`` (or ``scale=20``) equals
-    ``MultipleNegativesRankingLoss(model, scale=20)``; ``symmetric=True`` (or the peer's
-    ``directions=("query_to_doc", "doc_to_query"), partition_mode="per_direction"``) equals its
-    symmetric form (``MultipleNegativesSymmetricRankingLoss``), with or without hard negatives.
-    A batch of one pair gives 0, as the peer does.
+    ``InfoNCELoss(model, temperature=0.05)`` (or ``scale=20``, or ``InfoNCELoss(model, 20.0)``:
+    the positional order is the peer's, ``(model, scale, similarity_fct)``, the rest
+    keyword-only) equals ``MultipleNegativesRankingLoss(model, scale=20)``; ``symmetric=True``
+    (or the peer's ``directions=("query_to_doc", "doc_to_query"),
+    partition_mode="per_direction"``) equals its symmetric form
+    (``MultipleNegativesSymmetricRankingLoss``), with or without hard negatives. A batch of one
+    pair gives 0, as the peer does.
 
     Example:
-        >>> loss = InfoNCELoss(model, scale=20.0)   # MultipleNegativesRankingLoss(model)
+        >>> loss = InfoNCELoss(model, 20.0)   # MultipleNegativesRankingLoss(model, 20.0)
     """
 
-    def __init__(self, model: nn.Module | None, temperature: float | None = None, *,
-                 scale: float | None = None, similarity_fct: Callable | None = None,
+    @_positional_like_the_peer
+    def __init__(self, model: nn.Module | None, scale: float | None = None,
+                 similarity_fct: Callable | None = None, *, temperature: float | None = None,
                  symmetric: bool = False, directions: Sequence[str] | None = None,
                  partition_mode: str | None = None, projection: nn.Module | None = None,
                  gather_across_devices: bool = False, tile_size: int | None = None,
                  mini_batch_size: int | None = None, mini_batch_num_tokens: int | None = None,
                  check_finite: bool = True, show_progress_bar: bool = False) -> None:
-        super().__init__(model, plugins.InfoNCELoss, temperature, scale=scale, similarity_fct=similarity_fct,
+        super().__init__(model, plugins.InfoNCELoss, temperature=temperature, scale=scale,
+                         similarity_fct=similarity_fct,
                          core_kwargs={}, gather_across_devices=gather_across_devices,
                          check_finite=check_finite, tile_size=tile_size, projection=projection,
                          mini_batch_size=mini_batch_size, mini_batch_num_tokens=mini_batch_num_tokens,
@@ -521,20 +573,22 @@ class MACLLoss(_ScalarTemperatureLoss):
     Defaults are the paper's SimCSE setting: tau0 = 0.05, alpha = 2, A0 = 0.8, no reweighting
     ("the results are not sensitive to batch size, so we did not apply reweighting"). The
     adaptive temperature is clamped at ``min_temperature`` (default tau0 / 10). ``scale`` sets
-    tau0 as 1 / scale.
+    tau0 as 1 / scale. Positional arguments as ``MultipleNegativesRankingLoss``: ``(model,
+    scale, similarity_fct)``; ``temperature``, ``alpha``, ``a0`` and the rest are keyword-only.
     """
 
     citation_text = MACL_CITATION
 
-    def __init__(self, model: nn.Module | None, temperature: float | None = None, alpha: float = 2.0,
-                 a0: float = 0.8, *, scale: float | None = None, similarity_fct: Callable | None = None,
-                 reweight: bool = False, adaptive: bool = True,
+    @_positional_like_the_peer
+    def __init__(self, model: nn.Module | None, scale: float | None = None,
+                 similarity_fct: Callable | None = None, *, temperature: float | None = None,
+                 alpha: float = 2.0, a0: float = 0.8, reweight: bool = False, adaptive: bool = True,
                  temperature_form: str = "linear", min_temperature: float | None = None,
                  symmetric: bool = False, projection: nn.Module | None = None,
                  gather_across_devices: bool = False, tile_size: int | None = None,
                  mini_batch_size: int | None = None, mini_batch_num_tokens: int | None = None,
                  check_finite: bool = True, show_progress_bar: bool = False) -> None:
-        super().__init__(model, plugins.MACLLoss, temperature, alpha, a0, scale=scale,
+        super().__init__(model, plugins.MACLLoss, alpha, a0, temperature=temperature, scale=scale,
                          similarity_fct=similarity_fct,
                          core_kwargs={"reweight": reweight, "adaptive": adaptive,
                                       "temperature_form": temperature_form,
@@ -554,19 +608,24 @@ class MACLLoss(_ScalarTemperatureLoss):
 
 class ASCLLoss(_ScalarTemperatureLoss):
     """ASCL (Feng & Patras, 2022) with in-batch soft labels: the other positives of the batch
-    are the negatives, and those closest to an anchor's own positive get soft target mass."""
+    are the negatives, and those closest to an anchor's own positive get soft target mass.
+
+    Positional arguments as ``MultipleNegativesRankingLoss``: ``(model, scale,
+    similarity_fct)``; ``temperature`` and the rest are keyword-only.
+    """
 
     citation_text = ASCL_CITATION
 
-    def __init__(self, model: nn.Module | None, temperature: float | None = None,
-                 sharpen_temperature: float = 0.025, num_neighbors: int = 1, mode: str = "ascl", *,
-                 scale: float | None = None, similarity_fct: Callable | None = None,
+    @_positional_like_the_peer
+    def __init__(self, model: nn.Module | None, scale: float | None = None,
+                 similarity_fct: Callable | None = None, *, temperature: float | None = None,
+                 sharpen_temperature: float = 0.025, num_neighbors: int = 1, mode: str = "ascl",
                  projection: nn.Module | None = None, gather_across_devices: bool = False,
                  tile_size: int | None = None, mini_batch_size: int | None = None,
                  mini_batch_num_tokens: int | None = None, check_finite: bool = True,
                  show_progress_bar: bool = False) -> None:
-        super().__init__(model, plugins.ASCLLoss, temperature, sharpen_temperature, num_neighbors, mode,
-                         scale=scale, similarity_fct=similarity_fct, core_kwargs={},
+        super().__init__(model, plugins.ASCLLoss, sharpen_temperature, num_neighbors, mode,
+                         temperature=temperature, scale=scale, similarity_fct=similarity_fct, core_kwargs={},
                          gather_across_devices=gather_across_devices, check_finite=check_finite,
                          tile_size=tile_size, projection=projection, mini_batch_size=mini_batch_size,
                          mini_batch_num_tokens=mini_batch_num_tokens, show_progress_bar=show_progress_bar)
@@ -584,13 +643,16 @@ class AMCLLoss(AdaptiveContrastiveLoss):
     saved ``SentenceTransformer`` is the encoder. Save/restore them with
     :meth:`save_loss_state` / :meth:`load_loss_state` or :class:`LossStateCallback`. Hard
     negatives are gathered across devices with ``gather_across_devices`` like the other losses.
+    AMCL learns its temperatures, so it has no ``scale``: every argument after ``model`` is
+    keyword-only (``AMCLLoss(model, 20.0)`` raises a ``TypeError`` naming them).
     """
 
     citation_text = AMCL_CITATION
 
-    def __init__(self, model: nn.Module, num_heads: int = 2, projection_dim: int = 128,
+    @_positional_like_the_peer
+    def __init__(self, model: nn.Module, *, num_heads: int = 2, projection_dim: int = 128,
                  hidden_dim: int | None = None, beta: float = 1e-3, eta: float = 1e-5,
-                 iota: float = 2.0, *, negative_term: str = "softmax", kappa: int = 1,
+                 iota: float = 2.0, negative_term: str = "softmax", kappa: int = 1,
                  objective: str = "infonce", gather_across_devices: bool = False,
                  tile_size: int | None = None, mini_batch_size: int | None = None,
                  mini_batch_num_tokens: int | None = None, check_finite: bool = True,

@@ -157,11 +157,11 @@ def make_loss(name: str, model: SentenceTransformer, *, projection: nn.Module | 
     ``amcl``: 2 heads, learned pair temperature; ``infonce``: SimCSE itself.
     """
     if name == "infonce":
-        return InfoNCELoss(model, temperature, projection=projection, **kwargs)
+        return InfoNCELoss(model, temperature=temperature, projection=projection, **kwargs)
     if name == "macl":
-        return MACLLoss(model, temperature, projection=projection, **kwargs)
+        return MACLLoss(model, temperature=temperature, projection=projection, **kwargs)
     if name == "ascl":
-        return ASCLLoss(model, temperature, projection=projection, **kwargs)
+        return ASCLLoss(model, temperature=temperature, projection=projection, **kwargs)
     if name == "amcl":
         if projection is not None:
             raise ValueError("AMCL brings its own projection heads; use pooler='cls_before_pooler' or 'avg'")
