@@ -271,3 +271,63 @@ def test_trainer_by_device_name_writes_last_checkpoint_and_the_clock_resumes(tmp
     clock = TrainingClock()
     clock.load_state_dict({"seconds": 12.5})
     assert clock.state_dict() == {"seconds": 12.5}
+
+
+class _FixedViews(Dataset):
+    """Two fixed noisy views per image: epochs see the same batches, in a resumed run too."""
+
+    def __init__(self) -> None:
+        g = torch.Generator().manual_seed(0)
+        self.images = torch.randn(N_IMAGES, 3, 16, 16, generator=g)
+        self.noise = 0.1 * torch.randn(2, N_IMAGES, 3, 16, 16, generator=g)
+
+    def __len__(self) -> int:
+        return N_IMAGES
+
+    def __getitem__(self, i):
+        return [self.images[i] + self.noise[0, i], self.images[i] + self.noise[1, i]], i % 4
+
+
+def _amcl_moco(seed: int) -> MoCoV2Module:
+    torch.manual_seed(seed)
+    backbone, dim = small_cnn(width=4)
+    heads = AMCLProjectionHead.from_lightly(MoCoProjectionHead, num_heads=2, input_dim=dim,
+                                            hidden_dim=16, output_dim=8)
+    crit = AMCLLoss(dim=8, num_heads=2, memory_bank_size=(24, 8), persistent_memory_bank=True)
+    return MoCoV2Module(backbone, dim, crit, projection_head=heads, lr=0.05, **COMMON)
+
+
+def _fit_to_two_epochs(module, tmp_path, ckpt_path=None):
+    checkpoint = pl.callbacks.ModelCheckpoint(dirpath=tmp_path, filename="{epoch}", save_top_k=-1,
+                                              every_n_epochs=1)
+    trainer = pl.Trainer(max_epochs=2, accelerator="cpu", devices=1, logger=False,
+                         callbacks=[checkpoint], enable_progress_bar=False,
+                         enable_model_summary=False, num_sanity_val_steps=0)
+    trainer.fit(module, DataLoader(_FixedViews(), batch_size=BATCH, drop_last=True),
+                ckpt_path=ckpt_path)
+    return trainer
+
+
+@pytest.mark.slow
+def test_amcl_loss_state_and_queue_restored_when_lightning_resumes(tmp_path):
+    """AMCL's heads (the module's projection head), its temperature network and its queue (the
+    criterion's, with ``persistent_memory_bank=True``; Lightly's bank is not saved) are in the
+    LightningModule checkpoint: resuming ``fit(ckpt_path=...)`` from epoch 0's checkpoint in a
+    fresh module (other initialisation, empty queue) ends where the uninterrupted run does."""
+    whole = _amcl_moco(seed=0)
+    _fit_to_two_epochs(whole, tmp_path / "whole")
+    saved = torch.load(tmp_path / "whole" / "epoch=0.ckpt", weights_only=False)["state_dict"]
+    keys = list(saved)
+    assert any(k.startswith("criterion.criterion.temperature_net.") for k in keys)
+    assert "criterion.memory_bank.bank" in keys
+    assert any(k.startswith("projection_head.") for k in keys)
+
+    resumed = _amcl_moco(seed=1)
+    for key in ("criterion.criterion.temperature_net.phi.weight", "criterion.memory_bank.bank"):
+        assert not torch.equal(resumed.state_dict()[key], saved[key])
+    _fit_to_two_epochs(resumed, tmp_path / "resumed", ckpt_path=tmp_path / "whole" / "epoch=0.ckpt")
+    assert resumed.resumed_from["checkpoint_global_step"] == N_IMAGES // BATCH
+    final, ours = whole.state_dict(), resumed.state_dict()
+    assert final.keys() == ours.keys()
+    for k in final:
+        torch.testing.assert_close(ours[k], final[k], msg=k)

@@ -9,8 +9,8 @@ followed by hard-negative columns. The maths lives in :mod:`adaptcl.plugins`.
 Trainable parts of a loss (AMCL's heads and temperature network, SimCSE's training-only MLP)
 are optimised by ``SentenceTransformerTrainer`` (it optimises loss parameters) but are not part
 of the saved model: save them with :meth:`AdaptiveContrastiveLoss.save_loss_state` (or the
-:class:`LossStateCallback`, which does it at every checkpoint) and restore them with
-:meth:`~AdaptiveContrastiveLoss.load_loss_state`.
+:class:`LossStateCallback`, which does it at every checkpoint and restores them when the trainer
+resumes from one) and restore them with :meth:`~AdaptiveContrastiveLoss.load_loss_state`.
 
 Large batches: ``tile_size=`` streams the similarity matrix in tiles with an exact backward
 (Inf-CL, Cheng et al. 2024; :mod:`adaptcl.plugins.tiled`), so the loss itself needs memory
@@ -699,15 +699,50 @@ class AMCLLoss(AdaptiveContrastiveLoss):
 
 
 class LossStateCallback(TrainerCallback):
-    """Save a loss's own trainable state into every checkpoint and the final output directory.
+    """Save a loss's own trainable state into every checkpoint and the final output directory,
+    and restore it when the trainer resumes from a checkpoint.
+
+    ``trainer.train(resume_from_checkpoint=...)`` restores the model, the optimiser and the
+    scheduler, but the loss's own parameters (AMCL's heads and temperature network, SimCSE's
+    training MLP) are not part of the model: at ``on_train_begin`` of a resumed run (the trainer
+    state loaded from the checkpoint has ``global_step > 0``) this callback loads them from the
+    checkpoint's ``adaptcl_loss_state.pt``. The trainer does not hand callbacks the checkpoint's
+    path, so it is ``args.resume_from_checkpoint`` when that names a directory (as in
+    transformers' example scripts) and otherwise ``output_dir/checkpoint-<global_step>``, the
+    directory ``resume_from_checkpoint=True`` and the trainer's own checkpoints use. A resumed
+    run whose checkpoint holds no loss state raises ``FileNotFoundError`` instead of training on
+    from freshly initialised heads.
 
     Example:
         >>> trainer = SentenceTransformerTrainer(model=model, loss=loss, ...,
         ...                                      callbacks=[LossStateCallback(loss)])
+        >>> trainer.train(resume_from_checkpoint=True)   # model, optimiser and loss state
     """
 
     def __init__(self, loss: AdaptiveContrastiveLoss) -> None:
         self.loss = loss
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if state.global_step > 0 and self.loss.loss_state_dict():
+            self.loss.load_loss_state(self._resumed_checkpoint(args, state))
+        return control
+
+    def _resumed_checkpoint(self, args, state) -> Path:
+        candidates = []
+        named = getattr(args, "resume_from_checkpoint", None)
+        if isinstance(named, (str, os.PathLike)) and Path(named).is_dir():
+            candidates.append(Path(named))
+        candidates.append(Path(args.output_dir) / f"checkpoint-{state.global_step}")
+        for candidate in candidates:
+            if (candidate / LOSS_STATE_FILE).is_file():
+                return candidate
+        raise FileNotFoundError(
+            f"LossStateCallback: the trainer resumes at step {state.global_step} but no "
+            f"{LOSS_STATE_FILE} was found in {', '.join(repr(str(c)) for c in candidates)}, so "
+            f"{type(self.loss).__name__}'s own parameters would start fresh. Resume from a "
+            f"checkpoint written with LossStateCallback, name one outside output_dir with "
+            f"TrainingArguments(resume_from_checkpoint=path), or restore the loss with "
+            f"loss.load_loss_state(path) and train without this callback")
 
     def on_save(self, args, state, control, **kwargs):
         if state.is_world_process_zero:
