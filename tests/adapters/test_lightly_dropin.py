@@ -398,3 +398,19 @@ def test_amcl_bound_warning_steps_reaches_the_core_and_none_disables_it():
     assert AMCLLoss(dim=8).criterion.bound_warning_steps == 100
     assert AMCLLoss(dim=8, bound_warning_steps=7).criterion.bound_warning_steps == 7
     assert AMCLLoss(dim=8, bound_warning_steps=None).criterion.bound_warning_steps is None
+
+
+@pytest.mark.parametrize("bank", [0, (24, OUT)])
+@pytest.mark.parametrize("name", list(ALL_LOSSES))
+def test_list_input_raises_type_error_before_memory_bank(name, bank):
+    loss_fn = ALL_LOSSES[name](memory_bank_size=bank)
+    z0, z1 = _pair()
+    before = loss_fn.memory_bank.bank.clone()
+    for args, bad in (((z0.tolist(), z1.tolist()), "out0"), ((z0, z1.tolist()), "out1")):
+        with pytest.raises(TypeError, match=f"^{bad} must be a torch.Tensor, got list$"):
+            loss_fn(*args)
+    with pytest.raises(TypeError, match="^out1 must be a floating-point tensor, got dtype torch.int64"):
+        loss_fn(z0.requires_grad_(), z1.long())
+    if bank:  # nothing was written to the bank
+        assert int(loss_fn.memory_bank.bank_ptr) == 0
+        assert torch.equal(loss_fn.memory_bank.bank, before)

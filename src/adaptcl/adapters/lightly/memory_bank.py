@@ -11,10 +11,11 @@ attribute ``criterion``) and this class does what ``lightly.loss.NTXentLoss`` do
 - ``gather_distributed`` passes ``lightly.utils.dist.gather`` (gradient-carrying) to the core,
   which offsets the positive index by the rank; with a bank, Lightly gathers the keys of every
   rank before they enter it.
-- one validation path: the shared arguments are checked here, the embeddings are brought to
-  one dtype (the bank is float32; float64 inputs keep float64), and a bank whose feature
-  dimension differs from the embeddings raises a ``ValueError`` naming both dimensions
-  before anything is written to it.
+- one validation path: the shared arguments are checked here; the embeddings must be
+  floating-point tensors (a ``TypeError`` naming ``out0``/``out1``, raised before the bank
+  touches them) and are brought to one dtype (the bank is float32; float64 inputs keep
+  float64); a bank whose feature dimension differs from the embeddings raises a
+  ``ValueError`` naming both dimensions before anything is written to it.
 """
 
 from __future__ import annotations
@@ -188,7 +189,17 @@ def _widen(size: int | Sequence[int], width: int) -> int | Sequence[int]:
 
 
 def same_dtype(out0: Tensor, out1: Tensor) -> tuple[Tensor, Tensor]:
-    """Both views in their promoted dtype (float32 and float64 mix as in torch arithmetic)."""
+    """Both views in their promoted dtype (float32 and float64 mix as in torch arithmetic).
+
+    First of all, before the memory bank or a ``weight_fn`` sees them, each view must be a
+    floating-point ``torch.Tensor``: anything else raises a ``TypeError`` naming ``out0`` or
+    ``out1`` (the core loss checks shapes and values).
+    """
+    for name, out in (("out0", out0), ("out1", out1)):
+        if not isinstance(out, Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(out).__name__}")
+        if not out.is_floating_point():
+            raise TypeError(f"{name} must be a floating-point tensor, got dtype {out.dtype}")
     if out0.dtype == out1.dtype:
         return out0, out1
     dtype = torch.promote_types(out0.dtype, out1.dtype)
