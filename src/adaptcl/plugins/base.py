@@ -130,6 +130,11 @@ class ContrastiveLoss(nn.Module):
     negatives=None)`` is called like Lightly's losses.
     """
 
+    #: the ``negatives`` given to ``forward`` are unit rows already (a memory bank of
+    #: normalised keys): used as given, not normalised again (see
+    #: :func:`~adaptcl.plugins.candidates.build_candidates`); the Lightly adapter sets it
+    unit_negatives: bool = False
+
     def __init__(self, *, form: str, gather_distributed: bool = False,
                  gather_fn: GatherFn | None = None, check_finite: bool = True,
                  tile_size: int | None = None, reduction: str = "mean",
@@ -152,7 +157,8 @@ class ContrastiveLoss(nn.Module):
     def candidates(self, z0: Tensor, z1: Tensor, negatives: Tensor | None) -> list[Candidates]:
         return build_candidates(z0, z1, self.form, negatives,
                                 gather_distributed=self.gather_distributed,
-                                gather_fn=self.gather_fn, check_finite=self.check_finite)
+                                gather_fn=self.gather_fn, check_finite=self.check_finite,
+                                normalize_negatives=not self.unit_negatives)
 
     def compute(self, z0: Tensor, z1: Tensor, negatives: Tensor | None) -> tuple[Tensor, Stats]:
         raise NotImplementedError  # pragma: no cover - abstract

@@ -190,6 +190,7 @@ def build_candidates(
     gather_distributed: bool = False,
     gather_fn: GatherFn | None = None,
     check_finite: bool = True,
+    normalize_negatives: bool = True,
 ) -> list[Candidates]:
     """Normalise two views and describe the contrastive problem of ``form``.
 
@@ -202,6 +203,12 @@ def build_candidates(
             the queue instead).
         gather_fn: the gather to use, e.g. ``lightly.utils.dist.gather``; defaults to
             :func:`adaptcl.plugins.distributed.gather_with_grad`.
+        normalize_negatives: ``False`` when ``negatives`` are unit rows already (a memory bank
+            of normalised keys, as Lightly's): they are then used as given, only cast to the
+            computation's dtype, as Lightly's ``NTXentLoss`` uses its bank. Normalising a unit
+            row again moves about a third of them by one float32 ulp, so a bank entry would no
+            longer equal the key it was made from (and a bank of one entry would not give
+            Lightly's float32 accuracy).
 
     Returns:
         One :class:`Candidates` per direction (two for ``"cross_view_symmetric"``). Every anchor
@@ -222,7 +229,10 @@ def build_candidates(
         raise ValueError("z0 and z1 are empty: the batch needs at least one pair")
     dtype = compute_dtype(z0, z1, negatives)
     a0, a1 = normalize(z0, dtype), normalize(z1, dtype)
-    neg = normalize(negatives, dtype) if negatives is not None else None
+    if negatives is None:
+        neg = None
+    else:
+        neg = normalize(negatives, dtype) if normalize_negatives else negatives.to(dtype)
     if form != "queue" and neg is not None and neg.shape[0] == 0:
         neg = None
     positive_sim = (a0 * a1).sum(dim=1)
@@ -270,6 +280,12 @@ def scaled_anchors(cands: Candidates, temperature: Tensor | float) -> tuple[Tens
     ``temperature`` may be a python float, a 0-d tensor or a per-anchor ``[A]`` tensor: it is
     folded into the anchors before any matrix product, so no N x N division happens. The one
     place the temperature enters the logits, for the materialised and the tiled paths.
+
+    The positive logit is the product of the same scaled anchor with the positive key
+    (``sum(anchor / t * key)``), not ``cos / t``: every logit of a row, positive and negatives,
+    then carries the same rounding of the scaled anchor, so equal cosines give equal logits
+    and ``r = lse(negatives) - positive`` has no rounding of its own (otherwise the positive
+    and the negatives round differently, about one ulp of ``1 / t`` apart: 1e-6 at t = 0.1).
     """
     if isinstance(temperature, Tensor):
         if temperature.ndim > 1:
@@ -280,7 +296,10 @@ def scaled_anchors(cands: Candidates, temperature: Tensor | float) -> tuple[Tens
         t = float(temperature)  # a python number: no tensor, no host-to-device copy
     with autocast_off(cands.anchors):
         anchors = cands.anchors / (t[:, None] if isinstance(t, Tensor) and t.ndim == 1 else t)
-        positive = cands.positive_sim / t
+        if cands.positive_keys is not None:
+            positive = (anchors * cands.positive_keys).sum(dim=1)
+        else:
+            positive = cands.positive_sim / t
     return anchors, positive
 
 

@@ -35,6 +35,7 @@ from adaptcl.plugins._validation import (
     check_non_negative,
     check_positive,
 )
+from adaptcl.plugins.candidates import normalize
 
 from .memory_bank import MemoryBankLoss, core_attribute, same_dtype
 
@@ -402,7 +403,8 @@ class AMCLLoss(MemoryBankLoss):
         return heads
 
     def _bank_rows(self, out1: Tensor) -> Tensor:
-        heads = F.normalize(self._heads(out1).detach(), dim=-1)  # [C, N, D]
+        heads = self._heads(out1).detach()  # [C, N, D], normalised as the core's positive keys
+        heads = normalize(heads.reshape(-1, heads.shape[-1])).view(heads.shape)
         return heads.transpose(0, 1).reshape(heads.shape[1], -1)  # [N, C * D]
 
     def _bank_negatives(self, bank: Tensor) -> Tensor:

@@ -7,7 +7,8 @@ attribute ``criterion``) and this class does what ``lightly.loss.NTXentLoss`` do
 - ``memory_bank_size`` uses Lightly's :class:`~lightly.models.modules.memory_bank.MemoryBankModule`
   (Lightly 1.6 wants a ``(num_features, dim)`` tuple, ``0`` disables it). The bank stores the
   normalised second view and is updated only when ``out0`` requires a gradient; with a bank
-  the core loss runs in its ``"queue"`` form (positive ``out1[i]`` plus the bank's negatives).
+  the core loss runs in its ``"queue"`` form (positive ``out1[i]`` plus the bank's negatives),
+  which it uses as they are, unit rows, without normalising them again (as Lightly does).
 - ``gather_distributed`` passes ``lightly.utils.dist.gather`` (gradient-carrying) to the core,
   which offsets the positive index by the rank; with a bank, Lightly gathers the keys of every
   rank before they enter it.
@@ -24,14 +25,13 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from lightly.models.modules.memory_bank import MemoryBankModule
 from lightly.utils import dist as lightly_dist
 from torch import Tensor, nn
 
 from adaptcl import plugins
 from adaptcl.plugins._validation import check_bool, check_choice, check_shared
-from adaptcl.plugins.candidates import compute_dtype
+from adaptcl.plugins.candidates import compute_dtype, normalize
 
 __all__ = ["PersistentMemoryBankModule", "MemoryBankLoss", "lightly_gather", "core_attribute"]
 
@@ -138,6 +138,9 @@ class MemoryBankLoss(nn.Module):
             gather_fn=lightly_gather if gather_distributed else None,
             check_finite=check_finite, tile_size=tile_size,
         )
+        # The bank holds unit rows (Lightly's initial ones and _bank_rows'): the core uses
+        # them as they are, as Lightly does, so an entry equals the key it was made from.
+        self.criterion.unit_negatives = self.uses_memory_bank
 
     check_finite = core_attribute("check_finite", check_bool)
 
@@ -169,8 +172,10 @@ class MemoryBankLoss(nn.Module):
         return self.criterion(out0, out1, self._bank_negatives(negatives))
 
     def _bank_rows(self, out1: Tensor) -> Tensor:
-        """The ``[N, width * dim]`` rows ``out1`` adds to the bank."""
-        return F.normalize(out1.detach(), dim=-1)
+        """The ``[N, width * dim]`` rows ``out1`` adds to the bank: normalised by the core's
+        :func:`~adaptcl.plugins.candidates.normalize`, so each equals the positive key the
+        core computed from it (``F.normalize`` gives the same rows except at extreme norms)."""
+        return normalize(out1.detach())
 
     def _bank_negatives(self, bank: Tensor) -> Tensor:
         """The bank ``[K, width * dim]`` as the core loss takes its negatives."""
