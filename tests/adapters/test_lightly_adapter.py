@@ -118,7 +118,9 @@ def test_macl_adaptive_temperature_and_lightly_argument_alias():
 
 def test_argument_validation_is_lightlys_and_ours():
     with pytest.raises(ValueError, match="feature"):
-        MACLLoss(memory_bank_size=128)  # Lightly 1.6 needs (num_features, dim)
+        MACLLoss(memory_bank_size=128)  # Lightly 1.6 needs (num_features, dim); ours on 1.5 too
+    with pytest.raises(ValueError, match=r"expected a \(num_features, dim\) tuple"):
+        NTXentLoss(memory_bank_size=(128,))
     assert not MACLLoss(memory_bank_size=0).uses_memory_bank
     assert MACLLoss(memory_bank_size=(16, 4)).form == "queue"
     with pytest.raises(ValueError, match="form"):

@@ -122,6 +122,7 @@ class MemoryBankLoss(nn.Module):
             raise ValueError(f"form must be one of {forms}: the queue form is chosen by "
                              f"memory_bank_size, got {form!r}")
         check_choice("form", form, forms)
+        _check_bank_size(memory_bank_size)
         bank_class = PersistentMemoryBankModule if persistent_memory_bank else MemoryBankModule
         # (num_features, dim) rows: the core takes negatives as [K, D].
         self.memory_bank = bank_class(size=_widen(memory_bank_size, bank_width),
@@ -184,6 +185,21 @@ class MemoryBankLoss(nn.Module):
     def extra_repr(self) -> str:
         size = (self.memory_bank.size[0], self.memory_bank_dim) if self.uses_memory_bank else 0
         return f"memory_bank_size={size}, gather_distributed={self.gather_distributed}"
+
+
+def _check_bank_size(size: int | Sequence[int]) -> None:
+    """Lightly 1.6's rule, on every Lightly this package supports: a bank names its feature
+    dimension, ``(num_features, dim)``, or is ``0``. Lightly 1.5 accepts a bare ``num_features``
+    with a warning (its bank then takes the dimension from the first batch), which the
+    feature-dimension check here cannot use."""
+    if isinstance(size, int) and not isinstance(size, bool):
+        if size > 0:
+            raise ValueError(
+                f"Memory bank size 'size={size}' does not specify the feature dimension. Set it "
+                f"with 'size=({size}, dim)', or pass 'size=0' to disable the memory bank.")
+    elif isinstance(size, Sequence) and len(size) != 2 and tuple(size) != (0,):
+        raise ValueError(f"Illegal memory bank size {size}, expected a (num_features, dim) "
+                         "tuple, or 'size=0' to disable the memory bank.")
 
 
 def _widen(size: int | Sequence[int], width: int) -> int | Sequence[int]:
