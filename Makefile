@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test bench lint docs clean
+.PHONY: setup demo test bench lint docs floors clean
 
 setup: $(STAMP)
 
@@ -42,6 +42,11 @@ $(DOCS_STAMP): pyproject.toml $(STAMP)
 
 docs: $(DOCS_STAMP)
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/python -m sphinx -W --keep-going -q -b html docs docs/_build/html
+
+# Dependency floors: one venv per extra with the lowest versions pyproject.toml allows, then
+# that extra's adapter tests (.ci/check_floors.sh; EXTRAS="vision text graph" by default).
+floors:
+	TORCH_SPEC="$(TORCH_SPEC)" PYTHON=$(PYTHON) bash .ci/check_floors.sh
 
 clean:
 	rm -rf $(VENV) results .pytest_cache .ruff_cache docs/_build docs/_generated dist
