@@ -38,14 +38,17 @@ else
   [ "${KEEP_FLOORS:-0}" = 1 ] || trap 'rm -rf "$work"' EXIT
 fi
 
-# The extra's tests: the adapters it installs (and the parity tests against its peer).
+# The extra's tests: every adapter test of its frameworks (tests/test_package.py checks that
+# none is missing) and the core's parity tests against its peer.
 tests_for() {
   case $1 in
     vision) echo tests/adapters/test_lightly_adapter.py tests/adapters/test_lightly_dropin.py \
-                 tests/adapters/test_lightning_modules.py \
+                 tests/adapters/test_lightning_modules.py tests/adapters/test_lightning_ddp.py \
                  tests/adapters/test_mixed_precision_lightning.py tests/plugins/test_parity.py ;;
     text) echo tests/adapters/test_sentence_transformers_adapter.py tests/adapters/test_st_cached.py \
                tests/adapters/test_st_composition.py tests/adapters/test_st_peer_parity.py \
+               tests/adapters/test_st_cached_ddp.py \
+               tests/adapters/test_sentence_transformers_distributed.py \
                tests/adapters/test_mixed_precision_sentence_transformers.py ;;
     graph) echo tests/adapters/test_graphcl_devices.py tests/adapters/test_graphcl_edge_attributes.py \
                 tests/adapters/test_graphcl_model.py tests/adapters/test_graphcl_train.py \

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from adaptcl import cli
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 # Makes the packages in BLOCKED unimportable, as if they were not installed.
 BLOCKER = r"""
@@ -96,3 +99,44 @@ def test_version_is_read_from_installed_metadata():
     import adaptcl
 
     assert adaptcl.__version__ == importlib.metadata.version("adaptcl")
+
+
+# The frameworks of each extra that `make floors` installs at its lowest allowed versions.
+FLOOR_EXTRAS = {"vision": ("lightly", "pytorch_lightning"),
+                "text": ("sentence_transformers", "transformers", "datasets", "accelerate"),
+                "graph": ("torch_geometric", "ogb", "rdkit")}
+
+
+def _floors_function(name: str, extra: str) -> list[str]:
+    """Output of a function of .ci/check_floors.sh, defined alone (the script is not run)."""
+    script = REPO_ROOT / ".ci" / "check_floors.sh"
+    body = subprocess.run(["sed", "-n", f"/^{name}() {{/,/^}}/p", str(script)],
+                          capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(["bash", "-c", f'{body}\n{name} "$1"', "_", extra], cwd=REPO_ROOT,
+                         capture_output=True, text=True, timeout=60, env={"PYTHON": sys.executable,
+                                                                          "PATH": "/usr/bin:/bin"})
+    assert out.returncode == 0 and body, (name, out.stderr)
+    return out.stdout.split()
+
+
+def test_floors_check_runs_every_adapter_test_of_each_extra():
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    makefile = (REPO_ROOT / "Makefile").read_text()
+    assert "floors:" in makefile and ".ci/check_floors.sh" in makefile
+    extras = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"]
+    listed = {}
+    for extra in FLOOR_EXTRAS:
+        files = _floors_function("tests_for", extra)
+        assert files and all((REPO_ROOT / f).is_file() for f in files), (extra, files)
+        listed.update(dict.fromkeys(files, extra))
+        # the requirements it installs at their floors are the extra's, less torch/torchvision
+        wanted = [r for r in extras[extra] if not r.startswith(("torch>", "torchvision"))]
+        assert " ".join(_floors_function("requirements_for", extra)) == " ".join(wanted)
+    # every adapter test that imports an extra's framework runs in that extra's floors venv
+    for path in sorted((REPO_ROOT / "tests" / "adapters").glob("test_*.py")):
+        text = path.read_text()
+        for extra, modules in FLOOR_EXTRAS.items():
+            if any(f'"{m}"' in text or f"import {m}" in text or f"from {m}" in text
+                   for m in modules[:1]):
+                assert listed.get(str(path.relative_to(REPO_ROOT))) == extra, path.name
