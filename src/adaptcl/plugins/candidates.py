@@ -97,6 +97,9 @@ class Candidates:
             the positive is not among ``keys`` (queue form: it lives only in ``positive_sim``).
         self_index: ``[A]`` column to exclude (the anchor itself), or ``None``.
         positive_keys: ``[A, D]`` normalised positive of each anchor (for per-pair temperatures).
+        unit_keys: ``keys`` are unit rows used as given (a memory bank, see
+            ``build_candidates(normalize_negatives=False)``): the positive logit is then rounded
+            as the negatives' are (see :func:`scaled_anchors`).
     """
 
     anchors: Tensor
@@ -105,6 +108,7 @@ class Candidates:
     positive_index: Tensor | None = None
     self_index: Tensor | None = None
     positive_keys: Tensor | None = None
+    unit_keys: bool = False
 
     @property
     def num_anchors(self) -> int:
@@ -131,7 +135,7 @@ class Candidates:
         return Candidates(anchors=self.anchors[r0:r1], keys=self.keys,
                           positive_sim=self.positive_sim[r0:r1],
                           positive_index=cut(self.positive_index), self_index=cut(self.self_index),
-                          positive_keys=cut(self.positive_keys))
+                          positive_keys=cut(self.positive_keys), unit_keys=self.unit_keys)
 
     def mask_(self, matrix: Tensor) -> Tensor:
         """Overwrite the positive and self columns of an ``[A, C]`` matrix in place.
@@ -244,7 +248,8 @@ def build_candidates(
         return keys if neg is None else torch.cat([keys, neg])
 
     if form == "queue":
-        out = [Candidates(anchors=a0, keys=neg, positive_sim=positive_sim, positive_keys=a1)]
+        out = [Candidates(anchors=a0, keys=neg, positive_sim=positive_sim, positive_keys=a1,
+                          unit_keys=not normalize_negatives)]
     elif form == "nt_xent":
         big0, rank, world = _gather(a0, gather_fn) if gather else (a0, 0, 1)
         big1, _, _ = _gather(a1, gather_fn) if gather else (a1, 0, 1)
@@ -281,11 +286,13 @@ def scaled_anchors(cands: Candidates, temperature: Tensor | float) -> tuple[Tens
     folded into the anchors before any matrix product, so no N x N division happens. The one
     place the temperature enters the logits, for the materialised and the tiled paths.
 
-    The positive logit is the product of the same scaled anchor with the positive key
-    (``sum(anchor / t * key)``), not ``cos / t``: every logit of a row, positive and negatives,
-    then carries the same rounding of the scaled anchor, so equal cosines give equal logits
-    and ``r = lse(negatives) - positive`` has no rounding of its own (otherwise the positive
-    and the negatives round differently, about one ulp of ``1 / t`` apart: 1e-6 at t = 0.1).
+    The positive logit is ``cos / t``. Against a memory bank of unit rows
+    (:attr:`Candidates.unit_keys`, the Lightly drop-in case) it is the product of the same
+    scaled anchor with the positive key (``sum(anchor / t * key)``), as Lightly computes it:
+    every logit of a row then carries the same rounding of the scaled anchor, so equal cosines
+    give equal logits (``cos / t`` rounds about one ulp of ``1 / t`` apart from the negatives,
+    1e-6 at t = 0.1, which a bank of one entry shows). Elsewhere ``cos / t`` stays, so the
+    in-batch paths compute bit for bit what the published runs computed.
     """
     if isinstance(temperature, Tensor):
         if temperature.ndim > 1:
@@ -296,7 +303,7 @@ def scaled_anchors(cands: Candidates, temperature: Tensor | float) -> tuple[Tens
         t = float(temperature)  # a python number: no tensor, no host-to-device copy
     with autocast_off(cands.anchors):
         anchors = cands.anchors / (t[:, None] if isinstance(t, Tensor) and t.ndim == 1 else t)
-        if cands.positive_keys is not None:
+        if cands.unit_keys and cands.positive_keys is not None:
             positive = (anchors * cands.positive_keys).sum(dim=1)
         else:
             positive = cands.positive_sim / t
