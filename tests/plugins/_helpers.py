@@ -124,7 +124,7 @@ def _loss_table() -> dict[str, LossCase]:
         "ahcl_queue": LossCase(lambda **kw: ASCLLoss(0.2, 0.1, 2, "ahcl", **kw), "queue"),
         "hard_queue": LossCase(lambda **kw: ASCLLoss(0.2, 0.1, 2, "hard", **kw), "queue"),
         "ascl_in_batch": LossCase(lambda **kw: ASCLLoss(0.2, 0.1, 1, form="cross_view", **kw)),
-        "ascl_byol": LossCase(lambda **kw: ASCLBYOLLoss(0.1, 2, **kw)),
+        "ascl_byol": LossCase(lambda **kw: ASCLBYOLLoss(0.1, 1, **kw)),
         "amcl_softmax": LossCase(_amcl(1, beta=1e-2), symmetric=True),
         "amcl_softmax_infonce": LossCase(_amcl(2, beta=1e-2, objective="infonce"),
                                          symmetric=True),

@@ -613,7 +613,7 @@ def _expected_stats(name, x):
         eye = torch.eye(n, dtype=torch.bool)
         p = torch.softmax((tgt @ tgt.T / 0.1).masked_fill(eye, -math.inf), dim=1)
         conf = 1 - (-(p * torch.log(p)).nan_to_num().sum(1)) / math.log(n - 1)
-        y = torch.minimum(torch.ones_like(p), 2 * conf[:, None] * p).masked_fill(eye, 0.0) + eye
+        y = torch.minimum(torch.ones_like(p), conf[:, None] * p).masked_fill(eye, 0.0) + eye
         y = y / y.sum(1, keepdim=True)
         loss = 2 - 2 * (y * (tgt @ pred.T)).sum(1)
         return {"loss": loss.mean(), "alignment": (pred * tgt).sum(1).mean(),
