@@ -1,0 +1,319 @@
+"""The user-facing contract of every entry point, beyond its formula: the documented defaults
+(functional form = module = the values the docstrings state), keywords reaching the
+computation (negatives, tile_size, gather_fn, check_finite), errors that start by naming the
+bad argument, mixed float32/float64 inputs computed in float64, ``repr`` and small helpers."""
+
+from __future__ import annotations
+
+import inspect
+import math
+import re
+
+import pytest
+import torch
+
+import adaptcl.plugins as P
+from adaptcl.plugins import functional as F
+from adaptcl.plugins.tiled import materialised_bytes
+
+from ._helpers import DIM, LOSSES, seeded
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+D64 = torch.float64
+
+
+def _net():
+    return seeded(3, lambda: P.PairTemperature(DIM)).double()
+
+
+def _x(n=5, k=4, seed=41):
+    g = torch.Generator().manual_seed(seed)
+    return tuple(torch.randn(r, DIM, generator=g, dtype=D64) for r in (n, n, n, n, k))
+
+
+# name -> (functional call with defaults, module call with defaults, the documented defaults
+# passed explicitly to the functional form); ``x = (a, b, c, d, queue)``.
+DEFAULTS = {
+    "info_nce": (lambda x, net: F.info_nce(x[0], x[1]), lambda x, net: P.InfoNCELoss()(x[0], x[1]),
+                 lambda x, net: F.info_nce(x[0], x[1], 0.1, form="nt_xent",
+                                           positive_in_denominator=True, reduction="mean")),
+    "dcl": (lambda x, net: F.dcl(x[0], x[1]), lambda x, net: P.DCLLoss()(x[0], x[1]),
+            lambda x, net: F.dcl(x[0], x[1], 0.1, form="nt_xent")),
+    "flat_nce": (lambda x, net: F.flat_nce(x[0], x[1]), lambda x, net: P.FlatNCELoss()(x[0], x[1]),
+                 lambda x, net: F.flat_nce(x[0], x[1], 0.1, form="nt_xent")),
+    "dual_temperature": (lambda x, net: F.dual_temperature(x[0], x[1]),
+                         lambda x, net: P.DualTemperatureLoss()(x[0], x[1]),
+                         lambda x, net: F.dual_temperature(x[0], x[1], 0.1, 1.0, form="nt_xent")),
+    "macl": (lambda x, net: F.macl(x[0], x[1]), lambda x, net: P.MACLLoss()(x[0], x[1]),
+             lambda x, net: F.macl(x[0], x[1], 0.1, 0.5, 0.0, reweight=True, adaptive=True,
+                                   temperature_form="linear", weight_form="inverse",
+                                   min_temperature=0.01, form="nt_xent",
+                                   positive_in_denominator=True)),
+    # the SimCSE setting at A ~ 0: 1 + 2 (A - 0.8) < 0, the default floor tau0 / 10 applies
+    "macl_floor": (lambda x, net: F.macl(x[0], x[1], 0.05, 2.0, 0.8, reweight=False),
+                   lambda x, net: P.MACLLoss(0.05, 2.0, 0.8, reweight=False)(x[0], x[1]),
+                   lambda x, net: F.macl(x[0], x[1], 0.05, 2.0, 0.8, reweight=False,
+                                         min_temperature=0.005)),
+    "ascl": (lambda x, net: F.ascl(x[0], x[1], negatives=x[4]),
+             lambda x, net: P.ASCLLoss()(x[0], x[1], x[4]),
+             lambda x, net: F.ascl(x[0], x[1], 0.1, 0.05, 1, "ascl", negatives=x[4],
+                                   form="queue")),
+    "ascl_byol": (lambda x, net: F.ascl_byol(x[0], x[1]),
+                  lambda x, net: P.ASCLBYOLLoss()(x[0], x[1]),
+                  lambda x, net: F.ascl_byol(x[0], x[1], 0.05, 1, "ascl")),
+    "amcl": (lambda x, net: F.amcl(x[0], x[1], net), lambda x, net: P.AMCLLoss(net)(x[0], x[1]),
+             lambda x, net: F.amcl(x[0], x[1], net, 1e-3, negative_term="softmax",
+                                   objective="nt_xent", form="nt_xent")),
+    "amcl_topk": (lambda x, net: F.amcl(x[0], x[1], net, negative_term="topk"),
+                  lambda x, net: P.AMCLLoss(net, negative_term="topk")(x[0], x[1]),
+                  lambda x, net: F.amcl(x[0], x[1], net, 1e-3, negative_term="topk", kappa=1)),
+    "amcl_simsiam": (lambda x, net: F.amcl_simsiam(*x[:4], net),
+                     lambda x, net: P.AMCLSimSiamLoss(net)(*x[:4]),
+                     lambda x, net: F.amcl_simsiam(*x[:4], net, 1e-3, reduction="mean")),
+    "amcl_barlow_twins": (lambda x, net: F.amcl_barlow_twins(x[0], x[1], net),
+                          lambda x, net: P.AMCLBarlowTwinsLoss(net)(x[0], x[1]),
+                          lambda x, net: F.amcl_barlow_twins(x[0], x[1], net, 1e-3, 5e-3)),
+    "margin_contrastive": (lambda x, net: F.margin_contrastive(x[0], x[1]),
+                           lambda x, net: P.MarginContrastiveLoss()(x[0], x[1]),
+                           lambda x, net: F.margin_contrastive(x[0], x[1], 1.0, squared=True,
+                                                               form="cross_view")),
+    "triplet": (lambda x, net: F.triplet(x[0], x[1]), lambda x, net: P.TripletLoss()(x[0], x[1]),
+                lambda x, net: F.triplet(x[0], x[1], 0.5, mining="all", form="cross_view")),
+    "nce": (lambda x, net: F.nce(x[0], x[1]), lambda x, net: P.NCELoss()(x[0], x[1]),
+            lambda x, net: F.nce(x[0], x[1], 0.1, form="cross_view")),
+}
+
+
+@pytest.mark.parametrize("name", list(DEFAULTS))
+def test_documented_defaults_of_functional_forms_and_modules(name):
+    functional, module, explicit = DEFAULTS[name]
+    x, net = _x(), _net()
+    expected = explicit(x, net)
+    assert expected.ndim == 0  # reduction="mean" by default
+    torch.testing.assert_close(functional(x, net), expected, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(module(x, net), expected, rtol=1e-12, atol=1e-12)
+
+
+def _fake_gather(x):
+    """A two-rank gather in one process: this rank's rows and a fixed other rank's."""
+    other = torch.linspace(-1.0, 1.0, x.numel(), dtype=x.dtype).reshape(x.shape).flip(0)
+    return [x, other]
+
+
+# name -> (functional, module factory, needs negatives); every keyword below reaches both
+KEYWORDS = {
+    "info_nce": (lambda *a, **k: F.info_nce(*a, 0.3, **k), lambda **k: P.InfoNCELoss(0.3, **k)),
+    "dcl": (lambda *a, **k: F.dcl(*a, 0.3, **k), lambda **k: P.DCLLoss(0.3, **k)),
+    "flat_nce": (lambda *a, **k: F.flat_nce(*a, 0.3, **k), lambda **k: P.FlatNCELoss(0.3, **k)),
+    "dual_temperature": (lambda *a, **k: F.dual_temperature(*a, 0.3, 0.8, **k),
+                         lambda **k: P.DualTemperatureLoss(0.3, 0.8, **k)),
+    "macl": (lambda *a, **k: F.macl(*a, 0.3, 0.5, **k), lambda **k: P.MACLLoss(0.3, 0.5, **k)),
+    "ascl": (lambda *a, **k: F.ascl(*a, 0.3, 0.1, 2, **k),
+             lambda **k: P.ASCLLoss(0.3, 0.1, 2, **k)),
+    "amcl": (lambda *a, **k: F.amcl(*a, _net(), 0.01, **k),
+             lambda **k: P.AMCLLoss(_net(), 0.01, **k)),
+    "margin_contrastive": (lambda *a, **k: F.margin_contrastive(*a, 0.9, **k),
+                           lambda **k: P.MarginContrastiveLoss(0.9, **k)),
+    "triplet": (lambda *a, **k: F.triplet(*a, 0.4, **k), lambda **k: P.TripletLoss(0.4, **k)),
+    "nce": (lambda *a, **k: F.nce(*a, 0.3, **k), lambda **k: P.NCELoss(0.3, **k)),
+}
+
+
+@pytest.mark.parametrize("name", list(KEYWORDS))
+def test_keywords_reach_the_computation(name):
+    """``negatives``, ``tile_size``, ``gather_fn`` and ``reduction`` change the result, and the
+    functional form and the module agree on each (queue form for ASCL, cross-view otherwise)."""
+    functional, module = KEYWORDS[name]
+    a, b, _, _, queue = _x()
+    form = "queue" if name == "ascl" else "cross_view"
+    base = functional(a, b, negatives=queue, form=form, reduction="none")
+    variants = [dict(tile_size=2), dict(reduction="sum")]
+    if name != "ascl":
+        variants += [dict(negatives=None), dict(gather_fn=_fake_gather)]
+    for kw in variants:
+        call = {"negatives": queue, "form": form, "reduction": "none", **kw}
+        got = functional(a, b, **call)
+        negatives = call.pop("negatives")
+        want = module(**call)(a, b, negatives)
+        torch.testing.assert_close(got, want, rtol=1e-10, atol=1e-12, msg=f"{name} {kw}")
+        if "tile_size" in kw:
+            torch.testing.assert_close(got, base, rtol=1e-10, atol=1e-12)
+        elif "reduction" in kw:
+            torch.testing.assert_close(got, base.sum(), rtol=1e-10, atol=1e-12)
+        else:  # the candidates changed (FlatNCE's value is 1 whatever they are: its InfoNCE)
+            fn = module(**call)
+            fn(a, b, negatives)
+            ref = module(form=form, reduction="none")
+            ref(a, b, queue)
+            key = "plain_loss" if name == "flat_nce" else "loss"
+            assert not torch.allclose(fn.last_stats[key], ref.last_stats[key]), \
+                f"{name}: {kw} had no effect"
+
+
+@pytest.mark.parametrize("name", list(DEFAULTS))
+def test_check_finite_is_on_by_default_and_can_be_turned_off(name):
+    functional = DEFAULTS[name][0]
+    x = list(_x())
+    x[1] = x[1].clone()
+    x[1][0, 0] = math.nan
+    with pytest.raises(ValueError, match="contains NaN or inf"):
+        functional(tuple(x), _net())
+    kw = _functional_of(name)
+    out = kw(tuple(x), _net())
+    assert out.ndim == 0  # computed (NaN or not), no error
+
+
+def _functional_of(name):
+    """The functional form of ``name`` with ``check_finite=False``."""
+    calls = {
+        "info_nce": lambda x, n: F.info_nce(x[0], x[1], check_finite=False),
+        "dcl": lambda x, n: F.dcl(x[0], x[1], check_finite=False),
+        "flat_nce": lambda x, n: F.flat_nce(x[0], x[1], check_finite=False),
+        "dual_temperature": lambda x, n: F.dual_temperature(x[0], x[1], check_finite=False),
+        "macl": lambda x, n: F.macl(x[0], x[1], check_finite=False),
+        "macl_floor": lambda x, n: F.macl(x[0], x[1], 0.05, 2.0, 0.8, reweight=False,
+                                          check_finite=False),
+        "ascl": lambda x, n: F.ascl(x[0], x[1], negatives=x[4], check_finite=False),
+        "ascl_byol": lambda x, n: F.ascl_byol(x[0], x[1], check_finite=False),
+        "amcl": lambda x, n: F.amcl(x[0], x[1], n, check_finite=False),
+        "amcl_topk": lambda x, n: F.amcl(x[0], x[1], n, negative_term="topk",
+                                         check_finite=False),
+        "amcl_simsiam": lambda x, n: F.amcl_simsiam(*x[:4], n, check_finite=False),
+        "amcl_barlow_twins": lambda x, n: F.amcl_barlow_twins(x[0], x[1], n, check_finite=False),
+        "margin_contrastive": lambda x, n: F.margin_contrastive(x[0], x[1], check_finite=False),
+        "triplet": lambda x, n: F.triplet(x[0], x[1], check_finite=False),
+        "nce": lambda x, n: F.nce(x[0], x[1], check_finite=False),
+    }
+    return calls[name]
+
+
+# --------------------------------------------------------------------------------------------
+# Errors name the bad argument first
+# --------------------------------------------------------------------------------------------
+
+BAD = {float: math.nan, bool: "yes", int: 1.5, str: "no-such-choice"}
+# keywords that take any value on purpose (bool() of it) or are not checked arguments
+UNCHECKED = {"positive_in_denominator", "squared", "reweight", "adaptive", "negatives",
+             "temperature_net", "gather_fn", "dim", "clamp"}
+INT_NONE = {"tile_size", "bound_warning_steps"}  # None-default ints
+FLOAT_NONE = {"min_temperature"}
+
+
+def _checked_keywords(cls):
+    for p in inspect.signature(cls).parameters.values():
+        if p.name in UNCHECKED or p.kind is p.VAR_KEYWORD:
+            continue
+        kind = (int if p.name in INT_NONE else float if p.name in FLOAT_NONE
+                else type(p.default) if p.default is not inspect.Parameter.empty else float)
+        yield p.name, BAD[kind]
+
+
+def _module_cases():
+    for cls in (P.InfoNCELoss, P.DCLLoss, P.FlatNCELoss, P.DualTemperatureLoss, P.MACLLoss,
+                P.ASCLLoss, P.ASCLBYOLLoss, P.AMCLLoss, P.AMCLSimSiamLoss,
+                P.AMCLBarlowTwinsLoss, P.MarginContrastiveLoss, P.TripletLoss, P.NCELoss):
+        for name, bad in _checked_keywords(cls):
+            yield pytest.param(cls, name, bad, id=f"{cls.__name__}-{name}")
+
+
+@pytest.mark.parametrize("cls, name, bad", list(_module_cases()))
+def test_module_errors_start_with_the_bad_argument(cls, name, bad):
+    needs_net = "temperature_net" in inspect.signature(cls).parameters
+    args = (_net(),) if needs_net else ()
+    with pytest.raises((ValueError, TypeError), match=rf"^{re.escape(name)} must "):
+        cls(*args, **{name: bad})
+
+
+def _functional_cases():
+    x = _x()
+    for fn, call in (
+        (F.info_nce, lambda **k: F.info_nce(x[0], x[1], **k)),
+        (F.dcl, lambda **k: F.dcl(x[0], x[1], **k)),
+        (F.flat_nce, lambda **k: F.flat_nce(x[0], x[1], **k)),
+        (F.dual_temperature, lambda **k: F.dual_temperature(x[0], x[1], **k)),
+        (F.macl, lambda **k: F.macl(x[0], x[1], **k)),
+        (F.ascl, lambda **k: F.ascl(x[0], x[1], negatives=x[4], **k)),
+        (F.ascl_byol, lambda **k: F.ascl_byol(x[0], x[1], **k)),
+        (F.amcl, lambda **k: F.amcl(x[0], x[1], _net(), **k)),
+        (F.amcl_simsiam, lambda **k: F.amcl_simsiam(*x[:4], _net(), **k)),
+        (F.amcl_barlow_twins, lambda **k: F.amcl_barlow_twins(x[0], x[1], _net(), **k)),
+        (F.margin_contrastive, lambda **k: F.margin_contrastive(x[0], x[1], **k)),
+        (F.triplet, lambda **k: F.triplet(x[0], x[1], **k)),
+        (F.nce, lambda **k: F.nce(x[0], x[1], **k)),
+    ):
+        for name, bad in _checked_keywords(fn):
+            if name in ("z0", "z1", "p0", "p1", "predictions", "targets"):
+                continue
+            yield pytest.param(call, name, bad, id=f"{fn.__name__}-{name}")
+
+
+@pytest.mark.parametrize("call, name, bad", list(_functional_cases()))
+def test_functional_errors_start_with_the_bad_argument(call, name, bad):
+    with pytest.raises((ValueError, TypeError), match=rf"^{re.escape(name)} must "):
+        call(**{name: bad})
+
+
+def _simsiam_and_barlow_inputs():
+    x = _x()
+    yield "AMCLSimSiamLoss", ("p0", "p1", "z0", "z1"), lambda *t: P.AMCLSimSiamLoss(_net())(*t), x[:4]
+    yield "AMCLBarlowTwinsLoss", ("z0", "z1"), lambda *t: P.AMCLBarlowTwinsLoss(_net())(*t), x[:2]
+
+
+@pytest.mark.parametrize("case", list(_simsiam_and_barlow_inputs()), ids=lambda c: c[0])
+def test_simsiam_and_barlow_twins_name_the_bad_input(case):
+    _, names, call, x = case
+    for i, name in enumerate(names):
+        bad = list(x)
+        bad[i] = bad[i].clone()
+        bad[i][1, 2] = math.inf
+        with pytest.raises(ValueError, match=rf"^{name} contains NaN or inf"):
+            call(*bad)
+        bad[i] = x[i][0]  # one dimension
+        with pytest.raises(ValueError, match=rf"^{name} must have shape "):
+            call(*bad)
+    with pytest.raises(ValueError, match=rf"^{', '.join(names[:-1])} and {names[-1]} must have "
+                                         r"the same shape"):
+        call(*x[:-1], x[-1][:-1])
+
+
+# --------------------------------------------------------------------------------------------
+# Mixed dtypes, repr, helpers
+# --------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", list(LOSSES))
+def test_mixed_float32_and_float64_inputs_are_computed_in_float64(name):
+    case = LOSSES[name]
+    x = [t.detach() for t in case.inputs(seed=43, dtype=D64)]
+    x[-1] = x[-1].float()  # one input in float32
+    loss_fn = case.build(tile_size=None, reduction="mean")
+    if any(True for _ in loss_fn.parameters()):
+        loss_fn.double()
+    got = loss_fn(*x)
+    assert got.dtype == D64
+    want = loss_fn(*[t.double() for t in x])
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+def test_repr_shows_a_non_default_reduction_only():
+    assert "reduction" not in repr(P.InfoNCELoss())
+    assert "reduction='sum'" in repr(P.InfoNCELoss(reduction="sum"))
+    assert "tile_size" not in repr(P.MACLLoss())
+    assert "tile_size=64" in repr(P.MACLLoss(tile_size=64))
+
+
+def test_materialised_bytes_of_one_similarity_matrix():
+    assert materialised_bytes(3, 5) == 60
+    assert materialised_bytes(3, 5, torch.float64) == 120
+    assert materialised_bytes(65_536 * 2, 65_536 * 2) == 64 * 2**30
+
+
+def test_w_statistics_values():
+    w = torch.tensor([0.1, 0.4, 0.5, 0.9])
+    stats = P.w_statistics(w)
+    assert stats["mean"] == pytest.approx(0.475)
+    assert stats["std"] == pytest.approx(torch.tensor([0.1, 0.4, 0.5, 0.9]).std().item())
+    assert stats["min"] == pytest.approx(0.1) and stats["max"] == pytest.approx(0.9)
+    assert stats["frac_below_half"] == 0.5  # 0.5 itself is not below half
+    assert P.w_statistics(torch.tensor([0.3]))["std"] == 0.0
