@@ -317,3 +317,97 @@ def test_w_statistics_values():
     assert stats["min"] == pytest.approx(0.1) and stats["max"] == pytest.approx(0.9)
     assert stats["frac_below_half"] == 0.5  # 0.5 itself is not below half
     assert P.w_statistics(torch.tensor([0.3]))["std"] == 0.0
+
+
+def test_more_constructors_name_the_bad_argument():
+    cases = [
+        (lambda: P.PairTemperature(8, eta=0.0), "eta"),
+        (lambda: P.PairTemperature(8, iota=-1.0), "iota"),
+        (lambda: P.PairTemperature(8, clamp=math.nan), "clamp"),
+        (lambda: P.PairTemperature(0), "dim"),
+        (lambda: P.ConstantTemperature(0.0), "temperature"),
+        (lambda: P.MultiHeadProjection(0, 4, 4), "input_dim"),
+        (lambda: P.MultiHeadProjection(4, 0, 4), "hidden_dim"),
+        (lambda: P.MultiHeadProjection(4, 4, 0), "output_dim"),
+        (lambda: P.MultiHeadProjection(4, 4, 4, num_heads=0), "num_heads"),
+        (lambda: P.MultiHeadProjection(4, 4, 4, num_layers=0), "num_layers"),
+        (lambda: P.MACLLoss(temperature_form="exp", alpha=0.0), "alpha"),
+        (lambda: F.macl(*_x()[:2], temperature_form="exp", alpha=0.0), "alpha"),
+    ]
+    for make, name in cases:
+        with pytest.raises((ValueError, TypeError), match=rf"^{name} must "):
+            make()
+    with pytest.raises(ValueError, match=r"^reweight=True needs positive_in_denominator=True: "
+                                         r".* pass reweight=False$"):
+        P.MACLLoss(positive_in_denominator=False)
+
+
+def test_smallest_valid_sizes_are_accepted():
+    heads = P.MultiHeadProjection(1, 1, 1, num_heads=1, num_layers=1)
+    assert heads(torch.randn(2, 1)).shape == (1, 2, 1)
+    assert P.MultiHeadProjection(3, 1, 2, num_layers=2)(torch.randn(4, 3)).shape == (2, 4, 2)
+    assert P.PairTemperature(1).dim == 1
+
+
+@pytest.mark.parametrize("form, count", [("cross_view_symmetric", 2), ("nt_xent", 2),
+                                         ("cross_view", 1)])
+def test_one_pair_gives_one_zero_per_direction(form, count):
+    """No negatives in any direction: every direction still contributes its anchors (0 each)."""
+    z0, z1 = (torch.randn(1, DIM, dtype=D64, requires_grad=True) for _ in range(2))
+    for loss_fn in (P.InfoNCELoss(form=form, reduction="none"),
+                    P.MACLLoss(form=form, reduction="none"),
+                    P.FlatNCELoss(form=form, reduction="none")):
+        out = loss_fn(z0, z1)
+        assert out.shape == (count,) and (out == 0).all()
+
+
+def test_in_process_single_rank_group_gathers_nothing_new(tmp_path):
+    """A one-process gloo group: ``is_distributed`` is False (world size 1), the helpers return
+    their inputs, and ``gather_distributed=True`` equals the local loss; without a group the
+    world size is 1 and the rank 0."""
+    import torch.distributed as dist
+
+    from adaptcl.plugins import distributed as D
+
+    assert (D.world_size(), D.rank(), D.is_distributed()) == (1, 0, False)
+    x = torch.randn(3, 4)
+    assert D.gather_with_grad(x)[0] is x and D.all_reduce_mean(x) is x
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path}/init", rank=0, world_size=1)
+    try:
+        out = D._GatherWithGrad.apply(x.requires_grad_())
+        assert len(out) == 1
+        torch.testing.assert_close(out[0], x)
+        (g,) = torch.autograd.grad(out[0].sum() * 2, x)
+        torch.testing.assert_close(g, torch.full_like(x, 2.0))
+        z0, z1 = (torch.randn(4, DIM) for _ in range(2))
+        torch.testing.assert_close(P.MACLLoss(gather_distributed=True)(z0, z1),
+                                   P.MACLLoss()(z0, z1))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_bound_tracking_reads_the_counter_once_per_window():
+    """``bound_warning_steps=2``, temperatures inside the bounds: one host read every second
+    step, none in between (a read per step would synchronise every step)."""
+    from .test_devices import HostSyncDetector
+
+    net = seeded(8, lambda: P.PairTemperature(DIM))
+    loss_fn = P.AMCLLoss(net, 1e-3, bound_warning_steps=2, check_finite=False)
+    z0, z1 = (torch.randn(6, DIM) for _ in range(2))
+    reads = []
+    for _ in range(6):
+        with HostSyncDetector() as detector:
+            loss_fn(z0, z1)
+        reads.append(len(detector.calls))
+    assert reads == [0, 1, 0, 1, 0, 1]
+
+
+def test_top_k_threshold_path_stays_on_the_device_of_its_inputs():
+    """k beyond the argmax rounds (AMCL's kappa = 100 of the paper): on ``meta`` a tensor made on
+    the CPU inside the selection fails loudly."""
+    from adaptcl.plugins.tiled import top_columns
+
+    values = torch.randn(3, 12, device="meta")
+    cols = torch.arange(12, device="meta").expand(3, -1)
+    v, c = top_columns(values, cols, 9)
+    assert v.device.type == c.device.type == "meta" and c.shape == (3, 9)

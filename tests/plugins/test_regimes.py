@@ -493,6 +493,38 @@ def test_amcl_temperature_gradient_outside_the_clamp_range(tile):
         torch.testing.assert_close(x, y, rtol=1e-8, atol=1e-10)
 
 
+@pytest.mark.parametrize("kappa", [1, 3])
+@pytest.mark.parametrize("tile", [None, 2])
+def test_amcl_top_kappa_per_anchor_matches_table_2(kappa, tile):
+    """Table 2.1 per anchor: -s_pos / tau_pos + beta Omega(tau_pos) + the mean over the kappa
+    most similar negatives of s_n / tau_n - beta Omega(tau_n) (kappa = 1: the max)."""
+    g = torch.Generator().manual_seed(16)
+    z0, z1 = (torch.randn(5, DIM, generator=g, dtype=D64).requires_grad_() for _ in range(2))
+    net = seeded(7, lambda: PairTemperature(DIM)).double()
+    beta = 0.05
+    per_anchor = AMCLLoss(net, beta, negative_term="topk", kappa=kappa, tile_size=tile,
+                          reduction="none")(z0, z1)
+    a, b = (x / x.norm(dim=1, keepdim=True) for x in (z0, z1))
+    z = torch.cat([a, b])
+    idx = torch.arange(10)
+    partner = torch.cat([idx[5:], idx[:5]])
+    s = z @ z.T
+    tau = _pair_tau(net, z, z, pairwise=False)
+    tau_pos = _pair_tau(net, z, z[partner], pairwise=True)
+    terms = s / tau - beta * _omega(tau, DIM)
+    masked = s.detach().clone()
+    masked[idx, idx] = -math.inf
+    masked[idx, partner] = -math.inf
+    top = masked.topk(kappa, dim=1).indices
+    expected = (-s[idx, partner] / tau_pos + beta * _omega(tau_pos, DIM)
+                + terms.gather(1, top).mean(dim=1))
+    torch.testing.assert_close(per_anchor, expected, rtol=1e-10, atol=1e-12)
+    params = [z0, z1, *net.parameters()]
+    for x, y in zip(torch.autograd.grad(per_anchor.sum(), params),
+                    torch.autograd.grad(expected.sum(), params), strict=True):
+        torch.testing.assert_close(x, y, rtol=1e-8, atol=1e-10)
+
+
 # --------------------------------------------------------------------------------------------
 # FlatNCE's reported value
 # --------------------------------------------------------------------------------------------
