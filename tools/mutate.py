@@ -18,6 +18,7 @@ This driver adds two things mutmut lacks:
 Usage::
 
     python tools/mutate.py --sample 300 --seed 25 --max-children 2
+    python tools/mutate.py --resume             # after adding tests: rerun what was not killed
     python tools/mutate.py --report-only        # re-read the results of the last run
 """
 
@@ -134,20 +135,35 @@ def main() -> None:
     parser.add_argument("--sample", type=int, default=300, help="mutants to run (0: all)")
     parser.add_argument("--seed", type=int, default=25, help="seed of the random sample")
     parser.add_argument("--max-children", type=int, default=2)
+    parser.add_argument("--resume", action="store_true",
+                        help="keep the last sample (mutants/sample.txt) and rerun only its "
+                             "mutants that were not killed (new tests cannot revive a killed "
+                             "one; mutants of a changed function are regenerated, unchecked)")
     parser.add_argument("--report-only", action="store_true")
     args = parser.parse_args()
     os.chdir(ROOT)
     _import_mutmut()
     names = generate()
     total = len(names)
-    if args.sample and args.sample < total:
+    sample_file = Path("mutants/sample.txt")
+    if (args.resume or args.report_only) and sample_file.exists():
+        existing = set(names)
+        names = [n for n in sample_file.read_text().split() if n in existing]
+    elif args.sample and args.sample < total:
         names = sorted(random.Random(args.seed).sample(names, args.sample))
-    Path("mutants/sample.txt").write_text("\n".join(names) + "\n")
-    if not args.report_only:
+    sample_file.write_text("\n".join(names) + "\n")
+    to_run = names
+    if args.resume:
+        from mutmut.stats import status_by_exit_code
+
+        done = {n for _, n, c in _results() if status_by_exit_code[c] in ("killed", "timeout")}
+        to_run = [n for n in names if n not in done]
+        print(f"resuming: {len(to_run)} of the {len(names)} sampled mutants to run")
+    if not args.report_only and to_run:
         from mutmut.__main__ import cli
 
         try:
-            cli.main(["run", "--max-children", str(args.max_children), *names],
+            cli.main(["run", "--max-children", str(args.max_children), *to_run],
                      standalone_mode=False)
         except SystemExit as e:
             if e.code:

@@ -207,6 +207,8 @@ def _checked_keywords(cls):
         kind = (int if p.name in INT_NONE else float if p.name in FLOAT_NONE
                 else type(p.default) if p.default is not inspect.Parameter.empty else float)
         yield p.name, BAD[kind]
+        if kind is float:
+            yield p.name, "0.1"  # not a number: TypeError, still naming the argument
 
 
 def _module_cases():
@@ -214,7 +216,7 @@ def _module_cases():
                 P.ASCLLoss, P.ASCLBYOLLoss, P.AMCLLoss, P.AMCLSimSiamLoss,
                 P.AMCLBarlowTwinsLoss, P.MarginContrastiveLoss, P.TripletLoss, P.NCELoss):
         for name, bad in _checked_keywords(cls):
-            yield pytest.param(cls, name, bad, id=f"{cls.__name__}-{name}")
+            yield pytest.param(cls, name, bad, id=f"{cls.__name__}-{name}-{bad}")
 
 
 @pytest.mark.parametrize("cls, name, bad", list(_module_cases()))
@@ -245,7 +247,7 @@ def _functional_cases():
         for name, bad in _checked_keywords(fn):
             if name in ("z0", "z1", "p0", "p1", "predictions", "targets"):
                 continue
-            yield pytest.param(call, name, bad, id=f"{fn.__name__}-{name}")
+            yield pytest.param(call, name, bad, id=f"{fn.__name__}-{name}-{bad}")
 
 
 @pytest.mark.parametrize("call, name, bad", list(_functional_cases()))
@@ -285,15 +287,17 @@ def test_simsiam_and_barlow_twins_name_the_bad_input(case):
 @pytest.mark.parametrize("name", list(LOSSES))
 def test_mixed_float32_and_float64_inputs_are_computed_in_float64(name):
     case = LOSSES[name]
-    x = [t.detach() for t in case.inputs(seed=43, dtype=D64)]
-    x[-1] = x[-1].float()  # one input in float32
     loss_fn = case.build(tile_size=None, reduction="mean")
     if any(True for _ in loss_fn.parameters()):
         loss_fn.double()
-    got = loss_fn(*x)
-    assert got.dtype == D64
-    want = loss_fn(*[t.double() for t in x])
-    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    inputs = [t.detach() for t in case.inputs(seed=43, dtype=D64)]
+    for i in range(len(inputs)):  # each input in float32 in turn
+        x = list(inputs)
+        x[i] = x[i].float()
+        got = loss_fn(*x)
+        assert got.dtype == D64, (name, i)
+        want = loss_fn(*[t.double() for t in x])
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12, msg=f"{name}: input {i}")
 
 
 def test_repr_shows_a_non_default_reduction_only():
@@ -411,3 +415,65 @@ def test_top_k_threshold_path_stays_on_the_device_of_its_inputs():
     cols = torch.arange(12, device="meta").expand(3, -1)
     v, c = top_columns(values, cols, 9)
     assert v.device.type == c.device.type == "meta" and c.shape == (3, 9)
+
+
+@pytest.mark.parametrize("name", list(LOSSES))
+def test_a_fresh_module_has_empty_last_stats(name):
+    assert LOSSES[name].build(tile_size=None, reduction="mean").last_stats == {}
+
+
+def test_build_candidates_defaults_and_errors():
+    a, b = _x()[:2]
+    (default,) = P.build_candidates(a, b)
+    (explicit,) = P.build_candidates(a, b, "nt_xent")
+    assert default.anchors.shape[0] == 2 * a.shape[0]
+    torch.testing.assert_close(default.keys, explicit.keys)
+    with pytest.raises(ValueError, match=r"^form must be one of"):
+        P.build_candidates(a, b, "no-such-form")
+    with pytest.raises(ValueError, match=r"^z0 and z1 are empty: the batch needs at least one pair$"):
+        P.build_candidates(a[:0], b[:0])
+
+
+def test_simsiam_and_barlow_twins_on_the_meta_device():
+    x = [t.detach().to("meta").requires_grad_() for t in _x()[:4]]
+    for loss_fn, args in ((P.AMCLSimSiamLoss(seeded(3, lambda: P.PairTemperature(DIM))), x),
+                          (P.AMCLBarlowTwinsLoss(seeded(3, lambda: P.PairTemperature(DIM))),
+                           x[:2])):
+        loss = loss_fn.to("meta")(*args)
+        loss.backward()
+        assert loss.device.type == "meta" and args[0].grad.device.type == "meta"
+
+
+@pytest.mark.parametrize("form", ["nt_xent", "cross_view", "cross_view_symmetric"])
+def test_second_rank_of_a_two_rank_gather_sees_the_global_batch(form, monkeypatch):
+    """Rank 1 of two, in one process: a gather that returns the other rank's rows first. Each
+    local anchor's loss must be the loss of the same anchor in the global batch (its positive
+    and itself at the offset of rank 1), with ``gather_fn=`` and with ``gather_distributed=True``
+    (the library's own gather, here patched)."""
+    from adaptcl.plugins import distributed as D
+
+    def other(x):  # the other rank's rows: unit vectors too
+        return x.roll(1, dims=1).flip(0)
+
+    def gather(x):
+        return [other(x), x]
+
+    monkeypatch.setattr(D, "rank", lambda: 1)
+    g = torch.Generator().manual_seed(44)
+    z0, z1 = (torch.randn(3, DIM, generator=g, dtype=D64) for _ in range(2))
+    a0, a1 = (x / x.norm(dim=1, keepdim=True) for x in (z0, z1))
+    global_loss = P.InfoNCELoss(0.3, form=form, reduction="none")(
+        torch.cat([other(a0), a0]), torch.cat([other(a1), a1]))
+    n = 3
+    if form == "nt_xent":  # anchors [z0 global; z1 global]: rank 1 holds rows n..2n of each
+        want = torch.cat([global_loss[n:2 * n], global_loss[3 * n:]])
+    elif form == "cross_view":
+        want = global_loss[n:]
+    else:
+        want = torch.cat([global_loss[n:2 * n], global_loss[3 * n:]])
+    got = P.InfoNCELoss(0.3, form=form, reduction="none", gather_fn=gather)(z0, z1)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    monkeypatch.setattr(D, "is_distributed", lambda: True)
+    monkeypatch.setattr(D, "gather_with_grad", gather)
+    got = F.info_nce(z0, z1, 0.3, form=form, reduction="none", gather_distributed=True)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
