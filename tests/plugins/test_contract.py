@@ -477,3 +477,33 @@ def test_second_rank_of_a_two_rank_gather_sees_the_global_batch(form, monkeypatc
     monkeypatch.setattr(D, "gather_with_grad", gather)
     got = F.info_nce(z0, z1, 0.3, form=form, reduction="none", gather_distributed=True)
     torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("make", [lambda t: P.TripletLoss(tile_size=t),
+                                  lambda t: P.MarginContrastiveLoss(tile_size=t),
+                                  lambda t: P.NCELoss(tile_size=t)],
+                         ids=["triplet", "margin", "nce"])
+def test_survey_losses_hold_one_row_block_at_a_time(make):
+    """With ``tile_size`` the survey losses run ``tile_size`` anchors at a time: no tensor
+    beyond a ``[tile, N]`` block (the materialised path holds ``[N, N]``)."""
+    from .test_tiled import _LargestTensor
+
+    n, tile = 64, 4
+    z0, z1 = (torch.randn(n, 4, requires_grad=True) for _ in range(2))
+    with _LargestTensor() as probe:
+        make(tile)(z0, z1).backward()
+    assert probe.largest <= tile * n, probe.largest
+    with _LargestTensor() as full:
+        make(None)(z0, z1).backward()
+    assert full.largest >= n * n
+
+
+def test_row_logsumexp_leaves_its_input_alone_by_default():
+    from adaptcl.plugins.kernel import row_logsumexp
+
+    x = torch.randn(4, 6)
+    before = x.clone()
+    torch.testing.assert_close(row_logsumexp(x), torch.logsumexp(before, dim=1))
+    torch.testing.assert_close(x, before, rtol=0, atol=0)
+    row_logsumexp(x, inplace=True)
+    assert not torch.equal(x, before)  # documented: the input becomes the backward buffer
