@@ -104,7 +104,7 @@ def report(names: list[str], total: int, seed: int | None) -> float:
     lo, hi = wilson(killed, len(counted))
     lines = ["# Mutation testing of src/adaptcl/plugins", ""]
     sample = (f"random sample of {len(names)} of {total} mutants (seed {seed})"
-              if len(names) < total else f"all {total} mutants")
+              if seed is not None else f"all {len(names)} mutants")
     lines += [f"- mutants: {sample}",
               f"- equivalent (listed in tools/mutmut_equivalent.txt, not counted): "
               f"{sum(n in equiv for _, n, _ in rows)}",
@@ -146,12 +146,18 @@ def main() -> None:
     names = generate()
     total = len(names)
     sample_file = Path("mutants/sample.txt")
+    seed, drawn_from = args.seed, total
     if (args.resume or args.report_only) and sample_file.exists():
         existing = set(names)
-        names = [n for n in sample_file.read_text().split() if n in existing]
+        header, *kept = sample_file.read_text().split("\n")
+        _, seed, drawn_from = (int(v) if v.isdigit() else v for v in header.split())
+        names = [n for n in kept if n in existing]
     elif args.sample and args.sample < total:
         names = sorted(random.Random(args.seed).sample(names, args.sample))
-    sample_file.write_text("\n".join(names) + "\n")
+    else:
+        seed = None
+    # first line: "# <seed> <number of mutants the sample was drawn from>"
+    sample_file.write_text(f"# {seed} {drawn_from}\n" + "\n".join(names) + "\n")
     to_run = names
     if args.resume:
         from mutmut.stats import status_by_exit_code
@@ -168,7 +174,7 @@ def main() -> None:
         except SystemExit as e:
             if e.code:
                 raise
-    report(names, total, args.seed if len(names) < total else None)
+    report(names, drawn_from, seed if isinstance(seed, int) else None)
 
 
 if __name__ == "__main__":

@@ -365,7 +365,7 @@ def test_one_pair_gives_one_zero_per_direction(form, count):
         assert out.shape == (count,) and (out == 0).all()
 
 
-def test_in_process_single_rank_group_gathers_nothing_new(tmp_path):
+def test_in_process_single_rank_group_gathers_nothing_new(tmp_path, monkeypatch):
     """A one-process gloo group: ``is_distributed`` is False (world size 1), the helpers return
     their inputs, and ``gather_distributed=True`` equals the local loss; without a group the
     world size is 1 and the rank 0."""
@@ -386,6 +386,12 @@ def test_in_process_single_rank_group_gathers_nothing_new(tmp_path):
         z0, z1 = (torch.randn(4, DIM) for _ in range(2))
         torch.testing.assert_close(P.MACLLoss(gather_distributed=True)(z0, z1),
                                    P.MACLLoss()(z0, z1))
+        monkeypatch.setattr(D, "is_distributed", lambda: True)  # take the all_gather path
+        gathered = D.gather_with_grad(x)
+        assert isinstance(gathered, list) and len(gathered) == 1
+        torch.testing.assert_close(gathered[0], x)
+        torch.testing.assert_close(D.all_reduce_mean(x), x)
+        assert (D.world_size(), D.rank()) == (1, 0)
     finally:
         dist.destroy_process_group()
 
@@ -507,3 +513,110 @@ def test_row_logsumexp_leaves_its_input_alone_by_default():
     torch.testing.assert_close(x, before, rtol=0, atol=0)
     row_logsumexp(x, inplace=True)
     assert not torch.equal(x, before)  # documented: the input becomes the backward buffer
+
+
+def test_constant_temperature_keeps_the_inputs_dtype():
+    """AMCL with a fixed temperature in float64: the temperature, the loss and its statistic
+    exactly as InfoNCE's -s_pos / tau + logsumexp_n s_n / tau (beta = 0)."""
+    z0, z1 = _x()[:2]
+    loss_fn = P.AMCLLoss(P.ConstantTemperature(0.3), 0.0, form="cross_view")
+    loss = loss_fn(z0, z1)
+    assert loss_fn.last_stats["temperature"].dtype == D64
+    assert loss_fn.last_stats["temperature"].item() == 0.3
+    a, b = (x / x.norm(dim=1, keepdim=True) for x in (z0, z1))
+    logits = a @ b.T / 0.3
+    eye = torch.eye(5, dtype=torch.bool)
+    expected = (-logits.diagonal() + torch.logsumexp(logits.masked_fill(eye, -math.inf), 1)).mean()
+    torch.testing.assert_close(loss, expected, rtol=1e-14, atol=0)
+
+
+def test_bound_tracking_on_the_meta_device_reads_nothing():
+    x = [t.to("meta").requires_grad_() for t in _x()[:2]]
+    loss_fn = P.AMCLLoss(seeded(3, lambda: P.PairTemperature(DIM)), bound_warning_steps=1).to("meta")
+    loss_fn.train()
+    for _ in range(2):
+        loss_fn(*x).backward()  # a host read of a meta tensor would raise
+
+
+def test_more_inputs_named_in_errors():
+    x = _x()
+    with pytest.raises(ValueError, match=r"^z0 must have shape \[batch, dim\] or \[heads, batch, dim\]"):
+        P.AMCLLoss(_net())(x[0][0], x[1])
+    with pytest.raises(ValueError, match=r"^Barlow Twins needs a batch of at least 2 to standardise "
+                                         r"features$"):
+        P.AMCLBarlowTwinsLoss(_net())(x[0][:1], x[1][:1])
+    with pytest.raises(ValueError, match=r"^ASCLBYOLLoss takes no negatives"):
+        P.ASCLBYOLLoss()(x[0], x[1], x[4])
+    from adaptcl.plugins.candidates import scaled_anchors
+
+    (c,) = P.build_candidates(x[0], x[1], "cross_view")
+    with pytest.raises(ValueError, match=r"^temperature must be a scalar or have shape \[anchors\], "
+                                         r"got \(5, 1\)$"):
+        scaled_anchors(c, torch.ones(5, 1))
+
+
+def test_a_subclass_gets_the_documented_shared_defaults():
+    class Plain(P.ContrastiveLoss):
+        def __init__(self):
+            super().__init__(form="cross_view")
+
+        def compute(self, z0, z1, negatives):
+            (c,) = self.candidates(z0, z1, negatives)
+            return 1 - c.positive_sim, {}
+
+    loss_fn = Plain()
+    assert (loss_fn.reduction, loss_fn.tile_size, loss_fn.gather_distributed,
+            loss_fn.check_finite) == ("mean", None, False, True)
+    z0, z1 = _x()[:2]
+    torch.testing.assert_close(loss_fn(z0, z1), (1 - (F_normalize(z0) * F_normalize(z1)).sum(1)).mean())
+
+
+def F_normalize(x):
+    return x / x.norm(dim=1, keepdim=True)
+
+
+def _patch_two_ranks(monkeypatch):
+    """A two-rank run seen from rank 1 in one process (the other rank's rows made up)."""
+    from adaptcl.plugins import distributed as D
+
+    def gather(x):
+        return [x.roll(1, dims=1).flip(0), x]
+
+    monkeypatch.setattr(D, "is_distributed", lambda: True)
+    monkeypatch.setattr(D, "rank", lambda: 1)
+    monkeypatch.setattr(D, "gather_with_grad", gather)
+    monkeypatch.setattr(D, "all_reduce_mean", lambda x: x)
+    return gather
+
+
+@pytest.mark.parametrize("name", list(LOSSES))
+def test_no_loss_gathers_unless_asked(name, monkeypatch):
+    """In a distributed run every loss keeps to its local batch by default: the defaults of the
+    modules and of the shared keywords never gather."""
+    case = LOSSES[name]
+    x = case.inputs(seed=45, dtype=D64)
+    local = _build_table_loss(case)(*x)
+    _patch_two_ranks(monkeypatch)
+    torch.testing.assert_close(_build_table_loss(case)(*x), local, rtol=0, atol=0)
+    for functional, args in ((F.nce, x[:2]), (F.triplet, x[:2]), (F.margin_contrastive, x[:2]),
+                             (F.info_nce, x[:2]), (F.macl, x[:2])):
+        monkeypatch.undo()
+        before = functional(*args)
+        _patch_two_ranks(monkeypatch)
+        torch.testing.assert_close(functional(*args), before, rtol=0, atol=0)
+
+
+def _build_table_loss(case):
+    loss_fn = case.build(tile_size=None, reduction="mean")
+    return loss_fn.double() if any(True for _ in loss_fn.parameters()) else loss_fn
+
+
+def test_modules_gather_when_asked(monkeypatch):
+    z0, z1 = _x()[:2]
+    local = P.InfoNCELoss(0.3, reduction="none")(z0, z1)
+    _patch_two_ranks(monkeypatch)
+    gathered = P.InfoNCELoss(0.3, reduction="none", gather_distributed=True)(z0, z1)
+    assert gathered.shape == local.shape and not torch.allclose(gathered, local)
+    torch.testing.assert_close(
+        gathered, F.info_nce(z0, z1, 0.3, reduction="none", gather_distributed=True),
+        rtol=1e-12, atol=1e-12)
