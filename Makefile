@@ -48,7 +48,7 @@ docs: $(DOCS_STAMP)
 # is a reproducible random sample; MUTATE_ARGS="--sample 0" runs all ~4,700 mutants. One torch
 # thread: mutmut forks a process per mutant, and OpenMP does not survive a fork once used.
 MUTATE_STAMP := $(VENV)/.mutate-installed
-MUTATE_ARGS ?= --sample 300 --seed 25 --max-children 2
+MUTATE_ARGS ?= --sample 300 --seed 2026 --max-children 2
 
 $(MUTATE_STAMP): pyproject.toml $(STAMP)
 	$(BIN)/python -m pip install --quiet -e ".[mutate]"
