@@ -34,7 +34,14 @@ from .base import (
     loss_stats,
     reduce,
 )
-from .candidates import MASKED, Candidates, autocast_off, rows_logits, scaled_anchors
+from .candidates import (
+    MASKED,
+    Candidates,
+    autocast_off,
+    compute_dtype,
+    rows_logits,
+    scaled_anchors,
+)
 from .distributed import GatherFn
 from .kernel import KernelOutput, contrastive_kernel, kernel_from_lse, no_negatives_output
 from .tiled import Masks, mask_tile, streamed_row_stats, streamed_softmax_stats, top_columns
@@ -298,7 +305,9 @@ def _byol_candidates(predictions: Tensor, targets: Tensor, negatives: Tensor | N
         targets_view = build(targets.detach(), predictions)
     except ValueError as e:  # name the arguments as the caller knows them
         raise ValueError(str(e).replace("z0", "targets").replace("z1", "predictions")) from None
-    return targets_view, build(targets.detach(), targets.detach())
+    # the neighbour view in the dtype of the whole computation (float64 if either input is)
+    neighbours = targets.detach().to(compute_dtype(predictions, targets))
+    return targets_view, build(neighbours, neighbours)
 
 
 def _check_byol(sharpen_temperature: float, num_neighbors: int, mode: str) -> dict:
