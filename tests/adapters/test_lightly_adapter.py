@@ -247,8 +247,11 @@ def test_amcl_loss_with_per_head_memory_banks():
         k = heads(torch.randn(6, 12))
     queues = loss_fn.memory_bank.bank.clone().view(20, 2, 8).transpose(0, 1)  # [heads, K, D]
     loss = loss_fn(q, k)
-    # each head is contrasted with its own queue of 20 keys...
-    torch.testing.assert_close(loss, loss_fn.criterion(q, k, queues))
+    # each head is contrasted with its own queue of 20 keys, normalised per head: Lightly's
+    # initial bank rows are unit over both heads together, so a head's part is not
+    assert not torch.allclose(queues.norm(dim=-1), torch.ones(2, 20))
+    unit_queues = torch.nn.functional.normalize(queues, dim=-1)
+    torch.testing.assert_close(loss, loss_fn.criterion(q, k, unit_queues))
     assert int(loss_fn.memory_bank.bank_ptr) == 6
     # ... and its keys enter its own queue (the bank row holds the heads side by side)
     stored = loss_fn.memory_bank.bank[:6].view(6, 2, 8).transpose(0, 1)

@@ -139,9 +139,11 @@ class MemoryBankLoss(nn.Module):
             gather_fn=lightly_gather if gather_distributed else None,
             check_finite=check_finite, tile_size=tile_size,
         )
-        # The bank holds unit rows (Lightly's initial ones and _bank_rows'): the core uses
-        # them as they are, as Lightly does, so an entry equals the key it was made from.
-        self.criterion.unit_negatives = self.uses_memory_bank
+        # A one-entry-per-row bank holds unit rows (Lightly's initial ones and _bank_rows'):
+        # the core uses them as they are, as Lightly does, so an entry equals the key it was
+        # made from. A multi-head row is not: Lightly normalises its initial rows over all
+        # heads together, so each head's part is normalised by the core.
+        self.criterion.unit_negatives = self.uses_memory_bank and bank_width == 1
 
     check_finite = core_attribute("check_finite", check_bool)
 
