@@ -188,6 +188,17 @@ def _ascl_reference(q, k, queue, tau, sharpen, num_neighbors, mode):
     return loss, targets, conf
 
 
+def _in_batch_soft_labels(keys, sharpen, num_neighbors):
+    """ASCL's in-batch targets in float64 (Eqs. 7, 8, 10, 11): the other keys of the batch are
+    the candidates, the positive (the diagonal) keeps 1, rows normalised. Returns (y, c)."""
+    eye = torch.eye(keys.shape[0], dtype=torch.bool)
+    p = torch.softmax((keys @ keys.T / sharpen).masked_fill(eye, -math.inf), dim=1)
+    conf = 1 - (-(p * torch.log(p)).nan_to_num().sum(1)) / math.log(keys.shape[0] - 1)
+    y = torch.minimum(torch.ones_like(p), conf[:, None] * num_neighbors * p).masked_fill(eye, 0.0)
+    y = y + eye.to(y.dtype)
+    return y / y.sum(1, keepdim=True), conf
+
+
 def _neighbour_batch(kind: str):
     """Queries, keys and a queue: ``"peaked"``, every key has a near-duplicate in the queue
     (sharpened q concentrates on it, c ~ 1, c K q ~ K > 1: the cap min(1, .) bites);
@@ -357,13 +368,7 @@ def test_tiles_with_a_whole_row_masked_ascl_in_batch(tile):
     loss_fn = ASCLLoss(0.3, 0.1, 2, "ascl", form="cross_view", tile_size=tile, reduction="none")
     per_anchor = loss_fn(q, k)
     qq, kk = unit(q), unit(k)
-    eye = torch.eye(5, dtype=torch.bool)
-    p = torch.softmax((kk @ kk.T / 0.1).masked_fill(eye, -math.inf), dim=1)
-    entropy = -(p * torch.log(p)).nan_to_num().sum(1)
-    conf = 1 - entropy / math.log(4)
-    y = torch.minimum(torch.ones_like(p), conf[:, None] * 2 * p).masked_fill(eye, 0.0)
-    y = y + eye.to(D64)  # the positive's label 1 on the diagonal
-    y = y / y.sum(1, keepdim=True)
+    y, conf = _in_batch_soft_labels(kk, 0.1, 2)
     expected = -(y * torch.log_softmax(qq @ kk.T / 0.3, dim=1)).sum(1)
     torch.testing.assert_close(per_anchor, expected, rtol=1e-10, atol=1e-12)
     torch.testing.assert_close(loss_fn.last_stats["confidence"], conf.mean(), rtol=1e-10,
@@ -626,12 +631,8 @@ def _expected_stats(name, x):
                 "positive_probability": torch.sigmoid(-r).mean(), "confidence": conf.mean()}
     if name == "ascl_in_batch":
         q, k = unit(z0), unit(z1)
-        n = q.shape[0]
-        eye = torch.eye(n, dtype=torch.bool)
-        p = torch.softmax((k @ k.T / 0.1).masked_fill(eye, -math.inf), dim=1)
-        conf = 1 - (-(p * torch.log(p)).nan_to_num().sum(1)) / math.log(n - 1)
-        y = torch.minimum(torch.ones_like(p), conf[:, None] * p).masked_fill(eye, 0.0) + eye
-        y = y / y.sum(1, keepdim=True)
+        eye = torch.eye(q.shape[0], dtype=torch.bool)
+        y, conf = _in_batch_soft_labels(k, 0.1, 1)
         logits = q @ k.T / 0.2
         loss = -(y * torch.log_softmax(logits, 1)).sum(1)
         r = torch.logsumexp(logits.masked_fill(eye, -math.inf), 1) - logits.diagonal()
@@ -641,12 +642,7 @@ def _expected_stats(name, x):
                 "confidence": conf.mean()}
     if name == "ascl_byol":  # appendix A: L_i = 2 - 2 sum_j y_ij cos(t_i, p_j)
         pred, tgt = unit(z0), unit(z1)
-        n = tgt.shape[0]
-        eye = torch.eye(n, dtype=torch.bool)
-        p = torch.softmax((tgt @ tgt.T / 0.1).masked_fill(eye, -math.inf), dim=1)
-        conf = 1 - (-(p * torch.log(p)).nan_to_num().sum(1)) / math.log(n - 1)
-        y = torch.minimum(torch.ones_like(p), conf[:, None] * p).masked_fill(eye, 0.0) + eye
-        y = y / y.sum(1, keepdim=True)
+        y, conf = _in_batch_soft_labels(tgt, 0.1, 1)
         loss = 2 - 2 * (y * (tgt @ pred.T)).sum(1)
         return {"loss": loss.mean(), "alignment": (pred * tgt).sum(1).mean(),
                 "confidence": conf.mean()}
