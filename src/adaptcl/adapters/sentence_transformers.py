@@ -69,6 +69,7 @@ from sentence_transformers.base.losses import CachedLossMixin, has_static_embedd
 from sentence_transformers.base.losses.merged_forward import embed_columns  # noqa: E402
 from sentence_transformers.util import all_gather_with_grad, cos_sim, get_world_size  # noqa: E402
 from transformers import TrainerCallback  # noqa: E402
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR  # noqa: E402
 
 logger = logging.getLogger(__name__)
 
@@ -727,12 +728,17 @@ class LossStateCallback(TrainerCallback):
             self.loss.load_loss_state(self._resumed_checkpoint(args, state))
         return control
 
+    @staticmethod
+    def _checkpoint_dir(args, state) -> Path:
+        """The trainer's checkpoint folder of the current step (``output_dir/checkpoint-N``)."""
+        return Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
+
     def _resumed_checkpoint(self, args, state) -> Path:
         candidates = []
         named = getattr(args, "resume_from_checkpoint", None)
         if isinstance(named, (str, os.PathLike)) and Path(named).is_dir():
             candidates.append(Path(named))
-        candidates.append(Path(args.output_dir) / f"checkpoint-{state.global_step}")
+        candidates.append(self._checkpoint_dir(args, state))
         for candidate in candidates:
             if (candidate / LOSS_STATE_FILE).is_file():
                 return candidate
@@ -746,7 +752,7 @@ class LossStateCallback(TrainerCallback):
 
     def on_save(self, args, state, control, **kwargs):
         if state.is_world_process_zero:
-            self.loss.save_loss_state(Path(args.output_dir) / f"checkpoint-{state.global_step}")
+            self.loss.save_loss_state(self._checkpoint_dir(args, state))
         return control
 
     def on_train_end(self, args, state, control, **kwargs):
