@@ -30,14 +30,14 @@ def test_positive_logit_is_cos_over_t_bit_for_bit_without_a_unit_bank():
 
 def test_positive_logit_rounds_like_the_negatives_against_a_unit_bank():
     z0, z1, neg = _views()
-    (cands,) = build_candidates(z0, z1, "queue", neg, normalize_negatives=False)
+    (cands,) = build_candidates(z0, z1, "queue", neg, unit_negatives=True)
     assert cands.unit_keys and torch.equal(cands.keys, neg)  # the bank's rows as given
     anchors, positive = scaled_anchors(cands, 0.1)
     assert torch.equal(positive, (anchors * cands.positive_keys).sum(dim=1))
     assert not torch.equal(positive, cands.positive_sim / 0.1)  # the two roundings differ here
     # a bank entry that is the positive key gives exactly the positive logit
     (same,) = build_candidates(z0[:1], z1[:1], "queue", cands.positive_keys[:1],
-                               normalize_negatives=False)
+                               unit_negatives=True)
     anchors, positive = scaled_anchors(same, 0.1)
     assert torch.equal((anchors @ same.keys.T)[:, 0], positive)
     assert same.rows(0, 1).unit_keys  # carried into the tiled engine's row blocks

@@ -158,7 +158,7 @@ class ContrastiveLoss(nn.Module):
         return build_candidates(z0, z1, self.form, negatives,
                                 gather_distributed=self.gather_distributed,
                                 gather_fn=self.gather_fn, check_finite=self.check_finite,
-                                normalize_negatives=not self.unit_negatives)
+                                unit_negatives=self.unit_negatives)
 
     def compute(self, z0: Tensor, z1: Tensor, negatives: Tensor | None) -> tuple[Tensor, Stats]:
         raise NotImplementedError  # pragma: no cover - abstract

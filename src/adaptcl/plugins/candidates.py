@@ -98,7 +98,7 @@ class Candidates:
         self_index: ``[A]`` column to exclude (the anchor itself), or ``None``.
         positive_keys: ``[A, D]`` normalised positive of each anchor (for per-pair temperatures).
         unit_keys: ``keys`` are unit rows used as given (a memory bank, see
-            ``build_candidates(normalize_negatives=False)``): the positive logit is then rounded
+            ``build_candidates(unit_negatives=True)``): the positive logit is then rounded
             as the negatives' are (see :func:`scaled_anchors`).
     """
 
@@ -194,7 +194,7 @@ def build_candidates(
     gather_distributed: bool = False,
     gather_fn: GatherFn | None = None,
     check_finite: bool = True,
-    normalize_negatives: bool = True,
+    unit_negatives: bool = False,
 ) -> list[Candidates]:
     """Normalise two views and describe the contrastive problem of ``form``.
 
@@ -207,7 +207,7 @@ def build_candidates(
             the queue instead).
         gather_fn: the gather to use, e.g. ``lightly.utils.dist.gather``; defaults to
             :func:`adaptcl.plugins.distributed.gather_with_grad`.
-        normalize_negatives: ``False`` when ``negatives`` are unit rows already (a memory bank
+        unit_negatives: ``True`` when ``negatives`` are unit rows already (a memory bank
             of normalised keys, as Lightly's): they are then used as given, only cast to the
             computation's dtype, as Lightly's ``NTXentLoss`` uses its bank. Normalising a unit
             row again moves about a third of them by one float32 ulp, so a bank entry would no
@@ -236,7 +236,7 @@ def build_candidates(
     if negatives is None:
         neg = None
     else:
-        neg = normalize(negatives, dtype) if normalize_negatives else negatives.to(dtype)
+        neg = negatives.to(dtype) if unit_negatives else normalize(negatives, dtype)
     if form != "queue" and neg is not None and neg.shape[0] == 0:
         neg = None
     positive_sim = (a0 * a1).sum(dim=1)
@@ -249,7 +249,7 @@ def build_candidates(
 
     if form == "queue":
         out = [Candidates(anchors=a0, keys=neg, positive_sim=positive_sim, positive_keys=a1,
-                          unit_keys=not normalize_negatives)]
+                          unit_keys=unit_negatives)]
     elif form == "nt_xent":
         big0, rank, world = _gather(a0, gather_fn) if gather else (a0, 0, 1)
         big1, _, _ = _gather(a1, gather_fn) if gather else (a1, 0, 1)
