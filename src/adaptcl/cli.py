@@ -1,11 +1,11 @@
 """``adaptcl <recipe> ...``: one sub-command per recipe.
 
-Each recipe module exposes ``add_arguments(parser)``, ``main(args) -> int`` and optionally
-``EXAMPLE`` (shown under ``--help``). Only the module of the sub-command being run is imported,
+Each recipe module exposes ``RECIPE``, a :class:`~adaptcl.recipes.template.recipe.Recipe`
+(its ``add_arguments(parser)``, ``main(args) -> int`` and ``example``, shown under ``--help``). Only the module of the sub-command being run is imported,
 and recipe modules import nothing heavy at module level, so ``--help`` is instant.
 
 Errors: a user error (a bad option, missing or malformed data, a run that produced no result:
-:class:`adaptcl.recipes.runner.RecipeError`) prints one line ``adaptcl <recipe>: error: ...``
+:class:`adaptcl.recipes.template.errors.RecipeError`) prints one line ``adaptcl <recipe>: error: ...``
 and exits 2; anything else is a crash and keeps its traceback (exit 1).
 """
 
@@ -15,6 +15,8 @@ import argparse
 import importlib
 import sys
 import warnings
+
+from adaptcl.recipes.template.errors import RecipeError
 
 # sub-command -> (module, one-line help)
 RECIPES: dict[str, tuple[str, str]] = {
@@ -78,8 +80,9 @@ def _add_arguments(parser: argparse.ArgumentParser, module: str) -> None:
         # Keep the sub-command usable for --help; running it reports the missing extra.
         parser.set_defaults(_import_error=err)
         return
+    recipe = recipe.RECIPE
     recipe.add_arguments(parser)
-    example = getattr(recipe, "EXAMPLE", None)
+    example = recipe.example
     if example:
         parser.epilog = "example:\n" + "\n".join(f"  {line}" for line in example.strip().splitlines())
 
@@ -93,13 +96,12 @@ def main(argv: list[str] | None = None) -> int:
     if error is not None:
         print(f"{prog}: error: {error}", file=sys.stderr)
         return 2
-    from adaptcl.recipes.runner import RecipeError
 
     # torch-geometric scripts modules at import; torch's deprecation of that is not the user's
     warnings.filterwarnings("ignore", message=r"`torch\.jit\.script` is deprecated",
                             category=FutureWarning)
     try:
-        return int(importlib.import_module(args._module).main(args) or 0)
+        return int(importlib.import_module(args._module).RECIPE.main(args) or 0)
     except RecipeError as err:
         print(f"{prog}: error: {err}", file=sys.stderr)
         return 2

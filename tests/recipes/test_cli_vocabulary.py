@@ -12,16 +12,16 @@ from pathlib import Path
 import pytest
 
 from adaptcl import cli
-from adaptcl.recipes import runner
+from adaptcl.recipes.template.options import ListAction, add_common_arguments, choice_type
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 
 def _parser() -> argparse.ArgumentParser:
     parser = cli.OneLineParser(prog="adaptcl toy")
-    runner.add_common_arguments(parser, output_dir="results/toy", seeds=[0, 1], devices=True)
-    parser.add_argument("--datasets", action=runner.ListAction,
-                        item_type=runner.choice_type(["MUTAG", "IMDB-BINARY"], "dataset"),
+    add_common_arguments(parser, output_dir="results/toy", seeds=[0, 1], devices=True)
+    parser.add_argument("--datasets", action=ListAction,
+                        item_type=choice_type(["MUTAG", "IMDB-BINARY"], "dataset"),
                         default=["MUTAG"])
     return parser
 
@@ -66,7 +66,7 @@ def test_recipe_error_from_main_is_one_line_and_exit_2(capsys, tmp_path):
 def test_crash_keeps_its_traceback_and_exits_1(tmp_path):
     code = ("import adaptcl.recipes.tu as tu\n"
             "def crash(*a, **k):\n    raise ZeroDivisionError('boom')\n"
-            "tu.run_tu = crash\n"
+            "tu.TURecipe.run = crash\n"
             "from adaptcl import cli\nimport sys\n"
             "sys.exit(cli.main(['tu', '--no-progress', '--output-dir', sys.argv[1]]))\n")
     env = dict(os.environ, PYTHONPATH=SRC, ADAPTCL_DATA=str(tmp_path))

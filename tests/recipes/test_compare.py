@@ -10,9 +10,11 @@ import pytest
 from scipy.stats import t
 
 from adaptcl import cli
-from adaptcl.recipes import runner
 from adaptcl.recipes.compare import compare_results
-from adaptcl.recipes.runner import Cell, GridRun, RecipeError
+from adaptcl.recipes.template.config import result_settings
+from adaptcl.recipes.template.errors import RecipeError
+from adaptcl.recipes.template.report import Report
+from adaptcl.recipes.template.store import Cell, GridRun, RunStore
 
 
 @dataclass
@@ -39,16 +41,16 @@ def _write(tmp_path, batch_size, *, lr=1e-3, data="sha-a", drop=(), code="c0de",
     cells = [Cell("simclr", loss, s) for s in cfg.seeds for loss in cfg.losses]
     grid = GridRun(cells=cells)
     out = tmp_path / f"b{batch_size}-{lr}-{data}-{code}"
-    identity = {"settings": runner.result_settings(cfg), "data": data,
+    identity = {"settings": result_settings(cfg), "data": data,
                 "code": {"adaptcl": "0.1.0", "sources": code}}
     for cell in cells:
         if cell not in drop:
             grid.records[cell] = {"metrics": {"knn_top1": KNN[batch_size][cell.method][cell.seed]},
                                   "train_seconds": 10.0}
-            runner.RunStore(out).save(cell, identity, grid.records[cell])
+            RunStore(out).save(cell, identity, grid.records[cell])
             if not legacy:  # files written before results carried their code version
                 grid.identities[cell] = identity
-    runner.Report("images", out, cfg, metrics=["knn_top1"], datasets=["simclr"],
+    Report("images", out, cfg, metrics=["knn_top1"], datasets=["simclr"],
                   methods=cfg.losses, baseline="nt_xent", stem="images_simclr_cpu",
                   data_fingerprint={"sha256": data}).write(grid)
     path = out / "images_simclr_cpu.json"
@@ -165,13 +167,13 @@ def _write_tu(tmp_path, datasets, *, prints=None, epochs=20):
     cells = [Cell(d, loss, s) for d in datasets for s in cfg.seeds for loss in cfg.losses]
     grid = GridRun(cells=cells)
     out = tmp_path / "-".join([*datasets, str(epochs), *prints.values()])
-    identity = {"settings": runner.result_settings(cfg), "data": fingerprint,
+    identity = {"settings": result_settings(cfg), "data": fingerprint,
                 "code": {"adaptcl": "0.1.0", "sources": "c0de"}}
     for cell in cells:
         grid.records[cell] = {"metrics": {"accuracy": ACCURACY[cell.dataset][cell.method][cell.seed]}}
         grid.identities[cell] = identity
-        runner.RunStore(out).save(cell, identity, grid.records[cell])
-    runner.Report("tu", out, cfg, metrics=["accuracy"], datasets=cfg.datasets,
+        RunStore(out).save(cell, identity, grid.records[cell])
+    Report("tu", out, cfg, metrics=["accuracy"], datasets=cfg.datasets,
                   methods=cfg.losses, baseline="graphcl", data_fingerprint=fingerprint).write(grid)
     return out / "results.json"
 

@@ -131,7 +131,7 @@ def test_presets_and_validation():
 
 def test_cli_maps_flags_to_the_config(capsys):
     from adaptcl.recipes import images
-    from adaptcl.recipes.runner import config_kwargs
+    from adaptcl.recipes.template.options import config_kwargs
 
     args = build_parser("images").parse_args([
         "images", "--data-root", "/data", "--preset", "paper", "--method", "moco",

@@ -7,9 +7,19 @@ import math
 
 import pytest
 
-from adaptcl.recipes import runner
-from adaptcl.recipes._common import write_json_atomic
-from adaptcl.recipes.runner import Cell
+from adaptcl.recipes.template.errors import NonResultError, RecipeError, check_embeddings
+from adaptcl.recipes.template.files import load_or_rebuild, torch_load_checked, write_json_atomic
+from adaptcl.recipes.template.loggers import metric_logger
+from adaptcl.recipes.template.plots import explain_empty, save_plot
+from adaptcl.recipes.template.provenance import environment, fingerprint_files
+from adaptcl.recipes.template.report import (
+    paired_difference,
+    summarize,
+    summary_table,
+    write_results,
+)
+from adaptcl.recipes.template.store import Cell, RunStore, run_grid
+from adaptcl.recipes.template.torch_env import autocast, grad_scaler, resolve_device
 
 
 def _record(acc: float, steps: int = 4) -> dict:
@@ -17,7 +27,7 @@ def _record(acc: float, steps: int = 4) -> dict:
 
 
 def _grid(out, cells, identity, compute):
-    return runner.run_grid("toy", out, cells, identity=lambda c: identity, compute=compute,
+    return run_grid("toy", out, cells, identity=lambda c: identity, compute=compute,
                            progress_bar=False)
 
 
@@ -49,7 +59,7 @@ def test_changed_identity_recomputes_and_keeps_the_old_record_aside(tmp_path):
 
 def test_unreadable_record_is_set_aside_and_recomputed(tmp_path):
     cell = Cell("d", "base", 0)
-    path = runner.RunStore(tmp_path).path(cell)
+    path = RunStore(tmp_path).path(cell)
     path.parent.mkdir(parents=True)
     path.write_text('{"identity": {"lr"')  # a truncated file
     grid = _grid(tmp_path, [cell], {"lr": 1}, lambda c: _record(0.5))
@@ -58,14 +68,14 @@ def test_unreadable_record_is_set_aside_and_recomputed(tmp_path):
 
 def test_run_without_optimisation_step_is_refused_and_not_stored(tmp_path):
     cell = Cell("d", "macl", 0)
-    with pytest.raises(runner.NonResultError, match="no optimisation step"):
+    with pytest.raises(NonResultError, match="no optimisation step"):
         _grid(tmp_path, [cell], {}, lambda c: _record(0.86, steps=0))
-    assert not runner.RunStore(tmp_path).path(cell).exists()
+    assert not RunStore(tmp_path).path(cell).exists()
 
 
 @pytest.mark.parametrize("bad", [math.nan, math.inf])
 def test_non_finite_metric_is_refused(tmp_path, bad):
-    with pytest.raises(runner.NonResultError, match="non-finite metrics"):
+    with pytest.raises(NonResultError, match="non-finite metrics"):
         _grid(tmp_path, [Cell("d", "m", 0)], {}, lambda c: _record(bad))
 
 
@@ -73,13 +83,13 @@ def test_non_finite_or_constant_embeddings_are_refused():
     import numpy as np
 
     good = np.random.default_rng(0).normal(size=(5, 3))
-    runner.check_embeddings(good, "ok")
+    check_embeddings(good, "ok")
     nan = good.copy()
     nan[2, 1] = np.nan
-    with pytest.raises(runner.NonResultError, match="1 embeddings contain NaN"):
-        runner.check_embeddings(nan, "encoder x")
-    with pytest.raises(runner.NonResultError, match="same vector"):
-        runner.check_embeddings(np.ones((5, 3)), "encoder x")
+    with pytest.raises(NonResultError, match="1 embeddings contain NaN"):
+        check_embeddings(nan, "encoder x")
+    with pytest.raises(NonResultError, match="same vector"):
+        check_embeddings(np.ones((5, 3)), "encoder x")
 
 
 def test_json_results_refuse_nan(tmp_path):
@@ -93,13 +103,13 @@ def test_paired_difference_matches_scipy_paired_t_interval():
 
     adaptive = {0: 88.0, 1: 86.5, 2: 87.9, 3: 89.1}
     base = {0: 86.0, 1: 86.0, 2: 86.8, 3: 87.0, 4: 85.0}  # seed 4 has no pair
-    diff = runner.paired_difference(adaptive, base)
+    diff = paired_difference(adaptive, base)
     ci = ttest_rel([adaptive[s] for s in range(4)], [base[s] for s in range(4)]
                    ).confidence_interval(0.95)
     assert diff["n"] == 4 and diff["seeds"] == [0, 1, 2, 3]
     assert diff["mean"] == pytest.approx(1.425)
     assert diff["ci95"] == pytest.approx([ci.low, ci.high])
-    one = runner.paired_difference({0: 1.0}, {0: 0.5})
+    one = paired_difference({0: 1.0}, {0: 0.5})
     assert one["mean"] == 0.5 and one["ci95"] is None
 
 
@@ -107,12 +117,12 @@ def test_summary_table_has_mean_std_and_paired_difference():
     records = {Cell("MUTAG", m, s): _record(a) for m, accs in
                {"graphcl": [0.80, 0.82], "macl": [0.84, 0.85]}.items()
                for s, a in enumerate(accs)}
-    summary = runner.summarize(records, "acc", datasets=["MUTAG"],
+    summary = summarize(records, "acc", datasets=["MUTAG"],
                                methods=["graphcl", "macl"], baseline="graphcl", scale=100)
     assert summary["MUTAG"]["methods"]["macl"]["mean"] == pytest.approx(84.5)
     assert summary["MUTAG"]["methods"]["graphcl"]["std"] == pytest.approx(1.0)  # population
     assert summary["MUTAG"]["paired"]["macl"]["mean"] == pytest.approx(3.5)
-    table = runner.summary_table(summary, methods=["graphcl", "macl"], baseline="graphcl",
+    table = summary_table(summary, methods=["graphcl", "macl"], baseline="graphcl",
                                  labels={"graphcl": "GraphCL", "macl": "MACL"})
     assert "81.00 ± 1.00 (n=2)" in table and "MACL − GraphCL [95% CI]" in table
     assert "+3.50 [" in table
@@ -122,23 +132,23 @@ def test_fingerprint_follows_content_not_location(tmp_path):
     for where in ("a", "b"):
         (tmp_path / where).mkdir()
         (tmp_path / where / "x.txt").write_text("1 2 3\n")
-    fa = runner.fingerprint_files([tmp_path / "a"], root=tmp_path / "a")
-    fb = runner.fingerprint_files([tmp_path / "b"], root=tmp_path / "b")
+    fa = fingerprint_files([tmp_path / "a"], root=tmp_path / "a")
+    fb = fingerprint_files([tmp_path / "b"], root=tmp_path / "b")
     assert fa == fb and fa["files"] == 1 and fa["bytes"] == 6
     (tmp_path / "b" / "x.txt").write_text("1 2 4\n")
-    assert runner.fingerprint_files([tmp_path / "b"], root=tmp_path / "b") != fa
+    assert fingerprint_files([tmp_path / "b"], root=tmp_path / "b") != fa
     with pytest.raises(FileNotFoundError):
-        runner.fingerprint_files([tmp_path / "missing"])
+        fingerprint_files([tmp_path / "missing"])
 
 
 def test_result_files_record_environment_and_mark_partial(tmp_path):
     cells = [Cell("d", "m", 0), Cell("d", "m", 1)]
     grid = _grid(tmp_path, cells[:1], {}, lambda c: _record(0.5))
     grid.cells = cells  # one planned cell never ran
-    env = runner.environment(frameworks=["numpy"], device="cpu", data_root=tmp_path,
+    env = environment(frameworks=["numpy"], device="cpu", data_root=tmp_path,
                              data_fingerprint={"sha256": "ab" * 32})
     result = {"recipe": "toy", "environment": env, **grid.bookkeeping()}
-    paths = runner.write_results(tmp_path, "toy_results", result, "| a |\n")
+    paths = write_results(tmp_path, "toy_results", result, "| a |\n")
     on_disk = json.loads(open(paths["json"]).read())
     assert on_disk["partial"] is True and on_disk["missing"] == [["d", "m", 1]]
     for key in ("adaptcl", "torch", "python", "cpu", "torch_threads", "timestamp", "git_commit"):
@@ -160,7 +170,7 @@ def test_corrupt_derived_file_is_named_and_rebuilt(tmp_path, capsys):
         torch.save({"x": torch.arange(3)}, path)
         return torch.load(path)
 
-    value = runner.load_or_rebuild(path, lambda: torch.load(path), rebuild, what="cache")
+    value = load_or_rebuild(path, lambda: torch.load(path), rebuild, what="cache")
     assert value["x"].tolist() == [0, 1, 2]
     assert f"cache at {path} is corrupt or truncated" in capsys.readouterr().err
 
@@ -171,9 +181,9 @@ def test_empty_plot_panel_says_why(tmp_path):
     def draw(axes):
         panels.extend(axes)
         axes[0].plot([0, 1], [1, 0], label="loss")
-        runner.explain_empty(axes[1], "kNN monitor off: --epochs 2 < --knn-every 5")
+        explain_empty(axes[1], "kNN monitor off: --epochs 2 < --knn-every 5")
 
-    path = runner.save_plot(tmp_path / "p.png", draw, ncols=2)
+    path = save_plot(tmp_path / "p.png", draw, ncols=2)
     assert (tmp_path / "p.png").stat().st_size > 0 and path.endswith("p.png")
     assert [t.get_text() for t in panels[1].texts] == ["kNN monitor off: --epochs 2 < --knn-every 5"]
     assert len(panels[0].texts) == 0
@@ -183,7 +193,7 @@ def test_tensorboard_logger_writes_events_tensorboard_reads(tmp_path):
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    with runner.metric_logger("tensorboard", tmp_path / "tb") as log:
+    with metric_logger("tensorboard", tmp_path / "tb") as log:
         for step in range(3):
             log.log({"train/loss": 1.0 / (step + 1), "train/temperature": 0.2, "note": "x"}, step)
     events = EventAccumulator(str(tmp_path / "tb"))
@@ -193,35 +203,35 @@ def test_tensorboard_logger_writes_events_tensorboard_reads(tmp_path):
 
 
 def test_csv_logger_and_unknown_logger(tmp_path):
-    with runner.metric_logger("csv", tmp_path) as log:
+    with metric_logger("csv", tmp_path) as log:
         log.log({"loss": 2.0}, 7)
     assert (tmp_path / "metrics.csv").read_text().splitlines() == ["step,name,value", "7,loss,2.0"]
-    with pytest.raises(runner.RecipeError, match="--logger"):
-        runner.metric_logger("wandb", tmp_path)
+    with pytest.raises(RecipeError, match="--logger"):
+        metric_logger("wandb", tmp_path)
 
 
 def test_device_and_precision_are_validated_and_autocast_runs():
     import torch
 
-    assert runner.resolve_device("auto") == ("cuda" if torch.cuda.is_available() else "cpu")
-    with pytest.raises(runner.RecipeError, match="--device"):
-        runner.resolve_device("tpu")
-    with pytest.raises(runner.RecipeError, match="--precision"):
-        runner.autocast("cpu", "fp8")
-    with runner.autocast("cpu", "bf16-mixed"):
+    assert resolve_device("auto") == ("cuda" if torch.cuda.is_available() else "cpu")
+    with pytest.raises(RecipeError, match="--device"):
+        resolve_device("tpu")
+    with pytest.raises(RecipeError, match="--precision"):
+        autocast("cpu", "fp8")
+    with autocast("cpu", "bf16-mixed"):
         y = torch.nn.Linear(4, 4)(torch.randn(2, 4))
     assert y.dtype == torch.bfloat16
-    assert not runner.grad_scaler("cpu", "32").is_enabled()
+    assert not grad_scaler("cpu", "32").is_enabled()
 
 
 def test_corrupt_checkpoint_is_named_kept_aside_and_not_loaded(tmp_path, capsys):
     import torch
 
     path = tmp_path / "last.ckpt"
-    assert runner.torch_load_checked(path, what="checkpoint") is None  # missing: start afresh
+    assert torch_load_checked(path, what="checkpoint") is None  # missing: start afresh
     torch.save({"epoch": 3}, path)
-    assert runner.torch_load_checked(path, what="checkpoint", weights_only=True) == {"epoch": 3}
+    assert torch_load_checked(path, what="checkpoint", weights_only=True) == {"epoch": 3}
     path.write_bytes(path.read_bytes()[:30])
-    assert runner.torch_load_checked(path, what="checkpoint", weights_only=True) is None
+    assert torch_load_checked(path, what="checkpoint", weights_only=True) is None
     assert f"checkpoint at {path} is corrupt" in capsys.readouterr().err
     assert not path.exists() and (tmp_path / "last.ckpt.corrupt").is_file()

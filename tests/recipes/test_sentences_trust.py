@@ -19,7 +19,7 @@ from adaptcl.recipes.encoders import (
     build_encoder,
     check_embeddings,
 )
-from adaptcl.recipes.runner import NonResultError
+from adaptcl.recipes.template.errors import NonResultError
 from tests.recipes._bow import CountingEncoder, hashed_bow
 
 

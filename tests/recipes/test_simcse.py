@@ -11,8 +11,9 @@ import pytest
 pytest.importorskip("sentence_transformers")
 
 import adaptcl.recipes.simcse as recipe  # noqa: E402
-from adaptcl.recipes.runner import RecipeError  # noqa: E402
 from adaptcl.recipes.simcse import SimCSERecipeConfig, run_simcse  # noqa: E402
+from adaptcl.recipes.template.errors import RecipeError  # noqa: E402
+from adaptcl.recipes.template.store import Cell, GridRun
 from tests.adapters._tiny_models import build_tiny_model  # noqa: E402
 
 
@@ -163,7 +164,7 @@ def test_fewer_sentences_than_one_batch_is_one_clear_error_before_training(tmp_p
 def test_zero_step_run_is_refused_and_nothing_stored(tmp_path, shared_data, monkeypatch):
     """Whatever the cause (here a trainer that stops at once), a run without an optimisation
     step is an error, not a result, and is not stored for reuse."""
-    from adaptcl.recipes.runner import NonResultError
+    from adaptcl.recipes.template.errors import NonResultError
 
     model = build_tiny_model(tmp_path / "tiny", "bert")
     config = _config(model, shared_data, tmp_path / "out", losses=["infonce"],
@@ -182,12 +183,13 @@ def test_zero_step_run_is_refused_and_nothing_stored(tmp_path, shared_data, monk
 
 def test_plot_says_why_when_nothing_was_logged(tmp_path, monkeypatch):
     """A run shorter than --logging-steps logs no temperature: the figure says so."""
-    import adaptcl.recipes.runner as runner
 
     figures = []
-    monkeypatch.setattr(runner, "save_figure_atomic", lambda fig, path: figures.append(fig) or path)
-    grid = runner.GridRun(cells=[runner.Cell("wiki", "macl", 42)])
-    grid.records[runner.Cell("wiki", "macl", 42)] = {"optimisation_steps": 3, "history": []}
+    from adaptcl.recipes.template import plots
+
+    monkeypatch.setattr(plots, "save_figure_atomic", lambda fig, path: figures.append(fig) or path)
+    grid = GridRun(cells=[Cell("wiki", "macl", 42)])
+    grid.records[Cell("wiki", "macl", 42)] = {"optimisation_steps": 3, "history": []}
     config = SimCSERecipeConfig(logging_steps=10)
     recipe._plot(grid, tmp_path / "p.png", config)
     (figure,) = figures

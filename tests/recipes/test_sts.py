@@ -12,7 +12,7 @@ from scipy.stats import rankdata
 
 from adaptcl.recipes import sts
 from adaptcl.recipes.encoders import POOLERS, build_encoder, hash_sentences, model_identifier
-from adaptcl.recipes.runner import RecipeError
+from adaptcl.recipes.template.errors import RecipeError
 from tests.recipes._bow import CountingEncoder, hashed_bow
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

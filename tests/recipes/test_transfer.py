@@ -12,7 +12,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import StratifiedKFold
 
 from adaptcl.recipes import transfer as tr
-from adaptcl.recipes.runner import RecipeError
+from adaptcl.recipes.template.errors import RecipeError
 from tests.recipes._bow import CountingEncoder, hashed_bow
 
 

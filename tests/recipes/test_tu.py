@@ -11,8 +11,10 @@ pytest.importorskip("torch_geometric")
 pytest.importorskip("sklearn")
 
 from adaptcl import cli  # noqa: E402
-from adaptcl.recipes import runner, tu  # noqa: E402
+from adaptcl.recipes import tu, tu_data  # noqa: E402
 from adaptcl.recipes.graph_eval import svm_cv_accuracy  # noqa: E402
+from adaptcl.recipes.template.errors import NonResultError
+from adaptcl.recipes.template.store import Cell
 
 # ---------------------------------------------------------------------------- SVM protocol
 
@@ -68,24 +70,24 @@ def mutag_root(shared_data, tmp_path):
 
 def test_prepare_copies_raw_and_never_writes_to_source(shared_data, tmp_path):
     before = sorted(p.name for p in (shared_data / "tu" / "MUTAG").iterdir())
-    name, raw = tu.find_raw(shared_data, "mutag")  # names match case-insensitively
+    name, raw = tu_data.find_raw(shared_data, "mutag")  # names match case-insensitively
     assert name == "MUTAG"
-    root = tu.prepare_tu_root(raw, name, tmp_path / "work", "abc123")
+    root = tu_data.prepare_tu_root(raw, name, tmp_path / "work", "abc123")
     assert (root / "MUTAG" / "raw" / "MUTAG_A.txt").is_file() and root.name == "abc123"
     assert sorted(p.name for p in (shared_data / "tu" / "MUTAG").iterdir()) == before
     with pytest.raises(FileNotFoundError):
-        tu.find_raw(shared_data, "NOT-A-DATASET")
+        tu_data.find_raw(shared_data, "NOT-A-DATASET")
 
 
 def test_featureless_dataset_gets_constant_or_degree_features(shared_data, tmp_path):
     cfg = tu.TUConfig(datasets=["IMDB-BINARY"], data_root=str(shared_data),
                       output_dir=str(tmp_path / "out"), work_dir=str(tmp_path / "work"))
-    _, raw = tu.find_raw(shared_data, "IMDB-BINARY")
-    graphs, dim, info = tu.load_tu_graphs(cfg, "IMDB-BINARY", raw, "imdb")
+    _, raw = tu_data.find_raw(shared_data, "IMDB-BINARY")
+    graphs, dim, info = tu_data.load_tu_graphs(cfg, "IMDB-BINARY", raw, "imdb")
     assert len(graphs) == 1000 and dim == 1 and info["num_classes"] == 2
     assert all(g.x.shape == (g.num_nodes, 1) for g in graphs[:50])
     cfg.node_features, cfg.max_degree = "degree", 20
-    graphs, dim, _ = tu.load_tu_graphs(cfg, "IMDB-BINARY", raw, "imdb")
+    graphs, dim, _ = tu_data.load_tu_graphs(cfg, "IMDB-BINARY", raw, "imdb")
     assert dim == 21 and all(float(g.x.sum()) == g.num_nodes for g in graphs[:50])
     assert tu.resolve_aug(cfg, "IMDB-BINARY") == "random4"
     assert tu.resolve_aug(cfg, "MUTAG") == "random2"
@@ -93,11 +95,11 @@ def test_featureless_dataset_gets_constant_or_degree_features(shared_data, tmp_p
 
 def test_truncated_processed_dataset_is_named_and_rebuilt(mutag_root, tmp_path, capsys):
     cfg = tu.TUConfig(data_root=str(mutag_root), output_dir=str(tmp_path / "out"))
-    _, raw = tu.find_raw(mutag_root, "MUTAG")
-    graphs, _, _ = tu.load_tu_graphs(cfg, "MUTAG", raw, "fp")
+    _, raw = tu_data.find_raw(mutag_root, "MUTAG")
+    graphs, _, _ = tu_data.load_tu_graphs(cfg, "MUTAG", raw, "fp")
     (processed,) = (tmp_path / "out" / "data").glob("fp/MUTAG/processed/data.pt")
     processed.write_bytes(processed.read_bytes()[:200])  # killed while torch-geometric wrote it
-    again, _, _ = tu.load_tu_graphs(cfg, "MUTAG", raw, "fp")
+    again, _, _ = tu_data.load_tu_graphs(cfg, "MUTAG", raw, "fp")
     assert len(again) == len(graphs) == 188
     err = capsys.readouterr().err
     assert "processed MUTAG dataset" in err and "corrupt or truncated" in err
@@ -138,17 +140,17 @@ def _cfg(root, out, **kw):
 def test_changed_data_is_recomputed_not_reused(mutag_root, tmp_path, monkeypatch):
     calls: list = []
     monkeypatch.setattr(tu, "run_one", _fake_run_one(calls))
-    first = tu.run_tu(_cfg(mutag_root, tmp_path / "out"))
+    first = tu.TURecipe(_cfg(mutag_root, tmp_path / "out")).run()
     assert len(calls) == 2 and first["reused"] == []
     labels = mutag_root / "tu" / "MUTAG" / "raw" / "MUTAG_graph_labels.txt"
     values = labels.read_text().split()
     labels.write_text("\n".join(values[::-1]) + "\n")  # same counts, other graphs
-    again = tu.run_tu(_cfg(mutag_root, tmp_path / "out"))
+    again = tu.TURecipe(_cfg(mutag_root, tmp_path / "out")).run()
     assert len(calls) == 4 and again["reused"] == []
     assert len(again["superseded"]) == 2
     assert again["environment"]["data_fingerprint"]["MUTAG"] != first["environment"][
         "data_fingerprint"]["MUTAG"]
-    unchanged = tu.run_tu(_cfg(mutag_root, tmp_path / "out"))
+    unchanged = tu.TURecipe(_cfg(mutag_root, tmp_path / "out")).run()
     assert len(calls) == 4 and unchanged["reused"] == [["MUTAG", "graphcl", 0],
                                                        ["MUTAG", "macl", 0]]
 
@@ -157,10 +159,10 @@ def test_changed_setting_is_recomputed_and_more_seeds_compute_only_the_new(mutag
                                                                            monkeypatch):
     calls: list = []
     monkeypatch.setattr(tu, "run_one", _fake_run_one(calls))
-    tu.run_tu(_cfg(mutag_root, tmp_path / "out"))
-    tu.run_tu(_cfg(mutag_root, tmp_path / "out", epochs=3))
+    tu.TURecipe(_cfg(mutag_root, tmp_path / "out")).run()
+    tu.TURecipe(_cfg(mutag_root, tmp_path / "out", epochs=3)).run()
     assert len(calls) == 4
-    more = tu.run_tu(_cfg(mutag_root, tmp_path / "out", epochs=3, seeds=[0, 1]))
+    more = tu.TURecipe(_cfg(mutag_root, tmp_path / "out", epochs=3, seeds=[0, 1])).run()
     assert calls[4:] == [("MUTAG", "graphcl", 1), ("MUTAG", "macl", 1)]
     assert more["summary"]["accuracy"]["MUTAG"]["methods"]["macl"]["n"] == 2
     assert more["summary"]["accuracy"]["MUTAG"]["paired"]["macl"]["mean"] == 0.0
@@ -169,10 +171,10 @@ def test_changed_setting_is_recomputed_and_more_seeds_compute_only_the_new(mutag
 
 def test_zero_step_run_is_an_error_not_a_result(mutag_root, tmp_path):
     cfg = _cfg(mutag_root, tmp_path / "out", epochs=1, batch_size=2)
-    _, raw = tu.find_raw(mutag_root, "MUTAG")
-    graphs, dim, _ = tu.load_tu_graphs(cfg, "MUTAG", raw, "fp")
-    with pytest.raises(runner.NonResultError, match="no optimisation step"):
-        tu.run_one(cfg, runner.Cell("MUTAG", "macl", 0), graphs[:1], dim)
+    _, raw = tu_data.find_raw(mutag_root, "MUTAG")
+    graphs, dim, _ = tu_data.load_tu_graphs(cfg, "MUTAG", raw, "fp")
+    with pytest.raises(NonResultError, match="no optimisation step"):
+        tu.run_one(cfg, Cell("MUTAG", "macl", 0), graphs[:1], dim)
 
 
 def test_cli_batch_size_one_is_a_one_line_error(mutag_root, tmp_path, capsys):
@@ -203,7 +205,7 @@ def test_tiny_mutag_run_writes_results_logs_and_resumes(mutag_root, tmp_path, mo
     out = tmp_path / "out"
     cfg = _cfg(mutag_root, out, epochs=2, inner_folds=3, c_grid=[0.1, 1.0, 10.0], plot=True,
                logger="tensorboard")
-    result = tu.run_tu(cfg)
+    result = tu.TURecipe(cfg).run()
     assert result["computed"] == [["MUTAG", "graphcl", 0], ["MUTAG", "macl", 0]]
     on_disk = json.loads((out / "results.json").read_text())
     assert on_disk["recipe"] == "tu" and on_disk["config"]["epochs"] == 2
@@ -231,7 +233,7 @@ def test_tiny_mutag_run_writes_results_logs_and_resumes(mutag_root, tmp_path, mo
         raise AssertionError("a finished run was recomputed")
 
     monkeypatch.setattr(tu, "run_one", boom)
-    again = tu.run_tu(cfg)
+    again = tu.TURecipe(cfg).run()
     assert again["computed"] == [] and len(again["reused"]) == 2
     assert again["summary"] == result["summary"]
 
@@ -241,13 +243,13 @@ def test_cli_builds_config_with_common_vocabulary(tmp_path):
     args = parser.parse_args(["tu", "--datasets", "MUTAG", "NCI1", "--losses", "GraphCL",
                               "macl", "--seeds", "0", "1", "--output-dir", str(tmp_path),
                               "--cv-seed", "none", "--classifier", "linear"])
-    cfg = tu.config_from_args(args)
+    cfg = tu.TURecipe.config_from_args(args)
     assert cfg.datasets == ["MUTAG", "NCI1"] and cfg.seeds == [0, 1]
     assert cfg.losses == ["graphcl", "macl"] and cfg.epochs == 20
     assert cfg.cv_seed is None and cfg.classifier == "linear" and not cfg.graphcl_quirks
-    exact = tu.config_from_args(parser.parse_args(["tu", "--graphcl-exact"]))
+    exact = tu.TURecipe.config_from_args(parser.parse_args(["tu", "--graphcl-exact"]))
     assert exact.graphcl_quirks and exact.cv_seed is None and exact.aug_ratio == 0.1
-    kept = tu.config_from_args(parser.parse_args(["tu", "--graphcl-exact", "--aug-ratio", "0.3"]))
+    kept = tu.TURecipe.config_from_args(parser.parse_args(["tu", "--graphcl-exact", "--aug-ratio", "0.3"]))
     assert kept.aug_ratio == 0.3
 
 
@@ -255,9 +257,9 @@ def test_cli_builds_config_with_common_vocabulary(tmp_path):
 def test_graphcl_trains_under_autocast_with_finite_losses(mutag_root, tmp_path, precision):
     cfg = _cfg(mutag_root, tmp_path / "out", epochs=1, batch_size=64, folds=2, inner_folds=2,
                c_grid=[1.0], precision=precision, device="cpu")
-    _, raw = tu.find_raw(mutag_root, "MUTAG")
-    graphs, dim, _ = tu.load_tu_graphs(cfg, "MUTAG", raw, "fp")
-    record = tu.run_one(cfg, runner.Cell("MUTAG", "macl", 0), graphs, dim)
+    _, raw = tu_data.find_raw(mutag_root, "MUTAG")
+    graphs, dim, _ = tu_data.load_tu_graphs(cfg, "MUTAG", raw, "fp")
+    record = tu.run_one(cfg, Cell("MUTAG", "macl", 0), graphs, dim)
     assert record["optimisation_steps"] == 3  # 188 graphs in batches of 64
     assert all(np.isfinite(record["step_stats"]["loss"]))
     assert all(t > 0 for t in record["step_stats"]["temperature"])
@@ -276,12 +278,12 @@ def test_non_finite_pretraining_loss_is_a_non_result_naming_the_cell(mutag_root,
             return (z0 * z1).sum() * float("nan")
 
     cfg = _cfg(mutag_root, tmp_path / "out")
-    _, raw = tu.find_raw(mutag_root, "MUTAG")
-    graphs, dim, _ = tu.load_tu_graphs(cfg, "MUTAG", raw, "fp")
+    _, raw = tu_data.find_raw(mutag_root, "MUTAG")
+    graphs, dim, _ = tu_data.load_tu_graphs(cfg, "MUTAG", raw, "fp")
     model = GraphCL(TUGINEncoder(dim, 8, 2), loss_fn=NaNLoss())
     loader = DataLoader(TwoViewDataset(graphs[:8], Identity(), Identity()), batch_size=4)
     stats: dict[str, list] = {}
-    with pytest.raises(runner.NonResultError, match="non-finite loss on MUTAG/macl/seed0"):
+    with pytest.raises(NonResultError, match="non-finite loss on MUTAG/macl/seed0"):
         train_epochs(model, loader, torch.optim.Adam(model.parameters()), epochs=range(2),
                      desc="MUTAG/macl/seed0", stats=stats)
     assert stats == {}  # nothing of the failed epoch reaches the history

@@ -4,7 +4,7 @@ A sweep is several invocations of one recipe that differ in one setting, each wi
 ``--output-dir`` (``adaptcl images --batch-size 32``, ``64``, ``128``). ``adaptcl compare`` reads
 their result JSONs and writes, per value of the ``--by`` setting(s): each loss's mean ±
 population std over seeds, and each loss minus the baseline paired over seeds with a 95%
-t-interval (the statistics of :mod:`adaptcl.recipes.runner`). It refuses files that differ in
+t-interval (the statistics of :mod:`adaptcl.recipes.template.store`). It refuses files that differ in
 anything else that determines a result (a setting, the data fingerprint, the code version its
 runs were computed with, as the run store beside each file records it, the recipe), naming
 the field and both values, so a table never mixes runs made under other conditions; a partial
@@ -26,8 +26,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from adaptcl.recipes import runner
-from adaptcl.recipes.runner import Cell, RecipeError
+from adaptcl.recipes.template.config import BOOKKEEPING
+from adaptcl.recipes.template.errors import RecipeError
+from adaptcl.recipes.template.files import read_json
+from adaptcl.recipes.template.plots import explain_empty, save_plot
+from adaptcl.recipes.template.report import summarize, summary_table, write_results
+from adaptcl.recipes.template.store import Cell, RunStore
 
 EXAMPLE = """for b in 32 64 128; do adaptcl images --batch-size $b --seeds 0 1 2 \\
     --output-dir results/sweep/b$b; done
@@ -62,19 +66,19 @@ def _code_versions(path: Path, result: dict[str, Any]) -> set[str]:
     (``runs/<dataset>/<method>/seed<k>.json``); empty when neither is there."""
     if result.get("code"):
         return {json.dumps(code, sort_keys=True) for code in result["code"]}
-    store = runner.RunStore(path.parent)
+    store = RunStore(path.parent)
     versions = set()
     for run in result.get("runs") or []:
         record = store.path(Cell(*run["cell"]))
         if record.is_file():
-            code = (runner.read_json(record).get("identity") or {}).get("code")
+            code = (read_json(record).get("identity") or {}).get("code")
             if code is not None:
                 versions.add(json.dumps(code, sort_keys=True))
     return versions
 
 
 def _fixed_settings(result: dict[str, Any], by: Sequence[str]) -> dict[str, Any]:
-    skip = set(runner.BOOKKEEPING) | set(by)
+    skip = set(BOOKKEEPING) | set(by)
     return {k: v for k, v in result["config"].items() if k not in skip}
 
 
@@ -118,7 +122,7 @@ def compare_results(paths: Sequence[str | Path], by: Sequence[str], *,
     """Pool the result files ``paths`` over the settings ``by``; write JSON, markdown and PNG.
 
     Every other setting that determines a result (all config fields but
-    :data:`adaptcl.recipes.runner.BOOKKEEPING` and ``by``), the recipe, the data fingerprint
+    :data:`adaptcl.recipes.template.config.BOOKKEEPING` and ``by``), the recipe, the data fingerprint
     and the code version of the runs (read from the run store beside each file, where there is
     one) must agree across files, and each file must have its own value of ``by``. ``metrics``
     defaults to every metric of the first file, ``losses`` to every loss found (in order of
@@ -209,10 +213,10 @@ def compare_results(paths: Sequence[str | Path], by: Sequence[str], *,
                         cell = Cell(row, method, int(seed))
                         records.setdefault(cell, {"metrics": {}})["metrics"][metric] = value
 
-    summaries = {m: runner.summarize(records, m, datasets=rows, methods=methods,
+    summaries = {m: summarize(records, m, datasets=rows, methods=methods,
                                      baseline=baseline) for m in metrics}
     head = ", ".join(by) if single else f"dataset, {', '.join(by)}"
-    tables = {m: runner.summary_table(summaries[m], methods=methods, baseline=baseline,
+    tables = {m: summary_table(summaries[m], methods=methods, baseline=baseline,
                                       row_header=head) for m in metrics}
     inputs = [{"path": str(groups[k][0]), "sha256": digests[groups[k][0]],
                "by": dict(zip(by, k, strict=True)),
@@ -238,9 +242,9 @@ def compare_results(paths: Sequence[str | Path], by: Sequence[str], *,
         f"{(i['environment'] or {}).get('torch_threads')} threads, "
         f"{float(i['total_train_seconds'] or 0):.0f} s training"
         f"{', PARTIAL' if i['partial'] else ''})" for i in inputs) + "._\n"
-    result["outputs"] = runner.write_results(out, stem, result, header + body + foot)
+    result["outputs"] = write_results(out, stem, result, header + body + foot)
     if plot:
-        result["outputs"]["png"] = runner.save_plot(
+        result["outputs"]["png"] = save_plot(
             out / f"{stem}.png", lambda axes: _draw(axes, summaries, rows, methods, baseline,
                                                     metrics, by, numeric=all(map(_numeric, order))),
             title=f"{first['recipe']}: {', '.join(metrics)} by {', '.join(by)}",
@@ -290,7 +294,7 @@ def _draw(axes, summaries, rows, methods, baseline, metrics, by, numeric=True) -
         if ax.lines:
             ax.axhline(0.0, color="grey", linewidth=0.8, linestyle="--")
         else:
-            runner.explain_empty(ax, "no paired difference with an interval (needs two or more "
+            explain_empty(ax, "no paired difference with an interval (needs two or more "
                                      "common seeds)")
         ax.set(title=f"{head}: paired difference, 95% CI", **ticks)
 

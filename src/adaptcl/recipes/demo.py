@@ -27,7 +27,7 @@ randomly initialised encoder. On clean, centred 8x8 digits plain kNN is nearly s
 augmented-query column, alignment and uniformity show what the training itself added.
 
 Several ``--seeds`` give mean +- std over seeds and the paired difference MACL - NT-Xent with a
-95% t-interval; each (loss, seed) is stored by :mod:`adaptcl.recipes.runner` and reused while
+95% t-interval; each (loss, seed) is stored by :mod:`adaptcl.recipes.template.store` and reused while
 its identity (settings, data fingerprint, code) matches. ``--device``, ``--precision`` and
 ``--logger`` work as in every recipe.
 
@@ -55,9 +55,28 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from adaptcl.recipes import runner
-from adaptcl.recipes._common import markdown_table, seed_everything
-from adaptcl.recipes.runner import Cell
+from adaptcl.recipes.template.config import result_settings
+from adaptcl.recipes.template.errors import NonResultError, check_embeddings, user_errors
+from adaptcl.recipes.template.files import markdown_table
+from adaptcl.recipes.template.loggers import LOGGERS, metric_logger
+from adaptcl.recipes.template.options import (
+    add_common_arguments,
+    add_config_arguments,
+    config_kwargs,
+)
+from adaptcl.recipes.template.plots import save_plot
+from adaptcl.recipes.template.progress import progress
+from adaptcl.recipes.template.provenance import code_version, environment
+from adaptcl.recipes.template.report import format_difference, summarize, write_results
+from adaptcl.recipes.template.store import Cell, GridRun, run_grid
+from adaptcl.recipes.template.torch_env import (
+    apply_thread_policy,
+    autocast,
+    check_precision,
+    grad_scaler,
+    resolve_device,
+    seed_everything,
+)
 
 if TYPE_CHECKING:  # torch is imported where it is used, so ``adaptcl demo --help`` is instant
     import torch
@@ -120,9 +139,9 @@ class DemoConfig:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
         if not self.seeds:
             raise ValueError("seeds must hold at least one seed")
-        runner.check_precision(self.precision)
-        if self.logger not in runner.LOGGERS:
-            raise ValueError(f"logger must be one of {runner.LOGGERS}, got {self.logger!r}")
+        check_precision(self.precision)
+        if self.logger not in LOGGERS:
+            raise ValueError(f"logger must be one of {LOGGERS}, got {self.logger!r}")
 
 
 # ----------------------------------------------------------------------------------- data
@@ -232,13 +251,13 @@ def train(model: nn.ModuleDict, loss_fn: nn.Module, images: Tensor, config: Demo
     """
     import torch
 
-    device = runner.resolve_device(config.device)
+    device = resolve_device(config.device)
     model.to(device)
     order_gen = torch.Generator().manual_seed(seed)
     aug_gen = torch.Generator().manual_seed(seed + 1)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr,
                                  weight_decay=config.weight_decay)
-    scaler = runner.grad_scaler(device, config.precision)
+    scaler = grad_scaler(device, config.precision)
     n = images.shape[0]
     # drop the last incomplete batch (as SimCLR loaders do) unless it is the only one
     steps_per_epoch = max(1, n // config.batch_size)
@@ -247,13 +266,13 @@ def train(model: nn.ModuleDict, loss_fn: nn.Module, images: Tensor, config: Demo
     keys = ("loss", "plain_loss", "alignment", "temperature", "mean_w", "positive_probability")
     history: dict[str, list[float]] = {"step": [], **{k: [] for k in keys}}
     model.train()
-    bar = runner.progress(total=total, desc=desc, enabled=config.progress)
+    bar = progress(total=total, desc=desc, enabled=config.progress)
     for _ in range(config.epochs):
         perm = torch.randperm(n, generator=order_gen)
         for s in range(steps_per_epoch):
             batch = images[perm[s * config.batch_size:(s + 1) * config.batch_size]]
             views = torch.cat([augment(batch, aug_gen), augment(batch, aug_gen)]).to(device)
-            with runner.autocast(device, config.precision):
+            with autocast(device, config.precision):
                 z0, z1 = model.head(model.encoder(views)).chunk(2)
                 loss = loss_fn(z0, z1)
             optimizer.zero_grad(set_to_none=True)
@@ -263,7 +282,7 @@ def train(model: nn.ModuleDict, loss_fn: nn.Module, images: Tensor, config: Demo
             scheduler.step()
             point = {k: float(loss_fn.last_stats[k]) for k in keys}
             if not math.isfinite(point["loss"]):
-                raise runner.NonResultError(f"{desc}: non-finite loss at step {len(history['step'])}")
+                raise NonResultError(f"{desc}: non-finite loss at step {len(history['step'])}")
             history["step"].append(len(history["step"]))
             for k in keys:
                 history[k].append(point[k])
@@ -288,7 +307,7 @@ def embed(encoder: nn.Module, images: Tensor, batch_size: int = 512) -> Tensor:
     with torch.no_grad():
         features = torch.cat([encoder(images[i:i + batch_size].to(device)).float().cpu()
                               for i in range(0, len(images), batch_size)])
-    runner.check_embeddings(features, "demo encoder features")
+    check_embeddings(features, "demo encoder features")
     return features
 
 
@@ -340,21 +359,21 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
     import torch
 
     start = time.perf_counter()
-    with runner.user_errors():
-        device = runner.resolve_device(config.device)
+    with user_errors():
+        device = resolve_device(config.device)
     previous_threads = torch.get_num_threads()
-    runner.apply_thread_policy(config.threads)
+    apply_thread_policy(config.threads)
     out = Path(config.output_dir)
     losses = build_losses(config)
-    ident = {"settings": runner.result_settings(dataclasses.replace(config, device=device)),
-             "data": digits_fingerprint(), "code": runner.code_version(*CODE)}
+    ident = {"settings": result_settings(dataclasses.replace(config, device=device)),
+             "data": digits_fingerprint(), "code": code_version(*CODE)}
 
     def compute(cell: Cell) -> dict[str, Any]:
         data, views = _data_and_views(config, cell.seed)
         model = build_model(config, cell.seed)
         log_dir = out / "logs" / cell.method / f"seed{cell.seed}"
         t0 = time.perf_counter()
-        with runner.metric_logger(config.logger, log_dir) as logger:
+        with metric_logger(config.logger, log_dir) as logger:
             history = train(model, losses[cell.method][1], data[0], config, cell.seed, logger,
                             desc=cell.label())
         seconds = time.perf_counter() - t0
@@ -364,7 +383,7 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
                 "final_temperature": history["temperature"][-1]}
 
     try:
-        grid = runner.run_grid("demo", out, [Cell("digits", m, s) for s in config.seeds
+        grid = run_grid("demo", out, [Cell("digits", m, s) for s in config.seeds
                                              for m in LOSSES],
                                identity=lambda cell: ident, compute=compute,
                                progress_bar=config.progress)
@@ -372,16 +391,16 @@ def run_demo(config: DemoConfig) -> dict[str, Any]:
     finally:
         torch.set_num_threads(previous_threads)
     result["wall_clock_seconds"] = time.perf_counter() - start
-    result["files"] = runner.write_results(out, RESULT_FILE[:-5], result, render_markdown(result))
+    result["files"] = write_results(out, RESULT_FILE[:-5], result, render_markdown(result))
     min_temperature = losses["macl"][1].min_temperature
-    result["files"]["plot"] = runner.save_plot(
+    result["files"]["plot"] = save_plot(
         out / PLOT_FILE, lambda axes: _draw(result["history"], result["names"], min_temperature,
                                             axes), ncols=3, figsize=(13, 3.6),
         title="adaptcl demo: NT-Xent vs MACL on sklearn digits (same seed, same views)")
     return result
 
 
-def _result(config: DemoConfig, grid: runner.GridRun, losses: dict, device: str) -> dict[str, Any]:
+def _result(config: DemoConfig, grid: GridRun, losses: dict, device: str) -> dict[str, Any]:
     seed = config.seeds[0]
     data, views = _data_and_views(config, seed)
     untrained = build_model(config, seed)
@@ -397,14 +416,14 @@ def _result(config: DemoConfig, grid: runner.GridRun, losses: dict, device: str)
         rows.append({"key": key, "loss": name, **row, "n_seeds": len(records),
                      "final_temperature": records[0]["final_temperature"],
                      "train_seconds": sum(r["train_seconds"] for r in records)})
-    summary = runner.summarize(grid.records, "knn_accuracy", datasets=["digits"],
+    summary = summarize(grid.records, "knn_accuracy", datasets=["digits"],
                                methods=list(losses), baseline="nt_xent", scale=100.0)
     history = {key: grid.records[Cell("digits", key, seed)]["history"] for key in losses}
     macl_temps = history["macl"]["temperature"]
     by_key = {row["key"]: row for row in rows}
     return {
         "recipe": "demo", "config": asdict(config),
-        "environment": runner.environment(device=device, data_fingerprint=digits_fingerprint(),
+        "environment": environment(device=device, data_fingerprint=digits_fingerprint(),
                                           frameworks=["scikit-learn"]),
         **grid.bookkeeping(),
         "data": {"source": "sklearn.datasets.load_digits", "n_train": int(data[0].shape[0]),
@@ -446,7 +465,7 @@ def render_markdown(result: dict[str, Any]) -> str:
         + markdown_table(table_rows, TABLE_COLUMNS)
         + f"\nkNN: {result['evaluation']['knn']} on the {result['evaluation']['features']}; "
         f"chance is {100 * result['chance_accuracy']:.0f}%; trained rows average the seeds. "
-        f"{verdict} on kNN accuracy here: MACL − NT-Xent = {runner.format_difference(diff)} "
+        f"{verdict} on kNN accuracy here: MACL − NT-Xent = {format_difference(diff)} "
         f"points (paired over seeds, 95% t-interval). MACL's temperature ranged over "
         f"[{lo:.4f}, {hi:.4f}] (floor {result['macl_min_temperature']:g}).\n"
     )
@@ -471,16 +490,16 @@ def _draw(histories: dict, names: dict, min_temperature: float, axes) -> None:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    runner.add_common_arguments(parser, output_dir=DemoConfig.output_dir, seeds=[0],
+    add_common_arguments(parser, output_dir=DemoConfig.output_dir, seeds=[0],
                                 data_root=False)
-    runner.add_config_arguments(parser, DemoConfig, helps={
+    add_config_arguments(parser, DemoConfig, helps={
         "epochs": "training epochs per loss", "batch_size": "pairs per step",
         "lr": "Adam learning rate", "temperature": "tau (NT-Xent) and tau0 (MACL)"})
 
 
 def main(args: argparse.Namespace) -> int:
-    with runner.user_errors():
-        config = DemoConfig(**runner.config_kwargs(DemoConfig, args))
+    with user_errors():
+        config = DemoConfig(**config_kwargs(DemoConfig, args))
     result = run_demo(config)
     print(render_markdown(result))
     print(f"wrote {result['files']['json']}, {result['files']['markdown']} and "

@@ -15,7 +15,7 @@ Three kinds of encoder are accepted and turned into one ``encode(list[str]) -> n
 Sentences are sorted by length before batching (less padding, as SentEval does) and the
 embeddings are returned in input order as float32. Every batch of embeddings is checked before it
 is used or cached: NaN/inf values, or the same vector for every sentence (all zero, constant),
-raise :class:`~adaptcl.recipes.runner.NonResultError` naming the encoder and the dataset, and
+raise :class:`~adaptcl.recipes.template.errors.NonResultError` naming the encoder and the dataset, and
 nothing is cached.
 
 Each (model, pooler, dataset, sentence list) is cached as ``.npy`` under ``cache_dir`` with a
@@ -55,8 +55,8 @@ from typing import Any
 import numpy as np
 
 from adaptcl.adapters._atomic import atomic_write
-
-from ._common import write_text_atomic
+from adaptcl.recipes.template.errors import NonResultError
+from adaptcl.recipes.template.files import write_text_atomic
 
 POOLERS: tuple[str, ...] = ("cls", "cls_before_pooler", "avg", "avg_first_last", "avg_top2")
 CACHE_ENV = "ADAPTCL_CACHE_DIR"
@@ -98,11 +98,10 @@ def check_embeddings(array: np.ndarray, source: str, dataset: str) -> np.ndarray
     """Return ``array`` if it is a finite ``(n, dim)`` matrix that is not one vector repeated.
 
     NaN/inf anywhere, or the same vector for every sentence (an all-zero or constant encoder),
-    raise :class:`~adaptcl.recipes.runner.NonResultError` naming ``source`` and ``dataset``:
+    raise :class:`~adaptcl.recipes.template.errors.NonResultError` naming ``source`` and ``dataset``:
     cosine similarities and probes computed from them would be NaN or meaningless.
     """
-    from adaptcl.recipes.runner import NonResultError
-    from adaptcl.recipes.runner import check_embeddings as check
+    from adaptcl.recipes.template.errors import check_embeddings as check
 
     where = f"encoder {source!r} on {dataset!r}"
     if array.ndim != 2:
@@ -252,7 +251,6 @@ class SentenceEncoder:
     def _load(self, path: Path, n: int) -> np.ndarray | None:
         """The cached array at ``path`` if it is complete and matches its record, else ``None``
         (after a warning naming the file and what is wrong with it; the caller rebuilds it)."""
-        from adaptcl.recipes.runner import NonResultError
 
         if not path.is_file():
             return None
@@ -372,7 +370,7 @@ class SentenceTransformerEncoder(SentenceEncoder):
             self.fingerprint = "weights:" + weights_fingerprint(self.model)
 
     def _encode_batch(self, batch: list[str]) -> np.ndarray:
-        from adaptcl.recipes.runner import autocast
+        from adaptcl.recipes.template.torch_env import autocast
 
         with autocast(self.device, self.precision):
             out = self.model.encode(batch, batch_size=len(batch), show_progress_bar=False,
@@ -403,7 +401,7 @@ class HFPoolerEncoder(SentenceEncoder):
         torch = self.torch
         inputs = self.tokenizer(batch, padding=True, truncation=self.max_length is not None,
                                 max_length=self.max_length, return_tensors="pt").to(self.device)
-        from adaptcl.recipes.runner import autocast
+        from adaptcl.recipes.template.torch_env import autocast
 
         with torch.no_grad(), autocast(str(self.device), self.precision):
             outputs = self.model(**inputs, output_hidden_states=True, return_dict=True)

@@ -3,7 +3,7 @@
 Each epoch is the adapter's :func:`adaptcl.adapters.graphcl.train_epoch` (one loop for GraphCL
 pre-training and supervised fine-tuning: device, ``--precision`` autocast, fp16 gradient
 scaler); this module adds what only a recipe needs around it: the progress bar, a
-non-finite loss as :class:`~adaptcl.recipes.runner.NonResultError`, the step history and the
+non-finite loss as :class:`~adaptcl.recipes.template.errors.NonResultError`, the step history and the
 ``--logger`` (every step's loss and the loss module's statistics: temperature, alignment, ...).
 """
 
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from adaptcl.recipes.runner import NonResultError, check_embeddings
+from adaptcl.recipes.template.errors import NonResultError, check_embeddings
 
 
 def train_epochs(model: Any, loader: Any, optimizer: Any,
@@ -34,7 +34,7 @@ def train_epochs(model: Any, loader: Any, optimizer: Any,
     import torch
 
     from adaptcl.adapters.graphcl import train_epoch
-    from adaptcl.recipes.runner import progress as progress_bar
+    from adaptcl.recipes.template.progress import progress as progress_bar
 
     scaler = torch.amp.GradScaler(torch.device(device).type) if precision == "16-mixed" else None
     losses, steps = [], step
@@ -106,7 +106,7 @@ def draw_pretraining_curves(axes: Any, curves: dict[str, dict[str, list[float]]]
     ``curves`` maps a legend label to a run's step statistics; a panel left empty says
     ``empty`` (or the runner's generic reason).
     """
-    from adaptcl.recipes.runner import explain_empty
+    from adaptcl.recipes.template.plots import explain_empty
 
     keys = ("alignment", "temperature")
     for label, stats in curves.items():

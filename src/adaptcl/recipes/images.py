@@ -7,7 +7,7 @@ frozen backbone with Lightly's weighted kNN (k=200, t=0.1) and a linear probe. D
 precision, several devices and the logger go to Lightning's own ``Trainer``
 (``accelerator``/``devices``/``strategy``/``precision``/``logger``).
 
-Each (loss, seed) is a cell of :mod:`adaptcl.recipes.runner`: reused only while its identity
+Each (loss, seed) is a cell of :mod:`adaptcl.recipes.template.store`: reused only while its identity
 (resolved settings, the fingerprint of the exact images used, code) matches; an unfinished one
 resumes from its ``last.ckpt`` (weights, optimiser, loss statistics, MoCo/ASCL queues and the
 training time so far). Not restored: the data order of the interrupted epoch.
@@ -30,9 +30,30 @@ from pathlib import Path
 from typing import Any
 
 from adaptcl.adapters.ssl_methods import METHOD_LOSSES, METHODS, check_method_loss
-from adaptcl.recipes import runner
-from adaptcl.recipes._common import resolve_data_root, seed_everything
-from adaptcl.recipes.runner import Cell
+from adaptcl.recipes.template.config import result_settings, validate_config
+from adaptcl.recipes.template.errors import (
+    RecipeError,
+    check_embeddings,
+    require_steps,
+    user_errors,
+)
+from adaptcl.recipes.template.files import resolve_data_root, torch_load_checked
+from adaptcl.recipes.template.loggers import lightning_logger
+from adaptcl.recipes.template.options import (
+    add_common_arguments,
+    add_config_arguments,
+    config_kwargs,
+)
+from adaptcl.recipes.template.plots import explain_empty, save_plot
+from adaptcl.recipes.template.provenance import code_version, stable_hash
+from adaptcl.recipes.template.report import Report
+from adaptcl.recipes.template.store import Cell, RunStore, run_grid
+from adaptcl.recipes.template.torch_env import (
+    apply_thread_policy,
+    loader_options,
+    resolve_device,
+    seed_everything,
+)
 
 EXAMPLE = """adaptcl images --data-root ../shared/data --losses nt_xent macl
 adaptcl images --data-root ~/data/cifar10 --preset paper --device cuda --devices 4 \\
@@ -129,7 +150,7 @@ class ImagesConfig:
             out.a0 = 0.2 if out.method == "moco" else 0.0
         for loss in out.losses:
             check_method_loss(out.method, loss)
-        runner.validate_config(out, non_empty=("losses", "seeds"), positive=(
+        validate_config(out, non_empty=("losses", "seeds"), positive=(
             "epochs", "batch_size", "hidden_dim", "output_dim", "linear_batch_size", "num_heads",
             "queue_size", "knn_k", "input_size", "devices", "lr", "temperature",
             "macl_temperature", "knn_t", "linear_lr", "width", "sharpen_temperature"))
@@ -213,9 +234,9 @@ def _trainer(cfg: ImagesConfig, log_dir: Path, max_epochs: int, ckpt_dir: Path |
     """Lightning's Trainer with the recipe's device, precision, strategy, logger, checkpoints."""
     from adaptcl.adapters.lightning_factory import build_trainer
 
-    return build_trainer(max_epochs, device=runner.resolve_device(cfg.device),
+    return build_trainer(max_epochs, device=resolve_device(cfg.device),
                          devices=cfg.devices, strategy=cfg.strategy, precision=cfg.precision,
-                         logger=runner.lightning_logger(cfg.logger, log_dir), ckpt_dir=ckpt_dir,
+                         logger=lightning_logger(cfg.logger, log_dir), ckpt_dir=ckpt_dir,
                          callbacks=[clock] if clock is not None else None,
                          progress=cfg.progress, val_every=cfg.knn_every or 0)
 
@@ -230,7 +251,7 @@ def _run_one(cfg: ImagesConfig, splits, cell: Cell, run_dir: Path,
     for stale in run_dir.glob(".*.tmp"):  # temporary file of a write that was killed
         stale.unlink(missing_ok=True)
     # a checkpoint that cannot be read (truncated by a full disk, say) is named and set aside
-    resume = last_ckpt if runner.torch_load_checked(last_ckpt, what="checkpoint",
+    resume = last_ckpt if torch_load_checked(last_ckpt, what="checkpoint",
                                                     map_location="cpu",
                                                     weights_only=False) is not None else None
     seed_everything(cell.seed)
@@ -244,9 +265,9 @@ def _run_one(cfg: ImagesConfig, splits, cell: Cell, run_dir: Path,
     train_tf, eval_tf = ssl_transforms(cfg.method, cfg.input_size, normalize)
     ssl_data = splits.train.with_transform(train_tf)
     if len(ssl_data) < cfg.batch_size:
-        raise runner.RecipeError(f"the training set ({len(ssl_data)} images) is smaller than one "
+        raise RecipeError(f"the training set ({len(ssl_data)} images) is smaller than one "
                                  f"batch ({cfg.batch_size}); lower --batch-size")
-    loader_kw = runner.loader_options(runner.resolve_device(cfg.device), cfg.num_workers)
+    loader_kw = loader_options(resolve_device(cfg.device), cfg.num_workers)
     ssl_loader = DataLoader(ssl_data, batch_size=cfg.batch_size, shuffle=True, drop_last=True,
                             generator=torch.Generator().manual_seed(cell.seed), **loader_kw)
     eval_bs = max(cfg.batch_size, 256)
@@ -264,7 +285,7 @@ def _run_one(cfg: ImagesConfig, splits, cell: Cell, run_dir: Path,
                 ckpt_path=str(resume) if resume is not None else None)
     if not trainer.is_global_zero:
         return None
-    runner.require_steps(len(module.history), cell.label())
+    require_steps(len(module.history), cell.label())
     start = time.perf_counter()
     from adaptcl.adapters.lightning_modules import extract_features
 
@@ -273,7 +294,7 @@ def _run_one(cfg: ImagesConfig, splits, cell: Cell, run_dir: Path,
                           desc="train features"),
         *extract_features(module.backbone, test_loader, module.device, progress=cfg.progress,
                           desc="test features"))
-    runner.check_embeddings(train_x, f"{cell.label()} backbone features")
+    check_embeddings(train_x, f"{cell.label()} backbone features")
     metrics = {"knn_top1": knn_accuracy(train_x, train_y, test_x, test_y, splits.num_classes,
                                         cfg.knn_k, cfg.knn_t)}
     if cfg.linear_epochs:
@@ -294,27 +315,27 @@ def run_images(config: ImagesConfig) -> dict[str, Any]:
     """Run every (loss, seed) of ``config`` not stored yet; write JSON, markdown and PNG."""
     from adaptcl.recipes.image_data import load_image_splits
 
-    with runner.user_errors():
+    with user_errors():
         cfg = config.resolved()
         root = resolve_data_root(cfg.data_root)
-        cfg.device = runner.resolve_device(cfg.device)
+        cfg.device = resolve_device(cfg.device)
         splits = load_image_splits(root, cfg.source, cfg.npz_variant, cfg.train_limit,
                                    cfg.test_limit, seed=0, download=cfg.download)
-    runner.apply_thread_policy(cfg.threads)
+    apply_thread_policy(cfg.threads)
     out, stem = Path(cfg.output_dir), f"images_{cfg.method}_{cfg.preset}"
     fingerprint = splits.fingerprint()
-    ident = {"settings": runner.result_settings(cfg), "data": fingerprint,
-             "code": runner.code_version(*CODE)}
-    key = runner.stable_hash(ident, 10)
+    ident = {"settings": result_settings(cfg), "data": fingerprint,
+             "code": code_version(*CODE)}
+    key = stable_hash(ident, 10)
     cells = [Cell(cfg.method, loss, seed) for seed in cfg.seeds for loss in cfg.losses]
-    store = runner.RunStore(out)
+    store = RunStore(out)
 
     def compute(cell: Cell) -> dict[str, Any]:
         run_dir = store.path(cell).with_name(f"seed{cell.seed}-{key}")
         return _run_one(cfg, splits, cell, run_dir,
                         out / "logs" / cell.dataset / cell.method / f"seed{cell.seed}")
 
-    grid = runner.run_grid("images", out, cells, identity=lambda cell: ident, compute=compute,
+    grid = run_grid("images", out, cells, identity=lambda cell: ident, compute=compute,
                            progress_bar=cfg.progress)
     if not grid.records:  # a non-zero rank of a distributed run
         return {}
@@ -324,14 +345,14 @@ def run_images(config: ImagesConfig) -> dict[str, Any]:
               f"{cfg.lr}, precision {cfg.precision}; kNN k={cfg.knn_k} t={cfg.knn_t}; linear "
               f"probe {cfg.linear_epochs} epochs. Top-1 (%), mean ± population std over seeds; "
               f"differences against {cfg.losses[0]} paired over seeds with a 95% t-interval.\n\n")
-    result = runner.Report(
+    result = Report(
         "images", out, cfg, metrics=["knn_top1", "linear_top1"][:2 if cfg.linear_epochs else 1],
         datasets=[cfg.method], methods=cfg.losses, baseline=cfg.losses[0], header=header,
         dataset_labels={cfg.method: f"{cfg.method} ({splits.source})"}, stem=stem,
         frameworks=["lightly", "pytorch-lightning", "torchvision"], device=cfg.device,
         data_root=root, data_fingerprint=fingerprint,
         details=lambda grid: {"data": splits.describe()}).write(grid)
-    result["outputs"]["png"] = runner.save_plot(
+    result["outputs"]["png"] = save_plot(
         out / f"{stem}_temperature.png", lambda axes: _draw(cfg, result["runs"], axes),
         title=f"{cfg.method} ({cfg.preset})", ncols=3, figsize=(15, 4))
     return result
@@ -351,9 +372,9 @@ def _draw(cfg: ImagesConfig, records: list[dict[str, Any]], axes) -> None:
     axes[0].set(title="temperature (adaptive: MACL tau_a, AMCL mean tau+)", xlabel="step")
     axes[1].set(title="alignment A (mean positive cosine)", xlabel="step")
     axes[2].set(title="online kNN top-1 (%)", xlabel="epoch")
-    runner.explain_empty(axes[0], f"no loss of {', '.join(cfg.losses)} reports a temperature")
-    runner.explain_empty(axes[1], f"no loss of {', '.join(cfg.losses)} reports the alignment")
-    runner.explain_empty(axes[2], "online kNN monitor off (--knn-every 0)" if not cfg.knn_every
+    explain_empty(axes[0], f"no loss of {', '.join(cfg.losses)} reports a temperature")
+    explain_empty(axes[1], f"no loss of {', '.join(cfg.losses)} reports the alignment")
+    explain_empty(axes[2], "online kNN monitor off (--knn-every 0)" if not cfg.knn_every
                          else f"no kNN point: --epochs {cfg.epochs} < --knn-every {cfg.knn_every}")
 
 
@@ -362,10 +383,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", choices=tuple(PRESETS), default="cpu",
                         help="cpu: narrow ResNet-18, 4k images, minutes; paper: MACL App. B.3 "
                              "(a GPU job)")
-    runner.add_common_arguments(parser, output_dir=ImagesConfig.output_dir, seeds=[0],
+    add_common_arguments(parser, output_dir=ImagesConfig.output_dir, seeds=[0],
                                 devices=True, data_root_help="folder with cifar-10-batches-py, "
                                 "cifar10_*.npz (or cifar10/), or train/ and test/ class folders")
-    runner.add_config_arguments(parser, ImagesConfig, choices={
+    add_config_arguments(parser, ImagesConfig, choices={
         "method": METHODS, "losses": ALL_LOSSES, "source": ("auto", "torchvision", "npz", "folder"),
         "npz_variant": ("auto", "lossless", "jpeg"), "optimizer": ("adam", "adamw", "sgd"),
         "negative_term": ("topk", "softmax"), "amcl_objective": ("nt_xent", "infonce")},
@@ -384,7 +405,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    result = run_images(ImagesConfig(**runner.config_kwargs(ImagesConfig, args)))
+    result = run_images(ImagesConfig(**config_kwargs(ImagesConfig, args)))
     if result:
         print(result["table_markdown"])
         print(f"results: {result['outputs']['json']}  table: {result['outputs']['markdown']}")

@@ -15,7 +15,7 @@ seeds 0-2, 6,000 pre-training SMILES for 3 epochs, 5 fine-tuning epochs, 5 x 128
 
 Pre-trained encoders are checkpointed every epoch under ``<output-dir>/pretrain/`` (named by
 their identity: settings, corpus fingerprint, code) and resume there; each (dataset, init,
-seed) is stored by :mod:`adaptcl.recipes.runner` and reused only while its identity matches.
+seed) is stored by :mod:`adaptcl.recipes.template.store` and reused only while its identity matches.
 """
 
 from __future__ import annotations
@@ -27,10 +27,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from adaptcl.recipes import runner
-from adaptcl.recipes._common import resolve_data_root, seed_everything, torch_save_atomic
 from adaptcl.recipes.graph_common import paper_columns
-from adaptcl.recipes.runner import Cell
+from adaptcl.recipes.template.config import validate_config
+from adaptcl.recipes.template.errors import RecipeError, require_steps, user_errors
+from adaptcl.recipes.template.files import resolve_data_root, torch_load_checked, torch_save_atomic
+from adaptcl.recipes.template.loggers import metric_logger
+from adaptcl.recipes.template.options import (
+    add_common_arguments,
+    add_config_arguments,
+    canonical_choice,
+    config_kwargs,
+)
+from adaptcl.recipes.template.plots import save_plot
+from adaptcl.recipes.template.provenance import code_version, fingerprint_files, stable_hash
+from adaptcl.recipes.template.report import Report
+from adaptcl.recipes.template.store import Cell, GridRun, run_grid
+from adaptcl.recipes.template.torch_env import (
+    apply_thread_policy,
+    loader_options,
+    resolve_device,
+    seed_everything,
+    torch_device_type,
+)
 
 EXAMPLE = """adaptcl moleculenet --data-root ../shared/data --output-dir results/moleculenet
 adaptcl moleculenet --preset paper --device cuda --precision bf16-mixed --data-root DATA"""
@@ -106,9 +124,9 @@ class MoleculeNetConfig:
     plot: bool = True
 
     def __post_init__(self) -> None:
-        self.datasets = [runner.canonical_choice(d, ALL_DATASETS, "dataset") for d in self.datasets]
-        self.inits = [runner.canonical_choice(i, INITS, "init") for i in self.inits]
-        runner.validate_config(
+        self.datasets = [canonical_choice(d, ALL_DATASETS, "dataset") for d in self.datasets]
+        self.inits = [canonical_choice(i, INITS, "init") for i in self.inits]
+        validate_config(
             self, positive=("pretrain_epochs", "num_layers", "emb_dim", "finetune_epochs",
                             "batch_size"), non_empty=("datasets", "inits", "seeds"),
             choices={"aug": AUGMENTATIONS, "jk": ("last", "sum", "concat")})
@@ -138,7 +156,7 @@ class MoleculeNetConfig:
 
     def settings(self, names: tuple[str, ...]) -> dict[str, Any]:
         return {n: getattr(self, n) for n in names} | {
-            "device_type": runner.torch_device_type(self.device)}
+            "device_type": torch_device_type(self.device)}
 
 
 # ----------------------------------------------------------------------------- models
@@ -165,12 +183,12 @@ def pretrain_identity(cfg: MoleculeNetConfig, loss_name: str,
                       fingerprint: dict | None = None) -> dict[str, Any]:
     corpus = cfg.resolved_pretrain_smiles()
     return {"loss": loss_name, "settings": cfg.settings(_PRETRAIN_FIELDS),
-            "corpus": fingerprint or runner.fingerprint_files([corpus], root=corpus.parent),
-            "code": runner.code_version(*CODE)}
+            "corpus": fingerprint or fingerprint_files([corpus], root=corpus.parent),
+            "code": code_version(*CODE)}
 
 
 def pretrain_path(cfg: MoleculeNetConfig, loss_name: str, fingerprint: dict | None = None) -> Path:
-    key = runner.stable_hash(pretrain_identity(cfg, loss_name, fingerprint))
+    key = stable_hash(pretrain_identity(cfg, loss_name, fingerprint))
     return Path(cfg.output_dir) / "pretrain" / f"{loss_name}-{key}.pt"
 
 
@@ -195,15 +213,15 @@ def pretrain(cfg: MoleculeNetConfig, loss_name: str, corpus=None,
     from adaptcl.recipes.graph_common import train_epochs
 
     final = pretrain_path(cfg, loss_name, fingerprint)
-    done = runner.torch_load_checked(final, what="pre-trained encoder", weights_only=True)
+    done = torch_load_checked(final, what="pre-trained encoder", weights_only=True)
     if done is not None:
         return done
     partial = final.with_suffix(".partial.pt")
     corpus = corpus if corpus is not None else load_pretrain_corpus(cfg)
     if len(corpus) < 2:
-        raise runner.RecipeError("the pre-training corpus needs at least 2 valid molecules")
+        raise RecipeError("the pre-training corpus needs at least 2 valid molecules")
     seed_everything(cfg.pretrain_seed)
-    device = runner.resolve_device(cfg.device)
+    device = resolve_device(cfg.device)
     kwargs = {"alpha": cfg.alpha, "a0": cfg.a0} if loss_name == "macl" else {}
     model = GraphCL(build_encoder(cfg, dropout=0.0), xavier_init=False,
                     loss_fn=graphcl_loss(loss_name, temperature=cfg.temperature, **kwargs))
@@ -213,7 +231,7 @@ def pretrain(cfg: MoleculeNetConfig, loss_name: str, corpus=None,
     shuffle_gen = torch.Generator().manual_seed(cfg.pretrain_seed + 1)
     state: dict[str, Any] = {"epoch": 0, "epoch_loss": [], "epoch_seconds": [], "steps": 0,
                              "step_stats": {}}
-    saved = runner.torch_load_checked(partial, what="partial pre-training checkpoint",
+    saved = torch_load_checked(partial, what="partial pre-training checkpoint",
                                       weights_only=True)
     if saved is not None:
         model.load_state_dict(saved["model"])
@@ -224,7 +242,7 @@ def pretrain(cfg: MoleculeNetConfig, loss_name: str, corpus=None,
         state = saved["state"]
     aug = graphcl_augmentation(cfg.aug, cfg.aug_ratio, generator=aug_gen)
     loader = DataLoader(TwoViewDataset(corpus, aug, aug), batch_size=cfg.pretrain_batch_size,
-                        shuffle=True, generator=shuffle_gen, **runner.loader_options(device))
+                        shuffle=True, generator=shuffle_gen, **loader_options(device))
     clock = [time.perf_counter()]
 
     def checkpoint_epoch(epoch: int, loss: float, steps: int) -> None:
@@ -236,13 +254,13 @@ def pretrain(cfg: MoleculeNetConfig, loss_name: str, corpus=None,
                            "torch_rng": torch.get_rng_state(), "state": state}, partial)
         clock[0] = time.perf_counter()
 
-    with runner.metric_logger(cfg.logger, Path(cfg.output_dir) / "logs" / final.stem) as logger:
+    with metric_logger(cfg.logger, Path(cfg.output_dir) / "logs" / final.stem) as logger:
         train_epochs(model, loader, optimizer,
                      epochs=range(state["epoch"], cfg.pretrain_epochs), progress=cfg.progress,
                      desc=f"pre-train {loss_name}", on_epoch_end=checkpoint_epoch,
                      step=state["steps"], device=device, precision=cfg.precision,
                      stats=state["step_stats"], logger=logger)
-    runner.require_steps(state["steps"], f"pre-training {loss_name}")
+    require_steps(state["steps"], f"pre-training {loss_name}")
     checkpoint = {"encoder": model.encoder.state_dict(), "loss": loss_name,
                   "loss_module": repr(model.loss_fn), "num_molecules": len(corpus),
                   "num_invalid": corpus.num_invalid, "corpus": str(cfg.resolved_pretrain_smiles()),
@@ -267,7 +285,7 @@ def load_split_dataset(cfg: MoleculeNetConfig, name: str):
     try:
         dataset = load_moleculenet(name, root, cache_dir=_cache_dir(cfg), limit=cfg.max_molecules)
     except (ValueError, KeyError) as err:  # malformed CSV: name the set and the root
-        raise runner.RecipeError(f"reading MoleculeNet {name!r} under {root}: {err}") from err
+        raise RecipeError(f"reading MoleculeNet {name!r} under {root}: {err}") from err
     split = scaffold_split(dataset.smiles, cfg.frac_train, cfg.frac_valid,
                            1.0 - cfg.frac_train - cfg.frac_valid)
     return dataset, split
@@ -295,7 +313,7 @@ def finetune_one(cfg: MoleculeNetConfig, cell: Cell, dataset, split,
 
     train, valid, test = ([dataset[i] for i in part] for part in split)
     seed_everything(cell.seed)
-    device = runner.resolve_device(cfg.device)
+    device = resolve_device(cfg.device)
     model = build_classifier(cfg, dataset.num_tasks)
     if encoder_state is not None:
         model.encoder.load_state_dict(encoder_state)
@@ -303,7 +321,7 @@ def finetune_one(cfg: MoleculeNetConfig, cell: Cell, dataset, split,
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     loader = DataLoader(train, batch_size=cfg.batch_size, shuffle=True,
                         generator=torch.Generator().manual_seed(cell.seed),
-                        **runner.loader_options(device))
+                        **loader_options(device))
     history: dict[str, list] = {"train_loss": [], "valid_roc": [], "test_roc": []}
     last: dict[str, Any] = {}
 
@@ -340,16 +358,16 @@ def validate(cfg: MoleculeNetConfig) -> dict[str, Any]:
     """Check every input before any work; return the fingerprints of the data used."""
     from adaptcl.adapters.graphcl.molecules import MOLECULENET
 
-    with runner.user_errors():
+    with user_errors():
         root = resolve_data_root(cfg.data_root)
-        cfg.device = runner.resolve_device(cfg.device)
+        cfg.device = resolve_device(cfg.device)
         prints = {}
         for name in cfg.datasets:
             path = MOLECULENET[name].path(root)
-            prints[name] = runner.fingerprint_files([path], root=path.parent)
+            prints[name] = fingerprint_files([path], root=path.parent)
         if any(i != "none" for i in cfg.inits):
             corpus = cfg.resolved_pretrain_smiles()
-            prints["pretrain"] = runner.fingerprint_files([corpus], root=corpus.parent)
+            prints["pretrain"] = fingerprint_files([corpus], root=corpus.parent)
     return prints
 
 
@@ -359,7 +377,7 @@ def run_moleculenet(cfg: MoleculeNetConfig) -> dict[str, Any]:
     Cells run seed by seed, so an interrupted run already has complete rows.
     """
     prints = validate(cfg)
-    runner.apply_thread_policy(cfg.threads)
+    apply_thread_policy(cfg.threads)
     out = Path(cfg.output_dir)
     losses = [i for i in cfg.inits if i != "none"]
     corpus = load_pretrain_corpus(cfg) if any(
@@ -367,7 +385,7 @@ def run_moleculenet(cfg: MoleculeNetConfig) -> dict[str, Any]:
     checkpoints = {loss: pretrain(cfg, loss, corpus, prints["pretrain"]) for loss in losses}
     corpus = None
     pretrain_keys = {loss: pretrain_path(cfg, loss, prints["pretrain"]).stem for loss in losses}
-    settings, code = cfg.settings(_FINETUNE_FIELDS), runner.code_version(*CODE)
+    settings, code = cfg.settings(_FINETUNE_FIELDS), code_version(*CODE)
     cells = [Cell(n, i, s) for s in cfg.seeds for n in cfg.datasets for i in cfg.inits]
     loaded: dict[str, Any] = {}
 
@@ -382,11 +400,11 @@ def run_moleculenet(cfg: MoleculeNetConfig) -> dict[str, Any]:
         dataset, split = loaded[cell.dataset]
         state = checkpoints[cell.method]["encoder"] if cell.method != "none" else None
         log_dir = out / "logs" / cell.dataset / cell.method / f"seed{cell.seed}"
-        with runner.metric_logger(cfg.logger, log_dir) as logger:
+        with metric_logger(cfg.logger, log_dir) as logger:
             record = finetune_one(cfg, cell, dataset, split, state, logger)
         return record | {"info": dataset.info() | {"split_sizes": record["split_sizes"]}}
 
-    def details(grid: runner.GridRun) -> dict[str, Any]:
+    def details(grid: GridRun) -> dict[str, Any]:
         keep = ("num_molecules", "num_invalid", "corpus", "epoch_loss", "steps", "loss_module")
         return {"infos": {c.dataset: r.get("info") for c, r in grid.records.items()},
                 "pretraining": {loss: {k: ck.get(k) for k in keep} | {
@@ -394,7 +412,7 @@ def run_moleculenet(cfg: MoleculeNetConfig) -> dict[str, Any]:
                     "final_temperature": (ck["step_stats"].get("temperature") or [None])[-1]}
                     for loss, ck in checkpoints.items()}}
 
-    report = runner.Report(
+    report = Report(
         "moleculenet", out, cfg, metrics=["test_roc_last", "test_roc_best_valid"],
         datasets=cfg.datasets, methods=cfg.inits, labels=INIT_LABELS, dataset_labels=DISPLAY,
         baseline="graphcl" if "graphcl" in cfg.inits else cfg.inits[0],
@@ -403,11 +421,11 @@ def run_moleculenet(cfg: MoleculeNetConfig) -> dict[str, Any]:
         frameworks=["torch_geometric", "ogb", "rdkit", "scikit-learn"], device=cfg.device,
         data_root=resolve_data_root(cfg.data_root), data_fingerprint=prints, details=details)
 
-    grid = runner.run_grid("moleculenet", out, cells, identity=identity, compute=compute,
+    grid = run_grid("moleculenet", out, cells, identity=identity, compute=compute,
                            on_record=report.write, progress_bar=cfg.progress)
     result = report.write(grid)
     if cfg.plot:
-        result["plot"] = runner.save_plot(out / "pretraining_alignment_temperature.png",
+        result["plot"] = save_plot(out / "pretraining_alignment_temperature.png",
                                           lambda axes: _draw(checkpoints, axes), ncols=2)
     return result
 
@@ -441,9 +459,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--preset", choices=["cpu", "paper"], default="cpu",
                         help="cpu: ~40 minutes on two CPU cores; paper: GraphCL/MACL App. B.5, "
                              "a GPU job (options override either)")
-    runner.add_common_arguments(parser, output_dir=d.output_dir, seeds=None,
+    add_common_arguments(parser, output_dir=d.output_dir, seeds=None,
                                 data_root_help="folder holding moleculenet/ and zinc/")
-    runner.add_config_arguments(parser, MoleculeNetConfig, choices={
+    add_config_arguments(parser, MoleculeNetConfig, choices={
         "datasets": ALL_DATASETS, "inits": INITS, "aug": AUGMENTATIONS,
         "jk": ("last", "sum", "concat")}, helps={
         "inits": "none (no pre-training), graphcl, macl", "temperature": "tau (tau0 for MACL)",
@@ -454,9 +472,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def config_from_args(args: argparse.Namespace) -> MoleculeNetConfig:
-    with runner.user_errors():
+    with user_errors():
         factory = MoleculeNetConfig.paper if args.preset == "paper" else MoleculeNetConfig.cpu
-        return factory(**runner.config_kwargs(MoleculeNetConfig, args))
+        return factory(**config_kwargs(MoleculeNetConfig, args))
 
 
 def main(args: argparse.Namespace) -> int:

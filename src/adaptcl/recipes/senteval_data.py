@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from adaptcl.recipes._common import resolve_data_root
+from adaptcl.recipes.template.files import resolve_data_root
 
 # SentEval's subset lists (senteval/sts.py), in SentEval's order.
 STS_SUBSETS: dict[str, tuple[str, ...]] = {

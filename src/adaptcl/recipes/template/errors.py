@@ -1,0 +1,86 @@
+"""User errors and the checks that refuse a run that is not a result.
+
+A :class:`RecipeError` is the user's to fix: the CLI prints one line ``adaptcl <recipe>: error: ...``
+and exits 2. :class:`NonResultError` is a run that produced nothing worth storing (no optimisation
+step, a non-finite loss, metric or embedding); it is refused before anything is stored.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from adaptcl.recipes.template.store import Cell
+
+
+class RecipeError(ValueError):
+    """A user-facing error (bad option, bad or missing data): the CLI prints one line, exit 2."""
+
+
+class NonResultError(RecipeError):
+    """A run that is not a result: no optimisation step, non-finite loss/metric/embeddings."""
+
+
+@contextlib.contextmanager
+def user_errors() -> Iterator[None]:
+    """Turn ``ValueError`` / ``FileNotFoundError`` raised while validating into :class:`RecipeError`."""
+    try:
+        yield
+    except RecipeError:
+        raise
+    except (ValueError, FileNotFoundError, NotADirectoryError) as err:
+        raise RecipeError(str(err)) from err
+
+
+
+def _non_finite(value: Any) -> bool:
+    return isinstance(value, float) and not math.isfinite(value)
+
+
+def check_record(cell: Cell, record: Mapping[str, Any], *, trains: bool = True) -> None:
+    """Refuse a record that is not a result (raises :class:`NonResultError` naming the cell).
+
+    A record holds ``metrics`` (name -> finite number) and ``optimisation_steps``; a training
+    cell (``trains=True``) needs at least one step, and ``losses`` (if present) must be finite.
+    """
+    metrics = record.get("metrics")
+    if not isinstance(metrics, Mapping) or not metrics:
+        raise NonResultError(f"{cell.label()}: the run reported no metrics")
+    bad = {k: v for k, v in metrics.items() if v is None or _non_finite(float(v))}
+    if bad:
+        raise NonResultError(f"{cell.label()}: non-finite metrics {bad}; nothing was stored")
+    if trains:
+        require_steps(record.get("optimisation_steps"), cell.label())
+    losses = record.get("losses") or []
+    if any(_non_finite(float(v)) for v in losses):
+        raise NonResultError(f"{cell.label()}: non-finite training loss; nothing was stored")
+
+
+def require_steps(steps: int | None, where: str) -> None:
+    """Refuse a training run that took no optimisation step (an untrained model is no result)."""
+    if not steps:
+        raise NonResultError(
+            f"{where}: the run performed no optimisation step (every batch was skipped or there "
+            "were no epochs); check --batch-size and --epochs")
+
+
+def check_embeddings(x: Any, where: str, *, allow_constant: bool = False) -> None:
+    """Refuse non-finite or constant embeddings (``[n, d]`` tensor or array) before they are used."""
+    import numpy as np
+
+    if hasattr(x, "detach"):
+        x = x.detach().float().cpu().numpy()
+    x = np.asarray(x, dtype=np.float64)
+    if x.size == 0:
+        raise NonResultError(f"{where}: no embeddings")
+    if not np.isfinite(x).all():
+        count = int((~np.isfinite(x)).any(axis=-1).sum()) if x.ndim > 1 else int(
+            (~np.isfinite(x)).sum())
+        raise NonResultError(f"{where}: {count} embeddings contain NaN or inf")
+    if (not allow_constant and x.ndim > 1 and x.shape[0] > 1
+            and float(np.ptp(x, axis=0).max()) == 0.0):
+        raise NonResultError(f"{where}: every embedding is the same vector (a collapsed or "
+                             "constant encoder)")

@@ -1,0 +1,83 @@
+"""``--logger``: training curves as CSV or TensorBoard, for plain-torch and Lightning recipes."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from adaptcl.recipes.template.errors import RecipeError
+
+LOGGERS = ("none", "csv", "tensorboard")
+
+
+class MetricLogger:
+    """Training curves (loss, temperature, alignment, mean W, label confidence, eval metrics).
+
+    ``kind``: ``none``, ``csv`` (``<log_dir>/metrics.csv``: step, name, value) or
+    ``tensorboard`` (``torch.utils.tensorboard.SummaryWriter`` event files in ``log_dir``).
+    """
+
+    def __init__(self, kind: str, log_dir: str | os.PathLike) -> None:
+        if kind not in LOGGERS:
+            raise RecipeError(f"--logger must be one of {', '.join(LOGGERS)}, got {kind!r}")
+        self.kind, self.log_dir = kind, Path(log_dir)
+        self._writer: Any = None
+        self._csv: Any = None
+        if kind == "tensorboard":
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError as err:
+                raise RecipeError("--logger tensorboard needs the tensorboard package: "
+                                  "pip install 'adaptcl[recipes]'") from err
+            self._writer = SummaryWriter(log_dir=str(self.log_dir))
+        elif kind == "csv":
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            path = self.log_dir / "metrics.csv"
+            new = not path.exists()
+            self._csv = open(path, "a", encoding="utf-8")  # noqa: SIM115 - closed in close()
+            if new:
+                self._csv.write("step,name,value\n")
+
+    def log(self, metrics: Mapping[str, Any], step: int) -> None:
+        for name, value in metrics.items():
+            if value is None or isinstance(value, (list, tuple, dict, str)):
+                continue
+            value = float(value)
+            if self._writer is not None:
+                self._writer.add_scalar(name, value, step)
+            elif self._csv is not None:
+                self._csv.write(f"{step},{name},{value!r}\n")
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        if self._csv is not None:
+            self._csv.close()
+
+    def __enter__(self) -> MetricLogger:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def metric_logger(kind: str, log_dir: str | os.PathLike) -> MetricLogger:
+    """The logger of plain-torch recipes (graphs, demo) for ``--logger kind``."""
+    return MetricLogger(kind, log_dir)
+
+
+def lightning_logger(kind: str, log_dir: str | os.PathLike, name: str = ""):
+    """Lightning's own logger for ``--logger kind`` (``False`` for ``none``)."""
+    if kind not in LOGGERS:
+        raise RecipeError(f"--logger must be one of {', '.join(LOGGERS)}, got {kind!r}")
+    if kind == "none":
+        return False
+    if kind == "csv":
+        from pytorch_lightning.loggers import CSVLogger
+
+        return CSVLogger(str(log_dir), name=name)
+    from pytorch_lightning.loggers import TensorBoardLogger
+
+    return TensorBoardLogger(str(log_dir), name=name)

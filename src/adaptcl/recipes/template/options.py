@@ -1,0 +1,198 @@
+"""The command-line vocabulary every recipe shares: common options, config fields as options,
+lists, case-insensitive choices and deprecated spellings."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import types
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from adaptcl.recipes.template.loggers import LOGGERS
+from adaptcl.recipes.template.torch_env import PRECISIONS
+
+
+def deprecation_note(message: str) -> None:
+    print(f"adaptcl: note: {message}", file=sys.stderr, flush=True)
+
+
+class _DeprecatedAlias(argparse.Action):
+    """An old spelling of an option: stores into the new one and prints a deprecation note."""
+
+    def __init__(self, option_strings, dest, new: str = "", convert=None, **kwargs):
+        self.new, self.convert = new, convert
+        kwargs["default"] = argparse.SUPPRESS  # the new spelling owns the default
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        deprecation_note(f"{option_string} is deprecated; use {self.new}")
+        setattr(namespace, self.dest, self.convert(values) if self.convert else values)
+
+
+def _split_items(values: Sequence[str], option: str) -> list[str]:
+    items: list[str] = []
+    for value in values:
+        if "," in value:
+            deprecation_note(f"comma-separated {option} is deprecated; separate values with "
+                             "spaces")
+            items.extend(v for v in value.split(",") if v.strip())
+        else:
+            items.append(value)
+    return items
+
+
+class ListAction(argparse.Action):
+    """A space-separated list (``nargs='+'``); old comma-separated values still parse, with a note.
+
+    ``item_type`` converts each item (argparse's ``type`` would see the comma form whole).
+    """
+
+    def __init__(self, option_strings, dest, item_type=str, **kwargs):
+        self.item_type = item_type
+        kwargs.setdefault("nargs", "+")
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        items = _split_items(list(values), option_string or self.dest)
+        try:
+            converted = [self.item_type(v) for v in items]
+        except (ValueError, argparse.ArgumentTypeError) as err:
+            parser.error(f"argument {option_string}: {err}")
+        setattr(namespace, self.dest, converted)
+
+
+def choice_type(choices: Sequence[str], what: str) -> Callable[[str], str]:
+    """An argparse ``type`` matching ``choices`` case-insensitively; returns the canonical name."""
+    canonical = {c.casefold(): c for c in choices}
+
+    def parse(text: str) -> str:
+        try:
+            return canonical[text.casefold()]
+        except KeyError:
+            raise argparse.ArgumentTypeError(
+                f"unknown {what} {text!r}; choose from {', '.join(choices)}") from None
+
+    parse.__name__ = what
+    return parse
+
+
+def canonical_choice(value: str, choices: Sequence[str], what: str) -> str:
+    """The canonical spelling of ``value`` among ``choices`` (case-insensitive) or ValueError."""
+    try:
+        return choice_type(choices, what)(value)
+    except argparse.ArgumentTypeError as err:
+        raise ValueError(str(err)) from None
+
+
+def _seed_list(text: str) -> list[int]:
+    return [int(v) for v in text.split(",") if v.strip()]
+
+
+def add_common_arguments(parser: argparse.ArgumentParser, *, output_dir: str,
+                         seeds: Sequence[int] | None = (0,), data_root: bool = True,
+                         data_root_help: str = "benchmark data folder",
+                         threads: int | None = 1, device: bool = True,
+                         devices: bool = False, logger: bool = True) -> None:
+    """The options every recipe spells the same way.
+
+    ``--data-root`` (default ``$ADAPTCL_DATA``), ``--output-dir`` (old ``--out-dir``),
+    ``--seeds`` space-separated (``seeds=None``: the recipe's preset supplies them) (old comma form and ``--seed`` accepted with a note),
+    ``--threads`` (old ``--num-threads``), ``--device``, ``--precision``, ``--devices`` /
+    ``--strategy`` (where the framework supports several devices), ``--logger``,
+    ``--no-progress``.
+    """
+    if data_root:
+        parser.add_argument("--data-root", default=None,
+                            help=f"{data_root_help} (default: $ADAPTCL_DATA)")
+    parser.add_argument("--output-dir", default=output_dir, help="where results are written")
+    parser.add_argument("--out-dir", dest="output_dir", action=_DeprecatedAlias,
+                        new="--output-dir", help=argparse.SUPPRESS)
+    parser.add_argument("--seeds", action=ListAction, item_type=int, metavar="SEED",
+                        default=argparse.SUPPRESS if seeds is None else list(seeds),
+                        help="seeds, space-separated" + (" (default: the preset's)"
+                                                         if seeds is None else ""))
+    parser.add_argument("--seed", dest="seeds", action=_DeprecatedAlias, new="--seeds",
+                        convert=_seed_list, help=argparse.SUPPRESS)
+    parser.add_argument("--threads", type=int, default=threads,
+                        help="torch CPU threads (recorded in the results)")
+    parser.add_argument("--num-threads", dest="threads", action=_DeprecatedAlias, new="--threads",
+                        convert=int, help=argparse.SUPPRESS)
+    if device:
+        parser.add_argument("--device", default="auto",
+                            help="auto (CUDA when available, else CPU), cpu, cuda or cuda:N")
+        parser.add_argument("--precision", choices=PRECISIONS, default="32",
+                            help="training precision: 32, bf16-mixed or 16-mixed (fp16 with a "
+                                 "gradient scaler)")
+    if devices:
+        parser.add_argument("--devices", type=int, default=1,
+                            help="number of devices (Lightning; with --strategy ddp)")
+        parser.add_argument("--strategy", default="auto", help="Lightning strategy, e.g. ddp")
+    if logger:
+        parser.add_argument("--logger", choices=LOGGERS, default="none",
+                            help="training curves through the framework's logger")
+    parser.add_argument("--no-progress", dest="progress", action="store_false",
+                        help="no progress bars")
+
+
+def _optional(kind: Callable[[str], Any]) -> Callable[[str], Any]:
+    def parse(text: str) -> Any:
+        return None if text.lower() == "none" else kind(text)
+
+    parse.__name__ = getattr(kind, "__name__", "value")
+    return parse
+
+
+def add_config_arguments(parser: argparse.ArgumentParser, config_cls: type, *,
+                         helps: Mapping[str, str] | None = None,
+                         choices: Mapping[str, Sequence[str]] | None = None,
+                         exclude: Sequence[str] = ()) -> None:
+    """One option per field of the dataclass ``config_cls`` not registered yet.
+
+    ``--field-name`` with the field's type (``X | None`` also takes ``none``; lists are
+    space-separated; a ``bool`` defaulting to false is a flag, one defaulting to true gets
+    ``--no-field-name``); ``choices`` entries match case-insensitively. Options not given on
+    the command line stay absent from the namespace, so the dataclass (or a preset) supplies
+    the default, which the help shows.
+    """
+    hints = typing.get_type_hints(config_cls)
+    defaults = config_cls()
+    registered = {action.dest for action in parser._actions}
+    for spec in dataclasses.fields(config_cls):
+        name = spec.name
+        option = "--" + name.replace("_", "-")
+        if name in exclude or name in registered:
+            continue
+        default = getattr(defaults, name)
+        text = (helps or {}).get(name, name.replace("_", " "))
+        if choices and name in choices:
+            text += f"; one of {', '.join(choices[name])}"
+        if not isinstance(default, bool):
+            text += f" (default: {default})"
+        hint = hints[name]
+        args = typing.get_args(hint)
+        optional = (isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union) \
+            and type(None) in args
+        if optional:
+            hint = next(a for a in args if a is not type(None))
+        kind: Any = typing.get_args(hint)[0] if typing.get_origin(hint) in (list, tuple) else hint
+        if choices and name in choices:
+            kind = choice_type(choices[name], name.replace("_", " "))
+        common = dict(dest=name, default=argparse.SUPPRESS, help=text)
+        if hint is bool:
+            flag = option if not default else "--no-" + name.replace("_", "-")
+            parser.add_argument(flag, action="store_false" if default else "store_true", **common)
+        elif typing.get_origin(hint) in (list, tuple):
+            parser.add_argument(option, action=ListAction, item_type=kind, metavar=name.upper(),
+                                **common)
+        else:
+            parser.add_argument(option, type=_optional(kind) if optional else kind,
+                                metavar=name.upper(), **common)
+
+
+def config_kwargs(config_cls: type, args: argparse.Namespace) -> dict[str, Any]:
+    """The fields of ``config_cls`` present in ``args`` (given, or common options)."""
+    return {f.name: getattr(args, f.name) for f in dataclasses.fields(config_cls)
+            if hasattr(args, f.name)}

@@ -1,0 +1,42 @@
+"""A recipe's figure: drawn by the recipe, saved atomically, every empty panel saying why."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+from adaptcl.recipes.template.files import save_figure_atomic
+
+
+def save_plot(path: str | os.PathLike, draw: Callable[[Any], None], *, title: str = "",
+              figsize: tuple[float, float] = (9.0, 3.6), ncols: int = 1) -> str:
+    """Draw with ``draw(axes)`` and save atomically; every panel left empty says why.
+
+    ``draw`` receives the list of axes and may set ``ax._adaptcl_empty_reason`` (a string) on a
+    panel it could not fill; a panel with nothing drawn shows that reason (or a generic one).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, ncols, figsize=figsize, squeeze=False)
+    axes = list(axes[0])
+    draw(axes)
+    for ax in axes:
+        if not ax.lines and not ax.collections and not ax.patches and not ax.images:
+            reason = getattr(ax, "_adaptcl_empty_reason", None) or "no data recorded for this panel"
+            ax.text(0.5, 0.5, reason, ha="center", va="center", wrap=True, fontsize=9,
+                    transform=ax.transAxes)
+        elif ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    return str(save_figure_atomic(fig, path))
+
+
+def explain_empty(ax: Any, reason: str) -> None:
+    """Mark a plot panel as intentionally empty, with the reason shown in the figure."""
+    ax._adaptcl_empty_reason = reason

@@ -1,0 +1,204 @@
+"""The :class:`Recipe` template: a recipe fills it in, the template drives it.
+
+A recipe states what is specific to it and nothing else: its config dataclass (and presets),
+how to check its inputs (:meth:`Recipe.prepare`), the grid of cells (:meth:`Recipe.cells`), one
+cell's computation (:meth:`Recipe.compute`), the table (:meth:`Recipe.report_spec`) and the plot
+(:meth:`Recipe.draw`). The template does the rest once for every recipe: the command line
+(:meth:`Recipe.add_arguments`), validation before any work or file, the run store and resume
+(:func:`~adaptcl.recipes.template.store.run_grid`), progress, the environment record, summaries
+with paired confidence intervals and the result files
+(:class:`~adaptcl.recipes.template.report.Report`), and the exit code.
+
+Where ``--output-dir`` goes: ``adaptcl.cli`` parses it and calls :meth:`Recipe.main`, which
+builds the config (:meth:`Recipe.config_from_args`) and calls :meth:`Recipe.run`; ``run`` hands
+the folder to :func:`~adaptcl.recipes.template.store.run_grid` (``runs/``) and to
+:class:`~adaptcl.recipes.template.report.Report` (``results.json``/``.md``), and saves the plot.
+
+Example:
+    >>> from dataclasses import dataclass, field
+    >>> import tempfile
+    >>> @dataclass
+    ... class ToyConfig:
+    ...     losses: list = field(default_factory=lambda: ["infonce", "macl"])
+    ...     seeds: list = field(default_factory=lambda: [0, 1])
+    ...     output_dir: str = tempfile.mkdtemp()
+    ...     lr: float = 0.1
+    ...     threads: int = 1
+    ...     progress: bool = False
+    ...     plot: bool = False
+    >>> class Toy(Recipe):
+    ...     name, config_class, metrics = "toy", ToyConfig, ("accuracy",)
+    ...     def compute(self, cell):
+    ...         score = 0.5 + 0.1 * (cell.method == "macl") + 0.01 * cell.seed
+    ...         return {"metrics": {"accuracy": score}, "optimisation_steps": 1,
+    ...                 "train_seconds": 0.0}
+    >>> result = Toy(ToyConfig()).run()
+    >>> round(result["summary"]["accuracy"]["toy"]["paired"]["macl"]["mean"], 6)
+    10.0
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+from adaptcl.recipes.template.config import result_settings
+from adaptcl.recipes.template.errors import user_errors
+from adaptcl.recipes.template.options import (
+    add_common_arguments,
+    add_config_arguments,
+    config_kwargs,
+)
+from adaptcl.recipes.template.plots import save_plot
+from adaptcl.recipes.template.provenance import code_version
+from adaptcl.recipes.template.report import Report
+from adaptcl.recipes.template.store import Cell, GridRun, run_grid
+from adaptcl.recipes.template.torch_env import apply_thread_policy
+
+
+class Recipe:
+    """One recipe: a page of class attributes and a few methods the template calls in order.
+
+    Class attributes:
+        name: the sub-command (``adaptcl <name>``) and the recipe in every result file.
+        config_class: the dataclass of settings; each field is an option (``--field-name``).
+        presets: preset name -> a classmethod name of ``config_class`` building it; shown as
+            ``--preset`` when given (the first is the default).
+        choices / helps: per config field, the allowed values (case-insensitive) and help text.
+        common: keyword arguments of
+            :func:`~adaptcl.recipes.template.options.add_common_arguments` (which shared
+            options this recipe takes: ``data_root``, ``device``, ``devices``, ``logger``, ...).
+        code: modules whose source determines a result (part of every cell's identity).
+        frameworks: packages whose versions the result records.
+        metrics: the record metrics summarised, the headline first.
+        example: shown under ``--help``.
+
+    The methods to fill in are :meth:`prepare`, :meth:`cells`, :meth:`compute`,
+    :meth:`report_spec` and :meth:`draw`; :meth:`identity` and :meth:`config_from_args` have
+    defaults that fit most recipes.
+    """
+
+    name: ClassVar[str] = ""
+    config_class: ClassVar[type] = object
+    presets: ClassVar[Mapping[str, str]] = {}
+    choices: ClassVar[Mapping[str, Sequence[str]]] = {}
+    helps: ClassVar[Mapping[str, str]] = {}
+    common: ClassVar[Mapping[str, Any]] = {}
+    code: ClassVar[Sequence[str]] = ()
+    frameworks: ClassVar[Sequence[str]] = ()
+    metrics: ClassVar[Sequence[str]] = ("accuracy",)
+    example: ClassVar[str] = ""
+    #: plot file name (under the output folder) and its panel layout
+    plot_file: ClassVar[str] = ""
+    plot_layout: ClassVar[Mapping[str, Any]] = {}
+
+    def __init__(self, config: Any) -> None:
+        self.config = config
+        #: data fingerprints by dataset, filled in by :meth:`prepare`
+        self.fingerprints: dict[str, Any] = {}
+        self.data_root: Path | None = None
+
+    # ------------------------------------------------------------------ the command line
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        """The shared options, ``--preset`` if the recipe has presets, one option per field."""
+        defaults = cls.config_class()
+        common = {"seeds": getattr(defaults, "seeds", (0,))} | dict(cls.common)
+        add_common_arguments(parser, output_dir=getattr(defaults, "output_dir", "results"),
+                             **common)
+        if cls.presets:
+            names = list(cls.presets)
+            parser.add_argument("--preset", choices=names, default=names[0],
+                                help="settings preset; options given explicitly override it")
+        add_config_arguments(parser, cls.config_class, helps=cls.helps, choices=cls.choices)
+
+    @classmethod
+    def config_from_args(cls, args: argparse.Namespace) -> Any:
+        """The config of a command line: the preset's, with every option given on top."""
+        with user_errors():
+            params = config_kwargs(cls.config_class, args)
+            if cls.presets:
+                return getattr(cls.config_class, cls.presets[args.preset])(**params)
+            return cls.config_class(**params)
+
+    @classmethod
+    def main(cls, args: argparse.Namespace) -> int:
+        """``adaptcl <name> ...``: run and print the table and where the files are."""
+        result = cls(cls.config_from_args(args)).run()
+        print(result["table_markdown"])
+        outputs = result["outputs"]
+        print(f"results: {outputs['json']}  table: {outputs['markdown']}"
+              + (f"  plot: {result['plot']}" if result.get("plot") else ""))
+        return 0
+
+    # ---------------------------------------------------------------- what a recipe fills in
+
+    def prepare(self) -> None:
+        """Check every input before any work or file write (``ValueError`` /
+        ``FileNotFoundError`` become one-line user errors); fill :attr:`fingerprints`."""
+
+    def cells(self) -> list[Cell]:
+        """The grid: every (dataset, method, seed); by default one dataset named after the recipe."""
+        cfg = self.config
+        datasets = getattr(cfg, "datasets", None) or [self.name]
+        return [Cell(d, m, s) for d in datasets for m in self.methods() for s in cfg.seeds]
+
+    def methods(self) -> list[str]:
+        """The table's columns in order (by default the config's ``losses``)."""
+        return list(self.config.losses)
+
+    def identity(self, cell: Cell) -> dict[str, Any]:
+        """Everything that determines ``cell``'s record: settings, data fingerprint, code."""
+        return {"settings": result_settings(self.config), "dataset": cell.dataset,
+                "data": self.fingerprints.get(cell.dataset), "code": self._code}
+
+    def compute(self, cell: Cell) -> dict[str, Any] | None:
+        """The record of one cell: ``metrics``, ``optimisation_steps``, ``train_seconds``, ..."""
+        raise NotImplementedError(f"{type(self).__name__} must define compute(cell)")
+
+    def trains(self, cell: Cell) -> bool:
+        """Whether ``cell`` must take an optimisation step to be a result."""
+        return True
+
+    def report_spec(self) -> dict[str, Any]:
+        """Keyword arguments of :class:`~adaptcl.recipes.template.report.Report` beyond the
+        ones the template fills in (``baseline``, ``header``, ``labels``, ``extra``,
+        ``details``, ``drop``, ``scale``, ``stem``, ...)."""
+        return {}
+
+    def draw(self, grid: GridRun, axes: list[Any]) -> None:
+        """Draw the recipe's figure on ``axes`` (only called when :attr:`plot_file` is set)."""
+
+    # ------------------------------------------------------------------------ the driver
+
+    def run(self) -> dict[str, Any]:
+        """Validate, compute what is missing or stale, write the result files and the plot."""
+        cfg = self.config
+        with user_errors():
+            self.prepare()
+        apply_thread_policy(getattr(cfg, "threads", None))
+        self._code = code_version(*self.code) if self.code else None
+        out = Path(cfg.output_dir)
+        report = self.make_report(out)
+        grid = run_grid(self.name, out, self.cells(), identity=self.identity,
+                        compute=self.compute, trains=self.trains, on_record=report.write,
+                        progress_bar=getattr(cfg, "progress", True))
+        result = report.write(grid)
+        if self.plot_file and getattr(cfg, "plot", True) and grid.records:
+            result["plot"] = save_plot(out / self.plot_file,
+                                       lambda axes: self.draw(grid, axes), **self.plot_layout)
+        return result
+
+    def make_report(self, out: Path) -> Report:
+        cfg = self.config
+        methods = self.methods()
+        spec = {"baseline": methods[0], "frameworks": self.frameworks,
+                "device": getattr(cfg, "device", None), "data_root": self.data_root,
+                "data_fingerprint": self.fingerprints or None} | self.report_spec()
+        datasets = list(dict.fromkeys(c.dataset for c in self.cells()))
+        return Report(self.name, out, cfg, metrics=list(self.metrics), datasets=datasets,
+                      methods=methods, **spec)
+

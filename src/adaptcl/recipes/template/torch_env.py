@@ -1,0 +1,91 @@
+"""Threads, device, precision, seeding and loader options: how a recipe sets torch up."""
+
+from __future__ import annotations
+
+import contextlib
+import random
+from typing import Any
+
+from adaptcl.recipes.template.errors import RecipeError
+
+
+def apply_thread_policy(threads: int | None) -> int:
+    """Set torch's intra-op threads (``None``: leave torch's default); return the count in use.
+
+    Recipes default to one thread: their models are small, so OpenMP synchronisation costs more
+    than a second thread saves, and a shared machine stays responsive. The count is recorded in
+    every result because it changes floating-point summation order.
+    """
+    import torch
+
+    if threads is not None:
+        if int(threads) < 1:
+            raise RecipeError(f"--threads must be >= 1, got {threads}")
+        torch.set_num_threads(int(threads))
+    return torch.get_num_threads()
+
+
+
+PRECISIONS = ("32", "bf16-mixed", "16-mixed")
+
+
+def resolve_device(device: str) -> str:
+    """``auto`` -> ``cuda`` when available else ``cpu``; validate ``cpu`` / ``cuda[:N]``."""
+    import torch
+
+    name = str(device).lower()
+    if name == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cpu":
+        return name
+    if name == "cuda" or (name.startswith("cuda:") and name[5:].isdigit()):
+        if not torch.cuda.is_available():
+            raise RecipeError(f"--device {device}: CUDA is not available on this machine")
+        return name
+    raise RecipeError(f"--device must be auto, cpu, cuda or cuda:N, got {device!r}")
+
+
+def check_precision(precision: str) -> str:
+    if str(precision) not in PRECISIONS:
+        raise RecipeError(f"--precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+    return str(precision)
+
+
+def autocast(device: str, precision: str):
+    """``torch.autocast`` for ``bf16-mixed`` / ``16-mixed`` on ``device``; a no-op for ``32``."""
+    import torch
+
+    if check_precision(precision) == "32":
+        return contextlib.nullcontext()
+    dtype = torch.bfloat16 if precision == "bf16-mixed" else torch.float16
+    return torch.autocast(device_type=torch.device(device).type, dtype=dtype)
+
+
+def grad_scaler(device: str, precision: str):
+    """The gradient scaler fp16 needs (``16-mixed``); disabled (a pass-through) otherwise."""
+    import torch
+
+    return torch.amp.GradScaler(torch.device(device).type, enabled=precision == "16-mixed")
+
+
+def loader_options(device: str, workers: int = 0) -> dict[str, Any]:
+    """DataLoader options that help a GPU: pinned memory, persistent workers."""
+    on_gpu = torch_device_type(device) == "cuda"
+    return {"num_workers": workers, "pin_memory": on_gpu, "persistent_workers": workers > 0}
+
+
+def torch_device_type(device: str) -> str:
+    return str(device).split(":", 1)[0]
+
+def seed_everything(seed: int) -> None:
+    """Seed python, numpy (if installed) and torch."""
+    import torch
+
+    random.seed(seed)
+    try:
+        import numpy as np
+
+        np.random.seed(seed % 2**32)
+    except ImportError:  # numpy is optional for the core
+        pass
+    torch.manual_seed(seed)

@@ -1,0 +1,69 @@
+"""The TU datasets of ``adaptcl tu``: found by name under the data root, copied to a writable folder
+keyed by their fingerprint (torch-geometric writes ``processed/`` next to ``raw/``), loaded with
+node features."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from adaptcl.recipes.template.files import load_or_rebuild
+
+if TYPE_CHECKING:
+    from adaptcl.recipes.tu import TUConfig
+
+
+def find_raw(data_root: Path, name: str) -> tuple[str, Path]:
+    """(canonical name, raw folder) of dataset ``name`` (case-insensitive) under ``data_root``."""
+    for parent in (data_root / "tu", data_root):
+        if parent.is_dir():
+            for folder in sorted(parent.iterdir()):
+                if folder.name.casefold() == name.casefold() and (folder / "raw").is_dir():
+                    return folder.name, folder / "raw"
+    raise FileNotFoundError(f"no TU raw folder for {name!r} under {str(data_root)!r} "
+                            f"(looked for tu/{name}/raw and {name}/raw)")
+
+
+def prepare_tu_root(source: Path, name: str, work_dir: Path, fingerprint: str) -> Path:
+    """Copy the raw folder to ``<work_dir>/<fingerprint>/<name>/raw`` (atomically, once).
+
+    The source is never written to. Keying the copy by the data's fingerprint means a changed
+    source gets a fresh copy and a fresh ``processed/``, never the old one.
+    """
+    root = work_dir / fingerprint[:16]
+    target = root / name / "raw"
+    if not target.is_dir():
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".raw."))
+        shutil.copytree(source, tmp, dirs_exist_ok=True)
+        for path in [tmp, *tmp.iterdir()]:  # the shared copy may be read-only; this one is not
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        os.replace(tmp, target)
+    return root
+
+
+def load_tu_graphs(cfg: TUConfig, name: str, source: Path, fingerprint: str):
+    """The dataset as a list of ``Data`` with node features; returns (graphs, dim, info)."""
+    from torch_geometric.datasets import TUDataset
+
+    from adaptcl.adapters.graphcl import CappedOneHotDegree, ConstantFeatures
+
+    work_dir = Path(cfg.work_dir) if cfg.work_dir else Path(cfg.output_dir) / "data"
+    root = prepare_tu_root(source, name, work_dir, fingerprint)
+    dataset = load_or_rebuild(
+        root / name / "processed", lambda: TUDataset(str(root), name=name),
+        lambda: TUDataset(str(root), name=name), what=f"processed {name} dataset")
+    if dataset.num_features > 0:
+        feature, desc = None, f"node labels ({dataset.num_features}-dim one-hot)"
+    elif cfg.node_features == "constant":
+        feature, desc = ConstantFeatures(), "constant x = 1 (GraphCL)"
+    else:
+        feature, desc = CappedOneHotDegree(cfg.max_degree), f"degree one-hot <= {cfg.max_degree}"
+    graphs = [feature(g) if feature is not None else g for g in dataset]
+    info = {"num_graphs": len(graphs), "num_features": int(graphs[0].x.size(1)),
+            "features": desc, "num_classes": int(dataset.num_classes),
+            "avg_nodes": sum(int(g.num_nodes) for g in graphs) / len(graphs)}
+    return graphs, info["num_features"], info
