@@ -166,7 +166,8 @@ class Recipe:
     def report_spec(self) -> dict[str, Any]:
         """Keyword arguments of :class:`~adaptcl.recipes.template.report.Report` beyond the
         ones the template fills in (``baseline``, ``header``, ``labels``, ``extra``,
-        ``details``, ``drop``, ``scale``, ``stem``, ...)."""
+        ``details``, ``drop``, ``scale``, ``stem``, ``table_rows``, ...; ``metrics``
+        replaces the class attribute for this run)."""
         return {}
 
     def draw(self, grid: GridRun, axes: list[Any]) -> None:
@@ -198,7 +199,8 @@ class Recipe:
         spec = {"baseline": methods[0], "frameworks": self.frameworks,
                 "device": getattr(cfg, "device", None), "data_root": self.data_root,
                 "data_fingerprint": self.fingerprints or None} | self.report_spec()
+        metrics = list(spec.pop("metrics", self.metrics))
         datasets = list(dict.fromkeys(c.dataset for c in self.cells()))
-        return Report(self.name, out, cfg, metrics=list(self.metrics), datasets=datasets,
-                      methods=methods, **spec)
+        return Report(self.name, out, cfg, metrics=metrics, datasets=datasets, methods=methods,
+                      **spec)
 

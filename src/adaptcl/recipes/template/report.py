@@ -121,6 +121,9 @@ class Report:
     ``datasets`` / ``methods`` order the rows / columns; ``baseline`` is the method the others
     are paired against; ``details(grid)`` adds recipe-specific JSON fields; ``drop`` names
     record fields left out of the result's ``runs`` (long per-step histories).
+    ``table_rows="methods"`` (a recipe with one dataset) writes one table instead: a row per
+    method, a column per metric, and the paired difference on ``headline`` (default: the first
+    metric).
     """
 
     recipe: str
@@ -142,6 +145,9 @@ class Report:
     data_fingerprint: Any = None
     details: Callable[[GridRun], Mapping[str, Any]] | None = None
     drop: Sequence[str] = ()
+    table_rows: str = "datasets"
+    headline: str | None = None
+    digits: int = 2
 
     def write(self, grid: GridRun) -> dict[str, Any]:
         summaries, tables = {}, {}
@@ -151,7 +157,10 @@ class Report:
                                           scale=self.scale)
             tables[metric] = summary_table(summaries[metric], methods=self.methods,
                                            baseline=self.baseline, labels=self.labels,
-                                           dataset_labels=self.dataset_labels, extra=self.extra)
+                                           dataset_labels=self.dataset_labels, extra=self.extra,
+                                           digits=self.digits)
+        if self.table_rows == "methods":
+            tables = {"methods": self.methods_table(summaries)}
         env = environment(frameworks=self.frameworks, device=self.device,
                           data_root=self.data_root, data_fingerprint=self.data_fingerprint)
         config = (dataclasses.asdict(self.config) if dataclasses.is_dataclass(self.config)
@@ -159,17 +168,38 @@ class Report:
         result: dict[str, Any] = {
             "recipe": self.recipe, "config": config, "environment": env, **grid.bookkeeping(),
             "summary": summaries, "tables": tables,
-            "table_markdown": tables[self.metrics[0]],
+            "table_markdown": next(iter(tables.values())),
             "runs": [{"cell": list(c), **{k: v for k, v in r.items() if k not in self.drop}}
                      for c, r in grid.records.items()]}
         if self.details is not None:
             result.update(self.details(grid))
-        body = "\n".join(f"## {metric}\n\n{tables[metric]}" for metric in self.metrics)
+        if self.table_rows == "methods":
+            body = tables["methods"]
+        else:
+            body = "\n".join(f"## {name}\n\n{table}" for name, table in tables.items())
         result["outputs"] = write_results(self.out_dir, self.stem, result, self.header + body)
         return result
 
 
-#: config fields that never change what a cell computes (recipes name their own on top)
+    def methods_table(self, summaries: Mapping[str, Mapping[str, Any]]) -> str:
+        """A row per method, ``mean ± std (n)`` per metric (of the one dataset), then the paired
+        difference to the baseline on the headline metric with its 95% t-interval."""
+        labels = dict(self.labels or {})
+        headline = self.headline or self.metrics[0]
+        rows = []
+        for method in self.methods:
+            row = {"method": labels.get(method, method)}
+            for metric, summary in summaries.items():
+                entry = next(iter(summary.values()), {"methods": {}})
+                row[metric] = format_mean_std(entry["methods"].get(method), self.digits)
+            entry = next(iter(summaries.get(headline, {}).values()), None)
+            if self.baseline is not None and entry is not None and entry["paired"]:
+                head = f"{headline} − {labels.get(self.baseline, self.baseline)} [95% CI]"
+                row[head] = format_difference(entry["paired"].get(method), self.digits)
+            rows.append(row)
+        return markdown_table(rows)
+
+
 def write_results(out_dir: str | os.PathLike, stem: str, result: Mapping[str, Any],
                   markdown: str) -> dict[str, str]:
     """Write ``<stem>.json`` (``allow_nan=False``) and ``<stem>.md`` atomically.
