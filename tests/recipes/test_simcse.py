@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("sentence_transformers")
 
 import adaptcl.recipes.simcse as recipe  # noqa: E402
-from adaptcl.recipes.simcse import SimCSERecipeConfig, run_simcse  # noqa: E402
+from adaptcl.recipes.simcse import SimCSERecipe, SimCSERecipeConfig  # noqa: E402
 from adaptcl.recipes.template.errors import RecipeError  # noqa: E402
 from adaptcl.recipes.template.store import Cell, GridRun
 from tests.adapters._tiny_models import build_tiny_model  # noqa: E402
@@ -21,8 +21,20 @@ def _config(model, shared_data, out, **overrides):
     settings = dict(model=str(model), losses=["macl"], data_root=str(shared_data),
                     output_dir=str(out), max_sentences=24, batch_size=8, eval_steps=3,
                     max_seq_length=16, logging_steps=1, sts_tasks=["STS12", "STSBenchmark"],
-                    show_progress=False, num_threads=1)
+                    progress=False, threads=1)
     return SimCSERecipeConfig(**{**settings, **overrides})
+
+
+def _means(result, method):
+    """Every metric's mean over seeds for ``method`` (the table's row)."""
+    return {metric: summary["wiki"]["methods"][method]["mean"]
+            for metric, summary in result["summary"].items()
+            if method in summary["wiki"]["methods"]}
+
+
+def _run(result, method, seed):
+    (run,) = [r for r in result["runs"] if r["cell"] == ["wiki", method, seed]]
+    return run
 
 
 def test_recipe_trains_scores_reuses_and_recomputes_when_settings_change(tmp_path, shared_data,
@@ -30,14 +42,13 @@ def test_recipe_trains_scores_reuses_and_recomputes_when_settings_change(tmp_pat
     model = build_tiny_model(tmp_path / "tiny", "roberta")
     out = tmp_path / "out"
     config = _config(model, shared_data, out)
-    result = run_simcse(config)
+    result = SimCSERecipe(config).run()
     assert result["num_sentences"] == 24
-    rows = {row["loss"]: row for row in result["table"]}
-    assert set(rows) == {"untrained", "macl"}
+    rows = {method: _means(result, method) for method in ("untrained", "macl")}
     assert -100 <= rows["macl"]["best dev"] <= 100
     for column in ("STS12", "STS-B", "Avg."):
         assert -100 <= rows["macl"][column] <= 100 and -100 <= rows["untrained"][column] <= 100
-    run = result["runs"]["macl/seed42"]
+    run = _run(result, "macl", 42)
     assert run["optimisation_steps"] == 3  # 24 sentences, batch 8, one epoch
     macl_history = [h for h in run["history"] if "adaptcl/temperature" in h]
     assert macl_history and all(h["adaptcl/temperature"] >= 0.005 for h in macl_history)
@@ -57,19 +68,19 @@ def test_recipe_trains_scores_reuses_and_recomputes_when_settings_change(tmp_pat
         raise AssertionError("a finished run was trained again")
 
     monkeypatch.setattr(recipe, "_train_one", fail)
-    again = run_simcse(config)
+    again = SimCSERecipe(config).run()
     assert again["reused"] == [["wiki", "untrained", 0], ["wiki", "macl", 42]]
-    assert again["computed"] == [] and again["table"] == result["table"]
+    assert again["computed"] == [] and again["summary"] == result["summary"]
     monkeypatch.undo()
 
     # another learning rate: the macl run is recomputed, its old record kept aside, never mixed
     # in; the untrained model does not depend on training settings, so it is reused
-    changed = run_simcse(_config(model, shared_data, out, learning_rate=1e-3))
+    changed = SimCSERecipe(_config(model, shared_data, out, learning_rate=1e-3)).run()
     assert changed["computed"] == [["wiki", "macl", 42]]
     assert changed["reused"] == [["wiki", "untrained", 0]]
     assert [Path(p).parts[-3:] for p in changed["superseded"]] == [("wiki", "macl", "seed42.json")]
     assert changed["identity"]["settings"]["learning_rate"] == 1e-3
-    assert changed["runs"]["macl/seed42"]["optimisation_steps"] == 3
+    assert _run(changed, "macl", 42)["optimisation_steps"] == 3
 
 
 def test_sentence_file_change_recomputes_and_curves_go_to_the_logger(tmp_path, shared_data):
@@ -77,15 +88,15 @@ def test_sentence_file_change_recomputes_and_curves_go_to_the_logger(tmp_path, s
     sentences.write_text("\n".join(f"sentence number {i} about a cat ." for i in range(16)))
     model = build_tiny_model(tmp_path / "tiny", "bert")
     config = _config(model, shared_data, tmp_path / "out", sentences=str(sentences),
-                     losses=["infonce"], evaluate_baseline=False, evaluate_sts=False,
+                     losses=["infonce"], baseline=False, sts=False,
                      max_sentences=None, logger="csv")
-    first = run_simcse(config)
+    first = SimCSERecipe(config).run()
     assert first["computed"] == [["wiki", "infonce", 42]]
     curves = (tmp_path / "out" / "logs" / "infonce" / "seed42" / "metrics.csv").read_text()
     assert curves.startswith("step,name,value\n") and "\n1,loss," in curves
     assert "adaptcl/temperature" in curves
     sentences.write_text("\n".join(f"sentence number {i} about a dog ." for i in range(16)))
-    second = run_simcse(config)
+    second = SimCSERecipe(config).run()
     assert second["computed"] == [["wiki", "infonce", 42]] and second["superseded"]
     assert second["identity"]["data"]["sentences"] != first["identity"]["data"]["sentences"]
 
@@ -96,10 +107,10 @@ def test_tensorboard_logger_writes_the_trainers_event_files_with_the_adaptive_cu
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     model = build_tiny_model(tmp_path / "tiny", "bert")
-    config = _config(model, shared_data, tmp_path / "out", evaluate_sts=False,
-                     evaluate_baseline=False, logger="tensorboard", device="cpu")
-    result = run_simcse(config)
-    history = [h for h in result["runs"]["macl/seed42"]["history"] if "loss" in h]
+    config = _config(model, shared_data, tmp_path / "out", sts=False,
+                     baseline=False, logger="tensorboard", device="cpu")
+    result = SimCSERecipe(config).run()
+    history = [h for h in _run(result, "macl", 42)["history"] if "loss" in h]
     events = EventAccumulator(str(tmp_path / "out" / "logs" / "macl" / "seed42"))
     events.Reload()
     scalars = events.Tags()["scalars"]
@@ -127,17 +138,18 @@ def test_device_cpu_trains_with_use_cpu_instead_of_being_refused(tmp_path, share
 
     monkeypatch.setattr(adapter, "train_simcse", capture)
     model = build_tiny_model(tmp_path / "tiny", "bert")
-    plan = recipe._preflight(_config(model, shared_data, tmp_path / "out", device="cpu",
-                                     precision="bf16-mixed"))
+    page = SimCSERecipe(_config(model, shared_data, tmp_path / "out", device="cpu",
+                                precision="bf16-mixed"))
+    page.prepare()
     with pytest.raises(Captured):
-        recipe._train_one("macl", 42, plan, tmp_path / "out")
+        recipe._train_one("macl", 42, page, tmp_path / "out")
     # use_cpu=True is what keeps a CUDA machine's GPU out of the trainer
     assert seen["use_cpu"] is True and seen["bf16"] is True
 
 
 @pytest.mark.parametrize("overrides, message", [
-    ({"epochs": -1}, "epochs must be > 0, got -1"),
-    ({"epochs": 0}, "epochs must be > 0"),
+    ({"epochs": -1}, "epochs must be a positive number, got -1"),
+    ({"epochs": 0}, "epochs must be a positive number, got 0"),
     ({"losses": ["simclr"]}, "losses"),
     ({"pooler": "max"}, "pooler"),
     ({"batch_size": 1}, "batch_size must be >= 2"),
@@ -157,7 +169,7 @@ def test_fewer_sentences_than_one_batch_is_one_clear_error_before_training(tmp_p
     model = build_tiny_model(tmp_path / "tiny", "bert")
     config = _config(model, shared_data, tmp_path / "out", max_sentences=5, batch_size=8)
     with pytest.raises(RecipeError, match="5 sentences from .* do not fill one batch of 8"):
-        run_simcse(config)
+        SimCSERecipe(config).run()
     assert not (tmp_path / "out").exists()  # validated before any file was written
 
 
@@ -168,15 +180,15 @@ def test_zero_step_run_is_refused_and_nothing_stored(tmp_path, shared_data, monk
 
     model = build_tiny_model(tmp_path / "tiny", "bert")
     config = _config(model, shared_data, tmp_path / "out", losses=["infonce"],
-                     evaluate_sts=False)
+                     sts=False)
 
-    def no_steps(name, seed, plan, out):
+    def no_steps(name, seed, page, out):
         return {"final_model": str(model), "global_step": 0, "history": [],
                 "best_dev_spearman": 0.5}
 
     monkeypatch.setattr(recipe, "_train_one", no_steps)
     with pytest.raises(NonResultError, match="no optimisation step"):
-        run_simcse(config)
+        SimCSERecipe(config).run()
     assert not list((tmp_path / "out").rglob("seed42.json"))
     assert not (tmp_path / "out" / "simcse_results.json").exists()
 
@@ -191,7 +203,8 @@ def test_plot_says_why_when_nothing_was_logged(tmp_path, monkeypatch):
     grid = GridRun(cells=[Cell("wiki", "macl", 42)])
     grid.records[Cell("wiki", "macl", 42)] = {"optimisation_steps": 3, "history": []}
     config = SimCSERecipeConfig(logging_steps=10)
-    recipe._plot(grid, tmp_path / "p.png", config)
+    plots.save_plot(tmp_path / "p.png", lambda axes: recipe.draw_curves(grid, axes, config),
+                    ncols=2)
     (figure,) = figures
     texts = [t.get_text() for ax in figure.axes for t in ax.texts]
     assert len(texts) == 2 and all("3 optimisation steps" in t and "every 10" in t for t in texts)
@@ -201,7 +214,7 @@ def test_plot_says_why_when_nothing_was_logged(tmp_path, monkeypatch):
 def test_interrupted_run_leaves_a_partial_result_and_resumes(tmp_path, shared_data, monkeypatch):
     model = build_tiny_model(tmp_path / "tiny", "bert")
     config = _config(model, shared_data, tmp_path / "out", losses=["infonce", "macl"],
-                     evaluate_sts=False, max_sentences=16)
+                     sts=False, max_sentences=16)
     real_train = recipe._train_one
 
     def killed_on_macl(name, seed, plan, out):
@@ -211,12 +224,12 @@ def test_interrupted_run_leaves_a_partial_result_and_resumes(tmp_path, shared_da
 
     monkeypatch.setattr(recipe, "_train_one", killed_on_macl)
     with pytest.raises(KeyboardInterrupt):
-        run_simcse(config)
+        SimCSERecipe(config).run()
     partial = json.loads((tmp_path / "out" / "simcse_results.json").read_text())
     assert partial["partial"] is True and partial["missing"] == [["wiki", "macl", 42]]
     assert (tmp_path / "out" / "simcse_results.md").read_text().startswith("> **PARTIAL**")
     monkeypatch.setattr(recipe, "_train_one", real_train)
-    resumed = run_simcse(config)
+    resumed = SimCSERecipe(config).run()
     assert resumed["reused"] == [["wiki", "infonce", 42]]
     assert resumed["computed"] == [["wiki", "macl", 42]] and resumed["partial"] is False
 
@@ -228,8 +241,8 @@ def test_preset_paper_detects_roberta_and_old_spellings_map_to_the_new(tmp_path,
     args = build_parser("simcse").parse_args(
         ["simcse", "--model", str(model), "--preset", "paper", "--seed", "1,2",
          "--num-threads", "2", "--precision", "bf16-mixed", "--logger", "tensorboard"])
-    config = recipe.config_from_args(args)
+    config = SimCSERecipe.config_from_args(args)
     assert (config.paper, config.learning_rate, config.batch_size) == ("roberta", 1e-5, 64)
-    assert (config.seeds, config.num_threads, config.precision, config.logger) == (
+    assert (config.seeds, config.threads, config.precision, config.logger) == (
         [1, 2], 2, "bf16-mixed", "tensorboard")
     assert "--seed is deprecated" in capsys.readouterr().err

@@ -169,7 +169,7 @@ def add_config_arguments(parser: argparse.ArgumentParser, config_cls: type, *,
         text = (helps or {}).get(name, name.replace("_", " "))
         if choices and name in choices:
             text += f"; one of {', '.join(choices[name])}"
-        if not isinstance(default, bool):
+        if not isinstance(default, bool) and not (default is None and "default" in text):
             text += f" (default: {default})"
         hint = hints[name]
         args = typing.get_args(hint)
