@@ -42,7 +42,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from adaptcl.adapters import require
-from adaptcl.adapters._atomic import atomic_write
+from adaptcl.io import atomic_write
 
 require("lightly", "vision")
 pl = require("pytorch_lightning", "vision")

@@ -54,7 +54,7 @@ from typing import Any
 
 import numpy as np
 
-from adaptcl.adapters._atomic import atomic_write
+from adaptcl.io import atomic_write
 
 from ._common import write_text_atomic
 

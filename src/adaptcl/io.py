@@ -1,4 +1,4 @@
-"""One crash-safe way to write a file, for the adapters and the recipes alike."""
+"""Crash-safe file writing, shared by the adapters and the recipes (imports no framework)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
+
+__all__ = ["atomic_write"]
 
 
 def _umask() -> int:

@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from adaptcl.adapters._atomic import atomic_write
+from adaptcl.io import atomic_write
 
 
 def test_a_failing_write_keeps_the_old_file_and_leaves_no_temporary_file(tmp_path):
