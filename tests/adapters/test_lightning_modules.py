@@ -25,12 +25,12 @@ from adaptcl.adapters.lightly import (  # noqa: E402
     NTXentLoss,
     PairTemperature,
 )
-from adaptcl.adapters.lightning_factory import (  # noqa: E402
+from adaptcl.adapters.lightning.factory import (  # noqa: E402
     TrainingClock,
     build_ssl_module,
     build_trainer,
 )
-from adaptcl.adapters.lightning_modules import (  # noqa: E402
+from adaptcl.adapters.lightning.modules import (  # noqa: E402
     ASCLMoCoModule,
     AtomicCheckpointIO,
     BarlowTwinsModule,
@@ -40,7 +40,7 @@ from adaptcl.adapters.lightning_modules import (  # noqa: E402
     cifar_resnet,
     small_cnn,
 )
-from adaptcl.adapters.ssl_methods import METHOD_LOSSES  # noqa: E402
+from adaptcl.adapters.lightning.methods import METHOD_LOSSES  # noqa: E402
 from adaptcl.plugins.amcl import AMCLBarlowTwinsLoss, AMCLSimSiamLoss  # noqa: E402
 
 N_IMAGES, BATCH = 32, 16

@@ -53,7 +53,7 @@ from lightly.models.modules.heads import (  # noqa: E402
 from pytorch_lightning.plugins.precision import MixedPrecision  # noqa: E402
 
 from adaptcl.adapters.lightly import AMCLProjectionHead, MACLLoss, PairTemperature  # noqa: E402
-from adaptcl.adapters.lightning_modules import (  # noqa: E402
+from adaptcl.adapters.lightning.modules import (  # noqa: E402
     BarlowTwinsModule,
     MoCoV2Module,
     SimCLRModule,

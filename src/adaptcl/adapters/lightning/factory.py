@@ -2,9 +2,9 @@
 
 What a script needs to go from "SimCLR with MACL on CIFAR-10" to ``trainer.fit``:
 
-- :func:`build_ssl_module`: the :mod:`~adaptcl.adapters.lightning_modules` module of a method
+- :func:`build_ssl_module`: the :mod:`~adaptcl.adapters.lightning.modules` module of a method
   (``"simclr"``, ``"moco"``, ``"simsiam"``, ``"barlowtwins"``, ``"ascl-moco"``) trained with
-  a loss given by name (:data:`~adaptcl.adapters.ssl_methods.METHOD_LOSSES`), with Lightly's heads, AMCL's multi-heads where
+  a loss given by name (:data:`~adaptcl.adapters.lightning.methods.METHOD_LOSSES`), with Lightly's heads, AMCL's multi-heads where
   the loss needs them, and the MoCo queue as the loss's (checkpointed) memory bank;
 - :func:`ssl_transforms`: the two-view training transform of MACL App. B.3 (Lightly's
   ``SimCLRTransform`` without blur, or :class:`~adaptcl.adapters.lightly.ASCLTransform`) and
@@ -17,7 +17,7 @@ References: MACL (Huang et al., ICML 2023, App. B.2-B.3), AMCL and ASCL (Feng & 
 ICPR 2022).
 
 Example:
-    >>> from adaptcl.adapters.lightning_factory import build_ssl_module, ssl_transforms
+    >>> from adaptcl.adapters.lightning.factory import build_ssl_module, ssl_transforms
     >>> module = build_ssl_module("simclr", "macl", width=0.125, temperature=0.1)
     >>> train_tf, eval_tf = ssl_transforms("simclr", input_size=32)
     >>> type(module).__name__, type(module.criterion).__name__
@@ -36,8 +36,8 @@ require("lightly", "vision")
 pl = require("pytorch_lightning", "vision")
 
 from adaptcl.adapters import lightly as L  # noqa: E402
-from adaptcl.adapters import lightning_modules as M  # noqa: E402
-from adaptcl.adapters.ssl_methods import METHOD_LOSSES, METHODS, check_method_loss  # noqa: E402
+from adaptcl.adapters.lightning import modules as M  # noqa: E402
+from adaptcl.adapters.lightning.methods import METHOD_LOSSES, METHODS, check_method_loss  # noqa: E402
 
 __all__ = ["METHODS", "METHOD_LOSSES", "TrainingClock", "build_ssl_module", "build_trainer",
            "ssl_transforms"]
@@ -56,7 +56,7 @@ def build_ssl_module(method: str, loss: str, *, backbone: str = "resnet-18", wid
                      **module_kwargs: Any) -> M.SSLModule:
     """The Lightning module of ``method`` trained with the loss named ``loss``.
 
-    The backbone is Lightly's CIFAR ResNet (:func:`~adaptcl.adapters.lightning_modules.
+    The backbone is Lightly's CIFAR ResNet (:func:`~adaptcl.adapters.lightning.modules.
     cifar_resnet`, ``backbone`` and ``width``). ``temperature`` is tau of the fixed-temperature
     losses (and ASCL-MoCo's), ``macl_temperature`` MACL's tau0 (default ``temperature``),
     ``alpha``/``a0`` MACL's, ``num_heads``/``beta``/``kappa``/``negative_term``/
@@ -64,7 +64,7 @@ def build_ssl_module(method: str, loss: str, *, backbone: str = "resnet-18", wid
     ``num_neighbors``/``sharpen_temperature`` ASCL's.
     MoCo's queue (``queue_size`` x ``output_dim``) is the loss's memory bank, kept in
     checkpoints. ``gather_distributed`` gathers negatives across DDP ranks.
-    ``module_kwargs`` go to :class:`~adaptcl.adapters.lightning_modules.SSLModule`
+    ``module_kwargs`` go to :class:`~adaptcl.adapters.lightning.modules.SSLModule`
     (``optimizer``, ``lr``, ``weight_decay``, ``num_classes``, ``knn_k``, ``knn_t``, ...).
     For ``"ascl-moco"`` the loss names the mode: ``"ascl"``, ``"ahcl"``, ``"hard"``, or
     ``"moco"`` (plain MoCo: ASCL without neighbours).
@@ -191,7 +191,7 @@ def build_trainer(max_epochs: int, *, device: str = "cpu", devices: int = 1,
     ``devices``/``strategy`` (e.g. 4 and ``"ddp"``; SyncBatchNorm on GPUs), ``precision``
     and ``logger`` go to the Trainer as they are. With ``ckpt_dir``, ``last.ckpt`` is written
     there after every training epoch (no version counter, through
-    :class:`~adaptcl.adapters.lightning_modules.AtomicCheckpointIO`), so ``fit(...,
+    :class:`~adaptcl.adapters.lightning.modules.AtomicCheckpointIO`), so ``fit(...,
     ckpt_path=<ckpt_dir>/last.ckpt)`` resumes. ``val_every`` runs the validation loop (the
     online kNN monitor) every that many epochs, 0 never.
     """

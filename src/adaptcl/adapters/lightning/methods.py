@@ -1,7 +1,7 @@
 """The self-supervised image methods and the losses each accepts, by name.
 
 Imports no framework, so a command line can list them (``--help``) without loading Lightly;
-:func:`adaptcl.adapters.lightning_factory.build_ssl_module` builds the modules they name.
+:func:`adaptcl.adapters.lightning.factory.build_ssl_module` builds the modules they name.
 
 >>> METHOD_LOSSES["simsiam"]
 ('negcos', 'amcl')

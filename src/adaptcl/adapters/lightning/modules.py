@@ -23,7 +23,7 @@ a ``MultiViewTransform`` (``SimCLRTransform``, ``MoCoV2Transform``, :class:`ASCL
 Examples:
     >>> from lightly.transforms import SimCLRTransform
     >>> from adaptcl.adapters.lightly import MACLLoss
-    >>> from adaptcl.adapters.lightning_modules import SimCLRModule, cifar_resnet
+    >>> from adaptcl.adapters.lightning.modules import SimCLRModule, cifar_resnet
     >>> backbone, dim = cifar_resnet("resnet-18")
     >>> model = SimCLRModule(backbone, dim, criterion=MACLLoss(temperature=0.1, alpha=0.5))
     >>> trainer = pl.Trainer(max_epochs=200, accelerator="gpu", devices=4, strategy="ddp",
