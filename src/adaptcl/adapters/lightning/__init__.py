@@ -56,4 +56,9 @@ _EXPORTS = {
 }
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 
-__all__ = ["METHODS", "METHOD_LOSSES", "check_method_loss", *_EXPORTS]
+__all__ = [
+    "METHODS", "METHOD_LOSSES", "check_method_loss", "AtomicCheckpointIO", "SSLModule",
+    "SimCLRModule", "MoCoV2Module", "SimSiamModule", "BarlowTwinsModule", "ASCLMoCoModule",
+    "cifar_resnet", "small_cnn", "extract_features", "knn_correct", "TrainingClock",
+    "build_ssl_module", "build_trainer", "ssl_transforms",
+]

@@ -164,6 +164,39 @@ def test_loss_factory_accepts_modules_and_rejects_unknown_names():
         graphcl_loss(custom, alpha=1.0)
 
 
+def _same_loss(a: nn.Module, b: nn.Module) -> bool:
+    """Same class and the same constructor state (every attribute but the running stats)."""
+    skip = {"last_stats", "training"}
+    return type(a) is type(b) and {k: v for k, v in vars(a).items() if k not in skip} == \
+        {k: v for k, v in vars(b).items() if k not in skip}
+
+
+def test_graphcl_loss_takes_the_registry_names_graphcls_alias_and_old_spellings():
+    import warnings
+
+    from adaptcl.adapters.graphcl import LOSS_ALIASES, LOSS_NAMES
+    from adaptcl.plugins import DCLLoss, InfoNCELoss, MACLLoss
+
+    assert LOSS_NAMES == ("dcl", "infonce", "macl") and LOSS_ALIASES == {"graphcl": "dcl"}
+    built = {"dcl": DCLLoss, "infonce": InfoNCELoss, "macl": MACLLoss}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # canonical names and GraphCL's alias: no note
+        for name in LOSS_NAMES:
+            assert type(graphcl_loss(name)) is built[name]
+        assert _same_loss(graphcl_loss("graphcl"), graphcl_loss("dcl"))
+        assert _same_loss(graphcl_loss("GraphCL", temperature=0.5),
+                          graphcl_loss("dcl", temperature=0.5))
+    assert not _same_loss(graphcl_loss("dcl", temperature=0.5), graphcl_loss("dcl"))
+    with pytest.warns(FutureWarning, match="loss 'nt_xent' is deprecated; use 'infonce'"):
+        old = graphcl_loss("nt_xent", temperature=0.3)
+    assert _same_loss(old, graphcl_loss("infonce", temperature=0.3))
+    with pytest.raises(ValueError, match=r"loss 'ascl' is not available here; choose from "
+                                         r"dcl, infonce, macl, graphcl \(= dcl\)"):
+        graphcl_loss("ascl")
+    with pytest.raises(TypeError, match="loss name"):
+        graphcl_loss(3)
+
+
 # -------------------------------------------------------------------------------------- model
 
 

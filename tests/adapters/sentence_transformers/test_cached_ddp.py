@@ -13,8 +13,8 @@ import torch.multiprocessing as mp
 
 pytest.importorskip("sentence_transformers")
 
-from .._distributed import free_port
-from ._tiny_models import CORPUS, build_tiny_model  # noqa: E402
+from tests._distributed import free_port
+from tests.adapters._tiny_models import CORPUS, build_tiny_model  # noqa: E402
 
 WORLD, ROWS = 2, 4  # 4 rows per rank at mini-batch 2: four replayed mini-batches per step
 LOSSES = ("ours_cached", "peer_cached", "plain")
@@ -42,7 +42,7 @@ def _worker(rank: int, port: int, path: str, results) -> None:
         torch.set_num_threads(1)
         from torch.nn.parallel import DistributedDataParallel
 
-        from adaptcl.adapters.simcse import build_simcse_model
+        from adaptcl.adapters.sentence_transformers import build_simcse_model
 
         # float64: mini-batches are padded to their own length; in float32 that alone moves the
         # (small, ~1e-5) gradients of this tiny random encoder by ~1e-6

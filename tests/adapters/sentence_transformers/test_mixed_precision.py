@@ -45,8 +45,7 @@ from sentence_transformers.sentence_transformer.losses import AdaptiveLayerLoss 
 from sentence_transformers.sentence_transformer.modules import Pooling, Transformer  # noqa: E402
 
 from adaptcl.adapters import sentence_transformers as st_losses  # noqa: E402
-
-from ._tiny_models import CORPUS, build_tiny_model  # noqa: E402
+from tests.adapters._tiny_models import CORPUS, build_tiny_model  # noqa: E402
 
 LOSSES = {
     "infonce": lambda model: st_losses.InfoNCELoss(model, temperature=0.05),

@@ -43,7 +43,7 @@ from adaptcl.adapters.graphcl import (  # noqa: E402
     graphcl_loss,
 )
 
-from .test_graphcl_model import molecules, random_graphs  # noqa: E402
+from .test_model import molecules, random_graphs  # noqa: E402
 
 HALF = {"bf16": torch.bfloat16, "fp16": torch.float16}
 LOSS_RTOL = {"bf16": 4e-2, "fp16": 5e-3}

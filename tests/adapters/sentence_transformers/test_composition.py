@@ -18,9 +18,8 @@ from sentence_transformers.sentence_transformer.losses import (  # noqa: E402
 )
 
 from adaptcl.adapters import sentence_transformers as st_losses  # noqa: E402
-from adaptcl.adapters.simcse import build_simcse_model  # noqa: E402
-
-from ._tiny_models import CORPUS, build_tiny_model  # noqa: E402
+from adaptcl.adapters.sentence_transformers import build_simcse_model  # noqa: E402
+from tests.adapters._tiny_models import CORPUS, build_tiny_model  # noqa: E402
 
 # float64: mini-batches are padded to their own length, so float32 rounding differs slightly
 TOL = {"rtol": 1e-9, "atol": 1e-12}

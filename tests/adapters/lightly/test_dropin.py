@@ -386,7 +386,7 @@ def test_check_finite_is_on_by_default_and_can_be_turned_off(name):
 
 @pytest.mark.parametrize("name", list(ALL_LOSSES))
 def test_gather_distributed_hands_lightlys_gather_to_every_core_loss(name):
-    # what the two-process gloo test in test_lightly_adapter.py checks end to end
+    # what the two-process gloo test in test_adapter.py checks end to end
     gathered = ALL_LOSSES[name](gather_distributed=True)
     assert gathered.criterion.gather_fn is ours.lightly_gather
     assert gathered.criterion.gather_distributed is True

@@ -27,8 +27,7 @@ from adaptcl.adapters.lightly import (  # noqa: E402
     NTXentLoss,
     PersistentMemoryBankModule,
 )
-
-from .._distributed import free_port  # noqa: E402
+from tests._distributed import free_port  # noqa: E402
 
 
 def _pair(n=16, d=32, seed=0, dtype=torch.float32):

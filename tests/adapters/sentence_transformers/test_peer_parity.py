@@ -162,9 +162,8 @@ def test_trainer_with_default_arguments_trains_through_a_last_batch_of_one_pair(
         SentenceTransformerTrainingArguments,
     )
 
-    from adaptcl.adapters.simcse import build_simcse_model
-
-    from ._tiny_models import CORPUS, build_tiny_model
+    from adaptcl.adapters.sentence_transformers import build_simcse_model
+    from tests.adapters._tiny_models import CORPUS, build_tiny_model
 
     model = build_simcse_model(str(build_tiny_model(tmp_path / "tiny", "bert")), "avg", max_seq_length=16)
     sentences = CORPUS + ["one more sentence ."]
@@ -210,9 +209,9 @@ def _adapter_losses():
     """Every public loss class of the adapter."""
     import inspect
 
-    return [cls for name, cls in vars(st_losses).items()
+    classes = [getattr(st_losses, name) for name in st_losses.__all__]
+    return [cls for cls in classes
             if inspect.isclass(cls) and issubclass(cls, st_losses.AdaptiveContrastiveLoss)
-            and cls.__module__ == st_losses.__name__ and not name.startswith("_")
             and cls is not st_losses.AdaptiveContrastiveLoss]
 
 

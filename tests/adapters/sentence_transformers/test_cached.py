@@ -11,9 +11,8 @@ pytest.importorskip("sentence_transformers")
 from sentence_transformers.base.losses.gradcache import _create_minibatch  # noqa: E402
 
 from adaptcl.adapters import sentence_transformers as st_losses  # noqa: E402
-from adaptcl.adapters.simcse import build_simcse_model  # noqa: E402
-
-from ._tiny_models import CORPUS, build_tiny_model  # noqa: E402
+from adaptcl.adapters.sentence_transformers import build_simcse_model  # noqa: E402
+from tests.adapters._tiny_models import CORPUS, build_tiny_model  # noqa: E402
 
 TOL = {"rtol": 1e-5, "atol": 1e-5}
 ANCHORS = CORPUS + ["a dog sleeps .", "the man reads ."]  # 10 rows: mini-batch 3 does not divide

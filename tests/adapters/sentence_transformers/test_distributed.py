@@ -9,7 +9,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from .._distributed import free_port
+from tests._distributed import free_port
 
 pytest.importorskip("sentence_transformers")
 

@@ -1,4 +1,4 @@
-"""SimCSE on any BERT / RoBERTa checkpoint, trained with sentence-transformers' trainer.
+"""SimCSE on any BERT / RoBERTa checkpoint: the model, its poolers, the loss and the data.
 
 Reference: Gao, Yao & Chen, "SimCSE: Simple Contrastive Learning of Sentence Embeddings",
 EMNLP 2021. MACL's sentence setting: Huang et al., ICML 2023, Sec. 6.2 and App. B.4.
@@ -14,29 +14,27 @@ EMNLP 2021. MACL's sentence setting: Huang et al., ICML 2023, Sec. 6.2 and App. 
   and last layers' tokens), ``avg_top2`` (last two layers).
 
 Any loss of :mod:`adaptcl.adapters.sentence_transformers` can be used (InfoNCE is SimCSE).
-Evaluation on STS-B dev during training (every ``eval_steps``) picks the best checkpoint; the
-adaptive quantities the loss computes are added to the trainer's logs.
+:class:`AdaptiveSentenceTransformerTrainer` adds the adaptive quantities the loss computes to
+the trainer's logs; :func:`stsb_dev_evaluator` scores STS-B dev during training. The ``simcse``
+recipe trains with them (:mod:`adaptcl.recipes.simcse_training`).
 
 Example:
     >>> model = build_simcse_model("bert-base-uncased", pooler="cls", max_seq_length=32)
     >>> loss = make_loss("macl", model, projection=training_projection("cls", model))
-    >>> result = train_simcse(model, unsupervised_dataset(sentences), loss,
-    ...                       SimCSEConfig(output_dir="out", **PAPER_CONFIGS["bert"]),
-    ...                       dev_evaluator=stsb_dev_evaluator(s1, s2, gold))
+    >>> trainer = AdaptiveSentenceTransformerTrainer(
+    ...     model=model, train_dataset=unsupervised_dataset(sentences), loss=loss,
+    ...     evaluator=stsb_dev_evaluator(s1, s2, gold), callbacks=[LossStateCallback(loss)])
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch import nn
 
-from . import require
+from adaptcl.adapters import require
 
 require("sentence_transformers", "text")
 
@@ -52,31 +50,23 @@ from sentence_transformers.sentence_transformer.modules import (  # noqa: E402
 from sentence_transformers.sentence_transformer.trainer import (  # noqa: E402
     SentenceTransformerTrainer,
 )
-from sentence_transformers.sentence_transformer.training_args import (  # noqa: E402
-    SentenceTransformerTrainingArguments,
-)
 
-from .sentence_transformers import (  # noqa: E402
-    AdaptiveContrastiveLoss,
-    AMCLLoss,
-    ASCLLoss,
-    InfoNCELoss,
-    LossStateCallback,
-    MACLLoss,
-    SimCSEProjection,
-    embedding_dimension,
-)
+from adaptcl.registry import canonical_loss_name  # noqa: E402
 
-POOLERS = ("cls", "cls_before_pooler", "avg", "avg_first_last", "avg_top2")
-LOSSES = ("infonce", "macl", "ascl", "amcl")
+from .base import AdaptiveContrastiveLoss, embedding_dimension  # noqa: E402
+from .losses import AMCLLoss, ASCLLoss, InfoNCELoss, MACLLoss  # noqa: E402
+from .simcse_names import LOSSES, POOLERS  # noqa: E402
 
-# The SimCSE / MACL paper configuration (one flag away for a GPU machine).
-PAPER_CONFIGS: dict[str, dict[str, Any]] = {
-    "bert": {"learning_rate": 3e-5, "batch_size": 64, "max_seq_length": 32, "epochs": 1,
-             "eval_steps": 125},
-    "roberta": {"learning_rate": 1e-5, "batch_size": 64, "max_seq_length": 32, "epochs": 1,
-                "eval_steps": 125},
-}
+__all__ = ["LOSSES", "POOLERS", "AdaptiveSentenceTransformerTrainer", "SimCSEProjection",
+           "build_simcse_model", "make_loss", "stsb_dev_evaluator", "supervised_dataset",
+           "training_projection", "unsupervised_dataset", "validate_text_dataset"]
+
+
+class SimCSEProjection(nn.Sequential):
+    """SimCSE's training-only MLP over the CLS vector: ``Linear(d, d) -> Tanh`` (Gao et al. 2021)."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__(nn.Linear(dim, dim), nn.Tanh())
 
 
 def build_simcse_model(model_name_or_path: str, pooler: str = "cls", *, max_seq_length: int = 32,
@@ -154,19 +144,20 @@ def make_loss(name: str, model: SentenceTransformer, *, projection: nn.Module | 
     """One of :data:`LOSSES` with SimCSE's temperature (0.05) and the papers' defaults.
 
     ``macl``: alpha 2, A0 0.8, no reweighting (MACL App. B.4); ``ascl``: in-batch soft labels;
-    ``amcl``: 2 heads, learned pair temperature; ``infonce``: SimCSE itself.
+    ``amcl``: 2 heads, learned pair temperature; ``infonce``: SimCSE itself. Names are resolved
+    by :func:`~adaptcl.registry.canonical_loss_name` (case-insensitive; an older
+    spelling such as ``"nt_xent"`` builds InfoNCE with a ``FutureWarning``).
     """
+    name = canonical_loss_name(name, allowed=LOSSES)
     if name == "infonce":
         return InfoNCELoss(model, temperature=temperature, projection=projection, **kwargs)
     if name == "macl":
         return MACLLoss(model, temperature=temperature, projection=projection, **kwargs)
     if name == "ascl":
         return ASCLLoss(model, temperature=temperature, projection=projection, **kwargs)
-    if name == "amcl":
-        if projection is not None:
-            raise ValueError("AMCL brings its own projection heads; use pooler='cls_before_pooler' or 'avg'")
-        return AMCLLoss(model, **kwargs)
-    raise ValueError(f"loss={name!r} is not one of {LOSSES}")
+    if projection is not None:  # amcl
+        raise ValueError("AMCL brings its own projection heads; use pooler='cls_before_pooler' or 'avg'")
+    return AMCLLoss(model, **kwargs)
 
 
 def unsupervised_dataset(sentences: Sequence[str]):
@@ -191,22 +182,6 @@ def supervised_dataset(triplets: Sequence[tuple[str, str, str]]):
     anchors, positives, negatives = zip(*triplets, strict=True)
     return Dataset.from_dict({"anchor": list(anchors), "positive": list(positives),
                               "negative": list(negatives)})
-
-
-def read_sentences(path: str | Path, limit: int | None = None) -> list[str]:
-    """One sentence per line (SimCSE's wiki1m format); empty lines skipped."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"sentence file {str(path)!r} does not exist")
-    out: list[str] = []
-    with path.open(encoding="utf-8") as handle:
-        for line in handle:
-            line = line.strip()
-            if line:
-                out.append(line)
-                if limit is not None and len(out) >= limit:
-                    break
-    return out
 
 
 def stsb_dev_evaluator(sentences1: Sequence[str], sentences2: Sequence[str],
@@ -240,101 +215,3 @@ class AdaptiveSentenceTransformerTrainer(SentenceTransformerTrainer):
         if stats and "loss" in logs:
             logs = {**logs, **{f"adaptcl/{k}": round(float(v), 6) for k, v in stats.items()}}
         super().log(logs, *args, **kwargs)
-
-
-@dataclass
-class SimCSEConfig:
-    """Training settings (defaults: a CPU-sized run; see :data:`PAPER_CONFIGS`)."""
-
-    output_dir: str
-    batch_size: int = 64
-    learning_rate: float = 3e-5
-    epochs: float = 1.0
-    max_steps: int = -1
-    max_seq_length: int = 32
-    eval_steps: int = 125
-    warmup_ratio: float = 0.0
-    seed: int = 42
-    logging_steps: int = 10
-    save_total_limit: int = 1
-    extra_args: dict[str, Any] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if self.batch_size < 2:
-            raise ValueError(f"batch_size must be >= 2 (in-batch negatives), got {self.batch_size}")
-        if not self.learning_rate > 0:
-            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}")
-        if self.eval_steps < 1:
-            raise ValueError(f"eval_steps must be >= 1, got {self.eval_steps}")
-
-
-def train_simcse(model: SentenceTransformer, train_dataset, loss: AdaptiveContrastiveLoss,
-                 config: SimCSEConfig, *, dev_evaluator: EmbeddingSimilarityEvaluator | None = None,
-                 resume_from_checkpoint: str | bool | None = None,
-                 tensorboard_dir: str | Path | None = None) -> dict[str, Any]:
-    """Train with ``SentenceTransformerTrainer``; keep the best STS-B dev checkpoint.
-
-    Saves a plain sentence-transformers model to ``config.output_dir/final`` (loadable with
-    ``SentenceTransformer(path)``) and the loss's own trainable state next to it.
-
-    ``config.extra_args`` go to ``SentenceTransformerTrainingArguments`` and override the
-    arguments built here (``report_to``, ``use_cpu``, ``bf16`` ...). ``tensorboard_dir``: write
-    the trainer's logs (loss, learning rate, the loss's adaptive quantities under
-    ``train/adaptcl/...``, dev scores under ``eval/...``) as TensorBoard event files there,
-    through transformers' own ``TensorBoardCallback``.
-
-    Returns:
-        dict with ``final_model`` path, ``best_dev_spearman`` (when an evaluator is given),
-        ``global_step`` and the logged ``history`` (loss and adaptive quantities per log step).
-    """
-    validate_text_dataset(train_dataset)
-    out = Path(config.output_dir)
-    evaluate = dev_evaluator is not None
-    metric = f"eval_{dev_evaluator.name}_spearman_cosine" if evaluate else None
-    arguments: dict[str, Any] = dict(
-        output_dir=str(out / "checkpoints"),
-        per_device_train_batch_size=config.batch_size,
-        learning_rate=config.learning_rate,
-        num_train_epochs=config.epochs,
-        max_steps=config.max_steps,
-        warmup_ratio=config.warmup_ratio,
-        seed=config.seed,
-        logging_steps=config.logging_steps,
-        eval_strategy="steps" if evaluate else "no",
-        eval_steps=config.eval_steps if evaluate else None,
-        save_strategy="steps" if evaluate else "no",
-        save_steps=config.eval_steps,
-        save_total_limit=config.save_total_limit,
-        load_best_model_at_end=evaluate,
-        metric_for_best_model=metric,
-        greater_is_better=True,
-        report_to="none",
-        dataloader_drop_last=True,  # a last batch of one pair gives 0, but the optimiser would still step
-        use_cpu=not torch.cuda.is_available(),
-    )
-    args = SentenceTransformerTrainingArguments(**{**arguments, **config.extra_args})
-    callbacks: list[Any] = [LossStateCallback(loss)]
-    if tensorboard_dir is not None:
-        # transformers 5 dropped TrainingArguments(logging_dir=); the callback takes its writer
-        from torch.utils.tensorboard import SummaryWriter
-        from transformers.integrations import TensorBoardCallback
-
-        callbacks.append(TensorBoardCallback(SummaryWriter(log_dir=str(tensorboard_dir))))
-    trainer = AdaptiveSentenceTransformerTrainer(
-        model=model, args=args, train_dataset=train_dataset, loss=loss, evaluator=dev_evaluator,
-        callbacks=callbacks)
-    trainer.train(resume_from_checkpoint=resume_from_checkpoint)
-    final = out / "final"
-    model.save(str(final))
-    loss.save_loss_state(final)
-    history = [h for h in trainer.state.log_history if "loss" in h or metric in h]
-    best = None
-    if evaluate:
-        scores = [h[metric] for h in trainer.state.log_history if metric in h]
-        best = max(scores) if scores else None
-    return {"final_model": str(final), "best_dev_spearman": best,
-            "best_checkpoint": trainer.state.best_model_checkpoint,
-            "global_step": trainer.state.global_step, "history": history,
-            "config": asdict(config), "loss": type(loss).__name__,
-            "loss_config": loss.get_config_dict(),
-            "finite": all(math.isfinite(h.get("loss", 0.0)) for h in history)}
