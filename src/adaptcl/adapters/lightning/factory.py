@@ -67,7 +67,9 @@ def build_ssl_module(method: str, loss: str, *, backbone: str = "resnet-18", wid
     ``module_kwargs`` go to :class:`~adaptcl.adapters.lightning.modules.SSLModule`
     (``optimizer``, ``lr``, ``weight_decay``, ``num_classes``, ``knn_k``, ``knn_t``, ...).
     For ``"ascl-moco"`` the loss names the mode: ``"ascl"``, ``"ahcl"``, ``"hard"``, or
-    ``"moco"`` (plain MoCo: ASCL without neighbours).
+    ``"infonce"`` (plain MoCo: ASCL without neighbours). Loss names are the registry's
+    (:mod:`adaptcl.registry`); the older spellings (``"nt_xent"``, ``"dual"``,
+    ``"moco"``, ...) build the same module with a ``FutureWarning``.
     """
     from lightly.models.modules.heads import (
         BarlowTwinsProjectionHead,
@@ -79,11 +81,11 @@ def build_ssl_module(method: str, loss: str, *, backbone: str = "resnet-18", wid
 
     from adaptcl.plugins.amcl import AMCLBarlowTwinsLoss, AMCLSimSiamLoss, PairTemperature
 
-    check_method_loss(method, loss)
+    loss = check_method_loss(method, loss)
     net, feature_dim = M.cifar_resnet(backbone, width=width)
     hid, out = hidden_dim, output_dim
     if method == "ascl-moco":
-        mode, k = (loss, num_neighbors) if loss != "moco" else ("ascl", 0)
+        mode, k = (loss, num_neighbors) if loss != "infonce" else ("ascl", 0)
         return M.ASCLMoCoModule(net, feature_dim, hidden_dim=hid, output_dim=out,
                                 queue_size=queue_size, temperature=temperature,
                                 sharpen_temperature=sharpen_temperature, num_neighbors=k,
@@ -121,11 +123,11 @@ def build_ssl_module(method: str, loss: str, *, backbone: str = "resnet-18", wid
     if method == "barlowtwins":  # Lightly's BarlowTwinsLoss
         return module(net, feature_dim, None, hidden_dim=hid, output_dim=out, **module_kwargs)
     criteria = {
-        "nt_xent": lambda: L.NTXentLoss(temperature, **queue),
+        "infonce": lambda: L.NTXentLoss(temperature, **queue),
         "macl": lambda: L.MACLLoss(macl_temperature or temperature, alpha, a0, **queue),
         "dcl": lambda: L.DCLLoss(temperature, **queue),
         "flatnce": lambda: L.FlatNCELoss(temperature, **queue),
-        "dual": lambda: L.DualTemperatureLoss(temperature, 1.0, **queue),
+        "dual_temperature": lambda: L.DualTemperatureLoss(temperature, 1.0, **queue),
         "ascl": lambda: L.ASCLLoss(temperature, sharpen_temperature, num_neighbors, **queue),
     }
     return module(net, feature_dim, criteria[loss](), hidden_dim=hid, output_dim=out,
