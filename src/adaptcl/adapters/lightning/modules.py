@@ -60,13 +60,13 @@ from lightly.utils.benchmarking import knn_predict  # noqa: E402
 from lightly.utils.scheduler import cosine_schedule  # noqa: E402
 
 from adaptcl.adapters.lightly import ASCLMoCo, NTXentLoss  # noqa: E402
-from adaptcl.plugins._validation import (  # noqa: E402
+from adaptcl.plugins.amcl import AMCLSimSiamLoss  # noqa: E402
+from adaptcl.plugins.validation import (  # noqa: E402
     check_choice,
     check_int,
     check_non_negative,
     check_positive,
 )
-from adaptcl.plugins.amcl import AMCLSimSiamLoss  # noqa: E402
 
 __all__ = [
     "AtomicCheckpointIO", "SSLModule", "SimCLRModule", "MoCoV2Module", "SimSiamModule", "BarlowTwinsModule",

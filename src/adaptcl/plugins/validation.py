@@ -1,4 +1,5 @@
-"""Argument checks shared by every loss: clear errors that name the offending argument."""
+"""Argument checks shared by every loss and by the adapters: clear errors that name the offending
+argument."""
 
 from __future__ import annotations
 
