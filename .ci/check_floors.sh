@@ -42,18 +42,21 @@ fi
 # none is missing) and the core's parity tests against its peer.
 tests_for() {
   case $1 in
-    vision) echo tests/adapters/test_lightly_adapter.py tests/adapters/test_lightly_dropin.py \
-                 tests/adapters/test_lightning_modules.py tests/adapters/test_lightning_ddp.py \
-                 tests/adapters/test_mixed_precision_lightning.py tests/plugins/test_parity.py ;;
-    text) echo tests/adapters/test_sentence_transformers_adapter.py tests/adapters/test_st_cached.py \
-               tests/adapters/test_st_composition.py tests/adapters/test_st_peer_parity.py \
-               tests/adapters/test_st_cached_ddp.py \
-               tests/adapters/test_sentence_transformers_distributed.py \
-               tests/adapters/test_mixed_precision_sentence_transformers.py ;;
-    graph) echo tests/adapters/test_graphcl_devices.py tests/adapters/test_graphcl_edge_attributes.py \
-                tests/adapters/test_graphcl_model.py tests/adapters/test_graphcl_train.py \
-                tests/adapters/test_graphcl_transforms.py tests/adapters/test_graphcl_workers.py \
-                tests/adapters/test_molecules.py tests/adapters/test_mixed_precision_graphcl.py ;;
+    vision) echo tests/adapters/lightly/test_adapter.py tests/adapters/lightly/test_dropin.py \
+                 tests/adapters/lightning/test_modules.py tests/adapters/lightning/test_ddp.py \
+                 tests/adapters/lightning/test_mixed_precision.py tests/plugins/test_parity.py ;;
+    text) echo tests/adapters/sentence_transformers/test_adapter.py \
+               tests/adapters/sentence_transformers/test_cached.py \
+               tests/adapters/sentence_transformers/test_composition.py \
+               tests/adapters/sentence_transformers/test_peer_parity.py \
+               tests/adapters/sentence_transformers/test_cached_ddp.py \
+               tests/adapters/sentence_transformers/test_distributed.py \
+               tests/adapters/sentence_transformers/test_mixed_precision.py \
+               tests/recipes/test_simcse_training.py ;;
+    graph) echo tests/adapters/graphcl/test_devices.py tests/adapters/graphcl/test_edge_attributes.py \
+                tests/adapters/graphcl/test_model.py tests/adapters/graphcl/test_train.py \
+                tests/adapters/graphcl/test_transforms.py tests/adapters/graphcl/test_workers.py \
+                tests/adapters/graphcl/test_molecules.py tests/adapters/graphcl/test_mixed_precision.py ;;
     *) echo "unknown extra $1" >&2; return 1 ;;
   esac
 }
@@ -61,8 +64,8 @@ tests_for() {
 # What the adapter needs at import time: a floor that cannot even be imported fails here.
 imports_for() {
   case $1 in
-    vision) echo "import adaptcl.adapters.lightly, adaptcl.adapters.lightning_modules, lightly, pytorch_lightning" ;;
-    text) echo "import adaptcl.adapters.sentence_transformers, adaptcl.adapters.simcse, sentence_transformers, transformers, datasets, accelerate" ;;
+    vision) echo "import adaptcl.adapters.lightly, adaptcl.adapters.lightning.modules, adaptcl.adapters.lightning.factory, lightly, pytorch_lightning" ;;
+    text) echo "import adaptcl.adapters.sentence_transformers.losses, adaptcl.adapters.sentence_transformers.simcse, adaptcl.adapters.sentence_transformers.callbacks, sentence_transformers, transformers, datasets, accelerate" ;;
     graph) echo "import adaptcl.adapters.graphcl, adaptcl.adapters.graphcl.molecules, torch_geometric, ogb, rdkit" ;;
   esac
 }

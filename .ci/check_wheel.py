@@ -19,9 +19,10 @@ FRAMEWORKS = ("lightly", "sentence_transformers", "transformers", "torch_geometr
               "rdkit", "pytorch_lightning", "sklearn", "matplotlib")
 ADAPTERS = {
     "adaptcl.adapters.lightly": "vision",
-    "adaptcl.adapters.lightning_modules": "vision",
-    "adaptcl.adapters.sentence_transformers": "text",
-    "adaptcl.adapters.simcse": "text",
+    "adaptcl.adapters.lightning.modules": "vision",
+    "adaptcl.adapters.lightning.factory": "vision",
+    "adaptcl.adapters.sentence_transformers.losses": "text",
+    "adaptcl.adapters.sentence_transformers.simcse": "text",
     "adaptcl.adapters.graphcl": "graph",
 }
 

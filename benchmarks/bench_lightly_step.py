@@ -49,7 +49,7 @@ def main() -> int:
     from lightly.models.modules.heads import SimCLRProjectionHead
 
     from adaptcl.adapters.lightly import MACLLoss, NTXentLoss
-    from adaptcl.adapters.lightning_modules import cifar_resnet
+    from adaptcl.adapters.lightning.modules import cifar_resnet
 
     torch.manual_seed(0)
     backbone, feature_dim = cifar_resnet("resnet-18", width=args.width)

@@ -12,7 +12,7 @@ The temperature is 0.05 (SimCSE's): ``exp(1 / 0.05) = 4.9e8`` exceeds float16's 
 (65,504), so a softmax exponentiated in float16 would overflow.
 
 The framework-level steps (Lightning, sentence-transformers, GraphCL) are in
-``tests/adapters/test_mixed_precision_*.py``.
+``tests/adapters/*/test_mixed_precision.py``.
 """
 
 from __future__ import annotations

@@ -70,8 +70,11 @@ ADAPTER_WITHOUT_EXTRA = r"""
 import sys
 BLOCKED = set(sys.argv[1].split(","))
 """ + BLOCKER + r"""
+module, _, name = sys.argv[2].partition(":")
 try:
-    __import__(sys.argv[2])
+    __import__(module)
+    if name:  # a package that imports its framework with the name (PEP 562 __getattr__)
+        getattr(sys.modules[module], name)
 except ImportError as err:
     print("IMPORTERROR", err)
 else:
@@ -81,9 +84,13 @@ else:
 
 @pytest.mark.parametrize(("module", "blocked", "extra"), [
     ("adaptcl.adapters.lightly", "lightly", "vision"),
-    ("adaptcl.adapters.lightning_modules", "lightly,pytorch_lightning", "vision"),
-    ("adaptcl.adapters.sentence_transformers", "sentence_transformers", "text"),
-    ("adaptcl.adapters.simcse", "sentence_transformers", "text"),
+    ("adaptcl.adapters.lightning.modules", "lightly,pytorch_lightning", "vision"),
+    ("adaptcl.adapters.lightning.factory", "pytorch_lightning", "vision"),
+    ("adaptcl.adapters.lightning:SimCLRModule", "lightly,pytorch_lightning", "vision"),
+    ("adaptcl.adapters.sentence_transformers.losses", "sentence_transformers", "text"),
+    ("adaptcl.adapters.sentence_transformers.simcse", "sentence_transformers", "text"),
+    ("adaptcl.adapters.sentence_transformers:MACLLoss", "sentence_transformers", "text"),
+    ("adaptcl.recipes.simcse_training", "sentence_transformers", "text"),
     ("adaptcl.adapters.graphcl", "torch_geometric", "graph"),
 ])
 def test_adapter_without_its_extra_names_the_pip_install_command(module, blocked, extra):
@@ -91,6 +98,83 @@ def test_adapter_without_its_extra_names_the_pip_install_command(module, blocked
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert f"pip install 'adaptcl[{extra}]'" in out.stdout, out.stdout
+
+
+FRAMEWORK_FREE = r"""
+BLOCKED = {"torch", "numpy", "lightly", "sentence_transformers", "transformers", "torch_geometric",
+           "pytorch_lightning", "lightning"}
+""" + BLOCKER + r"""
+import adaptcl.adapters.lightning, adaptcl.adapters.sentence_transformers
+from adaptcl.adapters.lightning.methods import METHOD_LOSSES
+from adaptcl.adapters.sentence_transformers.simcse_names import LOSSES, POOLERS
+import adaptcl.io
+print("OK", adaptcl.adapters.lightning.METHODS, adaptcl.adapters.sentence_transformers.POOLERS)
+"""
+
+
+def test_framework_packages_list_their_names_without_torch_or_the_framework():
+    """What a command line's --help needs (the image methods and their losses, SimCSE's poolers
+    and losses) imports without torch or any framework; the rest of each package loads on use."""
+    out = subprocess.run([sys.executable, "-c", FRAMEWORK_FREE], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "OK ('simclr'" in out.stdout and "'avg_top2')" in out.stdout
+
+
+@pytest.mark.parametrize("package", ["adaptcl.adapters.lightning",
+                                     "adaptcl.adapters.sentence_transformers"])
+def test_lazy_package_exports_every_public_name_from_its_module(package):
+    """``__all__`` of a lazily importing package: each name resolves, to the object its module
+    defines, and the package's dir() lists it; an unknown name is an AttributeError."""
+    import importlib
+
+    pytest.importorskip("sentence_transformers" if "sentence" in package else "pytorch_lightning")
+    module = importlib.import_module(package)
+    assert set(module.__all__) == set(module._EXPORTS) | {
+        n for n in module.__all__ if n not in module._EXPORTS and n in vars(module)}
+    for name in module.__all__:
+        value = getattr(module, name)
+        if name in module._EXPORTS:
+            home = importlib.import_module(f"{package}.{module._EXPORTS[name]}")
+            assert value is getattr(home, name), name
+        assert name in dir(module)
+    with pytest.raises(AttributeError, match="no_such_name"):
+        module.no_such_name  # noqa: B018
+
+
+def test_adapters_root_holds_only_packages():
+    root = REPO_ROOT / "src" / "adaptcl" / "adapters"
+    modules = sorted(p.name for p in root.glob("*.py"))
+    assert modules == ["__init__.py"], modules
+    assert all((p / "__init__.py").is_file() for p in root.iterdir()
+               if p.is_dir() and p.name != "__pycache__")
+
+
+def test_no_module_imports_a_private_module_of_another_layer():
+    """A layer (adapters, recipes, plugins, the top-level modules) imports another layer's
+    public modules only; a private module (``_name``) is shared within its own package."""
+    import ast
+
+    src = REPO_ROOT / "src"
+    offences = []
+    for path in sorted((src / "adaptcl").rglob("*.py")):
+        package = ".".join(path.relative_to(src).with_suffix("").parts[:-1])
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            for name in names:
+                parts = name.split(".")
+                private = [i for i, part in enumerate(parts) if part.startswith("_")
+                           and not part.startswith("__")]
+                if parts[0] == "adaptcl" and private:
+                    owner = ".".join(parts[:private[0]])
+                    if not (package == owner or package.startswith(owner + ".")):
+                        offences.append(f"{path.relative_to(src)} imports {name}")
+    assert not offences, offences
 
 
 def test_version_is_read_from_installed_metadata():
@@ -134,7 +218,7 @@ def test_floors_check_runs_every_adapter_test_of_each_extra():
         wanted = [r for r in extras[extra] if not r.startswith(("torch>", "torchvision"))]
         assert " ".join(_floors_function("requirements_for", extra)) == " ".join(wanted)
     # every adapter test that imports an extra's framework runs in that extra's floors venv
-    for path in sorted((REPO_ROOT / "tests" / "adapters").glob("test_*.py")):
+    for path in sorted((REPO_ROOT / "tests" / "adapters").rglob("test_*.py")):
         text = path.read_text()
         for extra, modules in FLOOR_EXTRAS.items():
             if any(f'"{m}"' in text or f"import {m}" in text or f"from {m}" in text

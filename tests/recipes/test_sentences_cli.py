@@ -108,12 +108,3 @@ def test_old_spellings_still_parse_with_a_note(tmp_path, shared_data, capsys):
 
     saved = json.loads((tmp_path / "o" / "transfer_results.json").read_text())
     assert saved["seeds"] == [7] and saved["environment"]["torch_threads"] == 1
-
-
-def test_recipe_loss_and_pooler_names_match_the_adapter():
-    pytest.importorskip("sentence_transformers")
-    from adaptcl.adapters import simcse as adapter
-    from adaptcl.recipes import encoders, simcse
-
-    assert simcse.LOSSES == adapter.LOSSES
-    assert simcse.POOLERS == adapter.POOLERS == encoders.POOLERS

@@ -11,6 +11,7 @@ import pytest
 pytest.importorskip("sentence_transformers")
 
 import adaptcl.recipes.simcse as recipe  # noqa: E402
+import adaptcl.recipes.simcse_training as training  # noqa: E402
 from adaptcl.recipes.simcse import SimCSERecipe, SimCSERecipeConfig  # noqa: E402
 from adaptcl.recipes.template.errors import RecipeError  # noqa: E402
 from adaptcl.recipes.template.store import Cell, GridRun
@@ -67,7 +68,7 @@ def test_recipe_trains_scores_reuses_and_recomputes_when_settings_change(tmp_pat
     def fail(*args, **kwargs):
         raise AssertionError("a finished run was trained again")
 
-    monkeypatch.setattr(recipe, "_train_one", fail)
+    monkeypatch.setattr(training, "train_one", fail)
     again = SimCSERecipe(config).run()
     assert again["reused"] == [["wiki", "untrained", 0], ["wiki", "macl", 42]]
     assert again["computed"] == [] and again["summary"] == result["summary"]
@@ -125,7 +126,7 @@ def test_tensorboard_logger_writes_the_trainers_event_files_with_the_adaptive_cu
 
 def test_device_cpu_trains_with_use_cpu_instead_of_being_refused(tmp_path, shared_data,
                                                                    monkeypatch):
-    import adaptcl.adapters.simcse as adapter
+    import adaptcl.recipes.simcse_training as adapter
 
     class Captured(Exception):
         pass
@@ -142,7 +143,7 @@ def test_device_cpu_trains_with_use_cpu_instead_of_being_refused(tmp_path, share
                                 precision="bf16-mixed"))
     page.prepare()
     with pytest.raises(Captured):
-        recipe._train_one("macl", 42, page, tmp_path / "out")
+        training.train_one("macl", 42, page, tmp_path / "out")
     # use_cpu=True is what keeps a CUDA machine's GPU out of the trainer
     assert seen["use_cpu"] is True and seen["bf16"] is True
 
@@ -186,7 +187,7 @@ def test_zero_step_run_is_refused_and_nothing_stored(tmp_path, shared_data, monk
         return {"final_model": str(model), "global_step": 0, "history": [],
                 "best_dev_spearman": 0.5}
 
-    monkeypatch.setattr(recipe, "_train_one", no_steps)
+    monkeypatch.setattr(training, "train_one", no_steps)
     with pytest.raises(NonResultError, match="no optimisation step"):
         SimCSERecipe(config).run()
     assert not list((tmp_path / "out").rglob("seed42.json"))
@@ -203,7 +204,7 @@ def test_plot_says_why_when_nothing_was_logged(tmp_path, monkeypatch):
     grid = GridRun(cells=[Cell("wiki", "macl", 42)])
     grid.records[Cell("wiki", "macl", 42)] = {"optimisation_steps": 3, "history": []}
     config = SimCSERecipeConfig(logging_steps=10)
-    plots.save_plot(tmp_path / "p.png", lambda axes: recipe.draw_curves(grid, axes, config),
+    plots.save_plot(tmp_path / "p.png", lambda axes: training.draw_curves(grid, axes, config),
                     ncols=2)
     (figure,) = figures
     texts = [t.get_text() for ax in figure.axes for t in ax.texts]
@@ -215,20 +216,20 @@ def test_interrupted_run_leaves_a_partial_result_and_resumes(tmp_path, shared_da
     model = build_tiny_model(tmp_path / "tiny", "bert")
     config = _config(model, shared_data, tmp_path / "out", losses=["infonce", "macl"],
                      sts=False, max_sentences=16)
-    real_train = recipe._train_one
+    real_train = training.train_one
 
     def killed_on_macl(name, seed, plan, out):
         if name == "macl":
             raise KeyboardInterrupt  # a kill between two runs
         return real_train(name, seed, plan, out)
 
-    monkeypatch.setattr(recipe, "_train_one", killed_on_macl)
+    monkeypatch.setattr(training, "train_one", killed_on_macl)
     with pytest.raises(KeyboardInterrupt):
         SimCSERecipe(config).run()
     partial = json.loads((tmp_path / "out" / "simcse_results.json").read_text())
     assert partial["partial"] is True and partial["missing"] == [["wiki", "macl", 42]]
     assert (tmp_path / "out" / "simcse_results.md").read_text().startswith("> **PARTIAL**")
-    monkeypatch.setattr(recipe, "_train_one", real_train)
+    monkeypatch.setattr(training, "train_one", real_train)
     resumed = SimCSERecipe(config).run()
     assert resumed["reused"] == [["wiki", "infonce", 42]]
     assert resumed["computed"] == [["wiki", "macl", 42]] and resumed["partial"] is False

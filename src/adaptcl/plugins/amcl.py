@@ -30,7 +30,12 @@ import warnings
 import torch
 from torch import Tensor, nn
 
-from ._validation import (
+from .base import REDUCTIONS, ContrastiveLoss, Stats, functional_candidates, loss_stats, reduce
+from .candidates import Candidates, autocast_off, compute_dtype, normalize
+from .distributed import GatherFn
+from .kernel import no_negatives_output
+from .tiled import streamed_pair_lse, streamed_sum, streamed_top_columns, top_columns
+from .validation import (
     check_bool,
     check_choice,
     check_embeddings,
@@ -38,11 +43,6 @@ from ._validation import (
     check_non_negative,
     check_positive,
 )
-from .base import REDUCTIONS, ContrastiveLoss, Stats, functional_candidates, loss_stats, reduce
-from .candidates import Candidates, autocast_off, compute_dtype, normalize
-from .distributed import GatherFn
-from .kernel import no_negatives_output
-from .tiled import streamed_pair_lse, streamed_sum, streamed_top_columns, top_columns
 
 NEGATIVE_TERMS = ("topk", "softmax")
 OBJECTIVES = ("nt_xent", "infonce")

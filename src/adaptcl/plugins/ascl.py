@@ -25,7 +25,6 @@ import math
 import torch
 from torch import Tensor
 
-from ._validation import check_choice, check_int, check_positive
 from .base import (
     ContrastiveLoss,
     Stats,
@@ -45,6 +44,7 @@ from .candidates import (
 from .distributed import GatherFn
 from .kernel import KernelOutput, contrastive_kernel, kernel_from_lse, no_negatives_output
 from .tiled import Masks, mask_tile, streamed_row_stats, streamed_softmax_stats, top_columns
+from .validation import check_choice, check_int, check_positive
 
 MODES = ("ascl", "ahcl", "hard")
 ASCL_FORMS = ("queue", "cross_view")

@@ -9,10 +9,10 @@ import torch
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from ._validation import check_choice, check_shared
 from .candidates import FORMS, Candidates, build_candidates
 from .distributed import GatherFn
 from .kernel import KernelOutput, kernel_from_lse, negative_lse, no_negatives_output
+from .validation import check_choice, check_shared
 
 Stats = dict[str, Tensor]
 REDUCTIONS = ("mean", "sum", "none")

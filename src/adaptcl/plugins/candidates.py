@@ -32,8 +32,8 @@ import torch
 from torch import Tensor
 
 from . import distributed
-from ._validation import check_choice, check_embeddings, check_pair
 from .distributed import GatherFn
+from .validation import check_choice, check_embeddings, check_pair
 
 FORMS = ("nt_xent", "cross_view", "cross_view_symmetric", "queue")
 

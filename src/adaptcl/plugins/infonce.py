@@ -17,11 +17,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from ._validation import check_positive
 from .base import ContrastiveLoss, Stats, functional_candidates, loss_stats, reduce, run_kernel
 from .candidates import Candidates
 from .distributed import GatherFn
 from .kernel import negative_lse, no_negatives_output
+from .validation import check_positive
 
 
 def _info_nce(cands: list[Candidates], temperature: float, positive_in_denominator: bool,

@@ -25,10 +25,10 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ._validation import check_choice, check_finite_number, check_non_negative, check_positive
 from .base import ContrastiveLoss, Stats, functional_candidates, reduce, run_kernel
 from .candidates import Candidates, alignment_magnitude
 from .distributed import GatherFn
+from .validation import check_choice, check_finite_number, check_non_negative, check_positive
 
 TEMPERATURE_FORMS = ("linear", "exp")
 WEIGHT_FORMS = ("inverse", "w_prime")

@@ -13,9 +13,9 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ._validation import check_embeddings, check_pair, check_positive
 from .candidates import build_candidates, normalize
 from .kernel import negative_lse
+from .validation import check_embeddings, check_pair, check_positive
 
 
 def _labels(labels: Tensor, n: int) -> Tensor:

@@ -22,7 +22,6 @@ from collections.abc import Callable
 import torch
 from torch import Tensor
 
-from ._validation import check_choice, check_positive
 from .base import (
     ContrastiveLoss,
     Stats,
@@ -33,6 +32,7 @@ from .base import (
 )
 from .candidates import Candidates, rows_logits
 from .distributed import GatherFn
+from .validation import check_choice, check_positive
 
 MINING = ("all", "hardest")
 

@@ -54,11 +54,11 @@ from typing import Any
 
 import numpy as np
 
-from adaptcl.adapters._atomic import atomic_write
+from adaptcl.adapters.sentence_transformers.simcse_names import POOLERS
+from adaptcl.io import atomic_write
 from adaptcl.recipes.template.errors import NonResultError
 from adaptcl.recipes.template.files import write_text_atomic
 
-POOLERS: tuple[str, ...] = ("cls", "cls_before_pooler", "avg", "avg_first_last", "avg_top2")
 CACHE_ENV = "ADAPTCL_CACHE_DIR"
 # Bump when the way embeddings are computed changes, so older cache entries are never reused.
 CACHE_FORMAT = 2

@@ -1,7 +1,7 @@
 """``adaptcl images``: self-supervised pre-training on images via Lightly, kNN and linear probe.
 
 Pre-trains SimCLR, MoCo v2, SimSiam, Barlow Twins or ASCL-MoCo (the Lightning modules of
-:mod:`adaptcl.adapters.lightning_modules`) with one or more losses on CIFAR-10 (torchvision's
+:mod:`adaptcl.adapters.lightning.modules`) with one or more losses on CIFAR-10 (torchvision's
 files, or the ``.npz`` arrays of the shared data folder) or an image folder, then evaluates the
 frozen backbone with Lightly's weighted kNN (k=200, t=0.1) and a linear probe. Device,
 precision, several devices and the logger go to Lightning's own ``Trainer``
@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from adaptcl.adapters.ssl_methods import METHOD_LOSSES, METHODS, check_method_loss
+from adaptcl.adapters.lightning.methods import METHOD_LOSSES, METHODS, check_method_loss
 from adaptcl.recipes.template.config import result_settings, validate_config
 from adaptcl.recipes.template.errors import (
     RecipeError,
@@ -70,8 +70,8 @@ PRESETS: dict[str, dict[str, Any]] = {
                   npz_variant="jpeg", hidden_dim=512, output_dim=128, queue_size=4096,
                   linear_epochs=100, linear_batch_size=128, linear_lr=0.02, knn_every=10),
 }
-CODE = ("adaptcl.recipes.images", "adaptcl.adapters.lightly", "adaptcl.adapters.lightning_modules",
-        "adaptcl.adapters.lightning_factory", "adaptcl.adapters.ssl_methods", "adaptcl.plugins")
+CODE = ("adaptcl.recipes.images", "adaptcl.adapters.lightly", "adaptcl.adapters.lightning.modules",
+        "adaptcl.adapters.lightning.factory", "adaptcl.adapters.lightning.methods", "adaptcl.plugins")
 
 
 @dataclass
@@ -166,7 +166,7 @@ class ImagesConfig:
 
 def _module(cfg: ImagesConfig, loss: str, num_classes: int):
     """The Lightning module of ``cfg.method`` trained with ``loss`` (the adapter's factory)."""
-    from adaptcl.adapters.lightning_factory import build_ssl_module
+    from adaptcl.adapters.lightning.factory import build_ssl_module
 
     return build_ssl_module(
         cfg.method, loss, backbone=cfg.backbone, width=cfg.width, hidden_dim=cfg.hidden_dim,
@@ -184,7 +184,7 @@ def knn_accuracy(train_x, train_y, test_x, test_y, num_classes: int, k: int = 20
     """Top-1 accuracy of Lightly's weighted kNN (``knn_predict``) on normalised features."""
     import torch.nn.functional as F
 
-    from adaptcl.adapters.lightning_modules import knn_correct
+    from adaptcl.adapters.lightning.modules import knn_correct
 
     if not len(test_x):
         return float("nan")
@@ -232,7 +232,7 @@ def linear_probe(train_x, train_y, test_x, test_y, num_classes: int, epochs: int
 def _trainer(cfg: ImagesConfig, log_dir: Path, max_epochs: int, ckpt_dir: Path | None = None,
              clock=None):
     """Lightning's Trainer with the recipe's device, precision, strategy, logger, checkpoints."""
-    from adaptcl.adapters.lightning_factory import build_trainer
+    from adaptcl.adapters.lightning.factory import build_trainer
 
     return build_trainer(max_epochs, device=resolve_device(cfg.device),
                          devices=cfg.devices, strategy=cfg.strategy, precision=cfg.precision,
@@ -255,7 +255,7 @@ def _run_one(cfg: ImagesConfig, splits, cell: Cell, run_dir: Path,
                                                     map_location="cpu",
                                                     weights_only=False) is not None else None
     seed_everything(cell.seed)
-    from adaptcl.adapters.lightning_factory import TrainingClock, ssl_transforms
+    from adaptcl.adapters.lightning.factory import TrainingClock, ssl_transforms
 
     normalize = None  # CIFAR-10's statistics; ImageNet's for an image folder
     if splits.source.startswith("image folder"):
@@ -287,7 +287,7 @@ def _run_one(cfg: ImagesConfig, splits, cell: Cell, run_dir: Path,
         return None
     require_steps(len(module.history), cell.label())
     start = time.perf_counter()
-    from adaptcl.adapters.lightning_modules import extract_features
+    from adaptcl.adapters.lightning.modules import extract_features
 
     train_x, train_y, test_x, test_y = (
         *extract_features(module.backbone, bank_loader, module.device, progress=cfg.progress,

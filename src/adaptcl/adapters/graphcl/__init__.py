@@ -3,12 +3,14 @@
 * augmentations as ``BaseTransform`` subclasses (:mod:`.transforms`): :class:`NodeDrop`,
   :class:`EdgePerturb`, :class:`AttrMask`, :class:`Subgraph`, :class:`RandomChoice`,
   :func:`graphcl_augmentation` (GraphCL's names ``dnodes``/``random2``/...), and
-  :class:`TwoViewDataset` for the two views of each graph;
+  :class:`TwoViewDataset` for the two views of each graph; node features for graphs without
+  them (:mod:`.features`): :class:`ConstantFeatures`, :class:`CappedOneHotDegree`;
 * encoders (:mod:`.encoders`): :class:`TUGINEncoder` (GraphCL's TU GIN, 3 x 32, 96-dim) and
   :class:`MolGINEncoder` (Hu et al. 2020, 5 x 300, OGB atom/bond encoders);
 * the models (:mod:`.model`): :class:`GraphCL`, the fine-tuning :class:`MolPropertyModel`
   (encoder + linear multi-task head), the loss factory :func:`graphcl_loss`
-  (``"graphcl"`` = DCL cross-view, ``"infonce"``, ``"macl"``, or any ``nn.Module``), and
+  (``"dcl"``, also by GraphCL's name ``"graphcl"``, ``"infonce"``, ``"macl"``, or any
+  ``nn.Module``), and
   :func:`train_epoch` (``device=``, ``precision="32" | "bf16-mixed" | "16-mixed"``).
 
 References: You et al., "Graph Contrastive Learning with Augmentations", NeurIPS 2020;
@@ -31,7 +33,9 @@ from adaptcl.adapters import require
 require("torch_geometric", "graph")
 
 from .encoders import MolGINEncoder, TUGINEncoder  # noqa: E402
+from .features import CappedOneHotDegree, ConstantFeatures  # noqa: E402
 from .model import (  # noqa: E402
+    LOSS_ALIASES,
     LOSS_NAMES,
     PRECISIONS,
     GraphCL,
@@ -52,8 +56,6 @@ from .molecules import (  # noqa: E402
 )
 from .transforms import (  # noqa: E402
     AttrMask,
-    CappedOneHotDegree,
-    ConstantFeatures,
     EdgePerturb,
     GraphAugmentation,
     Identity,
@@ -69,7 +71,8 @@ __all__ = [
     "AttrMask", "CappedOneHotDegree", "ConstantFeatures", "EdgePerturb", "GraphAugmentation",
     "Identity", "NodeDrop", "RandomChoice", "Subgraph", "TwoViewDataset", "graphcl_augmentation",
     "worker_generator",
-    "TUGINEncoder", "MolGINEncoder", "GraphCL", "MolPropertyModel", "graphcl_loss", "LOSS_NAMES", "projection_head",
+    "TUGINEncoder", "MolGINEncoder", "GraphCL", "MolPropertyModel", "graphcl_loss", "LOSS_NAMES",
+    "LOSS_ALIASES", "projection_head",
     "train_epoch", "PRECISIONS",
     "MoleculeDataset", "featurise_smiles", "load_moleculenet", "load_smiles_dataset",
     "murcko_scaffold", "read_moleculenet_csv", "scaffold_split", "smiles_to_data",

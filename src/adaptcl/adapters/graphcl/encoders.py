@@ -61,7 +61,7 @@ class TUGINEncoder(nn.Module):
         num_layers: number of GIN layers (3 in GraphCL); ``out_dim = hidden * num_layers``.
 
     The layers run in float32 even inside ``torch.autocast`` (bf16 sums lose the gradient:
-    ``tests/adapters/test_mixed_precision_graphcl.py``).
+    ``tests/adapters/graphcl/test_mixed_precision.py``).
     """
 
     def __init__(self, in_channels: int, hidden_channels: int = 32, num_layers: int = 3) -> None:

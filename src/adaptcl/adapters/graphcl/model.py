@@ -31,12 +31,17 @@ require("torch_geometric", "graph")
 import torch  # noqa: E402
 from torch import Tensor, nn  # noqa: E402
 
-from .transforms import _data_device  # noqa: E402
+from adaptcl.registry import canonical_loss_name, loss_help  # noqa: E402
 
-__all__ = ["GraphCL", "MolPropertyModel", "graphcl_loss", "LOSS_NAMES", "PRECISIONS",
+from ._graph import _data_device  # noqa: E402
+
+__all__ = ["GraphCL", "MolPropertyModel", "graphcl_loss", "LOSS_NAMES", "LOSS_ALIASES", "PRECISIONS",
            "projection_head", "train_epoch"]
 
-LOSS_NAMES = ("graphcl", "infonce", "macl")
+#: the canonical loss names :func:`graphcl_loss` builds (:mod:`adaptcl.registry`)
+LOSS_NAMES = ("dcl", "infonce", "macl")
+#: GraphCL's own name for its loss: DCL in the cross-view form
+LOSS_ALIASES = {"graphcl": "dcl"}
 
 # default tau of each loss in GraphCL's TU setting (MACL's tau0 0.2 on TU, 0.1 on molecules)
 DEFAULT_TEMPERATURE = 0.2
@@ -46,13 +51,16 @@ def graphcl_loss(name: str | nn.Module = "graphcl", temperature: float = DEFAULT
                  **kwargs) -> nn.Module:
     """Build a loss for :class:`GraphCL` by name, or return a given ``nn.Module`` unchanged.
 
-    * ``"graphcl"`` (alias ``"dcl"``): GraphCL's own loss, ``DCLLoss(form="cross_view")``.
+    * ``"dcl"`` (GraphCL's own loss, also by its name ``"graphcl"``):
+      ``DCLLoss(form="cross_view")``.
     * ``"infonce"``: ``InfoNCELoss(form="cross_view")`` (positive in the denominator).
     * ``"macl"``: ``MACLLoss(alpha=0.5, a0=0.0, reweight=False, form="cross_view",
       positive_in_denominator=False)``: GraphCL + MACL as in Huang et al. 2023, App. B.5.
 
     ``kwargs`` go to the loss constructor (e.g. ``alpha=``, ``a0=`` for MACL, or ``tile_size=``
-    to stream the similarity matrix in tiles for very large batches).
+    to stream the similarity matrix in tiles for very large batches). Names are resolved by
+    :func:`~adaptcl.registry.canonical_loss_name` (case-insensitive; an older spelling
+    such as ``"nt_xent"`` builds InfoNCE with a ``FutureWarning``).
     """
     if isinstance(name, nn.Module):
         if kwargs:
@@ -60,8 +68,11 @@ def graphcl_loss(name: str | nn.Module = "graphcl", temperature: float = DEFAULT
         return name
     from adaptcl.plugins import DCLLoss, InfoNCELoss, MACLLoss
 
-    key = name.lower()
-    if key in ("graphcl", "dcl"):
+    if not isinstance(name, str):
+        raise TypeError(f"loss_fn must be a loss name ({loss_help(LOSS_NAMES, LOSS_ALIASES)}) "
+                        f"or an nn.Module, got {type(name).__name__} {name!r}")
+    key = canonical_loss_name(name, allowed=LOSS_NAMES, aliases=LOSS_ALIASES)
+    if key == "dcl":
         return DCLLoss(temperature=temperature, form="cross_view", **kwargs)
     if key == "infonce":
         return InfoNCELoss(temperature=temperature, form="cross_view", **kwargs)
@@ -70,8 +81,7 @@ def graphcl_loss(name: str | nn.Module = "graphcl", temperature: float = DEFAULT
                   "positive_in_denominator": False}
         params.update(kwargs)
         return MACLLoss(temperature=temperature, **params)
-    raise ValueError(f"unknown loss {name!r}; choose from {', '.join(LOSS_NAMES)} "
-                     "or pass an nn.Module")
+    raise AssertionError(key)  # pragma: no cover - LOSS_NAMES are all built above
 
 
 def projection_head(dim: int, out_dim: int | None = None) -> nn.Sequential:

@@ -52,7 +52,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from adaptcl.adapters import require
-from adaptcl.adapters._atomic import atomic_write
+from adaptcl.io import atomic_write
 
 require("torch_geometric", "graph")
 

@@ -73,9 +73,17 @@ require("torch_geometric", "graph")
 
 import torch  # noqa: E402
 from torch import Tensor  # noqa: E402
-from torch_geometric.data import Batch, Data, HeteroData  # noqa: E402
+from torch_geometric.data import Batch, Data  # noqa: E402
 from torch_geometric.transforms import BaseTransform  # noqa: E402
-from torch_geometric.utils import degree, one_hot, select  # noqa: E402
+from torch_geometric.utils import select  # noqa: E402
+
+from ._graph import (  # noqa: E402
+    _check_min_nodes,
+    _check_ratio,
+    _data_device,
+    _num_nodes,
+    _require_homogeneous,
+)
 
 __all__ = [
     "GraphAugmentation",
@@ -85,50 +93,10 @@ __all__ = [
     "AttrMask",
     "Subgraph",
     "RandomChoice",
-    "ConstantFeatures",
-    "CappedOneHotDegree",
     "TwoViewDataset",
     "graphcl_augmentation",
     "worker_generator",
 ]
-
-
-def _check_ratio(ratio: float, name: str = "ratio") -> float:
-    ratio = float(ratio)
-    if not 0.0 <= ratio < 1.0:
-        raise ValueError(f"{name} must be in [0, 1), got {ratio}")
-    return ratio
-
-
-def _check_min_nodes(min_nodes: int) -> int:
-    if min_nodes < 1:
-        raise ValueError(f"min_nodes must be >= 1, got {min_nodes}")
-    return int(min_nodes)
-
-
-def _num_nodes(data: Data) -> int:
-    n = data.num_nodes
-    return 0 if n is None else int(n)
-
-
-def _data_device(data: Data) -> torch.device:
-    """The device of the graph: that of ``edge_index``, else ``x``, else any tensor, else CPU."""
-    for key in ("edge_index", "x"):
-        value = data[key] if key in data else None
-        if isinstance(value, Tensor):
-            return value.device
-    for _, value in data:
-        if isinstance(value, Tensor):
-            return value.device
-    return torch.device("cpu")
-
-
-def _require_homogeneous(transform: BaseTransform, data: object) -> None:
-    if isinstance(data, HeteroData):
-        raise TypeError(
-            f"{transform.__class__.__name__} works on homogeneous graphs (Data or Batch), got "
-            "HeteroData; convert with data.to_homogeneous() (node_type/edge_type stay aligned "
-            "as node- and edge-level attributes) or apply it to each node/edge type yourself")
 
 
 # -- randomness inside DataLoader workers ------------------------------------------------------
@@ -486,66 +454,6 @@ class RandomChoice(GraphAugmentation):
     def __repr__(self) -> str:
         inner = ", ".join(repr(t) for t in self.transforms)
         return f"{self.__class__.__name__}([{inner}])"
-
-
-class ConstantFeatures(BaseTransform):
-    """``x = full((n, 1), value)`` for graphs without node features (GraphCL: IMDB/REDDIT).
-
-    ``x`` is made on the graph's device, in ``dtype`` (default ``torch.get_default_dtype()``);
-    any existing ``x`` is replaced.
-
-    >>> ConstantFeatures()
-    ConstantFeatures(value=1.0)
-    """
-
-    def __init__(self, value: float = 1.0, dtype: torch.dtype | None = None) -> None:
-        self.value = float(value)
-        self.dtype = dtype
-
-    def forward(self, data: Data) -> Data:
-        _require_homogeneous(self, data)
-        dtype = self.dtype if self.dtype is not None else torch.get_default_dtype()
-        data.x = torch.full((_num_nodes(data), 1), self.value, dtype=dtype,
-                            device=_data_device(data))
-        return data
-
-    def __repr__(self) -> str:
-        dtype = f", dtype={self.dtype}" if self.dtype is not None else ""
-        return f"{self.__class__.__name__}(value={self.value}{dtype})"
-
-
-class CappedOneHotDegree(BaseTransform):
-    """One-hot in-degree with degrees above ``max_degree`` put in the last bucket.
-
-    Unlike ``T.OneHotDegree`` it never fails on a degree larger than ``max_degree``; the
-    feature dimension is ``max_degree + 1``. Any existing ``x`` is replaced. Built on
-    torch-geometric's ``degree`` and ``one_hot``, on the graph's device, in ``dtype``
-    (default ``torch.get_default_dtype()``).
-
-    >>> CappedOneHotDegree(max_degree=10)
-    CappedOneHotDegree(max_degree=10)
-    """
-
-    def __init__(self, max_degree: int = 100, dtype: torch.dtype | None = None) -> None:
-        if max_degree < 0:
-            raise ValueError(f"max_degree must be >= 0, got {max_degree}")
-        self.max_degree = int(max_degree)
-        self.dtype = dtype
-
-    def forward(self, data: Data) -> Data:
-        _require_homogeneous(self, data)
-        n = _num_nodes(data)
-        edge_index = data.edge_index if "edge_index" in data else None
-        if edge_index is None:
-            edge_index = torch.empty((2, 0), dtype=torch.long, device=_data_device(data))
-        deg = degree(edge_index[1], n, dtype=torch.long).clamp(max=self.max_degree)
-        dtype = self.dtype if self.dtype is not None else torch.get_default_dtype()
-        data.x = one_hot(deg, self.max_degree + 1, dtype=dtype)
-        return data
-
-    def __repr__(self) -> str:
-        dtype = f", dtype={self.dtype}" if self.dtype is not None else ""
-        return f"{self.__class__.__name__}(max_degree={self.max_degree}{dtype})"
 
 
 _AUG_NAMES = ("dnodes", "pedges", "mask_nodes", "subgraph")

@@ -10,7 +10,7 @@ from lightly.models.modules.heads import MoCoProjectionHead
 from lightly.utils import dist as lightly_dist
 from torch import Tensor, nn
 
-from adaptcl.plugins._validation import check_int
+from adaptcl.plugins.validation import check_int
 
 from .loss import ASCLLoss
 

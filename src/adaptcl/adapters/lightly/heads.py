@@ -9,7 +9,7 @@ import torch
 from torch import Tensor, nn
 
 from adaptcl.plugins import amcl as _amcl
-from adaptcl.plugins._validation import check_int
+from adaptcl.plugins.validation import check_int
 
 __all__ = ["AMCLProjectionHead", "PairTemperature"]
 

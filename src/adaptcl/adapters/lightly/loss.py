@@ -29,13 +29,13 @@ from torch import Tensor, nn
 
 from adaptcl import plugins
 from adaptcl.plugins import amcl as _amcl
-from adaptcl.plugins._validation import (
+from adaptcl.plugins.candidates import normalize
+from adaptcl.plugins.validation import (
     check_finite_number,
     check_int,
     check_non_negative,
     check_positive,
 )
-from adaptcl.plugins.candidates import normalize
 
 from .memory_bank import MemoryBankLoss, core_attribute, same_dtype
 

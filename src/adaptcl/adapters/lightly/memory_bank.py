@@ -30,8 +30,8 @@ from lightly.utils import dist as lightly_dist
 from torch import Tensor, nn
 
 from adaptcl import plugins
-from adaptcl.plugins._validation import check_bool, check_choice, check_shared
 from adaptcl.plugins.candidates import compute_dtype, normalize
+from adaptcl.plugins.validation import check_bool, check_choice, check_shared
 
 __all__ = ["PersistentMemoryBankModule", "MemoryBankLoss", "lightly_gather", "core_attribute"]
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from adaptcl.adapters._atomic import atomic_write
+from adaptcl.io import atomic_write
 
 DATA_ENV = "ADAPTCL_DATA"
 

@@ -1,0 +1,64 @@
+"""PyTorch Lightning training for the image methods, with Lightly's models and the adaptive losses.
+
+Organised by job:
+
+- :mod:`.methods` -- the methods (``"simclr"``, ``"moco"``, ``"simsiam"``, ``"barlowtwins"``,
+  ``"ascl-moco"``) and the losses each accepts, by name; imports no framework, so a command
+  line lists them in ``--help`` without loading Lightning;
+- :mod:`.modules` -- the ``LightningModule`` of each method (:class:`SimCLRModule`,
+  :class:`MoCoV2Module`, :class:`SimSiamModule`, :class:`BarlowTwinsModule`,
+  :class:`ASCLMoCoModule` on the shared :class:`SSLModule`), Lightly's CIFAR ResNet, the kNN
+  monitor and :class:`AtomicCheckpointIO`;
+- :mod:`.factory` -- :func:`build_ssl_module` (a method and a loss by name),
+  :func:`ssl_transforms` and :func:`build_trainer`.
+
+The names below are imported from their module on first use (``pip install 'adaptcl[vision]'``
+for the Lightning ones).
+
+References: MACL (Huang et al., ICML 2023, App. B.2-B.3); AMCL (Wang et al., ECCV 2024); ASCL
+(Feng & Patras, ICPR 2022).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from adaptcl.adapters import lazy_exports
+from adaptcl.adapters.lightning.methods import METHOD_LOSSES, METHODS, check_method_loss
+
+if TYPE_CHECKING:  # pragma: no cover - for type checkers; at run time __getattr__ imports them
+    from adaptcl.adapters.lightning.factory import (
+        TrainingClock,
+        build_ssl_module,
+        build_trainer,
+        ssl_transforms,
+    )
+    from adaptcl.adapters.lightning.modules import (
+        ASCLMoCoModule,
+        AtomicCheckpointIO,
+        BarlowTwinsModule,
+        MoCoV2Module,
+        SimCLRModule,
+        SimSiamModule,
+        SSLModule,
+        cifar_resnet,
+        extract_features,
+        knn_correct,
+        small_cnn,
+    )
+
+_EXPORTS = {
+    **dict.fromkeys(("AtomicCheckpointIO", "SSLModule", "SimCLRModule", "MoCoV2Module",
+                     "SimSiamModule", "BarlowTwinsModule", "ASCLMoCoModule", "cifar_resnet",
+                     "small_cnn", "extract_features", "knn_correct"), "modules"),
+    **dict.fromkeys(("TrainingClock", "build_ssl_module", "build_trainer", "ssl_transforms"),
+                    "factory"),
+}
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
+
+__all__ = [
+    "METHODS", "METHOD_LOSSES", "check_method_loss", "AtomicCheckpointIO", "SSLModule",
+    "SimCLRModule", "MoCoV2Module", "SimSiamModule", "BarlowTwinsModule", "ASCLMoCoModule",
+    "cifar_resnet", "small_cnn", "extract_features", "knn_correct", "TrainingClock",
+    "build_ssl_module", "build_trainer", "ssl_transforms",
+]

@@ -1,0 +1,219 @@
+"""Build a Lightning self-supervised module, its transforms and its Trainer from names.
+
+What a script needs to go from "SimCLR with MACL on CIFAR-10" to ``trainer.fit``:
+
+- :func:`build_ssl_module`: the :mod:`~adaptcl.adapters.lightning.modules` module of a method
+  (``"simclr"``, ``"moco"``, ``"simsiam"``, ``"barlowtwins"``, ``"ascl-moco"``) trained with
+  a loss given by name (:data:`~adaptcl.adapters.lightning.methods.METHOD_LOSSES`), with Lightly's heads, AMCL's multi-heads where
+  the loss needs them, and the MoCo queue as the loss's (checkpointed) memory bank;
+- :func:`ssl_transforms`: the two-view training transform of MACL App. B.3 (Lightly's
+  ``SimCLRTransform`` without blur, or :class:`~adaptcl.adapters.lightly.ASCLTransform`) and
+  the evaluation transform;
+- :func:`build_trainer`: Lightning's ``Trainer`` for a device string (``"cpu"``, ``"cuda"``,
+  ``"cuda:N"``), with ``last.ckpt`` written atomically after every epoch and
+  :class:`TrainingClock`, which sums training time over resumed invocations.
+
+References: MACL (Huang et al., ICML 2023, App. B.2-B.3), AMCL and ASCL (Feng & Patras,
+ICPR 2022).
+
+Example:
+    >>> from adaptcl.adapters.lightning.factory import build_ssl_module, ssl_transforms
+    >>> module = build_ssl_module("simclr", "macl", width=0.125, temperature=0.1)
+    >>> train_tf, eval_tf = ssl_transforms("simclr", input_size=32)
+    >>> type(module).__name__, type(module.criterion).__name__
+    ('SimCLRModule', 'MACLLoss')
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from adaptcl.adapters import require
+
+require("lightly", "vision")
+pl = require("pytorch_lightning", "vision")
+
+from adaptcl.adapters import lightly as L  # noqa: E402
+from adaptcl.adapters.lightning import modules as M  # noqa: E402
+from adaptcl.adapters.lightning.methods import METHOD_LOSSES, METHODS, check_method_loss  # noqa: E402
+
+__all__ = ["METHODS", "METHOD_LOSSES", "TrainingClock", "build_ssl_module", "build_trainer",
+           "ssl_transforms"]
+
+_MODULES = {"simclr": M.SimCLRModule, "moco": M.MoCoV2Module, "simsiam": M.SimSiamModule,
+            "barlowtwins": M.BarlowTwinsModule}
+
+
+def build_ssl_module(method: str, loss: str, *, backbone: str = "resnet-18", width: float = 1.0,
+                     hidden_dim: int = 512, output_dim: int = 128, temperature: float = 0.1,
+                     macl_temperature: float | None = None, alpha: float = 0.5,
+                     a0: float = 0.0, num_heads: int = 2, beta: float = 1e-3, kappa: int = 1,
+                     negative_term: str = "softmax", amcl_objective: str = "nt_xent",
+                     queue_size: int = 4096, num_neighbors: int = 1,
+                     sharpen_temperature: float = 0.05, gather_distributed: bool = False,
+                     **module_kwargs: Any) -> M.SSLModule:
+    """The Lightning module of ``method`` trained with the loss named ``loss``.
+
+    The backbone is Lightly's CIFAR ResNet (:func:`~adaptcl.adapters.lightning.modules.
+    cifar_resnet`, ``backbone`` and ``width``). ``temperature`` is tau of the fixed-temperature
+    losses (and ASCL-MoCo's), ``macl_temperature`` MACL's tau0 (default ``temperature``),
+    ``alpha``/``a0`` MACL's, ``num_heads``/``beta``/``kappa``/``negative_term``/
+    ``amcl_objective`` AMCL's (its multi-heads wrap the method's own Lightly head),
+    ``num_neighbors``/``sharpen_temperature`` ASCL's.
+    MoCo's queue (``queue_size`` x ``output_dim``) is the loss's memory bank, kept in
+    checkpoints. ``gather_distributed`` gathers negatives across DDP ranks.
+    ``module_kwargs`` go to :class:`~adaptcl.adapters.lightning.modules.SSLModule`
+    (``optimizer``, ``lr``, ``weight_decay``, ``num_classes``, ``knn_k``, ``knn_t``, ...).
+    For ``"ascl-moco"`` the loss names the mode: ``"ascl"``, ``"ahcl"``, ``"hard"``, or
+    ``"infonce"`` (plain MoCo: ASCL without neighbours). Loss names are the registry's
+    (:mod:`adaptcl.registry`); the older spellings (``"nt_xent"``, ``"dual"``,
+    ``"moco"``, ...) build the same module with a ``FutureWarning``.
+    """
+    from lightly.models.modules.heads import (
+        BarlowTwinsProjectionHead,
+        MoCoProjectionHead,
+        SimCLRProjectionHead,
+        SimSiamPredictionHead,
+        SimSiamProjectionHead,
+    )
+
+    from adaptcl.plugins.amcl import AMCLBarlowTwinsLoss, AMCLSimSiamLoss, PairTemperature
+
+    loss = check_method_loss(method, loss)
+    net, feature_dim = M.cifar_resnet(backbone, width=width)
+    hid, out = hidden_dim, output_dim
+    if method == "ascl-moco":
+        mode, k = (loss, num_neighbors) if loss != "infonce" else ("ascl", 0)
+        return M.ASCLMoCoModule(net, feature_dim, hidden_dim=hid, output_dim=out,
+                                queue_size=queue_size, temperature=temperature,
+                                sharpen_temperature=sharpen_temperature, num_neighbors=k,
+                                mode=mode, gather_distributed=gather_distributed,
+                                **module_kwargs)
+    bank = (queue_size, out) if method == "moco" else 0
+    # the MoCo queue is saved in checkpoints so that a resumed run keeps it
+    queue = dict(memory_bank_size=bank, gather_distributed=gather_distributed,
+                 persistent_memory_bank=bool(bank))
+    module = _MODULES[method]
+    if loss == "amcl":
+        head = {"simclr": SimCLRProjectionHead, "moco": MoCoProjectionHead,
+                "simsiam": SimSiamProjectionHead, "barlowtwins": BarlowTwinsProjectionHead}[method]
+        heads = L.AMCLProjectionHead.from_lightly(head, num_heads=num_heads,
+                                                  input_dim=feature_dim, hidden_dim=hid,
+                                                  output_dim=out)
+        if method == "simsiam":
+            pred = L.AMCLProjectionHead.from_lightly(
+                SimSiamPredictionHead, num_heads=num_heads, input_dim=out,
+                hidden_dim=max(1, out // 4), output_dim=out)
+            return module(net, feature_dim, AMCLSimSiamLoss(PairTemperature(out), beta),
+                          projection_head=heads, prediction_head=pred, output_dim=out,
+                          **module_kwargs)
+        if method == "barlowtwins":
+            criterion = AMCLBarlowTwinsLoss(PairTemperature(out), beta)
+        else:
+            criterion = L.AMCLLoss(out, beta, negative_term, kappa, amcl_objective,
+                                   num_heads=num_heads,
+                                   **(queue if method == "moco" else
+                                      {"gather_distributed": gather_distributed}))
+        return module(net, feature_dim, criterion, projection_head=heads, **module_kwargs)
+    if method == "simsiam":  # Lightly's NegativeCosineSimilarity
+        return module(net, feature_dim, None, hidden_dim=hid, output_dim=out,
+                      prediction_dim=max(1, out // 4), **module_kwargs)
+    if method == "barlowtwins":  # Lightly's BarlowTwinsLoss
+        return module(net, feature_dim, None, hidden_dim=hid, output_dim=out, **module_kwargs)
+    criteria = {
+        "infonce": lambda: L.NTXentLoss(temperature, **queue),
+        "macl": lambda: L.MACLLoss(macl_temperature or temperature, alpha, a0, **queue),
+        "dcl": lambda: L.DCLLoss(temperature, **queue),
+        "flatnce": lambda: L.FlatNCELoss(temperature, **queue),
+        "dual_temperature": lambda: L.DualTemperatureLoss(temperature, 1.0, **queue),
+        "ascl": lambda: L.ASCLLoss(temperature, sharpen_temperature, num_neighbors, **queue),
+    }
+    return module(net, feature_dim, criteria[loss](), hidden_dim=hid, output_dim=out,
+                  **module_kwargs)
+
+
+def ssl_transforms(method: str, input_size: int = 32,
+                   normalize: dict[str, list[float]] | None = None):
+    """(two-view training transform, evaluation transform) for ``method``.
+
+    Training: MACL App. B.3's crop-resize, colour jitter (strength 0.5), flip and grayscale
+    without blur (Lightly's ``SimCLRTransform``), or ASCL's strong/weak pair
+    (:class:`~adaptcl.adapters.lightly.ASCLTransform`) for ``"ascl-moco"``. Evaluation:
+    resize, centre crop, normalise. ``normalize`` defaults to CIFAR-10's statistics.
+    """
+    from lightly.transforms import SimCLRTransform
+    from lightly.transforms.torchvision_v2_compatibility import torchvision_transforms as T
+
+    normalize = normalize if normalize is not None else L.CIFAR10_NORMALIZE
+    if method == "ascl-moco":
+        train = L.ASCLTransform(input_size=input_size, gaussian_blur=0.0, normalize=normalize)
+    else:
+        train = SimCLRTransform(input_size=input_size, cj_strength=0.5, gaussian_blur=0.0,
+                                normalize=normalize)
+    evaluation = T.Compose([T.Resize(input_size), T.CenterCrop(input_size), T.ToTensor(),
+                            T.Normalize(mean=normalize["mean"], std=normalize["std"])])
+    return train, evaluation
+
+
+class TrainingClock(pl.Callback):
+    """Sums the seconds spent in training epochs over every invocation of a resumed run.
+
+    Its state travels in Lightning's checkpoints, so ``seconds`` after a resumed ``fit`` is the
+    training time of the whole run, not only of the last invocation.
+
+    >>> TrainingClock().seconds
+    0.0
+    """
+
+    def __init__(self) -> None:
+        self.seconds, self._start = 0.0, 0.0
+
+    def on_train_epoch_start(self, trainer, pl_module) -> None:
+        self._start = time.perf_counter()
+
+    def on_train_epoch_end(self, trainer, pl_module) -> None:
+        # Lightning runs checkpoint callbacks last, so the saved state includes this epoch
+        self.seconds += time.perf_counter() - self._start
+
+    def state_dict(self) -> dict[str, float]:
+        return {"seconds": self.seconds}
+
+    def load_state_dict(self, state_dict: dict[str, float]) -> None:
+        self.seconds = float(state_dict["seconds"])
+
+
+def build_trainer(max_epochs: int, *, device: str = "cpu", devices: int = 1,
+                  strategy: str = "auto", precision: str = "32", logger: Any = False,
+                  ckpt_dir: str | Path | None = None, callbacks: list[Any] | None = None,
+                  progress: bool = True, val_every: int = 0) -> pl.Trainer:
+    """Lightning's ``Trainer`` for ``device`` (``"cpu"``, ``"cuda"`` or ``"cuda:N"``).
+
+    ``devices``/``strategy`` (e.g. 4 and ``"ddp"``; SyncBatchNorm on GPUs), ``precision``
+    and ``logger`` go to the Trainer as they are. With ``ckpt_dir``, ``last.ckpt`` is written
+    there after every training epoch (no version counter, through
+    :class:`~adaptcl.adapters.lightning.modules.AtomicCheckpointIO`), so ``fit(...,
+    ckpt_path=<ckpt_dir>/last.ckpt)`` resumes. ``val_every`` runs the validation loop (the
+    online kNN monitor) every that many epochs, 0 never.
+    """
+    from pytorch_lightning.callbacks import ModelCheckpoint
+
+    callbacks, plugins = list(callbacks or []), []
+    if ckpt_dir is not None:
+        callbacks.append(ModelCheckpoint(dirpath=str(ckpt_dir), filename="{epoch}",
+                                         save_last=True, every_n_epochs=1,
+                                         save_on_train_epoch_end=True,
+                                         enable_version_counter=False))
+        plugins.append(M.AtomicCheckpointIO())
+    accelerator = "gpu" if device.startswith("cuda") else "cpu"
+    chosen: Any = [int(device[5:])] if device.startswith("cuda:") else devices
+    return pl.Trainer(
+        max_epochs=max_epochs, accelerator=accelerator, devices=chosen, strategy=strategy,
+        precision=precision, logger=logger, enable_checkpointing=ckpt_dir is not None,
+        callbacks=callbacks, plugins=plugins, enable_progress_bar=progress,
+        enable_model_summary=False, num_sanity_val_steps=0, log_every_n_steps=1,
+        check_val_every_n_epoch=max(1, val_every), limit_val_batches=1.0 if val_every else 0,
+        # SyncBatchNorm needs GPU modules; CPU DDP keeps per-rank BN
+        sync_batchnorm=strategy.startswith("ddp") and accelerator == "gpu")
+

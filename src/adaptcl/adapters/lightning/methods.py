@@ -1,0 +1,41 @@
+"""The self-supervised image methods and the losses each accepts, by name.
+
+Imports no framework, so a command line can list them (``--help``) without loading Lightly;
+:func:`adaptcl.adapters.lightning.factory.build_ssl_module` builds the modules they name. The
+loss names are the canonical names of :mod:`adaptcl.registry`; the spellings used
+before it (``nt_xent``, ``flat_nce``, ``dual``, ASCL-MoCo's ``moco``) are accepted with a
+``FutureWarning``.
+
+>>> METHOD_LOSSES["simsiam"]
+('negcos', 'amcl')
+>>> check_method_loss("ascl-moco", "infonce")
+'infonce'
+"""
+
+from __future__ import annotations
+
+from adaptcl.registry import canonical_loss_name
+
+__all__ = ["METHODS", "METHOD_LOSSES", "check_method_loss"]
+
+METHODS = ("simclr", "moco", "simsiam", "barlowtwins", "ascl-moco")
+#: losses each method accepts (first = the method's own baseline); for ``ascl-moco`` the loss
+#: names ASCL's mode, ``infonce`` being plain MoCo (ASCL without neighbours)
+METHOD_LOSSES: dict[str, tuple[str, ...]] = {
+    "simclr": ("infonce", "macl", "dcl", "flatnce", "dual_temperature", "amcl"),
+    "moco": ("infonce", "macl", "dcl", "ascl", "amcl"),
+    "simsiam": ("negcos", "amcl"),
+    "barlowtwins": ("barlow", "amcl"),
+    "ascl-moco": ("ascl", "ahcl", "hard", "infonce"),
+}
+
+
+def check_method_loss(method: str, loss: str) -> str:
+    """The canonical name of ``loss`` (:func:`~adaptcl.registry.canonical_loss_name`);
+    raises ``ValueError`` naming the argument unless it applies to ``method``."""
+    if method not in METHOD_LOSSES:
+        raise ValueError(f"method must be one of {METHODS}, got {method!r}")
+    try:
+        return canonical_loss_name(loss, allowed=METHOD_LOSSES[method])
+    except ValueError as err:
+        raise ValueError(f"loss {loss!r} does not apply to {method}: {err}") from None

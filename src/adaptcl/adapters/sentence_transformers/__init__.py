@@ -1,0 +1,115 @@
+"""Adaptive contrastive losses in sentence-transformers' own loss form, and SimCSE.
+
+Each loss takes the model first, is called by ``SentenceTransformerTrainer`` as
+``loss(sentence_features, labels)``, exposes ``compute_loss_from_embeddings``,
+``get_config_dict`` (shown in the model card), ``citation`` and ``gather_across_devices``, and
+reads its columns like ``MultipleNegativesRankingLoss``: ``(anchor, positive)`` pairs, optionally
+followed by hard-negative columns. The maths lives in :mod:`adaptcl.plugins`.
+
+Organised by job:
+
+- :mod:`.losses` -- :class:`InfoNCELoss`, :class:`MACLLoss`, :class:`ASCLLoss`,
+  :class:`AMCLLoss`;
+- :mod:`.base` -- :class:`AdaptiveContrastiveLoss`, their base (one pass or gradient caching,
+  the loss's own trainable state);
+- :mod:`.callbacks` -- :class:`LossStateCallback` (the loss state in every checkpoint);
+- :mod:`.simcse` -- SimCSE's model and poolers, :func:`make_loss` by name, its data and the
+  trainer that logs the adaptive quantities; :mod:`.simcse_names` -- its pooler and loss names
+  (imports no framework);
+- :mod:`.citations` -- the BibTeX entries shown in the model card.
+
+The names below are imported from their module on first use (``pip install 'adaptcl[text]'``).
+
+Trainable parts of a loss (AMCL's heads and temperature network, SimCSE's training-only MLP)
+are optimised by ``SentenceTransformerTrainer`` (it optimises loss parameters) but are not part
+of the saved model: save them with :meth:`AdaptiveContrastiveLoss.save_loss_state` (or the
+:class:`LossStateCallback`, which does it at every checkpoint and restores them when the trainer
+resumes from one) and restore them with :meth:`~AdaptiveContrastiveLoss.load_loss_state`.
+
+Large batches: ``tile_size=`` streams the similarity matrix in tiles with an exact backward
+(Inf-CL, Cheng et al. 2024; :mod:`adaptcl.plugins.tiled`), so the loss itself needs memory
+linear in the batch; ``mini_batch_size=`` adds gradient caching (GradCache, Gao et al. 2021)
+through sentence-transformers' own machinery (``CachedLossMixin``, as
+``CachedMultipleNegativesRankingLoss``): the texts are embedded in mini-batches without a graph,
+the loss and its gradient wrt the embeddings are computed on the full batch, and each mini-batch
+is embedded again with gradient in backward (replaying its random state, so dropout masks are
+identical). ``MatryoshkaLoss`` decorates such a loss's ``calculate_loss`` and DDP synchronises
+once after the replay, exactly as with the peer; under ``AdaptiveLayerLoss``, which patches the
+model's forward only during its forward pass, the loss embeds in one pass (the peer raises
+there). Together they train with batches whose activations and similarity matrix would not fit.
+
+Where sentence-transformers defines a behaviour the losses follow it: the positional arguments
+are ``MultipleNegativesRankingLoss``'s, ``(model, scale, similarity_fct)`` (``InfoNCELoss(model,
+20.0)`` is scale 20, temperature 0.05), everything else is keyword-only (``AMCLLoss``, which
+learns its temperatures, takes only the model positionally; an extra positional argument is a
+``TypeError`` naming the keywords); ``scale`` (1 / temperature) and ``similarity_fct=cos_sim``
+are accepted, a batch of one pair gives 0 with zero gradient like
+``MultipleNegativesRankingLoss``, and ``symmetric=True`` is the peer's symmetric loss: the
+reverse direction (positive -> anchors) does not see the hard-negative columns.
+
+Example:
+    >>> from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer
+    >>> from adaptcl.adapters.sentence_transformers import MACLLoss
+    >>> model = SentenceTransformer("all-MiniLM-L6-v2")
+    >>> loss = MACLLoss(model, temperature=0.05, alpha=2.0, a0=0.8)   # MACL's SimCSE setting
+    >>> trainer = SentenceTransformerTrainer(model=model, train_dataset=pairs, loss=loss)
+    >>> big = MACLLoss(model, mini_batch_size=64, tile_size=4096)   # batch 65,536 of texts
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from adaptcl.adapters import lazy_exports
+from adaptcl.adapters.sentence_transformers.simcse_names import LOSSES, POOLERS
+
+if TYPE_CHECKING:  # pragma: no cover - for type checkers; at run time __getattr__ imports them
+    from adaptcl.adapters.sentence_transformers.base import (
+        LOSS_STATE_FILE,
+        AdaptiveContrastiveLoss,
+        embedding_dimension,
+    )
+    from adaptcl.adapters.sentence_transformers.callbacks import LossStateCallback
+    from adaptcl.adapters.sentence_transformers.citations import (
+        AMCL_CITATION,
+        ASCL_CITATION,
+        INFONCE_CITATION,
+        MACL_CITATION,
+    )
+    from adaptcl.adapters.sentence_transformers.losses import (
+        AMCLLoss,
+        ASCLLoss,
+        InfoNCELoss,
+        MACLLoss,
+    )
+    from adaptcl.adapters.sentence_transformers.simcse import (
+        AdaptiveSentenceTransformerTrainer,
+        SimCSEProjection,
+        build_simcse_model,
+        make_loss,
+        stsb_dev_evaluator,
+        supervised_dataset,
+        training_projection,
+        unsupervised_dataset,
+        validate_text_dataset,
+    )
+
+_EXPORTS = {
+    **dict.fromkeys(("InfoNCELoss", "MACLLoss", "ASCLLoss", "AMCLLoss"), "losses"),
+    **dict.fromkeys(("AdaptiveContrastiveLoss", "LOSS_STATE_FILE", "embedding_dimension"), "base"),
+    "LossStateCallback": "callbacks",
+    **dict.fromkeys(("MACL_CITATION", "ASCL_CITATION", "AMCL_CITATION", "INFONCE_CITATION"),
+                    "citations"),
+    **dict.fromkeys(("AdaptiveSentenceTransformerTrainer", "SimCSEProjection", "build_simcse_model",
+                     "make_loss", "stsb_dev_evaluator", "supervised_dataset", "training_projection",
+                     "unsupervised_dataset", "validate_text_dataset"), "simcse"),
+}
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
+
+__all__ = [
+    "LOSSES", "POOLERS", "InfoNCELoss", "MACLLoss", "ASCLLoss", "AMCLLoss", "AdaptiveContrastiveLoss",
+    "LOSS_STATE_FILE", "embedding_dimension", "LossStateCallback", "MACL_CITATION", "ASCL_CITATION",
+    "AMCL_CITATION", "INFONCE_CITATION", "AdaptiveSentenceTransformerTrainer", "SimCSEProjection",
+    "build_simcse_model", "make_loss", "stsb_dev_evaluator", "supervised_dataset",
+    "training_projection", "unsupervised_dataset", "validate_text_dataset",
+]

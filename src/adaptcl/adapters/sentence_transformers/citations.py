@@ -1,0 +1,45 @@
+"""BibTeX entries of the losses, shown in the model card through each loss's ``citation``."""
+
+from __future__ import annotations
+
+__all__ = ["AMCL_CITATION", "ASCL_CITATION", "INFONCE_CITATION", "MACL_CITATION"]
+
+MACL_CITATION = """
+@inproceedings{huang2023macl,
+    title = {Model-Aware Contrastive Learning: Towards Escaping the Dilemmas},
+    author = {Huang, Zizheng and Chen, Haoxing and Wen, Ziqi and Zhang, Chao and Li, Huaxiong and Wang, Bo and Chen, Chunlin},
+    booktitle = {Proceedings of the 40th International Conference on Machine Learning},
+    year = {2023},
+    url = {https://arxiv.org/abs/2207.07874},
+}
+"""
+
+ASCL_CITATION = """
+@inproceedings{feng2022ascl,
+    title = {Adaptive Soft Contrastive Learning},
+    author = {Feng, Chen and Patras, Ioannis},
+    booktitle = {26th International Conference on Pattern Recognition (ICPR)},
+    year = {2022},
+    url = {https://arxiv.org/abs/2207.11163},
+}
+"""
+
+AMCL_CITATION = """
+@inproceedings{wang2024amcl,
+    title = {Adaptive Multi-head Contrastive Learning},
+    author = {Wang, Lei and Koniusz, Piotr and Gedeon, Tom and Zheng, Liang},
+    booktitle = {European Conference on Computer Vision (ECCV)},
+    year = {2024},
+    url = {https://arxiv.org/abs/2310.05615},
+}
+"""
+
+INFONCE_CITATION = """
+@misc{oord2018cpc,
+    title = {Representation Learning with Contrastive Predictive Coding},
+    author = {van den Oord, Aaron and Li, Yazhe and Vinyals, Oriol},
+    year = {2018},
+    eprint = {1807.03748},
+    archivePrefix = {arXiv},
+}
+"""

@@ -1,0 +1,217 @@
+"""SimCSE on any BERT / RoBERTa checkpoint: the model, its poolers, the loss and the data.
+
+Reference: Gao, Yao & Chen, "SimCSE: Simple Contrastive Learning of Sentence Embeddings",
+EMNLP 2021. MACL's sentence setting: Huang et al., ICML 2023, Sec. 6.2 and App. B.4.
+
+* Unsupervised SimCSE: every sentence is its own positive; the two columns ``anchor`` and
+  ``positive`` hold the same text and go through separate forward passes, so their dropout
+  masks differ (dropout is the augmentation). ``pooler="cls"`` trains with an MLP over the CLS
+  vector that is used only in training (it lives in the loss, not in the saved model), so the
+  saved model encodes with ``cls_before_pooler``, exactly as the paper evaluates.
+* Supervised SimCSE: NLI ``(anchor, positive, hard negative)`` triplets; the MLP is kept
+  at test time in the paper, so use ``pooler="cls"`` with ``keep_mlp=True``.
+* Other poolers: ``cls_before_pooler``, ``avg``, ``avg_first_last`` (mean of the first
+  and last layers' tokens), ``avg_top2`` (last two layers).
+
+Any loss of :mod:`adaptcl.adapters.sentence_transformers` can be used (InfoNCE is SimCSE).
+:class:`AdaptiveSentenceTransformerTrainer` adds the adaptive quantities the loss computes to
+the trainer's logs; :func:`stsb_dev_evaluator` scores STS-B dev during training. The ``simcse``
+recipe trains with them (:mod:`adaptcl.recipes.simcse_training`).
+
+Example:
+    >>> model = build_simcse_model("bert-base-uncased", pooler="cls", max_seq_length=32)
+    >>> loss = make_loss("macl", model, projection=training_projection("cls", model))
+    >>> trainer = AdaptiveSentenceTransformerTrainer(
+    ...     model=model, train_dataset=unsupervised_dataset(sentences), loss=loss,
+    ...     evaluator=stsb_dev_evaluator(s1, s2, gold), callbacks=[LossStateCallback(loss)])
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+from adaptcl.adapters import require
+
+require("sentence_transformers", "text")
+
+from sentence_transformers import SentenceTransformer  # noqa: E402
+from sentence_transformers.sentence_transformer.evaluation import (  # noqa: E402
+    EmbeddingSimilarityEvaluator,
+)
+from sentence_transformers.sentence_transformer.modules import (  # noqa: E402
+    Pooling,
+    Transformer,
+    WeightedLayerPooling,
+)
+from sentence_transformers.sentence_transformer.trainer import (  # noqa: E402
+    SentenceTransformerTrainer,
+)
+
+from adaptcl.registry import canonical_loss_name  # noqa: E402
+
+from .base import AdaptiveContrastiveLoss, embedding_dimension  # noqa: E402
+from .losses import AMCLLoss, ASCLLoss, InfoNCELoss, MACLLoss  # noqa: E402
+from .simcse_names import LOSSES, POOLERS  # noqa: E402
+
+__all__ = ["LOSSES", "POOLERS", "AdaptiveSentenceTransformerTrainer", "SimCSEProjection",
+           "build_simcse_model", "make_loss", "stsb_dev_evaluator", "supervised_dataset",
+           "training_projection", "unsupervised_dataset", "validate_text_dataset"]
+
+
+class SimCSEProjection(nn.Sequential):
+    """SimCSE's training-only MLP over the CLS vector: ``Linear(d, d) -> Tanh`` (Gao et al. 2021)."""
+
+    def __init__(self, dim: int) -> None:
+        super().__init__(nn.Linear(dim, dim), nn.Tanh())
+
+
+def build_simcse_model(model_name_or_path: str, pooler: str = "cls", *, max_seq_length: int = 32,
+                       dropout: float | None = None, device: str | None = None) -> SentenceTransformer:
+    """A ``SentenceTransformer`` over a BERT/RoBERTa checkpoint with a SimCSE pooler.
+
+    Args:
+        model_name_or_path: local folder or hub name of a Hugging Face encoder.
+        pooler: one of :data:`POOLERS` (``"cls"`` and ``"cls_before_pooler"`` both take the
+            CLS vector; ``"cls"`` adds a training-only MLP in the loss, see
+            :func:`training_projection`).
+        max_seq_length: truncation length (SimCSE: 32).
+        dropout: override ``hidden_dropout_prob`` / ``attention_probs_dropout_prob`` (SimCSE:
+            0.1; the MACL paper found 0.2 better with MACL).
+    """
+    if pooler not in POOLERS:
+        raise ValueError(f"pooler={pooler!r} is not one of {POOLERS}")
+    config_kwargs: dict[str, Any] = {}
+    if dropout is not None:
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        config_kwargs.update(hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout)
+    if pooler in ("avg_first_last", "avg_top2"):
+        config_kwargs["output_hidden_states"] = True
+    try:
+        transformer = Transformer(model_name_or_path, max_seq_length=max_seq_length,
+                                  config_kwargs=config_kwargs or None)
+    except OSError as err:
+        raise FileNotFoundError(
+            f"model_name_or_path={model_name_or_path!r} is neither a local model folder nor a "
+            "hub model available here (offline runs need a local path)") from err
+    tokenizer = getattr(transformer, "tokenizer", None)
+    if pooler in ("cls", "cls_before_pooler") and tokenizer is not None and tokenizer.cls_token is None:
+        raise ValueError(
+            f"pooler={pooler!r} needs a tokenizer with a CLS token (BERT's [CLS], RoBERTa's <s>); "
+            f"the tokenizer of {model_name_or_path!r} has none: use pooler='avg'")
+    dim = transformer.get_embedding_dimension()
+    modules: list[nn.Module] = [transformer]
+    if pooler in ("avg_first_last", "avg_top2"):
+        layers = transformer.auto_model.config.num_hidden_layers
+        if pooler == "avg_first_last":
+            # hidden_states[0] is the embedding layer; SimCSE averages layer 1 and the last
+            weights = torch.zeros(layers)
+            weights[0] = weights[-1] = 1.0
+            layer_pool = WeightedLayerPooling(dim, num_hidden_layers=layers, layer_start=1,
+                                              layer_weights=nn.Parameter(weights, requires_grad=False))
+        else:
+            layer_pool = WeightedLayerPooling(dim, num_hidden_layers=layers, layer_start=layers - 1,
+                                              layer_weights=nn.Parameter(torch.ones(2), requires_grad=False))
+        modules += [layer_pool, Pooling(dim, pooling_mode="mean")]
+    else:
+        modules.append(Pooling(dim, pooling_mode="mean" if pooler == "avg" else "cls"))
+    return SentenceTransformer(modules=modules, device=device)
+
+
+def training_projection(pooler: str, model: SentenceTransformer, *, keep_mlp: bool = False) -> nn.Module | None:
+    """SimCSE's MLP for ``pooler="cls"`` (used only in training unless ``keep_mlp``).
+
+    With ``keep_mlp=True`` (supervised SimCSE) append the MLP to the model instead, so it is
+    trained and saved with it, and return ``None``.
+    """
+    if pooler != "cls":
+        return None
+    dim = embedding_dimension(model)
+    if keep_mlp:
+        from sentence_transformers.sentence_transformer.modules import Dense
+
+        model.append(Dense(dim, dim, activation_function=nn.Tanh()))
+        return None
+    return SimCSEProjection(dim)
+
+
+def make_loss(name: str, model: SentenceTransformer, *, projection: nn.Module | None = None,
+              temperature: float = 0.05, **kwargs: Any) -> AdaptiveContrastiveLoss:
+    """One of :data:`LOSSES` with SimCSE's temperature (0.05) and the papers' defaults.
+
+    ``macl``: alpha 2, A0 0.8, no reweighting (MACL App. B.4); ``ascl``: in-batch soft labels;
+    ``amcl``: 2 heads, learned pair temperature; ``infonce``: SimCSE itself. Names are resolved
+    by :func:`~adaptcl.registry.canonical_loss_name` (case-insensitive; an older
+    spelling such as ``"nt_xent"`` builds InfoNCE with a ``FutureWarning``).
+    """
+    name = canonical_loss_name(name, allowed=LOSSES)
+    if name == "infonce":
+        return InfoNCELoss(model, temperature=temperature, projection=projection, **kwargs)
+    if name == "macl":
+        return MACLLoss(model, temperature=temperature, projection=projection, **kwargs)
+    if name == "ascl":
+        return ASCLLoss(model, temperature=temperature, projection=projection, **kwargs)
+    if projection is not None:  # amcl
+        raise ValueError("AMCL brings its own projection heads; use pooler='cls_before_pooler' or 'avg'")
+    return AMCLLoss(model, **kwargs)
+
+
+def unsupervised_dataset(sentences: Sequence[str]):
+    """``datasets.Dataset`` with ``anchor`` and ``positive`` columns holding the same sentence."""
+    from datasets import Dataset
+
+    sentences = [s for s in (str(x).strip() for x in sentences) if s]
+    if not sentences:
+        raise ValueError("no non-empty sentences to train on")
+    return Dataset.from_dict({"anchor": sentences, "positive": list(sentences)})
+
+
+def supervised_dataset(triplets: Sequence[tuple[str, str, str]]):
+    """``(anchor, positive, negative)`` NLI triplets (SimCSE's ``sent0, sent1, hard_neg``)."""
+    from datasets import Dataset
+
+    if not triplets:
+        raise ValueError("no triplets to train on")
+    for i, triplet in enumerate(triplets):
+        if len(triplet) != 3:
+            raise ValueError(f"triplet {i} has {len(triplet)} fields; expected (anchor, positive, negative)")
+    anchors, positives, negatives = zip(*triplets, strict=True)
+    return Dataset.from_dict({"anchor": list(anchors), "positive": list(positives),
+                              "negative": list(negatives)})
+
+
+def stsb_dev_evaluator(sentences1: Sequence[str], sentences2: Sequence[str],
+                       scores: Sequence[float], name: str = "sts-dev") -> EmbeddingSimilarityEvaluator:
+    """Spearman of cosine similarity on STS-B dev (gold scores 0-5 rescaled to 0-1)."""
+    return EmbeddingSimilarityEvaluator(list(sentences1), list(sentences2),
+                                        [float(s) / 5.0 for s in scores], name=name,
+                                        main_similarity="cosine", batch_size=128)
+
+
+def validate_text_dataset(dataset) -> None:
+    """At least two text columns of equal length, no empty or non-string entries.
+
+    Raises ``ValueError`` naming the column and the first offending row.
+    """
+    columns = [c for c in dataset.column_names if c not in ("label", "labels", "score")]
+    if len(columns) < 2:
+        raise ValueError(f"the training data needs at least two text columns (anchor, positive), "
+                         f"got {columns}")
+    for column in columns:
+        for i, text in enumerate(dataset[column]):
+            if not isinstance(text, str) or not text.strip():
+                raise ValueError(f"column {column!r} row {i} is empty or not a string: {text!r}")
+
+
+class AdaptiveSentenceTransformerTrainer(SentenceTransformerTrainer):
+    """``SentenceTransformerTrainer`` that adds the loss's adaptive quantities to every log."""
+
+    def log(self, logs: dict[str, float], *args, **kwargs) -> None:
+        stats = getattr(self.loss, "last_stats", None)
+        if stats and "loss" in logs:
+            logs = {**logs, **{f"adaptcl/{k}": round(float(v), 6) for k, v in stats.items()}}
+        super().log(logs, *args, **kwargs)

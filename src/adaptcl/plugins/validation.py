@@ -1,0 +1,116 @@
+"""Argument checks shared by every loss and by the adapters: clear errors that name the offending
+argument."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import Tensor
+
+
+def check_positive(name: str, value: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a float, got {type(value).__name__}")
+    if not math.isfinite(value) or value <= 0:
+        raise ValueError(f"{name} must be a finite number > 0, got {value}")
+    return float(value)
+
+
+def check_non_negative(name: str, value: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a float, got {type(value).__name__}")
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{name} must be a finite number >= 0, got {value}")
+    return float(value)
+
+
+def check_finite_number(name: str, value: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{name} must be a float, got {type(value).__name__}")
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value}")
+    return float(value)
+
+
+def check_choice(name: str, value: str, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {choices}, got {value!r}")
+    return value
+
+
+def check_int(name: str, value: int, minimum: int = 0) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"{name} must be an int, got {type(value).__name__}")
+    if value < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+    return value
+
+
+def check_bool(name: str, value: bool) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
+    return value
+
+
+def check_shared(*, gather_distributed: bool, gather_fn, check_finite: bool,
+                 tile_size: int | None) -> tuple[bool, object, bool, int | None]:
+    """The keywords every loss shares, checked the same way for all of them.
+
+    Returns ``(gather_distributed, gather_fn, check_finite, tile_size)``.
+    """
+    check_bool("gather_distributed", gather_distributed)
+    if gather_distributed and not torch.distributed.is_available():
+        raise ValueError("gather_distributed=True but torch.distributed is not available")
+    if gather_fn is not None and not callable(gather_fn):
+        raise TypeError(f"gather_fn must be callable or None, got {type(gather_fn).__name__}")
+    check_bool("check_finite", check_finite)
+    if tile_size is not None:
+        check_int("tile_size", tile_size, minimum=1)
+    return gather_distributed, gather_fn, check_finite, tile_size
+
+
+def check_embeddings(name: str, x: Tensor, *, dim: int | None = None, check_finite: bool = True) -> None:
+    """Validate a ``[N, D]`` floating-point embedding tensor."""
+    if not isinstance(x, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+    if not x.is_floating_point():
+        raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
+    if x.ndim != 2:
+        raise ValueError(f"{name} must have shape [batch, dim], got {tuple(x.shape)}")
+    if x.shape[1] == 0:
+        raise ValueError(f"{name} has an empty feature dimension: {tuple(x.shape)}")
+    if dim is not None and x.shape[1] != dim:
+        raise ValueError(f"{name} has feature dimension {x.shape[1]}, expected {dim}")
+    if check_finite:
+        check_all_finite(name, x)
+
+
+def check_all_finite(name: str, x: Tensor) -> None:
+    """Fail on NaN/inf without stalling an accelerator.
+
+    One reduction over ``[N, D]``, negligible next to the N x N similarity matrix. On the CPU
+    its result is read at once (nothing to wait for): ``ValueError``. Under ``torch.compile``, and
+    on an accelerator, where reading
+    it would synchronise host and device on every step, so the check is a device-side
+    assertion (``torch._assert_async``) that fails the next synchronising call with a
+    ``RuntimeError`` naming the tensor. On the ``meta`` device there are no values to check.
+    """
+    if x.device.type == "meta":
+        return
+    finite = torch.isfinite(x).all()
+    # Under torch.compile a host read is a graph break; the traced assertion is not.
+    if x.device.type == "cpu" and not torch.compiler.is_compiling():
+        if not bool(finite):
+            raise ValueError(f"{name} contains NaN or inf")
+    else:
+        torch._assert_async(finite, f"{name} contains NaN or inf")
+
+
+def check_pair(z0: Tensor, z1: Tensor, *, check_finite: bool = True) -> None:
+    check_embeddings("z0", z0, check_finite=check_finite)
+    check_embeddings("z1", z1, check_finite=check_finite)
+    if z0.shape != z1.shape:
+        raise ValueError(f"z0 and z1 must have the same shape, got {tuple(z0.shape)} and {tuple(z1.shape)}")
+    if z0.device != z1.device:
+        raise ValueError(f"z0 and z1 are on different devices: {z0.device} and {z1.device}")

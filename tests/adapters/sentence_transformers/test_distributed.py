@@ -1,0 +1,86 @@
+"""gather_across_devices with two gloo processes equals the single-process full batch."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from tests._distributed import free_port
+
+pytest.importorskip("sentence_transformers")
+
+WORLD, N, D = 2, 5, 8
+NAMES = ("infonce", "macl", "macl_symmetric", "amcl")
+
+
+class _Encoder(torch.nn.Module):
+    """Stands in for the model: AMCL only reads the embedding size to build its heads."""
+
+    def get_embedding_dimension(self) -> int:
+        return D
+
+
+def _make(name: str, gather: bool):
+    from adaptcl.adapters import sentence_transformers as st
+
+    if name == "infonce":
+        return st.InfoNCELoss(None, temperature=0.05, gather_across_devices=gather)
+    if name == "macl":
+        return st.MACLLoss(None, gather_across_devices=gather)
+    if name == "amcl":
+        torch.manual_seed(0)  # the same heads and temperature network on every rank
+        loss = st.AMCLLoss(_Encoder(), num_heads=2, projection_dim=4, gather_across_devices=gather)
+        # the heads' BatchNorm in eval mode: batch statistics per rank differ from the full
+        # batch's by design (as in any DDP run without SyncBatchNorm); the gathering is under test
+        return loss.eval()
+    return st.MACLLoss(None, temperature=0.1, alpha=0.5, a0=0.0, symmetric=True, gather_across_devices=gather)
+
+
+def _columns():
+    g = torch.Generator().manual_seed(0)
+    return [torch.randn(WORLD * N, D, generator=g) for _ in range(3)]  # anchor, positive, hard negative
+
+
+def _worker(rank: int, port: int, results):
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
+    try:
+        torch.set_num_threads(1)
+        out = {}
+        for name in NAMES:
+            cols = [c[rank * N:(rank + 1) * N].clone().requires_grad_() for c in _columns()]
+            loss = _make(name, True).compute_loss_from_embeddings(cols, None)
+            loss.backward()
+            total = loss.detach().clone()
+            dist.all_reduce(total)
+            out[name] = {"loss": (total / WORLD).item(),
+                         "grads": [(c.grad / WORLD).tolist() for c in cols]}
+        results[rank] = out
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.fixture(scope="module")
+def results():
+    manager = mp.Manager()
+    shared = manager.dict()
+    mp.spawn(_worker, args=(free_port(), shared), nprocs=WORLD, join=True)
+    return dict(shared)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", NAMES)
+def test_gather_across_devices_equals_the_full_batch_hard_negatives_included(results, name):
+    cols = [c.clone().requires_grad_() for c in _columns()]
+    loss = _make(name, False).compute_loss_from_embeddings(cols, None)
+    loss.backward()
+    for rank in range(WORLD):
+        got = results[rank][name]
+        assert got["loss"] == pytest.approx(loss.item(), rel=1e-5)
+        for g_dist, col in zip(got["grads"], cols, strict=True):
+            torch.testing.assert_close(torch.tensor(g_dist), col.grad[rank * N:(rank + 1) * N],
+                                       rtol=1e-4, atol=1e-6)
