@@ -164,8 +164,7 @@ def train_simcse(model: SentenceTransformer, train_dataset, loss: AdaptiveContra
 
 def train_one(name: str, seed: int, recipe: SimCSERecipe, out: Path) -> dict[str, Any]:
     """Train one loss from the recipe's checkpoint with the sentence-transformers trainer."""
-    from adaptcl.adapters.simcse import (
-        SimCSEConfig,
+    from adaptcl.adapters.sentence_transformers import (
         build_simcse_model,
         make_loss,
         stsb_dev_evaluator,
