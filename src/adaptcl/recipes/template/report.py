@@ -170,7 +170,7 @@ class Report:
                   else self.config)
         result: dict[str, Any] = {
             "recipe": self.recipe, "config": config, "environment": env, **grid.bookkeeping(),
-            "summary": summaries, "tables": tables,
+            "summary": summaries, "baseline": self.baseline, "tables": tables,
             "table_markdown": next(iter(tables.values())),
             "runs": [{"cell": list(c), **{k: v for k, v in r.items() if k not in self.drop}}
                      for c, r in grid.records.items()]}
