@@ -35,7 +35,8 @@ KNN = {
 }
 
 
-def _write(tmp_path, batch_size, *, lr=1e-3, data="sha-a", drop=(), code="c0de", legacy=False):
+def _write(tmp_path, batch_size, *, lr=1e-3, data="sha-a", drop=(), code="c0de", legacy=False,
+           baseline="nt_xent"):
     """A result file and its run store written by the runner's own writers, as a recipe would."""
     cfg = _SweepConfig(batch_size=batch_size, lr=lr)
     cells = [Cell("simclr", loss, s) for s in cfg.seeds for loss in cfg.losses]
@@ -51,12 +52,12 @@ def _write(tmp_path, batch_size, *, lr=1e-3, data="sha-a", drop=(), code="c0de",
             if not legacy:  # files written before results carried their code version
                 grid.identities[cell] = identity
     Report("images", out, cfg, metrics=["knn_top1"], datasets=["simclr"],
-                  methods=cfg.losses, baseline="nt_xent", stem="images_simclr_cpu",
+                  methods=cfg.losses, baseline=baseline, stem="images_simclr_cpu",
                   data_fingerprint={"sha256": data}).write(grid)
     path = out / "images_simclr_cpu.json"
     if legacy:
         saved = json.loads(path.read_text())
-        del saved["code"]
+        del saved["code"], saved["baseline"]
         path.write_text(json.dumps(saved))
     return path
 
@@ -84,6 +85,16 @@ def test_compare_pools_a_batch_size_sweep_with_paired_intervals(tmp_path):
                                                   {"batch_size": 128}]
     assert all(len(i["sha256"]) == 64 for i in saved["inputs"]) and not saved["partial"]
     assert (tmp_path / "sweep" / "compare_images.png").stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("legacy", [False, True], ids=["recorded", "not-recorded"])
+def test_the_default_baseline_is_the_one_the_files_were_paired_against(tmp_path, legacy):
+    files = [_write(tmp_path, b, baseline="macl", legacy=legacy) for b in (32, 64)]
+    result = compare_results(files, ["batch_size"], output_dir=tmp_path / "sweep")
+    # files written before Report recorded its baseline: the first loss, as before
+    assert result["baseline"] == ("nt_xent" if legacy else "macl")
+    other = "macl" if legacy else "nt_xent"
+    assert set(result["summary"]["knn_top1"]["batch_size=32"]["paired"]) == {other}
 
 
 def test_compare_refuses_files_that_differ_in_another_setting(tmp_path):

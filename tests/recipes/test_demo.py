@@ -1,7 +1,8 @@
 """The ``demo`` recipe: a shortened real run on sklearn's digits, through the CLI.
 
 One 2-epoch run (module fixture) goes through ``adaptcl.cli.main`` exactly as ``make demo``
-does; the tests then read back its JSON, table and PNG.
+does; the tests then read back its JSON, table and PNG. Its kNN accuracies are pinned to what
+the pre-template code (commit 101c0ba) computed for the same command.
 """
 
 from __future__ import annotations
@@ -19,18 +20,18 @@ pytest.importorskip("sklearn", reason="the demo needs the 'recipes' extra (sciki
 pytest.importorskip("matplotlib", reason="the demo needs the 'recipes' extra (matplotlib)")
 
 from adaptcl import cli  # noqa: E402
-from adaptcl.recipes.demo import (  # noqa: E402
-    PLOT_FILE,
-    RESULT_FILE,
-    TABLE_FILE,
-    DemoConfig,
-    augment,
-    load_digits_split,
-)
+from adaptcl.recipes.demo import DemoConfig, DemoRecipe  # noqa: E402
+from adaptcl.recipes.demo_data import augment, load_digits_split  # noqa: E402
 
 EPOCHS = 2
 BATCH = 256
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+RESULT_FILE, TABLE_FILE, PLOT_FILE = "results.json", "results.md", DemoRecipe.plot_file
+METHODS = ("raw_pixels", "random_encoder", "nt_xent", "macl")
+# correct test digits of 450 (clean queries, augmented queries) of the 2-epoch run, seed 0, as the
+# pre-template code computed them (PYTHONPATH=<checkout of 101c0ba>/src adaptcl demo --epochs 2)
+PRE_TEMPLATE_CORRECT = {"raw_pixels": (438, 256), "random_encoder": (430, 221),
+                        "nt_xent": (429, 255), "macl": (433, 257)}
 
 
 @pytest.fixture(scope="module")
@@ -45,26 +46,40 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, str]
     return out, json.loads((out / RESULT_FILE).read_text()), stdout.getvalue()
 
 
-def rows_by_key(result: dict) -> dict[str, dict]:
-    return {row["key"]: row for row in result["rows"]}
+def metrics_by_method(result: dict) -> dict[str, dict]:
+    return {cell[1]: run["metrics"] for run in result["runs"] for cell in [run["cell"]]}
 
 
-def test_json_has_both_losses_with_sane_knn(demo_run) -> None:
+def test_json_has_every_method_with_sane_knn(demo_run) -> None:
     _, result, _ = demo_run
-    rows = rows_by_key(result)
-    assert set(rows) == {"raw_pixels", "random_encoder", "nt_xent", "macl"}
+    metrics = metrics_by_method(result)
+    assert list(metrics) == list(METHODS)
     assert result["data"] == {"source": "sklearn.datasets.load_digits", "n_train": 1347,
                               "n_test": 450, "classes": 10, "image_shape": [8, 8]}
-    for row in rows.values():
+    for values in metrics.values():
         for key in ("knn_accuracy", "knn_accuracy_augmented"):
-            assert 0.0 <= row[key] <= 1.0
-        assert row["alignment"] >= 0.0 and row["uniformity"] <= 0.0
+            assert 0.0 <= values[key] <= 1.0
+        assert values["alignment"] >= 0.0 and values["uniformity"] <= 0.0
+    runs = {run["cell"][1]: run for run in result["runs"]}
     for key in ("nt_xent", "macl"):
         # even two epochs give features far above chance (10%) on clean test digits
-        assert rows[key]["knn_accuracy"] > 5 * result["chance_accuracy"]
-        assert rows[key]["train_seconds"] > 0
-    assert result["macl_minus_ntxent_knn"] == pytest.approx(
-        rows["macl"]["knn_accuracy"] - rows["nt_xent"]["knn_accuracy"])
+        assert metrics[key]["knn_accuracy"] > 5 * result["chance_accuracy"]
+        assert runs[key]["train_seconds"] > 0 and runs[key]["optimisation_steps"] == 10
+        assert "history" not in runs[key] and "losses" not in runs[key]  # in "history" once
+    for key in ("raw_pixels", "random_encoder"):  # references: no step, no temperature
+        assert runs[key]["optimisation_steps"] == 0 and "final_temperature" not in metrics[key]
+    knn = result["summary"]["knn_accuracy"]["digits"]
+    assert knn["methods"]["macl"]["mean"] == 100 * metrics["macl"]["knn_accuracy"]
+    assert knn["paired"]["macl"]["mean"] == pytest.approx(
+        100 * (metrics["macl"]["knn_accuracy"] - metrics["nt_xent"]["knn_accuracy"]))
+    assert result["baseline"] == "nt_xent"
+
+
+def test_knn_accuracies_are_the_pre_template_codes(demo_run) -> None:
+    _, result, _ = demo_run
+    correct = {m: (round(450 * v["knn_accuracy"]), round(450 * v["knn_accuracy_augmented"]))
+               for m, v in metrics_by_method(result).items()}
+    assert correct == PRE_TEMPLATE_CORRECT
 
 
 def test_macl_temperature_is_adaptive_and_floored(demo_run) -> None:
@@ -81,7 +96,9 @@ def test_macl_temperature_is_adaptive_and_floored(demo_run) -> None:
     expected = (0.1 * (1 + 0.5 * torch.tensor(macl["alignment"]))).clamp(min=floor)
     torch.testing.assert_close(temps, expected, rtol=1e-5, atol=1e-6)
     assert ntxent["temperature"] == pytest.approx([0.1] * steps)
-    assert rows_by_key(result)["macl"]["final_temperature"] == macl["temperature"][-1]
+    assert metrics_by_method(result)["macl"]["final_temperature"] == macl["temperature"][-1]
+    assert result["macl_temperature_range"] == [min(macl["temperature"]),
+                                                max(macl["temperature"])]
 
 
 def test_both_losses_start_from_the_same_model_and_views(demo_run) -> None:
@@ -98,14 +115,19 @@ def test_png_table_and_printed_output(demo_run) -> None:
     png = (out / PLOT_FILE).read_bytes()
     assert png[:8] == PNG_MAGIC and len(png) > 10_000
     table = (out / TABLE_FILE).read_text()
-    header = ("| loss | kNN acc | alignment | uniformity | final temperature "
-              "| kNN acc, augmented queries |")
+    header = ("| method | kNN acc | alignment | uniformity | final temperature "
+              "| kNN acc, augmented queries | kNN acc − NT-Xent (tau=0.1) [95% CI] |")
     for text in (table, printed):
         assert header in text
         for prefix in ("| raw pixels", "| random-init encoder", "| NT-Xent (tau=0.1)",
                        "| MACL (tau0=0.1, alpha=0.5, A0=0)"):
             assert any(line.startswith(prefix) for line in text.splitlines()), prefix
-    assert f"{100 * rows_by_key(result)['macl']['knn_accuracy']:.1f}%" in table
+    macl = metrics_by_method(result)["macl"]
+    assert (f"| {100 * macl['knn_accuracy']:.1f} ± 0.0 (n=1) | {macl['alignment']:.3f} ± 0.000 "
+            f"(n=1) | {macl['uniformity']:.3f} ± 0.000 (n=1) | "
+            f"{macl['final_temperature']:.4f} ± 0.0000 (n=1) |") in table
+    assert "| raw pixels (no training) |" in table and "| - |" in table  # no temperature
+    assert "1347 train / 450 test" in table
     assert not list(out.glob(".*tmp*"))  # atomic writes leave no temporary files
 
 
@@ -134,33 +156,37 @@ def test_augment_is_a_seeded_valid_view() -> None:
 
 
 @pytest.mark.parametrize("kwargs", [{"batch_size": 1}, {"epochs": 0}, {"test_fraction": 1.0},
-                                    {"lr": 0.0}, {"threads": 0}])
+                                    {"lr": 0.0}, {"threads": 0}, {"epochs": 2.5},
+                                    {"knn_k": True}, {"seeds": []}, {"precision": "64"}])
 def test_config_rejects_bad_values(kwargs) -> None:
     with pytest.raises(ValueError):
         DemoConfig(**kwargs)
 
 
+@pytest.mark.slow
 def test_two_seeds_in_bf16_give_a_paired_difference_and_a_rerun_reuses_them(
         tmp_path, monkeypatch) -> None:
     from adaptcl.recipes import demo
 
     config = DemoConfig(epochs=1, seeds=[0, 1], output_dir=str(tmp_path), progress=False,
                         device="cpu", precision="bf16-mixed", logger="csv")
-    result = demo.run_demo(config)
-    diff = result["summary"]["digits"]["paired"]["macl"]
+    result = DemoRecipe(config).run()
+    diff = result["summary"]["knn_accuracy"]["digits"]["paired"]["macl"]
     assert diff["n"] == 2 and diff["ci95"][0] <= diff["mean"] <= diff["ci95"][1]
-    assert result["computed"] == [["digits", "nt_xent", 0], ["digits", "macl", 0],
+    # the references once (first seed), then every loss per seed in the old order
+    assert result["computed"] == [["digits", "raw_pixels", 0], ["digits", "random_encoder", 0],
+                                  ["digits", "nt_xent", 0], ["digits", "macl", 0],
                                   ["digits", "nt_xent", 1], ["digits", "macl", 1]]
     assert all(math.isfinite(v) for v in result["history"]["macl"]["loss"])
     assert (tmp_path / "logs" / "macl" / "seed1" / "metrics.csv").read_text().count(
         "train/temperature") == 1347 // 256
     table = (tmp_path / TABLE_FILE).read_text()
-    assert "MACL − NT-Xent = " in table and "(n=2)" in table and "_adaptcl " in table
+    assert "(n=2)" in table and "_adaptcl " in table and "[95% CI] |" in table
 
     def boom(*args, **kwargs):
         raise AssertionError("a stored run was retrained")
 
     monkeypatch.setattr(demo, "train", boom)
-    again = demo.run_demo(config)
-    assert len(again["reused"]) == 4 and again["computed"] == []
+    again = DemoRecipe(config).run()
+    assert len(again["reused"]) == 6 and again["computed"] == []
     assert again["summary"] == result["summary"]

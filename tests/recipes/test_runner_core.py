@@ -13,12 +13,13 @@ from adaptcl.recipes.template.loggers import metric_logger
 from adaptcl.recipes.template.plots import explain_empty, save_plot
 from adaptcl.recipes.template.provenance import environment, fingerprint_files
 from adaptcl.recipes.template.report import (
+    Report,
     paired_difference,
     summarize,
     summary_table,
     write_results,
 )
-from adaptcl.recipes.template.store import Cell, RunStore, run_grid
+from adaptcl.recipes.template.store import Cell, GridRun, RunStore, run_grid
 from adaptcl.recipes.template.torch_env import autocast, grad_scaler, resolve_device
 
 
@@ -126,6 +127,29 @@ def test_summary_table_has_mean_std_and_paired_difference():
                                  labels={"graphcl": "GraphCL", "macl": "MACL"})
     assert "81.00 ± 1.00 (n=2)" in table and "MACL − GraphCL [95% CI]" in table
     assert "+3.50 [" in table
+
+
+def test_methods_table_scales_and_rounds_each_metric_and_records_the_baseline(tmp_path):
+    """``scale`` / ``digits`` per metric (a percentage next to a cosine), ``metric_labels`` as
+    the column heads; a metric a method lacks shows ``-``; the result names its baseline."""
+    values = {"base": (0.80, 0.5021), "new": (0.85, 0.4987)}
+    grid = GridRun(cells=[Cell("d", m, 0) for m in values])
+    for cell in grid.cells:
+        acc, align = values[cell.method]
+        grid.records[cell] = {"metrics": {"acc": acc, "align": align}
+                              | ({"tau": 0.13} if cell.method == "new" else {})}
+    result = Report("toy", tmp_path, {}, metrics=["acc", "align", "tau"], datasets=["d"],
+                    methods=list(values), baseline="base", table_rows="methods",
+                    scale={"acc": 100.0}, digits={"acc": 1, "align": 3},
+                    metric_labels={"acc": "accuracy (%)"}).write(grid)
+    rows = {line.split(" | ")[0]: line for line in result["table_markdown"].splitlines()}
+    assert rows["| new"] == ("| new | 85.0 ± 0.0 (n=1) | 0.499 ± 0.000 (n=1) | 0.13 ± 0.00 (n=1) "
+                             "| +5.0 (n=1) |")
+    assert rows["| base"] == "| base | 80.0 ± 0.0 (n=1) | 0.502 ± 0.000 (n=1) | - | - |"
+    assert "| method | accuracy (%) | align | tau | accuracy (%) − base [95% CI] |" in rows[
+        "| method"]
+    assert result["summary"]["align"]["d"]["methods"]["new"]["mean"] == 0.4987  # unscaled
+    assert json.loads((tmp_path / "results.json").read_text())["baseline"] == "base"
 
 
 def test_fingerprint_follows_content_not_location(tmp_path):

@@ -126,7 +126,8 @@ def compare_results(paths: Sequence[str | Path], by: Sequence[str], *,
     and the code version of the runs (read from the run store beside each file, where there is
     one) must agree across files, and each file must have its own value of ``by``. ``metrics``
     defaults to every metric of the first file, ``losses`` to every loss found (in order of
-    appearance), ``baseline`` to the first of them.
+    appearance), ``baseline`` to the one the first file's recipe paired against (else the first
+    loss).
 
     Examples:
         >>> compare_results(["b32/images_simclr_cpu.json", "b64/images_simclr_cpu.json"],
@@ -186,7 +187,9 @@ def compare_results(paths: Sequence[str | Path], by: Sequence[str], *,
             raise RecipeError(f"--losses {' '.join(unknown)}: not in these results "
                               f"({', '.join(methods)})")
         methods = list(losses)
-    baseline = baseline if baseline is not None else (methods[0] if methods else None)
+    if baseline is None:  # the files' own baseline (Report records it), else the first loss
+        own = first.get("baseline")
+        baseline = own if own in methods else (methods[0] if methods else None)
     if baseline is not None and baseline not in methods:
         raise RecipeError(f"--baseline {baseline!r} is not a loss of these results "
                           f"({', '.join(methods)})")
@@ -299,27 +302,43 @@ def _draw(axes, summaries, rows, methods, baseline, metrics, by, numeric=True) -
         ax.set(title=f"{head}: paired difference, 95% CI", **ticks)
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Register the ``adaptcl compare`` options."""
-    parser.add_argument("results", nargs="+", metavar="RESULT_JSON",
-                        help="result files of one recipe (e.g. <output-dir>/images_simclr_cpu.json)")
-    parser.add_argument("--by", nargs="+", required=True, metavar="SETTING",
-                        help="the config field(s) the files differ in, e.g. batch_size")
-    parser.add_argument("--metrics", nargs="+", default=None, metavar="METRIC",
-                        help="metrics to tabulate (default: every metric of the first file)")
-    parser.add_argument("--losses", nargs="+", default=None, metavar="LOSS",
-                        help="losses to tabulate, in this order (default: every loss found)")
-    parser.add_argument("--baseline", default=None,
-                        help="the loss the others are paired against (default: the first loss)")
-    parser.add_argument("--output-dir", default="results/compare",
-                        help="where compare_<recipe>.json/.md/.png go")
-    parser.add_argument("--no-plot", dest="plot", action="store_false", help="skip the PNG")
+class CompareCommand:
+    """``adaptcl compare``: what the CLI needs of a recipe module (``add_arguments``, ``example``,
+    ``main``). Not a :class:`~adaptcl.recipes.template.recipe.Recipe`: compare computes no cells
+    and has no config dataclass; it reads finished result files (positional arguments) and pools
+    their summaries, so the template's grid, store and shared options (seeds, device, threads)
+    do not apply."""
+
+    name = "compare"
+    example = EXAMPLE
+
+    @classmethod
+    def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
+        """Register the ``adaptcl compare`` options."""
+        parser.add_argument("results", nargs="+", metavar="RESULT_JSON",
+                            help="result files of one recipe (e.g. <output-dir>/results.json)")
+        parser.add_argument("--by", nargs="+", required=True, metavar="SETTING",
+                            help="the config field(s) the files differ in, e.g. batch_size")
+        parser.add_argument("--metrics", nargs="+", default=None, metavar="METRIC",
+                            help="metrics to tabulate (default: every metric of the first file)")
+        parser.add_argument("--losses", nargs="+", default=None, metavar="LOSS",
+                            help="losses to tabulate, in this order (default: every loss found)")
+        parser.add_argument("--baseline", default=None,
+                            help="the loss the others are paired against (default: the first)")
+        parser.add_argument("--output-dir", default="results/compare",
+                            help="where compare_<recipe>.json/.md/.png go")
+        parser.add_argument("--no-plot", dest="plot", action="store_false", help="skip the PNG")
+
+    @classmethod
+    def main(cls, args: argparse.Namespace) -> int:
+        """Compare the files of the command line; print the table and where the files are."""
+        result = compare_results(args.results, [b.replace("-", "_") for b in args.by],
+                                 metrics=args.metrics, losses=args.losses,
+                                 baseline=args.baseline, output_dir=args.output_dir,
+                                 plot=args.plot)
+        print(result["table_markdown"])
+        print(f"results: {result['outputs']['json']}  table: {result['outputs']['markdown']}")
+        return 0
 
 
-def main(args: argparse.Namespace) -> int:
-    result = compare_results(args.results, [b.replace("-", "_") for b in args.by],
-                             metrics=args.metrics, losses=args.losses, baseline=args.baseline,
-                             output_dir=args.output_dir, plot=args.plot)
-    print(result["table_markdown"])
-    print(f"results: {result['outputs']['json']}  table: {result['outputs']['markdown']}")
-    return 0
+RECIPE = CompareCommand

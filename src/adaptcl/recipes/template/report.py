@@ -123,7 +123,9 @@ class Report:
     record fields left out of the result's ``runs`` (long per-step histories).
     ``table_rows="methods"`` (a recipe with one dataset) writes one table instead: a row per
     method, a column per metric, and the paired difference on ``headline`` (default: the first
-    metric).
+    metric). ``scale`` and ``digits`` may be mappings, metric -> value (a metric not named gets
+    scale 1 and 2 digits), for tables mixing percentages with other quantities;
+    ``metric_labels`` names the metric columns of the ``"methods"`` table.
     """
 
     recipe: str
@@ -134,7 +136,7 @@ class Report:
     methods: Sequence[str]
     baseline: str | None = None
     header: str = ""
-    scale: float = 100.0
+    scale: float | Mapping[str, float] = 100.0
     labels: Mapping[str, str] | None = None
     dataset_labels: Mapping[str, str] | None = None
     extra: Callable[[str], Mapping[str, str]] | None = None
@@ -147,18 +149,19 @@ class Report:
     drop: Sequence[str] = ()
     table_rows: str = "datasets"
     headline: str | None = None
-    digits: int = 2
+    digits: int | Mapping[str, int] = 2
+    metric_labels: Mapping[str, str] | None = None
 
     def write(self, grid: GridRun) -> dict[str, Any]:
         summaries, tables = {}, {}
         for metric in self.metrics:
             summaries[metric] = summarize(grid.records, metric, datasets=self.datasets,
                                           methods=self.methods, baseline=self.baseline,
-                                          scale=self.scale)
+                                          scale=_per_metric(self.scale, metric, 1.0))
             tables[metric] = summary_table(summaries[metric], methods=self.methods,
                                            baseline=self.baseline, labels=self.labels,
                                            dataset_labels=self.dataset_labels, extra=self.extra,
-                                           digits=self.digits)
+                                           digits=_per_metric(self.digits, metric, 2))
         if self.table_rows == "methods":
             tables = {"methods": self.methods_table(summaries)}
         env = environment(frameworks=self.frameworks, device=self.device,
@@ -167,7 +170,7 @@ class Report:
                   else self.config)
         result: dict[str, Any] = {
             "recipe": self.recipe, "config": config, "environment": env, **grid.bookkeeping(),
-            "summary": summaries, "tables": tables,
+            "summary": summaries, "baseline": self.baseline, "tables": tables,
             "table_markdown": next(iter(tables.values())),
             "runs": [{"cell": list(c), **{k: v for k, v in r.items() if k not in self.drop}}
                      for c, r in grid.records.items()]}
@@ -184,20 +187,28 @@ class Report:
     def methods_table(self, summaries: Mapping[str, Mapping[str, Any]]) -> str:
         """A row per method, ``mean ± std (n)`` per metric (of the one dataset), then the paired
         difference to the baseline on the headline metric with its 95% t-interval."""
-        labels = dict(self.labels or {})
+        labels, names = dict(self.labels or {}), dict(self.metric_labels or {})
         headline = self.headline or self.metrics[0]
         rows = []
         for method in self.methods:
             row = {"method": labels.get(method, method)}
             for metric, summary in summaries.items():
                 entry = next(iter(summary.values()), {"methods": {}})
-                row[metric] = format_mean_std(entry["methods"].get(method), self.digits)
+                row[names.get(metric, metric)] = format_mean_std(
+                    entry["methods"].get(method), _per_metric(self.digits, metric, 2))
             entry = next(iter(summaries.get(headline, {}).values()), None)
             if self.baseline is not None and entry is not None and entry["paired"]:
-                head = f"{headline} − {labels.get(self.baseline, self.baseline)} [95% CI]"
-                row[head] = format_difference(entry["paired"].get(method), self.digits)
+                head = (f"{names.get(headline, headline)} − "
+                        f"{labels.get(self.baseline, self.baseline)} [95% CI]")
+                row[head] = format_difference(entry["paired"].get(method),
+                                              _per_metric(self.digits, headline, 2))
             rows.append(row)
         return markdown_table(rows)
+
+
+def _per_metric(value: Any, metric: str, default: Any) -> Any:
+    """``value`` itself, or its entry for ``metric`` when it is a mapping (``default`` if absent)."""
+    return value.get(metric, default) if isinstance(value, Mapping) else value
 
 
 def write_results(out_dir: str | os.PathLike, stem: str, result: Mapping[str, Any],
