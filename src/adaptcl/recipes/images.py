@@ -1,21 +1,15 @@
 """``adaptcl images``: self-supervised pre-training on images via Lightly, kNN and linear probe.
 
-Pre-trains SimCLR, MoCo v2, SimSiam, Barlow Twins or ASCL-MoCo (the Lightning modules of
-:mod:`adaptcl.adapters.lightning_modules`) with one or more losses on CIFAR-10 (torchvision's
-files, or the ``.npz`` arrays of the shared data folder) or an image folder, then evaluates the
-frozen backbone with Lightly's weighted kNN (k=200, t=0.1) and a linear probe. Device,
-precision, several devices and the logger go to Lightning's own ``Trainer``
-(``accelerator``/``devices``/``strategy``/``precision``/``logger``).
+SimCLR, MoCo v2, SimSiam, Barlow Twins or ASCL-MoCo (:mod:`adaptcl.adapters.lightning_modules`)
+with one or more losses on CIFAR-10 or an image folder (:mod:`adaptcl.recipes.image_data`),
+trained by Lightning's ``Trainer`` (device, precision, devices/strategy, logger), then the
+frozen backbone scored by Lightly's weighted kNN and a linear probe
+(:mod:`adaptcl.recipes.image_eval`). Each (loss, seed) is a cell of the run store; an
+unfinished one resumes from its ``last.ckpt`` (weights, optimiser, loss statistics, MoCo/ASCL
+queues, training time; not the data order of the interrupted epoch).
 
-Each (loss, seed) is a cell of :mod:`adaptcl.recipes.template.store`: reused only while its identity
-(resolved settings, the fingerprint of the exact images used, code) matches; an unfinished one
-resumes from its ``last.ckpt`` (weights, optimiser, loss statistics, MoCo/ASCL queues and the
-training time so far). Not restored: the data order of the interrupted epoch.
-
-Presets (``--preset``): ``cpu`` (the default; minutes: CIFAR ResNet-18 at width 1/8, the 4,000
-exact-pixel training images, 15 epochs, batch 128, Adam 1e-3, kNN on 1,000 test images) and
-``paper`` (MACL App. B.3, for a GPU: full ResNet-18 and training set, 200 epochs, batch 512,
-Adam 1e-3 x batch/256; linear probe 100 epochs, SGD lr 0.02). Options override the preset.
+Presets (``--preset``): ``cpu`` (minutes: ResNet-18 at width 1/8, the 4,000 exact-pixel
+training images, 15 epochs) and ``paper`` (MACL App. B.3, a GPU job). Options override them.
 Outputs: ``images_<method>_<preset>.json`` / ``.md`` / ``_temperature.png``.
 """
 
@@ -248,10 +242,9 @@ class ImagesRecipe(Recipe):
                "npz_variant": ("auto", "lossless", "jpeg"), "optimizer": ("adam", "adamw", "sgd"),
                "negative_term": ("topk", "softmax"), "amcl_objective": ("nt_xent", "infonce")}
     helps = {"preset": "cpu: narrow ResNet-18, 4k images, minutes; paper: MACL App. B.3 (a GPU "
-             "job); options override it", "losses": "losses (simclr: nt_xent macl dcl flatnce "
-             "dual amcl; moco: nt_xent macl dcl ascl amcl; simsiam: negcos amcl; barlowtwins: "
-             "barlow amcl; ascl-moco: ascl ahcl hard moco)", "full_data": "use every image "
-             "available", "download": "download CIFAR-10 with torchvision if no local data is "
+             "job); options override it", "losses": "losses (" + "; ".join(
+                 f"{m}: {' '.join(losses)}" for m, losses in METHOD_LOSSES.items()) + ")",
+             "full_data": "use every image available", "download": "download CIFAR-10 with torchvision if no local data is "
              "found", "backbone": "resnet-9/18/34/50 (Lightly's CIFAR ResNet; none: the "
              "preset's)", "temperature": "tau (MACL: tau0; none: 0.1, MoCo 0.2)",
              "a0": "MACL A0 (none: 0, MoCo 0.2)", "num_heads": "AMCL heads C",
