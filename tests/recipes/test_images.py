@@ -18,13 +18,8 @@ from adaptcl.recipes.image_data import (  # noqa: E402
     load_image_splits,
     load_npz_arrays,
 )
-from adaptcl.recipes.images import (  # noqa: E402
-    PRESETS,
-    ImagesConfig,
-    knn_accuracy,
-    linear_probe,
-    run_images,
-)
+from adaptcl.recipes.image_eval import knn_accuracy, linear_probe  # noqa: E402
+from adaptcl.recipes.images import PRESETS, ImagesConfig, ImagesRecipe  # noqa: E402
 
 # ---------------------------------------------------------------------------------------------
 # data
@@ -131,15 +126,14 @@ def test_presets_and_validation():
 
 def test_cli_maps_flags_to_the_config(capsys):
     from adaptcl.recipes import images
-    from adaptcl.recipes.template.options import config_kwargs
 
     args = build_parser("images").parse_args([
         "images", "--data-root", "/data", "--preset", "paper", "--method", "moco",
         "--losses", "NT_Xent", "macl", "--seeds", "0", "1", "--devices", "4", "--strategy", "ddp",
         "--precision", "bf16-mixed", "--logger", "tensorboard",
     ])
-    cfg = ImagesConfig(**config_kwargs(ImagesConfig, args)).resolved()
-    assert args._module == "adaptcl.recipes.images" and images.main
+    cfg = ImagesRecipe.config_from_args(args).resolved()
+    assert args._module == "adaptcl.recipes.images" and images.RECIPE is ImagesRecipe
     assert cfg.losses == ["nt_xent", "macl"] and cfg.seeds == [0, 1]
     assert cfg.devices == 4 and cfg.strategy == "ddp" and cfg.epochs == 200
     assert cfg.precision == "bf16-mixed" and cfg.logger == "tensorboard"
@@ -178,10 +172,9 @@ def test_tiny_real_run_writes_json_table_plot_and_tensorboard(shared_data, tmp_p
         hidden_dim=64, output_dim=32, linear_epochs=5, knn_every=1, progress=False,
         device="cpu", logger="tensorboard",
     )
-    result = run_images(config)
-    outputs = result["outputs"]
-    for key in ("json", "markdown", "png"):
-        assert (tmp_path / outputs[key].split("/")[-1]).stat().st_size > 0
+    result = ImagesRecipe(config).run()
+    for path in (result["outputs"]["json"], result["outputs"]["markdown"], result["plot"]):
+        assert (tmp_path / path.split("/")[-1]).stat().st_size > 0
     saved = json.loads((tmp_path / "images_simclr_cpu.json").read_text())
     (run,) = saved["runs"]
     assert run["loss"] == "macl" and run["optimisation_steps"] == 320 // 64

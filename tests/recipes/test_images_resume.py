@@ -1,9 +1,9 @@
 """The images recipe survives being killed: rerunning it resumes from ``last.ckpt``.
 
 Each test starts the recipe in a subprocess on a tiny configuration, SIGKILLs it as soon as a
-checkpoint of the run under test exists, checks that no final result file was written, reruns
-the recipe in-process to completion and checks that the rerun resumed (not restarted) the
-interrupted run.
+checkpoint of the run under test exists, checks that the result files hold only the finished
+runs (marked partial), reruns the recipe in-process to completion and checks that the rerun
+resumed (not restarted) the interrupted run.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ pytest.importorskip("lightly")
 pytest.importorskip("pytorch_lightning")
 
 from adaptcl.recipes import images  # noqa: E402
-from adaptcl.recipes.images import ImagesConfig, run_images  # noqa: E402
+from adaptcl.recipes.images import ImagesConfig, ImagesRecipe  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -42,8 +42,8 @@ def _run_until_checkpoint(config: ImagesConfig, run_parent: Path, timeout: float
     ``run_parent`` (``runs/<method>/<loss>``); return that run's folder."""
     fields = {k: v for k, v in config.__dict__.items()}
     script = textwrap.dedent(f"""
-        from adaptcl.recipes.images import ImagesConfig, run_images
-        run_images(ImagesConfig(**{fields!r}))
+        from adaptcl.recipes.images import ImagesConfig, ImagesRecipe
+        ImagesRecipe(ImagesConfig(**{fields!r})).run()
     """)
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO_ROOT / "src"))
     proc = subprocess.Popen([sys.executable, "-c", script], env=env, cwd=str(REPO_ROOT),
@@ -98,9 +98,12 @@ def test_killed_simclr_run_resumes_and_skips_finished_runs(shared_data, tmp_path
     runs = tmp_path / "runs" / "simclr"
     final = tmp_path / "images_simclr_cpu.json"
 
-    # kill during the second loss: the first (loss, seed) is finished and persisted
+    # kill during the second loss: the first (loss, seed) is finished and persisted, and the
+    # result files (rewritten after every finished run) are marked partial
     open_dir = _run_until_checkpoint(config, runs / "macl")
-    assert not final.exists() and not (tmp_path / "images_simclr_cpu.md").exists()
+    partial = json.loads(final.read_text())
+    assert partial["partial"] and partial["missing"] == [["simclr", "macl", 0]]
+    assert (tmp_path / "images_simclr_cpu.md").read_text().startswith("> **PARTIAL**")
     assert (runs / "nt_xent" / "seed0.json").is_file() and not (runs / "macl" / "seed0.json").exists()
     done_record = json.loads((runs / "nt_xent" / "seed0.json").read_text())["record"]
     ckpt = _load_ckpt(open_dir / "last.ckpt")
@@ -114,7 +117,7 @@ def test_killed_simclr_run_resumes_and_skips_finished_runs(shared_data, tmp_path
         return trainer
 
     monkeypatch.setattr(images, "_trainer", counting_trainer)
-    result = run_images(config)
+    result = ImagesRecipe(config).run()
 
     assert fitted == [open_dir]  # the finished run was skipped, not retrained
     saved = json.loads(final.read_text())
@@ -167,7 +170,7 @@ def test_killed_ascl_moco_run_resumes_with_its_queue(shared_data, tmp_path, monk
         return trainer
 
     monkeypatch.setattr(images, "_trainer", trainer_with_probe)
-    run_images(config)
+    ImagesRecipe(config).run()
 
     # training resumed with the checkpoint's queue (and pointer), which held the keys of the
     # steps before the kill

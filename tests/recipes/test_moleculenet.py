@@ -14,6 +14,7 @@ pytest.importorskip("sklearn")
 
 from adaptcl import cli  # noqa: E402
 from adaptcl.recipes import moleculenet as mn  # noqa: E402
+from adaptcl.recipes import moleculenet_train as mt  # noqa: E402
 from adaptcl.recipes.graph_eval import masked_bce_loss, multitask_roc_auc  # noqa: E402
 
 NAN = math.nan
@@ -91,11 +92,12 @@ def test_cli_preset_with_overrides():
     parser = cli.build_parser("moleculenet")
     args = parser.parse_args(["moleculenet", "--datasets", "BBBP", "--finetune-epochs", "2",
                               "--output-dir", "x"])
-    cfg = mn.config_from_args(args)
+    config_from_args = mn.MoleculeNetRecipe.config_from_args
+    cfg = config_from_args(args)
     assert cfg.datasets == ["bbbp"] and cfg.finetune_epochs == 2 and cfg.emb_dim == 128
     assert cfg.seeds == [0, 1, 2] and cfg.output_dir == "x"
-    paper = mn.config_from_args(parser.parse_args(["moleculenet", "--preset", "paper",
-                                                   "--pretrain-molecules", "none"]))
+    paper = config_from_args(parser.parse_args(["moleculenet", "--preset", "paper",
+                                                "--pretrain-molecules", "none"]))
     assert paper.emb_dim == 300 and paper.finetune_epochs == 100 and paper.pretrain_molecules is None
     assert paper.seeds == list(range(10))
 
@@ -114,11 +116,12 @@ def _tiny(shared_data, out, **overrides):
 
 def test_tiny_run_structure_and_resume(shared_data, tmp_path):
     cfg = _tiny(shared_data, tmp_path / "out")
-    res = mn.run_moleculenet(cfg)
+    recipe = mn.MoleculeNetRecipe(cfg)
+    res = recipe.run()
     assert res["complete"] and sorted(map(tuple, res["computed"])) == [
         ("bbbp", "graphcl", 0), ("bbbp", "macl", 0), ("bbbp", "none", 0)]
     assert res["reused"] == []
-    prints = mn.validate(cfg)
+    prints = recipe.fingerprints  # of the data, checked before any work
     for loss_name in ("graphcl", "macl"):
         path = mn.pretrain_path(cfg, loss_name, prints["pretrain"])
         assert path.is_file() and not path.with_suffix(".partial.pt").exists()
@@ -153,12 +156,12 @@ def test_tiny_run_structure_and_resume(shared_data, tmp_path):
     # rerun: nothing recomputed, checkpoints reused untouched
     ckpt = mn.pretrain_path(cfg, "macl", prints["pretrain"])
     mtime = ckpt.stat().st_mtime_ns
-    again = mn.run_moleculenet(cfg)
+    again = mn.MoleculeNetRecipe(cfg).run()
     assert again["computed"] == [] and len(again["reused"]) == 3
     assert ckpt.stat().st_mtime_ns == mtime
     assert again["table_markdown"] == res["table_markdown"]
     # a changed fine-tuning setting recomputes every cell, and keeps the pre-training
-    changed = mn.run_moleculenet(_tiny(shared_data, tmp_path / "out", lr=5e-4))
+    changed = mn.MoleculeNetRecipe(_tiny(shared_data, tmp_path / "out", lr=5e-4)).run()
     assert len(changed["computed"]) == 3 and len(changed["superseded"]) == 3
     assert ckpt.stat().st_mtime_ns == mtime
 
@@ -173,10 +176,10 @@ def test_changed_pretraining_corpus_is_pretrained_again(shared_data, tmp_path):
     cfg = _tiny(shared_data, tmp_path / "out", pretrain_smiles=str(corpus), inits=["graphcl"],
                 pretrain_molecules=120, plot=False)
     first = mn.pretrain_path(cfg, "graphcl")
-    mn.run_moleculenet(cfg)
+    mn.MoleculeNetRecipe(cfg).run()
     corpus.write_bytes(gzip.compress("".join(lines[:1] + lines[:0:-1]).encode()))  # reordered
     assert mn.pretrain_path(cfg, "graphcl") != first
-    again = mn.run_moleculenet(cfg)
+    again = mn.MoleculeNetRecipe(cfg).run()
     assert again["computed"] == [["bbbp", "graphcl", 0]] and again["reused"] == []
 
 
@@ -204,9 +207,11 @@ def test_interrupted_pretraining_resumes_from_its_last_epoch(shared_data, tmp_pa
                                                              monkeypatch):
     cfg = _tiny(shared_data, tmp_path / "out", pretrain_epochs=2, pretrain_molecules=120,
                 inits=["graphcl"])
-    reference = mn.pretrain(_tiny(shared_data, tmp_path / "ref", pretrain_epochs=2,
-                                  pretrain_molecules=120, inits=["graphcl"]), "graphcl")
-    real_save = mn.torch_save_atomic
+    ref_cfg = _tiny(shared_data, tmp_path / "ref", pretrain_epochs=2, pretrain_molecules=120,
+                    inits=["graphcl"])
+    reference = mt.pretrain(ref_cfg, "graphcl", mn.pretrain_path(ref_cfg, "graphcl"))
+    final = mn.pretrain_path(cfg, "graphcl")
+    real_save = mt.torch_save_atomic
     calls = {"n": 0}
 
     def save_then_die(obj, path):
@@ -215,14 +220,14 @@ def test_interrupted_pretraining_resumes_from_its_last_epoch(shared_data, tmp_pa
         if calls["n"] == 1:  # after the first epoch's partial checkpoint
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(mn, "torch_save_atomic", save_then_die)
+    monkeypatch.setattr(mt, "torch_save_atomic", save_then_die)
     with pytest.raises(KeyboardInterrupt):
-        mn.pretrain(cfg, "graphcl")
-    partial = mn.pretrain_path(cfg, "graphcl").with_suffix(".partial.pt")
-    assert partial.is_file() and not mn.pretrain_path(cfg, "graphcl").exists()
-    monkeypatch.setattr(mn, "torch_save_atomic", real_save)
-    resumed = mn.pretrain(cfg, "graphcl")
-    assert not partial.exists() and mn.pretrain_path(cfg, "graphcl").is_file()
+        mt.pretrain(cfg, "graphcl", final)
+    partial = final.with_suffix(".partial.pt")
+    assert partial.is_file() and not final.exists()
+    monkeypatch.setattr(mt, "torch_save_atomic", real_save)
+    resumed = mt.pretrain(cfg, "graphcl", final)
+    assert not partial.exists() and final.is_file()
     # resuming gives exactly the uninterrupted run (model, optimiser and RNG states restored)
     assert resumed["epoch_loss"] == pytest.approx(reference["epoch_loss"], abs=1e-6)
     for key, value in reference["encoder"].items():

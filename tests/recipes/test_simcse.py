@@ -10,7 +10,6 @@ import pytest
 
 pytest.importorskip("sentence_transformers")
 
-import adaptcl.recipes.simcse as recipe  # noqa: E402
 import adaptcl.recipes.simcse_training as training  # noqa: E402
 from adaptcl.recipes.simcse import SimCSERecipe, SimCSERecipeConfig  # noqa: E402
 from adaptcl.recipes.template.errors import RecipeError  # noqa: E402

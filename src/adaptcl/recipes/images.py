@@ -1,27 +1,20 @@
 """``adaptcl images``: self-supervised pre-training on images via Lightly, kNN and linear probe.
 
-Pre-trains SimCLR, MoCo v2, SimSiam, Barlow Twins or ASCL-MoCo (the Lightning modules of
-:mod:`adaptcl.adapters.lightning.modules`) with one or more losses on CIFAR-10 (torchvision's
-files, or the ``.npz`` arrays of the shared data folder) or an image folder, then evaluates the
-frozen backbone with Lightly's weighted kNN (k=200, t=0.1) and a linear probe. Device,
-precision, several devices and the logger go to Lightning's own ``Trainer``
-(``accelerator``/``devices``/``strategy``/``precision``/``logger``).
+SimCLR, MoCo v2, SimSiam, Barlow Twins or ASCL-MoCo (:mod:`adaptcl.adapters.lightning.modules`)
+with one or more losses on CIFAR-10 or an image folder (:mod:`adaptcl.recipes.image_data`),
+trained by Lightning's ``Trainer`` (device, precision, devices/strategy, logger), then the
+frozen backbone scored by Lightly's weighted kNN and a linear probe
+(:mod:`adaptcl.recipes.image_eval`). Each (loss, seed) is a cell of the run store; an
+unfinished one resumes from its ``last.ckpt`` (weights, optimiser, loss statistics, MoCo/ASCL
+queues, training time; not the data order of the interrupted epoch).
 
-Each (loss, seed) is a cell of :mod:`adaptcl.recipes.template.store`: reused only while its identity
-(resolved settings, the fingerprint of the exact images used, code) matches; an unfinished one
-resumes from its ``last.ckpt`` (weights, optimiser, loss statistics, MoCo/ASCL queues and the
-training time so far). Not restored: the data order of the interrupted epoch.
-
-Presets (``--preset``): ``cpu`` (the default; minutes: CIFAR ResNet-18 at width 1/8, the 4,000
-exact-pixel training images, 15 epochs, batch 128, Adam 1e-3, kNN on 1,000 test images) and
-``paper`` (MACL App. B.3, for a GPU: full ResNet-18 and training set, 200 epochs, batch 512,
-Adam 1e-3 x batch/256; linear probe 100 epochs, SGD lr 0.02). Options override the preset.
+Presets (``--preset``): ``cpu`` (minutes: ResNet-18 at width 1/8, the 4,000 exact-pixel
+training images, 15 epochs) and ``paper`` (MACL App. B.3, a GPU job). Options override them.
 Outputs: ``images_<method>_<preset>.json`` / ``.md`` / ``_temperature.png``.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import math
 import time
@@ -30,30 +23,15 @@ from pathlib import Path
 from typing import Any
 
 from adaptcl.adapters.lightning.methods import METHOD_LOSSES, METHODS, check_method_loss
-from adaptcl.recipes.template.config import result_settings, validate_config
-from adaptcl.recipes.template.errors import (
-    RecipeError,
-    check_embeddings,
-    require_steps,
-    user_errors,
-)
+from adaptcl.recipes.template.config import validate_config
+from adaptcl.recipes.template.errors import RecipeError, require_steps
 from adaptcl.recipes.template.files import resolve_data_root, torch_load_checked
 from adaptcl.recipes.template.loggers import lightning_logger
-from adaptcl.recipes.template.options import (
-    add_common_arguments,
-    add_config_arguments,
-    config_kwargs,
-)
-from adaptcl.recipes.template.plots import explain_empty, save_plot
-from adaptcl.recipes.template.provenance import code_version, stable_hash
-from adaptcl.recipes.template.report import Report
-from adaptcl.recipes.template.store import Cell, RunStore, run_grid
-from adaptcl.recipes.template.torch_env import (
-    apply_thread_policy,
-    loader_options,
-    resolve_device,
-    seed_everything,
-)
+from adaptcl.recipes.template.plots import explain_empty
+from adaptcl.recipes.template.provenance import stable_hash
+from adaptcl.recipes.template.recipe import Recipe
+from adaptcl.recipes.template.store import Cell, GridRun, RunStore
+from adaptcl.recipes.template.torch_env import loader_options, resolve_device, seed_everything
 
 EXAMPLE = """adaptcl images --data-root ../shared/data --losses nt_xent macl
 adaptcl images --data-root ~/data/cifar10 --preset paper --device cuda --devices 4 \\
@@ -70,13 +48,14 @@ PRESETS: dict[str, dict[str, Any]] = {
                   npz_variant="jpeg", hidden_dim=512, output_dim=128, queue_size=4096,
                   linear_epochs=100, linear_batch_size=128, linear_lr=0.02, knn_every=10),
 }
-CODE = ("adaptcl.recipes.images", "adaptcl.adapters.lightly", "adaptcl.adapters.lightning.modules",
-        "adaptcl.adapters.lightning.factory", "adaptcl.adapters.lightning.methods", "adaptcl.plugins")
+CODE = ("adaptcl.recipes.images", "adaptcl.recipes.image_eval", "adaptcl.adapters.lightly",
+        "adaptcl.adapters.lightning.modules", "adaptcl.adapters.lightning.factory",
+        "adaptcl.adapters.lightning.methods", "adaptcl.plugins")
 
 
 @dataclass
 class ImagesConfig:
-    """Configuration of :func:`run_images`; ``None`` fields take the preset's value."""
+    """Settings of an ``images`` run; ``None`` fields take the preset's value (:meth:`resolved`)."""
 
     data_root: str | None = None
     output_dir: str = "results/images"
@@ -159,9 +138,7 @@ class ImagesConfig:
         return out
 
 
-# ----------------------------------------------------------------------------------------------
-# building blocks
-# ----------------------------------------------------------------------------------------------
+# ------------------------------------------------------------------------------ one cell
 
 
 def _module(cfg: ImagesConfig, loss: str, num_classes: int):
@@ -179,56 +156,6 @@ def _module(cfg: ImagesConfig, loss: str, num_classes: int):
         weight_decay=cfg.weight_decay, num_classes=num_classes, knn_k=cfg.knn_k, knn_t=cfg.knn_t)
 
 
-def knn_accuracy(train_x, train_y, test_x, test_y, num_classes: int, k: int = 200,
-                 t: float = 0.1, chunk: int = 1024) -> float:
-    """Top-1 accuracy of Lightly's weighted kNN (``knn_predict``) on normalised features."""
-    import torch.nn.functional as F
-
-    from adaptcl.adapters.lightning.modules import knn_correct
-
-    if not len(test_x):
-        return float("nan")
-    bank = F.normalize(train_x, dim=1).t().contiguous()
-    correct = sum(knn_correct(F.normalize(test_x[i:i + chunk], dim=1), bank, train_y,
-                              test_y[i:i + chunk], num_classes, k, t)
-                  for i in range(0, len(test_x), chunk))
-    return correct / len(test_x)
-
-
-def linear_probe(train_x, train_y, test_x, test_y, num_classes: int, epochs: int = 100,
-                 batch_size: int = 128, lr: float = 0.02, momentum: float = 0.9,
-                 seed: int = 0, progress: bool = False) -> float:
-    """Top-1 test accuracy of a linear classifier on frozen, standardised features.
-
-    MACL App. B.3: 100 epochs, batch 128, SGD lr 0.02, momentum 0.9, no weight decay, with a
-    cosine schedule; features are pre-extracted from un-augmented images and standardised
-    with the training mean and standard deviation.
-    """
-    import torch
-    from tqdm.auto import tqdm
-
-    if epochs == 0:
-        return float("nan")
-    mean, std = train_x.mean(0, keepdim=True), train_x.std(0, keepdim=True).clamp(min=1e-6)
-    xtr, xte = (train_x - mean) / std, (test_x - mean) / std
-    generator = torch.Generator().manual_seed(seed)
-    torch.manual_seed(seed)
-    head = torch.nn.Linear(xtr.shape[1], num_classes)
-    opt = torch.optim.SGD(head.parameters(), lr=lr, momentum=momentum, weight_decay=0.0)
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=epochs)
-    for _ in tqdm(range(epochs), desc="linear probe", disable=not progress, leave=False):
-        order = torch.randperm(len(xtr), generator=generator)
-        for start in range(0, len(xtr), batch_size):
-            idx = order[start:start + batch_size]
-            loss = torch.nn.functional.cross_entropy(head(xtr[idx]), train_y[idx])
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
-        sched.step()
-    with torch.no_grad():
-        return float((head(xte).argmax(1) == test_y).float().mean())
-
-
 def _trainer(cfg: ImagesConfig, log_dir: Path, max_epochs: int, ckpt_dir: Path | None = None,
              clock=None):
     """Lightning's Trainer with the recipe's device, precision, strategy, logger, checkpoints."""
@@ -241,22 +168,23 @@ def _trainer(cfg: ImagesConfig, log_dir: Path, max_epochs: int, ckpt_dir: Path |
                          progress=cfg.progress, val_every=cfg.knn_every or 0)
 
 
-def _run_one(cfg: ImagesConfig, splits, cell: Cell, run_dir: Path,
-             log_dir: Path) -> dict[str, Any] | None:
-    """Train and evaluate one (loss, seed), resuming from the ``last.ckpt`` an earlier run left."""
+def run_one(cfg: ImagesConfig, splits, cell: Cell, run_dir: Path,
+            log_dir: Path) -> dict[str, Any] | None:
+    """Train and evaluate one (loss, seed), resuming from the ``last.ckpt`` an earlier run left;
+    ``None`` on a process that does not own the result (a non-zero rank)."""
     import torch
     from torch.utils.data import DataLoader
+
+    from adaptcl.adapters.lightning.factory import TrainingClock, ssl_transforms
+    from adaptcl.recipes.image_eval import evaluate_backbone
 
     last_ckpt = run_dir / "last.ckpt"
     for stale in run_dir.glob(".*.tmp"):  # temporary file of a write that was killed
         stale.unlink(missing_ok=True)
     # a checkpoint that cannot be read (truncated by a full disk, say) is named and set aside
-    resume = last_ckpt if torch_load_checked(last_ckpt, what="checkpoint",
-                                                    map_location="cpu",
-                                                    weights_only=False) is not None else None
+    resume = last_ckpt if torch_load_checked(last_ckpt, what="checkpoint", map_location="cpu",
+                                             weights_only=False) is not None else None
     seed_everything(cell.seed)
-    from adaptcl.adapters.lightning.factory import TrainingClock, ssl_transforms
-
     normalize = None  # CIFAR-10's statistics; ImageNet's for an image folder
     if splits.source.startswith("image folder"):
         from lightly.transforms.utils import IMAGENET_NORMALIZE
@@ -266,15 +194,14 @@ def _run_one(cfg: ImagesConfig, splits, cell: Cell, run_dir: Path,
     ssl_data = splits.train.with_transform(train_tf)
     if len(ssl_data) < cfg.batch_size:
         raise RecipeError(f"the training set ({len(ssl_data)} images) is smaller than one "
-                                 f"batch ({cfg.batch_size}); lower --batch-size")
+                          f"batch ({cfg.batch_size}); lower --batch-size")
     loader_kw = loader_options(resolve_device(cfg.device), cfg.num_workers)
     ssl_loader = DataLoader(ssl_data, batch_size=cfg.batch_size, shuffle=True, drop_last=True,
                             generator=torch.Generator().manual_seed(cell.seed), **loader_kw)
     eval_bs = max(cfg.batch_size, 256)
-    bank_loader = DataLoader(splits.train.with_transform(eval_tf), batch_size=eval_bs,
-                             shuffle=False, **loader_kw)
-    test_loader = DataLoader(splits.test.with_transform(eval_tf), batch_size=eval_bs,
-                             shuffle=False, **loader_kw)
+    bank_loader, test_loader = (DataLoader(part.with_transform(eval_tf), batch_size=eval_bs,
+                                           shuffle=False, **loader_kw)
+                                for part in (splits.train, splits.test))
     module = _module(cfg, cell.method, splits.num_classes)
     if cfg.knn_every:
         module.set_knn_bank_loader(bank_loader)
@@ -287,21 +214,8 @@ def _run_one(cfg: ImagesConfig, splits, cell: Cell, run_dir: Path,
         return None
     require_steps(len(module.history), cell.label())
     start = time.perf_counter()
-    from adaptcl.adapters.lightning.modules import extract_features
-
-    train_x, train_y, test_x, test_y = (
-        *extract_features(module.backbone, bank_loader, module.device, progress=cfg.progress,
-                          desc="train features"),
-        *extract_features(module.backbone, test_loader, module.device, progress=cfg.progress,
-                          desc="test features"))
-    check_embeddings(train_x, f"{cell.label()} backbone features")
-    metrics = {"knn_top1": knn_accuracy(train_x, train_y, test_x, test_y, splits.num_classes,
-                                        cfg.knn_k, cfg.knn_t)}
-    if cfg.linear_epochs:
-        metrics["linear_top1"] = linear_probe(train_x, train_y, test_x, test_y,
-                                              splits.num_classes, cfg.linear_epochs,
-                                              cfg.linear_batch_size, cfg.linear_lr,
-                                              seed=cell.seed, progress=cfg.progress)
+    metrics = evaluate_backbone(module, bank_loader, test_loader, splits.num_classes, cfg=cfg,
+                                seed=cell.seed, where=cell.label())
     history, last = module.history, (module.history or [{}])[-1]
     return {"metrics": metrics, "optimisation_steps": len(history),
             "losses": [h["loss"] for h in history], "method": cfg.method, "loss": cell.method,
@@ -311,102 +225,100 @@ def _run_one(cfg: ImagesConfig, splits, cell: Cell, run_dir: Path,
             "run_dir": str(run_dir), "history": history, "online_knn": module.knn_history}
 
 
-def run_images(config: ImagesConfig) -> dict[str, Any]:
-    """Run every (loss, seed) of ``config`` not stored yet; write JSON, markdown and PNG."""
-    from adaptcl.recipes.image_data import load_image_splits
+# ----------------------------------------------------------------------------- the recipe
 
-    with user_errors():
-        cfg = config.resolved()
-        root = resolve_data_root(cfg.data_root)
+
+class ImagesRecipe(Recipe):
+    """``adaptcl images``: every (loss, seed) of one method pre-trained and scored."""
+
+    name, config_class, code = "images", ImagesConfig, CODE
+    metrics = ("knn_top1", "linear_top1")
+    frameworks = ("lightly", "pytorch-lightning", "torchvision")
+    example = EXAMPLE
+    common = {"devices": True, "data_root_help": "folder with cifar-10-batches-py, "
+              "cifar10_*.npz (or cifar10/), or train/ and test/ class folders"}
+    choices = {"preset": tuple(PRESETS), "method": METHODS, "losses": ALL_LOSSES,
+               "source": ("auto", "torchvision", "npz", "folder"),
+               "npz_variant": ("auto", "lossless", "jpeg"), "optimizer": ("adam", "adamw", "sgd"),
+               "negative_term": ("topk", "softmax"), "amcl_objective": ("nt_xent", "infonce")}
+    helps = {"preset": "cpu: narrow ResNet-18, 4k images, minutes; paper: MACL App. B.3 (a GPU "
+             "job); options override it", "losses": "losses (" + "; ".join(
+                 f"{m}: {' '.join(losses)}" for m, losses in METHOD_LOSSES.items()) + ")",
+             "full_data": "use every image available", "download": "download CIFAR-10 with torchvision if no local data is "
+             "found", "backbone": "resnet-9/18/34/50 (Lightly's CIFAR ResNet; none: the "
+             "preset's)", "temperature": "tau (MACL: tau0; none: 0.1, MoCo 0.2)",
+             "a0": "MACL A0 (none: 0, MoCo 0.2)", "num_heads": "AMCL heads C",
+             "beta": "AMCL regulariser weight", "kappa": "AMCL top-kappa negatives",
+             "negative_term": "AMCL negative term (Eq. 7: hardest kappa or soft-max)",
+             "amcl_objective": "AMCL objective (Table 2.1 nt_xent, 2.4 infonce)",
+             "num_neighbors": "ASCL K",
+             "knn_every": "online kNN monitor every N epochs (0: off; none: the preset's)"}
+
+    def prepare(self) -> None:
+        """The preset's values filled in and checked; the images, their fingerprint; the device."""
+        from adaptcl.recipes.image_data import load_image_splits
+
+        cfg = self.config = self.config.resolved()
+        self.data_root = resolve_data_root(cfg.data_root)
         cfg.device = resolve_device(cfg.device)
-        splits = load_image_splits(root, cfg.source, cfg.npz_variant, cfg.train_limit,
-                                   cfg.test_limit, seed=0, download=cfg.download)
-    apply_thread_policy(cfg.threads)
-    out, stem = Path(cfg.output_dir), f"images_{cfg.method}_{cfg.preset}"
-    fingerprint = splits.fingerprint()
-    ident = {"settings": result_settings(cfg), "data": fingerprint,
-             "code": code_version(*CODE)}
-    key = stable_hash(ident, 10)
-    cells = [Cell(cfg.method, loss, seed) for seed in cfg.seeds for loss in cfg.losses]
-    store = RunStore(out)
+        self.splits = load_image_splits(self.data_root, cfg.source, cfg.npz_variant,
+                                        cfg.train_limit, cfg.test_limit, seed=0,
+                                        download=cfg.download)
+        self.fingerprints[cfg.method] = self.splits.fingerprint()
+        self.metrics = type(self).metrics[:2 if cfg.linear_epochs else 1]
+        self.stem = f"images_{cfg.method}_{cfg.preset}"
+        self.plot_file = f"{self.stem}_temperature.png"
+        self.plot_layout = {"title": f"{cfg.method} ({cfg.preset})", "ncols": 3,
+                            "figsize": (15, 4)}
 
-    def compute(cell: Cell) -> dict[str, Any]:
-        run_dir = store.path(cell).with_name(f"seed{cell.seed}-{key}")
-        return _run_one(cfg, splits, cell, run_dir,
-                        out / "logs" / cell.dataset / cell.method / f"seed{cell.seed}")
+    def cells(self) -> list[Cell]:
+        """Seed by seed, every loss (a row of the table is complete after each seed)."""
+        cfg = self.config
+        return [Cell(cfg.method, loss, seed) for seed in cfg.seeds for loss in cfg.losses]
 
-    grid = run_grid("images", out, cells, identity=lambda cell: ident, compute=compute,
-                           progress_bar=cfg.progress)
-    if not grid.records:  # a non-zero rank of a distributed run
-        return {}
-    header = (f"# images: {cfg.method}, preset {cfg.preset}\n\n{splits.source}: "
-              f"{len(splits.train)} train / {len(splits.test)} test images; {cfg.backbone} width "
-              f"{cfg.width}, {cfg.epochs} epochs, batch {cfg.batch_size}, {cfg.optimizer} lr "
-              f"{cfg.lr}, precision {cfg.precision}; kNN k={cfg.knn_k} t={cfg.knn_t}; linear "
-              f"probe {cfg.linear_epochs} epochs. Top-1 (%), mean ± population std over seeds; "
-              f"differences against {cfg.losses[0]} paired over seeds with a 95% t-interval.\n\n")
-    result = Report(
-        "images", out, cfg, metrics=["knn_top1", "linear_top1"][:2 if cfg.linear_epochs else 1],
-        datasets=[cfg.method], methods=cfg.losses, baseline=cfg.losses[0], header=header,
-        dataset_labels={cfg.method: f"{cfg.method} ({splits.source})"}, stem=stem,
-        frameworks=["lightly", "pytorch-lightning", "torchvision"], device=cfg.device,
-        data_root=root, data_fingerprint=fingerprint,
-        details=lambda grid: {"data": splits.describe()}).write(grid)
-    result["outputs"]["png"] = save_plot(
-        out / f"{stem}_temperature.png", lambda axes: _draw(cfg, result["runs"], axes),
-        title=f"{cfg.method} ({cfg.preset})", ncols=3, figsize=(15, 4))
-    return result
+    def compute(self, cell: Cell) -> dict[str, Any] | None:
+        out = Path(self.config.output_dir)
+        run_dir = RunStore(out).path(cell).with_name(
+            f"seed{cell.seed}-{stable_hash(self.identity(cell), 10)}")
+        return run_one(self.config, self.splits, cell, run_dir,
+                       out / "logs" / cell.dataset / cell.method / f"seed{cell.seed}")
 
+    def report_spec(self) -> dict[str, Any]:
+        cfg, splits = self.config, self.splits
+        header = (f"# images: {cfg.method}, preset {cfg.preset}\n\n{splits.source}: "
+                  f"{len(splits.train)} train / {len(splits.test)} test images; {cfg.backbone} "
+                  f"width {cfg.width}, {cfg.epochs} epochs, batch {cfg.batch_size}, "
+                  f"{cfg.optimizer} lr {cfg.lr}, precision {cfg.precision}; kNN k={cfg.knn_k} "
+                  f"t={cfg.knn_t}; linear probe {cfg.linear_epochs} epochs. Top-1 (%), mean ± "
+                  f"population std over seeds; differences against {cfg.losses[0]} paired over "
+                  "seeds with a 95% t-interval.\n\n")
+        return {"header": header, "stem": self.stem,
+                "dataset_labels": {cfg.method: f"{cfg.method} ({splits.source})"},
+                "data_fingerprint": self.fingerprints[cfg.method],
+                "details": lambda grid: {"data": splits.describe()}}
 
-def _draw(cfg: ImagesConfig, records: list[dict[str, Any]], axes) -> None:
-    for r in records:
-        label = f"{r['loss']} (seed {r['seed']})"
-        steps = [h["step"] for h in r["history"]]
-        for ax, key in zip(axes[:2], ("temperature", "alignment"), strict=True):
-            values = [h.get(key, math.nan) for h in r["history"]]
-            if any(not math.isnan(v) for v in values):
-                ax.plot(steps, values, label=label, linewidth=1)
-        if r["online_knn"]:
-            axes[2].plot([h["epoch"] + 1 for h in r["online_knn"]],
-                         [100 * h["knn_top1"] for h in r["online_knn"]], marker="o", label=label)
-    axes[0].set(title="temperature (adaptive: MACL tau_a, AMCL mean tau+)", xlabel="step")
-    axes[1].set(title="alignment A (mean positive cosine)", xlabel="step")
-    axes[2].set(title="online kNN top-1 (%)", xlabel="epoch")
-    explain_empty(axes[0], f"no loss of {', '.join(cfg.losses)} reports a temperature")
-    explain_empty(axes[1], f"no loss of {', '.join(cfg.losses)} reports the alignment")
-    explain_empty(axes[2], "online kNN monitor off (--knn-every 0)" if not cfg.knn_every
-                         else f"no kNN point: --epochs {cfg.epochs} < --knn-every {cfg.knn_every}")
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Register the ``adaptcl images`` options."""
-    parser.add_argument("--preset", choices=tuple(PRESETS), default="cpu",
-                        help="cpu: narrow ResNet-18, 4k images, minutes; paper: MACL App. B.3 "
-                             "(a GPU job)")
-    add_common_arguments(parser, output_dir=ImagesConfig.output_dir, seeds=[0],
-                                devices=True, data_root_help="folder with cifar-10-batches-py, "
-                                "cifar10_*.npz (or cifar10/), or train/ and test/ class folders")
-    add_config_arguments(parser, ImagesConfig, choices={
-        "method": METHODS, "losses": ALL_LOSSES, "source": ("auto", "torchvision", "npz", "folder"),
-        "npz_variant": ("auto", "lossless", "jpeg"), "optimizer": ("adam", "adamw", "sgd"),
-        "negative_term": ("topk", "softmax"), "amcl_objective": ("nt_xent", "infonce")},
-        helps={"losses": "losses (simclr: nt_xent macl dcl flatnce dual amcl; moco: nt_xent macl "
-               "dcl ascl amcl; simsiam: negcos amcl; barlowtwins: barlow amcl; ascl-moco: ascl "
-               "ahcl hard moco)", "full_data": "use every image available", "download":
-               "download CIFAR-10 with torchvision if no local data is found", "backbone":
-               "resnet-9/18/34/50 (Lightly's CIFAR ResNet; none: the preset's)",
-               "temperature": "tau (MACL: tau0; none: 0.1, MoCo 0.2)", "a0": "MACL A0 (none: 0, "
-               "MoCo 0.2)", "num_heads": "AMCL heads C", "beta": "AMCL regulariser weight",
-               "kappa": "AMCL top-kappa negatives",
-               "negative_term": "AMCL negative term (Eq. 7: hardest kappa or soft-max)",
-               "amcl_objective": "AMCL objective (Table 2.1 nt_xent, 2.4 infonce)",
-               "num_neighbors": "ASCL K", "knn_every":
-               "online kNN monitor every N epochs (0: off; none: the preset's)"})
+    def draw(self, grid: GridRun, axes) -> None:
+        """Temperature and alignment per step, online kNN per epoch, every (loss, seed)."""
+        cfg = self.config
+        for r in grid.records.values():
+            label = f"{r['loss']} (seed {r['seed']})"
+            steps = [h["step"] for h in r["history"]]
+            for ax, key in zip(axes[:2], ("temperature", "alignment"), strict=True):
+                values = [h.get(key, math.nan) for h in r["history"]]
+                if any(not math.isnan(v) for v in values):
+                    ax.plot(steps, values, label=label, linewidth=1)
+            if r["online_knn"]:
+                axes[2].plot([h["epoch"] + 1 for h in r["online_knn"]],
+                             [100 * h["knn_top1"] for h in r["online_knn"]], marker="o",
+                             label=label)
+        axes[0].set(title="temperature (adaptive: MACL tau_a, AMCL mean tau+)", xlabel="step")
+        axes[1].set(title="alignment A (mean positive cosine)", xlabel="step")
+        axes[2].set(title="online kNN top-1 (%)", xlabel="epoch")
+        losses = ", ".join(cfg.losses)
+        explain_empty(axes[0], f"no loss of {losses} reports a temperature")
+        explain_empty(axes[1], f"no loss of {losses} reports the alignment")
+        explain_empty(axes[2], "online kNN monitor off (--knn-every 0)" if not cfg.knn_every
+                      else f"no kNN point: --epochs {cfg.epochs} < --knn-every {cfg.knn_every}")
 
 
-def main(args: argparse.Namespace) -> int:
-    result = run_images(ImagesConfig(**config_kwargs(ImagesConfig, args)))
-    if result:
-        print(result["table_markdown"])
-        print(f"results: {result['outputs']['json']}  table: {result['outputs']['markdown']}")
-    return 0
+RECIPE = ImagesRecipe

@@ -66,7 +66,8 @@ class Recipe:
         config_class: the dataclass of settings; each field is an option (``--field-name``).
         presets: preset name -> a classmethod name of ``config_class`` building it; shown as
             ``--preset`` when given (the first is the default).
-        choices / helps: per config field, the allowed values (case-insensitive) and help text.
+        choices / helps: per config field, the allowed values (case-insensitive) and help text
+            (``helps["preset"]``: the help of ``--preset``).
         common: keyword arguments of
             :func:`~adaptcl.recipes.template.options.add_common_arguments` (which shared
             options this recipe takes: ``data_root``, ``device``, ``devices``, ``logger``, ...).
@@ -75,7 +76,7 @@ class Recipe:
         metrics: the record metrics summarised, the headline first.
         example: shown under ``--help``.
 
-    The methods to fill in are :meth:`prepare`, :meth:`cells`, :meth:`compute`,
+    The methods to fill in are :meth:`prepare`, :meth:`setup`, :meth:`cells`, :meth:`compute`,
     :meth:`report_spec` and :meth:`draw`; :meth:`identity` and :meth:`config_from_args` have
     defaults that fit most recipes.
     """
@@ -112,7 +113,8 @@ class Recipe:
         if cls.presets:
             names = list(cls.presets)
             parser.add_argument("--preset", choices=names, default=names[0],
-                                help="settings preset; options given explicitly override it")
+                                help=cls.helps.get("preset", "settings preset; options given "
+                                                   "explicitly override it"))
         add_config_arguments(parser, cls.config_class, helps=cls.helps, choices=cls.choices)
 
     @classmethod
@@ -128,6 +130,8 @@ class Recipe:
     def main(cls, args: argparse.Namespace) -> int:
         """``adaptcl <name> ...``: run and print the table and where the files are."""
         result = cls(cls.config_from_args(args)).run()
+        if not result:  # a process that owns no result (a non-zero rank of a distributed run)
+            return 0
         print(result["table_markdown"])
         outputs = result["outputs"]
         print(f"results: {outputs['json']}  table: {outputs['markdown']}"
@@ -139,6 +143,10 @@ class Recipe:
     def prepare(self) -> None:
         """Check every input before any work or file write (``ValueError`` /
         ``FileNotFoundError`` become one-line user errors); fill :attr:`fingerprints`."""
+
+    def setup(self) -> None:
+        """Work every cell shares, done once after :meth:`prepare` and the thread policy and
+        before the grid (a shared pre-trained encoder, say); by default nothing."""
 
     def cells(self) -> list[Cell]:
         """The grid: every (dataset, method, seed); by default one dataset named after the recipe."""
@@ -182,11 +190,14 @@ class Recipe:
             self.prepare()
         apply_thread_policy(getattr(cfg, "threads", None))
         self._code = code_version(*self.code) if self.code else None
+        self.setup()
         out = Path(cfg.output_dir)
         report = self.make_report(out)
         grid = run_grid(self.name, out, self.cells(), identity=self.identity,
                         compute=self.compute, trains=self.trains, on_record=report.write,
                         progress_bar=getattr(cfg, "progress", True))
+        if not grid.records:  # every compute returned None: another process owns the result
+            return {}
         result = report.write(grid)
         if self.plot_file and getattr(cfg, "plot", True) and grid.records:
             result["plot"] = save_plot(out / self.plot_file,
