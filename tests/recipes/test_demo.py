@@ -27,11 +27,11 @@ EPOCHS = 2
 BATCH = 256
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 RESULT_FILE, TABLE_FILE, PLOT_FILE = "results.json", "results.md", DemoRecipe.plot_file
-METHODS = ("raw_pixels", "random_encoder", "nt_xent", "macl")
+METHODS = ("raw_pixels", "random_encoder", "infonce", "macl")
 # correct test digits of 450 (clean queries, augmented queries) of the 2-epoch run, seed 0, as the
 # pre-template code computed them (PYTHONPATH=<checkout of 101c0ba>/src adaptcl demo --epochs 2)
 PRE_TEMPLATE_CORRECT = {"raw_pixels": (438, 256), "random_encoder": (430, 221),
-                        "nt_xent": (429, 255), "macl": (433, 257)}
+                        "infonce": (429, 255), "macl": (433, 257)}
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +61,7 @@ def test_json_has_every_method_with_sane_knn(demo_run) -> None:
             assert 0.0 <= values[key] <= 1.0
         assert values["alignment"] >= 0.0 and values["uniformity"] <= 0.0
     runs = {run["cell"][1]: run for run in result["runs"]}
-    for key in ("nt_xent", "macl"):
+    for key in ("infonce", "macl"):
         # even two epochs give features far above chance (10%) on clean test digits
         assert metrics[key]["knn_accuracy"] > 5 * result["chance_accuracy"]
         assert runs[key]["train_seconds"] > 0 and runs[key]["optimisation_steps"] == 10
@@ -71,8 +71,8 @@ def test_json_has_every_method_with_sane_knn(demo_run) -> None:
     knn = result["summary"]["knn_accuracy"]["digits"]
     assert knn["methods"]["macl"]["mean"] == 100 * metrics["macl"]["knn_accuracy"]
     assert knn["paired"]["macl"]["mean"] == pytest.approx(
-        100 * (metrics["macl"]["knn_accuracy"] - metrics["nt_xent"]["knn_accuracy"]))
-    assert result["baseline"] == "nt_xent"
+        100 * (metrics["macl"]["knn_accuracy"] - metrics["infonce"]["knn_accuracy"]))
+    assert result["baseline"] == "infonce"
 
 
 def test_knn_accuracies_are_the_pre_template_codes(demo_run) -> None:
@@ -84,7 +84,7 @@ def test_knn_accuracies_are_the_pre_template_codes(demo_run) -> None:
 
 def test_macl_temperature_is_adaptive_and_floored(demo_run) -> None:
     _, result, _ = demo_run
-    macl, ntxent = result["history"]["macl"], result["history"]["nt_xent"]
+    macl, ntxent = result["history"]["macl"], result["history"]["infonce"]
     steps = EPOCHS * (1347 // BATCH)
     assert len(macl["temperature"]) == len(ntxent["temperature"]) == steps
     floor = result["macl_min_temperature"]
@@ -103,7 +103,7 @@ def test_macl_temperature_is_adaptive_and_floored(demo_run) -> None:
 
 def test_both_losses_start_from_the_same_model_and_views(demo_run) -> None:
     _, result, _ = demo_run
-    macl, ntxent = result["history"]["macl"], result["history"]["nt_xent"]
+    macl, ntxent = result["history"]["macl"], result["history"]["infonce"]
     # same initial weights and the same first batch of views: identical first alignment
     assert macl["alignment"][0] == pytest.approx(ntxent["alignment"][0], abs=1e-6)
     # ...and the losses then diverge (MACL's temperature and weights differ)
@@ -175,8 +175,8 @@ def test_two_seeds_in_bf16_give_a_paired_difference_and_a_rerun_reuses_them(
     assert diff["n"] == 2 and diff["ci95"][0] <= diff["mean"] <= diff["ci95"][1]
     # the references once (first seed), then every loss per seed in the old order
     assert result["computed"] == [["digits", "raw_pixels", 0], ["digits", "random_encoder", 0],
-                                  ["digits", "nt_xent", 0], ["digits", "macl", 0],
-                                  ["digits", "nt_xent", 1], ["digits", "macl", 1]]
+                                  ["digits", "infonce", 0], ["digits", "macl", 0],
+                                  ["digits", "infonce", 1], ["digits", "macl", 1]]
     assert all(math.isfinite(v) for v in result["history"]["macl"]["loss"])
     assert (tmp_path / "logs" / "macl" / "seed1" / "metrics.csv").read_text().count(
         "train/temperature") == 1347 // 256

@@ -134,12 +134,12 @@ def test_cli_maps_flags_to_the_config(capsys):
     ])
     cfg = ImagesRecipe.config_from_args(args).resolved()
     assert args._module == "adaptcl.recipes.images" and images.RECIPE is ImagesRecipe
-    assert cfg.losses == ["nt_xent", "macl"] and cfg.seeds == [0, 1]
+    assert cfg.losses == ["infonce", "macl"] and cfg.seeds == [0, 1]
     assert cfg.devices == 4 and cfg.strategy == "ddp" and cfg.epochs == 200
     assert cfg.precision == "bf16-mixed" and cfg.logger == "tensorboard"
     old = build_parser("images").parse_args(["images", "--losses", "nt_xent,macl", "--seeds",
                                              "0,1", "--num-threads", "2"])
-    assert old.losses == ["nt_xent", "macl"] and old.seeds == [0, 1] and old.threads == 2
+    assert old.losses == ["infonce", "macl"] and old.seeds == [0, 1] and old.threads == 2
     assert "deprecated" in capsys.readouterr().err
 
 

@@ -94,7 +94,7 @@ def _assert_resumed(run: dict, ckpt: dict, epochs: int, steps_per_epoch: int) ->
 
 @pytest.mark.slow
 def test_killed_simclr_run_resumes_and_skips_finished_runs(shared_data, tmp_path, monkeypatch):
-    config = _config(shared_data, tmp_path, losses=["nt_xent", "macl"])
+    config = _config(shared_data, tmp_path, losses=["infonce", "macl"])
     runs = tmp_path / "runs" / "simclr"
     final = tmp_path / "images_simclr_cpu.json"
 
@@ -104,8 +104,8 @@ def test_killed_simclr_run_resumes_and_skips_finished_runs(shared_data, tmp_path
     partial = json.loads(final.read_text())
     assert partial["partial"] and partial["missing"] == [["simclr", "macl", 0]]
     assert (tmp_path / "images_simclr_cpu.md").read_text().startswith("> **PARTIAL**")
-    assert (runs / "nt_xent" / "seed0.json").is_file() and not (runs / "macl" / "seed0.json").exists()
-    done_record = json.loads((runs / "nt_xent" / "seed0.json").read_text())["record"]
+    assert (runs / "infonce" / "seed0.json").is_file() and not (runs / "macl" / "seed0.json").exists()
+    done_record = json.loads((runs / "infonce" / "seed0.json").read_text())["record"]
     ckpt = _load_ckpt(open_dir / "last.ckpt")
 
     fitted = []
@@ -121,9 +121,9 @@ def test_killed_simclr_run_resumes_and_skips_finished_runs(shared_data, tmp_path
 
     assert fitted == [open_dir]  # the finished run was skipped, not retrained
     saved = json.loads(final.read_text())
-    assert [r["loss"] for r in saved["runs"]] == ["nt_xent", "macl"]
+    assert [r["loss"] for r in saved["runs"]] == ["infonce", "macl"]
     nt_xent, macl = saved["runs"]
-    assert saved["reused"] == [["simclr", "nt_xent", 0]]
+    assert saved["reused"] == [["simclr", "infonce", 0]]
     assert saved["computed"] == [["simclr", "macl", 0]]
     assert nt_xent["train_seconds"] == done_record["train_seconds"]
     assert nt_xent["metrics"] == done_record["metrics"]
@@ -140,7 +140,7 @@ def test_killed_simclr_run_resumes_and_skips_finished_runs(shared_data, tmp_path
     assert all(h["temperature"] > 0 for h in macl["history"])
     assert result["runs"][1]["resumed_from"] == macl["resumed_from"]
     table = (tmp_path / "images_simclr_cpu.md").read_text()
-    assert "nt_xent" in table and "macl − nt_xent [95% CI]" in table
+    assert "infonce" in table and "macl − infonce [95% CI]" in table
     assert (tmp_path / "images_simclr_cpu_temperature.png").stat().st_size > 0
 
 

@@ -151,7 +151,7 @@ def test_changed_data_is_recomputed_not_reused(mutag_root, tmp_path, monkeypatch
     assert again["environment"]["data_fingerprint"]["MUTAG"] != first["environment"][
         "data_fingerprint"]["MUTAG"]
     unchanged = tu.TURecipe(_cfg(mutag_root, tmp_path / "out")).run()
-    assert len(calls) == 4 and unchanged["reused"] == [["MUTAG", "graphcl", 0],
+    assert len(calls) == 4 and unchanged["reused"] == [["MUTAG", "dcl", 0],
                                                        ["MUTAG", "macl", 0]]
 
 
@@ -163,7 +163,7 @@ def test_changed_setting_is_recomputed_and_more_seeds_compute_only_the_new(mutag
     tu.TURecipe(_cfg(mutag_root, tmp_path / "out", epochs=3)).run()
     assert len(calls) == 4
     more = tu.TURecipe(_cfg(mutag_root, tmp_path / "out", epochs=3, seeds=[0, 1])).run()
-    assert calls[4:] == [("MUTAG", "graphcl", 1), ("MUTAG", "macl", 1)]
+    assert calls[4:] == [("MUTAG", "dcl", 1), ("MUTAG", "macl", 1)]
     assert more["summary"]["accuracy"]["MUTAG"]["methods"]["macl"]["n"] == 2
     assert more["summary"]["accuracy"]["MUTAG"]["paired"]["macl"]["mean"] == 0.0
     assert more["complete"] and not more["partial"] and more["total_train_seconds"] == 4.0
@@ -206,7 +206,7 @@ def test_tiny_mutag_run_writes_results_logs_and_resumes(mutag_root, tmp_path, mo
     cfg = _cfg(mutag_root, out, epochs=2, inner_folds=3, c_grid=[0.1, 1.0, 10.0], plot=True,
                logger="tensorboard")
     result = tu.TURecipe(cfg).run()
-    assert result["computed"] == [["MUTAG", "graphcl", 0], ["MUTAG", "macl", 0]]
+    assert result["computed"] == [["MUTAG", "dcl", 0], ["MUTAG", "macl", 0]]
     on_disk = json.loads((out / "results.json").read_text())
     assert on_disk["recipe"] == "tu" and on_disk["config"]["epochs"] == 2
     assert on_disk["environment"]["torch_threads"] == 1
@@ -245,7 +245,7 @@ def test_cli_builds_config_with_common_vocabulary(tmp_path):
                               "--cv-seed", "none", "--classifier", "linear"])
     cfg = tu.TURecipe.config_from_args(args)
     assert cfg.datasets == ["MUTAG", "NCI1"] and cfg.seeds == [0, 1]
-    assert cfg.losses == ["graphcl", "macl"] and cfg.epochs == 20
+    assert cfg.losses == ["dcl", "macl"] and cfg.epochs == 20
     assert cfg.cv_seed is None and cfg.classifier == "linear" and not cfg.graphcl_quirks
     exact = tu.TURecipe.config_from_args(parser.parse_args(["tu", "--graphcl-exact"]))
     assert exact.graphcl_quirks and exact.cv_seed is None and exact.aug_ratio == 0.1

@@ -60,7 +60,7 @@ if TYPE_CHECKING:
 
 EXAMPLE = """adaptcl demo --output-dir results/demo
 adaptcl demo --epochs 5 --seeds 0 1 2 --logger tensorboard --output-dir /tmp/demo"""
-LOSSES = ("nt_xent", "macl")
+LOSSES = ("infonce", "macl")
 REFERENCES = ("raw_pixels", "random_encoder")  # no training step, first seed only
 CODE = ("adaptcl.recipes.demo", "adaptcl.recipes.demo_data", "adaptcl.recipes.demo_model",
         "adaptcl.plugins")
@@ -114,7 +114,7 @@ def build_losses(config: DemoConfig) -> dict[str, tuple[str, nn.Module]]:
     from adaptcl.plugins import InfoNCELoss, MACLLoss
 
     return {
-        "nt_xent": (f"NT-Xent (tau={config.temperature:g})", InfoNCELoss(config.temperature)),
+        "infonce": (f"NT-Xent (tau={config.temperature:g})", InfoNCELoss(config.temperature)),
         "macl": (f"MACL (tau0={config.temperature:g}, alpha={config.macl_alpha:g}, "
                  f"A0={config.macl_a0:g})",
                  MACLLoss(config.temperature, config.macl_alpha, config.macl_a0, reweight=True)),
@@ -206,7 +206,7 @@ class DemoRecipe(Recipe):
             "column is each row's kNN accuracy minus NT-Xent's, paired over seeds with a 95% "
             f"t-interval. MACL's temperature floor is {min_temperature:g}.\n\n")
         percent = ("knn_accuracy", "knn_accuracy_augmented")
-        return {"baseline": "nt_xent", "header": header, "labels": names, "table_rows": "methods",
+        return {"baseline": "infonce", "header": header, "labels": names, "table_rows": "methods",
                 "scale": dict.fromkeys(percent, 100.0),
                 "digits": dict.fromkeys(percent, 1) | {"alignment": 3, "uniformity": 3,
                                                        "final_temperature": 4},

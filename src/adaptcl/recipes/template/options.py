@@ -8,11 +8,13 @@ import dataclasses
 import sys
 import types
 import typing
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from adaptcl.recipes.template.loggers import LOGGERS
 from adaptcl.recipes.template.torch_env import PRECISIONS
+from adaptcl.registry import canonical_loss_name, loss_help
 
 
 def deprecation_note(message: str) -> None:
@@ -76,6 +78,26 @@ def choice_type(choices: Sequence[str], what: str) -> Callable[[str], str]:
                 f"unknown {what} {text!r}; choose from {', '.join(choices)}") from None
 
     parse.__name__ = what
+    return parse
+
+
+def loss_type(allowed: Sequence[str], aliases: Mapping[str, str] | None = None
+              ) -> Callable[[str], str]:
+    """An argparse ``type`` resolving a loss name through :mod:`adaptcl.registry`: the canonical
+    name; an old spelling with a one-line deprecation note; a recipe's alias silently."""
+
+    def parse(text: str) -> str:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                name = canonical_loss_name(text, allowed=allowed, aliases=aliases)
+            except ValueError as err:
+                raise argparse.ArgumentTypeError(str(err)) from None
+        for warning in caught:
+            deprecation_note(str(warning.message))
+        return name
+
+    parse.__name__ = "loss"
     return parse
 
 
@@ -148,7 +170,8 @@ def _optional(kind: Callable[[str], Any]) -> Callable[[str], Any]:
 def add_config_arguments(parser: argparse.ArgumentParser, config_cls: type, *,
                          helps: Mapping[str, str] | None = None,
                          choices: Mapping[str, Sequence[str]] | None = None,
-                         exclude: Sequence[str] = ()) -> None:
+                         exclude: Sequence[str] = (),
+                         loss_aliases: Mapping[str, str] | None = None) -> None:
     """One option per field of the dataclass ``config_cls`` not registered yet.
 
     ``--field-name`` with the field's type (``X | None`` also takes ``none``; lists are
@@ -167,7 +190,10 @@ def add_config_arguments(parser: argparse.ArgumentParser, config_cls: type, *,
             continue
         default = getattr(defaults, name)
         text = (helps or {}).get(name, name.replace("_", " "))
-        if choices and name in choices:
+        losses = name == "losses" and choices and name in choices
+        if losses:  # loss names come from the registry: canonical names and the recipe's aliases
+            text += f"; one of {loss_help(choices[name], loss_aliases)}"
+        elif choices and name in choices:
             text += f"; one of {', '.join(choices[name])}"
         if not isinstance(default, bool) and not (default is None and "default" in text):
             text += f" (default: {default})"
@@ -178,7 +204,9 @@ def add_config_arguments(parser: argparse.ArgumentParser, config_cls: type, *,
         if optional:
             hint = next(a for a in args if a is not type(None))
         kind: Any = typing.get_args(hint)[0] if typing.get_origin(hint) in (list, tuple) else hint
-        if choices and name in choices:
+        if losses:
+            kind = loss_type(choices[name], loss_aliases)
+        elif choices and name in choices:
             kind = choice_type(choices[name], name.replace("_", " "))
         common = dict(dest=name, default=argparse.SUPPRESS, help=text)
         if hint is bool:

@@ -86,6 +86,8 @@ class Recipe:
     presets: ClassVar[Mapping[str, str]] = {}
     choices: ClassVar[Mapping[str, Sequence[str]]] = {}
     helps: ClassVar[Mapping[str, str]] = {}
+    #: the recipe's paper's own names for registry losses (GraphCL's ``graphcl`` is ``dcl``)
+    loss_aliases: ClassVar[Mapping[str, str]] = {}
     common: ClassVar[Mapping[str, Any]] = {}
     code: ClassVar[Sequence[str]] = ()
     frameworks: ClassVar[Sequence[str]] = ()
@@ -115,7 +117,8 @@ class Recipe:
             parser.add_argument("--preset", choices=names, default=names[0],
                                 help=cls.helps.get("preset", "settings preset; options given "
                                                    "explicitly override it"))
-        add_config_arguments(parser, cls.config_class, helps=cls.helps, choices=cls.choices)
+        add_config_arguments(parser, cls.config_class, helps=cls.helps, choices=cls.choices,
+                             loss_aliases=cls.loss_aliases)
 
     @classmethod
     def config_from_args(cls, args: argparse.Namespace) -> Any:
