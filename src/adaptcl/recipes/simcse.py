@@ -236,7 +236,8 @@ def _preflight(config: SimCSERecipeConfig) -> _Plan:
                  "sts": fingerprint_files(sts_files, root=senteval_root)},
         "code": code_version("adaptcl.adapters.simcse", "adaptcl.adapters.sentence_transformers",
                              "adaptcl.plugins", "adaptcl.recipes.simcse", "adaptcl.recipes.sts",
-                             "adaptcl.recipes.encoders", "adaptcl.recipes.senteval_data"),
+                             "adaptcl.recipes.encoder_eval", "adaptcl.recipes.encoders",
+                             "adaptcl.recipes.senteval_data"),
         "frameworks": _framework_versions(),
     }
     return _Plan(config, model, data_root, senteval_root, sentence_file, sentences, device,
@@ -328,14 +329,15 @@ def _train_one(name: str, seed: int, plan: _Plan, out: Path) -> dict[str, Any]:
 
 
 def _sts_table(model_path: str, label: str, plan: _Plan, out: Path) -> dict[str, float]:
-    from .sts import STSConfig, run_sts
+    from .sts import STSConfig, STSRecipe
 
     config = plan.config
-    return run_sts(STSConfig(model=model_path, label=label, data_root=str(plan.senteval_root),
-                             output_dir=str(out), num_threads=config.num_threads,
-                             tasks=list(plan.identity["settings"]["sts_tasks"]),
-                             device=plan.device, show_progress=config.show_progress,
-                             cache_dir=str(Path(config.output_dir) / "embedding_cache")))["table"]
+    return STSRecipe(STSConfig(model=model_path, label=label, data_root=str(plan.senteval_root),
+                               output_dir=str(out), threads=config.num_threads,
+                               tasks=list(plan.identity["settings"]["sts_tasks"]),
+                               device=plan.device, progress=config.show_progress,
+                               cache_dir=str(Path(config.output_dir) / "embedding_cache"))
+                     ).run()["table"]
 
 
 def _compute(cell: Cell, plan: _Plan) -> dict[str, Any]:

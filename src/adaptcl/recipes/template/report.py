@@ -119,8 +119,10 @@ class Report:
 
     ``metrics`` are the record metrics summarised (one table each, the first is the headline);
     ``datasets`` / ``methods`` order the rows / columns; ``baseline`` is the method the others
-    are paired against; ``details(grid)`` adds recipe-specific JSON fields; ``drop`` names
-    record fields left out of the result's ``runs`` (long per-step histories).
+    are paired against; ``header`` is the markdown above the tables (or ``header(grid)``, after
+    ``details``, for text that shows results); ``details(grid)`` adds recipe-specific JSON
+    fields; ``drop`` names record fields left out of the result's ``runs`` (long per-step
+    histories).
     """
 
     recipe: str
@@ -130,7 +132,7 @@ class Report:
     datasets: Sequence[str]
     methods: Sequence[str]
     baseline: str | None = None
-    header: str = ""
+    header: str | Callable[[GridRun], str] = ""
     scale: float = 100.0
     labels: Mapping[str, str] | None = None
     dataset_labels: Mapping[str, str] | None = None
@@ -165,7 +167,8 @@ class Report:
         if self.details is not None:
             result.update(self.details(grid))
         body = "\n".join(f"## {metric}\n\n{tables[metric]}" for metric in self.metrics)
-        result["outputs"] = write_results(self.out_dir, self.stem, result, self.header + body)
+        header = self.header(grid) if callable(self.header) else self.header
+        result["outputs"] = write_results(self.out_dir, self.stem, result, header + body)
         return result
 
 
