@@ -59,11 +59,12 @@ class EncoderEvalConfig:
     cache: bool = True
     progress: bool = True
 
-    def check(self, tasks: tuple[str, ...]) -> None:
-        """Canonical task names (case-insensitive); ``ValueError`` naming a bad setting."""
+    def check(self, tasks: tuple[str, ...], **choices: tuple[str, ...]) -> None:
+        """Canonical task names (case-insensitive); ``ValueError`` naming a bad setting (a field
+        not among its ``choices``, ...)."""
         self.tasks = [canonical_choice(t, tasks, "task") for t in self.tasks]
         validate_config(self, positive=("batch_size",), non_empty=("tasks",),
-                        choices={"pooler": (None, *POOLERS)})
+                        choices={"pooler": (None, *POOLERS), **choices})
         if self.max_length is not None and self.max_length < 1:
             raise ValueError(f"max_length must be >= 1 or None, got {self.max_length}")
 
@@ -100,7 +101,7 @@ class EncoderEvalRecipe(Recipe):
 
     A subclass sets ``name``, ``config_class``, ``tasks`` (and ``columns``, the paper's name of
     each task), ``metrics`` (the headline first, already in the table's unit) and ``code``, and
-    fills in :meth:`compute`, :meth:`protocol` and :meth:`notes`.
+    fills in :meth:`compute`, :meth:`protocol`, :meth:`describe` and :meth:`notes`.
     """
 
     tasks: ClassVar[tuple[str, ...]] = ()

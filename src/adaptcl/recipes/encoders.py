@@ -67,7 +67,8 @@ _CALLABLE_SPEC = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 log = logging.getLogger("adaptcl.recipes")
 
 
-def _lazy(module: str, extra: str):
+def import_extra(module: str, extra: str):
+    """Import ``module``, or say which extra of adaptcl installs it (``ImportError``)."""
     try:
         return importlib.import_module(module)
     except ImportError as err:
@@ -360,7 +361,7 @@ class SentenceTransformerEncoder(SentenceEncoder):
 
     def __init__(self, path: str, model_id: str, device: str | None = None, **kwargs):
         super().__init__(model_id, None, **kwargs)
-        st = _lazy("sentence_transformers", "text")
+        st = import_extra("sentence_transformers", "text")
         self.device = device or "cpu"
         self.model = st.SentenceTransformer(path, device=self.device)
         if self.max_length is not None:
@@ -386,7 +387,7 @@ class HFPoolerEncoder(SentenceEncoder):
         if pooler not in POOLERS:
             raise ValueError(f"pooler={pooler!r} is not one of {POOLERS}")
         super().__init__(model_id, pooler, **kwargs)
-        transformers = _lazy("transformers", "text")
+        transformers = import_extra("transformers", "text")
         import torch
 
         self.torch = torch

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from adaptcl.recipes.encoder_eval import EncoderEvalConfig, EncoderEvalRecipe
+from adaptcl.recipes.encoders import import_extra
 from adaptcl.recipes.template.files import markdown_table
 from adaptcl.recipes.template.store import Cell, GridRun
 
@@ -65,15 +66,6 @@ class STSConfig(EncoderEvalConfig):
 
 
 # ------------------------------------------------------------------------------------ scoring
-def _scipy_stats():
-    try:
-        from scipy import stats
-    except ImportError as err:
-        raise ImportError("scipy is required for the sts recipe; install it with "
-                          "`pip install 'adaptcl[recipes]'`") from err
-    return stats
-
-
 def cosine_scores(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Row-wise cosine similarity; a zero vector gives 0 (as SentEval's ``nan_to_num`` does).
 
@@ -92,7 +84,7 @@ def cosine_scores(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def correlations(system: Sequence[float], gold: Sequence[float]) -> dict[str, float]:
     """Pearson and Spearman correlation of system vs gold scores (plus the pair count)."""
-    stats = _scipy_stats()
+    stats = import_extra("scipy.stats", "recipes")
     system = np.asarray(system, dtype=np.float64)
     gold = np.asarray(gold, dtype=np.float64)
     if system.shape != gold.shape or system.size < 2:
@@ -172,9 +164,8 @@ def st_evaluator_stsb(model: str | os.PathLike, data_root: str | os.PathLike | N
     """STS-B test correlations from ``sentence_transformers``' ``EmbeddingSimilarityEvaluator``
     (an independent cross-check of this recipe's STS-B number for a sentence-transformers model)."""
     from adaptcl.recipes import senteval_data as sd
-    from adaptcl.recipes.encoders import _lazy
 
-    st = _lazy("sentence_transformers", "text")
+    st = import_extra("sentence_transformers", "text")
     try:
         from sentence_transformers.sentence_transformer.evaluation import (
             EmbeddingSimilarityEvaluator,

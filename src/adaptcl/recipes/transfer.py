@@ -1,28 +1,19 @@
 """``adaptcl transfer``: SentEval's transfer tasks on frozen sentence embeddings.
 
 MR, CR, SUBJ, MPQA, SST2, TREC and MRPC, each scored by SentEval's logistic-regression probe
-with SimCSE's parameter sets (``fasttest``: 5-fold, RMSprop; ``test``: 10-fold, Adam), SentEval's
-validation per task and its fold order; the protocol is :mod:`adaptcl.recipes.transfer_eval`
-(Conneau & Kiela, 2018; Gao et al., 2021). ``backend="senteval"`` runs SentEval itself when
-the ``senteval`` package is importable (the embeddings still come from this package's cached
-encoder).
+with SimCSE's parameter sets (``fasttest``: 5-fold, RMSprop; ``test``: 10-fold, Adam); the
+protocol is :mod:`adaptcl.recipes.transfer_eval` (Conneau & Kiela, 2018; Gao et al., 2021).
+Every (task, encoder, seed) is a cell, reused only for the same encoder identity, task files,
+protocol, seed and code; ``--seeds`` are the classifier seeds (SentEval's 1111 by default), and
+with several the table shows mean ± std. Non-finite or constant features are refused.
 
 Usage::
 
     adaptcl transfer --model /path/to/sentence-transformer --params fasttest --output-dir out/tr
 
     from adaptcl.recipes.transfer import TransferConfig, TransferRecipe
-    result = TransferRecipe(TransferConfig(model="/path/to/model", data_root="/data",
-                                           params="fasttest", output_dir="out")).run()
-    result["table"]      # {"MR": 80.1, ..., "MRPC": 73.0, "Avg.": ...}
-
-Outputs ``results.json`` / ``results.md`` (the template's
-:class:`~adaptcl.recipes.template.report.Report`, with the paper-order row on top). Every
-(task, encoder, seed) is a cell of :mod:`adaptcl.recipes.template.store`: reused on a rerun only
-for the same encoder identity, task files, protocol, seed and code; ``--seeds`` are the
-classifier seeds (folds, initialisation, ``--limit`` subsets; SentEval's 1111 by default) and
-with several the table shows mean ± std. Features that are NaN/inf or constant stop the run with
-a one-line error: no accuracy is reported from them.
+    result = TransferRecipe(TransferConfig(model="/path/to/model", data_root="/data")).run()
+    result["table"]      # {"MR": 80.1, ..., "MRPC": 73.0, "Avg.": ...}; results.json / .md
 """
 
 from __future__ import annotations
@@ -65,15 +56,10 @@ class TransferConfig(EncoderEvalConfig):
     limit: int | None = None  # subsample each split to at most this many (smoke tests only)
 
     def __post_init__(self) -> None:
-        self.check(TRANSFER_TASKS)
+        self.check(TRANSFER_TASKS, params=tuple(PARAM_SETS), classifier=CLASSIFIERS,
+                   backend=BACKENDS, mrpc_features=MRPC_FEATURES)
         if len(set(self.seeds)) != len(self.seeds) or not self.seeds:
             raise ValueError(f"seeds={self.seeds} must be non-empty and distinct")
-        if self.params not in PARAM_SETS:
-            raise ValueError(f"params={self.params!r} is not one of {list(PARAM_SETS)}")
-        for name, allowed in (("classifier", CLASSIFIERS), ("backend", BACKENDS),
-                              ("mrpc_features", MRPC_FEATURES)):
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"{name}={getattr(self, name)!r} is not one of {allowed}")
         if self.kfold is not None and self.kfold < 2:
             raise ValueError(f"kfold must be >= 2, got {self.kfold}")
         if self.limit is not None and self.limit < 10:

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from adaptcl.recipes.encoders import check_embeddings, encode_checked
+from adaptcl.recipes.encoders import check_embeddings, encode_checked, import_extra
 
 if TYPE_CHECKING:
     import torch
@@ -102,16 +102,6 @@ class Probe:
     def describe(self) -> str:
         return (f"SentEval logistic regression, params={self.params} (k={self.k}, "
                 f"{self.classifier_params}), classifier={self.classifier}")
-
-
-def _sklearn(name: str):
-    import importlib
-
-    try:
-        return importlib.import_module(name)
-    except ImportError as err:
-        raise ImportError("scikit-learn is required for the transfer recipe; install it with "
-                          "`pip install 'adaptcl[recipes]'`") from err
 
 
 # -------------------------------------------------------------------------------- classifiers
@@ -234,7 +224,7 @@ def _make_classifier(probe: Probe, inputdim: int, nclasses: int, reg: float):
     if probe.classifier == "torch":
         return SentEvalLogReg(inputdim, nclasses, l2reg=reg, seed=probe.seed,
                               **probe.classifier_params)
-    linear_model = _sklearn("sklearn.linear_model")
+    linear_model = import_extra("sklearn.linear_model", "recipes")
     return linear_model.LogisticRegression(C=reg, random_state=probe.seed, max_iter=1000)
 
 
@@ -247,7 +237,7 @@ def _fit(clf, X, y, validation_data=None, validation_split=None):
 
 
 def _skf(probe: Probe):
-    return _sklearn("sklearn.model_selection").StratifiedKFold(
+    return import_extra("sklearn.model_selection", "recipes").StratifiedKFold(
         n_splits=probe.k, shuffle=True, random_state=probe.seed)
 
 
@@ -378,7 +368,7 @@ def mrpc_features(a: np.ndarray, b: np.ndarray, kind: str = "senteval") -> np.nd
 def evaluate_mrpc(encoder, root: Path, probe: Probe) -> dict[str, Any]:
     from adaptcl.recipes.senteval_data import load_mrpc
 
-    metrics = _sklearn("sklearn.metrics")
+    metrics = import_extra("sklearn.metrics", "recipes")
     data = {}
     for salt, split in enumerate(("train", "test")):
         pairs = load_mrpc(root, split)
