@@ -33,7 +33,7 @@ def test_help_is_fast_shows_defaults_and_an_example_and_imports_no_torch(recipe)
     assert "(default: " in done.stdout and "example:" in done.stdout
     probe = subprocess.run(
         [sys.executable, "-c", f"import sys, argparse; from adaptcl.recipes import {recipe} as r; "
-         "r.add_arguments(argparse.ArgumentParser()); "
+         "getattr(r, 'RECIPE', r).add_arguments(argparse.ArgumentParser()); "
          "print(sorted(m for m in ('torch', 'transformers', 'sentence_transformers') "
          "if m in sys.modules))"],
         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO / "src")},
@@ -91,7 +91,7 @@ def test_sts_nan_encoder_is_one_line_exit_2_and_nothing_cached(tmp_path, shared_
     errors = [line for line in done.stderr.splitlines() if "error" in line]
     assert errors == [errors[-1]] and errors[-1].startswith("adaptcl sts: error: encoder 'nan-bow'")
     assert "NaN" in errors[-1] and "Traceback" not in done.stderr
-    assert not list(tmp_path.rglob("*.npy")) and not (tmp_path / "out" / "sts_results.json").exists()
+    assert not list(tmp_path.rglob("*.npy")) and not (tmp_path / "out" / "results.json").exists()
 
 
 def test_old_spellings_still_parse_with_a_note(tmp_path, shared_data, capsys):
@@ -106,5 +106,6 @@ def test_old_spellings_still_parse_with_a_note(tmp_path, shared_data, capsys):
     assert "--seed is deprecated" in err and "--num-threads is deprecated" in err
     import json
 
-    saved = json.loads((tmp_path / "o" / "transfer_results.json").read_text())
-    assert saved["seeds"] == [7] and saved["environment"]["torch_threads"] == 1
+    saved = json.loads((tmp_path / "o" / "results.json").read_text())
+    assert saved["config"]["seeds"] == [7] and saved["environment"]["torch_threads"] == 1
+

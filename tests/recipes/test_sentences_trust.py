@@ -45,21 +45,21 @@ class SwitchableEncoder(CountingEncoder):
 def _sts_config(encoder, tmp_path, **kwargs):
     return sts.STSConfig(model=encoder, tasks=["STSBenchmark"], data_root=kwargs.pop("root"),
                          output_dir=str(tmp_path / "out"), cache_dir=str(tmp_path / "cache"),
-                         show_progress=False, batch_size=512, **kwargs)
+                         progress=False, batch_size=512, **kwargs)
 
 
 def test_nan_encoder_fails_sts_caches_nothing_and_fixed_encoder_then_scores(shared_data, tmp_path):
     encoder = SwitchableEncoder("nan")
     with pytest.raises(NonResultError,
                        match=r"encoder 'switchable' on 'STSBenchmark': \d+ embeddings contain NaN"):
-        sts.run_sts(_sts_config(encoder, tmp_path, root=str(shared_data)))
+        sts.STSRecipe(_sts_config(encoder, tmp_path, root=str(shared_data))).run()
     assert not list(tmp_path.rglob("*.npy"))  # nothing cached
-    assert not (tmp_path / "out" / "sts_results.json").exists()
+    assert not (tmp_path / "out" / "results.json").exists()
 
     encoder.mode = "ok"  # the same model_id, fixed: the rerun must encode again and score
-    result = sts.run_sts(_sts_config(encoder, tmp_path, root=str(shared_data)))
+    result = sts.STSRecipe(_sts_config(encoder, tmp_path, root=str(shared_data))).run()
     assert 20 < result["table"]["STS-B"] < 80
-    saved = (tmp_path / "out" / "sts_results.json").read_text()
+    saved = (tmp_path / "out" / "results.json").read_text()
     assert "NaN" not in saved and json.loads(saved)["table"]["STS-B"] == result["table"]["STS-B"]
     assert len(list((tmp_path / "cache").rglob("*.npy"))) == 1
 
@@ -69,7 +69,8 @@ def test_constant_or_zero_embeddings_give_a_clear_error_not_nan(shared_data, tmp
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no scipy ConstantInputWarning on the way
         with pytest.raises(NonResultError, match="every embedding is the same vector"):
-            sts.run_sts(_sts_config(SwitchableEncoder(mode), tmp_path, root=str(shared_data)))
+            sts.STSRecipe(_sts_config(SwitchableEncoder(mode), tmp_path,
+                                      root=str(shared_data))).run()
     assert not (tmp_path / "out").exists()
 
 
@@ -85,9 +86,9 @@ def test_constant_system_scores_are_refused_by_correlations():
 def test_transfer_reports_no_accuracy_from_nan_features(shared_data, tmp_path):
     config = tr.TransferConfig(model=SwitchableEncoder("nan"), tasks=["CR"], data_root=str(shared_data),
                                output_dir=str(tmp_path / "out"), cache_dir=str(tmp_path / "cache"),
-                               limit=60, kfold=2, show_progress=False)
+                               limit=60, kfold=2, progress=False)
     with pytest.raises(NonResultError, match="on 'CR': .* contain NaN"):
-        tr.run_transfer(config)
+        tr.TransferRecipe(config).run()
     assert not (tmp_path / "out").exists()
 
 

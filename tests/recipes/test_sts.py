@@ -93,16 +93,19 @@ def test_encoder_argument_errors(tmp_path):
     (tmp_path / "config.json").write_text("{}")
     with pytest.raises(ValueError, match="not a sentence-transformers folder"):
         build_encoder(str(tmp_path))
-    with pytest.raises(RecipeError, match="tasks="):
-        sts.run_sts(sts.STSConfig(model=hashed_bow, tasks=["STS17"]))
+    with pytest.raises(ValueError, match="unknown task 'STS17'"):
+        sts.STSConfig(model=hashed_bow, tasks=["STS17"])
+    with pytest.raises(RecipeError, match="no model given"):
+        sts.STSRecipe(sts.STSConfig(output_dir=str(tmp_path / "out"))).run()
+    assert not (tmp_path / "out").exists()
 
 
 def test_run_sts_all_tasks_with_callable_twice_uses_cache(shared_data, tmp_path):
     counting = CountingEncoder()
     config = sts.STSConfig(model=counting, data_root=str(shared_data),
                            output_dir=str(tmp_path / "out"), cache_dir=str(tmp_path / "cache"),
-                           show_progress=False, batch_size=512)
-    result = sts.run_sts(config)
+                           progress=False, batch_size=512)
+    result = sts.STSRecipe(config).run()
     assert list(result["table"]) == list(sts.TABLE_COLUMNS)
     assert result["table"]["Avg."] == pytest.approx(np.mean([result["table"][c]
                                                              for c in sts.TABLE_COLUMNS[:-1]]))
@@ -115,11 +118,16 @@ def test_run_sts_all_tasks_with_callable_twice_uses_cache(shared_data, tmp_path)
     # a bag of words is a weak but real STS baseline: clearly positive, far from perfect
     assert 20 < result["table"]["STS-B"] < 80
     calls = counting.calls
-    saved = json.loads((tmp_path / "out" / "sts_results.json").read_text())
+    saved = json.loads((tmp_path / "out" / "results.json").read_text())
     assert saved["table"] == pytest.approx(result["table"])
-    markdown = (tmp_path / "out" / "sts_results.md").read_text()
+    (method,) = saved["summary"]["spearman"]["STS12"]["methods"]  # the Report format, as tu's
+    for task, column in sts.COLUMN.items():
+        assert saved["summary"]["spearman"][task]["methods"][method]["mean"] == result["table"][column]
+    markdown = (tmp_path / "out" / "results.md").read_text()
     assert "| Model | STS12 | STS13 | STS14 | STS15 | STS16 | STS-B | SICK-R | Avg. |" in markdown
-    second = sts.run_sts(config)
+    assert "| Task | n | Spearman all | Spearman mean | Spearman wmean |" in markdown
+    assert "## spearman" in markdown and "| STS-B | " in markdown
+    second = sts.STSRecipe(config).run()
     assert counting.calls == calls  # every dataset came from the cache
     assert second["table"] == pytest.approx(result["table"])
 
@@ -131,16 +139,21 @@ def test_cli_with_callable_spec(shared_data, tmp_path, capsys):
                  "STSBenchmark", "--data-root", str(shared_data), "--output-dir",
                  str(tmp_path / "o"), "--cache-dir", str(tmp_path / "c"), "--no-progress"])
     assert code == 0
-    saved = json.loads((tmp_path / "o" / "sts_results.json").read_text())
+    saved = json.loads((tmp_path / "o" / "results.json").read_text())
     assert set(saved["table"]) == {"STS13", "STS-B", "Avg."}
     assert saved["model_id"] == "callable:tests.recipes._bow:hashed_bow"
     env = saved["environment"]  # the result describes where and how it was computed
     assert env["data_fingerprint"]["STS13"]["files"] == 6 and env["torch_threads"] == 1
     assert env["torch"] and env["timestamp"] and env["data_root"] == str(shared_data.resolve()
                                                                          / "senteval" / "downstream")
-    assert saved["partial"] is False and saved["computed"] == [["STS13", "encoder", 0],
-                                                               ["STSBenchmark", "encoder", 0]]
-    assert "| Model | STS13 | STS-B | Avg. |" in capsys.readouterr().out
+    method = "tests.recipes._bow_hashed_bow"  # the label, path-safe (runs/<task>/<method>/)
+    assert saved["partial"] is False and saved["computed"] == [["STS13", method, 0],
+                                                               ["STSBenchmark", method, 0]]
+    assert saved["label"] == "tests.recipes._bow:hashed_bow"
+    assert (tmp_path / "o" / "runs" / "STS13" / method / "seed0.json").is_file()
+    assert "| Model | STS13 | STS-B | Avg. |" in (tmp_path / "o" / "results.md").read_text()
+    out = capsys.readouterr().out
+    assert "| dataset | tests.recipes._bow:hashed_bow |" in out and "| STS-B | " in out
 
 
 @pytest.mark.slow

@@ -12,6 +12,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import StratifiedKFold
 
 from adaptcl.recipes import transfer as tr
+from adaptcl.recipes import transfer_eval as te
 from adaptcl.recipes.template.errors import RecipeError
 from tests.recipes._bow import CountingEncoder, hashed_bow
 
@@ -29,44 +30,44 @@ def test_senteval_logreg_learns_is_seeded_and_leaves_global_rng_alone():
     torch.manual_seed(123)
     state = torch.random.get_rng_state()
     np_state = np.random.get_state()[1].copy()
-    a = tr.SentEvalLogReg(8, 2, l2reg=1e-4, seed=1111, optim="adam", batch_size=64)
+    a = te.SentEvalLogReg(8, 2, l2reg=1e-4, seed=1111, optim="adam", batch_size=64)
     best = a.fit(X[:200], y[:200], validation_data=(X[200:], y[200:]))
     assert best == pytest.approx(a.score(X[200:], y[200:]))  # the best model is kept
     assert a.score(X[200:], y[200:]) > 0.9
     assert torch.equal(torch.random.get_rng_state(), state)  # SentEval reseeds; we fork the RNG
     assert np.array_equal(np.random.get_state()[1], np_state)
-    b = tr.SentEvalLogReg(8, 2, l2reg=1e-4, seed=1111, optim="adam", batch_size=64)
+    b = te.SentEvalLogReg(8, 2, l2reg=1e-4, seed=1111, optim="adam", batch_size=64)
     b.fit(X[:200], y[:200], validation_data=(X[200:], y[200:]))
     for pa, pb in zip(a.model.parameters(), b.model.parameters(), strict=True):
         assert torch.equal(pa, pb)  # same seed, same data -> identical weights
-    c = tr.SentEvalLogReg(8, 2, seed=7)
-    assert not torch.equal(c.model[0].weight, tr.SentEvalLogReg(8, 2, seed=1111).model[0].weight)
+    c = te.SentEvalLogReg(8, 2, seed=7)
+    assert not torch.equal(c.model[0].weight, te.SentEvalLogReg(8, 2, seed=1111).model[0].weight)
 
 
 def test_early_stopping_follows_senteval_loop():
     X, y = _blobs(n=120)
-    clf = tr.SentEvalLogReg(8, 2, optim="rmsprop", batch_size=128, tenacity=3, epoch_size=2,
+    clf = te.SentEvalLogReg(8, 2, optim="rmsprop", batch_size=128, tenacity=3, epoch_size=2,
                             max_epoch=200)
     clf.fit(X, y, validation_split=0.05)
     # the 6-sample hold-out can improve at most 6 times; SentEval's stale counter is never reset,
     # so training stops after at most 6 + tenacity + 2 evaluations of epoch_size passes each
     assert 2 <= clf.nepoch <= 2 * (6 + 3 + 2)
     # without early stopping the loop runs while nepoch <= max_epoch: evaluations at 2, 4, 6
-    clf = tr.SentEvalLogReg(8, 2, optim="rmsprop", epoch_size=2, max_epoch=4)
+    clf = te.SentEvalLogReg(8, 2, optim="rmsprop", epoch_size=2, max_epoch=4)
     clf.fit(X, y, validation_split=0.05, early_stop=False)
     assert clf.nepoch == 6
     with pytest.raises(ValueError, match="validation"):
         clf.fit(X, y)
     with pytest.raises(ValueError, match="optim='lbfgs'"):
-        tr.SentEvalLogReg(8, 2, optim="lbfgs")
+        te.SentEvalLogReg(8, 2, optim="lbfgs")
 
 
 def test_inner_kfold_matches_senteval_protocol_with_sklearn():
     """Nested CV: StratifiedKFold(shuffle, 1111) outside and inside, SentEval's C grid, 2-decimal
     rounding, first best C; checked against a direct re-derivation."""
     X, y = _blobs(n=120, shift=0.6, seed=3)
-    config = tr.TransferConfig(model=None, classifier="sklearn", params="fasttest", kfold=3)
-    got = tr.inner_kfold_classifier(X, y, 2, config)
+    probe = te.Probe(classifier="sklearn", params="fasttest", kfold=3)
+    got = te.inner_kfold_classifier(X, y, 2, probe)
     skf = StratifiedKFold(n_splits=3, shuffle=True, random_state=1111)
     dev, test, regs = [], [], [2.0**t for t in range(-2, 4)]
     for tr_idx, te_idx in skf.split(X, y):
@@ -88,28 +89,33 @@ def test_inner_kfold_matches_senteval_protocol_with_sklearn():
 def test_kfold_and_split_classifiers_choose_from_senteval_grid():
     X, y = _blobs(n=200, seed=1)
     Xt, yt = _blobs(n=100, seed=2)
-    config = tr.TransferConfig(model=None, params="fasttest")
-    res = tr.kfold_classifier((X, y), (Xt, yt), 2, config)
-    assert res["l2reg"] in tr.TORCH_REGS and res["acc"] > 80 and res["yhat"].shape == (100,)
-    res = tr.split_classifier({"train": X, "dev": Xt[:50], "test": Xt[50:]},
-                              {"train": y, "dev": yt[:50], "test": yt[50:]}, 2, config)
-    assert res["l2reg"] in tr.TORCH_REGS and res["acc"] > 80
+    probe = tr.TransferConfig(params="fasttest").probe(1111)
+    assert probe == te.Probe(params="fasttest", seed=1111)
+    res = te.kfold_classifier((X, y), (Xt, yt), 2, probe)
+    assert res["l2reg"] in te.TORCH_REGS and res["acc"] > 80 and res["yhat"].shape == (100,)
+    res = te.split_classifier({"train": X, "dev": Xt[:50], "test": Xt[50:]},
+                              {"train": y, "dev": yt[:50], "test": yt[50:]}, 2, probe)
+    assert res["l2reg"] in te.TORCH_REGS and res["acc"] > 80
 
 
 def test_param_sets_and_features():
-    assert tr.PARAM_SETS["test"]["kfold"] == 10
-    assert tr.PARAM_SETS["test"]["classifier"] == {"nhid": 0, "optim": "adam", "batch_size": 64,
+    assert te.PARAM_SETS["test"]["kfold"] == 10
+    assert te.PARAM_SETS["test"]["classifier"] == {"nhid": 0, "optim": "adam", "batch_size": 64,
                                                    "tenacity": 5, "epoch_size": 4}
-    assert tr.PARAM_SETS["fasttest"]["kfold"] == 5
-    assert tr.PARAM_SETS["fasttest"]["classifier"]["optim"] == "rmsprop"
+    assert te.PARAM_SETS["fasttest"]["kfold"] == 5
+    assert te.PARAM_SETS["fasttest"]["classifier"]["optim"] == "rmsprop"
     u, v = np.ones((3, 4)), np.zeros((3, 4))
-    assert tr.mrpc_features(u, v).shape == (3, 8)
-    assert tr.mrpc_features(u, v, "full").shape == (3, 16)
-    np.testing.assert_array_equal(tr.mrpc_features(u, v)[:, :4], 1.0)  # |u - v| first
-    for bad in ({"params": "slow"}, {"classifier": "svm"}, {"tasks": ["SNLI"]},
-                {"mrpc_features": "concat"}, {"kfold": 1}):
-        with pytest.raises(ValueError, match=next(iter(bad))):
-            tr.TransferConfig(model=hashed_bow, **bad).validate()
+    assert te.mrpc_features(u, v).shape == (3, 8)
+    assert te.mrpc_features(u, v, "full").shape == (3, 16)
+    np.testing.assert_array_equal(te.mrpc_features(u, v)[:, :4], 1.0)  # |u - v| first
+    for bad, message in (({"params": "slow"}, "params"), ({"classifier": "svm"}, "classifier"),
+                         ({"tasks": ["SNLI"]}, "unknown task 'SNLI'"),
+                         ({"mrpc_features": "concat"}, "mrpc_features"), ({"kfold": 1}, "kfold"),
+                         ({"seeds": [1, 1]}, "distinct"), ({"limit": 5}, "limit"),
+                         ({"backend": "senteval", "seeds": [1, 2]}, "one seed")):
+        with pytest.raises(ValueError, match=message):
+            tr.TransferConfig(model=hashed_bow, **bad)
+    assert tr.TransferConfig(tasks=["mr", "trec"]).tasks == ["MR", "TREC"]
 
 
 def test_senteval_backend_is_guarded(tmp_path, shared_data):
@@ -123,7 +129,7 @@ def test_senteval_backend_is_guarded(tmp_path, shared_data):
     config = tr.TransferConfig(model=hashed_bow, backend="senteval", data_root=str(shared_data),
                                output_dir=str(tmp_path), cache_dir=str(tmp_path / "c"))
     with pytest.raises(RecipeError, match="needs the senteval package"):
-        tr.run_transfer(config)
+        tr.TransferRecipe(config).run()
     assert not list(tmp_path.iterdir())  # refused before any work
 
 
@@ -132,8 +138,8 @@ def test_run_transfer_all_tasks_on_subsets(shared_data, tmp_path):
     counting = CountingEncoder()
     config = tr.TransferConfig(model=counting, data_root=str(shared_data), limit=300,
                                output_dir=str(tmp_path / "out"), cache_dir=str(tmp_path / "c"),
-                               show_progress=False, batch_size=512, kfold=3)
-    result = tr.run_transfer(config)
+                               progress=False, batch_size=512, kfold=3)
+    result = tr.TransferRecipe(config).run()
     assert list(result["table"]) == list(tr.TABLE_COLUMNS)
     for task in tr.TRANSFER_TASKS:
         assert result["tasks"][task]["ntest"] == 300, task
@@ -144,20 +150,21 @@ def test_run_transfer_all_tasks_on_subsets(shared_data, tmp_path):
     assert "f1" in result["tasks"]["MRPC"] and result["tasks"]["MRPC"]["features"] == "senteval"
     assert result["table"]["Avg."] == pytest.approx(np.mean([result["table"][t]
                                                              for t in tr.TRANSFER_TASKS]))
-    saved = json.loads((tmp_path / "out" / "transfer_results.json").read_text())
+    saved = json.loads((tmp_path / "out" / "results.json").read_text())
     assert saved["table"] == pytest.approx(result["table"])
-    md = (tmp_path / "out" / "transfer_results.md").read_text()
+    md = (tmp_path / "out" / "results.md").read_text()
     assert "| Model | MR | CR | SUBJ | MPQA | SST2 | TREC | MRPC | Avg. |" in md
+    assert "## acc" in md and "## devacc" in md
     calls = counting.calls
-    again = tr.run_transfer(config)  # embeddings from the cache, deterministic classifiers
+    again = tr.TransferRecipe(config).run()  # embeddings from the cache, deterministic classifiers
     assert counting.calls == calls
     assert again["table"] == pytest.approx(result["table"])
 
 
 def test_senteval_sort_order_of_binary_samples(shared_data):
-    data = tr._sorted_single(
+    data = te._sorted_single(
         __import__("adaptcl.recipes.senteval_data", fromlist=["x"]).load_binary(shared_data, "CR"),
-        tr.TransferConfig(model=None), 0)
+        te.Probe(), 0)
     sentences, labels = data
     assert len(sentences) == 3775
     keys = [(len(s.split()), int(label)) for s, label in zip(sentences, labels, strict=True)]
@@ -174,8 +181,9 @@ def test_cli_transfer(shared_data, tmp_path, capsys):
                  "--output-dir", str(tmp_path / "o"), "--cache-dir", str(tmp_path / "c"),
                  "--no-progress"])
     assert code == 0
-    saved = json.loads((tmp_path / "o" / "transfer_results.json").read_text())
+    saved = json.loads((tmp_path / "o" / "results.json").read_text())
     assert set(saved["table"]) == {"TREC", "MRPC", "Avg."}
     assert saved["tasks"]["MRPC"]["features"] == "full"
-    assert saved["tasks"]["TREC"]["l2reg"] in tr.SKLEARN_REGS_KFOLD
-    assert "| Model | TREC | MRPC | Avg. |" in capsys.readouterr().out
+    assert saved["tasks"]["TREC"]["l2reg"] in te.SKLEARN_REGS_KFOLD
+    assert "| Model | TREC | MRPC | Avg. |" in (tmp_path / "o" / "results.md").read_text()
+    assert "| TREC | " in capsys.readouterr().out

@@ -40,7 +40,6 @@ Example::
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import importlib
 import json
@@ -68,7 +67,8 @@ _CALLABLE_SPEC = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 log = logging.getLogger("adaptcl.recipes")
 
 
-def _lazy(module: str, extra: str):
+def import_extra(module: str, extra: str):
+    """Import ``module``, or say which extra of adaptcl installs it (``ImportError``)."""
     try:
         return importlib.import_module(module)
     except ImportError as err:
@@ -361,7 +361,7 @@ class SentenceTransformerEncoder(SentenceEncoder):
 
     def __init__(self, path: str, model_id: str, device: str | None = None, **kwargs):
         super().__init__(model_id, None, **kwargs)
-        st = _lazy("sentence_transformers", "text")
+        st = import_extra("sentence_transformers", "text")
         self.device = device or "cpu"
         self.model = st.SentenceTransformer(path, device=self.device)
         if self.max_length is not None:
@@ -387,7 +387,7 @@ class HFPoolerEncoder(SentenceEncoder):
         if pooler not in POOLERS:
             raise ValueError(f"pooler={pooler!r} is not one of {POOLERS}")
         super().__init__(model_id, pooler, **kwargs)
-        transformers = _lazy("transformers", "text")
+        transformers = import_extra("transformers", "text")
         import torch
 
         self.torch = torch
@@ -500,23 +500,3 @@ def build_encoder(model: str | os.PathLike | Callable[[list[str]], Any], pooler:
         )
     return SentenceTransformerEncoder(model_str, ident, device=device, precision=precision,
                                       **common)
-
-
-# ----------------------------------------------------------------------------- CLI plumbing
-def add_encoder_arguments(parser: argparse.ArgumentParser) -> None:
-    """Model/encoder options shared by ``adaptcl sts`` and ``adaptcl transfer``."""
-    group = parser.add_argument_group("encoder")
-    group.add_argument("--model", required=True,
-                       help="sentence-transformers path/name; a Hugging Face path with --pooler; "
-                            "or 'package.module:function' naming a callable list[str] -> array")
-    group.add_argument("--pooler", choices=POOLERS, default=None,
-                       help="load --model as a Hugging Face BERT/RoBERTa with this SimCSE pooler")
-    group.add_argument("--model-id", default=None,
-                       help="identifier used in results and the cache key; a callable is cached "
-                            "only when given one (default: derived from the model)")
-    group.add_argument("--batch-size", type=int, default=64, help="sentences per forward pass")
-    group.add_argument("--max-length", type=int, default=None, help="truncate to this many tokens")
-    group.add_argument("--cache-dir", default=None,
-                       help=f"embedding cache folder (default: ${CACHE_ENV} or "
-                            "~/.cache/adaptcl/embeddings)")
-    group.add_argument("--no-cache", action="store_true", help="do not read or write the cache")

@@ -12,7 +12,7 @@ UTF-8 BOM of the MRPC files (it sits in the skipped header line), STS pairs with
 (skipped), and empty lines in CR and MPQA (kept, as empty sentences, and counted).
 
 The readers return file order; SentEval's sort by sentence length (which fixes its
-cross-validation folds) is applied by :mod:`adaptcl.recipes.transfer`.
+cross-validation folds) is applied by :mod:`adaptcl.recipes.transfer_eval`.
 
 The root may be any of: the ``downstream`` folder itself, a folder holding ``downstream/``
 (SentEval's ``PATH_TO_DATA``), or a folder holding ``senteval/downstream/`` (the project's shared

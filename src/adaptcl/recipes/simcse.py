@@ -55,7 +55,7 @@ BASELINE = "untrained"
 BASELINE_SETTINGS = ("model", "pooler", "max_seq_length", "sts_tasks", "device_type", "sts")
 STS_COLUMNS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STS-B", "SICK-R", "Avg.")
 CODE = ("adaptcl.adapters.sentence_transformers", "adaptcl.plugins", "adaptcl.recipes.simcse",
-        "adaptcl.recipes.simcse_training", "adaptcl.recipes.sts", "adaptcl.recipes.encoders",
+        "adaptcl.recipes.simcse_training", "adaptcl.recipes.sts", "adaptcl.recipes.encoder_eval", "adaptcl.recipes.encoders",
         "adaptcl.recipes.senteval_data")
 
 
@@ -294,14 +294,15 @@ class SimCSERecipe(Recipe):
 
     def sts_scores(self, model_path: str, label: str, out: Path) -> dict[str, float]:
         """The ``sts`` recipe's table for a saved model (Spearman x 100 per column)."""
-        from adaptcl.recipes.sts import STSConfig, run_sts
+        from adaptcl.recipes.sts import STSConfig, STSRecipe
 
         cfg = self.config
-        return run_sts(STSConfig(model=model_path, label=label, data_root=str(self.senteval_root),
-                                 output_dir=str(out), num_threads=cfg.threads,
-                                 tasks=list(self.shared["settings"]["sts_tasks"]),
-                                 device=cfg.device, show_progress=cfg.progress,
-                                 cache_dir=str(Path(cfg.output_dir) / "embedding_cache")))["table"]
+        return STSRecipe(STSConfig(model=model_path, label=label,
+                                   data_root=str(self.senteval_root), output_dir=str(out),
+                                   threads=cfg.threads, device=cfg.device, progress=cfg.progress,
+                                   tasks=list(self.shared["settings"]["sts_tasks"]),
+                                   cache_dir=str(Path(cfg.output_dir) / "embedding_cache"))
+                         ).run()["table"]
 
     def report_spec(self) -> dict[str, Any]:
         methods = self.methods()

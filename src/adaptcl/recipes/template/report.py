@@ -119,8 +119,10 @@ class Report:
 
     ``metrics`` are the record metrics summarised (one table each, the first is the headline);
     ``datasets`` / ``methods`` order the rows / columns; ``baseline`` is the method the others
-    are paired against; ``details(grid)`` adds recipe-specific JSON fields; ``drop`` names
-    record fields left out of the result's ``runs`` (long per-step histories).
+    are paired against; ``header`` is the markdown above the tables (or ``header(grid)``, after
+    ``details``, for text that shows results); ``details(grid)`` adds recipe-specific JSON
+    fields; ``drop`` names record fields left out of the result's ``runs`` (long per-step
+    histories).
     ``table_rows="methods"`` (a recipe with one dataset) writes one table instead: a row per
     method, a column per metric, and the paired difference on ``headline`` (default: the first
     metric). ``scale`` and ``digits`` may be mappings, metric -> value (a metric not named gets
@@ -135,7 +137,7 @@ class Report:
     datasets: Sequence[str]
     methods: Sequence[str]
     baseline: str | None = None
-    header: str = ""
+    header: str | Callable[[GridRun], str] = ""
     scale: float | Mapping[str, float] = 100.0
     labels: Mapping[str, str] | None = None
     dataset_labels: Mapping[str, str] | None = None
@@ -180,7 +182,8 @@ class Report:
             body = tables["methods"]
         else:
             body = "\n".join(f"## {name}\n\n{table}" for name, table in tables.items())
-        result["outputs"] = write_results(self.out_dir, self.stem, result, self.header + body)
+        header = self.header(grid) if callable(self.header) else self.header
+        result["outputs"] = write_results(self.out_dir, self.stem, result, header + body)
         return result
 
 
