@@ -41,7 +41,7 @@ from adaptcl.adapters.lightning_modules import (  # noqa: E402
     small_cnn,
 )
 from adaptcl.adapters.ssl_methods import METHOD_LOSSES  # noqa: E402
-from adaptcl.plugins.amcl import AMCLBarlowTwinsLoss, AMCLSimSiamLoss  # noqa: E402
+from adaptcl.plugins import AMCLBarlowTwinsLoss, AMCLSimSiamLoss  # noqa: E402
 
 N_IMAGES, BATCH = 32, 16
 

@@ -77,7 +77,7 @@ def build_ssl_module(method: str, loss: str, *, backbone: str = "resnet-18", wid
         SimSiamProjectionHead,
     )
 
-    from adaptcl.plugins.amcl import AMCLBarlowTwinsLoss, AMCLSimSiamLoss, PairTemperature
+    from adaptcl.plugins import AMCLBarlowTwinsLoss, AMCLSimSiamLoss, PairTemperature
 
     check_method_loss(method, loss)
     net, feature_dim = M.cifar_resnet(backbone, width=width)
