@@ -138,8 +138,9 @@ def test_functional_macl_validates_like_the_module():
 
 
 def test_package_attributes_amcl_and_ascl_stay_the_submodules():
-    """``plugins.amcl.ConstantTemperature`` (used by the adapters) must keep working."""
+    """``plugins.amcl`` and ``plugins.ascl`` are the modules (the functional forms of those
+    names live in ``plugins.functional``)."""
     import adaptcl.plugins as plugins
 
-    assert plugins.amcl.ConstantTemperature is plugins.ConstantTemperature
+    assert plugins.amcl.AMCLLoss is plugins.AMCLLoss
     assert plugins.ascl.ASCLLoss is plugins.ASCLLoss

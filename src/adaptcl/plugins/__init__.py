@@ -20,20 +20,18 @@ an optional ``negatives=`` tensor; all share the keywords ``gather_distributed``
 ``gather_fn``, ``check_finite``, ``tile_size`` and ``reduction``.
 """
 
-from .amcl import (
+from .amcl import AMCLLoss
+from .amcl_noncontrastive import (
     AMCLBarlowTwinsLoss,
-    AMCLLoss,
     AMCLSimSiamLoss,
-    ConstantTemperature,
-    MultiHeadProjection,
-    PairTemperature,
     amcl_barlow_twins,
     amcl_simsiam,
-    omega,
 )
+from .amcl_temperature import ConstantTemperature, PairTemperature, omega
 from .ascl import ASCLBYOLLoss, ASCLLoss, ascl_byol, soft_labels
 from .base import ContrastiveLoss
 from .candidates import FORMS, Candidates, build_candidates
+from .heads import MultiHeadProjection
 from .infonce import (
     DCLLoss,
     DualTemperatureLoss,

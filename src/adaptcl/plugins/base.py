@@ -113,8 +113,35 @@ def functional_candidates(z0: Tensor, z1: Tensor, negatives: Tensor | None, *, f
                             gather_fn=gather_fn, check_finite=check_finite)
 
 
-class ContrastiveLoss(nn.Module):
-    """Base of the loss modules: validation of the shared arguments, reduction, ``last_stats``.
+class Loss(nn.Module):
+    """Base of every loss module: ``reduction`` and ``last_stats``.
+
+    Subclasses implement :meth:`compute`, returning ``(losses, stats)`` from the inputs of
+    ``forward``, usually by calling the same private function as their functional form;
+    ``forward`` keeps ``stats`` in ``loss.last_stats`` (see :func:`loss_stats`) and reduces
+    ``losses`` with ``reduction``: ``"mean"``, ``"sum"`` or ``"none"`` (the per-sample losses),
+    as in ``torch.nn``. A subclass restricts ``reductions`` to those it defines (AMCL's Barlow
+    Twins form, a sum over feature pairs, has only ``"sum"``).
+    """
+
+    def __init__(self, *, reduction: str = "mean",
+                 reductions: tuple[str, ...] = REDUCTIONS) -> None:
+        super().__init__()
+        self.reduction = check_choice("reduction", reduction, reductions)
+        self.last_stats: Stats = {}
+
+    def compute(self, *inputs: Tensor) -> tuple[Tensor, Stats]:
+        raise NotImplementedError  # pragma: no cover - abstract
+
+    def forward(self, *inputs: Tensor) -> Tensor:
+        losses, stats = self.compute(*inputs)
+        self.last_stats = stats
+        return reduce(losses, self.reduction)
+
+
+class ContrastiveLoss(Loss):
+    """Base of the two-view loss modules: validation of the shared arguments (reduction and
+    ``last_stats`` come from :class:`Loss`).
 
     Every loss (InfoNCE, DCL, FlatNCE, Dual temperature, MACL, ASCL, ASCL-BYOL, AMCL, the
     survey losses) takes the same keywords, checked here by one function:
@@ -139,15 +166,14 @@ class ContrastiveLoss(nn.Module):
                  gather_fn: GatherFn | None = None, check_finite: bool = True,
                  tile_size: int | None = None, reduction: str = "mean",
                  forms: tuple[str, ...] = FORMS) -> None:
-        super().__init__()
         # One validation path for the keywords every loss shares (a subclass restricts
         # ``forms`` to those it defines).
-        self.form = check_choice("form", form, forms)
-        self.reduction = check_choice("reduction", reduction, REDUCTIONS)
+        form = check_choice("form", form, forms)
+        super().__init__(reduction=reduction)
+        self.form = form
         (self.gather_distributed, self.gather_fn, self.check_finite,
          self.tile_size) = check_shared(gather_distributed=gather_distributed, gather_fn=gather_fn,
                                         check_finite=check_finite, tile_size=tile_size)
-        self.last_stats: Stats = {}
 
     @property
     def gathers(self) -> bool:
@@ -160,9 +186,6 @@ class ContrastiveLoss(nn.Module):
                                 gather_fn=self.gather_fn, check_finite=self.check_finite,
                                 unit_negatives=self.unit_negatives)
 
-    def compute(self, z0: Tensor, z1: Tensor, negatives: Tensor | None) -> tuple[Tensor, Stats]:
-        raise NotImplementedError  # pragma: no cover - abstract
-
     def forward(self, z0: Tensor, z1: Tensor, negatives: Tensor | None = None) -> Tensor:
         """Loss of the positive pairs ``(z0[i], z1[i])``.
 
@@ -170,9 +193,7 @@ class ContrastiveLoss(nn.Module):
             z0, z1: ``[N, D]`` embeddings of two views (normalised inside).
             negatives: optional ``[K, D]`` extra negatives, required for ``form="queue"``.
         """
-        per_anchor, stats = self.compute(z0, z1, negatives)
-        self.last_stats = stats
-        return reduce(per_anchor, self.reduction)
+        return super().forward(z0, z1, negatives)
 
     def extra_repr(self) -> str:
         tiled = "" if self.tile_size is None else f", tile_size={self.tile_size}"

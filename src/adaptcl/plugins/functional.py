@@ -15,7 +15,8 @@ Examples:
     >>> per_anchor = CF.info_nce(z0, z1, 0.5, reduction="none")  # [16]: 2N anchors
 """
 
-from .amcl import amcl, amcl_barlow_twins, amcl_simsiam
+from .amcl import amcl
+from .amcl_noncontrastive import amcl_barlow_twins, amcl_simsiam
 from .ascl import ascl, ascl_byol
 from .infonce import dcl, dual_temperature, flat_nce, info_nce
 from .macl import macl

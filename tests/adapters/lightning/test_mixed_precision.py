@@ -60,7 +60,7 @@ from adaptcl.adapters.lightning.modules import (  # noqa: E402
     SimSiamModule,
     small_cnn,
 )
-from adaptcl.plugins.amcl import AMCLBarlowTwinsLoss, AMCLSimSiamLoss  # noqa: E402
+from adaptcl.plugins import AMCLBarlowTwinsLoss, AMCLSimSiamLoss  # noqa: E402
 
 BATCH = 16
 LOSS_TOL = {"bf16": 2e-2, "fp16": 5e-3}

@@ -41,7 +41,7 @@ from adaptcl.adapters.lightning.modules import (  # noqa: E402
     cifar_resnet,
     small_cnn,
 )
-from adaptcl.plugins.amcl import AMCLBarlowTwinsLoss, AMCLSimSiamLoss  # noqa: E402
+from adaptcl.plugins import AMCLBarlowTwinsLoss, AMCLSimSiamLoss  # noqa: E402
 
 N_IMAGES, BATCH = 32, 16
 

@@ -336,7 +336,7 @@ class ASCLLoss(MemoryBankLoss):
 class AMCLLoss(MemoryBankLoss):
     """AMCL loss (NT-Xent / InfoNCE forms, Table 2) with ``NTXentLoss``'s call signature.
 
-    Owns the learned :class:`~adaptcl.plugins.amcl.PairTemperature` network (its parameters
+    Owns the learned :class:`~adaptcl.plugins.PairTemperature` network (its parameters
     train with the model: keep the loss inside the LightningModule / optimiser).
     ``forward(out0, out1)`` takes ``[C, N, D]`` from an
     :class:`~adaptcl.adapters.lightly.AMCLProjectionHead` (or ``[N, D]`` for one head). With a
@@ -359,7 +359,7 @@ class AMCLLoss(MemoryBankLoss):
         gather_distributed: gather in-batch candidates (or, with a bank, keys) from every rank.
         num_heads: number of heads C (the bank keeps one queue per head).
         form: in-batch candidate set without a memory bank.
-        temperature_net: a custom temperature module (e.g. ``plugins.amcl.ConstantTemperature``).
+        temperature_net: a custom temperature module (e.g. ``plugins.ConstantTemperature``).
         persistent_memory_bank, check_finite, tile_size: as in :class:`NTXentLoss`.
         bound_warning_steps: warn once when the learned temperatures sit at a bound this many
             training steps in a row (``None`` disables); see :class:`adaptcl.plugins.AMCLLoss`.

@@ -79,7 +79,7 @@ def build_ssl_module(method: str, loss: str, *, backbone: str = "resnet-18", wid
         SimSiamProjectionHead,
     )
 
-    from adaptcl.plugins.amcl import AMCLBarlowTwinsLoss, AMCLSimSiamLoss, PairTemperature
+    from adaptcl.plugins import AMCLBarlowTwinsLoss, AMCLSimSiamLoss, PairTemperature
 
     loss = check_method_loss(method, loss)
     net, feature_dim = M.cifar_resnet(backbone, width=width)

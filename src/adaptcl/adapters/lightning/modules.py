@@ -60,7 +60,7 @@ from lightly.utils.benchmarking import knn_predict  # noqa: E402
 from lightly.utils.scheduler import cosine_schedule  # noqa: E402
 
 from adaptcl.adapters.lightly import ASCLMoCo, NTXentLoss  # noqa: E402
-from adaptcl.plugins.amcl import AMCLSimSiamLoss  # noqa: E402
+from adaptcl.plugins import AMCLSimSiamLoss  # noqa: E402
 from adaptcl.plugins.validation import (  # noqa: E402
     check_choice,
     check_int,
@@ -424,7 +424,7 @@ class SimSiamModule(SSLModule):
     The default criterion is Lightly's ``NegativeCosineSimilarity``; SGD (lr 0.06, momentum
     0.9, weight decay 5e-4) as in Lightly's CIFAR benchmarks. For AMCL pass multi-heads
     (:class:`~adaptcl.adapters.lightly.AMCLProjectionHead` of ``SimSiamProjectionHead`` and of
-    ``SimSiamPredictionHead``) and ``adaptcl.plugins.amcl.AMCLSimSiamLoss``, which is called
+    ``SimSiamPredictionHead``) and ``adaptcl.plugins.AMCLSimSiamLoss``, which is called
     as ``criterion(p0, p1, sg(z0), sg(z1))``.
 
     - [0] SimSiam, 2020, https://arxiv.org/abs/2011.10566
