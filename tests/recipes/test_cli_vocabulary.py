@@ -128,7 +128,7 @@ def test_missing_extra_is_a_one_line_error(monkeypatch, capsys, tmp_path):
         raise ImportError("'torch_geometric' is required here; install it with "
                           "`pip install 'adaptcl[graph]'`")
 
-    monkeypatch.setattr(tu, "run_tu", missing)
+    monkeypatch.setattr(tu.TURecipe, "run", missing)
     assert cli.main(["tu", "--output-dir", str(tmp_path), "--no-progress"]) == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith("adaptcl tu: error: 'torch_geometric' is required")

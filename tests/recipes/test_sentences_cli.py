@@ -45,8 +45,7 @@ def test_simcse_zero_epochs_is_one_line_and_exit_2(tmp_path):
     done = _cli("simcse", "--epochs", "-1", "--output-dir", str(tmp_path / "out"))
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        "adaptcl simcse: error: epochs must be > 0, got -1.0: a run without an optimisation "
-        "step is not a result"]
+        "adaptcl simcse: error: epochs must be a positive number, got -1.0"]
     assert not (tmp_path / "out").exists()
 
 

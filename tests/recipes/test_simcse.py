@@ -150,7 +150,7 @@ def test_device_cpu_trains_with_use_cpu_instead_of_being_refused(tmp_path, share
 @pytest.mark.parametrize("overrides, message", [
     ({"epochs": -1}, "epochs must be a positive number, got -1"),
     ({"epochs": 0}, "epochs must be a positive number, got 0"),
-    ({"losses": ["simclr"]}, "losses"),
+    ({"losses": ["simclr"]}, "unknown loss 'simclr'"),
     ({"pooler": "max"}, "pooler"),
     ({"batch_size": 1}, "batch_size must be >= 2"),
     ({"seeds": [1, 1]}, "distinct"),
