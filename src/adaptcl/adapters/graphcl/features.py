@@ -1,6 +1,6 @@
 """Node features for graphs that have none, as torch-geometric transforms.
 
-GraphCL's TU datasets without node attributes (IMDB-BINARY, REDDIT-*) get a constant feature
+GraphCL's TU datasets without node attributes (IMDB-BINARY, the REDDIT sets) get a constant feature
 (:class:`ConstantFeatures`) or a one-hot degree (:class:`CappedOneHotDegree`, which, unlike
 ``T.OneHotDegree``, never fails on a degree above its cap). Both write ``x`` on the graph's
 device, in ``dtype`` (default ``torch.get_default_dtype()``), replacing any existing ``x``.

@@ -13,9 +13,3 @@
 
 Every module imports only the standard library at import time, so ``--help`` stays instant.
 """
-
-from adaptcl.recipes.template.errors import NonResultError, RecipeError
-from adaptcl.recipes.template.recipe import Recipe
-from adaptcl.recipes.template.store import Cell
-
-__all__ = ["Cell", "NonResultError", "Recipe", "RecipeError"]

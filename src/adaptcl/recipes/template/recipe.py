@@ -61,20 +61,15 @@ from adaptcl.recipes.template.torch_env import apply_thread_policy
 class Recipe:
     """One recipe: a page of class attributes and a few methods the template calls in order.
 
-    Class attributes:
-        name: the sub-command (``adaptcl <name>``) and the recipe in every result file.
-        config_class: the dataclass of settings; each field is an option (``--field-name``).
-        presets: preset name -> a classmethod name of ``config_class`` building it; shown as
-            ``--preset`` when given (the first is the default).
-        choices / helps: per config field, the allowed values (case-insensitive) and help text
-            (``helps["preset"]``: the help of ``--preset``).
-        common: keyword arguments of
-            :func:`~adaptcl.recipes.template.options.add_common_arguments` (which shared
-            options this recipe takes: ``data_root``, ``device``, ``devices``, ``logger``, ...).
-        code: modules whose source determines a result (part of every cell's identity).
-        frameworks: packages whose versions the result records.
-        metrics: the record metrics summarised, the headline first.
-        example: shown under ``--help``.
+    Class attributes: ``name`` (the sub-command and the recipe in every result file),
+    ``config_class`` (the dataclass of settings; each field is an option ``--field-name``),
+    ``presets`` (preset name -> classmethod of ``config_class``, shown as ``--preset``; the first
+    is the default), ``choices`` / ``helps`` (per config field: allowed values, help text),
+    ``loss_aliases`` (the paper's own names for registry losses), ``common`` (keyword arguments
+    of :func:`~adaptcl.recipes.template.options.add_common_arguments`: which shared options the
+    recipe takes), ``code`` (modules whose source determines a result), ``frameworks``
+    (packages whose versions the result records), ``metrics`` (summarised, headline first),
+    ``example`` (shown under ``--help``), ``plot_file`` / ``plot_layout``.
 
     The methods to fill in are :meth:`prepare`, :meth:`setup`, :meth:`cells`, :meth:`compute`,
     :meth:`report_spec` and :meth:`draw`; :meth:`identity` and :meth:`config_from_args` have
