@@ -149,8 +149,10 @@ def test_ascl_gradient_is_cross_entropy_with_frozen_soft_labels(form):
         torch.testing.assert_close(a, b)
 
 
-@pytest.mark.parametrize("negative_term,objective", [("topk", "nt_xent"), ("topk", "infonce"),
-                                                     ("softmax", "nt_xent"), ("softmax", "infonce")])
+@pytest.mark.parametrize("negative_term,objective", [
+    ("topk", "nt_xent"), ("topk", "infonce"),
+    pytest.param("softmax", "nt_xent", marks=pytest.mark.slow),
+    pytest.param("softmax", "infonce", marks=pytest.mark.slow)])
 def test_amcl_including_the_temperature_network(negative_term, objective):
     torch.manual_seed(0)
     net = PairTemperature(4, eta=0.05, iota=1.0).double()
@@ -160,6 +162,7 @@ def test_amcl_including_the_temperature_network(negative_term, objective):
     assert gradcheck(lambda a, c, *_: fn(a, c), (z0, z1, w, b), eps=1e-6, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_amcl_simsiam_and_barlow_twins():
     torch.manual_seed(0)
     net = PairTemperature(4, eta=0.05, iota=1.0).double()

@@ -66,6 +66,7 @@ def test_autocast_computes_in_float32(name, dtype):
     torch.testing.assert_close(loss.detach(), ref, rtol=2e-3, atol=2e-3)
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(n=st.integers(2, 24), d=st.integers(1, 20), seed=st.integers(0, 10_000),
        scale=st.sampled_from([1e-6, 1.0, 1e6]), t=st.sampled_from([0.01, 0.1, 1.0]),
