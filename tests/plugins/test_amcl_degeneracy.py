@@ -81,6 +81,7 @@ def test_regulariser_cancels_exactly_when_positive_and_negative_temperatures_are
         torch.testing.assert_close(loss, losses[0], rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("kind", "bound"), [("aligned", ETA), ("swapped", MIDPOINT)])
 def test_shared_temperature_runs_to_the_bound_set_by_the_sign_whatever_beta(kind, bound):
     """Positive closer than the hardest negative: ``(s- - s+) / tau`` falls as tau -> 0, the
@@ -126,6 +127,7 @@ def test_paper_config_overrides_replace_settings_and_unknown_keywords_are_reject
         AMCLLoss.paper_config(dim=8, temprature=0.1)
 
 
+@pytest.mark.slow
 def test_paper_config_keys_are_keywords_of_both_adapters():
     import inspect
 
@@ -247,6 +249,7 @@ def _late_means(history: list[tuple[float, float]]) -> tuple[float, float]:
     return sum(p for p, _ in late) / len(late), sum(n for _, n in late) / len(late)
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("one_thread")
 def test_default_soft_max_form_trains_with_temperatures_apart_and_away_from_the_bounds():
     """The default (Eq. 7 soft-max negatives) as on the CIFAR subset: the pair network gives
@@ -256,6 +259,7 @@ def test_default_soft_max_form_trains_with_temperatures_apart_and_away_from_the_
     assert tau_pos + 0.03 < tau_neg < 0.5, (tau_pos, tau_neg)
 
 
+@pytest.mark.slow
 @pytest.mark.usefixtures("one_thread")
 def test_top_1_form_parks_both_temperatures_together_at_the_midpoint_while_training():
     """The old default (Table 2.1 max, kappa 1) on the same data and seed: tau+ = tau- near

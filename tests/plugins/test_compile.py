@@ -16,7 +16,9 @@ and the kernel's one-buffer log-sum-exp used ``ctx.mark_dirty`` on its in-place 
 code takes the out-of-place path; inductor plans the buffers itself).
 
 The file takes about 100 s on two shared cores (inductor's first compilation in a process
-alone is most of a minute), so it is marked ``slow``; it still runs in ``make test``.
+alone is most of a minute): each test that compiles with inductor is marked ``slow`` (each pays
+that first compilation when run alone); the dynamo traces are not. All still run in
+``make test``.
 """
 
 from __future__ import annotations
@@ -28,7 +30,6 @@ from adaptcl.plugins import ASCLLoss, DCLLoss, InfoNCELoss, MACLLoss
 
 torch_dynamo = pytest.importorskip("torch._dynamo")
 
-pytestmark = pytest.mark.slow
 
 N, D, QUEUE = 8, 16, 24
 RTOL, ATOL = 1e-4, 1e-6
@@ -62,6 +63,7 @@ def _fresh_dynamo():
     torch_dynamo.reset()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(LOSSES))
 def test_compiled_loss_matches_eager_value_and_gradient(name):
     factory, with_queue = LOSSES[name]
@@ -81,6 +83,7 @@ def test_compiled_loss_matches_eager_value_and_gradient(name):
                                    eager.last_stats[key].float(), rtol=RTOL, atol=ATOL)
 
 
+@pytest.mark.slow
 def test_compiled_macl_temperature_follows_the_batch_alignment():
     """The adaptive temperature is traced as data, not baked in as a constant of batch one."""
     compiled = torch.compile(MACLLoss(temperature=0.1, alpha=0.5), dynamic=False)
@@ -104,6 +107,7 @@ def test_loss_traces_without_graph_breaks(name):
     assert explanation.graph_count == 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(LOSSES))
 def test_loss_compiles_as_one_graph(name):
     factory, with_queue = LOSSES[name]
@@ -116,6 +120,7 @@ def test_loss_compiles_as_one_graph(name):
         torch.testing.assert_close(got, expected, rtol=RTOL, atol=ATOL)
 
 
+@pytest.mark.slow
 def test_compiled_finiteness_check_still_rejects_nan():
     compiled = torch.compile(MACLLoss(temperature=0.1), fullgraph=True, dynamic=False)
     z0, z1 = _inputs(False)

@@ -14,49 +14,9 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from adaptcl.plugins import (
-    AMCLLoss,
-    ASCLBYOLLoss,
-    ASCLLoss,
-    ConstantTemperature,
-    DCLLoss,
-    DualTemperatureLoss,
-    FlatNCELoss,
-    InfoNCELoss,
-    MACLLoss,
-    MarginContrastiveLoss,
-    NCELoss,
-    PairTemperature,
-    TripletLoss,
-)
+from adaptcl.plugins import InfoNCELoss, MACLLoss
 
-# name -> (factory(tile_size, check_finite), needs a queue)
-LOSSES = {
-    "infonce": (lambda t, f: InfoNCELoss(0.1, tile_size=t, check_finite=f), False),
-    "infonce_queue": (lambda t, f: InfoNCELoss(0.1, form="queue", tile_size=t, check_finite=f), True),
-    "dcl": (lambda t, f: DCLLoss(0.1, form="cross_view", tile_size=t, check_finite=f), False),
-    "flatnce": (lambda t, f: FlatNCELoss(0.1, tile_size=t, check_finite=f), False),
-    "dual": (lambda t, f: DualTemperatureLoss(0.1, 1.0, tile_size=t, check_finite=f), False),
-    "macl": (lambda t, f: MACLLoss(0.1, 0.5, tile_size=t, check_finite=f), False),
-    "macl_exp_wprime": (lambda t, f: MACLLoss(0.1, 2.0, temperature_form="exp",
-                                              weight_form="w_prime", tile_size=t,
-                                              check_finite=f), False),
-    "macl_fixed": (lambda t, f: MACLLoss(0.1, adaptive=False, tile_size=t, check_finite=f), False),
-    "ascl_queue": (lambda t, f: ASCLLoss(0.1, 0.05, 2, tile_size=t, check_finite=f), True),
-    "ahcl_in_batch": (lambda t, f: ASCLLoss(0.1, 0.05, 1, "ahcl", form="cross_view",
-                                            tile_size=t, check_finite=f), False),
-    "ascl_byol": (lambda t, f: ASCLBYOLLoss(0.05, 1, tile_size=t, check_finite=f), False),
-    "amcl_topk": (lambda t, f: AMCLLoss(PairTemperature(8), 1e-2, kappa=2, tile_size=t,
-                                        check_finite=f), False),
-    "amcl_softmax": (lambda t, f: AMCLLoss(PairTemperature(8), 1e-2, negative_term="softmax",
-                                           objective="infonce", tile_size=t,
-                                           check_finite=f), False),
-    "amcl_constant": (lambda t, f: AMCLLoss(ConstantTemperature(0.2), 1e-2, kappa=2,
-                                            tile_size=t, check_finite=f), False),
-    "margin": (lambda t, f: MarginContrastiveLoss(tile_size=t, check_finite=f), False),
-    "triplet": (lambda t, f: TripletLoss(mining="hardest", tile_size=t, check_finite=f), False),
-    "nce": (lambda t, f: NCELoss(tile_size=t, check_finite=f), False),
-}
+from ._helpers import LOSSES
 
 
 def _inputs(device, needs_queue, n=6, d=8):
@@ -66,13 +26,13 @@ def _inputs(device, needs_queue, n=6, d=8):
 
 
 def _run(name, device, tile, check_finite=True):
-    make, needs_queue = LOSSES[name]
-    torch.manual_seed(0)
-    fn = make(tile, check_finite).to(device)
-    z0, z1, queue = _inputs(device, needs_queue)
-    loss = fn(z0, z1, queue) if queue is not None else fn(z0, z1)
+    """Forward and backward of the table's loss ``name`` (``tile`` only where it takes one)."""
+    case = LOSSES[name]
+    fn = case.build(tile_size=tile, check_finite=check_finite).to(device)
+    x = case.inputs(device=device)
+    loss = fn(*x)
     loss.backward()
-    return fn, loss, z0
+    return fn, loss, x[0]
 
 
 @pytest.mark.parametrize("tile", [None, 4])

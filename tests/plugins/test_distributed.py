@@ -83,6 +83,7 @@ def distributed_results():
 
 
 @pytest.mark.slow
+@pytest.mark.slow  # the module fixture starts two processes (~10 s), paid by whichever case runs first
 @pytest.mark.parametrize("name", list(CASES))
 def test_two_ranks_equal_single_process(distributed_results, name):
     z0_all, z1_all = _full_batch()

@@ -7,37 +7,18 @@ import torch
 
 from adaptcl.plugins import (
     AMCLBarlowTwinsLoss,
-    AMCLLoss,
     AMCLSimSiamLoss,
-    ASCLBYOLLoss,
-    ASCLLoss,
-    DCLLoss,
-    DualTemperatureLoss,
-    FlatNCELoss,
-    InfoNCELoss,
     MACLLoss,
-    MarginContrastiveLoss,
-    NCELoss,
     PairTemperature,
-    TripletLoss,
 )
 from adaptcl.plugins.functional import (
-    amcl,
     amcl_barlow_twins,
     amcl_simsiam,
-    ascl,
-    ascl_byol,
-    dcl,
-    dual_temperature,
-    flat_nce,
     info_nce,
     macl,
-    margin_contrastive,
-    nce,
-    triplet,
 )
 
-from ._helpers import pair
+from ._helpers import LOSSES, names, pair
 
 
 def _net():
@@ -45,56 +26,38 @@ def _net():
     return PairTemperature(8)
 
 
-# name -> (module factory, functional, form's anchors per pair, needs negatives)
-CASES = {
-    "info_nce": (lambda **kw: InfoNCELoss(0.2, **kw), lambda a, b, **kw: info_nce(a, b, 0.2, **kw)),
-    "dcl": (lambda **kw: DCLLoss(0.2, form="cross_view", **kw),
-            lambda a, b, **kw: dcl(a, b, 0.2, form="cross_view", **kw)),
-    "flat_nce": (lambda **kw: FlatNCELoss(0.2, **kw), lambda a, b, **kw: flat_nce(a, b, 0.2, **kw)),
-    "dual_temperature": (lambda **kw: DualTemperatureLoss(0.2, 0.7, **kw),
-                         lambda a, b, **kw: dual_temperature(a, b, 0.2, 0.7, **kw)),
-    "macl": (lambda **kw: MACLLoss(0.1, 0.5, 0.1, form="cross_view_symmetric", **kw),
-             lambda a, b, **kw: macl(a, b, 0.1, 0.5, 0.1, form="cross_view_symmetric", **kw)),
-    "ascl": (lambda **kw: ASCLLoss(0.1, 0.05, 2, "ahcl", form="cross_view", **kw),
-             lambda a, b, **kw: ascl(a, b, 0.1, 0.05, 2, "ahcl", form="cross_view", **kw)),
-    "ascl_byol": (lambda **kw: ASCLBYOLLoss(0.05, 1, **kw),
-                  lambda a, b, **kw: ascl_byol(a, b, 0.05, 1, **kw)),
-    "amcl": (lambda **kw: AMCLLoss(_net(), 1e-2, negative_term="topk", kappa=2, **kw),
-             lambda a, b, **kw: amcl(a, b, _net(), 1e-2, negative_term="topk", kappa=2, **kw)),
-    "margin": (lambda **kw: MarginContrastiveLoss(0.8, **kw),
-               lambda a, b, **kw: margin_contrastive(a, b, 0.8, **kw)),
-    "triplet": (lambda **kw: TripletLoss(0.5, mining="hardest", **kw),
-                lambda a, b, **kw: triplet(a, b, 0.5, mining="hardest", **kw)),
-    "nce": (lambda **kw: NCELoss(0.3, **kw), lambda a, b, **kw: nce(a, b, 0.3, **kw)),
-}
+# Every loss of the shared table that takes ``reduction`` (AMCL's Barlow Twins form, a single
+# sum, is compared below), module against functional form in the same configuration.
+PER_ANCHOR = names(per_anchor=True)
 
 
 @pytest.mark.parametrize("tile", [None, 3])
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
-@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("name", PER_ANCHOR)
 def test_functional_equals_module(name, reduction, tile):
-    make, functional = CASES[name]
-    z0, z1 = pair(6, 8, seed=11)
-    module_loss = make(reduction=reduction, tile_size=tile)(z0, z1)
-    functional_loss = functional(z0, z1, reduction=reduction, tile_size=tile)
+    case = LOSSES[name]
+    x = case.inputs(6, seed=11)
+    module_loss = case.build(reduction=reduction, tile_size=tile)(*x)
+    functional_loss = case.functional(*x, reduction=reduction, tile_size=tile)
     torch.testing.assert_close(functional_loss, module_loss)
     weights = torch.rand(module_loss.shape, generator=torch.Generator().manual_seed(0))
-    def input_grads(loss):  # ASCL-BYOL's targets are detached: their gradient is zero
-        return torch.autograd.grad((loss * weights).sum(), (z0, z1), allow_unused=True,
+
+    def input_grads(loss):  # detached inputs (ASCL-BYOL's targets, SimSiam's z): zero gradient
+        return torch.autograd.grad((loss * weights).sum(), x, allow_unused=True,
                                    materialize_grads=True)
 
     for g_mod, g_fun in zip(input_grads(module_loss), input_grads(functional_loss), strict=True):
         torch.testing.assert_close(g_fun, g_mod)
 
 
-@pytest.mark.parametrize("name", list(CASES))
+@pytest.mark.parametrize("name", PER_ANCHOR)
 def test_reduction_none_gives_per_anchor_losses_whose_mean_and_sum_are_the_others(name):
-    make, _ = CASES[name]
-    z0, z1 = pair(6, 8, seed=12)
-    per_anchor = make(reduction="none")(z0, z1)
+    case = LOSSES[name]
+    x = case.inputs(6, seed=12)
+    per_anchor = case.build(reduction="none")(*x)
     assert per_anchor.ndim == 1
-    torch.testing.assert_close(per_anchor.mean(), make()(z0, z1))
-    torch.testing.assert_close(per_anchor.sum(), make(reduction="sum")(z0, z1))
+    torch.testing.assert_close(per_anchor.mean(), case.build()(*x))
+    torch.testing.assert_close(per_anchor.sum(), case.build(reduction="sum")(*x))
 
 
 @pytest.mark.parametrize("form,anchors", [("nt_xent", 12), ("cross_view", 6),

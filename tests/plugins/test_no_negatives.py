@@ -105,6 +105,7 @@ def test_single_pair_batch_gives_zero_loss_like_lightly():
             torch.testing.assert_close(g_ours, g_theirs)
 
 
+@pytest.mark.slow  # importing sentence-transformers takes ~6 s in a fresh process
 def test_single_pair_batch_gives_zero_loss_like_multiple_negatives_ranking_loss():
     st_losses = pytest.importorskip("sentence_transformers.sentence_transformer.losses")
     mnrl = st_losses.MultipleNegativesRankingLoss(model=None, scale=20.0)

@@ -5,7 +5,10 @@ them in backward (:mod:`adaptcl.plugins.tiled`); here it is compared with the ma
 path on random inputs (tile sizes that do not divide the batch, a batch smaller than one
 tile, tile 1) and on hostile inputs (identical views, collapsed and zero embeddings, cosines
 exactly +-1, temperature 0.01), in float32 to 1e-5, plus float64 gradchecks of the custom
-backward and a check that no intermediate ever has the size of the full matrix.
+backward and a check that no intermediate ever has the size of the full matrix. The losses
+come from the shared table (``_helpers.LOSSES``): the survey losses and ASCL-BYOL, which have
+no streaming path, are compared the same way (their ``tile_size`` processes anchors in
+checkpointed row blocks).
 """
 
 from __future__ import annotations
@@ -18,23 +21,18 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from adaptcl.plugins import (
     AMCLLoss,
-    ASCLBYOLLoss,
     ASCLLoss,
     ConstantTemperature,
-    DCLLoss,
-    DualTemperatureLoss,
-    FlatNCELoss,
     InfoNCELoss,
     MACLLoss,
-    MarginContrastiveLoss,
-    NCELoss,
     PairTemperature,
-    TripletLoss,
     dcl,
     info_nce,
 )
 from adaptcl.plugins.ascl import _TileTargets
 from adaptcl.plugins.tiled import streamed_row_stats
+
+from ._helpers import LOSSES, names
 
 TOL = {"rtol": 1e-5, "atol": 1e-5}
 
@@ -42,61 +40,21 @@ TOL = {"rtol": 1e-5, "atol": 1e-5}
 pytestmark = pytest.mark.usefixtures("one_thread")  # small ops: no OpenMP stalls on a loaded box
 
 
-def _amcl(net_seed: int, dim: int, **kw):
-    def make(tile, tau=None):  # the temperatures are learned: ``tau`` does not apply
-        torch.manual_seed(net_seed)
-        return AMCLLoss(PairTemperature(dim), **kw, tile_size=tile)
-    return make
-
-
-# name -> (factory(tile, temperature), needs negatives, uses a top-K selection)
-def methods(dim: int):
-    return {
-        "infonce": (lambda t, tau=0.1: InfoNCELoss(tau, tile_size=t), False, False),
-        "infonce_cross_view": (lambda t, tau=0.1: InfoNCELoss(tau, form="cross_view", tile_size=t), False, False),
-        "infonce_symmetric": (lambda t, tau=0.1: InfoNCELoss(tau, form="cross_view_symmetric", tile_size=t),
-                              False, False),
-        "infonce_queue": (lambda t, tau=0.1: InfoNCELoss(tau, form="queue", tile_size=t), True, False),
-        "dcl": (lambda t, tau=0.1: DCLLoss(tau, tile_size=t), False, False),
-        "dcl_cross_view": (lambda t, tau=0.1: DCLLoss(tau, form="cross_view", tile_size=t), False, False),
-        "flatnce": (lambda t, tau=0.1: FlatNCELoss(tau, tile_size=t), False, False),
-        "dual": (lambda t, tau=0.1: DualTemperatureLoss(tau, 1.0, tile_size=t), False, False),
-        "macl": (lambda t, tau=0.1: MACLLoss(tau, 0.5, 0.0, tile_size=t), False, False),
-        "macl_queue": (lambda t, tau=0.1: MACLLoss(tau, 0.5, 0.2, form="queue", tile_size=t), True, False),
-        "macl_symmetric_wprime": (lambda t, tau=0.1: MACLLoss(tau, 0.5, weight_form="w_prime",
-                                                              form="cross_view_symmetric", tile_size=t),
-                                  False, False),
-        # the SimCSE setting; the floor is kept at 0.01 (its default tau0 / 10 = 0.005 puts logits
-        # at 200, where float32 rounding alone is ~2e-5 in both paths)
-        "macl_simcse": (lambda t, tau=0.05: MACLLoss(tau, 2.0, 0.8, reweight=False, form="cross_view",
-                                                     min_temperature=0.01, tile_size=t), False, False),
-        "macl_exp_dcl": (lambda t, tau=0.1: MACLLoss(tau, 2.0, temperature_form="exp", reweight=False,
-                                                     positive_in_denominator=False, tile_size=t), False, False),
-        "ascl_queue": (lambda t, tau=0.1: ASCLLoss(tau, tau / 2, 2, "ascl", tile_size=t), True, False),
-        "ahcl_queue": (lambda t, tau=0.1: ASCLLoss(tau, tau / 2, 2, "ahcl", tile_size=t), True, True),
-        "hard_queue": (lambda t, tau=0.1: ASCLLoss(tau, tau / 2, 2, "hard", tile_size=t), True, True),
-        "ascl_in_batch": (lambda t, tau=0.1: ASCLLoss(tau, tau / 2, 1, "ascl", form="cross_view",
-                                                      tile_size=t), False, False),
-        "ahcl_in_batch": (lambda t, tau=0.1: ASCLLoss(tau, tau / 2, 1, "ahcl", form="cross_view",
-                                                      tile_size=t), False, True),
-        "ascl_k0": (lambda t, tau=0.1: ASCLLoss(tau, tau / 2, 0, tile_size=t), True, False),
-        "amcl_softmax_infonce": (_amcl(1, dim, beta=1e-2, negative_term="softmax", objective="infonce"),
-                                 False, False),
-        "amcl_softmax_ntxent": (_amcl(2, dim, beta=1e-2, negative_term="softmax"), False, False),
-        "amcl_softmax_queue": (_amcl(3, dim, beta=1e-2, negative_term="softmax", form="queue"), True, False),
-        "amcl_topk": (_amcl(4, dim, beta=1e-2, negative_term="topk", kappa=2), False, True),
-        "amcl_topk_infonce": (_amcl(5, dim, beta=1e-2, negative_term="topk", kappa=2, objective="infonce"),
-                              False, True),
-        "amcl_constant": (lambda t, tau=0.1: AMCLLoss(ConstantTemperature(tau), beta=1e-2,
-                                                      negative_term="softmax", tile_size=t), False, False),
-        "amcl_constant_topk": (lambda t, tau=0.1: AMCLLoss(ConstantTemperature(tau), beta=1e-2, kappa=2,
-                                                           negative_term="topk", tile_size=t), False, True),
-    }
-
-
-METHODS = list(methods(8))
+# Every loss that takes ``tile_size`` with the shared keywords (the streamed InfoNCE family, ASCL,
+# AMCL; the survey losses and ASCL-BYOL in checkpointed row blocks), from the shared table.
+METHODS = names(shared=True, tileable=True)
 # A fixed seed per method (reproducible across runs, unlike ``hash(name)``).
 SEEDS = {name: 101 + i for i, name in enumerate(METHODS)}
+
+
+def _make(name, dim, temperature=None):
+    """``make(tile)``: the table's loss ``name`` for ``dim``-dimensional inputs (AMCL's learned
+    temperatures ignore ``temperature``)."""
+    return lambda tile: LOSSES[name].build(tile_size=tile, temperature=temperature, dim=dim)
+
+
+def _needs_negatives(name):
+    return LOSSES[name].kind == "queue"
 
 
 def _loss_and_grads(fn, leaves, build):
@@ -109,10 +67,9 @@ def _loss_and_grads(fn, leaves, build):
 
 
 def _compare(name, leaves, build, tile, temperature=None, dim=None, input_grads=True):
-    make = methods(dim or leaves[0].shape[-1])[name][0]
-    kw = {} if temperature is None else {"tau": temperature}
-    ref = _loss_and_grads(make(None, **kw), leaves, build)
-    til = _loss_and_grads(make(tile, **kw), leaves, build)
+    make = _make(name, dim or leaves[0].shape[-1], temperature)
+    ref = _loss_and_grads(make(None), leaves, build)
+    til = _loss_and_grads(make(tile), leaves, build)
     assert torch.isfinite(til[0])
     torch.testing.assert_close(til[0], ref[0], **TOL)
     exact = None
@@ -127,7 +84,7 @@ def _compare(name, leaves, build, tile, temperature=None, dim=None, input_grads=
         # close to the float64 truth as the materialised one, within 1e-5 of the tensor's scale.
         if exact is None:
             leaves64 = tuple(x.detach().double().requires_grad_() for x in leaves)
-            exact = _loss_and_grads(make(None, **kw).double(), leaves64, build)[1]
+            exact = _loss_and_grads(make(None).double(), leaves64, build)[1]
         e = exact[i].float()
         scale = max(1.0, float(e.abs().max()))
         assert ((a - e).abs() <= (b - e).abs() + 1e-5 * scale).all(), (name, i, (a - b).abs().max())
@@ -149,9 +106,8 @@ def _builder(needs_negatives):
 @pytest.mark.parametrize("tile", [1, 3, 5, 64])
 def test_tiled_equals_materialised(name, tile, device):
     """Tile 1, tiles that do not divide 2N = 14 or C, and one tile larger than the batch."""
-    needs_neg = methods(8)[name][1]
     _compare(name, _random_leaves(7, 8, 6, seed=SEEDS[name], device=device),
-             _builder(needs_neg), tile)
+             _builder(_needs_negatives(name)), tile)
 
 
 @pytest.mark.parametrize("name", ["infonce", "macl", "ascl_in_batch", "amcl_softmax_infonce"])
@@ -166,8 +122,7 @@ def test_extra_negatives_appended_to_in_batch_candidates(name):
 def test_tiled_equals_materialised_random_shapes(name, n, d, k, tile, seed):
     # d >= 2: in one dimension the gradient of x / |x| is exactly zero and both paths return
     # ~1e-5 of float32 rounding noise there (cosines of +-1 are covered by the hostile tests).
-    needs_neg = methods(d)[name][1]
-    _compare(name, _random_leaves(n, d, k, seed), _builder(needs_neg), tile)
+    _compare(name, _random_leaves(n, d, k, seed), _builder(_needs_negatives(name)), tile)
 
 
 def _hostile(case, n=8, d=16):
@@ -201,7 +156,7 @@ def test_tiled_equals_materialised_hostile(name, case):
     order among ties), so the views are built from one shared leaf and its gradient, which sums
     over identical rows and is the same whichever tied row is picked, is compared.
     """
-    _, needs_neg, uses_top = methods(16)[name]
+    needs_neg, uses_top = _needs_negatives(name), LOSSES[name].top_k
     base, r0, r1 = _hostile(case)
     queue = torch.randn(6, 16, generator=torch.Generator().manual_seed(5))
     if uses_top:
@@ -290,7 +245,7 @@ def test_no_tensor_of_the_matrix_size(name):
     """Forward and backward never create a tensor larger than a tile or linear in the batch
     (the [2N, D] inputs; the [2N, K, D] gathered top-K pairs, K = 2 here)."""
     n, d, tile = 96, 4, 8
-    make, needs_neg, _ = methods(d)[name]
+    make, needs_neg = _make(name, d), _needs_negatives(name)
     z0, z1, neg = _random_leaves(n, d, 8, seed=0)
     fn = make(tile)
     rows = 2 * n
@@ -391,28 +346,6 @@ def test_amcl_topk_tie_goes_to_the_lowest_column():
     (g,) = torch.autograd.grad(loss, leaf)
     assert g[0].abs().sum() > 0
     assert torch.equal(g[1], torch.zeros(8)) and torch.equal(g[3], torch.zeros(8))
-
-
-@pytest.mark.parametrize("make", [
-    lambda t: MarginContrastiveLoss(0.8, tile_size=t),
-    lambda t: TripletLoss(0.5, mining="hardest", tile_size=t),
-    lambda t: TripletLoss(0.5, tile_size=t),
-    lambda t: NCELoss(0.2, form="cross_view_symmetric", tile_size=t),
-    lambda t: ASCLBYOLLoss(0.05, 2, tile_size=t),
-], ids=["margin", "triplet_hardest", "triplet_all", "nce_symmetric", "ascl_byol"])
-@pytest.mark.parametrize("tile", [1, 4, 64])
-def test_row_block_losses_equal_materialised(make, tile):
-    """The losses without a streaming path process ``tile_size`` anchors at a time under
-    activation checkpointing: same value and gradient as the materialised loss."""
-    def run(t):
-        z0, z1, _ = _random_leaves(9, 8, 1, seed=4)
-        loss = make(t)(z0, z1)
-        return loss, torch.autograd.grad(loss, (z0, z1), allow_unused=True, materialize_grads=True)
-
-    (ref, ref_g), (til, til_g) = run(None), run(tile)
-    torch.testing.assert_close(til, ref, **TOL)
-    for a, b in zip(til_g, ref_g, strict=True):
-        torch.testing.assert_close(a, b, **TOL)
 
 
 @pytest.mark.parametrize("k", [1, 3, 9, 12])

@@ -7,34 +7,21 @@ import torch
 
 from adaptcl.plugins import (
     AMCLLoss,
-    ASCLBYOLLoss,
     ASCLLoss,
     ConstantTemperature,
-    DCLLoss,
-    DualTemperatureLoss,
-    FlatNCELoss,
     InfoNCELoss,
     MACLLoss,
-    MarginContrastiveLoss,
-    NCELoss,
     PairTemperature,
-    TripletLoss,
 )
 
-# Every two-view loss, built with the shared keywords passed through ``**kw``.
-EVERY_LOSS = {
-    "infonce": lambda **kw: InfoNCELoss(0.1, **kw),
-    "dcl": lambda **kw: DCLLoss(0.1, **kw),
-    "flatnce": lambda **kw: FlatNCELoss(0.1, **kw),
-    "dual": lambda **kw: DualTemperatureLoss(0.1, 1.0, **kw),
-    "macl": lambda **kw: MACLLoss(0.1, 0.5, **kw),
-    "ascl": lambda **kw: ASCLLoss(form="cross_view", **kw),
-    "ascl_byol": lambda **kw: ASCLBYOLLoss(**kw),
-    "amcl": lambda **kw: AMCLLoss(ConstantTemperature(0.1), **kw),
-    "margin": lambda **kw: MarginContrastiveLoss(**kw),
-    "triplet": lambda **kw: TripletLoss(**kw),
-    "nce": lambda **kw: NCELoss(**kw),
-}
+from ._helpers import LOSSES, names
+
+# Every loss of the shared table that takes the shared keywords (passed through ``build``).
+EVERY_LOSS = names(shared=True)
+
+
+def _make(name, **kw):
+    return LOSSES[name].build(**kw)
 
 
 @pytest.mark.parametrize("kwargs,exc,match", [
@@ -111,7 +98,7 @@ def test_amcl_argument_checks():
         AMCLLoss(PairTemperature(4))(torch.randn(2, 3, 4, 4), torch.randn(2, 3, 4, 4))
 
 
-@pytest.mark.parametrize("name", list(EVERY_LOSS))
+@pytest.mark.parametrize("name", EVERY_LOSS)
 @pytest.mark.parametrize("kwargs,match", [
     ({"gather_distributed": "yes"}, "gather_distributed must be a bool"),
     ({"gather_distributed": 1}, "gather_distributed must be a bool"),
@@ -121,27 +108,26 @@ def test_amcl_argument_checks():
 ])
 def test_shared_keywords_rejected_the_same_way_by_every_loss(name, kwargs, match):
     with pytest.raises(TypeError, match=match):
-        EVERY_LOSS[name](**kwargs)
+        _make(name, **kwargs)
 
 
-@pytest.mark.parametrize("name", list(EVERY_LOSS))
+@pytest.mark.parametrize("name", EVERY_LOSS)
 def test_zero_tile_size_rejected_by_every_loss(name):
     with pytest.raises(ValueError, match="tile_size must be >= 1"):
-        EVERY_LOSS[name](tile_size=0)
+        _make(name, tile_size=0)
 
 
-@pytest.mark.parametrize("name", list(EVERY_LOSS))
+@pytest.mark.parametrize("name", EVERY_LOSS)
 def test_float64_float32_mix_accepted_by_every_loss_as_float64(name):
     """A float64 input promotes the whole computation to float64, whichever argument it is."""
-    g = torch.Generator().manual_seed(3)
-    z0, z1 = torch.randn(6, 8, generator=g, dtype=torch.float64), torch.randn(6, 8, generator=g)
-    torch.manual_seed(0)
-    both64 = EVERY_LOSS[name]()(z0, z1.double())
-    for a, b in [(z0, z1), (z0.float(), z1.double())]:
-        torch.manual_seed(0)
-        mixed = EVERY_LOSS[name]()(a, b)
+    x = [t.detach() for t in LOSSES[name].inputs(seed=3, dtype=torch.float64)]
+    all64 = _make(name)(*x)
+    for i in range(len(x)):  # each input in float32 in turn
+        mixed_inputs = list(x)
+        mixed_inputs[i] = x[i].float()
+        mixed = _make(name)(*mixed_inputs)
         assert mixed.dtype == torch.float64
-        torch.testing.assert_close(mixed, both64, rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(mixed, all64, rtol=1e-6, atol=1e-6)
 
 
 def test_float64_negatives_promote_a_float32_batch():
@@ -151,9 +137,10 @@ def test_float64_negatives_promote_a_float32_batch():
         assert loss_fn(z0, z1, negatives=queue).dtype == torch.float64
 
 
-def test_check_finite_off_skips_the_nan_check_for_every_loss():
-    nan = torch.full((4, 8), float("nan"))
-    for make in EVERY_LOSS.values():
-        with pytest.raises(ValueError, match="NaN"):
-            make()(nan, torch.randn(4, 8))
-        make(check_finite=False)(nan, torch.randn(4, 8))  # no check, no exception: NaN out
+@pytest.mark.parametrize("name", EVERY_LOSS)
+def test_check_finite_off_skips_the_nan_check_for_every_loss(name):
+    x = [t.detach() for t in LOSSES[name].inputs(4)]
+    x[0] = torch.full_like(x[0], float("nan"))
+    with pytest.raises(ValueError, match="NaN"):
+        _make(name)(*x)
+    _make(name, check_finite=False)(*x)  # no check, no exception: NaN out
