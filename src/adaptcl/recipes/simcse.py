@@ -31,13 +31,13 @@ import math
 import os
 import shutil
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from adaptcl.adapters.sentence_transformers.simcse_names import LOSSES, POOLERS
+from adaptcl.adapters.sentence_transformers.simcse_names import LOSSES, PAPER_CONFIGS, POOLERS
 from adaptcl.recipes.encoders import resolve_model
-from adaptcl.recipes.template.config import validate_config
+from adaptcl.recipes.template.config import result_settings, validate_config
 from adaptcl.recipes.template.errors import RecipeError
 from adaptcl.recipes.template.provenance import code_version, fingerprint_files
 from adaptcl.recipes.template.recipe import Recipe
@@ -116,8 +116,8 @@ class SimCSERecipeConfig:
         if self.paper is not None:
             if self.paper not in PAPER_FAMILIES:
                 raise ValueError(f"paper={self.paper!r} is not one of {PAPER_FAMILIES}")
-            self.learning_rate = 3e-5 if self.paper == "bert" else 1e-5
-            self.batch_size, self.max_seq_length, self.epochs, self.eval_steps = 64, 32, 1.0, 125
+            for name, value in PAPER_CONFIGS[self.paper].items():
+                setattr(self, name, value)
             self.max_sentences = None
         unknown = [name for name in self.losses if name not in LOSSES]
         if unknown or not self.losses:
@@ -220,13 +220,10 @@ class SimCSERecipe(Recipe):
         model_identity = ({"path": str(model_path.resolve()),
                            "files": _folder_fingerprint(model_path.resolve())}
                           if model_path.is_dir() else {"hub": self.model})
-        settings = {k: v for k, v in asdict(cfg).items()
-                    if k not in ("output_dir", "data_root", "seeds", "threads", "losses",
-                                 "logger", "progress", "plot", "baseline", "sentences",
-                                 "device")}  # the device's type is kept: "auto" may mean "cuda"
+        # the sentences enter as their hash, the baseline cell has its own identity
+        settings = result_settings(cfg, exclude=("baseline", "sentences"))
         self.shared = {
-            "settings": {**settings, "model": model_identity,
-                         "device_type": cfg.device.split(":")[0], "sts_tasks": tasks,
+            "settings": {**settings, "model": model_identity, "sts_tasks": tasks,
                          "planned_steps": math.ceil(full_batches * cfg.epochs)},
             "data": {"sentences": hash_sentences(self.sentences),
                      "num_sentences": len(self.sentences),

@@ -8,6 +8,7 @@ The model, poolers, losses and data come from :mod:`adaptcl.adapters.sentence_tr
 Example:
     >>> from adaptcl.adapters.sentence_transformers import (build_simcse_model, make_loss,
     ...     stsb_dev_evaluator, training_projection, unsupervised_dataset)
+    >>> from adaptcl.adapters.sentence_transformers.simcse_names import PAPER_CONFIGS
     >>> model = build_simcse_model("bert-base-uncased", pooler="cls", max_seq_length=32)
     >>> loss = make_loss("macl", model, projection=training_projection("cls", model))
     >>> result = train_simcse(model, unsupervised_dataset(sentences), loss,
@@ -52,21 +53,12 @@ if TYPE_CHECKING:
     from adaptcl.recipes.simcse import SimCSERecipe, SimCSERecipeConfig
     from adaptcl.recipes.template.store import Cell, GridRun
 
-__all__ = ["PAPER_CONFIGS", "SimCSEConfig", "train_simcse", "train_one"]
-
-# The SimCSE / MACL paper configuration (one flag away for a GPU machine).
-PAPER_CONFIGS: dict[str, dict[str, Any]] = {
-    "bert": {"learning_rate": 3e-5, "batch_size": 64, "max_seq_length": 32, "epochs": 1,
-             "eval_steps": 125},
-    "roberta": {"learning_rate": 1e-5, "batch_size": 64, "max_seq_length": 32, "epochs": 1,
-                "eval_steps": 125},
-}
-
-
+__all__ = ["SimCSEConfig", "train_simcse", "train_one"]
 
 @dataclass
 class SimCSEConfig:
-    """Training settings (defaults: a CPU-sized run; see :data:`PAPER_CONFIGS`)."""
+    """Training settings (defaults: a CPU-sized run; the papers':
+    :data:`~adaptcl.adapters.sentence_transformers.simcse_names.PAPER_CONFIGS`)."""
 
     output_dir: str
     batch_size: int = 64

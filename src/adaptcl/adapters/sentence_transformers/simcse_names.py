@@ -1,4 +1,4 @@
-"""SimCSE's poolers and the losses its training takes, by name.
+"""SimCSE's poolers, the losses its training takes, by name, and the papers' training settings.
 
 Imports no framework, so a command line lists them (``--help``) without loading
 sentence-transformers; :func:`adaptcl.adapters.sentence_transformers.build_simcse_model` and
@@ -7,7 +7,7 @@ sentence-transformers; :func:`adaptcl.adapters.sentence_transformers.build_simcs
 
 from __future__ import annotations
 
-__all__ = ["LOSSES", "POOLERS"]
+__all__ = ["LOSSES", "PAPER_CONFIGS", "POOLERS"]
 
 #: SimCSE's poolers (Gao et al. 2021): the CLS vector with (``cls``) or without
 #: (``cls_before_pooler``) the training-only MLP, the mean of the last layer's tokens (``avg``),
@@ -15,3 +15,11 @@ __all__ = ["LOSSES", "POOLERS"]
 POOLERS = ("cls", "cls_before_pooler", "avg", "avg_first_last", "avg_top2")
 #: the losses :func:`~adaptcl.adapters.sentence_transformers.make_loss` builds (InfoNCE is SimCSE)
 LOSSES = ("infonce", "macl", "ascl", "amcl")
+#: the SimCSE / MACL paper training settings per model family (Gao et al. 2021; Huang et al.
+#: 2023, App. B.4): one flag away for a GPU machine
+PAPER_CONFIGS: dict[str, dict[str, float | int]] = {
+    "bert": {"learning_rate": 3e-5, "batch_size": 64, "max_seq_length": 32, "epochs": 1.0,
+             "eval_steps": 125},
+    "roberta": {"learning_rate": 1e-5, "batch_size": 64, "max_seq_length": 32, "epochs": 1.0,
+                "eval_steps": 125},
+}
