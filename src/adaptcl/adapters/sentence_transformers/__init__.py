@@ -38,14 +38,8 @@ once after the replay, exactly as with the peer; under ``AdaptiveLayerLoss``, wh
 model's forward only during its forward pass, the loss embeds in one pass (the peer raises
 there). Together they train with batches whose activations and similarity matrix would not fit.
 
-Where sentence-transformers defines a behaviour the losses follow it: the positional arguments
-are ``MultipleNegativesRankingLoss``'s, ``(model, scale, similarity_fct)`` (``InfoNCELoss(model,
-20.0)`` is scale 20, temperature 0.05), everything else is keyword-only (``AMCLLoss``, which
-learns its temperatures, takes only the model positionally; an extra positional argument is a
-``TypeError`` naming the keywords); ``scale`` (1 / temperature) and ``similarity_fct=cos_sim``
-are accepted, a batch of one pair gives 0 with zero gradient like
-``MultipleNegativesRankingLoss``, and ``symmetric=True`` is the peer's symmetric loss: the
-reverse direction (positive -> anchors) does not see the hard-negative columns.
+Where sentence-transformers defines a behaviour (positional arguments, a batch of one pair,
+``symmetric=True``) the losses follow it; :mod:`.losses` says how.
 
 Example:
     >>> from sentence_transformers import SentenceTransformer, SentenceTransformerTrainer
