@@ -23,6 +23,22 @@ def _shared_data() -> Path | None:
     return candidate if candidate.is_dir() else None
 
 
+@pytest.fixture(scope="module")
+def tiny_roberta(tmp_path_factory):
+    """A tiny RoBERTa checkpoint (a folder) for the sentence-transformers tests, one per module."""
+    from tests.adapters._tiny_models import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-roberta"), "roberta")
+
+
+@pytest.fixture(scope="module")
+def tiny_bert(tmp_path_factory):
+    """A tiny BERT checkpoint (a folder) for the sentence-transformers tests, one per module."""
+    from tests.adapters._tiny_models import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-bert"), "bert")
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     path = _shared_data()

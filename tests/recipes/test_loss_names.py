@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import re
-import warnings
 from pathlib import Path
 
 import pytest
 
 from adaptcl import cli
-from adaptcl.registry import LOSSES, canonical_loss_name
+from adaptcl.registry import LOSSES
 
 ROOT = Path(__file__).resolve().parents[2]
 OLD_SPELLINGS = {old for info in LOSSES.values() for old in info.deprecated}
@@ -63,8 +62,3 @@ def test_docs_and_readme_name_losses_by_their_registry_names():
             for name in match.group(1).split():
                 assert name in LOSSES or name in aliases, (page.name, match.group(0))
 
-
-def test_registry_resolves_every_canonical_name_to_itself():
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert all(canonical_loss_name(name) == name for name in LOSSES)

@@ -21,17 +21,7 @@ from adaptcl.adapters.sentence_transformers import (  # noqa: E402
     unsupervised_dataset,
     validate_text_dataset,
 )
-from tests.adapters._tiny_models import CORPUS, build_tiny_model  # noqa: E402
-
-
-@pytest.fixture(scope="module")
-def tiny_roberta(tmp_path_factory):
-    return build_tiny_model(tmp_path_factory.mktemp("tiny-roberta"), "roberta")
-
-
-@pytest.fixture(scope="module")
-def tiny_bert(tmp_path_factory):
-    return build_tiny_model(tmp_path_factory.mktemp("tiny-bert"), "bert")
+from tests.adapters._tiny_models import CORPUS  # noqa: E402
 
 
 def _embeddings(n=8, d=16, columns=3, seed=0):
