@@ -9,6 +9,19 @@ import torch
 from torch import Tensor
 
 
+class NonFiniteError(ValueError):
+    """A tensor or a loss that is NaN or inf: bad data, or training that diverged.
+
+    ``step`` and ``loss`` say where a training loop saw it (the optimisation step, counted
+    from 1, and that step's loss), when the loop knows; a plain check leaves them ``None``.
+    A ``ValueError``, so code that caught the checks' ``ValueError`` still does.
+    """
+
+    def __init__(self, message: str, *, step: int | None = None, loss: float | None = None):
+        super().__init__(message)
+        self.step, self.loss = step, loss
+
+
 def check_positive(name: str, value: float) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"{name} must be a float, got {type(value).__name__}")
@@ -90,7 +103,7 @@ def check_all_finite(name: str, x: Tensor) -> None:
     """Fail on NaN/inf without stalling an accelerator.
 
     One reduction over ``[N, D]``, negligible next to the N x N similarity matrix. On the CPU
-    its result is read at once (nothing to wait for): ``ValueError``. Under ``torch.compile``, and
+    its result is read at once (nothing to wait for): :class:`NonFiniteError` (a ``ValueError``). Under ``torch.compile``, and
     on an accelerator, where reading
     it would synchronise host and device on every step, so the check is a device-side
     assertion (``torch._assert_async``) that fails the next synchronising call with a
@@ -102,7 +115,7 @@ def check_all_finite(name: str, x: Tensor) -> None:
     # Under torch.compile a host read is a graph break; the traced assertion is not.
     if x.device.type == "cpu" and not torch.compiler.is_compiling():
         if not bool(finite):
-            raise ValueError(f"{name} contains NaN or inf")
+            raise NonFiniteError(f"{name} contains NaN or inf")
     else:
         torch._assert_async(finite, f"{name} contains NaN or inf")
 

@@ -3,7 +3,7 @@
 Each epoch is the adapter's :func:`adaptcl.adapters.graphcl.train_epoch` (one loop for GraphCL
 pre-training and supervised fine-tuning: device, ``--precision`` autocast, fp16 gradient
 scaler); this module adds what only a recipe needs around it: the progress bar, a
-non-finite loss as :class:`~adaptcl.recipes.template.errors.NonResultError`, the step history and the
+non-finite loss as :class:`~adaptcl.recipes.template.errors.DivergedError`, the step history and the
 ``--logger`` (every step's loss and the loss module's statistics: temperature, alignment, ...).
 """
 
@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from adaptcl.recipes.template.errors import NonResultError, check_embeddings
+from adaptcl.plugins.validation import NonFiniteError
+from adaptcl.recipes.template.errors import DivergedError, check_embeddings
 
 
 def train_epochs(model: Any, loader: Any, optimizer: Any,
@@ -45,8 +46,10 @@ def train_epochs(model: Any, loader: Any, optimizer: Any,
             loss = train_epoch(model, loader, optimizer, points, where=desc or "training",
                                device=device, precision=precision, scaler=scaler,
                                step_loss=step_loss)
-        except FloatingPointError as err:
-            raise NonResultError(f"{err} (epoch {epoch}); nothing was stored") from None
+        except NonFiniteError as err:
+            at = steps + (err.step or 0)
+            raise DivergedError(f"{err} (epoch {epoch}, step {at} of the run); nothing was "
+                                "stored", step=at, loss=err.loss) from None
         taken = len(points.get("loss", []))
         for key, values in points.items():
             if stats is not None:

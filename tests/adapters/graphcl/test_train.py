@@ -26,6 +26,7 @@ from adaptcl.adapters.graphcl import (  # noqa: E402
     TwoViewDataset,
     train_epoch,
 )
+from adaptcl.plugins.validation import NonFiniteError  # noqa: E402
 
 
 def pair_loader(num_graphs: int = 16, batch_size: int = 8) -> DataLoader:
@@ -100,9 +101,11 @@ class _NaNLoss(nn.Module):
 def test_non_finite_loss_raises_naming_the_run(per_step):
     model, opt = fresh_model(loss=_NaNLoss())
     before = [p.detach().clone() for p in model.parameters()]
-    with pytest.raises(FloatingPointError, match="non-finite loss on MUTAG/macl/seed0"):
+    with pytest.raises(NonFiniteError, match="non-finite loss on MUTAG/macl/seed0") as excinfo:
         train_epoch(model, pair_loader(), opt, where="MUTAG/macl/seed0",
                     sync_each_step=per_step)
+    err = excinfo.value
+    assert err.step == (1 if per_step else 2)  # per step: the first; else read at the end
     if per_step:  # checked before the optimiser step: the model is untouched
         assert all(torch.equal(a, b) for a, b in zip(before, model.parameters(), strict=True))
 

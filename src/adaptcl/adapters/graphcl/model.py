@@ -31,6 +31,7 @@ require("torch_geometric", "graph")
 import torch  # noqa: E402
 from torch import Tensor, nn  # noqa: E402
 
+from adaptcl.plugins.validation import NonFiniteError  # noqa: E402
 from adaptcl.registry import canonical_loss_name, loss_help  # noqa: E402
 
 from ._graph import _data_device  # noqa: E402
@@ -211,8 +212,11 @@ def train_epoch(model: nn.Module, loader, optimizer: torch.optim.Optimizer,
     Batches of a single graph are skipped (no negative; BatchNorm needs two samples). Each
     step appends its loss (key ``"loss"``) and the loss module's scalar ``last_stats``
     (``model.loss_fn.last_stats``, when there is one) to ``stats`` (key -> list, one value
-    per step), so ``len(stats["loss"])`` counts the optimisation steps. A non-finite loss
-    raises ``FloatingPointError`` naming ``where``.
+    per step), so ``len(stats["loss"])`` counts the optimisation steps. A non-finite loss, or
+    embeddings the loss refuses as non-finite, raise
+    :class:`~adaptcl.plugins.validation.NonFiniteError` naming ``where``, with the step of this
+    epoch (from 1) and its loss (``err.step``, ``err.loss``; on an accelerator without
+    ``sync_each_step`` the epoch's last step, read at its end).
 
     Args:
         device: move each batch there (``non_blocking``) before its step; ``None`` leaves the
@@ -243,6 +247,7 @@ def train_epoch(model: nn.Module, loader, optimizer: torch.optim.Optimizer,
     count = 0
     nonfinite: Tensor | None = None
     pending: dict[str, list] = {}
+    steps = 0
     for batch in loader:
         views = tuple(batch) if isinstance(batch, (tuple, list)) else (batch,)
         num_graphs = views[0].num_graphs
@@ -257,11 +262,17 @@ def train_epoch(model: nn.Module, loader, optimizer: torch.optim.Optimizer,
         optimizer.zero_grad()
         autocast = (torch.autocast(device_type, dtype=autocast_dtype)
                     if autocast_dtype is not None else contextlib.nullcontext())
-        with autocast:
-            loss = compute_loss(*views)
+        steps += 1
+        try:
+            with autocast:
+                loss = compute_loss(*views)
+        except NonFiniteError as err:  # the model's output went NaN: the previous step diverged
+            raise NonFiniteError(f"{err} on {place} at step {steps}", step=steps,
+                                 loss=float("nan")) from err
         finite = torch.isfinite(loss.detach())
         if per_step and not finite:
-            raise FloatingPointError(f"non-finite loss on {place}")
+            raise NonFiniteError(f"non-finite loss on {place} at step {steps}", step=steps,
+                                 loss=float(loss.detach()))
         nonfinite = ~finite if nonfinite is None else nonfinite | ~finite
         if scaler is not None:
             scaler.scale(loss).backward()
@@ -278,7 +289,7 @@ def train_epoch(model: nn.Module, loader, optimizer: torch.optim.Optimizer,
             for key, value in {"loss": step_loss_value, **_scalar_stats(model)}.items():
                 pending.setdefault(key, []).append(value)
     if nonfinite is not None and bool(nonfinite):
-        raise FloatingPointError(f"non-finite loss on {place}")
+        raise NonFiniteError(f"non-finite loss on {place}", step=steps, loss=float("nan"))
     if stats is not None:
         for key, values in pending.items():
             stats.setdefault(key, []).extend(_as_floats(values))

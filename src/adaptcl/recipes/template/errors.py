@@ -24,6 +24,18 @@ class NonResultError(RecipeError):
     """A run that is not a result: no optimisation step, non-finite loss/metric/embeddings."""
 
 
+class DivergedError(NonResultError):
+    """A run whose loss, metrics or embeddings became NaN or inf: it diverged.
+
+    ``step`` and ``loss``: the optimisation step it diverged at and that step's loss, when
+    known. In a grid a diverged cell is recorded as such and the other cells go on.
+    """
+
+    def __init__(self, message: str, *, step: int | None = None, loss: float | None = None):
+        super().__init__(message)
+        self.step, self.loss = step, loss
+
+
 @contextlib.contextmanager
 def user_errors() -> Iterator[None]:
     """Turn ``ValueError`` / ``FileNotFoundError`` raised while validating into :class:`RecipeError`."""
@@ -51,12 +63,15 @@ def check_record(cell: Cell, record: Mapping[str, Any], *, trains: bool = True) 
         raise NonResultError(f"{cell.label()}: the run reported no metrics")
     bad = {k: v for k, v in metrics.items() if v is None or _non_finite(float(v))}
     if bad:
-        raise NonResultError(f"{cell.label()}: non-finite metrics {bad}; nothing was stored")
+        raise DivergedError(f"{cell.label()}: non-finite metrics {bad}; nothing was stored")
     if trains:
         require_steps(record.get("optimisation_steps"), cell.label())
     losses = record.get("losses") or []
-    if any(_non_finite(float(v)) for v in losses):
-        raise NonResultError(f"{cell.label()}: non-finite training loss; nothing was stored")
+    bad_steps = [i for i, v in enumerate(losses, 1) if _non_finite(float(v))]
+    if bad_steps:
+        step = bad_steps[0]
+        raise DivergedError(f"{cell.label()}: non-finite training loss at step {step}; nothing "
+                            "was stored", step=step, loss=float(losses[step - 1]))
 
 
 def require_steps(steps: int | None, where: str) -> None:
@@ -79,7 +94,7 @@ def check_embeddings(x: Any, where: str, *, allow_constant: bool = False) -> Non
     if not np.isfinite(x).all():
         count = int((~np.isfinite(x)).any(axis=-1).sum()) if x.ndim > 1 else int(
             (~np.isfinite(x)).sum())
-        raise NonResultError(f"{where}: {count} embeddings contain NaN or inf")
+        raise DivergedError(f"{where}: {count} embeddings contain NaN or inf")
     if (not allow_constant and x.ndim > 1 and x.shape[0] > 1
             and float(np.ptp(x, axis=0).max()) == 0.0):
         raise NonResultError(f"{where}: every embedding is the same vector (a collapsed or "
