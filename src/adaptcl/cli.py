@@ -12,7 +12,9 @@ and exits 2; anything else is a crash and keeps its traceback (exit 1).
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
+import re
 import sys
 import warnings
 
@@ -36,6 +38,38 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str):  # type: ignore[override]
         self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+class RecipeParser(OneLineParser):
+    """A sub-command's parser: it reports its own unrecognised arguments, so the message names
+    the recipe (``adaptcl sts: error: unrecognized arguments: --logger``), not ``adaptcl``."""
+
+    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
+        namespace, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return namespace, extras
+
+
+# What the file system says when the user's disk or folder cannot take the output: the user's
+# to fix (one line, exit 2), not a crash of ours. Nothing is half-written: writes are atomic.
+_STORAGE_ERRNOS = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is exceeded",
+                   errno.EROFS: "the file system is read-only", errno.EACCES: "permission denied",
+                   errno.EPERM: "permission denied"}
+# torch.save reports a full disk as a RuntimeError of its zip writer
+_TORCH_WRITE_FAILURE = re.compile(r"PytorchStreamWriter failed|inline_container\.cc.*unexpected pos")
+
+
+def storage_error(err: BaseException) -> str | None:
+    """The one-line message for an output that the disk or the folder refused, else ``None``."""
+    if isinstance(err, OSError) and err.errno in _STORAGE_ERRNOS:
+        where = f" writing {err.filename}" if err.filename else ""
+        return (f"{_STORAGE_ERRNOS[err.errno]}{where} ({err.strerror or err}); finished runs "
+                "are kept, so rerun the same command once there is room")
+    if isinstance(err, RuntimeError) and _TORCH_WRITE_FAILURE.search(str(err)):
+        return ("writing a checkpoint failed (is the disk full?): "
+                f"{str(err).splitlines()[0]}; finished runs are kept, so rerun once there is room")
+    return None
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -63,7 +97,7 @@ def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
     parser = OneLineParser(prog="adaptcl", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"adaptcl {_version()}")
     sub = parser.add_subparsers(dest="recipe", metavar="<recipe>", required=True,
-                                parser_class=OneLineParser)
+                                parser_class=RecipeParser)
     for name, (module, help_text) in RECIPES.items():
         recipe_parser = sub.add_parser(name, help=help_text, description=help_text,
                                        formatter_class=_HelpFormatter)
@@ -110,6 +144,18 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"{prog}: error: {err}", file=sys.stderr)
         return 2
+    except (OSError, RuntimeError) as err:
+        message = storage_error(err)
+        if message is None:
+            raise
+        print(f"{prog}: error: {message}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        out = getattr(args, "output_dir", None)
+        kept = f" under {out}/runs" if out else ""
+        print(f"\n{prog}: interrupted; finished runs are kept{kept}: rerun the same command to "
+              "resume", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":  # pragma: no cover

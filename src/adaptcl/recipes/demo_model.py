@@ -8,7 +8,7 @@ import math
 from typing import TYPE_CHECKING, Any
 
 from adaptcl.recipes.demo_data import augment
-from adaptcl.recipes.template.errors import NonResultError, check_embeddings
+from adaptcl.recipes.template.errors import DivergedError, check_embeddings
 from adaptcl.recipes.template.progress import progress
 from adaptcl.recipes.template.torch_env import (
     autocast,
@@ -53,6 +53,8 @@ def train(model: nn.ModuleDict, loss_fn: nn.Module, images: Tensor, config: Demo
     """
     import torch
 
+    from adaptcl.plugins.validation import NonFiniteError
+
     device = resolve_device(config.device)
     model.to(device)
     order_gen = torch.Generator().manual_seed(seed)
@@ -73,9 +75,14 @@ def train(model: nn.ModuleDict, loss_fn: nn.Module, images: Tensor, config: Demo
         for s in range(steps_per_epoch):
             batch = images[perm[s * config.batch_size:(s + 1) * config.batch_size]]
             views = torch.cat([augment(batch, aug_gen), augment(batch, aug_gen)]).to(device)
-            with autocast(device, config.precision):
-                z0, z1 = model.head(model.encoder(views)).chunk(2)
-                loss = loss_fn(z0, z1)
+            step = len(history["step"]) + 1
+            try:
+                with autocast(device, config.precision):
+                    z0, z1 = model.head(model.encoder(views)).chunk(2)
+                    loss = loss_fn(z0, z1)
+            except NonFiniteError as err:  # the previous step's update blew the weights up
+                raise DivergedError(f"{desc}: {err} at step {step}", step=step,
+                                    loss=float("nan")) from None
             optimizer.zero_grad(set_to_none=True)
             scaler.scale(loss).backward()
             scaler.step(optimizer)
@@ -83,7 +90,8 @@ def train(model: nn.ModuleDict, loss_fn: nn.Module, images: Tensor, config: Demo
             scheduler.step()
             point = {k: float(loss_fn.last_stats[k]) for k in STEP_KEYS}
             if not math.isfinite(point["loss"]):
-                raise NonResultError(f"{desc}: non-finite loss at step {len(history['step'])}")
+                raise DivergedError(f"{desc}: non-finite loss at step {step}", step=step,
+                                    loss=point["loss"])
             history["step"].append(len(history["step"]))
             for k in STEP_KEYS:
                 history[k].append(point[k])

@@ -22,9 +22,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from adaptcl.adapters.lightning.methods import METHOD_LOSSES, METHODS, check_method_loss
+from adaptcl.adapters.lightning.methods import (
+    BACKBONES,
+    METHOD_LOSSES,
+    METHODS,
+    check_method_loss,
+)
 from adaptcl.recipes.template.config import validate_config
-from adaptcl.recipes.template.errors import RecipeError, require_steps
+from adaptcl.recipes.template.errors import DivergedError, require_steps
 from adaptcl.recipes.template.files import resolve_data_root, torch_load_checked
 from adaptcl.recipes.template.loggers import lightning_logger
 from adaptcl.recipes.template.plots import explain_empty
@@ -131,7 +136,8 @@ class ImagesConfig:
         out.losses = [canonical_loss_name(loss, allowed=ALL_LOSSES) for loss in out.losses]
         for loss in out.losses:
             check_method_loss(out.method, loss)
-        validate_config(out, non_empty=("losses", "seeds"), positive=(
+        validate_config(out, non_empty=("losses", "seeds"), choices={"backbone": BACKBONES},
+                        positive=(
             "epochs", "batch_size", "hidden_dim", "output_dim", "linear_batch_size", "num_heads",
             "queue_size", "knn_k", "input_size", "devices", "lr", "temperature",
             "macl_temperature", "knn_t", "linear_lr", "width", "sharpen_temperature"))
@@ -178,6 +184,7 @@ def run_one(cfg: ImagesConfig, splits, cell: Cell, run_dir: Path,
     from torch.utils.data import DataLoader
 
     from adaptcl.adapters.lightning.factory import TrainingClock, ssl_transforms
+    from adaptcl.plugins.validation import NonFiniteError
     from adaptcl.recipes.image_eval import evaluate_backbone
 
     last_ckpt = run_dir / "last.ckpt"
@@ -194,9 +201,6 @@ def run_one(cfg: ImagesConfig, splits, cell: Cell, run_dir: Path,
         normalize = IMAGENET_NORMALIZE
     train_tf, eval_tf = ssl_transforms(cfg.method, cfg.input_size, normalize)
     ssl_data = splits.train.with_transform(train_tf)
-    if len(ssl_data) < cfg.batch_size:
-        raise RecipeError(f"the training set ({len(ssl_data)} images) is smaller than one "
-                          f"batch ({cfg.batch_size}); lower --batch-size")
     loader_kw = loader_options(resolve_device(cfg.device), cfg.num_workers)
     ssl_loader = DataLoader(ssl_data, batch_size=cfg.batch_size, shuffle=True, drop_last=True,
                             generator=torch.Generator().manual_seed(cell.seed), **loader_kw)
@@ -209,9 +213,14 @@ def run_one(cfg: ImagesConfig, splits, cell: Cell, run_dir: Path,
         module.set_knn_bank_loader(bank_loader)
     clock = TrainingClock()
     trainer = _trainer(cfg, log_dir, cfg.epochs, ckpt_dir=run_dir, clock=clock)
-    trainer.fit(module, train_dataloaders=ssl_loader,
-                val_dataloaders=test_loader if cfg.knn_every else None,
-                ckpt_path=str(resume) if resume is not None else None)
+    try:
+        trainer.fit(module, train_dataloaders=ssl_loader,
+                    val_dataloaders=test_loader if cfg.knn_every else None,
+                    ckpt_path=str(resume) if resume is not None else None)
+    except NonFiniteError as err:  # the loss met NaN embeddings: the weights diverged
+        step = trainer.global_step + 1
+        raise DivergedError(f"{cell.label()}: {err} at step {step}", step=step,
+                            loss=module.history[-1]["loss"] if module.history else None) from None
     if not trainer.is_global_zero:
         return None
     require_steps(len(module.history), cell.label())
@@ -240,6 +249,7 @@ class ImagesRecipe(Recipe):
     common = {"devices": True, "data_root_help": "folder with cifar-10-batches-py, "
               "cifar10_*.npz (or cifar10/), or train/ and test/ class folders"}
     choices = {"preset": tuple(PRESETS), "method": METHODS, "losses": ALL_LOSSES,
+               "backbone": BACKBONES,
                "source": ("auto", "torchvision", "npz", "folder"),
                "npz_variant": ("auto", "lossless", "jpeg"), "optimizer": ("adam", "adamw", "sgd"),
                "negative_term": ("topk", "softmax"), "amcl_objective": ("nt_xent", "infonce")}
@@ -267,6 +277,11 @@ class ImagesRecipe(Recipe):
                                         cfg.train_limit, cfg.test_limit, seed=0,
                                         download=cfg.download)
         self.fingerprints[cfg.method] = self.splits.fingerprint()
+        per_rank = len(self.splits.train) // cfg.devices  # DistributedSampler's share, drop_last
+        if per_rank < cfg.batch_size:
+            ranks = f", {per_rank} per device over {cfg.devices}" if cfg.devices > 1 else ""
+            raise ValueError(f"the training set ({len(self.splits.train)} images{ranks}) is "
+                             f"smaller than one batch ({cfg.batch_size}); lower --batch-size")
         self.metrics = type(self).metrics[:2 if cfg.linear_epochs else 1]
         self.stem = f"images_{cfg.method}_{cfg.preset}"
         self.plot_file = f"{self.stem}_temperature.png"

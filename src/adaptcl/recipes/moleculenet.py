@@ -31,6 +31,7 @@ from adaptcl.recipes.moleculenet_train import (
     load_pretrain_corpus,
     load_split_dataset,
     pretrain,
+    pretrain_loss,
 )
 from adaptcl.recipes.template.config import validate_config
 from adaptcl.recipes.template.files import resolve_data_root
@@ -120,7 +121,10 @@ class MoleculeNetConfig:
         self.inits = [canonical_choice(i, INITS, "init") for i in self.inits]
         validate_config(
             self, positive=("pretrain_epochs", "num_layers", "emb_dim", "finetune_epochs",
-                            "batch_size"), non_empty=("datasets", "inits", "seeds"),
+                            "batch_size", "pretrain_lr", "lr", "temperature",
+                            "pretrain_molecules", "max_molecules"),
+            non_negative=("weight_decay",), fractions=("aug_ratio",),
+            non_empty=("datasets", "inits", "seeds"),
             choices={"aug": AUGMENTATIONS, "jk": ("last", "sum", "concat")})
         if self.pretrain_batch_size < 2:
             raise ValueError("pretrain_batch_size must be >= 2 (a contrastive batch needs negatives)")
@@ -202,6 +206,9 @@ class MoleculeNetRecipe(Recipe):
         from adaptcl.adapters.graphcl.molecules import MOLECULENET
 
         cfg = self.config
+        for init in cfg.inits:  # each pre-training loss built once: its own argument checks
+            if init != "none":
+                pretrain_loss(cfg, init)
         self.data_root = resolve_data_root(cfg.data_root)
         cfg.device = resolve_device(cfg.device)
         for name in cfg.datasets:

@@ -51,6 +51,14 @@ def load_pretrain_corpus(cfg: MoleculeNetConfig):
                                limit=cfg.pretrain_molecules, progress=cfg.progress)
 
 
+def pretrain_loss(cfg: MoleculeNetConfig, loss_name: str):
+    """The pre-training loss of ``loss_name`` (``graphcl`` or ``macl``) with the run's settings."""
+    from adaptcl.adapters.graphcl import graphcl_loss
+
+    kwargs = {"alpha": cfg.alpha, "a0": cfg.a0} if loss_name == "macl" else {}
+    return graphcl_loss(loss_name, temperature=cfg.temperature, **kwargs)
+
+
 def pretrain(cfg: MoleculeNetConfig, loss_name: str, final: Path, corpus=None) -> dict[str, Any]:
     """Pre-train (or resume / reuse) the GraphCL encoder with ``loss_name``; return the checkpoint.
 
@@ -61,7 +69,7 @@ def pretrain(cfg: MoleculeNetConfig, loss_name: str, final: Path, corpus=None) -
     import torch
     from torch_geometric.loader import DataLoader
 
-    from adaptcl.adapters.graphcl import GraphCL, TwoViewDataset, graphcl_augmentation, graphcl_loss
+    from adaptcl.adapters.graphcl import GraphCL, TwoViewDataset, graphcl_augmentation
     from adaptcl.recipes.graph_common import train_epochs
 
     done = torch_load_checked(final, what="pre-trained encoder", weights_only=True)
@@ -73,9 +81,8 @@ def pretrain(cfg: MoleculeNetConfig, loss_name: str, final: Path, corpus=None) -
         raise RecipeError("the pre-training corpus needs at least 2 valid molecules")
     seed_everything(cfg.pretrain_seed)
     device = resolve_device(cfg.device)
-    kwargs = {"alpha": cfg.alpha, "a0": cfg.a0} if loss_name == "macl" else {}
     model = GraphCL(build_encoder(cfg, dropout=0.0), xavier_init=False,
-                    loss_fn=graphcl_loss(loss_name, temperature=cfg.temperature, **kwargs))
+                    loss_fn=pretrain_loss(cfg, loss_name))
     model.to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.pretrain_lr)
     aug_gen = torch.Generator().manual_seed(cfg.pretrain_seed)

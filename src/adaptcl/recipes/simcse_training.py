@@ -44,7 +44,8 @@ from adaptcl.adapters.sentence_transformers import (  # noqa: E402
     LossStateCallback,
     validate_text_dataset,
 )
-from adaptcl.recipes.template.errors import RecipeError  # noqa: E402
+from adaptcl.plugins.validation import NonFiniteError  # noqa: E402
+from adaptcl.recipes.template.errors import DivergedError, RecipeError  # noqa: E402
 from adaptcl.recipes.template.loggers import metric_logger  # noqa: E402
 from adaptcl.recipes.template.plots import explain_empty  # noqa: E402
 from adaptcl.recipes.template.torch_env import seed_everything  # noqa: E402
@@ -137,7 +138,13 @@ def train_simcse(model: SentenceTransformer, train_dataset, loss: AdaptiveContra
     trainer = AdaptiveSentenceTransformerTrainer(
         model=model, args=args, train_dataset=train_dataset, loss=loss, evaluator=dev_evaluator,
         callbacks=callbacks)
-    trainer.train(resume_from_checkpoint=resume_from_checkpoint)
+    try:
+        trainer.train(resume_from_checkpoint=resume_from_checkpoint)
+    except NonFiniteError as err:  # the loss met NaN embeddings: the weights diverged
+        step = trainer.state.global_step + 1
+        logged = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+        raise DivergedError(f"{config.output_dir}: {err} at step {step}", step=step,
+                            loss=logged[-1] if logged else None) from None
     final = out / "final"
     model.save(str(final))
     loss.save_loss_state(final)

@@ -42,7 +42,7 @@ from adaptcl.recipes.template.torch_env import (
     resolve_device,
     seed_everything,
 )
-from adaptcl.recipes.tu_data import find_raw, load_tu_graphs
+from adaptcl.recipes.tu_data import check_folds, find_raw, graph_label_counts, load_tu_graphs
 from adaptcl.registry import canonical_loss_name
 
 EXAMPLE = """adaptcl tu --data-root ../shared/data --datasets MUTAG --losses graphcl macl \\
@@ -110,7 +110,9 @@ class TUConfig:
         self.losses = [canonical_loss_name(x, allowed=LOSSES, aliases=LOSS_ALIASES)
                        for x in self.losses]
         validate_config(
-            self, positive=("epochs", "hidden", "layers", "folds", "inner_folds", "max_degree"),
+            self, positive=("epochs", "hidden", "layers", "max_degree", "lr", "temperature",
+                            "c_grid"), at_least={"folds": 2, "inner_folds": 2},
+            fractions=("aug_ratio", "subgraph_ratio"),
             non_empty=("datasets", "losses", "seeds"), choices={
                 "first_view": ("identity", "augmented"), "node_features": ("constant", "degree"),
                 "classifier": ("svc", "linear"), "aug": AUGMENTATIONS})
@@ -149,12 +151,20 @@ def build_views(cfg: TUConfig, name: str, generator):
 # ------------------------------------------------------------------------------ one cell
 
 
+def build_loss(cfg: TUConfig, name: str):
+    """The loss module of ``name`` with the run's temperature (and MACL's alpha, A0)."""
+    from adaptcl.adapters.graphcl import graphcl_loss
+
+    extra = {"alpha": cfg.alpha, "a0": cfg.a0} if name == "macl" else {}
+    return graphcl_loss(name, temperature=cfg.temperature, **extra)
+
+
 def run_one(cfg: TUConfig, cell: Cell, graphs, in_dim: int, logger=None) -> dict[str, Any]:
     """Pre-train one model and evaluate it with the SVM protocol; return the run record."""
     import torch
     from torch_geometric.loader import DataLoader
 
-    from adaptcl.adapters.graphcl import GraphCL, TUGINEncoder, TwoViewDataset, graphcl_loss
+    from adaptcl.adapters.graphcl import GraphCL, TUGINEncoder, TwoViewDataset
     from adaptcl.recipes.graph_common import embed_graphs, train_epochs
     from adaptcl.recipes.graph_eval import svm_cv_accuracy
 
@@ -162,8 +172,7 @@ def run_one(cfg: TUConfig, cell: Cell, graphs, in_dim: int, logger=None) -> dict
     device = resolve_device(cfg.device)
     view0, view1, aug = build_views(cfg, cell.dataset, torch.Generator().manual_seed(
         10_000 + cell.seed))
-    extra = {"alpha": cfg.alpha, "a0": cfg.a0} if cell.method == "macl" else {}
-    loss_fn = graphcl_loss(cell.method, temperature=cfg.temperature, **extra)
+    loss_fn = build_loss(cfg, cell.method)
     model = GraphCL(TUGINEncoder(in_dim, cfg.hidden, cfg.layers), loss_fn=loss_fn).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
     loader = DataLoader(TwoViewDataset(graphs, view0, view1), batch_size=cfg.batch_size,
@@ -228,13 +237,17 @@ class TURecipe(Recipe):
             return TUConfig.graphcl_exact(**params) if args.graphcl_exact else TUConfig(**params)
 
     def prepare(self) -> None:
-        """Canonical dataset names, their raw folders and fingerprints; the device."""
+        """Each loss built once (its own argument checks), canonical dataset names, their raw
+        folders, fingerprints and the folds they can fill; the device. Nothing is written."""
         cfg = self.config
+        for loss in cfg.losses:
+            build_loss(cfg, loss)
         self.data_root = resolve_data_root(cfg.data_root)
         cfg.device = resolve_device(cfg.device)
         self.sources: dict[str, Path] = {}
         for i, name in enumerate(cfg.datasets):
             canonical, raw = find_raw(self.data_root, name)
+            check_folds(canonical, graph_label_counts(raw, canonical), cfg.folds, cfg.inner_folds)
             cfg.datasets[i] = canonical
             self.sources[canonical] = raw
             self.fingerprints[canonical] = fingerprint_files([raw], root=raw)

@@ -27,6 +27,31 @@ def find_raw(data_root: Path, name: str) -> tuple[str, Path]:
                             f"(looked for tu/{name}/raw and {name}/raw)")
 
 
+def graph_label_counts(raw: Path, name: str) -> dict[str, int]:
+    """Graphs per class, from the raw ``<name>_graph_labels.txt`` (read before any processing)."""
+    path = raw / f"{name}_graph_labels.txt"
+    if not path.is_file():
+        raise FileNotFoundError(f"{str(raw)!r} has no {path.name} (a TU raw folder holds it)")
+    counts: dict[str, int] = {}
+    for line in path.read_text().split():
+        counts[line] = counts.get(line, 0) + 1
+    return counts
+
+
+def check_folds(name: str, counts: dict[str, int], folds: int, inner_folds: int) -> None:
+    """Refuse CV folds the dataset cannot fill: stratified folds need as many graphs of a class
+    (the larger class at least, as scikit-learn requires), the inner folds as many of the
+    outer training part."""
+    largest = max(counts.values(), default=0)
+    if folds > largest:
+        raise ValueError(f"folds={folds} is more than {name} can stratify: its largest class has "
+                         f"{largest} graphs ({sum(counts.values())} in all)")
+    inner = largest - -(-largest // folds)  # the larger class in an outer training part
+    if inner_folds > inner:
+        raise ValueError(f"inner_folds={inner_folds} is more than {name}'s outer training folds "
+                         f"can stratify ({inner} graphs of its largest class)")
+
+
 def prepare_tu_root(source: Path, name: str, work_dir: Path, fingerprint: str) -> Path:
     """Copy the raw folder to ``<work_dir>/<fingerprint>/<name>/raw`` (atomically, once).
 

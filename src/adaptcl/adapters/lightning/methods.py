@@ -18,6 +18,8 @@ from adaptcl.registry import canonical_loss_name
 
 __all__ = ["METHODS", "METHOD_LOSSES", "check_method_loss"]
 
+#: the depths of Lightly's ``ResNetGenerator`` (the CIFAR ResNet of ``cifar_resnet``)
+BACKBONES = ("resnet-9", "resnet-18", "resnet-34", "resnet-50", "resnet-101", "resnet-152")
 METHODS = ("simclr", "moco", "simsiam", "barlowtwins", "ascl-moco")
 #: losses each method accepts (first = the method's own baseline); for ``ascl-moco`` the loss
 #: names ASCL's mode, ``infonce`` being plain MoCo (ASCL without neighbours)

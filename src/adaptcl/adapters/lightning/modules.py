@@ -42,6 +42,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from adaptcl.adapters import require
+from adaptcl.adapters.lightning.methods import BACKBONES
 from adaptcl.io import atomic_write
 
 require("lightly", "vision")
@@ -87,6 +88,8 @@ def cifar_resnet(name: str = "resnet-18", width: float = 1.0) -> tuple[nn.Module
     """
     from lightly.models import ResNetGenerator
 
+    if name not in BACKBONES:
+        raise ValueError(f"backbone must be one of {', '.join(BACKBONES)}, got {name!r}")
     if width <= 0:
         raise ValueError(f"width must be > 0, got {width}")
     resnet = ResNetGenerator(name, width=width)

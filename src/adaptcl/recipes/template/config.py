@@ -25,23 +25,57 @@ def result_settings(cfg: Any, exclude: Sequence[str] = ()) -> dict[str, Any]:
     return settings
 
 
+def _numbers(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
 def validate_config(cfg: Any, *, positive: Sequence[str] = (),
                     choices: Mapping[str, Sequence[Any]] | None = None,
-                    non_empty: Sequence[str] = ()) -> None:
+                    non_empty: Sequence[str] = (), non_negative: Sequence[str] = (),
+                    at_least: Mapping[str, float] | None = None,
+                    fractions: Sequence[str] = ()) -> None:
     """Check a recipe's dataclass config; ``ValueError`` naming the field and the bad value.
 
-    ``positive``: numbers > 0; ``choices``: field -> allowed values; ``non_empty``: lists.
-    ``precision`` and ``logger`` are always checked when the config has them.
+    Every float field (and every float of a list field) must be finite, so ``--lr nan`` is
+    refused before any work. ``positive``: numbers > 0; ``non_negative``: numbers >= 0;
+    ``at_least``: field -> minimum; ``fractions``: numbers in [0, 1); for a list field each
+    item is checked. ``choices``: field -> allowed values; ``non_empty``: lists. ``None`` (an
+    unset optional) passes every numeric check. ``precision`` and ``logger`` are always
+    checked when the config has them.
+
+    >>> from dataclasses import dataclass
+    >>> @dataclass
+    ... class C:
+    ...     lr: float = float("nan")
+    >>> validate_config(C())
+    Traceback (most recent call last):
+    ...
+    ValueError: lr must be a finite number, got nan
     """
     allowed_all = dict(choices or {})
     for name, allowed in (("precision", PRECISIONS), ("logger", LOGGERS)):
         if hasattr(cfg, name):
             allowed_all.setdefault(name, allowed)
-    for name in positive:
+    for spec in dataclasses.fields(cfg):
+        for value in _numbers(getattr(cfg, spec.name)):
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ValueError(f"{spec.name} must be a finite number, got {value!r}")
+    bounds = ([(name, "a positive number", lambda v: v > 0) for name in positive]
+              + [(name, "a number >= 0", lambda v: v >= 0) for name in non_negative]
+              + [(name, f"a number >= {low:g}", lambda v, low=low: v >= low)
+                 for name, low in (at_least or {}).items()]
+              + [(name, "a number in [0, 1)", lambda v: 0 <= v < 1) for name in fractions])
+    for name, what, ok in bounds:
         value = getattr(cfg, name)
-        if (isinstance(value, bool) or not isinstance(value, (int, float))
-                or not math.isfinite(value) or value <= 0):
-            raise ValueError(f"{name} must be a positive number, got {value!r}")
+        for item in _numbers(value):
+            if item is None:
+                continue
+            if (isinstance(item, bool) or not isinstance(item, (int, float))
+                    or not math.isfinite(item) or not ok(item)):
+                shown = value if isinstance(value, (list, tuple)) else item
+                raise ValueError(f"{name} must be {what}, got {shown!r}"
+                                 if shown is item else
+                                 f"each value of {name} must be {what}, got {shown!r}")
     for name, allowed in allowed_all.items():
         if getattr(cfg, name) not in allowed:
             raise ValueError(f"{name} must be one of {tuple(allowed)}, got {getattr(cfg, name)!r}")

@@ -38,12 +38,13 @@ class DivergedError(NonResultError):
 
 @contextlib.contextmanager
 def user_errors() -> Iterator[None]:
-    """Turn ``ValueError`` / ``FileNotFoundError`` raised while validating into :class:`RecipeError`."""
+    """Turn ``ValueError``, ``FileNotFoundError``, ``NotADirectoryError`` and ``PermissionError``
+    raised while validating into :class:`RecipeError`."""
     try:
         yield
     except RecipeError:
         raise
-    except (ValueError, FileNotFoundError, NotADirectoryError) as err:
+    except (ValueError, FileNotFoundError, NotADirectoryError, PermissionError) as err:
         raise RecipeError(str(err)) from err
 
 

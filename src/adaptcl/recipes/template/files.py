@@ -33,6 +33,28 @@ def resolve_data_root(data_root: str | os.PathLike | None) -> Path:
     return path
 
 
+def check_output_dir(path: str | os.PathLike, option: str = "--output-dir") -> Path:
+    """Refuse an output folder that cannot be written, before any work: an existing file, or a
+    folder (or its nearest existing parent, when it does not exist yet) that this process may
+    not write (permissions, a read-only file system). Creates nothing.
+
+    >>> check_output_dir(__file__)
+    Traceback (most recent call last):
+    ...
+    NotADirectoryError: --output-dir ... is a file, not a folder
+    """
+    out = Path(path).expanduser()
+    existing = out
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        what = "is a file" if existing == out else f"is inside {str(existing)!r}, which is a file"
+        raise NotADirectoryError(f"{option} {str(out)!r} {what}, not a folder")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        where = "" if existing == out else f" (its parent {str(existing)!r} is not writable)"
+        raise PermissionError(f"{option} {str(out)!r} is not writable{where}: pick a folder "
+                              "this user can write")
+    return out
 
 
 def _jsonable(obj: Any) -> Any:

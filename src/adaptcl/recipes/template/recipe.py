@@ -45,7 +45,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from adaptcl.recipes.template.config import result_settings
-from adaptcl.recipes.template.errors import user_errors
+from adaptcl.recipes.template.errors import DivergedError, user_errors
+from adaptcl.recipes.template.files import check_output_dir
 from adaptcl.recipes.template.options import (
     add_common_arguments,
     add_config_arguments,
@@ -53,7 +54,7 @@ from adaptcl.recipes.template.options import (
 )
 from adaptcl.recipes.template.plots import save_plot
 from adaptcl.recipes.template.provenance import code_version
-from adaptcl.recipes.template.report import Report
+from adaptcl.recipes.template.report import Report, diverged_summary
 from adaptcl.recipes.template.store import Cell, GridRun, run_grid
 from adaptcl.recipes.template.torch_env import apply_thread_policy
 
@@ -134,6 +135,9 @@ class Recipe:
         outputs = result["outputs"]
         print(f"results: {outputs['json']}  table: {outputs['markdown']}"
               + (f"  plot: {result['plot']}" if result.get("plot") else ""))
+        if result.get("diverged"):  # the others are in the table; the run as a whole failed
+            raise DivergedError(f"{diverged_summary(result['diverged'])}; they are marked in the "
+                                "table (lower the learning rate?)")
         return 0
 
     # ---------------------------------------------------------------- what a recipe fills in
@@ -185,6 +189,7 @@ class Recipe:
         """Validate, compute what is missing or stale, write the result files and the plot."""
         cfg = self.config
         with user_errors():
+            check_output_dir(cfg.output_dir)
             self.prepare()
         apply_thread_policy(getattr(cfg, "threads", None))
         self._code = code_version(*self.code) if self.code else None
@@ -194,8 +199,11 @@ class Recipe:
         grid = run_grid(self.name, out, self.cells(), identity=self.identity,
                         compute=self.compute, trains=self.trains, on_record=report.write,
                         progress_bar=getattr(cfg, "progress", True))
-        if not grid.records:  # every compute returned None: another process owns the result
-            return {}
+        if not grid.records:
+            if grid.diverged:  # nothing to tabulate
+                raise DivergedError(diverged_summary(grid.bookkeeping()["diverged"])
+                                    + "; nothing was stored (lower the learning rate?)")
+            return {}  # every compute returned None: another process owns the result
         result = report.write(grid)
         if self.plot_file and getattr(cfg, "plot", True) and grid.records:
             result["plot"] = save_plot(out / self.plot_file,

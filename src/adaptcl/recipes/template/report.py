@@ -46,9 +46,10 @@ def paired_difference(method: Mapping[int, float], baseline: Mapping[int, float]
 
 def summarize(records: Mapping[Cell, Mapping[str, Any]], metric: str, *,
               datasets: Sequence[str], methods: Sequence[str], baseline: str | None = None,
-              scale: float = 1.0) -> dict[str, dict[str, Any]]:
+              scale: float = 1.0, diverged: Sequence[Cell] = ()) -> dict[str, dict[str, Any]]:
     """Per dataset: mean +- population std of ``metrics[metric] * scale`` per method, and the
-    paired difference of every other method against ``baseline`` (``"paired"``)."""
+    paired difference of every other method against ``baseline`` (``"paired"``). The seeds of
+    ``diverged`` cells are listed per method (``"diverged"``), outside every mean."""
     summary: dict[str, dict[str, Any]] = {}
     for name in datasets:
         per_seed: dict[str, dict[int, float]] = {}
@@ -63,6 +64,12 @@ def summarize(records: Mapping[Cell, Mapping[str, Any]], metric: str, *,
             mean, std = mean_std(list(values.values()))
             entry["methods"][method] = {"mean": mean, "std": std, "n": len(values),
                                         "seeds": list(values), "values": list(values.values())}
+        for method in methods:
+            lost = sorted(c.seed for c in diverged if c.dataset == name and c.method == method)
+            if lost:
+                entry["methods"].setdefault(method, {"mean": None, "std": None, "n": 0,
+                                                     "seeds": [], "values": []})
+                entry["methods"][method]["diverged"] = lost
         if baseline is not None and baseline in per_seed:
             for method, values in per_seed.items():
                 if method != baseline:
@@ -72,9 +79,15 @@ def summarize(records: Mapping[Cell, Mapping[str, Any]], metric: str, *,
 
 
 def format_mean_std(stats: Mapping[str, Any] | None, digits: int = 2) -> str:
+    """``mean ± std (n=k)``; with diverged seeds ``(n=k, 1 diverged)``, or ``diverged (seeds
+    0, 1)`` when no seed finished."""
     if not stats:
         return "-"
-    return f"{stats['mean']:.{digits}f} ± {stats['std']:.{digits}f} (n={stats['n']})"
+    lost = stats.get("diverged") or []
+    if not stats["n"]:
+        return f"diverged (seed{'s' if len(lost) > 1 else ''} {', '.join(map(str, lost))})"
+    tail = f", {len(lost)} diverged" if lost else ""
+    return f"{stats['mean']:.{digits}f} ± {stats['std']:.{digits}f} (n={stats['n']}{tail})"
 
 
 def format_difference(diff: Mapping[str, Any] | None, digits: int = 2) -> str:
@@ -159,7 +172,8 @@ class Report:
         for metric in self.metrics:
             summaries[metric] = summarize(grid.records, metric, datasets=self.datasets,
                                           methods=self.methods, baseline=self.baseline,
-                                          scale=_per_metric(self.scale, metric, 1.0))
+                                          scale=_per_metric(self.scale, metric, 1.0),
+                                          diverged=list(grid.diverged))
             tables[metric] = summary_table(summaries[metric], methods=self.methods,
                                            baseline=self.baseline, labels=self.labels,
                                            dataset_labels=self.dataset_labels, extra=self.extra,
@@ -218,14 +232,18 @@ def write_results(out_dir: str | os.PathLike, stem: str, result: Mapping[str, An
                   markdown: str) -> dict[str, str]:
     """Write ``<stem>.json`` (``allow_nan=False``) and ``<stem>.md`` atomically.
 
-    The markdown gets a PARTIAL banner when ``result["partial"]`` and an environment footer.
+    The markdown gets a DIVERGED banner naming the diverged runs, a PARTIAL banner when
+    ``result["partial"]`` and an environment footer.
     """
     out = Path(out_dir)
     env = result.get("environment") or {}
     head = ""
+    if result.get("diverged"):
+        head += (f"> **DIVERGED**: {diverged_summary(result['diverged'])}; left out of every "
+                 "mean (marked in the table).\n\n")
     if result.get("partial"):
         missing = result.get("missing") or []
-        head = (f"> **PARTIAL**: {len(missing)} of the planned runs are missing; rows average "
+        head += (f"> **PARTIAL**: {len(missing)} of the planned runs are missing; rows average "
                 "only the finished seeds (n in brackets).\n\n")
     foot = ""
     if env:
@@ -241,6 +259,18 @@ def write_results(out_dir: str | os.PathLike, stem: str, result: Mapping[str, An
     write_json_atomic(paths["json"], result)
     write_text_atomic(paths["markdown"], head + markdown.rstrip("\n") + "\n" + foot)
     return {k: str(v) for k, v in paths.items()}
+
+
+def diverged_summary(entries: Sequence[Mapping[str, Any]]) -> str:
+    """One line naming each diverged cell with its step and loss, when known:
+    ``MUTAG/macl/seed0 (step 3, loss nan)``."""
+    parts = []
+    for entry in entries:
+        where = "/".join(map(str, entry["cell"][:2])) + f"/seed{entry['cell'][2]}"
+        known = [f"{key} {entry[key]:g}" if isinstance(entry[key], (int, float)) else
+                 f"{key} {entry[key]}" for key in ("step", "loss") if entry.get(key) is not None]
+        parts.append(where + (f" ({', '.join(known)})" if known else ""))
+    return f"{len(parts)} run{'s' if len(parts) > 1 else ''} diverged: {', '.join(parts)}"
 
 
 def _short_fingerprint(fingerprint: Any) -> str:
