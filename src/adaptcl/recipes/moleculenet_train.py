@@ -9,6 +9,7 @@ epoch.
 from __future__ import annotations
 
 import math
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -98,6 +99,8 @@ def pretrain(cfg: MoleculeNetConfig, loss_name: str, final: Path, corpus=None) -
         shuffle_gen.set_state(saved["shuffle_gen"])
         torch.set_rng_state(saved["torch_rng"])
         state = saved["state"]
+        print(f"adaptcl: pre-training {loss_name} resumes from epoch {state['epoch'] + 1} of "
+              f"{cfg.pretrain_epochs} ({partial})", file=sys.stderr, flush=True)
     aug = graphcl_augmentation(cfg.aug, cfg.aug_ratio, generator=aug_gen)
     loader = DataLoader(TwoViewDataset(corpus, aug, aug), batch_size=cfg.pretrain_batch_size,
                         shuffle=True, generator=shuffle_gen, **loader_options(device))

@@ -24,17 +24,29 @@ def save_plot(path: str | os.PathLike, draw: Callable[[Any], None], *, title: st
     fig, axes = plt.subplots(1, ncols, figsize=figsize, squeeze=False)
     axes = list(axes[0])
     draw(axes)
+    fig.tight_layout()  # the panels' final widths, which the reasons are wrapped to
     for ax in axes:
         if not ax.lines and not ax.collections and not ax.patches and not ax.images:
             reason = getattr(ax, "_adaptcl_empty_reason", None) or "no data recorded for this panel"
-            ax.text(0.5, 0.5, reason, ha="center", va="center", wrap=True, fontsize=9,
-                    transform=ax.transAxes)
+            ax.text(0.5, 0.5, _fit(reason, ax, fontsize=9), ha="center", va="center",
+                    fontsize=9, transform=ax.transAxes)
         elif ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)
     if title:
         fig.suptitle(title)
     fig.tight_layout()
     return str(save_figure_atomic(fig, path))
+
+
+def _fit(text: str, ax: Any, *, fontsize: float) -> str:
+    """``text`` wrapped to the panel's width (matplotlib's ``wrap=True`` wraps at the figure's
+    edge, so a long reason ran into the next panel)."""
+    import textwrap
+
+    width_inches = ax.get_position().width * ax.figure.get_figwidth()
+    # an average character of the default sans-serif is ~0.55 em; keep a margin
+    chars = max(10, int(0.85 * width_inches * 72 / (0.55 * fontsize)))
+    return textwrap.fill(text, width=chars)
 
 
 def explain_empty(ax: Any, reason: str) -> None:

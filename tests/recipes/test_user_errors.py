@@ -1,0 +1,218 @@
+"""Every ordinary mistake is one line ``adaptcl <recipe>: error: ...``, exit 2, before any work or
+file write; a storage failure or Ctrl-C is one line too; crashes keep their traceback."""
+
+from __future__ import annotations
+
+import errno
+import os
+from pathlib import Path
+
+import pytest
+
+from adaptcl import cli
+from adaptcl.recipes.template.store import Cell
+
+RECIPES = ("demo", "images", "simcse", "sts", "transfer", "tu", "moleculenet")
+
+
+def _one_line_error(capsys, argv: list[str], expected: str) -> str:
+    code = cli.main(argv)
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if not line.startswith("adaptcl: note:")]
+    assert code == 2, err
+    assert len(lines) == 1, err
+    assert lines[0].startswith(f"adaptcl {argv[0]}: error: "), err
+    assert expected in lines[0], err
+    return lines[0]
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_output_dir_that_is_a_file_is_refused_before_any_work(recipe, tmp_path, capsys):
+    afile = tmp_path / "afile"
+    afile.write_text("not a folder")
+    extra = ["--model", "m:f"] if recipe in ("sts", "transfer") else []
+    _one_line_error(capsys, [recipe, "--output-dir", str(afile), *extra], "is a file, not a folder")
+    _one_line_error(capsys, [recipe, "--output-dir", str(afile / "sub"), *extra],
+                    f"is inside '{afile}', which is a file")
+    assert afile.read_text() == "not a folder"
+
+
+def test_unwritable_output_dir_is_refused_before_any_work(tmp_path, capsys, monkeypatch):
+    # the tests run as root, for whom permissions do not apply: ask the check's own question
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode: (Path(path) != locked
+                                                           and real_access(path, mode)))
+    _one_line_error(capsys, ["demo", "--output-dir", str(locked)], "is not writable")
+    _one_line_error(capsys, ["demo", "--output-dir", str(locked / "new")],
+                    f"its parent '{locked}' is not writable")
+    assert list(locked.iterdir()) == []
+
+
+def test_full_disk_while_writing_is_one_line_and_keeps_nothing_half_written(tmp_path, capsys,
+                                                                           monkeypatch):
+    from adaptcl.recipes.template import files
+
+    def full(path, write, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(files, "atomic_write", full)
+    line = _one_line_error(capsys, ["demo", "--epochs", "1", "--seeds", "0", "--no-progress",
+                                    "--output-dir", str(tmp_path / "out")], "the disk is full")
+    assert "seed0.json" in line and "rerun the same command" in line
+    assert not list((tmp_path / "out").rglob("*.json"))
+
+
+@pytest.mark.parametrize("err, expected", [
+    (OSError(errno.EROFS, "Read-only file system", "/x/y.json"),
+     "the file system is read-only writing /x/y.json"),
+    (OSError(errno.EDQUOT, "Disk quota exceeded"), "the disk quota is exceeded"),
+    (RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 64 vs 0"),
+     "writing a checkpoint failed (is the disk full?)"),
+    (RuntimeError("PytorchStreamWriter failed writing file data/0: file write failed"),
+     "writing a checkpoint failed"),
+])
+def test_storage_errors_are_named(err, expected):
+    assert expected in cli.storage_error(err)
+
+
+@pytest.mark.parametrize("err", [OSError(errno.ENOENT, "No such file"), RuntimeError("boom"),
+                                 ValueError("x")])
+def test_other_errors_stay_crashes(err):
+    assert cli.storage_error(err) is None
+
+
+@pytest.mark.parametrize("argv, expected", [
+    (["tu", "--lr", "nan"], "lr must be a finite number, got nan"),
+    (["tu", "--temperature", "0"], "temperature must be a positive number, got 0.0"),
+    (["tu", "--alpha", "-3"], "alpha must be a finite number >= 0, got -3.0"),
+    (["tu", "--folds", "1"], "folds must be a number >= 2, got 1"),
+    (["tu", "--folds", "500"], "folds=500 is more than MUTAG can stratify"),
+    (["tu", "--inner-folds", "120"], "inner_folds=120 is more than MUTAG's outer training"),
+    (["tu", "--c-grid", "1", "-1"], "each value of c_grid must be a positive number"),
+    (["tu", "--aug-ratio", "1.5"], "aug_ratio must be a number in [0, 1), got 1.5"),
+    (["moleculenet", "--lr", "nan"], "lr must be a finite number, got nan"),
+    (["moleculenet", "--alpha", "-3"], "alpha must be a finite number >= 0"),
+    (["images", "--backbone", "resnet-7"], "unknown backbone 'resnet-7'"),
+])
+def test_bad_numbers_are_refused_before_the_data_is_touched(argv, expected, shared_data,
+                                                            tmp_path, capsys):
+    out = tmp_path / "out"
+    _one_line_error(capsys, [*argv, "--data-root", str(shared_data), "--output-dir", str(out),
+                             "--datasets" if argv[0] != "images" else "--seeds",
+                             *(["MUTAG"] if argv[0] == "tu" else ["bbbp"] if argv[0] ==
+                               "moleculenet" else ["0"])], expected)
+    assert not out.exists()  # no processed data, no run store
+
+
+def test_unknown_option_names_the_recipe(capsys):
+    _one_line_error(capsys, ["sts", "--logger", "csv"], "unrecognized arguments: --logger csv")
+    _one_line_error(capsys, ["demo", "--data-root", "x"], "unrecognized arguments: --data-root x")
+
+
+def test_ctrl_c_is_one_line_with_how_to_resume(tmp_path, capsys, monkeypatch):
+    from adaptcl.recipes.demo import DemoRecipe
+
+    def interrupted(self):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(DemoRecipe, "run", interrupted)
+    code = cli.main(["demo", "--output-dir", str(tmp_path)])
+    err = capsys.readouterr().err.strip()
+    assert code == 130
+    assert err == (f"adaptcl demo: interrupted; finished runs are kept under {tmp_path}/runs: "
+                   "rerun the same command to resume")
+
+
+def test_a_crash_keeps_its_traceback(tmp_path, monkeypatch):
+    from adaptcl.recipes.demo import DemoRecipe
+
+    def crash(self):
+        raise RuntimeError("a bug of ours")
+
+    monkeypatch.setattr(DemoRecipe, "run", crash)
+    with pytest.raises(RuntimeError, match="a bug of ours"):
+        cli.main(["demo", "--output-dir", str(tmp_path)])
+
+
+def test_empty_panel_reason_stays_inside_its_panel(tmp_path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from adaptcl.recipes.template.plots import explain_empty, save_plot
+
+    drawn = []
+    reason = ("nothing logged: the runs took 3 optimisation steps and the loss is logged every "
+              "10 (--logging-steps)")
+
+    def draw(axes):
+        explain_empty(axes[0], reason)
+        axes[1].plot([0, 1])
+        drawn.extend(axes)
+
+    save_plot(tmp_path / "p.png", draw, ncols=2, figsize=(9, 3.6))
+    figure = drawn[0].figure
+    FigureCanvasAgg(figure)
+    renderer = figure.canvas.get_renderer()
+    text = drawn[0].texts[0].get_window_extent(renderer)
+    panel = drawn[0].get_window_extent(renderer)
+    assert panel.x0 <= text.x0 and text.x1 <= panel.x1
+    assert drawn[0].texts[0].get_text().replace("\n", " ") == reason
+
+
+def test_diverged_cells_are_recorded_the_grid_goes_on_and_the_exit_names_them(tmp_path, capsys):
+    from adaptcl.recipes.template.errors import DivergedError, RecipeError
+    from adaptcl.recipes.template.recipe import Recipe
+    from tests.recipes.test_recipe_hooks import ToyConfig
+
+    class Toy(Recipe):
+        name, config_class, metrics = "toy", ToyConfig, ("accuracy",)
+
+        def compute(self, cell: Cell):
+            if cell == Cell("toy", "macl", 1):
+                raise DivergedError("z0 contains NaN or inf", step=3, loss=float("nan"))
+            return {"metrics": {"accuracy": 0.5 + 0.1 * (cell.method == "macl")},
+                    "optimisation_steps": 2, "train_seconds": 0.0}
+
+    config = ToyConfig(output_dir=str(tmp_path), seeds=[0, 1, 2])
+    result = Toy(config).run()
+    assert [d["cell"] for d in result["diverged"]] == [["toy", "macl", 1]]
+    assert result["diverged"][0]["step"] == 3
+    macl = result["summary"]["accuracy"]["toy"]["methods"]["macl"]
+    assert macl["n"] == 2 and macl["diverged"] == [1]
+    assert "(n=2, 1 diverged)" in result["table_markdown"]
+    markdown = (tmp_path / "results.md").read_text()
+    assert "**DIVERGED**: 1 run diverged: toy/macl/seed1 (step 3, loss nan)" in markdown
+    with pytest.raises(RecipeError, match=r"^1 run diverged: toy/macl/seed1 \(step 3, loss nan\); "
+                                          "they are marked in the table"):
+        Toy.main(Toy.config_from_args(_namespace(config)))
+    capsys.readouterr()
+
+
+def _namespace(config):
+    import argparse
+    import dataclasses
+
+    return argparse.Namespace(**dataclasses.asdict(config))
+
+
+@pytest.mark.slow
+def test_training_that_diverges_is_one_line_naming_the_step(shared_data, tmp_path, capsys):
+    line = _one_line_error(capsys, ["tu", "--data-root", str(shared_data), "--datasets", "MUTAG",
+                                    "--losses", "dcl", "--seeds", "0", "--epochs", "2",
+                                    "--lr", "1e30", "--no-progress", "--no-plot",
+                                    "--output-dir", str(tmp_path)],
+                           "1 run diverged: MUTAG/dcl/seed0 (step ")
+    assert "nothing was stored" in line
+    assert not list((tmp_path / "runs").rglob("seed0.json"))
+
+
+def test_two_ranks_need_a_batch_each_before_any_process_starts(shared_data, tmp_path, capsys):
+    _one_line_error(capsys, ["images", "--data-root", str(shared_data), "--train-limit", "200",
+                             "--batch-size", "128", "--devices", "2", "--strategy", "ddp",
+                             "--seeds", "0", "--output-dir", str(tmp_path / "out")],
+                    "(200 images, 100 per device over 2) is smaller than one batch (128)")
+    assert not (tmp_path / "out").exists()
