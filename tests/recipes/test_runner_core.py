@@ -76,8 +76,10 @@ def test_run_without_optimisation_step_is_refused_and_not_stored(tmp_path):
 
 @pytest.mark.parametrize("bad", [math.nan, math.inf])
 def test_non_finite_metric_is_refused(tmp_path, bad):
-    with pytest.raises(NonResultError, match="non-finite metrics"):
-        _grid(tmp_path, [Cell("d", "m", 0)], {}, lambda c: _record(bad))
+    cell = Cell("d", "m", 0)
+    grid = _grid(tmp_path, [cell], {}, lambda c: _record(bad))
+    assert "non-finite metrics" in grid.diverged[cell]["message"] and not grid.records
+    assert not RunStore(tmp_path).path(cell).exists()
 
 
 def test_non_finite_or_constant_embeddings_are_refused():

@@ -6,7 +6,10 @@ input data, the code version) and a function computing its *record*. :func:`run_
 stored record only when the stored identity equals the current one; otherwise the old record is
 moved aside (``runs/superseded/``, never mixed into a table) and the cell is recomputed. A record
 that is not a result is refused with :class:`~adaptcl.recipes.template.errors.NonResultError`
-before it is stored.
+before it is stored. A cell whose training diverged (a NaN or infinite loss, metric or
+embedding: :class:`~adaptcl.recipes.template.errors.DivergedError` or the core's
+:class:`~adaptcl.plugins.validation.NonFiniteError`) is recorded in :attr:`GridRun.diverged`,
+nothing is stored for it, and the other cells go on.
 
 Example:
     >>> import tempfile
@@ -26,6 +29,7 @@ Example:
 from __future__ import annotations
 
 import datetime as _dt
+import math
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -33,7 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from adaptcl.recipes.template.errors import check_record
+from adaptcl.plugins.validation import NonFiniteError
+from adaptcl.recipes.template.errors import DivergedError, check_record
 from adaptcl.recipes.template.files import read_json, write_json_atomic
 from adaptcl.recipes.template.progress import progress
 from adaptcl.recipes.template.provenance import git_commit, stable_hash
@@ -95,9 +100,23 @@ class RunStore:
         self.superseded.append(str(target))
 
 
+def _json_number(value: float | None) -> float | str | None:
+    """A loss for a JSON file: finite floats as they are, NaN/inf as ``"nan"``/``"inf"``/``"-inf"``
+    (strict JSON has no NaN; the result writer refuses it), ``None`` when unknown."""
+    if value is None:
+        return None
+    value = float(value)
+    return value if math.isfinite(value) else str(value)
+
+
 @dataclass
 class GridRun:
-    """What :func:`run_grid` did: every record by cell, which were reused and which computed."""
+    """What :func:`run_grid` did: every record by cell, which were reused and which computed.
+
+    ``diverged`` maps each cell whose training diverged to ``{"step", "loss", "message"}``: the
+    optimisation step (from 1) and its loss where known (else ``None``; the loss is a float, NaN
+    or inf as raised), and the error's one-line text. Those cells have no record.
+    """
 
     cells: list[Cell]
     records: dict[Cell, dict[str, Any]] = field(default_factory=dict)
@@ -106,6 +125,7 @@ class GridRun:
     superseded: list[str] = field(default_factory=list)
     seconds_this_invocation: float = 0.0
     identities: dict[Cell, Mapping[str, Any]] = field(default_factory=dict)
+    diverged: dict[Cell, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def complete(self) -> bool:
@@ -120,17 +140,54 @@ class GridRun:
                 seen.setdefault(stable_hash(code), code)
         return list(seen.values())
 
+    def diverged_error(self) -> DivergedError | None:
+        """One :class:`DivergedError` naming every diverged cell (``None`` when none diverged),
+        e.g. ``2 of 8 runs diverged (NaN or inf; nothing stored for them): MUTAG/macl/seed0 at
+        step 7 (loss nan), MUTAG/macl/seed1``; its ``step``/``loss`` are the first cell's."""
+        if not self.diverged:
+            return None
+        parts = []
+        for cell, info in self.diverged.items():
+            text = cell.label()
+            if info.get("step") is not None:
+                text += f" at step {info['step']}"
+            if info.get("loss") is not None:
+                text += f" (loss {info['loss']:.4g})"
+            parts.append(text)
+        first = next(iter(self.diverged.values()))
+        return DivergedError(f"{len(self.diverged)} of {len(self.cells)} runs diverged (NaN or "
+                             f"inf; nothing stored for them): {', '.join(parts)}",
+                             step=first.get("step"), loss=first.get("loss"))
+
     def bookkeeping(self) -> dict[str, Any]:
-        """The part of a result file that says what this invocation did."""
+        """The part of a result file that says what this invocation did.
+
+        ``missing``: planned cells with neither a record nor a divergence (never ran);
+        ``diverged``: ``[{"cell": [dataset, method, seed], "step", "loss", "message"}]`` in grid
+        order, the loss JSON-safe (a finite float, ``"nan"``, ``"inf"``, ``"-inf"`` or ``None``).
+        """
         return {"complete": self.complete, "partial": not self.complete,
                 "reused": [list(c) for c in self.reused],
                 "computed": [list(c) for c in self.computed],
-                "missing": [list(c) for c in self.cells if c not in self.records],
+                "missing": [list(c) for c in self.cells
+                            if c not in self.records and c not in self.diverged],
+                "diverged": [{"cell": list(c), "step": info.get("step"),
+                              "loss": _json_number(info.get("loss")),
+                              "message": info.get("message")}
+                             for c, info in self.diverged.items()],
                 "superseded": list(self.superseded),
                 "code": self.code_versions(),
                 "total_train_seconds": sum(float(r.get("train_seconds") or 0.0)
                                            for r in self.records.values()),
                 "seconds_this_invocation": self.seconds_this_invocation}
+
+
+def _postfix(cell: Cell | None, grid: GridRun) -> str:
+    """The progress bar's note: the cell at work, and how many diverged so far."""
+    parts = [cell.label()] if cell is not None else []
+    if grid.diverged:
+        parts.append(f"{len(grid.diverged)} diverged")
+    return ", ".join(parts)
 
 
 def run_grid(recipe: str, out_dir: str | os.PathLike, cells: Sequence[Cell], *,
@@ -145,8 +202,13 @@ def run_grid(recipe: str, out_dir: str | os.PathLike, cells: Sequence[Cell], *,
     ``compute(cell)`` returns its record (``metrics``, ``optimisation_steps``, ``train_seconds``
     and anything else), or ``None`` on a process that does not own the result (a non-zero
     rank of a distributed run); ``compute=None`` only collects what is stored. Each record is checked
-    with :func:`check_record` before it is stored; ``on_record`` is called after each computed
-    cell (to rewrite partial result files).
+    with :func:`check_record` before it is stored. A cell whose ``compute`` raises
+    :class:`~adaptcl.recipes.template.errors.DivergedError` or
+    :class:`~adaptcl.plugins.validation.NonFiniteError`, or whose record ``check_record`` refuses
+    as non-finite, goes to :attr:`GridRun.diverged` (nothing stored) and the grid goes on; any
+    other :class:`~adaptcl.recipes.template.errors.NonResultError` (no optimisation step, no
+    metrics) stops the run. ``on_record`` is called after each cell computed or diverged while
+    there is at least one record (to rewrite partial result files).
     """
     git_commit()  # the commit the runs start from (cached for the result's environment)
     store = RunStore(out_dir)
@@ -167,19 +229,27 @@ def run_grid(recipe: str, out_dir: str | os.PathLike, cells: Sequence[Cell], *,
                        enabled=progress_bar, leave=True)
         try:
             for cell in todo:
-                bar.set_postfix_str(cell.label())
-                record = compute(cell)
-                if record is None:  # computed and stored by another process (rank 0 of DDP)
-                    bar.update(1)
-                    continue
-                check_record(cell, record, trains=trains(cell) if callable(trains) else trains)
-                store.save(cell, grid.identities[cell], record)
-                grid.records[cell] = record
-                grid.computed.append(cell)
+                bar.set_postfix_str(_postfix(cell, grid))
+                try:
+                    record = compute(cell)
+                    if record is None:  # computed and stored by another process (rank 0 of DDP)
+                        bar.update(1)
+                        continue
+                    check_record(cell, record,
+                                 trains=trains(cell) if callable(trains) else trains)
+                except (DivergedError, NonFiniteError) as err:
+                    grid.diverged[cell] = {"step": err.step, "loss": err.loss,
+                                           "message": str(err).splitlines()[0] if str(err)
+                                           else type(err).__name__}
+                else:
+                    store.save(cell, grid.identities[cell], record)
+                    grid.records[cell] = record
+                    grid.computed.append(cell)
                 grid.seconds_this_invocation = time.perf_counter() - start
-                if on_record is not None:
+                if on_record is not None and grid.records:
                     on_record(grid)
                 bar.update(1)
+            bar.set_postfix_str(_postfix(None, grid))
         finally:
             bar.close()
     grid.records = {c: grid.records[c] for c in grid.cells if c in grid.records}  # grid order
