@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -16,7 +17,10 @@ RECIPES = ("demo", "images", "simcse", "sts", "transfer", "tu", "moleculenet")
 
 
 def _one_line_error(capsys, argv: list[str], expected: str) -> str:
-    code = cli.main(argv)
+    try:
+        code = cli.main(argv)
+    except SystemExit as exit_:  # argparse's own refusals
+        code = exit_.code
     err = capsys.readouterr().err
     lines = [line for line in err.splitlines() if not line.startswith("adaptcl: note:")]
     assert code == 2, err
@@ -177,7 +181,7 @@ def test_diverged_cells_are_recorded_the_grid_goes_on_and_the_exit_names_them(tm
             return {"metrics": {"accuracy": 0.5 + 0.1 * (cell.method == "macl")},
                     "optimisation_steps": 2, "train_seconds": 0.0}
 
-    config = ToyConfig(output_dir=str(tmp_path), seeds=[0, 1, 2])
+    config = ToyConfig(output_dir=str(tmp_path), losses=["infonce", "macl"], seeds=[0, 1, 2])
     result = Toy(config).run()
     assert [d["cell"] for d in result["diverged"]] == [["toy", "macl", 1]]
     assert result["diverged"][0]["step"] == 3
@@ -185,9 +189,10 @@ def test_diverged_cells_are_recorded_the_grid_goes_on_and_the_exit_names_them(tm
     assert macl["n"] == 2 and macl["diverged"] == [1]
     assert "(n=2, 1 diverged)" in result["table_markdown"]
     markdown = (tmp_path / "results.md").read_text()
-    assert "**DIVERGED**: 1 run diverged: toy/macl/seed1 (step 3, loss nan)" in markdown
-    with pytest.raises(RecipeError, match=r"^1 run diverged: toy/macl/seed1 \(step 3, loss nan\); "
-                                          "they are marked in the table"):
+    line = ("1 of 6 runs diverged (NaN or inf; nothing stored for them): toy/macl/seed1 at step 3 "
+            "(loss nan)")
+    assert f"**DIVERGED**: {line}; left out of every mean" in markdown
+    with pytest.raises(RecipeError, match=re.escape(line)):
         Toy.main(Toy.config_from_args(_namespace(config)))
     capsys.readouterr()
 
@@ -201,12 +206,12 @@ def _namespace(config):
 
 @pytest.mark.slow
 def test_training_that_diverges_is_one_line_naming_the_step(shared_data, tmp_path, capsys):
-    line = _one_line_error(capsys, ["tu", "--data-root", str(shared_data), "--datasets", "MUTAG",
+    _one_line_error(capsys, ["tu", "--data-root", str(shared_data), "--datasets", "MUTAG",
                                     "--losses", "dcl", "--seeds", "0", "--epochs", "2",
                                     "--lr", "1e30", "--no-progress", "--no-plot",
                                     "--output-dir", str(tmp_path)],
-                           "1 run diverged: MUTAG/dcl/seed0 (step ")
-    assert "nothing was stored" in line
+                           "1 of 1 runs diverged (NaN or inf; nothing stored for them): "
+                           "MUTAG/dcl/seed0 at step ")
     assert not list((tmp_path / "runs").rglob("seed0.json"))
 
 

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from adaptcl.recipes.template.config import result_settings
-from adaptcl.recipes.template.errors import DivergedError, user_errors
+from adaptcl.recipes.template.errors import user_errors
 from adaptcl.recipes.template.files import check_output_dir
 from adaptcl.recipes.template.options import (
     add_common_arguments,
@@ -54,7 +54,7 @@ from adaptcl.recipes.template.options import (
 )
 from adaptcl.recipes.template.plots import save_plot
 from adaptcl.recipes.template.provenance import code_version
-from adaptcl.recipes.template.report import Report, diverged_summary
+from adaptcl.recipes.template.report import Report
 from adaptcl.recipes.template.store import Cell, GridRun, run_grid
 from adaptcl.recipes.template.torch_env import apply_thread_policy
 
@@ -98,6 +98,8 @@ class Recipe:
         #: data fingerprints by dataset, filled in by :meth:`prepare`
         self.fingerprints: dict[str, Any] = {}
         self.data_root: Path | None = None
+        #: what :meth:`run` did (records, reused, computed, diverged), once it has run
+        self.grid: GridRun | None = None
 
     # ------------------------------------------------------------------ the command line
 
@@ -128,16 +130,17 @@ class Recipe:
     @classmethod
     def main(cls, args: argparse.Namespace) -> int:
         """``adaptcl <name> ...``: run and print the table and where the files are."""
-        result = cls(cls.config_from_args(args)).run()
+        recipe = cls(cls.config_from_args(args))
+        result = recipe.run()
         if not result:  # a process that owns no result (a non-zero rank of a distributed run)
             return 0
         print(result["table_markdown"])
         outputs = result["outputs"]
         print(f"results: {outputs['json']}  table: {outputs['markdown']}"
               + (f"  plot: {result['plot']}" if result.get("plot") else ""))
-        if result.get("diverged"):  # the others are in the table; the run as a whole failed
-            raise DivergedError(f"{diverged_summary(result['diverged'])}; they are marked in the "
-                                "table (lower the learning rate?)")
+        diverged = recipe.grid.diverged_error()
+        if diverged is not None:  # the others are in the table; the run as a whole failed
+            raise diverged
         return 0
 
     # ---------------------------------------------------------------- what a recipe fills in
@@ -199,10 +202,10 @@ class Recipe:
         grid = run_grid(self.name, out, self.cells(), identity=self.identity,
                         compute=self.compute, trains=self.trains, on_record=report.write,
                         progress_bar=getattr(cfg, "progress", True))
+        self.grid = grid
         if not grid.records:
             if grid.diverged:  # nothing to tabulate
-                raise DivergedError(diverged_summary(grid.bookkeeping()["diverged"])
-                                    + "; nothing was stored (lower the learning rate?)")
+                raise grid.diverged_error()
             return {}  # every compute returned None: another process owns the result
         result = report.write(grid)
         if self.plot_file and getattr(cfg, "plot", True) and grid.records:

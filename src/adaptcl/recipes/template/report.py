@@ -197,7 +197,9 @@ class Report:
         else:
             body = "\n".join(f"## {name}\n\n{table}" for name, table in tables.items())
         header = self.header(grid) if callable(self.header) else self.header
-        result["outputs"] = write_results(self.out_dir, self.stem, result, header + body)
+        diverged = grid.diverged_error()
+        result["outputs"] = write_results(self.out_dir, self.stem, result, header + body,
+                                          diverged=str(diverged) if diverged else "")
         return result
 
 
@@ -229,18 +231,17 @@ def _per_metric(value: Any, metric: str, default: Any) -> Any:
 
 
 def write_results(out_dir: str | os.PathLike, stem: str, result: Mapping[str, Any],
-                  markdown: str) -> dict[str, str]:
+                  markdown: str, *, diverged: str = "") -> dict[str, str]:
     """Write ``<stem>.json`` (``allow_nan=False``) and ``<stem>.md`` atomically.
 
-    The markdown gets a DIVERGED banner naming the diverged runs, a PARTIAL banner when
+    The markdown gets a DIVERGED banner (``diverged``: the line naming the runs), a PARTIAL banner when
     ``result["partial"]`` and an environment footer.
     """
     out = Path(out_dir)
     env = result.get("environment") or {}
     head = ""
-    if result.get("diverged"):
-        head += (f"> **DIVERGED**: {diverged_summary(result['diverged'])}; left out of every "
-                 "mean (marked in the table).\n\n")
+    if diverged:
+        head += f"> **DIVERGED**: {diverged}; left out of every mean (marked in the table).\n\n"
     if result.get("partial"):
         missing = result.get("missing") or []
         head += (f"> **PARTIAL**: {len(missing)} of the planned runs are missing; rows average "
@@ -259,18 +260,6 @@ def write_results(out_dir: str | os.PathLike, stem: str, result: Mapping[str, An
     write_json_atomic(paths["json"], result)
     write_text_atomic(paths["markdown"], head + markdown.rstrip("\n") + "\n" + foot)
     return {k: str(v) for k, v in paths.items()}
-
-
-def diverged_summary(entries: Sequence[Mapping[str, Any]]) -> str:
-    """One line naming each diverged cell with its step and loss, when known:
-    ``MUTAG/macl/seed0 (step 3, loss nan)``."""
-    parts = []
-    for entry in entries:
-        where = "/".join(map(str, entry["cell"][:2])) + f"/seed{entry['cell'][2]}"
-        known = [f"{key} {entry[key]:g}" if isinstance(entry[key], (int, float)) else
-                 f"{key} {entry[key]}" for key in ("step", "loss") if entry.get(key) is not None]
-        parts.append(where + (f" ({', '.join(known)})" if known else ""))
-    return f"{len(parts)} run{'s' if len(parts) > 1 else ''} diverged: {', '.join(parts)}"
 
 
 def _short_fingerprint(fingerprint: Any) -> str:
