@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import errno
 import importlib
+import os
 import re
 import sys
 import warnings
@@ -121,6 +122,14 @@ def _add_arguments(parser: argparse.ArgumentParser, module: str) -> None:
         parser.epilog = "example:\n" + "\n".join(f"  {line}" for line in example.strip().splitlines())
 
 
+def _report(prog: str, message: str) -> None:
+    """Print a one-line error, on rank 0 only: the ranks of a distributed run (torchrun's
+    ``RANK``, Lightning's ``LOCAL_RANK``) meet the same error, and one line is enough."""
+    rank = os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0"))
+    if rank in ("", "0"):
+        print(f"{prog}: error: {message}", file=sys.stderr)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     selected = next((a for a in argv if not a.startswith("-")), None)
@@ -137,18 +146,18 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(importlib.import_module(args._module).RECIPE.main(args) or 0)
     except RecipeError as err:
-        print(f"{prog}: error: {err}", file=sys.stderr)
+        _report(prog, str(err))
         return 2
     except ImportError as err:
         if "pip install" not in str(err):  # a missing extra is the user's to fix; others crash
             raise
-        print(f"{prog}: error: {err}", file=sys.stderr)
+        _report(prog, str(err))
         return 2
     except (OSError, RuntimeError) as err:
         message = storage_error(err)
         if message is None:
             raise
-        print(f"{prog}: error: {message}", file=sys.stderr)
+        _report(prog, message)
         return 2
     except KeyboardInterrupt:
         out = getattr(args, "output_dir", None)

@@ -221,3 +221,14 @@ def test_two_ranks_need_a_batch_each_before_any_process_starts(shared_data, tmp_
                              "--seeds", "0", "--output-dir", str(tmp_path / "out")],
                     "(200 images, 100 per device over 2) is smaller than one batch (128)")
     assert not (tmp_path / "out").exists()
+
+
+def test_only_rank_zero_speaks(tmp_path, capsys, monkeypatch):
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert cli.main(["demo", "--output-dir", str(afile)]) == 2
+    assert capsys.readouterr().err == ""
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    assert cli.main(["demo", "--output-dir", str(afile)]) == 2
+    assert "is a file" in capsys.readouterr().err
