@@ -206,7 +206,7 @@ def test_plot_says_why_when_nothing_was_logged(tmp_path, monkeypatch):
     plots.save_plot(tmp_path / "p.png", lambda axes: training.draw_curves(grid, axes, config),
                     ncols=2)
     (figure,) = figures
-    texts = [t.get_text() for ax in figure.axes for t in ax.texts]
+    texts = [" ".join(t.get_text().split()) for ax in figure.axes for t in ax.texts]  # wrapped
     assert len(texts) == 2 and all("3 optimisation steps" in t and "every 10" in t for t in texts)
     assert not any(ax.lines for ax in figure.axes)
 

@@ -37,8 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from adaptcl.plugins.validation import NonFiniteError
-from adaptcl.recipes.template.errors import DivergedError, check_record
+from adaptcl.recipes.template.errors import DivergedError, NonResultError, check_record
 from adaptcl.recipes.template.files import read_json, write_json_atomic
 from adaptcl.recipes.template.progress import progress
 from adaptcl.recipes.template.provenance import git_commit, stable_hash
@@ -225,19 +224,24 @@ def run_grid(recipe: str, out_dir: str | os.PathLike, cells: Sequence[Cell], *,
             todo.append(cell)
     grid.superseded = store.superseded
     if compute is not None and todo:
+        from adaptcl.plugins.validation import NonFiniteError  # torch: only when computing
+
         bar = progress(total=len(grid.cells), initial=len(grid.reused), desc=f"{recipe} runs",
                        enabled=progress_bar, leave=True)
         try:
             for cell in todo:
                 bar.set_postfix_str(_postfix(cell, grid))
+                training = trains(cell) if callable(trains) else trains
                 try:
                     record = compute(cell)
                     if record is None:  # computed and stored by another process (rank 0 of DDP)
                         bar.update(1)
                         continue
-                    check_record(cell, record,
-                                 trains=trains(cell) if callable(trains) else trains)
+                    check_record(cell, record, trains=training)
                 except (DivergedError, NonFiniteError) as err:
+                    if not training:  # NaN from a frozen encoder is a broken input, not divergence
+                        raise err if isinstance(err, NonResultError) else NonResultError(
+                            f"{cell.label()}: {err}") from err
                     grid.diverged[cell] = {"step": err.step, "loss": err.loss,
                                            "message": str(err).splitlines()[0] if str(err)
                                            else type(err).__name__}
