@@ -247,16 +247,26 @@ def test_only_rank_zero_speaks(tmp_path, capsys, monkeypatch):
 
 
 @pytest.mark.slow
-def test_simcse_that_diverges_is_one_line_and_stores_nothing(shared_data, tmp_path, capsys):
+def test_simcse_that_diverges_is_one_line_and_stores_nothing(shared_data, tmp_path):
     pytest.importorskip("sentence_transformers")
+    import subprocess
+    import sys
+
     from tests.adapters._tiny_models import build_tiny_model
 
     model = build_tiny_model(tmp_path / "tiny", "bert")
-    _one_line_error(capsys, ["simcse", "--model", str(model), "--losses", "macl",
-                             "--data-root", str(shared_data), "--max-sentences", "24",
-                             "--batch-size", "8", "--max-seq-length", "16", "--logging-steps",
-                             "1", "--learning-rate", "1e12", "--no-sts", "--no-baseline",
-                             "--no-progress", "--output-dir", str(tmp_path / "out")],
-                    "1 of 1 runs diverged (NaN or inf; nothing stored for them): "
-                    "wiki/macl/seed42 at step ")
+    # a process of its own: transformers binds its log handler to the stderr it first meets
+    done = subprocess.run(
+        [sys.executable, "-c", "import sys; from adaptcl.cli import main; sys.exit(main())",
+         "simcse", "--model", str(model), "--losses", "macl", "--data-root", str(shared_data),
+         "--max-sentences", "24", "--batch-size", "8", "--max-seq-length", "16",
+         "--logging-steps", "1", "--learning-rate", "1e12", "--no-sts", "--no-baseline",
+         "--no-progress", "--output-dir", str(tmp_path / "out")],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+    ours = [line for line in done.stderr.splitlines() if line.startswith("adaptcl ")]
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert ours == [ours[0]] and ours[0].startswith(
+        "adaptcl simcse: error: 1 of 1 runs diverged (NaN or inf; nothing stored for them): "
+        "wiki/macl/seed42 at step "), done.stderr
     assert not list((tmp_path / "out" / "runs").rglob("seed42.json"))
