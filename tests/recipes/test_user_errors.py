@@ -270,3 +270,15 @@ def test_simcse_that_diverges_is_one_line_and_stores_nothing(shared_data, tmp_pa
         "adaptcl simcse: error: 1 of 1 runs diverged (NaN or inf; nothing stored for them): "
         "wiki/macl/seed42 at step "), done.stderr
     assert not list((tmp_path / "out" / "runs").rglob("seed42.json"))
+
+
+@pytest.mark.slow
+def test_images_that_diverge_are_one_line_naming_each_run(shared_data, tmp_path, capsys):
+    _one_line_error(capsys, ["images", "--data-root", str(shared_data), "--train-limit", "64",
+                             "--test-limit", "32", "--batch-size", "32", "--epochs", "2",
+                             "--width", "0.0625", "--linear-epochs", "0", "--knn-every", "0",
+                             "--seeds", "0", "--losses", "infonce", "macl", "--lr", "1e30",
+                             "--no-progress", "--output-dir", str(tmp_path)],
+                    "2 of 2 runs diverged (NaN or inf; nothing stored for them): "
+                    "simclr/infonce/seed0 at step ")
+    assert not list((tmp_path / "runs").rglob("seed0.json"))
