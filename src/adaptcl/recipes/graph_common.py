@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from adaptcl.plugins.validation import NonFiniteError
 from adaptcl.recipes.template.errors import DivergedError, check_embeddings
 
 
@@ -35,6 +34,7 @@ def train_epochs(model: Any, loader: Any, optimizer: Any,
     import torch
 
     from adaptcl.adapters.graphcl import train_epoch
+    from adaptcl.plugins.validation import NonFiniteError
     from adaptcl.recipes.template.progress import progress as progress_bar
 
     scaler = torch.amp.GradScaler(torch.device(device).type) if precision == "16-mixed" else None

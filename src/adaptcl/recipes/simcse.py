@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from adaptcl.adapters.sentence_transformers.simcse_names import LOSSES, PAPER_CONFIGS, POOLERS
-from adaptcl.recipes.encoders import resolve_model
+from adaptcl.evaluation.senteval.encoders import resolve_model
 from adaptcl.recipes.template.config import result_settings, validate_config
 from adaptcl.recipes.template.errors import RecipeError
 from adaptcl.recipes.template.provenance import code_version, fingerprint_files
@@ -55,8 +55,9 @@ BASELINE = "untrained"
 BASELINE_SETTINGS = ("model", "pooler", "max_seq_length", "sts_tasks", "device_type", "sts")
 STS_COLUMNS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STS-B", "SICK-R", "Avg.")
 CODE = ("adaptcl.adapters.sentence_transformers", "adaptcl.plugins", "adaptcl.recipes.simcse",
-        "adaptcl.recipes.simcse_training", "adaptcl.recipes.sts", "adaptcl.recipes.encoder_eval", "adaptcl.recipes.encoders",
-        "adaptcl.recipes.senteval_data")
+        "adaptcl.recipes.simcse_training", "adaptcl.recipes.sts", "adaptcl.recipes.encoder_eval",
+        "adaptcl.evaluation.senteval.sts", "adaptcl.evaluation.senteval.encoders",
+        "adaptcl.evaluation.senteval.data")
 
 
 def paper_family(model: str) -> str:
@@ -137,7 +138,7 @@ class SimCSERecipeConfig:
             if not ok:
                 raise ValueError(message)
         if self.sts_tasks is not None:
-            from adaptcl.recipes.sts import STS_TASKS
+            from adaptcl.evaluation.senteval.sts import STS_TASKS
 
             bad = [t for t in self.sts_tasks if t not in STS_TASKS]
             if bad or not self.sts_tasks:
@@ -180,15 +181,15 @@ class SimCSERecipe(Recipe):
 
     def prepare(self) -> None:
         """Validate everything a run needs and fix what every cell's identity shares."""
-        from adaptcl.recipes.encoders import _folder_fingerprint, hash_sentences
-        from adaptcl.recipes.senteval_data import downstream_dir, task_files
+        from adaptcl.evaluation.senteval.data import downstream_dir, task_files
+        from adaptcl.evaluation.senteval.encoders import _folder_fingerprint, hash_sentences
+        from adaptcl.evaluation.senteval.sts import STS_TASKS
+        from adaptcl.io import resolve_data_root
         from adaptcl.recipes.simcse_training import (
             framework_versions,
             read_sentences,
             require_model,
         )
-        from adaptcl.recipes.sts import STS_TASKS
-        from adaptcl.recipes.template.files import resolve_data_root
 
         cfg = self.config
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -163,7 +163,7 @@ def train_one(name: str, seed: int, recipe: SimCSERecipe, out: Path) -> dict[str
         training_projection,
         unsupervised_dataset,
     )
-    from adaptcl.recipes.senteval_data import load_stsb
+    from adaptcl.evaluation.senteval.data import load_stsb
 
     config = recipe.config
     seed_everything(seed)
