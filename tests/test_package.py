@@ -3,6 +3,7 @@ the extra to install; one version; the CLI lists its recipes."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -245,3 +246,19 @@ def test_evaluation_never_imports_the_recipes():
                          if n == "adaptcl.recipes" or n.startswith("adaptcl.recipes.")]
     assert not offences, offences
     assert len(list((REPO_ROOT / "src" / "adaptcl" / "evaluation").rglob("*.py"))) >= 8
+
+
+def test_python_dash_m_adaptcl_is_the_command_line():
+    """``python -m adaptcl`` (what ``torchrun -m adaptcl simcse`` runs) is the ``adaptcl``
+    command: the version, and a user error's one line with exit status 2."""
+    import importlib.metadata
+
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")}
+    out = subprocess.run([sys.executable, "-m", "adaptcl", "--version"], capture_output=True,
+                         text=True, timeout=60, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == f"adaptcl {importlib.metadata.version('adaptcl')}"
+    out = subprocess.run([sys.executable, "-m", "adaptcl", "compare", "no-such.json", "--by",
+                          "seeds"], capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode == 2 and out.stderr.strip() == (
+        "adaptcl compare: error: no result file no-such.json")
