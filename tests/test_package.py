@@ -3,6 +3,7 @@ the extra to install; one version; the CLI lists its recipes."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -224,3 +225,40 @@ def test_floors_check_runs_every_adapter_test_of_each_extra():
             if any(f'"{m}"' in text or f"import {m}" in text or f"from {m}" in text
                    for m in modules[:1]):
                 assert listed.get(str(path.relative_to(REPO_ROOT))) == extra, path.name
+
+
+def test_evaluation_never_imports_the_recipes():
+    """The dependency direction recipes -> evaluation -> adapters/plugins: no module of
+    ``adaptcl.evaluation`` imports ``adaptcl.recipes`` (at the top or inside a function), so the
+    protocols work without the recipe pages."""
+    import ast
+
+    offences = []
+    for path in sorted((REPO_ROOT / "src" / "adaptcl" / "evaluation").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+            elif isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            else:
+                continue
+            offences += [f"{path.name} imports {n}" for n in names
+                         if n == "adaptcl.recipes" or n.startswith("adaptcl.recipes.")]
+    assert not offences, offences
+    assert len(list((REPO_ROOT / "src" / "adaptcl" / "evaluation").rglob("*.py"))) >= 8
+
+
+def test_python_dash_m_adaptcl_is_the_command_line():
+    """``python -m adaptcl`` (what ``torchrun -m adaptcl simcse`` runs) is the ``adaptcl``
+    command: the version, and a user error's one line with exit status 2."""
+    import importlib.metadata
+
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT / "src")}
+    out = subprocess.run([sys.executable, "-m", "adaptcl", "--version"], capture_output=True,
+                         text=True, timeout=60, env=env)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == f"adaptcl {importlib.metadata.version('adaptcl')}"
+    out = subprocess.run([sys.executable, "-m", "adaptcl", "compare", "no-such.json", "--by",
+                          "seeds"], capture_output=True, text=True, timeout=60, env=env)
+    assert out.returncode == 2 and out.stderr.strip() == (
+        "adaptcl compare: error: no result file no-such.json")

@@ -1,4 +1,4 @@
-"""Crash-safe file writing, shared by the adapters and the recipes (imports no framework)."""
+"""Crash-safe file writing and the data root, shared by the layers above (imports no framework)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-__all__ = ["atomic_write"]
+__all__ = ["DATA_ENV", "atomic_write", "resolve_data_root"]
+
+DATA_ENV = "ADAPTCL_DATA"
 
 
 def _umask() -> int:
@@ -44,4 +46,20 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO[Any]], object], *,
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+    return path
+
+
+def resolve_data_root(data_root: str | os.PathLike | None) -> Path:
+    """Return the benchmark data root: the argument if given, else ``$ADAPTCL_DATA``.
+
+    Raises ``FileNotFoundError`` naming both ways to set it when neither points to a folder.
+    """
+    candidate = data_root if data_root is not None else os.environ.get(DATA_ENV)
+    if candidate is None:
+        raise FileNotFoundError(
+            f"no data root given: pass data_root=/--data-root or set ${DATA_ENV}"
+        )
+    path = Path(candidate).expanduser()
+    if not path.is_dir():
+        raise FileNotFoundError(f"data root {str(path)!r} is not a directory")
     return path

@@ -1,13 +1,12 @@
-"""The images recipe: data loading, evaluation helpers, configuration and a tiny real run."""
+"""The images recipe: data loading, configuration and a tiny real run (kNN and the linear probe:
+tests/evaluation/test_images.py)."""
 
 from __future__ import annotations
 
 import json
-import math
 
 import numpy as np
 import pytest
-import torch
 
 pytest.importorskip("lightly")
 pytest.importorskip("pytorch_lightning")
@@ -18,7 +17,6 @@ from adaptcl.recipes.image_data import (  # noqa: E402
     load_image_splits,
     load_npz_arrays,
 )
-from adaptcl.recipes.image_eval import knn_accuracy, linear_probe  # noqa: E402
 from adaptcl.recipes.images import PRESETS, ImagesConfig, ImagesRecipe  # noqa: E402
 
 # ---------------------------------------------------------------------------------------------
@@ -85,19 +83,8 @@ def test_npz_and_folder_sources_and_missing_data(tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------
-# evaluation helpers and configuration
+# configuration
 # ---------------------------------------------------------------------------------------------
-
-
-def test_knn_and_linear_probe_on_separable_features():
-    g = torch.Generator().manual_seed(0)
-    centers = 5 * torch.randn(4, 16, generator=g)
-    ytr, yte = torch.arange(400) % 4, torch.arange(100) % 4
-    xtr = centers[ytr] + torch.randn(400, 16, generator=g)
-    xte = centers[yte] + torch.randn(100, 16, generator=g)
-    assert knn_accuracy(xtr, ytr, xte, yte, 4, k=20) > 0.95
-    assert linear_probe(xtr, ytr, xte, yte, 4, epochs=20) > 0.95
-    assert math.isnan(linear_probe(xtr, ytr, xte, yte, 4, epochs=0))
 
 
 def test_presets_and_validation():

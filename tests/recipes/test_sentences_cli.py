@@ -83,7 +83,7 @@ def test_simcse_missing_model_is_one_line_before_any_work(tmp_path, shared_data)
 
 
 def test_sts_nan_encoder_is_one_line_exit_2_and_nothing_cached(tmp_path, shared_data):
-    done = _cli("sts", "--model", "tests.recipes._bow:nan_bow", "--model-id", "nan-bow",
+    done = _cli("sts", "--model", "tests.evaluation._bow:nan_bow", "--model-id", "nan-bow",
                 "--tasks", "STS13", "--data-root", str(shared_data), "--output-dir",
                 str(tmp_path / "out"), "--cache-dir", str(tmp_path / "cache"), "--no-progress")
     assert done.returncode == 2
@@ -96,7 +96,7 @@ def test_sts_nan_encoder_is_one_line_exit_2_and_nothing_cached(tmp_path, shared_
 def test_old_spellings_still_parse_with_a_note(tmp_path, shared_data, capsys):
     from adaptcl.cli import main
 
-    code = main(["transfer", "--model", "tests.recipes._bow:hashed_bow", "--tasks", "TREC",
+    code = main(["transfer", "--model", "tests.evaluation._bow:hashed_bow", "--tasks", "TREC",
                  "--limit", "60", "--kfold", "2", "--classifier", "sklearn", "--seed", "7",
                  "--num-threads", "1", "--out-dir", str(tmp_path / "o"), "--data-root",
                  str(shared_data), "--no-progress"])

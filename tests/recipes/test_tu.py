@@ -1,4 +1,4 @@
-"""The ``tu`` recipe: SVM protocol, data preparation, a tiny real run on MUTAG, resume, CLI."""
+"""The ``tu`` recipe: data preparation, a tiny real run on MUTAG, resume, CLI."""
 
 from __future__ import annotations
 
@@ -12,46 +12,8 @@ pytest.importorskip("sklearn")
 
 from adaptcl import cli  # noqa: E402
 from adaptcl.recipes import tu, tu_data  # noqa: E402
-from adaptcl.recipes.graph_eval import svm_cv_accuracy  # noqa: E402
 from adaptcl.recipes.template.errors import NonResultError
 from adaptcl.recipes.template.store import Cell
-
-# ---------------------------------------------------------------------------- SVM protocol
-
-
-def blobs(n: int = 120, d: int = 6, shift: float = 3.0, seed: int = 0):
-    rng = np.random.default_rng(seed)
-    y = np.arange(n) % 2
-    x = rng.normal(size=(n, d)) + shift * y[:, None]
-    return x, np.where(y == 1, "a", "b")  # string labels are encoded
-
-
-def test_svm_cv_protocol_on_separable_data():
-    x, y = blobs()
-    res = svm_cv_accuracy(x, y)
-    assert res["folds"] == 10 and len(res["fold_accuracies"]) == 10 and len(res["best_C"]) == 10
-    assert res["accuracy"] > 0.95
-    assert set(res["best_C"]) <= set(res["c_grid"])
-    again = svm_cv_accuracy(x, y)
-    assert again["fold_accuracies"] == res["fold_accuracies"]  # fixed CV seed: reproducible
-    lin = svm_cv_accuracy(x, y, classifier="linear", standardize=True, folds=5, inner_folds=3)
-    assert lin["accuracy"] > 0.95 and len(lin["fold_accuracies"]) == 5
-    unseeded = svm_cv_accuracy(x, y, cv_seed=None, search=False)
-    assert unseeded["best_C"] == [10.0] * 10
-
-
-def test_svm_cv_on_noise_is_near_chance_and_validates():
-    rng = np.random.default_rng(1)
-    x, y = rng.normal(size=(100, 4)), np.arange(100) % 2
-    res = svm_cv_accuracy(x, y, folds=5, inner_folds=3)
-    assert 0.2 < res["accuracy"] < 0.8
-    with pytest.raises(ValueError):
-        svm_cv_accuracy(x, y[:50])
-    with pytest.raises(ValueError):
-        svm_cv_accuracy(np.full((100, 4), np.nan), y)
-    with pytest.raises(ValueError):
-        svm_cv_accuracy(x, y, classifier="rbf-typo")
-
 
 # ------------------------------------------------------------------------------------ data
 

@@ -20,7 +20,6 @@ against the setting with std error bars per loss, and the paired difference with
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 from collections.abc import Sequence
 from pathlib import Path
@@ -29,8 +28,9 @@ from typing import Any
 from adaptcl.recipes.template.config import BOOKKEEPING
 from adaptcl.recipes.template.errors import RecipeError
 from adaptcl.recipes.template.files import read_json
-from adaptcl.recipes.template.plots import explain_empty, save_plot
-from adaptcl.recipes.template.report import summarize, summary_table, write_results
+from adaptcl.recipes.template.plots import draw_summaries, save_plot
+from adaptcl.recipes.template.provenance import same_data
+from adaptcl.recipes.template.report import read_results, summarize, summary_table, write_results
 from adaptcl.recipes.template.store import Cell, RunStore
 
 EXAMPLE = """for b in 32 64 128; do adaptcl images --batch-size $b --seeds 0 1 2 \\
@@ -38,26 +38,6 @@ EXAMPLE = """for b in 32 64 128; do adaptcl images --batch-size $b --seeds 0 1 2
 adaptcl compare results/sweep/b*/images_simclr_cpu.json --by batch_size \\
     --output-dir results/sweep
 adaptcl compare results/tu/MUTAG/results.json results/tu/DD/results.json --by datasets"""
-
-
-def load_result(path: str | Path) -> dict[str, Any]:
-    """A recipe's result JSON, checked to be one (``RecipeError`` naming the file otherwise)."""
-    return _read_result(Path(path))[0]
-
-
-def _read_result(path: Path) -> tuple[dict[str, Any], str]:
-    """:func:`load_result` and the SHA-256 of the same bytes (the file is read once)."""
-    try:
-        raw = path.read_bytes()
-        result = json.loads(raw)
-    except FileNotFoundError:
-        raise RecipeError(f"no result file {path}") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise RecipeError(f"{path} is not a readable result JSON ({err})") from None
-    missing = [k for k in ("recipe", "config", "summary") if k not in result]
-    if not isinstance(result, dict) or missing:
-        raise RecipeError(f"{path} is not a recipe result (missing {', '.join(missing)})")
-    return result, hashlib.sha256(raw).hexdigest()
 
 
 def _code_versions(path: Path, result: dict[str, Any]) -> set[str]:
@@ -103,18 +83,6 @@ def _sort_key(values: tuple, position: int) -> tuple:
     return (0, values, 0) if _numeric(values) else (1, (), position)
 
 
-def _same_data(a: Any, b: Any) -> bool:
-    """Whether two data fingerprints agree on the data both files used. A fingerprint per
-    dataset (a mapping of names to fingerprints, as ``tu`` and ``moleculenet`` write) need only
-    agree on the datasets both hold; a single fingerprint must be equal."""
-    def per_dataset(fp: Any) -> bool:
-        return isinstance(fp, dict) and bool(fp) and all(isinstance(v, dict) for v in fp.values())
-
-    if per_dataset(a) and per_dataset(b):
-        return all(a[name] == b[name] for name in set(a) & set(b))
-    return a == b
-
-
 def compare_results(paths: Sequence[str | Path], by: Sequence[str], *,
                     metrics: Sequence[str] | None = None, losses: Sequence[str] | None = None,
                     baseline: str | None = None, output_dir: str | Path = "results/compare",
@@ -138,7 +106,7 @@ def compare_results(paths: Sequence[str | Path], by: Sequence[str], *,
     by = list(by)
     if not by:
         raise RecipeError("--by needs at least one setting")
-    loaded = [_read_result(Path(p)) for p in paths]
+    loaded = [read_results(Path(p)) for p in paths]
     results = [result for result, _ in loaded]
     digests = {Path(p): digest for p, (_, digest) in zip(paths, loaded, strict=True)}
     first, first_path = results[0], Path(paths[0])
@@ -161,7 +129,7 @@ def compare_results(paths: Sequence[str | Path], by: Sequence[str], *,
                     f"{fixed.get(key)!r}); only the --by settings ({', '.join(by)}) may differ")
         data = (result.get("environment") or {}).get("data_fingerprint")
         for seen_path, seen in groups.values():  # every file before this one, the first included
-            if not _same_data(data, (seen.get("environment") or {}).get("data_fingerprint")):
+            if not same_data(data, (seen.get("environment") or {}).get("data_fingerprint")):
                 raise RecipeError(f"{path} was computed on other data than {seen_path} (data "
                                   "fingerprints differ)")
         code = _code_versions(path, result)
@@ -248,58 +216,13 @@ def compare_results(paths: Sequence[str | Path], by: Sequence[str], *,
     result["outputs"] = write_results(out, stem, result, header + body + foot)
     if plot:
         result["outputs"]["png"] = save_plot(
-            out / f"{stem}.png", lambda axes: _draw(axes, summaries, rows, methods, baseline,
-                                                    metrics, by, numeric=all(map(_numeric, order))),
+            out / f"{stem}.png", lambda axes: draw_summaries(
+                axes, summaries, rows, methods, baseline, metrics, by,
+                numeric=all(map(_numeric, order))),
             title=f"{first['recipe']}: {', '.join(metrics)} by {', '.join(by)}",
             ncols=len(metrics) + (1 if baseline is not None and len(methods) > 1 else 0),
             figsize=(5.0 * (len(metrics) + 1), 4.0))
     return result
-
-
-def _draw(axes, summaries, rows, methods, baseline, metrics, by, numeric=True) -> None:
-    positions = range(len(rows))
-    ticks = dict(xlabel=", ".join(by), xticks=list(positions),
-                 xticklabels=[r.split("=")[-1] if len(by) == 1 else r for r in rows])
-    width = 0.12
-    # categories (datasets) are not a scale: markers only, slanted names
-    style = {} if numeric else {"linestyle": "none"}
-    if not numeric:
-        for ax in axes:
-            ax.tick_params(axis="x", labelrotation=25)
-    for ax, metric in zip(axes, metrics, strict=False):
-        for i, method in enumerate(methods):
-            xs, ys, errs = [], [], []
-            for x, row in zip(positions, rows, strict=True):
-                stats = summaries[metric][row]["methods"].get(method)
-                if stats:
-                    xs.append(x + (i - (len(methods) - 1) / 2) * width)
-                    ys.append(stats["mean"])
-                    errs.append(stats["std"])
-            if xs:
-                ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=3, label=method, **style)
-        ax.set(title=f"{metric} (mean ± std over seeds)", **ticks)
-    if len(axes) > len(metrics):
-        ax = axes[-1]
-        head = metrics[0]
-        others = [m for m in methods if m != baseline]
-        for i, method in enumerate(others):
-            xs, ys, lo, hi = [], [], [], []
-            for x, row in zip(positions, rows, strict=True):
-                diff = summaries[head][row]["paired"].get(method)
-                if diff and diff["ci95"] is not None:
-                    xs.append(x + (i - (len(others) - 1) / 2) * width)
-                    ys.append(diff["mean"])
-                    lo.append(diff["mean"] - diff["ci95"][0])
-                    hi.append(diff["ci95"][1] - diff["mean"])
-            if xs:
-                ax.errorbar(xs, ys, yerr=[lo, hi], marker="s", capsize=3,
-                            label=f"{method} − {baseline}", **style)
-        if ax.lines:
-            ax.axhline(0.0, color="grey", linewidth=0.8, linestyle="--")
-        else:
-            explain_empty(ax, "no paired difference with an interval (needs two or more "
-                                     "common seeds)")
-        ax.set(title=f"{head}: paired difference, 95% CI", **ticks)
 
 
 class CompareCommand:

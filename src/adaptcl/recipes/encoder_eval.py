@@ -5,9 +5,11 @@ Both recipes are pages on :class:`~adaptcl.recipes.template.recipe.Recipe` whose
 encoder (named by its label, path-safe), the seed axis the classifier seed (``transfer``;
 ``sts`` has one cell per task, seed 0). This module holds their common half: the encoder
 options (:class:`EncoderEvalConfig`), the checks before any work (tasks, SentEval data files,
-the model and its alias), the encoder (:mod:`adaptcl.recipes.encoders`) and its identity, the
-identity of a cell, the paper-order table (``result["table"]``: one row, the paper's columns
-and ``Avg.``) and the result details; each recipe adds its tasks, its scoring and its protocol.
+the model and its alias), the encoder (:mod:`adaptcl.evaluation.senteval.encoders`) and its
+identity, the identity of a cell, the evaluation's refusals as the template's errors, the
+paper-order table (``result["table"]``: one row, the paper's columns and ``Avg.``) and the result
+details; each recipe adds its tasks, its scoring (:meth:`EncoderEvalRecipe.score`, with the
+protocol of :mod:`adaptcl.evaluation.senteval`) and its protocol's identity.
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar
 
-from adaptcl.recipes.encoders import POOLERS
+from adaptcl.evaluation.senteval.encoders import POOLERS
 from adaptcl.recipes.template.config import validate_config
+from adaptcl.recipes.template.errors import DivergedError, NonResultError
 from adaptcl.recipes.template.files import markdown_table
 from adaptcl.recipes.template.options import canonical_choice
 from adaptcl.recipes.template.recipe import Recipe
@@ -39,8 +42,8 @@ class EncoderEvalConfig:
 
     ``model`` is a sentence-transformers path or name, a Hugging Face path with ``pooler``, a
     ``"package.module:function"`` string, an alias of
-    :data:`~adaptcl.recipes.encoders.MODEL_ALIASES`, or (Python API) a callable
-    ``list[str] -> array`` or a :class:`~adaptcl.recipes.encoders.SentenceEncoder`.
+    :data:`~adaptcl.evaluation.senteval.encoders.MODEL_ALIASES`, or (Python API) a callable
+    ``list[str] -> array`` or a :class:`~adaptcl.evaluation.senteval.encoders.SentenceEncoder`.
     """
 
     model: str | Callable[[list[str]], Any] | None = None
@@ -101,7 +104,7 @@ class EncoderEvalRecipe(Recipe):
 
     A subclass sets ``name``, ``config_class``, ``tasks`` (and ``columns``, the paper's name of
     each task), ``metrics`` (the headline first, already in the table's unit) and ``code``, and
-    fills in :meth:`compute`, :meth:`protocol`, :meth:`describe` and :meth:`notes`.
+    fills in :meth:`score`, :meth:`protocol`, :meth:`describe` and :meth:`notes`.
     """
 
     tasks: ClassVar[tuple[str, ...]] = ()
@@ -134,8 +137,8 @@ class EncoderEvalRecipe(Recipe):
     def prepare(self) -> None:
         """The model (an alias resolved), the SentEval folder and each task's fingerprint, the
         device and the encoder; a missing model, file or a bad option is a one-line error."""
-        from adaptcl.recipes.encoders import MODEL_ALIASES, build_encoder, resolve_model
-        from adaptcl.recipes.senteval_data import downstream_dir, task_files
+        from adaptcl.evaluation.senteval.data import downstream_dir, task_files
+        from adaptcl.evaluation.senteval.encoders import MODEL_ALIASES, build_encoder, resolve_model
         from adaptcl.recipes.template.provenance import fingerprint_files
         from adaptcl.recipes.template.torch_env import resolve_device
 
@@ -171,6 +174,23 @@ class EncoderEvalRecipe(Recipe):
         :meth:`protocol` (what else determines the cell's record)."""
         return {"encoder": self.encoder_identity, "code": self._code, "task": cell.dataset,
                 "data": self.fingerprints[cell.dataset], **self.protocol(cell)}
+
+    def compute(self, cell: Cell) -> dict[str, Any]:
+        """:meth:`score` with the evaluation's refusals as the template's errors: NaN/inf
+        embeddings (``NonFiniteError``) a :class:`DivergedError`, another refusal (constant
+        embeddings or scores, a ``ValueError``) a :class:`NonResultError`; same message."""
+        from adaptcl.plugins.validation import NonFiniteError
+
+        try:
+            return self.score(cell)
+        except NonFiniteError as err:
+            raise DivergedError(str(err)) from err
+        except ValueError as err:
+            raise NonResultError(str(err)) from err
+
+    def score(self, cell: Cell) -> dict[str, Any]:
+        """The record of one cell: ``metrics`` and the task's full result (``task``)."""
+        raise NotImplementedError(f"{type(self).__name__} must define score(cell)")
 
     def trains(self, cell: Cell) -> bool:
         return False  # a frozen encoder: no optimisation step

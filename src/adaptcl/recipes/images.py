@@ -4,7 +4,7 @@ SimCLR, MoCo v2, SimSiam, Barlow Twins or ASCL-MoCo (:mod:`adaptcl.adapters.ligh
 with one or more losses on CIFAR-10 or an image folder (:mod:`adaptcl.recipes.image_data`),
 trained by Lightning's ``Trainer`` (device, precision, devices/strategy, logger), then the
 frozen backbone scored by Lightly's weighted kNN and a linear probe
-(:mod:`adaptcl.recipes.image_eval`). Each (loss, seed) is a cell of the run store; an
+(:mod:`adaptcl.evaluation.images`). Each (loss, seed) is a cell of the run store; an
 unfinished one resumes from its ``last.ckpt`` (weights, optimiser, loss statistics, MoCo/ASCL
 queues, training time; not the data order of the interrupted epoch).
 
@@ -28,9 +28,10 @@ from adaptcl.adapters.lightning.methods import (
     METHODS,
     check_method_loss,
 )
+from adaptcl.io import resolve_data_root
 from adaptcl.recipes.template.config import validate_config
 from adaptcl.recipes.template.errors import DivergedError, require_steps
-from adaptcl.recipes.template.files import resolve_data_root, torch_load_checked
+from adaptcl.recipes.template.files import torch_load_checked
 from adaptcl.recipes.template.loggers import lightning_logger
 from adaptcl.recipes.template.plots import explain_empty
 from adaptcl.recipes.template.provenance import stable_hash
@@ -54,7 +55,7 @@ PRESETS: dict[str, dict[str, Any]] = {
                   npz_variant="jpeg", hidden_dim=512, output_dim=128, queue_size=4096,
                   linear_epochs=100, linear_batch_size=128, linear_lr=0.02, knn_every=10),
 }
-CODE = ("adaptcl.recipes.images", "adaptcl.recipes.image_eval", "adaptcl.adapters.lightly",
+CODE = ("adaptcl.recipes.images", "adaptcl.evaluation.images", "adaptcl.adapters.lightly",
         "adaptcl.adapters.lightning.modules", "adaptcl.adapters.lightning.factory",
         "adaptcl.adapters.lightning.methods", "adaptcl.plugins")
 
@@ -184,8 +185,8 @@ def run_one(cfg: ImagesConfig, splits, cell: Cell, run_dir: Path,
     from torch.utils.data import DataLoader
 
     from adaptcl.adapters.lightning.factory import TrainingClock, ssl_transforms
+    from adaptcl.evaluation.images import evaluate_backbone
     from adaptcl.plugins.validation import NonFiniteError
-    from adaptcl.recipes.image_eval import evaluate_backbone
 
     last_ckpt = run_dir / "last.ckpt"
     for stale in run_dir.glob(".*.tmp"):  # temporary file of a write that was killed

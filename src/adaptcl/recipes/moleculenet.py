@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from adaptcl.io import resolve_data_root
 from adaptcl.recipes.graph_common import draw_pretraining_curves, paper_columns
 from adaptcl.recipes.moleculenet_train import (
     finetune_one,
@@ -34,7 +35,6 @@ from adaptcl.recipes.moleculenet_train import (
     pretrain_loss,
 )
 from adaptcl.recipes.template.config import validate_config
-from adaptcl.recipes.template.files import resolve_data_root
 from adaptcl.recipes.template.loggers import metric_logger
 from adaptcl.recipes.template.options import canonical_choice
 from adaptcl.recipes.template.provenance import code_version, fingerprint_files, stable_hash
@@ -70,7 +70,7 @@ _FINETUNE_FIELDS = ("finetune_epochs", "batch_size", "lr", "weight_decay", "drop
                     "num_layers", "emb_dim", "jk", "max_molecules", "frac_train", "frac_valid",
                     "precision")
 CODE = ("adaptcl.recipes.moleculenet", "adaptcl.recipes.moleculenet_train",
-        "adaptcl.recipes.graph_common", "adaptcl.recipes.graph_eval", "adaptcl.adapters.graphcl",
+        "adaptcl.recipes.graph_common", "adaptcl.evaluation.graphs", "adaptcl.adapters.graphcl",
         "adaptcl.plugins")
 PAPER = {"datasets": list(ALL_DATASETS), "seeds": list(range(10)), "pretrain_molecules": None,
          "pretrain_epochs": 100, "finetune_epochs": 100, "emb_dim": 300}

@@ -14,12 +14,9 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from adaptcl.io import resolve_data_root
 from adaptcl.recipes.template.errors import RecipeError, require_steps
-from adaptcl.recipes.template.files import (
-    resolve_data_root,
-    torch_load_checked,
-    torch_save_atomic,
-)
+from adaptcl.recipes.template.files import torch_load_checked, torch_save_atomic
 from adaptcl.recipes.template.loggers import metric_logger
 from adaptcl.recipes.template.torch_env import loader_options, resolve_device, seed_everything
 
@@ -151,8 +148,8 @@ def load_split_dataset(cfg: MoleculeNetConfig, name: str):
 
 def evaluate(model, graphs, device: str = "cpu") -> dict[str, Any]:
     """Multi-task ROC-AUC of ``model`` (eval mode, no gradient) on a list of labelled graphs."""
+    from adaptcl.evaluation.graphs import multitask_roc_auc
     from adaptcl.recipes.graph_common import embed_graphs
-    from adaptcl.recipes.graph_eval import multitask_roc_auc
 
     model.eval()
     scores, labels = embed_graphs(model, graphs, device=device,
@@ -166,8 +163,8 @@ def finetune_one(cfg: MoleculeNetConfig, cell: Cell, dataset, split,
     import torch
     from torch_geometric.loader import DataLoader
 
+    from adaptcl.evaluation.graphs import masked_bce_loss
     from adaptcl.recipes.graph_common import train_epochs
-    from adaptcl.recipes.graph_eval import masked_bce_loss
 
     train, valid, test = ([dataset[i] for i in part] for part in split)
     seed_everything(cell.seed)

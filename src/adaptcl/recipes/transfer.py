@@ -2,7 +2,7 @@
 
 MR, CR, SUBJ, MPQA, SST2, TREC and MRPC, each scored by SentEval's logistic-regression probe
 with SimCSE's parameter sets (``fasttest``: 5-fold, RMSprop; ``test``: 10-fold, Adam); the
-protocol is :mod:`adaptcl.recipes.transfer_eval` (Conneau & Kiela, 2018; Gao et al., 2021).
+protocol is :mod:`adaptcl.evaluation.senteval.transfer` (Conneau & Kiela, 2018; Gao et al., 2021).
 Every (task, encoder, seed) is a cell, reused only for the same encoder identity, task files,
 protocol, seed and code; ``--seeds`` are the classifier seeds (SentEval's 1111 by default), and
 with several the table shows mean ± std. Non-finite or constant features are refused.
@@ -23,15 +23,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from adaptcl.recipes.encoder_eval import EncoderEvalConfig, EncoderEvalRecipe, log
-from adaptcl.recipes.template.store import Cell, GridRun
-from adaptcl.recipes.transfer_eval import (
+from adaptcl.evaluation.senteval.transfer import (
     CLASSIFIERS,
     MRPC_FEATURES,
     PARAM_SETS,
     TRANSFER_TASKS,
     Probe,
 )
+from adaptcl.recipes.encoder_eval import EncoderEvalConfig, EncoderEvalRecipe, log
+from adaptcl.recipes.template.store import Cell, GridRun
 
 TABLE_COLUMNS: tuple[str, ...] = TRANSFER_TASKS + ("Avg.",)
 BACKENDS = ("adaptcl", "senteval")
@@ -79,9 +79,9 @@ class TransferRecipe(EncoderEvalRecipe):
     name, config_class, tasks, columns = "transfer", TransferConfig, TRANSFER_TASKS, {}
     metrics, example = ("acc", "devacc"), EXAMPLE
     title = "SentEval transfer tasks: test accuracy (%) of a logistic-regression probe"
-    code = ("adaptcl.recipes.transfer", "adaptcl.recipes.transfer_eval",
-            "adaptcl.recipes.encoder_eval", "adaptcl.recipes.encoders",
-            "adaptcl.recipes.senteval_data")
+    code = ("adaptcl.recipes.transfer", "adaptcl.recipes.encoder_eval",
+            "adaptcl.evaluation.senteval.transfer", "adaptcl.evaluation.senteval.encoders",
+            "adaptcl.evaluation.senteval.data")
     choices = EncoderEvalRecipe.choices | {
         "tasks": TRANSFER_TASKS, "params": tuple(PARAM_SETS), "classifier": CLASSIFIERS,
         "backend": BACKENDS, "mrpc_features": MRPC_FEATURES}
@@ -108,8 +108,8 @@ class TransferRecipe(EncoderEvalRecipe):
             identity["backend"] = self.config.backend
         return {"protocol": identity, "seed": cell.seed}
 
-    def compute(self, cell: Cell) -> dict[str, Any]:
-        from adaptcl.recipes.transfer_eval import evaluate_task, senteval_engine
+    def score(self, cell: Cell) -> dict[str, Any]:
+        from adaptcl.evaluation.senteval.transfer import evaluate_task, senteval_engine
 
         cfg = self.config
         probe = cfg.probe(cell.seed)

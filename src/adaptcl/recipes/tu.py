@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from adaptcl.io import resolve_data_root
 from adaptcl.recipes.graph_common import draw_pretraining_curves, paper_columns
 from adaptcl.recipes.template.config import result_settings, validate_config
 from adaptcl.recipes.template.errors import require_steps, user_errors
-from adaptcl.recipes.template.files import resolve_data_root
 from adaptcl.recipes.template.loggers import metric_logger
 from adaptcl.recipes.template.options import (
     config_kwargs,
@@ -63,7 +63,7 @@ PAPER_TABLE4: dict[str, dict[str, tuple[float, float]]] = {
     "DD": {"dcl": (78.62, 0.40), "macl": (78.80, 0.66)},
     "IMDB-BINARY": {"dcl": (71.14, 0.44), "macl": (71.42, 1.05)},
 }
-CODE = ("adaptcl.recipes.tu", "adaptcl.recipes.tu_data", "adaptcl.recipes.graph_common", "adaptcl.recipes.graph_eval",
+CODE = ("adaptcl.recipes.tu", "adaptcl.recipes.tu_data", "adaptcl.recipes.graph_common", "adaptcl.evaluation.graphs",
         "adaptcl.adapters.graphcl", "adaptcl.plugins")
 
 
@@ -165,8 +165,8 @@ def run_one(cfg: TUConfig, cell: Cell, graphs, in_dim: int, logger=None) -> dict
     from torch_geometric.loader import DataLoader
 
     from adaptcl.adapters.graphcl import GraphCL, TUGINEncoder, TwoViewDataset
+    from adaptcl.evaluation.graphs import svm_cv_accuracy
     from adaptcl.recipes.graph_common import embed_graphs, train_epochs
-    from adaptcl.recipes.graph_eval import svm_cv_accuracy
 
     seed_everything(cell.seed)
     device = resolve_device(cfg.device)

@@ -7,7 +7,10 @@ sentence-transformers; :func:`adaptcl.adapters.sentence_transformers.build_simcs
 
 from __future__ import annotations
 
-__all__ = ["LOSSES", "PAPER_CONFIGS", "POOLERS"]
+import json
+from pathlib import Path
+
+__all__ = ["LOSSES", "PAPER_CONFIGS", "PAPER_FAMILIES", "POOLERS", "paper_family"]
 
 #: SimCSE's poolers (Gao et al. 2021): the CLS vector with (``cls``) or without
 #: (``cls_before_pooler``) the training-only MLP, the mean of the last layer's tokens (``avg``),
@@ -23,3 +26,15 @@ PAPER_CONFIGS: dict[str, dict[str, float | int]] = {
     "roberta": {"learning_rate": 1e-5, "batch_size": 64, "max_seq_length": 32, "epochs": 1.0,
                 "eval_steps": 125},
 }
+#: the model families of :data:`PAPER_CONFIGS`
+PAPER_FAMILIES = tuple(PAPER_CONFIGS)
+
+
+def paper_family(model: str) -> str:
+    """``roberta`` when the model (its ``config.json`` or its name) is a RoBERTa, else ``bert``:
+    the key of its :data:`PAPER_CONFIGS`."""
+    config = Path(model) / "config.json"
+    if config.is_file():
+        model_type = json.loads(config.read_text(encoding="utf-8")).get("model_type", "")
+        return "roberta" if "roberta" in model_type else "bert"
+    return "roberta" if "roberta" in model.lower() else "bert"

@@ -1,4 +1,4 @@
-"""Files a recipe reads and writes: the data root, atomic JSON/text/figure/checkpoint writes,
+"""Files a recipe reads and writes: atomic JSON/text/figure/checkpoint writes,
 markdown tables, and derived files (caches, processed data) that are rebuilt when corrupt."""
 
 from __future__ import annotations
@@ -13,24 +13,6 @@ from pathlib import Path
 from typing import Any
 
 from adaptcl.io import atomic_write
-
-DATA_ENV = "ADAPTCL_DATA"
-
-
-def resolve_data_root(data_root: str | os.PathLike | None) -> Path:
-    """Return the benchmark data root: the argument if given, else ``$ADAPTCL_DATA``.
-
-    Raises ``FileNotFoundError`` naming both ways to set it when neither points to a folder.
-    """
-    candidate = data_root if data_root is not None else os.environ.get(DATA_ENV)
-    if candidate is None:
-        raise FileNotFoundError(
-            f"no data root given: pass data_root=/--data-root or set ${DATA_ENV}"
-        )
-    path = Path(candidate).expanduser()
-    if not path.is_dir():
-        raise FileNotFoundError(f"data root {str(path)!r} is not a directory")
-    return path
 
 
 def check_output_dir(path: str | os.PathLike, option: str = "--output-dir") -> Path:

@@ -1,4 +1,5 @@
-"""A recipe's figure: drawn by the recipe, saved atomically, every empty panel saying why."""
+"""A recipe's figure: drawn by the recipe, saved atomically, every empty panel saying why; the
+figure of a summary over a setting (mean ± std per loss and the paired difference)."""
 
 from __future__ import annotations
 
@@ -52,3 +53,56 @@ def _fit(text: str, ax: Any, *, fontsize: float) -> str:
 def explain_empty(ax: Any, reason: str) -> None:
     """Mark a plot panel as intentionally empty, with the reason shown in the figure."""
     ax._adaptcl_empty_reason = reason
+
+
+def draw_summaries(axes: list[Any], summaries: dict[str, Any], rows: list[str],
+                   methods: list[str], baseline: str | None, metrics: list[str],
+                   by: list[str], numeric: bool = True) -> None:
+    """Each metric's :func:`~adaptcl.recipes.template.report.summarize` over ``rows`` (mean ±
+    std per method, one panel each) and, on a last panel when there is one, the head metric's
+    paired difference to ``baseline`` with its 95% CI; ``by`` names the x axis (the setting
+    the rows differ in). ``numeric=False``: the rows are categories (markers only).
+    """
+    ticks = dict(xlabel=", ".join(by), xticks=list(range(len(rows))),
+                 xticklabels=[r.split("=")[-1] if len(by) == 1 else r for r in rows])
+    # categories (datasets) are not a scale: markers only, slanted names
+    style = {} if numeric else {"linestyle": "none"}
+    if not numeric:
+        for ax in axes:
+            ax.tick_params(axis="x", labelrotation=25)
+
+    def series(ax, names, point, marker, label) -> None:
+        """One error-bar line per name, side by side at each row; ``point(name, row)`` is
+        (value, error below, error above) or ``None`` (no point)."""
+        for i, name in enumerate(names):
+            points = [(x + (i - (len(names) - 1) / 2) * 0.12, p) for x, row in enumerate(rows)
+                      if (p := point(name, row)) is not None]
+            if points:
+                ax.errorbar([x for x, _ in points], [p[0] for _, p in points],
+                            yerr=[[p[1] for _, p in points], [p[2] for _, p in points]],
+                            marker=marker, capsize=3, label=label(name), **style)
+
+    for ax, metric in zip(axes, metrics, strict=False):
+        def spread(method, row, metric=metric):
+            stats = summaries[metric][row]["methods"].get(method)
+            return (stats["mean"], stats["std"], stats["std"]) if stats else None
+
+        series(ax, methods, spread, "o", str)
+        ax.set(title=f"{metric} (mean ± std over seeds)", **ticks)
+    if len(axes) > len(metrics):
+        ax, head = axes[-1], metrics[0]
+
+        def interval(method, row):
+            diff = summaries[head][row]["paired"].get(method)
+            if not diff or diff["ci95"] is None:
+                return None
+            return diff["mean"], diff["mean"] - diff["ci95"][0], diff["ci95"][1] - diff["mean"]
+
+        series(ax, [m for m in methods if m != baseline], interval, "s",
+               lambda method: f"{method} − {baseline}")
+        if ax.lines:
+            ax.axhline(0.0, color="grey", linewidth=0.8, linestyle="--")
+        else:
+            explain_empty(ax, "no paired difference with an interval (needs two or more "
+                              "common seeds)")
+        ax.set(title=f"{head}: paired difference, 95% CI", **ticks)

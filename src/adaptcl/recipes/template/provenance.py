@@ -55,6 +55,18 @@ def fingerprint_files(paths: Iterable[str | os.PathLike], root: str | os.PathLik
     return {"sha256": digest.hexdigest(), "files": len(files), "bytes": total}
 
 
+def same_data(a: Any, b: Any) -> bool:
+    """Whether two data fingerprints agree on the data both results used. A fingerprint per
+    dataset (a mapping of names to fingerprints, as ``tu`` and ``moleculenet`` write) need only
+    agree on the datasets both hold; a single fingerprint must be equal."""
+    def per_dataset(fp: Any) -> bool:
+        return isinstance(fp, dict) and bool(fp) and all(isinstance(v, dict) for v in fp.values())
+
+    if per_dataset(a) and per_dataset(b):
+        return all(a[name] == b[name] for name in set(a) & set(b))
+    return a == b
+
+
 def code_version(*modules: str) -> dict[str, Any]:
     """The code that determines a result: adaptcl's version and a hash of ``modules``' sources."""
     digest = hashlib.sha256()

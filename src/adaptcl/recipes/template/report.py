@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from adaptcl.recipes.template.errors import RecipeError
 from adaptcl.recipes.template.files import (
     markdown_table,
     mean_std,
@@ -260,6 +263,26 @@ def write_results(out_dir: str | os.PathLike, stem: str, result: Mapping[str, An
     write_json_atomic(paths["json"], result)
     write_text_atomic(paths["markdown"], head + markdown.rstrip("\n") + "\n" + foot)
     return {k: str(v) for k, v in paths.items()}
+
+
+def read_results(path: str | os.PathLike) -> tuple[dict[str, Any], str]:
+    """A result JSON that :func:`write_results` wrote, and the SHA-256 of its bytes (read once).
+
+    Raises :class:`~adaptcl.recipes.template.errors.RecipeError` naming the file when it is
+    missing, unreadable, or not a recipe's result (no ``recipe``, ``config`` or ``summary``).
+    """
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+        result = json.loads(raw)
+    except FileNotFoundError:
+        raise RecipeError(f"no result file {path}") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise RecipeError(f"{path} is not a readable result JSON ({err})") from None
+    missing = [k for k in ("recipe", "config", "summary") if k not in result]
+    if not isinstance(result, dict) or missing:
+        raise RecipeError(f"{path} is not a recipe result (missing {', '.join(missing)})")
+    return result, hashlib.sha256(raw).hexdigest()
 
 
 def _short_fingerprint(fingerprint: Any) -> str:

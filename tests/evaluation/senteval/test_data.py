@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from adaptcl.recipes import senteval_data as sd
+from adaptcl.evaluation.senteval import data as sd
 
 STS_COUNTS = {"STS12": 3108, "STS13": 1500, "STS14": 3750, "STS15": 3000, "STS16": 1186}
 STS_SUBSET_COUNTS = {

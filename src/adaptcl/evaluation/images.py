@@ -1,4 +1,4 @@
-"""Evaluation of a frozen image backbone for the ``images`` recipe: weighted kNN and a linear probe.
+"""Evaluation of a frozen image backbone: weighted kNN and a linear probe (the ``images`` recipe's).
 
 :func:`evaluate_backbone` extracts the features of the un-augmented training and test images
 once and scores them with Lightly's weighted kNN (:func:`knn_accuracy`) and, if asked, a linear
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from adaptcl.recipes.template.errors import check_embeddings
+from adaptcl.evaluation.checks import check_embeddings
 
 
 def knn_accuracy(train_x, train_y, test_x, test_y, num_classes: int, k: int = 200,
@@ -68,7 +68,7 @@ def evaluate_backbone(module: Any, bank_loader: Any, test_loader: Any, num_class
 
     ``cfg`` supplies ``knn_k``, ``knn_t``, ``linear_epochs``, ``linear_batch_size``,
     ``linear_lr`` and ``progress``; ``seed`` seeds the probe; constant or non-finite features
-    are refused (named by ``where``).
+    are refused (named by ``where``; :func:`adaptcl.evaluation.checks.check_embeddings`).
     """
     from adaptcl.adapters.lightning.modules import extract_features
 

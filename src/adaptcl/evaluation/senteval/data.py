@@ -12,7 +12,7 @@ UTF-8 BOM of the MRPC files (it sits in the skipped header line), STS pairs with
 (skipped), and empty lines in CR and MPQA (kept, as empty sentences, and counted).
 
 The readers return file order; SentEval's sort by sentence length (which fixes its
-cross-validation folds) is applied by :mod:`adaptcl.recipes.transfer_eval`.
+cross-validation folds) is applied by :mod:`adaptcl.evaluation.senteval.transfer`.
 
 The root may be any of: the ``downstream`` folder itself, a folder holding ``downstream/``
 (SentEval's ``PATH_TO_DATA``), or a folder holding ``senteval/downstream/`` (the project's shared
@@ -21,7 +21,7 @@ naming it.
 
 Example::
 
-    from adaptcl.recipes.senteval_data import load_sts_year, load_binary
+    from adaptcl.evaluation.senteval.data import load_sts_year, load_binary
 
     subsets = load_sts_year("/data", "STS12")       # {"MSRpar": SentencePairs, ...}
     sum(len(s) for s in subsets.values())            # 3108
@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from adaptcl.recipes.template.files import resolve_data_root
+from adaptcl.io import resolve_data_root
 
 # SentEval's subset lists (senteval/sts.py), in SentEval's order.
 STS_SUBSETS: dict[str, tuple[str, ...]] = {

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from adaptcl.recipes.encoders import check_embeddings, encode_checked, import_extra
+from adaptcl.evaluation.senteval.encoders import check_embeddings, encode_checked, import_extra
 
 if TYPE_CHECKING:
     import torch
@@ -66,7 +66,7 @@ SKLEARN_REGS_INNER: tuple[float, ...] = tuple(2.0**t for t in range(-2, 4))
 SKLEARN_REGS_KFOLD: tuple[float, ...] = tuple(2.0**t for t in range(-1, 6))
 MRPC_FEATURES = ("senteval", "full")
 CLASSIFIERS = ("torch", "sklearn")
-log = logging.getLogger("adaptcl.recipes")
+log = logging.getLogger("adaptcl.evaluation")
 # SentEval's optimizer names -> torch.optim classes (looked up lazily: the CLI parser imports
 # this module, and must not import torch)
 _OPTIMIZERS = {"adam": "Adam", "rmsprop": "RMSprop", "sgd": "SGD", "adagrad": "Adagrad",
@@ -325,7 +325,7 @@ def _sorted_single(data, probe: Probe, salt: int) -> tuple[list[str], np.ndarray
 
 
 def evaluate_binary(encoder, task: str, root: Path, probe: Probe) -> dict[str, Any]:
-    from adaptcl.recipes.senteval_data import load_binary
+    from adaptcl.evaluation.senteval.data import load_binary
 
     sentences, labels = _sorted_single(load_binary(root, task), probe, 0)
     X = encode_checked(encoder, sentences, task)
@@ -334,7 +334,7 @@ def evaluate_binary(encoder, task: str, root: Path, probe: Probe) -> dict[str, A
 
 
 def evaluate_sst2(encoder, root: Path, probe: Probe) -> dict[str, Any]:
-    from adaptcl.recipes.senteval_data import load_sst2
+    from adaptcl.evaluation.senteval.data import load_sst2
 
     X, y = {}, {}
     for salt, split in enumerate(("train", "dev", "test")):
@@ -345,7 +345,7 @@ def evaluate_sst2(encoder, root: Path, probe: Probe) -> dict[str, Any]:
 
 
 def evaluate_trec(encoder, root: Path, probe: Probe) -> dict[str, Any]:
-    from adaptcl.recipes.senteval_data import TREC_CLASSES, load_trec
+    from adaptcl.evaluation.senteval.data import TREC_CLASSES, load_trec
 
     data = {}
     for salt, split in enumerate(("train", "test")):
@@ -366,7 +366,7 @@ def mrpc_features(a: np.ndarray, b: np.ndarray, kind: str = "senteval") -> np.nd
 
 
 def evaluate_mrpc(encoder, root: Path, probe: Probe) -> dict[str, Any]:
-    from adaptcl.recipes.senteval_data import load_mrpc
+    from adaptcl.evaluation.senteval.data import load_mrpc
 
     metrics = import_extra("sklearn.metrics", "recipes")
     data = {}

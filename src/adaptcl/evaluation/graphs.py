@@ -1,4 +1,4 @@
-"""Evaluation protocols of the graph recipes: the SVM of ``tu``, the ROC-AUC of ``moleculenet``.
+"""Evaluation of graph embeddings: the SVM of ``tu``, the multi-task ROC-AUC of ``moleculenet``.
 
 :func:`masked_bce_loss` and :func:`multitask_roc_auc` are Hu et al.'s (ICLR 2020) multi-task
 fine-tuning loss and metric, used by ``moleculenet``. The rest of this page is the SVM
