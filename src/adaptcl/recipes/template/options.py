@@ -17,8 +17,15 @@ from adaptcl.recipes.template.torch_env import PRECISIONS
 from adaptcl.registry import canonical_loss_name, loss_help
 
 
-def deprecation_note(message: str) -> None:
+def note(message: str) -> None:
+    """One line on stderr, ``adaptcl: note: <message>``: something the user should know that is
+    not an error (a repeated value dropped, a cell another process is computing)."""
     print(f"adaptcl: note: {message}", file=sys.stderr, flush=True)
+
+
+def deprecation_note(message: str) -> None:
+    """A :func:`note` that an old spelling was used (and what replaces it)."""
+    note(message)
 
 
 class _DeprecatedAlias(argparse.Action):
