@@ -87,16 +87,29 @@ class RunStore:
         return self.root / cell.dataset / cell.method / f"seed{cell.seed}.json"
 
     def load(self, cell: Cell, identity: Mapping[str, Any]) -> dict[str, Any] | None:
-        """The stored record of ``cell`` if it was computed with ``identity``; else ``None``."""
+        """The stored record of ``cell`` if it was computed with ``identity``; else ``None``.
+
+        A record of another identity is moved to ``runs/superseded/``; one that cannot be read
+        (truncated, not JSON, not a run record) too, and it is named on stderr in one line.
+        """
         path = self.path(cell)
         if not path.is_file():
             return None
         try:
             stored = read_json(path)
-            matches = stored.get("identity_hash") == stable_hash(identity)
-        except (ValueError, OSError, AttributeError):
-            matches, stored = False, None
-        if matches and stored is not None:
+            if not (isinstance(stored, dict) and isinstance(stored.get("record"), dict)
+                    and isinstance(stored.get("identity_hash"), str)):
+                raise ValueError("not a run record")
+        except FileNotFoundError:  # another process set it aside meanwhile
+            return None
+        except (ValueError, OSError) as err:
+            target = self._set_aside(path)
+            if target is not None:
+                print(f"adaptcl: run record at {path} is corrupt or truncated "
+                      f"({type(err).__name__}: {_first_line(err)}); moved to {target} and "
+                      "recomputed", file=sys.stderr, flush=True)
+            return None
+        if stored["identity_hash"] == stable_hash(identity):
             return stored["record"]
         self._set_aside(path)
         return None
@@ -131,14 +144,21 @@ class RunStore:
                                                    "identity_hash": stable_hash(identity),
                                                    "record": dict(record)})
 
-    def _set_aside(self, path: Path) -> None:
+    def _set_aside(self, path: Path) -> Path | None:
+        """Move ``path`` under ``runs/superseded/<time>/``; ``None`` if it is gone already."""
         target = self.root / "superseded" / self._stamp / path.relative_to(self.root)
         target.parent.mkdir(parents=True, exist_ok=True)
         try:
             os.replace(path, target)
         except FileNotFoundError:  # another process (same settings) set it aside first
-            return
+            return None
         self.superseded.append(str(target))
+        return target
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else ""
 
 
 LOCKS_DIR = ".locks"
