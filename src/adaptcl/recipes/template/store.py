@@ -140,6 +140,10 @@ class RunStore:
             lock.release()
 
     def save(self, cell: Cell, identity: Mapping[str, Any], record: Mapping[str, Any]) -> Path:
+        """Store ``record``; a record already there (a forced recompute) is moved aside first,
+        so no record is ever overwritten."""
+        if self.path(cell).exists():
+            self._set_aside(self.path(cell))
         return write_json_atomic(self.path(cell), {"identity": dict(identity),
                                                    "identity_hash": stable_hash(identity),
                                                    "record": dict(record)})
@@ -363,7 +367,7 @@ def run_grid(recipe: str, out_dir: str | os.PathLike, cells: Sequence[Cell], *,
              compute: Callable[[Cell], dict[str, Any] | None] | None,
              trains: Callable[[Cell], bool] | bool = True,
              on_record: Callable[[GridRun], None] | None = None,
-             progress_bar: bool = True) -> GridRun:
+             progress_bar: bool = True, reuse: bool = True) -> GridRun:
     """Compute every cell whose stored record is missing or stale; reuse the others.
 
     ``identity(cell)`` returns everything that determines the cell's result (JSON-able);
@@ -377,6 +381,10 @@ def run_grid(recipe: str, out_dir: str | os.PathLike, cells: Sequence[Cell], *,
     other :class:`~adaptcl.recipes.template.errors.NonResultError` (no optimisation step, no
     metrics) stops the run. ``on_record`` is called after each cell computed or diverged while
     there is at least one record (to rewrite partial result files).
+
+    ``reuse=False`` recomputes every cell even when a matching record is stored (``--no-cache``);
+    the old record stays in place until the new one is stored, then moves to
+    ``runs/superseded/`` (listed in :attr:`GridRun.superseded`); a cell that diverges keeps it.
     """
     git_commit()  # the commit the runs start from (cached for the result's environment)
     store = RunStore(out_dir)
@@ -391,7 +399,7 @@ def run_grid(recipe: str, out_dir: str | os.PathLike, cells: Sequence[Cell], *,
     try:
         _collect_and_compute(recipe, store, grid, compute=compute, trains=trains,
                              on_record=on_record, progress_bar=progress_bar, start=start,
-                             active=active)
+                             active=active, reuse=reuse)
     finally:
         if active is not None:
             active.unregister()
@@ -404,10 +412,10 @@ def _collect_and_compute(recipe: str, store: RunStore, grid: GridRun, *,
                          compute: Callable[[Cell], dict[str, Any] | None] | None,
                          trains: Callable[[Cell], bool] | bool,
                          on_record: Callable[[GridRun], None] | None, progress_bar: bool,
-                         start: float, active: ActiveRuns | None) -> None:
+                         start: float, active: ActiveRuns | None, reuse: bool) -> None:
     todo: list[Cell] = []
     for cell in grid.cells:
-        record = store.load(cell, grid.identities[cell])
+        record = store.load(cell, grid.identities[cell]) if reuse else None
         if record is not None:
             grid.records[cell] = record
             grid.reused.append(cell)
@@ -424,7 +432,7 @@ def _collect_and_compute(recipe: str, store: RunStore, grid: GridRun, *,
             lock = (contextlib.nullcontext() if active is None
                     else store.cell_lock(cell, waiting=lambda c=cell: _waiting_note(active, c)))
             with lock:
-                if active is not None:  # another process may have stored it meanwhile
+                if reuse and active is not None:  # another process may have stored it meanwhile
                     record = store.load(cell, grid.identities[cell])
                     if record is not None:
                         grid.records[cell] = record
