@@ -50,7 +50,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from adaptcl.recipes.template.errors import DivergedError, RecipeError, check_record
+from adaptcl.recipes.template.errors import (
+    DivergedError,
+    RecipeError,
+    check_record,
+    check_seed,
+)
 from adaptcl.recipes.template.files import read_json, write_json_atomic
 from adaptcl.recipes.template.options import note
 from adaptcl.recipes.template.progress import progress
@@ -382,13 +387,24 @@ def run_grid(recipe: str, out_dir: str | os.PathLike, cells: Sequence[Cell], *,
     metrics) stops the run. ``on_record`` is called after each cell computed or diverged while
     there is at least one record (to rewrite partial result files).
 
+    A cell listed twice is run once (with a note); a seed outside ``[0, 2**32 - 1]`` is refused
+    (:class:`~adaptcl.recipes.template.errors.RecipeError`) before anything is computed.
+
     ``reuse=False`` recomputes every cell even when a matching record is stored (``--no-cache``);
     the old record stays in place until the new one is stored, then moves to
     ``runs/superseded/`` (listed in :attr:`GridRun.superseded`); a cell that diverges keeps it.
     """
+    unique = list(dict.fromkeys(cells))  # a cell listed twice is computed once
+    if len(unique) < len(cells):
+        repeated = [c.label() for c in unique if list(cells).count(c) > 1]
+        note(f"{len(repeated)} runs are listed more than once ({', '.join(repeated[:3])}"
+             f"{', ...' if len(repeated) > 3 else ''}); running each once")
+    cells = unique
+    for cell in cells:  # before anything is computed
+        check_seed(cell.seed, cell.label())
     git_commit()  # the commit the runs start from (cached for the result's environment)
     store = RunStore(out_dir)
-    grid = GridRun(cells=list(cells))
+    grid = GridRun(cells=cells)
     start = time.perf_counter()
     for cell in grid.cells:
         grid.identities[cell] = identity(cell)
