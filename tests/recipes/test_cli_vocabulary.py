@@ -45,6 +45,48 @@ def test_old_spellings_still_work_with_a_deprecation_note(capsys):
     assert _parser().parse_args(["--seed", "5"]).seeds == [5]
 
 
+def test_repeated_values_run_once_with_one_note_per_option(capsys):
+    args = _parser().parse_args(["--datasets", "MUTAG", "mutag", "IMDB-BINARY", "imdb-binary",
+                                 "--seeds", "0", "0", "1"])
+    assert args.datasets == ["MUTAG", "IMDB-BINARY"] and args.seeds == [0, 1]
+    assert capsys.readouterr().err.splitlines() == [
+        "adaptcl: note: --datasets: 'mutag' repeats 'MUTAG', 'imdb-binary' repeats 'IMDB-BINARY'; "
+        "running each once",
+        "adaptcl: note: --seeds: '0' is given more than once; running each once"]
+    assert _parser().parse_args(["--seed", "3,3"]).seeds == [3]
+    assert "--seed: '3' is given more than once" in capsys.readouterr().err
+    assert _parser().parse_args(["--seeds", "2", "1"]).seeds == [2, 1]  # order kept, no note
+    assert capsys.readouterr().err == ""
+
+
+def test_a_loss_and_its_alias_are_one_loss():
+    parser = cli.build_parser("tu")
+    args = parser.parse_args(["tu", "--losses", "graphcl", "macl", "dcl", "GraphCL"])
+    assert args.losses == ["dcl", "macl"]
+
+
+@pytest.mark.parametrize("seed", ["-1", "4294967296", "1.5", "x"])
+def test_seed_outside_numpys_range_is_a_one_line_error_naming_seeds(capsys, seed):
+    for argv in (["--seeds", "0", seed], ["--seed", f"0,{seed}"]):
+        with pytest.raises(SystemExit) as info:
+            _parser().parse_args(argv)
+        assert info.value.code == 2
+        (line,) = [x for x in capsys.readouterr().err.splitlines() if "note:" not in x]
+        assert line.startswith(f"adaptcl toy: error: argument {argv[0]}: ")
+        assert "seeds are integers in [0, 2**32 - 1]" in line
+    assert _parser().parse_args(["--seeds", "0", "4294967295"]).seeds == [0, 2**32 - 1]
+
+
+@pytest.mark.parametrize("recipe", [r for r in cli.RECIPES if r != "compare"])
+def test_every_recipe_refuses_a_negative_seed(capsys, recipe):
+    with pytest.raises(SystemExit) as info:
+        cli.build_parser(recipe).parse_args([recipe, "--seeds", "-1"])
+    assert info.value.code == 2
+    assert capsys.readouterr().err.strip() == (
+        f"adaptcl {recipe}: error: argument --seeds: seed -1 is out of range; seeds are "
+        "integers in [0, 2**32 - 1]")
+
+
 def test_user_error_is_one_line_and_exit_2(capsys):
     with pytest.raises(SystemExit) as info:
         _parser().parse_args(["--datasets", "NOPE"])

@@ -58,13 +58,28 @@ def test_changed_identity_recomputes_and_keeps_the_old_record_aside(tmp_path):
     assert "superseded" in aside
 
 
-def test_unreadable_record_is_set_aside_and_recomputed(tmp_path):
+@pytest.mark.parametrize("content", ['{"identity": {"lr"', '[1, 2]', '{"identity_hash": "x"}'],
+                         ids=["truncated", "not-a-record", "no-record"])
+def test_unreadable_record_is_named_set_aside_and_recomputed(tmp_path, capsys, content):
     cell = Cell("d", "base", 0)
     path = RunStore(tmp_path).path(cell)
     path.parent.mkdir(parents=True)
-    path.write_text('{"identity": {"lr"')  # a truncated file
+    path.write_text(content)
     grid = _grid(tmp_path, [cell], {"lr": 1}, lambda c: _record(0.5))
-    assert grid.computed == [cell] and len(grid.superseded) == 1
+    assert grid.computed == [cell]
+    (aside,) = grid.superseded
+    assert open(aside).read() == content
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert err.startswith(f"adaptcl: run record at {path} is corrupt or truncated (")
+    assert err.endswith(f"); moved to {aside} and recomputed\n")
+
+
+def test_a_record_of_other_settings_is_superseded_without_a_corruption_note(tmp_path, capsys):
+    cell = Cell("d", "base", 0)
+    _grid(tmp_path, [cell], {"lr": 1}, lambda c: _record(0.5))
+    assert len(_grid(tmp_path, [cell], {"lr": 2}, lambda c: _record(0.5)).superseded) == 1
+    assert "corrupt" not in capsys.readouterr().err
 
 
 def test_run_without_optimisation_step_is_refused_and_not_stored(tmp_path):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import numbers
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +35,23 @@ class DivergedError(NonResultError):
     def __init__(self, message: str, *, step: int | None = None, loss: float | None = None):
         super().__init__(message)
         self.step, self.loss = step, loss
+
+
+#: the largest seed: numpy's ``default_rng`` / ``RandomState`` and scikit-learn take seeds in
+#: ``[0, 2**32 - 1]``
+SEED_MAX = 2**32 - 1
+
+
+def check_seed(seed: Any, where: str = "seed") -> int:
+    """``seed`` as an ``int`` if it is an integer in ``[0, 2**32 - 1]``, else :class:`RecipeError`
+    naming it (``where`` says whose seed: an option, a cell)."""
+    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
+        raise RecipeError(f"{where}: seed {seed!r} is not an integer; seeds are integers in "
+                          f"[0, 2**32 - 1]")
+    if not 0 <= int(seed) <= SEED_MAX:
+        raise RecipeError(f"{where}: seed {int(seed)} is out of range; seeds are integers in "
+                          f"[0, 2**32 - 1] (numpy's range)")
+    return int(seed)
 
 
 @contextlib.contextmanager

@@ -12,13 +12,21 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from adaptcl.recipes.template.errors import RecipeError, check_seed
 from adaptcl.recipes.template.loggers import LOGGERS
 from adaptcl.recipes.template.torch_env import PRECISIONS
 from adaptcl.registry import canonical_loss_name, loss_help
 
 
-def deprecation_note(message: str) -> None:
+def note(message: str) -> None:
+    """One line on stderr, ``adaptcl: note: <message>``: something the user should know that is
+    not an error (a repeated value dropped, a cell another process is computing)."""
     print(f"adaptcl: note: {message}", file=sys.stderr, flush=True)
+
+
+def deprecation_note(message: str) -> None:
+    """A :func:`note` that an old spelling was used (and what replaces it)."""
+    note(message)
 
 
 class _DeprecatedAlias(argparse.Action):
@@ -31,7 +39,11 @@ class _DeprecatedAlias(argparse.Action):
 
     def __call__(self, parser, namespace, values, option_string=None):
         deprecation_note(f"{option_string} is deprecated; use {self.new}")
-        setattr(namespace, self.dest, self.convert(values) if self.convert else values)
+        try:
+            value = self.convert(values) if self.convert else values
+        except (ValueError, argparse.ArgumentTypeError) as err:
+            parser.error(f"argument {option_string}: {err}")
+        setattr(namespace, self.dest, value)
 
 
 def _split_items(values: Sequence[str], option: str) -> list[str]:
@@ -46,23 +58,45 @@ def _split_items(values: Sequence[str], option: str) -> list[str]:
     return items
 
 
+def unique_items(raw: Sequence[str], converted: Sequence[Any], option: str) -> list[Any]:
+    """``converted`` without repeats (first occurrence's order), compared after conversion (a
+    case-folded choice, a loss alias, ``07`` and ``7``); one :func:`note` per option naming the
+    repeats, e.g. ``--datasets: 'mutag' repeats 'MUTAG'; running each once``."""
+    first: dict[Any, str] = {}
+    kept, repeats = [], []
+    for text, value in zip(raw, converted, strict=True):
+        if value in first:
+            repeats.append(f"{text!r} repeats {first[value]!r}" if text != first[value]
+                           else f"{text!r} is given more than once")
+        else:
+            first[value] = text
+            kept.append(value)
+    if repeats:
+        note(f"{option}: {', '.join(repeats)}; running each once")
+    return kept
+
+
 class ListAction(argparse.Action):
     """A space-separated list (``nargs='+'``); old comma-separated values still parse, with a note.
 
-    ``item_type`` converts each item (argparse's ``type`` would see the comma form whole).
+    ``item_type`` converts each item (argparse's ``type`` would see the comma form whole);
+    repeated values are dropped after conversion, with a note (``unique=False`` keeps them).
     """
 
-    def __init__(self, option_strings, dest, item_type=str, **kwargs):
-        self.item_type = item_type
+    def __init__(self, option_strings, dest, item_type=str, unique: bool = True, **kwargs):
+        self.item_type, self.unique = item_type, unique
         kwargs.setdefault("nargs", "+")
         super().__init__(option_strings, dest, **kwargs)
 
     def __call__(self, parser, namespace, values, option_string=None):
-        items = _split_items(list(values), option_string or self.dest)
+        option = option_string or self.dest
+        items = _split_items(list(values), option)
         try:
             converted = [self.item_type(v) for v in items]
         except (ValueError, argparse.ArgumentTypeError) as err:
             parser.error(f"argument {option_string}: {err}")
+        if self.unique:
+            converted = unique_items(items, converted, option)
         setattr(namespace, self.dest, converted)
 
 
@@ -109,8 +143,26 @@ def canonical_choice(value: str, choices: Sequence[str], what: str) -> str:
         raise ValueError(str(err)) from None
 
 
+def seed_type(text: str) -> int:
+    """An argparse ``type`` for one seed: an integer in ``[0, 2**32 - 1]`` (numpy's range)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"invalid seed {text!r}; seeds are integers in [0, 2**32 - 1]") from None
+    try:
+        return check_seed(value, "seed")
+    except RecipeError:
+        raise argparse.ArgumentTypeError(
+            f"seed {value} is out of range; seeds are integers in [0, 2**32 - 1]") from None
+
+
+seed_type.__name__ = "seed"
+
+
 def _seed_list(text: str) -> list[int]:
-    return [int(v) for v in text.split(",") if v.strip()]
+    items = [v.strip() for v in text.split(",") if v.strip()]
+    return unique_items(items, [seed_type(v) for v in items], "--seed")
 
 
 def add_common_arguments(parser: argparse.ArgumentParser, *, output_dir: str,
@@ -132,10 +184,10 @@ def add_common_arguments(parser: argparse.ArgumentParser, *, output_dir: str,
     parser.add_argument("--output-dir", default=output_dir, help="where results are written")
     parser.add_argument("--out-dir", dest="output_dir", action=_DeprecatedAlias,
                         new="--output-dir", help=argparse.SUPPRESS)
-    parser.add_argument("--seeds", action=ListAction, item_type=int, metavar="SEED",
+    parser.add_argument("--seeds", action=ListAction, item_type=seed_type, metavar="SEED",
                         default=argparse.SUPPRESS if seeds is None else list(seeds),
-                        help="seeds, space-separated" + (" (default: the preset's)"
-                                                         if seeds is None else ""))
+                        help="seeds, space-separated integers in [0, 2**32 - 1]"
+                             + (" (default: the preset's)" if seeds is None else ""))
     parser.add_argument("--seed", dest="seeds", action=_DeprecatedAlias, new="--seeds",
                         convert=_seed_list, help=argparse.SUPPRESS)
     parser.add_argument("--threads", type=int, default=threads,

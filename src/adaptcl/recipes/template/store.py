@@ -11,6 +11,14 @@ embedding: :class:`~adaptcl.recipes.template.errors.DivergedError` or the core's
 :class:`~adaptcl.plugins.validation.NonFiniteError`) is recorded in :attr:`GridRun.diverged`,
 nothing is stored for it, and the other cells go on.
 
+Several processes may share one output folder (local disk; locks are ``flock`` locks through
+:mod:`filelock`, which network file systems may not honour). A cell is computed and saved under
+its own lock (``runs/.locks/<dataset>/<method>/seed<k>.lock``), so two processes never compute
+the same cell at once: the second waits, then reuses the record the first stored. Different
+cells run in parallel. Each process also registers the identity of every cell of its grid in
+``runs/.active/`` (:class:`ActiveRuns`); a process whose grid shares a cell with a live run of
+*other* settings is refused before it computes or supersedes anything.
+
 Example:
     >>> import tempfile
     >>> out = tempfile.mkdtemp()
@@ -28,17 +36,29 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import math
 import os
+import re
+import secrets
+import socket
+import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from adaptcl.recipes.template.errors import DivergedError, NonResultError, check_record
+from adaptcl.recipes.template.errors import (
+    DivergedError,
+    NonResultError,
+    RecipeError,
+    check_record,
+    check_seed,
+)
 from adaptcl.recipes.template.files import read_json, write_json_atomic
+from adaptcl.recipes.template.options import note
 from adaptcl.recipes.template.progress import progress
 from adaptcl.recipes.template.provenance import git_commit, stable_hash
 
@@ -73,30 +93,189 @@ class RunStore:
         return self.root / cell.dataset / cell.method / f"seed{cell.seed}.json"
 
     def load(self, cell: Cell, identity: Mapping[str, Any]) -> dict[str, Any] | None:
-        """The stored record of ``cell`` if it was computed with ``identity``; else ``None``."""
+        """The stored record of ``cell`` if it was computed with ``identity``; else ``None``.
+
+        A record of another identity is moved to ``runs/superseded/``; one that cannot be read
+        (truncated, not JSON, not a run record) too, and it is named on stderr in one line.
+        """
         path = self.path(cell)
         if not path.is_file():
             return None
         try:
             stored = read_json(path)
-            matches = stored.get("identity_hash") == stable_hash(identity)
-        except (ValueError, OSError, AttributeError):
-            matches, stored = False, None
-        if matches and stored is not None:
+            if not (isinstance(stored, dict) and isinstance(stored.get("record"), dict)
+                    and isinstance(stored.get("identity_hash"), str)):
+                raise ValueError("not a run record")
+        except FileNotFoundError:  # another process set it aside meanwhile
+            return None
+        except (ValueError, OSError) as err:
+            target = self._set_aside(path)
+            if target is not None:
+                print(f"adaptcl: run record at {path} is corrupt or truncated "
+                      f"({type(err).__name__}: {_first_line(err)}); moved to {target} and "
+                      "recomputed", file=sys.stderr, flush=True)
+            return None
+        if stored["identity_hash"] == stable_hash(identity):
             return stored["record"]
         self._set_aside(path)
         return None
 
+    def lock_path(self, cell: Cell) -> Path:
+        return self.root / LOCKS_DIR / cell.dataset / cell.method / f"seed{cell.seed}.lock"
+
+    @contextlib.contextmanager
+    def cell_lock(self, cell: Cell, *, waiting: Callable[[], None] | None = None
+                  ) -> Iterator[None]:
+        """Hold ``cell``'s lock (across processes) for the block; ``waiting()`` is called once
+        if another process holds it, before waiting for it. Lock files are left in place
+        (removing a lock file another process may be opening would let two hold it)."""
+        from filelock import FileLock, Timeout
+
+        path = self.lock_path(cell)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        lock = FileLock(str(path))
+        try:
+            lock.acquire(timeout=0)
+        except Timeout:
+            if waiting is not None:
+                waiting()
+            lock.acquire()
+        try:
+            yield
+        finally:
+            lock.release()
+
     def save(self, cell: Cell, identity: Mapping[str, Any], record: Mapping[str, Any]) -> Path:
+        """Store ``record``; a record already there (a forced recompute) is moved aside first,
+        so no record is ever overwritten."""
+        if self.path(cell).exists():
+            self._set_aside(self.path(cell))
         return write_json_atomic(self.path(cell), {"identity": dict(identity),
                                                    "identity_hash": stable_hash(identity),
                                                    "record": dict(record)})
 
-    def _set_aside(self, path: Path) -> None:
+    def _set_aside(self, path: Path) -> Path | None:
+        """Move ``path`` under ``runs/superseded/<time>/``; ``None`` if it is gone already."""
         target = self.root / "superseded" / self._stamp / path.relative_to(self.root)
         target.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(path, target)
+        try:
+            os.replace(path, target)
+        except FileNotFoundError:  # another process (same settings) set it aside first
+            return None
         self.superseded.append(str(target))
+        return target
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip()
+    return text.splitlines()[0] if text else ""
+
+
+LOCKS_DIR = ".locks"
+ACTIVE_DIR = ".active"
+
+
+def distributed_follower() -> bool:
+    """Whether this process is a non-zero rank of a distributed launch (``RANK``,
+    ``LOCAL_RANK`` or ``NODE_RANK`` set and not 0, as torchrun and Lightning's launcher set
+    them). Such a rank computes each cell together with rank 0 but owns no result: it takes no
+    lock and registers nothing (rank 0 does both for the whole group)."""
+    for name in ("RANK", "LOCAL_RANK", "NODE_RANK"):
+        try:
+            if int(os.environ.get(name, "0") or "0") != 0:
+                return True
+        except ValueError:
+            continue
+    return False
+
+
+class ActiveRuns:
+    """The live runs of one store: ``runs/.active/<host>-<pid>-<token>.json``.
+
+    An entry holds the process (``pid``, ``host``, ``recipe``, ``argv``, ``started``) and the
+    identity hash of every cell of its grid (``cells``: label -> hash). Its process holds the
+    entry's ``.lock`` for as long as the grid runs, so an entry whose lock can be taken belongs
+    to a process that died (killed, power cut): it is stale and removed. Entries are read and
+    written under ``runs/.active/.registry.lock``, so of two runs that start together with
+    conflicting settings the second is refused.
+    """
+
+    def __init__(self, root: str | os.PathLike) -> None:
+        self.dir = Path(root) / ACTIVE_DIR
+        self.entry: Path | None = None
+        self._hold: Any = None
+
+    @contextlib.contextmanager
+    def _registry(self) -> Iterator[None]:
+        from filelock import FileLock
+
+        self.dir.mkdir(parents=True, exist_ok=True)
+        with FileLock(str(self.dir / ".registry.lock")):
+            yield
+
+    def _live(self) -> list[dict[str, Any]]:
+        """Every live entry but this process's own (stale ones removed); under the registry lock."""
+        from filelock import FileLock, Timeout
+
+        entries = []
+        for path in sorted(self.dir.glob("*.json")):
+            if path == self.entry:
+                continue
+            lock = FileLock(str(path.with_suffix(".lock")))
+            try:
+                lock.acquire(timeout=0)
+            except Timeout:  # its process is alive and holds it
+                with contextlib.suppress(OSError, ValueError):
+                    entries.append(read_json(path) | {"entry": str(path)})
+                continue
+            lock.release()  # nobody held it: the process is gone
+            path.unlink(missing_ok=True)
+            path.with_suffix(".lock").unlink(missing_ok=True)
+        return entries
+
+    def register(self, recipe: str, cells: Mapping[str, str]) -> None:
+        """Record this process's grid (cell label -> identity hash), or raise :class:`RecipeError`
+        naming the first cell a live run computes with other settings."""
+        from filelock import FileLock
+
+        with self._registry():
+            for entry in self._live():
+                theirs = entry.get("cells") or {}
+                for label, identity_hash in cells.items():
+                    if label in theirs and theirs[label] != identity_hash:
+                        raise RecipeError(
+                            f"{label} in {self.dir.parent.parent} is being computed with other "
+                            f"settings by another run ({_describe(entry)}); use another "
+                            "--output-dir or wait for it")
+            host = re.sub(r"[^A-Za-z0-9.-]", "_", socket.gethostname()) or "host"
+            name = f"{host}-{os.getpid()}-{secrets.token_hex(3)}"
+            self._hold = FileLock(str(self.dir / f"{name}.lock"))
+            self._hold.acquire(timeout=0)
+            self.entry = write_json_atomic(self.dir / f"{name}.json", {
+                "pid": os.getpid(), "host": socket.gethostname(), "recipe": recipe,
+                "argv": " ".join(sys.argv)[:500],
+                "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+                "cells": dict(cells)})
+
+    def owner(self, label: str) -> dict[str, Any] | None:
+        """The live run (not this one) whose grid holds the cell ``label``, if any."""
+        with self._registry():
+            return next((e for e in self._live() if label in (e.get("cells") or {})), None)
+
+    def unregister(self) -> None:
+        if self.entry is None:
+            return
+        with self._registry():
+            self.entry.unlink(missing_ok=True)
+            lock_file = Path(self._hold.lock_file)
+            self._hold.release()
+            lock_file.unlink(missing_ok=True)
+        self.entry = self._hold = None
+
+
+def _describe(entry: Mapping[str, Any]) -> str:
+    return (f"adaptcl {entry.get('recipe')}, process {entry.get('pid')} on {entry.get('host')}, "
+            f"started {entry.get('started')}")
 
 
 def _json_number(value: float | None) -> float | str | None:
@@ -194,7 +373,7 @@ def run_grid(recipe: str, out_dir: str | os.PathLike, cells: Sequence[Cell], *,
              compute: Callable[[Cell], dict[str, Any] | None] | None,
              trains: Callable[[Cell], bool] | bool = True,
              on_record: Callable[[GridRun], None] | None = None,
-             progress_bar: bool = True) -> GridRun:
+             progress_bar: bool = True, reuse: bool = True) -> GridRun:
     """Compute every cell whose stored record is missing or stale; reuse the others.
 
     ``identity(cell)`` returns everything that determines the cell's result (JSON-able);
@@ -208,54 +387,119 @@ def run_grid(recipe: str, out_dir: str | os.PathLike, cells: Sequence[Cell], *,
     other :class:`~adaptcl.recipes.template.errors.NonResultError` (no optimisation step, no
     metrics) stops the run. ``on_record`` is called after each cell computed or diverged while
     there is at least one record (to rewrite partial result files).
+
+    A cell listed twice is run once (with a note); a seed outside ``[0, 2**32 - 1]`` is refused
+    (:class:`~adaptcl.recipes.template.errors.RecipeError`) before anything is computed.
+
+    ``reuse=False`` recomputes every cell even when a matching record is stored (``--no-cache``);
+    the old record stays in place until the new one is stored, then moves to
+    ``runs/superseded/`` (listed in :attr:`GridRun.superseded`); a cell that diverges keeps it.
     """
+    unique = list(dict.fromkeys(cells))  # a cell listed twice is computed once
+    if len(unique) < len(cells):
+        repeated = [c.label() for c in unique if list(cells).count(c) > 1]
+        note(f"{len(repeated)} runs are listed more than once ({', '.join(repeated[:3])}"
+             f"{', ...' if len(repeated) > 3 else ''}); running each once")
+    cells = unique
+    for cell in cells:  # before anything is computed
+        check_seed(cell.seed, cell.label())
     git_commit()  # the commit the runs start from (cached for the result's environment)
     store = RunStore(out_dir)
-    grid = GridRun(cells=list(cells))
+    grid = GridRun(cells=cells)
     start = time.perf_counter()
-    todo: list[Cell] = []
     for cell in grid.cells:
         grid.identities[cell] = identity(cell)
-        record = store.load(cell, grid.identities[cell])
+    follower = distributed_follower()
+    active = None if follower else ActiveRuns(store.root)
+    if active is not None:  # before anything is superseded or computed
+        active.register(recipe, {c.label(): stable_hash(grid.identities[c]) for c in grid.cells})
+    try:
+        _collect_and_compute(recipe, store, grid, compute=compute, trains=trains,
+                             on_record=on_record, progress_bar=progress_bar, start=start,
+                             active=active, reuse=reuse)
+    finally:
+        if active is not None:
+            active.unregister()
+    grid.records = {c: grid.records[c] for c in grid.cells if c in grid.records}  # grid order
+    grid.seconds_this_invocation = time.perf_counter() - start
+    return grid
+
+
+def _collect_and_compute(recipe: str, store: RunStore, grid: GridRun, *,
+                         compute: Callable[[Cell], dict[str, Any] | None] | None,
+                         trains: Callable[[Cell], bool] | bool,
+                         on_record: Callable[[GridRun], None] | None, progress_bar: bool,
+                         start: float, active: ActiveRuns | None, reuse: bool) -> None:
+    todo: list[Cell] = []
+    for cell in grid.cells:
+        record = store.load(cell, grid.identities[cell]) if reuse else None
         if record is not None:
             grid.records[cell] = record
             grid.reused.append(cell)
         else:
             todo.append(cell)
     grid.superseded = store.superseded
-    if compute is not None and todo:
-        from adaptcl.plugins.validation import NonFiniteError  # torch: only when computing
-
-        bar = progress(total=len(grid.cells), initial=len(grid.reused), desc=f"{recipe} runs",
-                       enabled=progress_bar, leave=True)
-        try:
-            for cell in todo:
-                bar.set_postfix_str(_postfix(cell, grid))
-                training = trains(cell) if callable(trains) else trains
-                try:
-                    record = compute(cell)
-                    if record is None:  # computed and stored by another process (rank 0 of DDP)
+    if compute is None or not todo:
+        return
+    bar = progress(total=len(grid.cells), initial=len(grid.reused), desc=f"{recipe} runs",
+                   enabled=progress_bar, leave=True)
+    try:
+        for cell in todo:
+            bar.set_postfix_str(_postfix(cell, grid))
+            lock = (contextlib.nullcontext() if active is None
+                    else store.cell_lock(cell, waiting=lambda c=cell: _waiting_note(active, c)))
+            with lock:
+                if reuse and active is not None:  # another process may have stored it meanwhile
+                    record = store.load(cell, grid.identities[cell])
+                    if record is not None:
+                        grid.records[cell] = record
+                        grid.reused.append(cell)
                         bar.update(1)
                         continue
-                    check_record(cell, record, trains=training)
-                except (DivergedError, NonFiniteError) as err:
-                    if not training:  # NaN from a frozen encoder is a broken input, not divergence
-                        raise err if isinstance(err, NonResultError) else NonResultError(
-                            f"{cell.label()}: {err}") from err
-                    grid.diverged[cell] = {"step": err.step, "loss": err.loss,
-                                           "message": str(err).splitlines()[0] if str(err)
-                                           else type(err).__name__}
-                else:
-                    store.save(cell, grid.identities[cell], record)
-                    grid.records[cell] = record
-                    grid.computed.append(cell)
-                grid.seconds_this_invocation = time.perf_counter() - start
-                if on_record is not None and grid.records:
-                    on_record(grid)
-                bar.update(1)
-            bar.set_postfix_str(_postfix(None, grid))
-        finally:
-            bar.close()
-    grid.records = {c: grid.records[c] for c in grid.cells if c in grid.records}  # grid order
-    grid.seconds_this_invocation = time.perf_counter() - start
-    return grid
+                finished = _compute_cell(store, grid, cell, compute, trains)
+            grid.seconds_this_invocation = time.perf_counter() - start
+            if finished and on_record is not None and grid.records:
+                on_record(grid)
+            bar.update(1)
+        bar.set_postfix_str(_postfix(None, grid))
+    finally:
+        bar.close()
+
+
+def _compute_cell(store: RunStore, grid: GridRun, cell: Cell,
+                  compute: Callable[[Cell], dict[str, Any] | None],
+                  trains: Callable[[Cell], bool] | bool) -> bool:
+    """Compute, check and store one cell; a divergence goes to ``grid.diverged``. ``False``
+    when this process owns no result (``compute`` returned ``None``)."""
+    training = trains(cell) if callable(trains) else trains
+    try:
+        record = compute(cell)
+        if record is None:  # computed and stored by another process (rank 0 of DDP)
+            return False
+        check_record(cell, record, trains=training)
+    except _diverged_errors() as err:
+        if not training:  # NaN from a frozen encoder is a broken input, not a divergence
+            raise err if isinstance(err, NonResultError) else NonResultError(
+                f"{cell.label()}: {err}") from err
+        grid.diverged[cell] = {"step": err.step, "loss": err.loss,
+                               "message": str(err).splitlines()[0] if str(err)
+                               else type(err).__name__}
+        return True
+    store.save(cell, grid.identities[cell], record)
+    grid.records[cell] = record
+    grid.computed.append(cell)
+    return True
+
+
+def _diverged_errors() -> tuple[type[Exception], ...]:
+    """:class:`DivergedError`, and the core's ``NonFiniteError`` if the core is loaded (importing
+    it here would import torch for every reader of the store; unloaded, nothing raised it)."""
+    validation = sys.modules.get("adaptcl.plugins.validation")
+    return (DivergedError,) + ((validation.NonFiniteError,) if validation is not None else ())
+
+
+def _waiting_note(active: ActiveRuns, cell: Cell) -> None:
+    owner = active.owner(cell.label())
+    who = f" ({_describe(owner)})" if owner else ""
+    note(f"{cell.label()} is being computed by another run with the same settings{who}; "
+         "waiting for it, then reusing its record")
