@@ -65,15 +65,16 @@ def test_constant_or_zero_embeddings_give_a_clear_error_not_nan(shared_data, tmp
             sts.STSRecipe(_sts_config(SwitchableEncoder(mode), tmp_path,
                                       root=str(shared_data))).run()
     assert not isinstance(err.value, DivergedError)  # refused, not diverged
-    assert not (tmp_path / "out").exists()
+    assert not list((tmp_path / "out").rglob("*.json"))  # no record, no result (locks only)
 
 
 def test_transfer_reports_no_accuracy_from_nan_features(shared_data, tmp_path):
     config = tr.TransferConfig(model=SwitchableEncoder("nan"), tasks=["CR"], data_root=str(shared_data),
                                output_dir=str(tmp_path / "out"), cache_dir=str(tmp_path / "cache"),
                                limit=60, kfold=2, progress=False)
-    with pytest.raises(DivergedError, match="on 'CR': .* contain NaN"):
+    with pytest.raises(NonResultError, match="on 'CR': .* contain NaN") as err:
         tr.TransferRecipe(config).run()
-    assert not (tmp_path / "out").exists()
+    assert not isinstance(err.value, DivergedError)  # a frozen encoder's NaN: refused
+    assert not list((tmp_path / "out").rglob("*.json"))  # no record, no result (locks only)
 
 

@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 
 from adaptcl.evaluation.senteval.encoders import POOLERS
 from adaptcl.recipes.template.config import validate_config
-from adaptcl.recipes.template.errors import DivergedError, NonResultError
+from adaptcl.recipes.template.errors import NonResultError
 from adaptcl.recipes.template.files import markdown_table
 from adaptcl.recipes.template.options import canonical_choice
 from adaptcl.recipes.template.recipe import Recipe
@@ -176,15 +176,11 @@ class EncoderEvalRecipe(Recipe):
                 "data": self.fingerprints[cell.dataset], **self.protocol(cell)}
 
     def compute(self, cell: Cell) -> dict[str, Any]:
-        """:meth:`score` with the evaluation's refusals as the template's errors: NaN/inf
-        embeddings (``NonFiniteError``) a :class:`DivergedError`, another refusal (constant
-        embeddings or scores, a ``ValueError``) a :class:`NonResultError`; same message."""
-        from adaptcl.plugins.validation import NonFiniteError
-
+        """:meth:`score` with the evaluation's refusals (NaN/inf embeddings, constant embeddings
+        or scores: a ``ValueError``) as :class:`NonResultError`, same message. A frozen
+        encoder's NaN is a broken encoder, not a training run that diverged."""
         try:
             return self.score(cell)
-        except NonFiniteError as err:
-            raise DivergedError(str(err)) from err
         except ValueError as err:
             raise NonResultError(str(err)) from err
 
