@@ -43,9 +43,11 @@ def _sts_config(encoder, tmp_path, **kwargs):
 
 def test_nan_encoder_fails_sts_caches_nothing_and_fixed_encoder_then_scores(shared_data, tmp_path):
     encoder = SwitchableEncoder("nan")
-    with pytest.raises(DivergedError,  # the evaluation's NonFiniteError, as the template's error
-                       match=r"encoder 'switchable' on 'STSBenchmark': \d+ embeddings contain NaN"):
+    with pytest.raises(NonResultError,  # the evaluation's NonFiniteError, as a refusal
+                       match=r"encoder 'switchable' on 'STSBenchmark': \d+ embeddings contain NaN"
+                       ) as err:
         sts.STSRecipe(_sts_config(encoder, tmp_path, root=str(shared_data))).run()
+    assert not isinstance(err.value, DivergedError)  # a frozen encoder does not diverge
     assert not list(tmp_path.rglob("*.npy"))  # nothing cached
     assert not (tmp_path / "out" / "results.json").exists()
 
