@@ -282,3 +282,63 @@ def test_images_that_diverge_are_one_line_naming_each_run(shared_data, tmp_path,
                     "2 of 2 runs diverged (NaN or inf; nothing stored for them): "
                     "simclr/infonce/seed0 at step ")
     assert not list((tmp_path / "runs").rglob("seed0.json"))
+
+
+@pytest.fixture
+def encoder_module(tmp_path, monkeypatch):
+    """``myenc.py`` in the current folder, as a user would write it next to the command."""
+    (tmp_path / "myenc.py").write_text(
+        "import numpy as np\n"
+        "def wrongshape(sentences):\n    return np.ones(len(sentences))\n"
+        "NOT_CALLABLE = 3\n")
+    monkeypatch.chdir(tmp_path)
+    yield
+    import sys
+
+    sys.modules.pop("myenc", None)
+
+
+@pytest.mark.parametrize("recipe", ["sts", "transfer"])
+@pytest.mark.parametrize("spec, expected", [
+    ("nosuchpkg.mod:fn", "model='nosuchpkg.mod:fn': cannot import 'nosuchpkg.mod'"),
+    ("myenc:nosuchfn", "model='myenc:nosuchfn': 'myenc' has no attribute 'nosuchfn'"),
+    ("myenc:NOT_CALLABLE", "model='myenc:NOT_CALLABLE' names int, which is not callable"),
+    ("myenc:wrongshape", "returned shape (64,) for a batch of 64 sentences; expected (64, dim)"),
+])
+def test_model_specs_are_one_line(recipe, spec, expected, encoder_module, shared_data, tmp_path,
+                                  capsys):
+    task = "STS13" if recipe == "sts" else "TREC"
+    _one_line_error(capsys, [recipe, "--model", spec, "--tasks", task, "--data-root",
+                             str(shared_data), "--output-dir", str(tmp_path / "out"),
+                             "--no-cache", "--no-progress"], expected)
+    assert not list((tmp_path / "out").rglob("*.json"))
+
+
+def test_a_hub_name_offline_is_one_line(shared_data, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    _one_line_error(capsys, ["sts", "--model", "no-such-model-xyz", "--tasks", "STS13",
+                             "--data-root", str(shared_data), "--output-dir", str(tmp_path)],
+                    "model 'no-such-model-xyz' is neither a local model folder nor a hub model "
+                    "available here")
+
+
+def test_sts_takes_no_seeds(capsys):
+    _one_line_error(capsys, ["sts", "--model", "m:f", "--seeds", "5"],
+                    "unrecognized arguments: --seeds 5")
+
+
+def test_no_cache_encodes_again_instead_of_reusing_the_stored_result(shared_data, tmp_path):
+    import json
+
+    argv = ["sts", "--model", "tests.evaluation._bow:hashed_bow", "--model-id", "bow",
+            "--tasks", "STS13", "--data-root", str(shared_data), "--output-dir", str(tmp_path),
+            "--cache-dir", str(tmp_path / "cache"), "--no-progress"]
+    assert cli.main(argv) == 0
+    assert cli.main(argv) == 0
+    again = json.loads((tmp_path / "results.json").read_text())
+    assert again["computed"] == [] and len(again["reused"]) == 1
+    assert cli.main([*argv, "--no-cache"]) == 0
+    forced = json.loads((tmp_path / "results.json").read_text())
+    assert forced["reused"] == [] and len(forced["computed"]) == 1
+    assert len(forced["superseded"]) == 1  # the old record set aside, not overwritten
+    assert forced["table"] == again["table"]

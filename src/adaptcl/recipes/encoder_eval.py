@@ -126,7 +126,8 @@ class EncoderEvalRecipe(Recipe):
         "batch_size": "sentences per forward pass", "max_length": "truncate to this many tokens",
         "cache_dir": "embedding cache folder (none: $ADAPTCL_CACHE_DIR or "
                      "~/.cache/adaptcl/embeddings)",
-        "cache": "do not read or write the embedding cache"}
+        "cache": "encode every sentence again: neither read nor write the embedding cache, and "
+                 "recompute results stored under --output-dir/runs"}
 
     @classmethod
     def main(cls, args: argparse.Namespace) -> int:
@@ -190,6 +191,9 @@ class EncoderEvalRecipe(Recipe):
 
     def trains(self, cell: Cell) -> bool:
         return False  # a frozen encoder: no optimisation step
+
+    def reuses(self) -> bool:
+        return self.config.cache  # --no-cache: encode again, so recompute stored results too
 
     def protocol(self, cell: Cell) -> dict[str, Any]:
         """Identity entries of the recipe's protocol beyond encoder, task, data and code."""

@@ -266,14 +266,13 @@ def require_model(model: str) -> dict[str, str]:
     missing folder, a hub name not available here)."""
     from transformers import AutoConfig
 
+    from adaptcl.adapters.sentence_transformers.simcse_names import model_unavailable
     from adaptcl.evaluation.senteval.encoders import _folder_fingerprint
 
     try:
         AutoConfig.from_pretrained(model)
     except (OSError, ValueError) as err:
-        raise RecipeError(f"--model {model!r} is neither a local model folder nor a hub model "
-                          f"available here (offline runs need a local path): "
-                          f"{str(err).splitlines()[0]}") from err
+        raise RecipeError(str(model_unavailable(model, err))) from err
     path = Path(model).expanduser()
     return ({"path": str(path.resolve()), "files": _folder_fingerprint(path.resolve())}
             if path.is_dir() else {"hub": model})

@@ -55,7 +55,7 @@ from adaptcl.registry import canonical_loss_name  # noqa: E402
 
 from .base import AdaptiveContrastiveLoss, embedding_dimension  # noqa: E402
 from .losses import AMCLLoss, ASCLLoss, InfoNCELoss, MACLLoss  # noqa: E402
-from .simcse_names import LOSSES, POOLERS  # noqa: E402
+from .simcse_names import LOSSES, POOLERS, model_unavailable  # noqa: E402
 
 __all__ = ["LOSSES", "POOLERS", "AdaptiveSentenceTransformerTrainer", "SimCSEProjection",
            "build_simcse_model", "make_loss", "stsb_dev_evaluator", "supervised_dataset",
@@ -95,9 +95,7 @@ def build_simcse_model(model_name_or_path: str, pooler: str = "cls", *, max_seq_
         transformer = Transformer(model_name_or_path, max_seq_length=max_seq_length,
                                   config_kwargs=config_kwargs or None)
     except OSError as err:
-        raise FileNotFoundError(
-            f"model_name_or_path={model_name_or_path!r} is neither a local model folder nor a "
-            "hub model available here (offline runs need a local path)") from err
+        raise model_unavailable(model_name_or_path, err) from err
     tokenizer = getattr(transformer, "tokenizer", None)
     if pooler in ("cls", "cls_before_pooler") and tokenizer is not None and tokenizer.cls_token is None:
         raise ValueError(

@@ -1,4 +1,5 @@
-"""SimCSE's poolers, the losses its training takes, by name, and the papers' training settings.
+"""SimCSE's poolers, the losses its training takes, by name, the papers' training settings, and
+the one message for a model name that names nothing loadable here.
 
 Imports no framework, so a command line lists them (``--help``) without loading
 sentence-transformers; :func:`adaptcl.adapters.sentence_transformers.build_simcse_model` and
@@ -10,7 +11,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-__all__ = ["LOSSES", "PAPER_CONFIGS", "PAPER_FAMILIES", "POOLERS", "paper_family"]
+__all__ = ["LOSSES", "PAPER_CONFIGS", "PAPER_FAMILIES", "POOLERS", "model_unavailable",
+           "paper_family"]
 
 #: SimCSE's poolers (Gao et al. 2021): the CLS vector with (``cls``) or without
 #: (``cls_before_pooler``) the training-only MLP, the mean of the last layer's tokens (``avg``),
@@ -38,3 +40,15 @@ def paper_family(model: str) -> str:
         model_type = json.loads(config.read_text(encoding="utf-8")).get("model_type", "")
         return "roberta" if "roberta" in model_type else "bert"
     return "roberta" if "roberta" in model.lower() else "bert"
+
+
+def model_unavailable(model: str, err: BaseException) -> FileNotFoundError:
+    """The error for a model path or hub name that transformers / sentence-transformers cannot
+    load here (a missing folder, a hub name while offline), with the loader's first line.
+
+    >>> model_unavailable("no-such-model", OSError("We couldn't connect to 'https://huggingface.co'"))
+    FileNotFoundError("model 'no-such-model' is neither a local model folder nor a hub model available here (offline runs need a local path): We couldn't connect to 'https://huggingface.co'")
+    """
+    first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+    return FileNotFoundError(f"model {model!r} is neither a local model folder nor a hub model "
+                             f"available here (offline runs need a local path): {first}")

@@ -46,6 +46,7 @@ import json
 import logging
 import os
 import re
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -53,7 +54,7 @@ from typing import Any
 
 import numpy as np
 
-from adaptcl.adapters.sentence_transformers.simcse_names import POOLERS
+from adaptcl.adapters.sentence_transformers.simcse_names import POOLERS, model_unavailable
 from adaptcl.evaluation.checks import check_embeddings as check_array
 from adaptcl.io import atomic_write
 
@@ -187,13 +188,30 @@ def resolve_model(model: str) -> str:
 
 
 def resolve_callable(spec: str) -> Callable[[list[str]], Any]:
-    """Import ``"package.module:attr"`` (attr may be dotted) and return the callable."""
+    """Import ``"package.module:attr"`` (attr may be dotted) and return the callable.
+
+    The module is looked up from the current folder too (as ``uvicorn main:app`` does), so a
+    ``my_encoder.py`` next to the command works. A module that cannot be imported, a missing
+    attribute or one that is not callable is a ``ValueError`` naming ``spec``.
+    """
     module_name, _, attr = spec.partition(":")
-    obj: Any = importlib.import_module(module_name)
+    cwd = os.getcwd()
+    added = cwd not in sys.path
+    if added:
+        sys.path.insert(0, cwd)
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as err:
+        raise ValueError(f"model={spec!r}: cannot import {module_name!r} ({err})") from err
+    finally:
+        if added:
+            sys.path.remove(cwd)
     for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise ValueError(f"model={spec!r}: {module_name!r} has no attribute {attr!r}")
         obj = getattr(obj, part)
     if not callable(obj):
-        raise TypeError(f"model={spec!r} names {type(obj).__name__}, which is not callable")
+        raise ValueError(f"model={spec!r} names {type(obj).__name__}, which is not callable")
     return obj
 
 
@@ -380,7 +398,10 @@ class SentenceTransformerEncoder(SentenceEncoder):
         super().__init__(model_id, None, **kwargs)
         st = import_extra("sentence_transformers", "text")
         self.device = device or "cpu"
-        self.model = st.SentenceTransformer(path, device=self.device)
+        try:
+            self.model = st.SentenceTransformer(path, device=self.device)
+        except OSError as err:
+            raise model_unavailable(path, err) from err
         if self.max_length is not None:
             self.model.max_seq_length = self.max_length
         if self.fingerprint is None:  # a hub model: identify it by its loaded weights
@@ -407,8 +428,11 @@ class HFPoolerEncoder(SentenceEncoder):
 
         self.torch = torch
         self.device = torch.device(device or "cpu")
-        self.tokenizer = transformers.AutoTokenizer.from_pretrained(path)
-        self.model = transformers.AutoModel.from_pretrained(path).to(self.device).eval()
+        try:
+            self.tokenizer = transformers.AutoTokenizer.from_pretrained(path)
+            self.model = transformers.AutoModel.from_pretrained(path).to(self.device).eval()
+        except OSError as err:
+            raise model_unavailable(path, err) from err
         if self.fingerprint is None:  # a hub model: identify it by its loaded weights
             self.fingerprint = "weights:" + weights_fingerprint(self.model)
 

@@ -165,15 +165,28 @@ def _seed_list(text: str) -> list[int]:
     return unique_items(items, [seed_type(v) for v in items], "--seed")
 
 
+def positive_int(text: str) -> int:
+    """An argparse ``type``: an integer >= 1 (``--threads``)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid integer {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
 def add_common_arguments(parser: argparse.ArgumentParser, *, output_dir: str,
-                         seeds: Sequence[int] | None = (0,), data_root: bool = True,
+                         seeds: Sequence[int] | None | bool = (0,), data_root: bool = True,
                          data_root_help: str = "benchmark data folder",
                          threads: int | None = 1, device: bool = True,
                          devices: bool = False, logger: bool = True) -> None:
     """The options every recipe spells the same way.
 
     ``--data-root`` (default ``$ADAPTCL_DATA``), ``--output-dir`` (old ``--out-dir``),
-    ``--seeds`` space-separated (``seeds=None``: the recipe's preset supplies them) (old comma form and ``--seed`` accepted with a note),
+    ``--seeds`` space-separated (``seeds=None``: the recipe's preset supplies them;
+    ``seeds=False``: a recipe without randomness takes none) (old comma form and ``--seed``
+    accepted with a note),
     ``--threads`` (old ``--num-threads``), ``--device``, ``--precision``, ``--devices`` /
     ``--strategy`` (where the framework supports several devices), ``--logger``,
     ``--no-progress``.
@@ -184,16 +197,17 @@ def add_common_arguments(parser: argparse.ArgumentParser, *, output_dir: str,
     parser.add_argument("--output-dir", default=output_dir, help="where results are written")
     parser.add_argument("--out-dir", dest="output_dir", action=_DeprecatedAlias,
                         new="--output-dir", help=argparse.SUPPRESS)
-    parser.add_argument("--seeds", action=ListAction, item_type=seed_type, metavar="SEED",
-                        default=argparse.SUPPRESS if seeds is None else list(seeds),
-                        help="seeds, space-separated integers in [0, 2**32 - 1]"
-                             + (" (default: the preset's)" if seeds is None else ""))
-    parser.add_argument("--seed", dest="seeds", action=_DeprecatedAlias, new="--seeds",
-                        convert=_seed_list, help=argparse.SUPPRESS)
-    parser.add_argument("--threads", type=int, default=threads,
+    if seeds is not False:
+        parser.add_argument("--seeds", action=ListAction, item_type=seed_type, metavar="SEED",
+                            default=argparse.SUPPRESS if seeds is None else list(seeds),
+                            help="seeds, space-separated integers in [0, 2**32 - 1]"
+                                 + (" (default: the preset's)" if seeds is None else ""))
+        parser.add_argument("--seed", dest="seeds", action=_DeprecatedAlias, new="--seeds",
+                            convert=_seed_list, help=argparse.SUPPRESS)
+    parser.add_argument("--threads", type=positive_int, default=threads,
                         help="torch CPU threads (recorded in the results)")
     parser.add_argument("--num-threads", dest="threads", action=_DeprecatedAlias, new="--threads",
-                        convert=int, help=argparse.SUPPRESS)
+                        convert=positive_int, help=argparse.SUPPRESS)
     if device:
         parser.add_argument("--device", default="auto",
                             help="auto (CUDA when available, else CPU), cpu, cuda or cuda:N")

@@ -73,8 +73,8 @@ class Recipe:
     ``example`` (shown under ``--help``), ``plot_file`` / ``plot_layout``.
 
     The methods to fill in are :meth:`prepare`, :meth:`setup`, :meth:`cells`, :meth:`compute`,
-    :meth:`report_spec` and :meth:`draw`; :meth:`identity` and :meth:`config_from_args` have
-    defaults that fit most recipes.
+    :meth:`report_spec` and :meth:`draw`; :meth:`identity`, :meth:`trains`, :meth:`reuses` and
+    :meth:`config_from_args` have defaults that fit most recipes.
     """
 
     name: ClassVar[str] = ""
@@ -107,7 +107,8 @@ class Recipe:
     def add_arguments(cls, parser: argparse.ArgumentParser) -> None:
         """The shared options, ``--preset`` if the recipe has presets, one option per field."""
         defaults = cls.config_class()
-        common = {"seeds": getattr(defaults, "seeds", (0,))} | dict(cls.common)
+        # a config without seeds (a deterministic evaluation) gets no --seeds: refused, not ignored
+        common = {"seeds": getattr(defaults, "seeds", False)} | dict(cls.common)
         add_common_arguments(parser, output_dir=getattr(defaults, "output_dir", "results"),
                              **common)
         if cls.presets:
@@ -176,6 +177,11 @@ class Recipe:
         """Whether ``cell`` must take an optimisation step to be a result."""
         return True
 
+    def reuses(self) -> bool:
+        """Whether a stored record of the same identity is reused (default); ``False``
+        recomputes every cell (a recipe's ``--no-cache``), the old record set aside."""
+        return True
+
     def report_spec(self) -> dict[str, Any]:
         """Keyword arguments of :class:`~adaptcl.recipes.template.report.Report` beyond the
         ones the template fills in (``baseline``, ``header``, ``labels``, ``extra``,
@@ -201,7 +207,7 @@ class Recipe:
         report = self.make_report(out)
         grid = run_grid(self.name, out, self.cells(), identity=self.identity,
                         compute=self.compute, trains=self.trains, on_record=report.write,
-                        progress_bar=getattr(cfg, "progress", True))
+                        progress_bar=getattr(cfg, "progress", True), reuse=self.reuses())
         self.grid = grid
         if not grid.records:
             if grid.diverged:  # nothing to tabulate
