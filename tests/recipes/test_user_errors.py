@@ -342,3 +342,12 @@ def test_no_cache_encodes_again_instead_of_reusing_the_stored_result(shared_data
     assert forced["reused"] == [] and len(forced["computed"]) == 1
     assert len(forced["superseded"]) == 1  # the old record set aside, not overwritten
     assert forced["table"] == again["table"]
+
+
+def test_compare_refuses_an_output_dir_that_is_a_file(tmp_path, capsys):
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    result = tmp_path / "results.json"
+    result.write_text("{}")
+    _one_line_error(capsys, ["compare", str(result), "--by", "batch-size", "--output-dir",
+                             str(afile)], "is a file, not a folder")

@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from adaptcl.recipes.template.config import BOOKKEEPING
-from adaptcl.recipes.template.errors import RecipeError
-from adaptcl.recipes.template.files import read_json
+from adaptcl.recipes.template.errors import RecipeError, user_errors
+from adaptcl.recipes.template.files import check_output_dir, read_json
 from adaptcl.recipes.template.plots import draw_summaries, save_plot
 from adaptcl.recipes.template.provenance import same_data
 from adaptcl.recipes.template.report import read_results, summarize, summary_table, write_results
@@ -106,6 +106,8 @@ def compare_results(paths: Sequence[str | Path], by: Sequence[str], *,
     by = list(by)
     if not by:
         raise RecipeError("--by needs at least one setting")
+    with user_errors():
+        check_output_dir(output_dir)
     loaded = [read_results(Path(p)) for p in paths]
     results = [result for result, _ in loaded]
     digests = {Path(p): digest for p, (_, digest) in zip(paths, loaded, strict=True)}
