@@ -157,7 +157,7 @@ def test_malformed_label_is_a_one_line_error_naming_the_file(shared_data, tmp_pa
 
 
 def test_interrupted_pretraining_resumes_from_its_last_epoch(shared_data, tmp_path,
-                                                             monkeypatch):
+                                                             monkeypatch, capsys):
     cfg = _tiny(shared_data, tmp_path / "out", pretrain_epochs=2, pretrain_molecules=120,
                 inits=["graphcl"])
     ref_cfg = _tiny(shared_data, tmp_path / "ref", pretrain_epochs=2, pretrain_molecules=120,
@@ -179,7 +179,10 @@ def test_interrupted_pretraining_resumes_from_its_last_epoch(shared_data, tmp_pa
     partial = final.with_suffix(".partial.pt")
     assert partial.is_file() and not final.exists()
     monkeypatch.setattr(mt, "torch_save_atomic", real_save)
+    capsys.readouterr()
     resumed = mt.pretrain(cfg, "graphcl", final)
+    assert f"adaptcl: pre-training graphcl resumes from epoch 2 of 2 ({partial})" in (
+        capsys.readouterr().err)  # said, not silent
     assert not partial.exists() and final.is_file()
     # resuming gives exactly the uninterrupted run (model, optimiser and RNG states restored)
     assert resumed["epoch_loss"] == pytest.approx(reference["epoch_loss"], abs=1e-6)
