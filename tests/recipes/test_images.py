@@ -12,6 +12,7 @@ pytest.importorskip("lightly")
 pytest.importorskip("pytorch_lightning")
 
 from adaptcl.cli import build_parser  # noqa: E402
+from adaptcl.recipes import image_training  # noqa: E402
 from adaptcl.recipes.image_data import (  # noqa: E402
     ArrayImageDataset,
     load_image_splits,
@@ -133,14 +134,13 @@ def test_cli_maps_flags_to_the_config(capsys):
 def test_lightning_trainer_gets_device_precision_and_logger(tmp_path):
     from pytorch_lightning.loggers import TensorBoardLogger
 
-    from adaptcl.recipes import images
 
     cfg = ImagesConfig(device="cpu", precision="bf16-mixed", logger="tensorboard").resolved()
-    trainer = images._trainer(cfg, tmp_path, 1)
+    trainer = image_training.build_images_trainer(cfg, tmp_path, 1)
     assert trainer.accelerator.__class__.__name__ == "CPUAccelerator"
     assert trainer.precision == "bf16-mixed"
     assert isinstance(trainer.logger, TensorBoardLogger)
-    assert images._trainer(ImagesConfig(device="cpu").resolved(), tmp_path, 1).logger is None
+    assert image_training.build_images_trainer(ImagesConfig(device="cpu").resolved(), tmp_path, 1).logger is None
 
 
 # ---------------------------------------------------------------------------------------------

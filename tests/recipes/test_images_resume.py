@@ -23,7 +23,7 @@ import torch
 pytest.importorskip("lightly")
 pytest.importorskip("pytorch_lightning")
 
-from adaptcl.recipes import images  # noqa: E402
+from adaptcl.recipes import image_training  # noqa: E402
 from adaptcl.recipes.images import ImagesConfig, ImagesRecipe  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -109,14 +109,14 @@ def test_killed_simclr_run_resumes_and_skips_finished_runs(shared_data, tmp_path
     ckpt = _load_ckpt(open_dir / "last.ckpt")
 
     fitted = []
-    original = images._trainer
+    original = image_training.build_images_trainer
 
     def counting_trainer(*args, **kwargs):
         trainer = original(*args, **kwargs)
         fitted.append(kwargs.get("ckpt_dir"))
         return trainer
 
-    monkeypatch.setattr(images, "_trainer", counting_trainer)
+    monkeypatch.setattr(image_training, "build_images_trainer", counting_trainer)
     result = ImagesRecipe(config).run()
 
     assert fitted == [open_dir]  # the finished run was skipped, not retrained
@@ -162,14 +162,14 @@ def test_killed_ascl_moco_run_resumes_with_its_queue(shared_data, tmp_path, monk
             seen["queue"] = pl_module.model.queue.detach().clone()
             seen["ptr"] = pl_module.model.criterion.memory_bank.bank_ptr.detach().clone()
 
-    original = images._trainer
+    original = image_training.build_images_trainer
 
     def trainer_with_probe(*args, **kwargs):
         trainer = original(*args, **kwargs)
         trainer.callbacks.append(QueueAtStart())
         return trainer
 
-    monkeypatch.setattr(images, "_trainer", trainer_with_probe)
+    monkeypatch.setattr(image_training, "build_images_trainer", trainer_with_probe)
     ImagesRecipe(config).run()
 
     # training resumed with the checkpoint's queue (and pointer), which held the keys of the
