@@ -163,7 +163,6 @@ def test_config_rejects_bad_values(kwargs) -> None:
         DemoConfig(**kwargs)
 
 
-@pytest.mark.slow
 def test_two_seeds_in_bf16_give_a_paired_difference_and_a_rerun_reuses_them(
         tmp_path, monkeypatch) -> None:
     from adaptcl.recipes import demo

@@ -67,6 +67,7 @@ def _tiny(shared_data, out, **overrides):
     return mn.MoleculeNetConfig(**params)
 
 
+@pytest.mark.slow
 def test_tiny_run_structure_and_resume(shared_data, tmp_path):
     cfg = _tiny(shared_data, tmp_path / "out")
     recipe = mn.MoleculeNetRecipe(cfg)

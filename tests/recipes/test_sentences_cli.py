@@ -49,6 +49,7 @@ def test_simcse_zero_epochs_is_one_line_and_exit_2(tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_simcse_16_mixed_on_cpu_is_one_line_suggesting_bf16_before_any_work(tmp_path):
     # accelerate ignores fp16=True on CPU and trains in float32: refused, never mislabelled
     done = _cli("simcse", "--device", "cpu", "--precision", "16-mixed", "--model",
@@ -60,6 +61,7 @@ def test_simcse_16_mixed_on_cpu_is_one_line_suggesting_bf16_before_any_work(tmp_
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_simcse_fewer_sentences_than_a_batch_is_one_line_before_transformers(tmp_path,
                                                                             shared_data):
     sentences = tmp_path / "five.txt"
@@ -73,6 +75,7 @@ def test_simcse_fewer_sentences_than_a_batch_is_one_line_before_transformers(tmp
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.slow
 def test_simcse_missing_model_is_one_line_before_any_work(tmp_path, shared_data):
     done = _cli("simcse", "--model", str(tmp_path / "no-such-model"), "--losses", "macl",
                 "--data-root", str(shared_data), "--output-dir", str(tmp_path / "out"))

@@ -37,6 +37,7 @@ def _run(result, method, seed):
     return run
 
 
+@pytest.mark.slow
 def test_recipe_trains_scores_reuses_and_recomputes_when_settings_change(tmp_path, shared_data,
                                                                          monkeypatch):
     model = build_tiny_model(tmp_path / "tiny", "roberta")

@@ -159,7 +159,6 @@ def test_cli_unknown_dataset_fails_before_any_work(mutag_root, tmp_path, capsys)
 # ------------------------------------------------------------------- tiny real run + resume
 
 
-@pytest.mark.slow
 def test_tiny_mutag_run_writes_results_logs_and_resumes(mutag_root, tmp_path, monkeypatch):
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator

@@ -334,7 +334,6 @@ def _fit_to_two_epochs(module, tmp_path, ckpt_path=None):
     return trainer
 
 
-@pytest.mark.slow
 def test_amcl_loss_state_and_queue_restored_when_lightning_resumes(tmp_path):
     """AMCL's heads (the module's projection head), its temperature network and its queue (the
     criterion's, with ``persistent_memory_bank=True``; Lightly's bank is not saved) are in the

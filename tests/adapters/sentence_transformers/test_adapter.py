@@ -159,7 +159,6 @@ def _amcl_run(path, output_dir, *, seed, callbacks=(), resume=None, **extra_args
     return model, loss, probe.state
 
 
-@pytest.mark.slow
 def test_amcl_heads_restored_when_trainer_resumes(tmp_path, tiny_bert):
     """``train(resume_from_checkpoint=True)`` restores AMCL's heads and temperature network from
     the checkpoint (they are not part of the model), and the resumed run ends where an

@@ -50,7 +50,6 @@ def test_model_identifier_tracks_folder_contents(tmp_path):
     assert model_identifier("some/hub-name") == "some/hub-name"
 
 
-@pytest.mark.slow
 def test_hf_poolers_on_minilm(minilm_path, tmp_path, one_thread):
     sentences = ["a man is playing a guitar .", "a dog runs in the park .", "hello"]
     st_enc = build_encoder(minilm_path, cache_dir=tmp_path, show_progress=False)
