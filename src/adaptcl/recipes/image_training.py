@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from adaptcl.recipes.template.errors import DivergedError, require_steps
+from adaptcl.recipes.template.errors import DivergedError, NonResultError, require_steps
 from adaptcl.recipes.template.files import torch_load_checked
 from adaptcl.recipes.template.loggers import lightning_logger
 from adaptcl.recipes.template.store import Cell
@@ -94,8 +94,13 @@ def run_one(cfg: ImagesConfig, splits, cell: Cell, run_dir: Path,
         return None
     require_steps(len(module.history), cell.label())
     start = time.perf_counter()
-    metrics = evaluate_backbone(module, bank_loader, test_loader, splits.num_classes, cfg=cfg,
-                                seed=cell.seed, where=cell.label())
+    try:
+        metrics = evaluate_backbone(module, bank_loader, test_loader, splits.num_classes,
+                                    cfg=cfg, seed=cell.seed, where=cell.label())
+    except NonFiniteError as err:  # features of a trained backbone went NaN: it diverged
+        raise DivergedError(str(err)) from None
+    except ValueError as err:  # constant features: a collapsed backbone is no result
+        raise NonResultError(str(err)) from None
     history, last = module.history, (module.history or [{}])[-1]
     return {"metrics": metrics, "optimisation_steps": len(history),
             "losses": [h["loss"] for h in history], "method": cfg.method, "loss": cell.method,

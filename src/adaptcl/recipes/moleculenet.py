@@ -9,7 +9,7 @@ one: ``none``) with a linear head, dropout 0.5, batch 32, masked multi-task BCE 
 split 80/10/10 of each MoleculeNet set; report test ROC-AUC (tasks with both classes) at the
 last epoch (the paper's protocol) and at the best-validation epoch.
 
-Presets (``--preset``): ``cpu`` (the default; about 40 minutes on two CPU cores: five sets,
+Presets (``--preset``): ``cpu`` (the default; about 15 minutes on one CPU thread: five sets,
 seeds 0-2, 6,000 pre-training SMILES for 3 epochs, 5 fine-tuning epochs, 5 x 128 GIN) and
 ``paper`` (a GPU job: eight sets, seeds 0-9, the whole corpus, 100 + 100 epochs, 5 x 300 GIN).
 
@@ -191,7 +191,7 @@ class MoleculeNetRecipe(Recipe):
     common = {"seeds": None, "data_root_help": "folder holding moleculenet/ and zinc/"}
     choices = {"datasets": ALL_DATASETS, "inits": INITS, "aug": AUGMENTATIONS,
                "jk": ("last", "sum", "concat")}
-    helps = {"preset": "cpu: ~40 minutes on two CPU cores; paper: GraphCL/MACL App. B.5, a GPU "
+    helps = {"preset": "cpu: ~15 minutes on one CPU thread; paper: GraphCL/MACL App. B.5, a GPU "
              "job (options override either)", "inits": "none (no pre-training), graphcl, macl",
              "temperature": "tau (tau0 for MACL)", "pretrain_smiles": "SMILES file for "
              "pre-training (none: <data-root>/zinc/moses/test.csv.gz)", "pretrain_molecules":

@@ -102,19 +102,15 @@ def require_steps(steps: int | None, where: str) -> None:
 
 
 def check_embeddings(x: Any, where: str, *, allow_constant: bool = False) -> None:
-    """Refuse non-finite or constant embeddings (``[n, d]`` tensor or array) before they are used."""
-    import numpy as np
+    """:func:`adaptcl.evaluation.checks.check_embeddings` with the template's errors: NaN/inf
+    embeddings of a trained model are a :class:`DivergedError`, no or constant embeddings a
+    :class:`NonResultError`; same messages."""
+    from adaptcl.evaluation.checks import check_embeddings as check
+    from adaptcl.plugins.validation import NonFiniteError
 
-    if hasattr(x, "detach"):
-        x = x.detach().float().cpu().numpy()
-    x = np.asarray(x, dtype=np.float64)
-    if x.size == 0:
-        raise NonResultError(f"{where}: no embeddings")
-    if not np.isfinite(x).all():
-        count = int((~np.isfinite(x)).any(axis=-1).sum()) if x.ndim > 1 else int(
-            (~np.isfinite(x)).sum())
-        raise DivergedError(f"{where}: {count} embeddings contain NaN or inf")
-    if (not allow_constant and x.ndim > 1 and x.shape[0] > 1
-            and float(np.ptp(x, axis=0).max()) == 0.0):
-        raise NonResultError(f"{where}: every embedding is the same vector (a collapsed or "
-                             "constant encoder)")
+    try:
+        check(x, where, allow_constant=allow_constant)
+    except NonFiniteError as err:
+        raise DivergedError(str(err)) from None
+    except ValueError as err:
+        raise NonResultError(str(err)) from None
