@@ -70,8 +70,12 @@ def test_full_disk_while_writing_is_one_line_and_keeps_nothing_half_written(tmp_
                                                                            monkeypatch):
     from adaptcl.recipes.template import files
 
-    def full(path, write, **kwargs):
-        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+    real = files.atomic_write
+
+    def full(path, write, **kwargs):  # the disk fills up when the first run record is written
+        if str(path).endswith("seed0.json"):
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real(path, write, **kwargs)
 
     monkeypatch.setattr(files, "atomic_write", full)
     line = _one_line_error(capsys, ["demo", "--epochs", "1", "--seeds", "0", "--no-progress",
