@@ -318,12 +318,21 @@ def test_model_specs_are_one_line(recipe, spec, expected, encoder_module, shared
     assert not list((tmp_path / "out").rglob("*.json"))
 
 
-def test_a_hub_name_offline_is_one_line(shared_data, tmp_path, capsys, monkeypatch):
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    _one_line_error(capsys, ["sts", "--model", "no-such-model-xyz", "--tasks", "STS13",
-                             "--data-root", str(shared_data), "--output-dir", str(tmp_path)],
-                    "model 'no-such-model-xyz' is neither a local model folder nor a hub model "
-                    "available here")
+def test_a_hub_name_offline_is_one_line(shared_data, tmp_path):
+    import subprocess
+    import sys
+
+    # a process of its own: huggingface_hub reads HF_HUB_OFFLINE when it is first imported
+    done = subprocess.run(
+        [sys.executable, "-m", "adaptcl", "sts", "--model", "no-such-model-xyz", "--tasks",
+         "STS13", "--data-root", str(shared_data), "--output-dir", str(tmp_path)],
+        capture_output=True, text=True, timeout=300,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+    ours = [line for line in done.stderr.splitlines() if line.startswith("adaptcl ")]
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert ours == [ours[0]] and ours[0].startswith(
+        "adaptcl sts: error: model 'no-such-model-xyz' is neither a local model folder nor a "
+        "hub model available here"), done.stderr
 
 
 def test_sts_takes_no_seeds(capsys):
