@@ -130,6 +130,7 @@ def test_simclr_step_compares_macl_with_lightly(bench):
     assert "| adaptcl MACLLoss (Lightly adapter) |" in bench.render_step(records)
 
 
+@pytest.mark.slow
 def test_cli_on_cpu_writes_the_tables_and_the_json(tmp_path):
     out = tmp_path / "bench.json"
     proc = _run("--device", "cpu", "--batches", "16", "--dims", "8", "--dtypes", "fp32",

@@ -23,6 +23,7 @@ NAMES = ("adaptcl InfoNCELoss", "adaptcl MACLLoss", "lightly NTXentLoss", "light
 pytest.importorskip("lightly", reason="the benchmark compares against Lightly (extra 'vision')")
 
 
+@pytest.mark.slow
 def test_bench_smoke_prints_ratios_and_summary(tmp_path: Path) -> None:
     out_json = tmp_path / "bench.json"
     proc = subprocess.run(

@@ -13,10 +13,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = REPO_ROOT / "benchmarks" / "bench_tiled.py"
 
 
+@pytest.mark.slow
 def test_bench_tiled_smoke_reports_equal_losses_less_memory_and_its_environment(tmp_path):
     out = tmp_path / "nested" / "tiled.json"
     proc = subprocess.run([sys.executable, str(SCRIPT), "--smoke", "--threads", "1", "--json",

@@ -318,6 +318,7 @@ def test_model_specs_are_one_line(recipe, spec, expected, encoder_module, shared
     assert not list((tmp_path / "out").rglob("*.json"))
 
 
+@pytest.mark.slow
 def test_a_hub_name_offline_is_one_line(shared_data, tmp_path):
     import subprocess
     import sys
