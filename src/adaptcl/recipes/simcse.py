@@ -46,7 +46,7 @@ from adaptcl.recipes.template.config import result_settings, validate_config
 from adaptcl.recipes.template.errors import RecipeError
 from adaptcl.recipes.template.provenance import code_version, fingerprint_files
 from adaptcl.recipes.template.recipe import Recipe
-from adaptcl.recipes.template.store import Cell, GridRun
+from adaptcl.recipes.template.store import Cell, GridRun, distributed_follower
 from adaptcl.recipes.template.torch_env import resolve_device
 from adaptcl.registry import canonical_loss_name
 
@@ -253,12 +253,17 @@ class SimCSERecipe(Recipe):
         )
 
         cfg = self.config
+        follower = distributed_follower()  # a non-zero rank under torchrun: trains, owns nothing
+        if follower and cell.method == BASELINE:
+            return None
         out = Path(cfg.output_dir) / "models" / cell.method / f"seed{cell.seed}"
-        if out.exists():  # a stale or interrupted run's model: its record (if any) was set aside
+        if out.exists() and not follower:  # a stale or interrupted run's model (record set aside)
             shutil.rmtree(out)
         start = time.perf_counter()
         run = (untrained_run(cell.seed, self, out) if cell.method == BASELINE
                else train_one(cell.method, cell.seed, self, out))
+        if follower:  # rank 0 saved the model, scores it and stores the record
+            return None
         record = run_record(run, train_seconds=time.perf_counter() - start)
         if cfg.sts:
             record["metrics"].update(self.sts_scores(run["final_model"], cell.method, out / "sts"))

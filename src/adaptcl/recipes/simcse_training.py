@@ -19,6 +19,7 @@ Example:
 from __future__ import annotations
 
 import math
+import os
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -146,14 +147,16 @@ def train_simcse(model: SentenceTransformer, train_dataset, loss: AdaptiveContra
         raise DivergedError(f"{config.output_dir}: {err} at step {step}", step=step,
                             loss=logged[-1] if logged else None) from None
     final = out / "final"
-    model.save(str(final))
-    loss.save_loss_state(final)
+    if trainer.is_world_process_zero():  # one writer under torchrun
+        model.save(str(final))
+        loss.save_loss_state(final)
     history = [h for h in trainer.state.log_history if "loss" in h or metric in h]
     best = None
     if evaluate:
         scores = [h[metric] for h in trainer.state.log_history if metric in h]
         best = max(scores) if scores else None
     return {"final_model": str(final), "best_dev_spearman": best,
+            "world_size": int(trainer.args.world_size),
             "best_checkpoint": trainer.state.best_model_checkpoint,
             "global_step": trainer.state.global_step, "history": history,
             "config": asdict(config), "loss": type(loss).__name__,
@@ -177,7 +180,9 @@ def train_one(name: str, seed: int, recipe: SimCSERecipe, out: Path) -> dict[str
     model = build_simcse_model(recipe.model, config.pooler, max_seq_length=config.max_seq_length,
                                dropout=config.dropout)
     projection = None if name == "amcl" else training_projection(config.pooler, model)
-    loss = make_loss(name, model, projection=projection)
+    # under torchrun every rank's in-batch negatives join every other rank's
+    loss = make_loss(name, model, projection=projection,
+                     gather_across_devices=int(os.environ.get("WORLD_SIZE", "1")) > 1)
     dev = load_stsb(recipe.senteval_root, "dev")
     extra = {"bf16-mixed": {"bf16": True}, "16-mixed": {"fp16": True}}.get(config.precision, {})
     # use_cpu keeps a CUDA machine's GPU out of a --device cpu run
@@ -224,7 +229,8 @@ def run_record(run: dict[str, Any], train_seconds: float) -> dict[str, Any]:
     return {"metrics": metrics, "optimisation_steps": int(run["global_step"]), "losses": losses,
             "train_seconds": train_seconds, "history": history,
             "final_model": run["final_model"], "best_checkpoint": run.get("best_checkpoint"),
-            "loss": run.get("loss"), "loss_config": run.get("loss_config")}
+            "loss": run.get("loss"), "loss_config": run.get("loss_config"),
+            "processes": int(run.get("world_size") or 1)}
 
 
 def log_folder(log_dir: Path, method: str, seed: int) -> Path:
