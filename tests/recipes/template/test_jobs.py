@@ -115,6 +115,7 @@ def test_a_failed_job_is_named_with_its_log_the_others_go_on_and_a_rerun_retries
     assert [d["cell"] for d in result["diverged"]] == [["toy", "base", 2]]
     assert result["failed"][0]["log"] == str(log)
     assert {r["execution"]["threads"] for r in _stored(out).values()} == {1}
+    assert "> **FAILED**: 1 runs failed (toy/base/seed1;" in (out / "results.md").read_text()
 
     monkeypatch.delenv("ADAPTCL_TOY_FAIL")
     monkeypatch.delenv("ADAPTCL_TOY_DIVERGE")
@@ -123,6 +124,7 @@ def test_a_failed_job_is_named_with_its_log_the_others_go_on_and_a_rerun_retries
     assert result["computed"] == [["toy", "base", 1], ["toy", "base", 2]]
     assert result["reused"] == [["toy", "base", 0], ["toy", "base", 3]]
     assert result["failed"] == [] and result["diverged"] == [] and result["complete"]
+    assert "FAILED" not in (out / "results.md").read_text()
 
 
 @pytest.mark.slow
