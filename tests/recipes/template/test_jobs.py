@@ -84,6 +84,35 @@ def test_slurm_off_a_cluster_is_a_one_line_error(tmp_path, monkeypatch):
         JobOptions(cluster="slurm").executor(tmp_path, 1, "tu")
 
 
+def test_a_job_refuses_a_cell_whose_identity_changed_since_submission(tmp_path):
+    """The job function itself (what each submitit job runs), in this process: the parent's
+    planned identity hash no longer matches the recipe rebuilt from the config."""
+    import torch
+
+    from adaptcl.recipes.template.jobs import run_cell_job
+    from adaptcl.recipes.template.provenance import stable_hash
+    from tests.recipes.template._jobs_toy import ToyConfig, ToyRecipe
+
+    threads = torch.get_num_threads()  # the job function sets the process's threads
+    config = ToyConfig(output_dir=str(tmp_path / "out"), seeds=[0])
+    with pytest.raises(RecipeError, match="toy/base/seed0: its identity .* changed since the "
+                                          "run was submitted"):
+        run_cell_job(ToyRecipe, config, ("toy", "base", 0), "0" * 64, 1, True, "local")
+    assert not (tmp_path / "out" / "runs" / "toy").exists()
+    recipe = ToyRecipe(config)
+    recipe.prepare()
+    recipe._code = None
+    planned = stable_hash(recipe.identity(Cell("toy", "base", 0)))
+    try:
+        result = run_cell_job(ToyRecipe, config, ("toy", "base", 0), planned, 1, True, "local")
+    finally:
+        torch.set_num_threads(threads)
+    assert result["status"] == "computed"
+    execution = json.loads((tmp_path / "out" / "runs" / "toy" / "base" / "seed0.json")
+                           .read_text())["record"]["execution"]
+    assert (execution["threads"], execution["cluster"]) == (1, "local")
+
+
 # ------------------------------------------------------------------- real local jobs
 
 
