@@ -205,7 +205,7 @@ def test_tu_with_two_jobs_is_bitwise_the_sequential_run(shared_data, tmp_path, c
               "2", "3", "--epochs", "1", "--threads", "1", "--no-progress", "--no-plot"]
     assert cli.main([*common, "--output-dir", str(tmp_path / "seq")]) == 0
     assert cli.main([*common, "--output-dir", str(tmp_path / "par"), "--jobs", "2"]) == 0
-    assert "8 runs to compute as jobs: 2 jobs at once (local), 1 threads each" in \
+    assert "8 runs to compute as jobs: 2 at once (local), 1 thread each" in \
         capsys.readouterr().err
     seq, par = _stored(tmp_path / "seq"), _stored(tmp_path / "par")
     assert len(seq) == 8 and sorted(seq) == sorted(par)

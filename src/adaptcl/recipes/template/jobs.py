@@ -119,7 +119,8 @@ class JobOptions:
                                                ("--cluster-time", self.time_min),
                                                ("--cluster-gpus", self.gpus)) if given]
         if slurm_only and self.cluster != "slurm":
-            raise RecipeError(f"{', '.join(slurm_only)} only apply with --cluster slurm")
+            verb = "applies" if len(slurm_only) == 1 else "apply"
+            raise RecipeError(f"{', '.join(slurm_only)} only {verb} with --cluster slurm")
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> JobOptions:
@@ -251,9 +252,13 @@ def run_cell_job(recipe_class: type, config: Any, cell: Sequence[Any], identity_
     store = RunStore(config.output_dir)
     grid = GridRun(cells=[cell], identities={cell: identity})
     status = compute_one(store, grid, cell, compute, recipe.trains, reuse=reuse)
-    print(f"adaptcl: {cell.label()} {status} ({threads} threads)", file=sys.stderr, flush=True)
+    print(f"adaptcl: {cell.label()} {status} ({_threads(threads)})", file=sys.stderr, flush=True)
     return {"status": status, "superseded": list(store.superseded),
             "diverged": grid.diverged.get(cell)}
+
+
+def _threads(n: int) -> str:
+    return f"{n} thread" + ("" if n == 1 else "s")
 
 
 def jobs_folder(out_dir: str | os.PathLike) -> Path:
@@ -282,8 +287,8 @@ class JobRunner:
                                     self.options.where)
 
     def describe(self) -> str:
-        return (f"{self.max_jobs} jobs at once ({self.options.where}), {self.threads} "
-                f"threads each; logs under {self.folder.parent}")
+        return (f"{self.max_jobs} at once ({self.options.where}), {_threads(self.threads)} "
+                f"each; logs under {self.folder.parent}")
 
 
 def _postfix(running: int, grid: Any) -> str:
@@ -310,12 +315,20 @@ def run_jobs(recipe: str, store: Any, grid: Any, todo: Sequence[Any], runner: Jo
     bar = progress(total=len(grid.cells), initial=len(grid.reused), desc=f"{recipe} runs",
                    enabled=progress_bar, leave=True)
     pending, running = list(todo), {}
+    shown = ""
+
+    def show(refresh: bool = True) -> None:  # redraw on a change only (one line each in a log)
+        nonlocal shown
+        if _postfix(len(running), grid) != shown:
+            shown = _postfix(len(running), grid)
+            bar.set_postfix_str(shown, refresh=refresh)
+
     try:
         while pending or running:
             while pending and len(running) < runner.max_jobs:
                 cell = pending.pop(0)
                 running[cell] = runner.submit(cell, grid.identities[cell])
-            bar.set_postfix_str(_postfix(len(running), grid))
+            show()
             done = [cell for cell, job in running.items() if job.done()]
             statuses = [_collect(store, grid, cell, running.pop(cell)) for cell in done]
             while pending and len(running) < runner.max_jobs:  # the next ones start first
@@ -323,8 +336,8 @@ def run_jobs(recipe: str, store: Any, grid: Any, todo: Sequence[Any], runner: Jo
                 running[cell] = runner.submit(cell, grid.identities[cell])
             grid.seconds_this_invocation = time.perf_counter() - start
             if done:
+                show(refresh=False)
                 bar.update(len(done))
-                bar.set_postfix_str(_postfix(len(running), grid))
             if ({"computed", "diverged"} & set(statuses) and on_record is not None
                     and grid.records):
                 on_record(grid)
