@@ -20,6 +20,7 @@ import sys
 import warnings
 
 from adaptcl.recipes.template.errors import RecipeError
+from adaptcl.recipes.template.jobs import CellsFailedError
 
 # sub-command -> (module, one-line help)
 RECIPES: dict[str, tuple[str, str]] = {
@@ -148,6 +149,9 @@ def main(argv: list[str] | None = None) -> int:
     except RecipeError as err:
         _report(prog, str(err))
         return 2
+    except CellsFailedError as err:  # each cell's traceback is in its job's log, named above
+        _report(prog, str(err))
+        return 1
     except ImportError as err:
         if "pip install" not in str(err):  # a missing extra is the user's to fix; others crash
             raise

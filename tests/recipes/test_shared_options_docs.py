@@ -40,7 +40,8 @@ def _table() -> dict[str, set[str]]:
 def test_the_docs_table_lists_every_shared_option():
     assert set(_table()) == {"--output-dir", "--data-root", "--seeds", "--threads", "--device",
                              "--precision", "--logger", "--devices", "--strategy",
-                             "--no-progress"}
+                             "--no-progress", "--jobs", "--cluster", "--cluster-partition",
+                             "--cluster-time", "--cluster-gpus", "--cluster-option"}
 
 
 @pytest.mark.parametrize("option", sorted(_table()))

@@ -253,6 +253,14 @@ class TURecipe(Recipe):
             self.fingerprints[canonical] = fingerprint_files([raw], root=raw)
         self._loaded: dict[str, tuple[list, int, dict]] = {}
 
+    def setup(self) -> None:
+        """With ``--jobs``/``--cluster``: each dataset processed once here, before any job reads
+        it (torch-geometric writes ``processed/`` in place; two jobs must not both write it)."""
+        if self.jobs.parallel:
+            for name in self.config.datasets:
+                load_tu_graphs(self.config, name, self.sources[name],
+                               self.fingerprints[name]["sha256"])
+
     def compute(self, cell: Cell) -> dict[str, Any]:
         cfg = self.config
         if cell.dataset not in self._loaded:

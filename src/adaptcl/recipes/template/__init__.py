@@ -5,6 +5,7 @@
 * :mod:`~adaptcl.recipes.template.config`: which config fields make a run's identity; checks.
 * :mod:`~adaptcl.recipes.template.errors`: user errors (one line, exit 2) and non-results.
 * :mod:`~adaptcl.recipes.template.store`: cells, the run store, :func:`run_grid`.
+* :mod:`~adaptcl.recipes.template.jobs`: ``--jobs`` / ``--cluster``: cells as submitit jobs.
 * :mod:`~adaptcl.recipes.template.report`: summaries, paired CIs, tables, result files.
 * :mod:`~adaptcl.recipes.template.provenance`: hashes, fingerprints, code version, environment.
 * :mod:`~adaptcl.recipes.template.torch_env`: threads, device, precision, seeding.

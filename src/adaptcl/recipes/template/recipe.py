@@ -47,6 +47,12 @@ from typing import Any, ClassVar
 from adaptcl.recipes.template.config import result_settings
 from adaptcl.recipes.template.errors import user_errors
 from adaptcl.recipes.template.files import check_output_dir
+from adaptcl.recipes.template.jobs import (
+    JobOptions,
+    JobRunner,
+    add_job_arguments,
+    check_combination,
+)
 from adaptcl.recipes.template.options import (
     add_common_arguments,
     add_config_arguments,
@@ -93,8 +99,10 @@ class Recipe:
     plot_file: ClassVar[str] = ""
     plot_layout: ClassVar[Mapping[str, Any]] = {}
 
-    def __init__(self, config: Any) -> None:
+    def __init__(self, config: Any, jobs: JobOptions | None = None) -> None:
         self.config = config
+        #: how the grid's cells run (``--jobs``, ``--cluster``): in this process by default
+        self.jobs = jobs or JobOptions()
         #: data fingerprints by dataset, filled in by :meth:`prepare`
         self.fingerprints: dict[str, Any] = {}
         self.data_root: Path | None = None
@@ -111,6 +119,7 @@ class Recipe:
         common = {"seeds": getattr(defaults, "seeds", False)} | dict(cls.common)
         add_common_arguments(parser, output_dir=getattr(defaults, "output_dir", "results"),
                              **common)
+        add_job_arguments(parser)
         if cls.presets:
             names = list(cls.presets)
             parser.add_argument("--preset", choices=names, default=names[0],
@@ -131,7 +140,9 @@ class Recipe:
     @classmethod
     def main(cls, args: argparse.Namespace) -> int:
         """``adaptcl <name> ...``: run and print the table and where the files are."""
-        recipe = cls(cls.config_from_args(args))
+        with user_errors():
+            jobs = JobOptions.from_args(args)
+        recipe = cls(cls.config_from_args(args), jobs=jobs)
         result = recipe.run()
         if not result:  # a process that owns no result (a non-zero rank of a distributed run)
             return 0
@@ -139,6 +150,9 @@ class Recipe:
         outputs = result["outputs"]
         print(f"results: {outputs['json']}  table: {outputs['markdown']}"
               + (f"  plot: {result['plot']}" if result.get("plot") else ""))
+        failed = recipe.grid.failed_error()
+        if failed is not None:  # the others are stored and in the table; rerun retries these
+            raise failed
         diverged = recipe.grid.diverged_error()
         if diverged is not None:  # the others are in the table; the run as a whole failed
             raise diverged
@@ -198,18 +212,28 @@ class Recipe:
         """Validate, compute what is missing or stale, write the result files and the plot."""
         cfg = self.config
         with user_errors():
+            check_combination(self.jobs, cfg)
             check_output_dir(cfg.output_dir)
             self.prepare()
         apply_thread_policy(getattr(cfg, "threads", None))
         self._code = code_version(*self.code) if self.code else None
-        self.setup()
+        self.setup()  # once here, before any job: a job's setup() then only loads its result
         out = Path(cfg.output_dir)
         report = self.make_report(out)
-        grid = run_grid(self.name, out, self.cells(), identity=self.identity,
+        cells = self.cells()
+        runner = None
+        if self.jobs.parallel:
+            with user_errors():
+                runner = JobRunner(self.jobs, self, threads=getattr(cfg, "threads", None),
+                                   cells=len(cells), reuse=self.reuses())
+        grid = run_grid(self.name, out, cells, identity=self.identity,
                         compute=self.compute, trains=self.trains, on_record=report.write,
-                        progress_bar=getattr(cfg, "progress", True), reuse=self.reuses())
+                        progress_bar=getattr(cfg, "progress", True), reuse=self.reuses(),
+                        jobs=runner)
         self.grid = grid
         if not grid.records:
+            if grid.failed:
+                raise grid.failed_error()
             if grid.diverged:  # nothing to tabulate
                 raise grid.diverged_error()
             return {}  # every compute returned None: another process owns the result

@@ -237,7 +237,8 @@ def write_results(out_dir: str | os.PathLike, stem: str, result: Mapping[str, An
                   markdown: str, *, diverged: str = "") -> dict[str, str]:
     """Write ``<stem>.json`` (``allow_nan=False``) and ``<stem>.md`` atomically.
 
-    The markdown gets a DIVERGED banner (``diverged``: the line naming the runs), a PARTIAL banner when
+    The markdown gets a DIVERGED banner (``diverged``: the line naming the runs), a FAILED banner
+    naming the runs whose job failed (``result["failed"]``, ``--jobs``), a PARTIAL banner when
     ``result["partial"]`` and an environment footer.
     """
     out = Path(out_dir)
@@ -245,6 +246,11 @@ def write_results(out_dir: str | os.PathLike, stem: str, result: Mapping[str, An
     head = ""
     if diverged:
         head += f"> **DIVERGED**: {diverged}; left out of every mean (marked in the table).\n\n"
+    failed = result.get("failed") or []
+    if failed:
+        names = ", ".join("{}/{}/seed{}".format(*f["cell"]) for f in failed)
+        head += (f"> **FAILED**: {len(failed)} runs failed ({names}; their logs are in "
+                 "results.json); rerun the same command to retry them.\n\n")
     if result.get("partial"):
         missing = result.get("missing") or []
         head += (f"> **PARTIAL**: {len(missing)} of the planned runs are missing; rows average "

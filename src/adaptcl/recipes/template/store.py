@@ -304,6 +304,8 @@ class GridRun:
     seconds_this_invocation: float = 0.0
     identities: dict[Cell, Mapping[str, Any]] = field(default_factory=dict)
     diverged: dict[Cell, dict[str, Any]] = field(default_factory=dict)
+    #: cells whose job failed (``--jobs``/``--cluster``): ``{"error", "log", "job_id"}``
+    failed: dict[Cell, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def complete(self) -> bool:
@@ -337,10 +339,25 @@ class GridRun:
                              f"inf; nothing stored for them): {', '.join(parts)}",
                              step=first.get("step"), loss=first.get("loss"))
 
+    def failed_error(self) -> Exception | None:
+        """One :class:`~adaptcl.recipes.template.jobs.CellsFailedError` naming every cell whose
+        job failed (``None`` when none did), diverged cells appended."""
+        if not self.failed:
+            return None
+        from adaptcl.recipes.template.jobs import CellsFailedError
+
+        names = ", ".join(f"{c.label()} ({info['error']})" for c, info in self.failed.items())
+        diverged = self.diverged_error()
+        return CellsFailedError(
+            f"{len(self.failed)} of {len(self.cells)} runs failed: {names}; their logs are named "
+            "above; rerun the same command to retry them (finished runs are reused)"
+            + (f". Also: {diverged}" if diverged is not None else ""))
+
     def bookkeeping(self) -> dict[str, Any]:
         """The part of a result file that says what this invocation did.
 
-        ``missing``: planned cells with neither a record nor a divergence (never ran);
+        ``missing``: planned cells with neither a record nor a divergence (never ran, or failed);
+        ``failed``: ``[{"cell", "error", "log", "job_id"}]``, cells whose job raised;
         ``diverged``: ``[{"cell": [dataset, method, seed], "step", "loss", "message"}]`` in grid
         order, the loss JSON-safe (a finite float, ``"nan"``, ``"inf"``, ``"-inf"`` or ``None``).
         """
@@ -353,6 +370,7 @@ class GridRun:
                               "loss": _json_number(info.get("loss")),
                               "message": info.get("message")}
                              for c, info in self.diverged.items()],
+                "failed": [{"cell": list(c)} | dict(info) for c, info in self.failed.items()],
                 "superseded": list(self.superseded),
                 "code": self.code_versions(),
                 "total_train_seconds": sum(float(r.get("train_seconds") or 0.0)
@@ -373,7 +391,8 @@ def run_grid(recipe: str, out_dir: str | os.PathLike, cells: Sequence[Cell], *,
              compute: Callable[[Cell], dict[str, Any] | None] | None,
              trains: Callable[[Cell], bool] | bool = True,
              on_record: Callable[[GridRun], None] | None = None,
-             progress_bar: bool = True, reuse: bool = True) -> GridRun:
+             progress_bar: bool = True, reuse: bool = True,
+             jobs: Any = None) -> GridRun:
     """Compute every cell whose stored record is missing or stale; reuse the others.
 
     ``identity(cell)`` returns everything that determines the cell's result (JSON-able);
@@ -394,6 +413,10 @@ def run_grid(recipe: str, out_dir: str | os.PathLike, cells: Sequence[Cell], *,
     ``reuse=False`` recomputes every cell even when a matching record is stored (``--no-cache``);
     the old record stays in place until the new one is stored, then moves to
     ``runs/superseded/`` (listed in :attr:`GridRun.superseded`); a cell that diverges keeps it.
+
+    ``jobs`` (a :class:`~adaptcl.recipes.template.jobs.JobRunner`): each cell to compute runs
+    as a submitit job instead of ``compute`` here; a job that fails goes to
+    :attr:`GridRun.failed` and the other cells go on.
     """
     unique = list(dict.fromkeys(cells))  # a cell listed twice is computed once
     if len(unique) < len(cells):
@@ -416,7 +439,7 @@ def run_grid(recipe: str, out_dir: str | os.PathLike, cells: Sequence[Cell], *,
     try:
         _collect_and_compute(recipe, store, grid, compute=compute, trains=trains,
                              on_record=on_record, progress_bar=progress_bar, start=start,
-                             active=active, reuse=reuse)
+                             active=active, reuse=reuse, jobs=jobs)
     finally:
         if active is not None:
             active.unregister()
@@ -429,7 +452,8 @@ def _collect_and_compute(recipe: str, store: RunStore, grid: GridRun, *,
                          compute: Callable[[Cell], dict[str, Any] | None] | None,
                          trains: Callable[[Cell], bool] | bool,
                          on_record: Callable[[GridRun], None] | None, progress_bar: bool,
-                         start: float, active: ActiveRuns | None, reuse: bool) -> None:
+                         start: float, active: ActiveRuns | None, reuse: bool,
+                         jobs: Any = None) -> None:
     todo: list[Cell] = []
     for cell in grid.cells:
         record = store.load(cell, grid.identities[cell]) if reuse else None
@@ -439,31 +463,50 @@ def _collect_and_compute(recipe: str, store: RunStore, grid: GridRun, *,
         else:
             todo.append(cell)
     grid.superseded = store.superseded
-    if compute is None or not todo:
+    if (compute is None and jobs is None) or not todo:
+        return
+    if jobs is not None:  # each cell a job of its own (submitit); this process collects
+        from adaptcl.recipes.template.jobs import run_jobs
+
+        run_jobs(recipe, store, grid, todo, jobs, on_record=on_record,
+                 progress_bar=progress_bar, start=start)
         return
     bar = progress(total=len(grid.cells), initial=len(grid.reused), desc=f"{recipe} runs",
                    enabled=progress_bar, leave=True)
     try:
         for cell in todo:
             bar.set_postfix_str(_postfix(cell, grid))
-            lock = (contextlib.nullcontext() if active is None
-                    else store.cell_lock(cell, waiting=lambda c=cell: _waiting_note(active, c)))
-            with lock:
-                if reuse and active is not None:  # another process may have stored it meanwhile
-                    record = store.load(cell, grid.identities[cell])
-                    if record is not None:
-                        grid.records[cell] = record
-                        grid.reused.append(cell)
-                        bar.update(1)
-                        continue
-                finished = _compute_cell(store, grid, cell, compute, trains)
+            status = compute_one(store, grid, cell, compute, trains, reuse=reuse,
+                                 active=active, locked=active is not None)
             grid.seconds_this_invocation = time.perf_counter() - start
-            if finished and on_record is not None and grid.records:
+            if status in ("computed", "diverged") and on_record is not None and grid.records:
                 on_record(grid)
             bar.update(1)
         bar.set_postfix_str(_postfix(None, grid))
     finally:
         bar.close()
+
+
+def compute_one(store: RunStore, grid: GridRun, cell: Cell,
+                compute: Callable[[Cell], dict[str, Any] | None],
+                trains: Callable[[Cell], bool] | bool, *, reuse: bool = True,
+                active: ActiveRuns | None = None, locked: bool = True) -> str:
+    """Compute and store one cell under its lock (``locked``), or reuse the record another
+    process stored meanwhile (``reuse``); what happened: ``"computed"``, ``"reused"``,
+    ``"diverged"`` or ``"none"`` (this process owns no result). Used by the sequential grid
+    and by each job of :mod:`~adaptcl.recipes.template.jobs`."""
+    lock = (store.cell_lock(cell, waiting=lambda: _waiting_note(active, cell)) if locked
+            else contextlib.nullcontext())
+    with lock:
+        if reuse and locked:  # another process may have stored it meanwhile
+            record = store.load(cell, grid.identities[cell])
+            if record is not None:
+                grid.records[cell] = record
+                grid.reused.append(cell)
+                return "reused"
+        if not _compute_cell(store, grid, cell, compute, trains):
+            return "none"
+    return "diverged" if cell in grid.diverged else "computed"
 
 
 def _compute_cell(store: RunStore, grid: GridRun, cell: Cell,
@@ -498,8 +541,8 @@ def _diverged_errors() -> tuple[type[Exception], ...]:
     return (DivergedError,) + ((validation.NonFiniteError,) if validation is not None else ())
 
 
-def _waiting_note(active: ActiveRuns, cell: Cell) -> None:
-    owner = active.owner(cell.label())
+def _waiting_note(active: ActiveRuns | None, cell: Cell) -> None:
+    owner = active.owner(cell.label()) if active is not None else None
     who = f" ({_describe(owner)})" if owner else ""
     note(f"{cell.label()} is being computed by another run with the same settings{who}; "
          "waiting for it, then reusing its record")

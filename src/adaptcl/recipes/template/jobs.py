@@ -1,0 +1,380 @@
+"""Cells as jobs: several at once on this machine, or on a SLURM cluster, through submitit.
+
+``--jobs N`` runs up to N cells of a grid at once, each in a process of its own started by
+`submitit <https://github.com/facebookincubator/submitit>`_'s ``LocalExecutor``;
+``--cluster slurm`` sends each cell to SLURM as a job through the same code path (submitit's
+``AutoExecutor`` with ``cluster="slurm"``). Nothing here schedules: submitit starts, watches
+and cancels the processes; the parent only keeps at most N of them submitted at a time
+(the local executor starts every submitted job at once) and collects what they stored.
+
+A job is one pure computation (:func:`run_cell_job`): it rebuilds the recipe from its config
+(``Recipe(config)``, :meth:`~adaptcl.recipes.template.recipe.Recipe.prepare`,
+:meth:`~adaptcl.recipes.template.recipe.Recipe.setup`; shared work such as ``moleculenet``'s
+pre-training was done once by the parent, so the job's ``setup`` only loads it), checks that
+the cell's identity is the one the parent planned (code, data and settings unchanged since the
+submission), computes ONE cell and stores its record through the
+:class:`~adaptcl.recipes.template.store.RunStore` under the cell's lock, as the sequential run
+does. The parent reads the record back from the store.
+
+Threads: on this machine ``--threads T`` is divided between the jobs, ``max(1, T // N)`` torch
+threads each (so ``--threads 1 --jobs 2`` runs two one-thread jobs: two cores); on SLURM each
+job gets ``--threads`` threads and asks for as many CPUs (``cpus_per_task``). The threads a
+cell ran with are in its record (``execution.threads``).
+
+Example:
+    >>> opts = JobOptions(jobs=4)
+    >>> opts.parallel, opts.threads_per_job(8), opts.threads_per_job(1)
+    (True, 2, 1)
+    >>> JobOptions().parallel
+    False
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from adaptcl.recipes.template.errors import RecipeError
+
+#: where the cells run: ``local`` (this machine, submitit's LocalExecutor) or ``slurm``
+CLUSTERS = ("local", "slurm")
+#: a local job's time limit in minutes (submitit's own default is 2)
+LOCAL_TIMEOUT_MIN = 7 * 24 * 60
+#: the parent's polling interval in seconds
+POLL_SECONDS = 0.2
+
+
+class CellsFailedError(RuntimeError):
+    """Cells whose job raised (a crash, not a user error): the CLI prints this one line and
+    exits 1; the other cells' records are stored and the table is written."""
+
+
+def _cluster_option(text: str) -> tuple[str, Any]:
+    """``KEY=VALUE`` of ``--cluster-option`` (an integer or float VALUE as a number)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    for kind in (int, float):
+        try:
+            return key.strip(), kind(value)
+        except ValueError:
+            continue
+    return key.strip(), value
+
+
+def add_job_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--jobs``, ``--cluster`` and the few options a SLURM job needs."""
+    from adaptcl.recipes.template.options import positive_int
+
+    parser.add_argument("--jobs", type=positive_int, default=None, metavar="N",
+                        help="cells computed at once, each a job of its own (submitit); "
+                             "--threads is divided between them (default: 1 on this machine, "
+                             "every cell with --cluster slurm)")
+    parser.add_argument("--cluster", choices=CLUSTERS, default=None,
+                        help="where the jobs run: local (this machine) or slurm (through "
+                             "submitit; default: local when --jobs > 1)")
+    parser.add_argument("--cluster-partition", default=None, metavar="NAME",
+                        help="SLURM partition of the jobs")
+    parser.add_argument("--cluster-time", type=positive_int, default=None, metavar="MINUTES",
+                        help="time limit of each job in minutes (SLURM; default: submitit's)")
+    parser.add_argument("--cluster-gpus", type=int, default=0, metavar="N",
+                        help="GPUs per job (SLURM; default 0)")
+    parser.add_argument("--cluster-option", action="append", type=_cluster_option,
+                        default=[], metavar="KEY=VALUE",
+                        help="passed to submitit's update_parameters, e.g. slurm_mem=16G or "
+                             "slurm_account=lab (repeatable)")
+
+
+@dataclass(frozen=True)
+class JobOptions:
+    """How a grid's cells run: one after another in this process (the default), or as jobs.
+
+    ``jobs``: cells at once (``None``: 1 on this machine, every cell on SLURM); ``cluster``:
+    ``local`` or ``slurm`` (``None``: ``local`` when ``jobs > 1``, else in-process);
+    ``partition`` / ``time_min`` / ``gpus``: SLURM's partition, time limit, GPUs per job;
+    ``options``: extra keyword arguments of submitit's ``update_parameters``.
+    """
+
+    jobs: int | None = None
+    cluster: str | None = None
+    partition: str | None = None
+    time_min: int | None = None
+    gpus: int = 0
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.jobs is not None and (isinstance(self.jobs, bool) or int(self.jobs) < 1):
+            raise RecipeError(f"--jobs must be >= 1, got {self.jobs}")
+        if self.cluster is not None and self.cluster not in CLUSTERS:
+            raise RecipeError(f"--cluster must be one of {', '.join(CLUSTERS)}, "
+                              f"got {self.cluster!r}")
+        if self.gpus < 0:
+            raise RecipeError(f"--cluster-gpus must be >= 0, got {self.gpus}")
+        slurm_only = [name for name, given in (("--cluster-partition", self.partition),
+                                               ("--cluster-time", self.time_min),
+                                               ("--cluster-gpus", self.gpus)) if given]
+        if slurm_only and self.cluster != "slurm":
+            verb = "applies" if len(slurm_only) == 1 else "apply"
+            raise RecipeError(f"{', '.join(slurm_only)} only {verb} with --cluster slurm")
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> JobOptions:
+        return cls(jobs=getattr(args, "jobs", None), cluster=getattr(args, "cluster", None),
+                   partition=getattr(args, "cluster_partition", None),
+                   time_min=getattr(args, "cluster_time", None),
+                   gpus=getattr(args, "cluster_gpus", 0) or 0,
+                   options=dict(getattr(args, "cluster_option", None) or []))
+
+    @property
+    def parallel(self) -> bool:
+        """Whether cells run as jobs (``--jobs > 1`` or an explicit ``--cluster``)."""
+        return self.cluster is not None or (self.jobs or 1) > 1
+
+    @property
+    def where(self) -> str:
+        return self.cluster or "local"
+
+    def max_jobs(self, cells: int) -> int:
+        """How many jobs are submitted at once."""
+        if self.jobs is not None:
+            return int(self.jobs)
+        return max(1, cells) if self.where == "slurm" else 1
+
+    def threads_per_job(self, threads: int | None, cells: int = 1) -> int:
+        """Torch threads of each job: ``--threads`` divided between the jobs running at once
+        on this machine (at least 1), all of ``--threads`` on SLURM (a node of its own);
+        ``threads=None`` (torch's default) divides the machine's CPUs."""
+        total = int(threads) if threads else (os.cpu_count() or 1)
+        if self.where == "slurm":
+            return total
+        return max(1, total // self.max_jobs(cells))
+
+    def executor(self, folder: str | os.PathLike, threads: int, name: str) -> Any:
+        """The submitit executor: ``AutoExecutor(cluster="local"|"slurm")`` with the run's
+        parameters (``--cluster-option`` last, so it wins)."""
+        try:
+            import submitit
+        except ImportError as err:
+            raise ImportError("--jobs and --cluster run cells through submitit: "
+                              "pip install 'adaptcl[cluster]'") from err
+        try:
+            executor = submitit.AutoExecutor(folder=str(folder), cluster=self.where)
+        except RuntimeError as err:  # no srun here: not a SLURM login node
+            raise RecipeError(f"--cluster {self.where}: {err}") from err
+        params: dict[str, Any] = {"name": f"adaptcl-{name}", "stderr_to_stdout": False}
+        if self.where == "local":
+            params["timeout_min"] = LOCAL_TIMEOUT_MIN
+        else:
+            params.update(cpus_per_task=int(threads), tasks_per_node=1, nodes=1,
+                          timeout_min=self.time_min, gpus_per_node=self.gpus or None,
+                          slurm_partition=self.partition)
+        params.update(self.options)
+        try:
+            executor.update_parameters(**params)
+        except (NameError, ValueError, AssertionError) as err:
+            raise RecipeError(f"--cluster-option: {str(err).splitlines()[0]}") from err
+        return executor
+
+
+def check_combination(options: JobOptions, config: Any) -> None:
+    """Refuse what jobs cannot do: several devices per cell, or a distributed launch."""
+    from adaptcl.recipes.template.store import distributed_follower
+
+    if not options.parallel:
+        return
+    devices = getattr(config, "devices", 1)
+    if isinstance(devices, int) and devices > 1:
+        raise RecipeError(f"--devices {devices} with --jobs/--cluster: a cell on several "
+                          "devices is one distributed run; run it without --jobs, or use "
+                          "--devices 1 and --jobs for many cells")
+    if distributed_follower() or os.environ.get("WORLD_SIZE", "1") not in ("", "1"):
+        raise RecipeError("--jobs/--cluster under a distributed launcher (torchrun, "
+                          "RANK/WORLD_SIZE set): start the run as one process")
+
+
+def job_failure(job: Any) -> tuple[str, str]:
+    """``(reason, log path)`` of a failed submitit job: the last line of its traceback (or of
+    submitit's message when it never ran, e.g. killed) and its stderr file."""
+    try:
+        error = job.exception()
+    except Exception as err:  # noqa: BLE001  (the job's state could not be read)
+        error = err
+    text = str(error or "the job ended without a result")
+    if "with trace:" in text:  # submitit's FailedJobError: the trace between two rules
+        trace = text.split("----------------------\n", 2)[1]
+        lines = [line for line in trace.splitlines() if line.strip()]
+        reason = lines[-1].strip() if lines else text.splitlines()[0]
+    else:
+        reason = f"{type(error).__name__}: {text.strip().splitlines()[0] if text.strip() else ''}"
+    try:
+        log = str(job.paths.stderr)
+    except Exception:  # noqa: BLE001
+        log = "(no log)"
+    return reason, log
+
+
+def run_cell_job(recipe_class: type, config: Any, cell: Sequence[Any], identity_hash: str,
+                 threads: int, reuse: bool, where: str) -> dict[str, Any]:
+    """One job: rebuild the recipe, compute ``cell`` and store its record (under its lock).
+
+    Returns ``{"status": "computed" | "reused" | "diverged", "superseded": [...],
+    "diverged": {...}}``; the record itself is read back from the store by the parent. A
+    changed identity (code, data or settings edited since the submission) is refused.
+    """
+    from adaptcl.recipes.template.errors import user_errors
+    from adaptcl.recipes.template.provenance import code_version, stable_hash
+    from adaptcl.recipes.template.store import Cell, GridRun, RunStore, compute_one
+    from adaptcl.recipes.template.torch_env import apply_thread_policy
+
+    cell = Cell(*cell)
+    recipe = recipe_class(config)
+    with user_errors():
+        recipe.prepare()
+    threads = apply_thread_policy(threads)
+    recipe._code = code_version(*recipe.code) if recipe.code else None
+    recipe.setup()
+    identity = recipe.identity(cell)
+    if stable_hash(identity) != identity_hash:
+        raise RecipeError(f"{cell.label()}: its identity (settings, data or code) changed "
+                          "since the run was submitted; rerun the command")
+    job_id = os.environ.get("SLURM_JOB_ID") or os.environ.get("SUBMITIT_LOCAL_JOB_ID")
+    execution = {"threads": threads, "cluster": where, "job_id": job_id}
+
+    def compute(c: Any) -> dict[str, Any] | None:
+        record = recipe.compute(c)
+        return None if record is None else dict(record) | {"execution": execution}
+
+    store = RunStore(config.output_dir)
+    grid = GridRun(cells=[cell], identities={cell: identity})
+    status = compute_one(store, grid, cell, compute, recipe.trains, reuse=reuse)
+    print(f"adaptcl: {cell.label()} {status} ({_threads(threads)})", file=sys.stderr, flush=True)
+    return {"status": status, "superseded": list(store.superseded),
+            "diverged": grid.diverged.get(cell)}
+
+
+def _threads(n: int) -> str:
+    return f"{n} thread" + ("" if n == 1 else "s")
+
+
+def jobs_folder(out_dir: str | os.PathLike) -> Path:
+    """Where submitit keeps each job's pickles and logs: ``<output-dir>/jobs/<job id>/``."""
+    return Path(out_dir) / "jobs" / "%j"
+
+
+class JobRunner:
+    """What :func:`~adaptcl.recipes.template.store.run_grid` needs to run cells as jobs: the
+    executor, how many at once, and how to submit one cell of ``recipe``."""
+
+    def __init__(self, options: JobOptions, recipe: Any, *, threads: int | None, cells: int,
+                 reuse: bool = True) -> None:
+        self.options = options
+        self.max_jobs = options.max_jobs(cells)
+        self.threads = options.threads_per_job(threads, cells)
+        self.recipe_class, self.config, self.reuse = type(recipe), recipe.config, reuse
+        self.folder = jobs_folder(recipe.config.output_dir)
+        self.executor = options.executor(self.folder, self.threads, recipe.name)
+
+    def submit(self, cell: Any, identity: Mapping[str, Any]) -> Any:
+        from adaptcl.recipes.template.provenance import stable_hash
+
+        return self.executor.submit(run_cell_job, self.recipe_class, self.config, tuple(cell),
+                                    stable_hash(identity), self.threads, self.reuse,
+                                    self.options.where)
+
+    def describe(self) -> str:
+        return (f"{self.max_jobs} at once ({self.options.where}), {_threads(self.threads)} "
+                f"each; logs under {self.folder.parent}")
+
+
+def _postfix(running: int, grid: Any) -> str:
+    parts = [f"{running} running"]
+    if grid.failed:
+        parts.append(f"{len(grid.failed)} failed")
+    if grid.diverged:
+        parts.append(f"{len(grid.diverged)} diverged")
+    return ", ".join(parts)
+
+
+def run_jobs(recipe: str, store: Any, grid: Any, todo: Sequence[Any], runner: JobRunner, *,
+             on_record: Any, progress_bar: bool, start: float) -> None:
+    """Submit the cells of ``todo`` (at most ``runner.max_jobs`` at a time), collect each
+    finished job's record from ``store`` into ``grid`` and call ``on_record``; a failed job
+    goes to ``grid.failed`` (one line on stderr naming its log) and the others go on. On an
+    interrupt the running jobs are cancelled (their cells are recomputed by a rerun)."""
+    import time
+
+    from adaptcl.recipes.template.options import note
+    from adaptcl.recipes.template.progress import progress
+
+    note(f"{len(todo)} runs to compute as jobs: {runner.describe()}")
+    bar = progress(total=len(grid.cells), initial=len(grid.reused), desc=f"{recipe} runs",
+                   enabled=progress_bar, leave=True)
+    pending, running = list(todo), {}
+    shown = ""
+
+    def show(refresh: bool = True) -> None:  # redraw on a change only (one line each in a log)
+        nonlocal shown
+        if _postfix(len(running), grid) != shown:
+            shown = _postfix(len(running), grid)
+            bar.set_postfix_str(shown, refresh=refresh)
+
+    try:
+        while pending or running:
+            while pending and len(running) < runner.max_jobs:
+                cell = pending.pop(0)
+                running[cell] = runner.submit(cell, grid.identities[cell])
+            show()
+            done = [cell for cell, job in running.items() if job.done()]
+            statuses = [_collect(store, grid, cell, running.pop(cell)) for cell in done]
+            while pending and len(running) < runner.max_jobs:  # the next ones start first
+                cell = pending.pop(0)
+                running[cell] = runner.submit(cell, grid.identities[cell])
+            grid.seconds_this_invocation = time.perf_counter() - start
+            if done:
+                show(refresh=False)
+                bar.update(len(done))
+            if ({"computed", "diverged"} & set(statuses) and on_record is not None
+                    and grid.records):
+                on_record(grid)
+            if not done:
+                time.sleep(POLL_SECONDS)
+    except BaseException:
+        for job in running.values():
+            try:
+                job.cancel(check=False)
+            except Exception:  # noqa: BLE001,S110  (it may have ended meanwhile)
+                pass
+        raise
+    finally:
+        bar.close()
+
+
+def _collect(store: Any, grid: Any, cell: Any, job: Any) -> str:
+    try:
+        result = job.result()
+    except Exception:  # noqa: BLE001  (the cell's own error, in its log)
+        reason, log = job_failure(job)
+        grid.failed[cell] = {"error": reason, "log": log, "job_id": str(job.job_id)}
+        print(f"adaptcl: {cell.label()} failed: {reason} (log: {log})", file=sys.stderr,
+              flush=True)
+        return "failed"
+    grid.superseded.extend(result.get("superseded") or [])
+    status = result["status"]
+    if status == "diverged":
+        grid.diverged[cell] = result["diverged"]
+        return status
+    record = store.load(cell, grid.identities[cell])
+    if record is None:
+        grid.failed[cell] = {"error": f"job {job.job_id} ended ({status}) but no record is "
+                             "stored", "log": str(job.paths.stderr), "job_id": str(job.job_id)}
+        print(f"adaptcl: {cell.label()} failed: {grid.failed[cell]['error']} "
+              f"(log: {grid.failed[cell]['log']})", file=sys.stderr, flush=True)
+        return "failed"
+    grid.records[cell] = record
+    (grid.reused if status == "reused" else grid.computed).append(cell)
+    return status

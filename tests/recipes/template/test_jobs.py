@@ -1,0 +1,221 @@
+"""``--jobs`` / ``--cluster``: a grid's cells as submitit jobs, against submitit's real local
+executor (each job a process of its own; nothing of the engine is mocked)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from adaptcl import cli
+from adaptcl.recipes.template.errors import RecipeError
+from adaptcl.recipes.template.jobs import JobOptions
+from adaptcl.recipes.template.store import Cell
+
+pytest.importorskip("submitit")
+
+TOY = "tests.recipes.template._jobs_toy"
+
+
+def _stored(out: Path) -> dict[str, dict]:
+    """label -> stored record of every cell under ``out/runs``."""
+    return {f"{p.parent.parent.name}/{p.parent.name}/{p.stem}": json.loads(p.read_text())["record"]
+            for p in sorted((out / "runs").glob("*/*/seed*.json"))}
+
+
+# ------------------------------------------------------------------- options, refusals
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--jobs", "0"], "argument --jobs: must be >= 1, got 0"),
+    (["--jobs", "two"], "argument --jobs: invalid integer 'two'"),
+    (["--cluster", "pbs"], "argument --cluster: invalid choice: 'pbs'"),
+    (["--cluster-option", "mem"], "argument --cluster-option: expected KEY=VALUE, got 'mem'"),
+])
+def test_bad_job_options_are_refused_at_parse_time(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        cli.main(["tu", *argv])
+    assert exit_.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_slurm_options_without_slurm_and_several_devices_with_jobs_are_refused(tmp_path):
+    with pytest.raises(RecipeError, match="--cluster-partition, --cluster-time only apply with "
+                                          "--cluster slurm"):
+        JobOptions(jobs=2, partition="gpu", time_min=10)
+    from tests.recipes.template._jobs_toy import ToyConfig, ToyRecipe
+
+    config = ToyConfig(output_dir=str(tmp_path / "out"))
+    config.devices = 2  # as images' config has it
+    with pytest.raises(RecipeError, match="--devices 2 with --jobs/--cluster"):
+        ToyRecipe(config, jobs=JobOptions(jobs=2)).run()
+    assert not (tmp_path / "out").exists()  # refused before any file
+
+
+def test_threads_are_divided_between_local_jobs_and_whole_on_slurm():
+    assert [JobOptions(jobs=n).threads_per_job(4) for n in (1, 2, 3, 4, 8)] == [4, 2, 1, 1, 1]
+    assert JobOptions(cluster="slurm", jobs=8).threads_per_job(4) == 4
+
+
+def test_slurm_jobs_get_partition_time_gpus_cpus_and_extra_options(tmp_path, monkeypatch):
+    """The sbatch script submitit writes for ``--cluster slurm`` (a stand-in ``srun`` on PATH:
+    submitit only checks that it exists before it writes the script)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text("#!/bin/sh\nexit 0\n")
+    (bin_dir / "srun").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    options = JobOptions(cluster="slurm", partition="gpu", time_min=90, gpus=1,
+                         options={"slurm_mem": "16G", "slurm_account": "lab"})
+    executor = options.executor(tmp_path / "jobs" / "%j", options.threads_per_job(4), "tu")
+    script = executor._executor._make_submission_file_text("python -m x", "uid")
+    for line in ("--partition=gpu", "--time=90", "--gpus-per-node=1", "--cpus-per-task=4",
+                 "--mem=16G", "--account=lab", "--job-name=adaptcl-tu"):
+        assert f"#SBATCH {line}\n" in script
+    with pytest.raises(RecipeError, match="--cluster-option: .*nosuch"):
+        JobOptions(cluster="slurm", options={"slurm_nosuch": 1}).executor(tmp_path, 1, "tu")
+
+
+def test_slurm_off_a_cluster_is_a_one_line_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    with pytest.raises(RecipeError, match='--cluster slurm: Could not detect "srun"'):
+        JobOptions(cluster="slurm").executor(tmp_path, 1, "tu")
+
+
+def test_a_job_refuses_a_cell_whose_identity_changed_since_submission(tmp_path):
+    """The job function itself (what each submitit job runs), in this process: the parent's
+    planned identity hash no longer matches the recipe rebuilt from the config."""
+    import torch
+
+    from adaptcl.recipes.template.jobs import run_cell_job
+    from adaptcl.recipes.template.provenance import stable_hash
+    from tests.recipes.template._jobs_toy import ToyConfig, ToyRecipe
+
+    threads = torch.get_num_threads()  # the job function sets the process's threads
+    config = ToyConfig(output_dir=str(tmp_path / "out"), seeds=[0])
+    with pytest.raises(RecipeError, match="toy/base/seed0: its identity .* changed since the "
+                                          "run was submitted"):
+        run_cell_job(ToyRecipe, config, ("toy", "base", 0), "0" * 64, 1, True, "local")
+    assert not (tmp_path / "out" / "runs" / "toy").exists()
+    recipe = ToyRecipe(config)
+    recipe.prepare()
+    recipe._code = None
+    planned = stable_hash(recipe.identity(Cell("toy", "base", 0)))
+    try:
+        result = run_cell_job(ToyRecipe, config, ("toy", "base", 0), planned, 1, True, "local")
+    finally:
+        torch.set_num_threads(threads)
+    assert result["status"] == "computed"
+    execution = json.loads((tmp_path / "out" / "runs" / "toy" / "base" / "seed0.json")
+                           .read_text())["record"]["execution"]
+    assert (execution["threads"], execution["cluster"]) == (1, "local")
+
+
+# ------------------------------------------------------------------- real local jobs
+
+
+@pytest.mark.slow
+def test_a_failed_job_is_named_with_its_log_the_others_go_on_and_a_rerun_retries_it(
+        tmp_path, monkeypatch, capsys):
+    """seed1 raises, seed2 diverges, seeds 0 and 3 are stored; the run exits 1 naming seed1;
+    the rerun computes exactly seeds 1 and 2 and reuses 0 and 3."""
+    monkeypatch.setitem(cli.RECIPES, "toy", (TOY, "toy recipe"))
+    monkeypatch.setenv("ADAPTCL_TOY_EVENTS", str(tmp_path / "events"))
+    monkeypatch.setenv("ADAPTCL_TOY_FAIL", "toy/base/seed1")
+    monkeypatch.setenv("ADAPTCL_TOY_DIVERGE", "toy/base/seed2")
+    out = tmp_path / "out"
+    argv = ["toy", "--output-dir", str(out), "--seeds", "0", "1", "2", "3", "--jobs", "2",
+            "--no-progress"]
+    assert cli.main(argv) == 1
+    err = capsys.readouterr().err
+    failed_line = next(line for line in err.splitlines() if "toy/base/seed1 failed" in line)
+    assert "RuntimeError: boom in toy/base/seed1" in failed_line
+    log = Path(failed_line.split("(log: ")[1].rstrip(")"))
+    assert log.is_file() and "boom in toy/base/seed1" in log.read_text()
+    assert err.strip().splitlines()[-1].startswith(
+        "adaptcl toy: error: 1 of 4 runs failed: toy/base/seed1 (RuntimeError: boom in "
+        "toy/base/seed1)")
+    assert "1 of 4 runs diverged" in err.strip().splitlines()[-1]
+    assert sorted(_stored(out)) == ["toy/base/seed0", "toy/base/seed3"]
+    result = json.loads((out / "results.json").read_text())
+    assert [f["cell"] for f in result["failed"]] == [["toy", "base", 1]]
+    assert [d["cell"] for d in result["diverged"]] == [["toy", "base", 2]]
+    assert result["failed"][0]["log"] == str(log)
+    assert {r["execution"]["threads"] for r in _stored(out).values()} == {1}
+    assert "> **FAILED**: 1 runs failed (toy/base/seed1;" in (out / "results.md").read_text()
+
+    monkeypatch.delenv("ADAPTCL_TOY_FAIL")
+    monkeypatch.delenv("ADAPTCL_TOY_DIVERGE")
+    assert cli.main(argv) == 0
+    result = json.loads((out / "results.json").read_text())
+    assert result["computed"] == [["toy", "base", 1], ["toy", "base", 2]]
+    assert result["reused"] == [["toy", "base", 0], ["toy", "base", 3]]
+    assert result["failed"] == [] and result["diverged"] == [] and result["complete"]
+    assert "FAILED" not in (out / "results.md").read_text()
+
+
+@pytest.mark.slow
+def test_an_interrupted_run_cancels_its_jobs_and_the_rerun_computes_only_the_rest(
+        tmp_path, monkeypatch):
+    """Seeds 0 and 1 finish; seeds >= 2 wait; the parent is interrupted at the first record
+    (Ctrl-C while collecting): the waiting jobs are cancelled, nothing of theirs is stored,
+    and the rerun computes exactly the cells without a record."""
+    from tests.recipes.template._jobs_toy import ToyConfig, ToyRecipe
+
+    events = tmp_path / "events"
+    monkeypatch.setenv("ADAPTCL_TOY_EVENTS", str(events))
+    monkeypatch.setenv("ADAPTCL_TOY_BLOCK", "2")
+    out = tmp_path / "out"
+    recipe = ToyRecipe(ToyConfig(output_dir=str(out), seeds=[0, 1, 2, 3]),
+                       jobs=JobOptions(jobs=2))
+
+    class Interrupt:  # Ctrl-C once a waiting job is computing
+        def write(self, grid):
+            deadline = time.monotonic() + 60
+            while not any(events.glob("start-toy_base_seed[23]")):
+                assert time.monotonic() < deadline, "no waiting job started"
+                time.sleep(0.05)
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(recipe, "make_report", lambda _out: Interrupt())
+    with pytest.raises(KeyboardInterrupt):
+        recipe.run()
+    stored = set(_stored(out))
+    assert stored and stored <= {"toy/base/seed0", "toy/base/seed1"}
+    (events / "go").touch()  # a waiting job not cancelled would finish and store now
+    time.sleep(2)
+    assert not any(events.glob("end-toy_base_seed[23]"))
+    assert set(_stored(out)) == stored
+    monkeypatch.delenv("ADAPTCL_TOY_BLOCK")
+    rerun = ToyRecipe(ToyConfig(output_dir=str(out), seeds=[0, 1, 2, 3]),
+                      jobs=JobOptions(jobs=2))
+    rerun.run()
+    computed = {c.label() for c in rerun.grid.computed}
+    assert computed == {f"toy/base/seed{s}" for s in range(4)} - stored
+    assert {c.label() for c in rerun.grid.reused} == stored
+
+
+@pytest.mark.slow
+def test_tu_with_two_jobs_is_bitwise_the_sequential_run(shared_data, tmp_path, capsys):
+    """``adaptcl tu --datasets MUTAG --seeds 0 1 2 3 --jobs 2`` (issue 27): every metric, loss and
+    summary equal (``==``) to the sequential run's, both at one thread per cell."""
+    common = ["tu", "--data-root", str(shared_data), "--datasets", "MUTAG", "--seeds", "0", "1",
+              "2", "3", "--epochs", "1", "--threads", "1", "--no-progress", "--no-plot"]
+    assert cli.main([*common, "--output-dir", str(tmp_path / "seq")]) == 0
+    assert cli.main([*common, "--output-dir", str(tmp_path / "par"), "--jobs", "2"]) == 0
+    assert "8 runs to compute as jobs: 2 at once (local), 1 thread each" in \
+        capsys.readouterr().err
+    seq, par = _stored(tmp_path / "seq"), _stored(tmp_path / "par")
+    assert len(seq) == 8 and sorted(seq) == sorted(par)
+    for label in seq:
+        assert par[label]["metrics"] == seq[label]["metrics"], label
+        assert par[label]["losses"] == seq[label]["losses"], label
+        assert par[label]["evaluation"] == seq[label]["evaluation"], label
+        assert par[label]["execution"]["threads"] == 1 and "execution" not in seq[label]
+    pids = {r["execution"]["job_id"] for r in par.values()}
+    assert len(pids) == 8  # one job per cell
+    results = [json.loads((tmp_path / d / "results.json").read_text()) for d in ("seq", "par")]
+    assert results[0]["summary"] == results[1]["summary"]
+    assert Cell("MUTAG", "dcl", 0).label() in seq
