@@ -58,8 +58,8 @@ def graphs(num_graphs: int = 17) -> list[Data]:
     return out
 
 
-def pair_loader(num_graphs: int = 17, batch_size: int = 8) -> DataLoader:
-    """Shuffled two-view batches; 17 graphs in batches of 8 end with a batch of one graph."""
+def pair_loader(num_graphs: int = 20, batch_size: int = 8) -> DataLoader:
+    """Shuffled two-view batches (20 graphs in batches of 8: the last one holds 4)."""
     views = TwoViewDataset(graphs(num_graphs), Identity(),
                            NodeDrop(0.2, generator=torch.Generator().manual_seed(1)))
     return DataLoader(views, batch_size=batch_size, shuffle=True,
@@ -89,7 +89,7 @@ def test_one_device_trains_as_train_epoch_does():
     module = GraphCLModule(fresh_model(), lr=lr)
     trainer(epochs).fit(module, pair_loader())
 
-    assert len(module.history) == len(stats["loss"]) == 2 * epochs  # the 1-graph batch skipped
+    assert len(module.history) == len(stats["loss"]) == 3 * epochs
     assert module.epoch_losses == pytest.approx(losses, rel=1e-6)
     assert [h["temperature"] for h in module.history] == pytest.approx(stats["temperature"],
                                                                        rel=1e-6)
@@ -98,6 +98,14 @@ def test_one_device_trains_as_train_epoch_does():
                                     reference.state_dict().values(), strict=True):
         torch.testing.assert_close(mine, theirs, rtol=1e-6, atol=1e-7, msg=name)
     assert module.model.loss_fn.gather_distributed is False  # one process: nothing to gather
+
+
+def test_a_batch_of_one_graph_is_skipped_as_train_epoch_skips_it():
+    module = GraphCLModule(fresh_model())
+    trainer(1).fit(module, pair_loader(17))  # batches of 8, 8 and 1 graph
+    assert [h["step"] for h in module.history] == [1, 2]
+    mean = sum(h["loss"] for h in module.history) / 2  # two batches of 8 graphs each
+    assert module.epoch_losses == pytest.approx([mean], rel=1e-6)
 
 
 class _NaNLoss(nn.Module):
@@ -157,7 +165,7 @@ def test_history_travels_in_the_checkpoint(tmp_path):
     restored = GraphCLModule(fresh_model())
     checkpoint = torch.load(path, map_location="cpu", weights_only=False)
     restored.on_load_checkpoint(checkpoint)
-    assert restored.history == module.history and len(restored.history) == 2
+    assert restored.history == module.history and len(restored.history) == 3
     assert restored.epoch_losses == module.epoch_losses
     assert set(checkpoint["state_dict"]) == {f"model.{k}" for k in module.model.state_dict()}
 

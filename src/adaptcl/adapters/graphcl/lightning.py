@@ -16,7 +16,9 @@ way :mod:`adaptcl.adapters.lightning.modules` trains the image methods:
   rank's anchors meet the projections of all ranks (gradient-carrying all-gather) and MACL's
   temperature comes from the alignment averaged over ranks;
 - a non-finite loss raises :class:`~adaptcl.plugins.validation.NonFiniteError` before its
-  optimiser step, with ``err.step`` the step of the run (from 1) and its loss;
+  optimiser step, with ``err.step`` the step of the run (from 1, counting the optimisation
+  steps of ``history``, not the skipped batches Lightning's ``global_step`` counts) and its
+  loss;
 - ``history`` and ``epoch_losses`` travel in the checkpoint; the loss's own state (buffers of an
   adaptive loss, if it has any) is part of the model's ``state_dict``, so Lightning's
   checkpoints hold it.
@@ -136,7 +138,8 @@ class GraphCLModule(pl.LightningModule):
         num_graphs = int(views[0].num_graphs)
         if num_graphs < 2:  # a single-graph batch has no negative (as train_epoch)
             return None
-        step = int(self.global_step) + 1
+        # the step of the run, from 1; Lightning's global_step also counts skipped batches
+        step = len(self.history) + 1
         try:
             loss = self.model(*views)
         except NonFiniteError as err:  # the model's output went NaN: the previous step diverged
@@ -154,7 +157,7 @@ class GraphCLModule(pl.LightningModule):
 
     def _log_step(self, loss: Tensor, batch_size: int) -> None:
         self.log("train_loss", loss, prog_bar=True, batch_size=batch_size)
-        record = {"step": float(self.global_step + 1), "epoch": float(self.current_epoch),
+        record = {"step": float(len(self.history) + 1), "epoch": float(self.current_epoch),
                   "loss": float(loss)}
         for key, value in _scalar_stats(self.model).items():
             if key == "loss":
