@@ -108,6 +108,14 @@ def test_a_batch_of_one_graph_is_skipped_as_train_epoch_skips_it():
     assert module.epoch_losses == pytest.approx([mean], rel=1e-6)
 
 
+def test_a_lone_graph_on_a_rank_without_gathering_is_a_clear_error():
+    module = GraphCLModule(fresh_model(), gather_distributed=False)
+    module._world = 2  # what setup() records under a two-process Trainer
+    b0, b1 = next(iter(pair_loader(1, 1)))
+    with pytest.raises(ValueError, match="drop_last=True or a loss with gather_distributed"):
+        module.training_step((b0, b1), 0)
+
+
 class _NaNLoss(nn.Module):
     def forward(self, z0, z1):
         return (z0 * z1).sum() * float("nan")
@@ -216,7 +224,7 @@ SCRIPT = textwrap.dedent('''
     loss = Probe(temperature=0.1, alpha=0.5, a0=0.0, reweight=False, form="cross_view",
                  positive_in_denominator=False)
     model = GraphCL(TUGINEncoder(4, hidden_channels=16, num_layers=2), loss_fn=loss)
-    views = TwoViewDataset(graphs(16), Identity(), NodeDrop(0.2))
+    views = TwoViewDataset(graphs(18), Identity(), NodeDrop(0.2))
     module = GraphCLModule(model, lr=1e-2)
     trainer = pl.Trainer(accelerator="cpu", devices=2, strategy="ddp", max_epochs=2,
                          callbacks=[Record()], logger=False, enable_checkpointing=False,
@@ -239,10 +247,13 @@ def test_two_gloo_ranks_train_and_the_loss_sees_the_gathered_batch(tmp_path):
 
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     for rank in ranks:
-        # 16 graphs / 2 ranks / batch 4: two steps per epoch, each of 4 local anchors
-        assert rank["world_size"] == 2 and rank["global_step"] == 4 and rank["gather"] is True
-        assert rank["seen"] == [{"anchors": 4, "keys": 8}] * 4  # keys: both ranks' 2 x 4
-        assert len(rank["history"]) == 4
+        # 18 graphs / 2 ranks = 9 a rank in batches of 4, 4 and 1: three steps per epoch
+        assert rank["world_size"] == 2 and rank["global_step"] == 6 and rank["gather"] is True
+        # the keys are both ranks' projections: 2 x 4, and 2 x 1 for the batches of one graph,
+        # which under DDP have negatives (the other rank's graph) and take their step
+        assert rank["seen"] == [{"anchors": 4, "keys": 8}] * 2 + [{"anchors": 1, "keys": 2}] + \
+            [{"anchors": 4, "keys": 8}] * 2 + [{"anchors": 1, "keys": 2}]
+        assert len(rank["history"]) == 6
     for h0, h1 in zip(ranks[0]["history"], ranks[1]["history"], strict=True):
         # MACL's temperature comes from the alignment averaged over the ranks: one value
         assert h0["temperature"] == h1["temperature"] and h0["alignment"] == h1["alignment"]

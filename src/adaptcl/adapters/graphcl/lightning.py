@@ -6,9 +6,11 @@
 way :mod:`adaptcl.adapters.lightning.modules` trains the image methods:
 
 - ``training_step`` is the step of :func:`~adaptcl.adapters.graphcl.train_epoch`: the loss of a
-  two-view batch ``(b0, b1)`` from :class:`~adaptcl.adapters.graphcl.TwoViewDataset`; a batch
-  of one graph is skipped (no negative; BatchNorm needs two samples). At one device, with the
-  same seeds and data order, it trains to the weights and losses of ``train_epoch``;
+  two-view batch ``(b0, b1)`` from :class:`~adaptcl.adapters.graphcl.TwoViewDataset`; at one
+  device a batch of one graph is skipped (no negative). At one device, with the same seeds and
+  data order, it trains to the weights and losses of ``train_epoch``. Under DDP every rank
+  takes every step (Lightning cannot skip one on some ranks): a rank's batch of one graph
+  meets the other ranks' graphs as negatives through the gathering loss;
 - it logs ``train_loss`` and the loss's scalar ``last_stats`` (``train_temperature``,
   ``train_alignment``, ...), keeps them per step in ``history`` and the mean loss per graph of
   each epoch in ``epoch_losses`` (summed over ranks under DDP);
@@ -112,12 +114,14 @@ class GraphCLModule(pl.LightningModule):
         self.epoch_losses: list[float] = []
         self._epoch_total: Tensor | None = None
         self._epoch_count = 0
+        self._world = 1
 
     # --- set-up ------------------------------------------------------------------------------
     def setup(self, stage: str) -> None:
         loss_fn = self.model.loss_fn
         world = int(self.trainer.world_size) if self._trainer is not None else 1
         gather = self.gather_distributed if self.gather_distributed is not None else world > 1
+        self._world = world
         if hasattr(loss_fn, "gather_distributed"):
             loss_fn.gather_distributed = bool(gather)
         elif world > 1:
@@ -136,8 +140,13 @@ class GraphCLModule(pl.LightningModule):
             raise ValueError("expected a batch (b0, b1) of two views, as a DataLoader over a "
                              f"TwoViewDataset yields; got {len(views)} item(s)")
         num_graphs = int(views[0].num_graphs)
-        if num_graphs < 2:  # a single-graph batch has no negative (as train_epoch)
-            return None
+        if num_graphs < 2 and not self._gathers():
+            if self._world > 1:  # Lightning cannot skip a step on some ranks only
+                raise ValueError(
+                    f"a batch of {num_graphs} graph(s) on one of {self._world} processes whose "
+                    "loss does not gather across them has no negative; give the DataLoader "
+                    "drop_last=True or a loss with gather_distributed")
+            return None  # a single-graph batch has no negative (as train_epoch)
         # the step of the run, from 1; Lightning's global_step also counts skipped batches
         step = len(self.history) + 1
         try:
@@ -154,6 +163,11 @@ class GraphCLModule(pl.LightningModule):
         self._epoch_total = total if self._epoch_total is None else self._epoch_total + total
         self._epoch_count += num_graphs
         return loss
+
+    def _gathers(self) -> bool:
+        """Whether the loss meets the other ranks' projections (then a rank's batch of one
+        graph still has negatives, and its step is taken)."""
+        return self._world > 1 and bool(getattr(self.model.loss_fn, "gather_distributed", False))
 
     def _log_step(self, loss: Tensor, batch_size: int) -> None:
         self.log("train_loss", loss, prog_bar=True, batch_size=batch_size)
