@@ -36,7 +36,8 @@ def test_presets_and_validation(tmp_path):
     for bad in ({"datasets": ["esol"]}, {"inits": ["simclr"]}, {"aug": "random4"},
                 {"dropout": 1.0}, {"pretrain_batch_size": 1}, {"frac_train": 0.95},
                 {"seeds": []}, {"precision": "fp8"}, {"devices": 0},
-                {"devices": 2, "pretrain_batch_size": 15}, {"devices": 4, "pretrain_batch_size": 4}):
+                {"devices": 2, "pretrain_batch_size": 15}, {"devices": 4, "pretrain_batch_size": 4},
+                {"devices": 2, "strategy": "ddp_spawn"}):
         with pytest.raises(ValueError):
             mn.MoleculeNetConfig(**bad)
 

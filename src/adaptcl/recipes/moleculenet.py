@@ -52,6 +52,8 @@ INIT_LABELS = {"none": "no pre-train", "graphcl": "GraphCL", "macl": "GraphCL+MA
 DISPLAY = {"bbbp": "BBBP", "tox21": "Tox21", "toxcast": "ToxCast", "sider": "SIDER",
            "clintox": "ClinTox", "muv": "MUV", "hiv": "HIV", "bace": "BACE"}
 AUGMENTATIONS = ("none", "dnodes", "pedges", "subgraph", "random2", "random3")
+# Lightning strategies of a multi-device pre-training ("auto" is "ddp" on several devices)
+STRATEGIES = ("auto", "ddp")
 DEFAULT_PRETRAIN_SMILES = ("zinc", "moses", "test.csv.gz")
 # Huang et al. 2023 (MACL), Table 5: test ROC-AUC % (mean, std) over 10 seeds.
 PAPER_TABLE5: dict[str, dict[str, tuple[float, float]]] = {
@@ -114,7 +116,7 @@ class MoleculeNetConfig:
     device: str = "auto"
     precision: str = "32"
     devices: int = 1  # > 1: pre-training on that many processes through Lightning
-    strategy: str = "auto"  # Lightning's, e.g. "ddp"
+    strategy: str = "auto"  # Lightning's: "auto" or "ddp" (what "auto" picks for devices > 1)
     logger: str = "none"
     progress: bool = True
     plot: bool = True
@@ -136,8 +138,9 @@ class MoleculeNetConfig:
             raise ValueError(f"pretrain_batch_size ({self.pretrain_batch_size}) must be a "
                              f"multiple of devices ({self.devices}) with at least 2 graphs per "
                              "device (each device takes its share of the batch)")
-        if not isinstance(self.strategy, str) or not self.strategy:
-            raise ValueError(f"strategy must be a Lightning strategy name, got {self.strategy!r}")
+        if self.strategy not in STRATEGIES:  # spawned/forked ranks would not return the history
+            raise ValueError(f"strategy must be one of {', '.join(map(repr, STRATEGIES))} (each "
+                             f"rank runs the command again), got {self.strategy!r}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
         if not (0 < self.frac_train < 1 and 0 < self.frac_valid < 1
