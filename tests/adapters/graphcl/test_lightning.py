@@ -178,6 +178,29 @@ def test_history_travels_in_the_checkpoint(tmp_path):
     assert set(checkpoint["state_dict"]) == {f"model.{k}" for k in module.model.state_dict()}
 
 
+def test_a_run_resumed_from_its_checkpoint_ends_as_the_uninterrupted_run(tmp_path):
+    from pytorch_lightning.callbacks import ModelCheckpoint
+
+    def loader() -> DataLoader:  # no random augmentation or shuffle: the same batches again
+        return DataLoader(TwoViewDataset(graphs(20), Identity(), NodeDrop(0.0)), batch_size=8)
+
+    whole = GraphCLModule(fresh_model(), lr=1e-2)
+    trainer(2).fit(whole, loader())
+    first = GraphCLModule(fresh_model(), lr=1e-2)
+    pl.Trainer(max_epochs=1, accelerator="cpu", devices=1, logger=False,
+               enable_progress_bar=False, enable_model_summary=False,
+               callbacks=[ModelCheckpoint(dirpath=str(tmp_path), save_last=True)]).fit(
+        first, loader())
+    resumed = GraphCLModule(fresh_model(), lr=1e-2)  # fresh weights: all come from the file
+    trainer(2).fit(resumed, loader(), ckpt_path=str(tmp_path / "last.ckpt"))
+    assert len(resumed.history) == 6 and resumed.epoch_losses == whole.epoch_losses
+    assert [h["temperature"] for h in resumed.history] == [h["temperature"]
+                                                           for h in whole.history]
+    for mine, theirs in zip(resumed.model.state_dict().values(),
+                            whole.model.state_dict().values(), strict=True):
+        assert torch.equal(mine, theirs)
+
+
 SCRIPT = textwrap.dedent('''
     import json
     import sys
