@@ -102,6 +102,7 @@ def test_adapter_without_its_extra_names_the_pip_install_command(module, blocked
     assert f"pip install 'adaptcl[{extra}]'" in out.stdout, out.stdout
 
 
+@pytest.mark.slow  # a fresh interpreter importing torch_geometric: about 4.5 s here
 def test_graph_adapter_imports_without_lightning():
     """Only :mod:`adaptcl.adapters.graphcl.lightning` needs Lightning; the rest of the graph
     adapter (and ``train_epoch``) imports without it."""
