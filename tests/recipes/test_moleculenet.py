@@ -220,7 +220,8 @@ def test_pretraining_on_two_gloo_processes_then_fine_tuning_on_rank_0(shared_dat
                "ddp", "--device", "cpu", "--datasets", "bbbp", "--seeds", "0", "--inits", "macl",
                "--pretrain-molecules", "64", "--pretrain-epochs", "2", "--pretrain-batch-size",
                "16", "--finetune-epochs", "1", "--max-molecules", "200", "--emb-dim", "16",
-               "--num-layers", "2", "--no-progress", "--no-plot", "--output-dir", str(out),
+               "--num-layers", "2", "--no-progress", "--no-plot", "--logger", "csv",
+               "--output-dir", str(out),
                "--data-root", str(shared_data)]
     proc = subprocess.run(command, env=env, cwd=str(tmp_path), capture_output=True, text=True,
                           timeout=300)
@@ -237,5 +238,9 @@ def test_pretraining_on_two_gloo_processes_then_fine_tuning_on_rank_0(shared_dat
     assert checkpoint["steps"] == 8 and len(checkpoint["step_stats"]["temperature"]) == 8
     assert len(checkpoint["epoch_loss"]) == 2 and all(map(math.isfinite, checkpoint["epoch_loss"]))
     assert not list((out / "pretrain").glob("*.lightning"))  # Lightning's checkpoints removed
+    # the recipe's logger (step,name,value rows), written once, by rank 0, for the 8 steps
+    rows = (out / "logs" / encoder.stem / "metrics.csv").read_text().splitlines()[1:]
+    losses = [row.split(",") for row in rows if row.split(",")[1] == "train/loss"]
+    assert [int(step) for step, _, _ in losses] == list(range(1, 9))
     assert (out / "runs" / "bbbp" / "macl" / "seed0.json").is_file()
     assert "| BBBP |" in proc.stdout and proc.stdout.count("results: ") == 1  # rank 0 only

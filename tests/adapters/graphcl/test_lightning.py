@@ -116,6 +116,16 @@ def test_a_lone_graph_on_a_rank_without_gathering_is_a_clear_error():
         module.training_step((b0, b1), 0)
 
 
+def test_bf16_mixed_precision_is_the_trainers_and_stays_close_to_float32():
+    # tolerance as tests/adapters/graphcl/test_mixed_precision.py: bf16 rounding (~4e-3) / tau
+    results = []
+    for precision in ("32-true", "bf16-mixed"):
+        module = GraphCLModule(fresh_model())
+        trainer(1, precision=precision).fit(module, pair_loader())
+        results.append(module.history[0]["loss"])
+    assert results[1] == pytest.approx(results[0], abs=3e-2) and results[1] != results[0]
+
+
 class _NaNLoss(nn.Module):
     def forward(self, z0, z1):
         return (z0 * z1).sum() * float("nan")
