@@ -56,7 +56,8 @@ tests_for() {
     graph) echo tests/adapters/graphcl/test_devices.py tests/adapters/graphcl/test_edge_attributes.py \
                 tests/adapters/graphcl/test_model.py tests/adapters/graphcl/test_train.py \
                 tests/adapters/graphcl/test_transforms.py tests/adapters/graphcl/test_workers.py \
-                tests/adapters/graphcl/test_molecules.py tests/adapters/graphcl/test_mixed_precision.py ;;
+                tests/adapters/graphcl/test_molecules.py tests/adapters/graphcl/test_mixed_precision.py \
+                tests/adapters/graphcl/test_lightning.py ;;
     *) echo "unknown extra $1" >&2; return 1 ;;
   esac
 }

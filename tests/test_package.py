@@ -93,12 +93,25 @@ else:
     ("adaptcl.adapters.sentence_transformers:MACLLoss", "sentence_transformers", "text"),
     ("adaptcl.recipes.simcse_training", "sentence_transformers", "text"),
     ("adaptcl.adapters.graphcl", "torch_geometric", "graph"),
+    ("adaptcl.adapters.graphcl.lightning", "pytorch_lightning", "graph"),
 ])
 def test_adapter_without_its_extra_names_the_pip_install_command(module, blocked, extra):
     out = subprocess.run([sys.executable, "-c", ADAPTER_WITHOUT_EXTRA, blocked, module],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert f"pip install 'adaptcl[{extra}]'" in out.stdout, out.stdout
+
+
+@pytest.mark.slow  # a fresh interpreter importing torch_geometric: about 4.5 s here
+def test_graph_adapter_imports_without_lightning():
+    """Only :mod:`adaptcl.adapters.graphcl.lightning` needs Lightning; the rest of the graph
+    adapter (and ``train_epoch``) imports without it."""
+    pytest.importorskip("torch_geometric")
+    out = subprocess.run([sys.executable, "-c", ADAPTER_WITHOUT_EXTRA, "pytorch_lightning,lightning",
+                          "adaptcl.adapters.graphcl:train_epoch"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "IMPORTED", out.stdout
 
 
 FRAMEWORK_FREE = r"""
@@ -189,7 +202,7 @@ def test_version_is_read_from_installed_metadata():
 # The frameworks of each extra that `make floors` installs at its lowest allowed versions.
 FLOOR_EXTRAS = {"vision": ("lightly", "pytorch_lightning"),
                 "text": ("sentence_transformers", "transformers", "datasets", "accelerate"),
-                "graph": ("torch_geometric", "ogb", "rdkit")}
+                "graph": ("torch_geometric", "ogb", "rdkit", "pytorch_lightning")}
 
 
 def _floors_function(name: str, extra: str) -> list[str]:

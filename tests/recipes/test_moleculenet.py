@@ -35,7 +35,9 @@ def test_presets_and_validation(tmp_path):
     assert mn.MoleculeNetConfig(datasets=["BBBP"], inits=["MACL"]).datasets == ["bbbp"]
     for bad in ({"datasets": ["esol"]}, {"inits": ["simclr"]}, {"aug": "random4"},
                 {"dropout": 1.0}, {"pretrain_batch_size": 1}, {"frac_train": 0.95},
-                {"seeds": []}, {"precision": "fp8"}):
+                {"seeds": []}, {"precision": "fp8"}, {"devices": 0},
+                {"devices": 2, "pretrain_batch_size": 15}, {"devices": 4, "pretrain_batch_size": 4},
+                {"devices": 2, "strategy": "ddp_spawn"}):
         with pytest.raises(ValueError):
             mn.MoleculeNetConfig(**bad)
 
@@ -189,3 +191,56 @@ def test_interrupted_pretraining_resumes_from_its_last_epoch(shared_data, tmp_pa
     assert resumed["epoch_loss"] == pytest.approx(reference["epoch_loss"], abs=1e-6)
     for key, value in reference["encoder"].items():
         assert torch.allclose(resumed["encoder"][key].float(), value.float(), atol=1e-5), key
+
+
+def test_multi_device_pretraining_has_its_own_identity(tmp_path):
+    one = mn.MoleculeNetConfig(data_root=str(tmp_path))
+    two = mn.MoleculeNetConfig(data_root=str(tmp_path), devices=2, strategy="ddp")
+    fingerprint = {"test.csv.gz": "x"}
+    # one device keeps the identity (and the stored encoders) of the single-process loop
+    assert "distributed" not in mn.pretrain_identity(one, "macl", fingerprint)
+    assert mn.pretrain_path(one, "macl", fingerprint) != mn.pretrain_path(two, "macl", fingerprint)
+
+
+@pytest.mark.slow
+def test_pretraining_on_two_gloo_processes_then_fine_tuning_on_rank_0(shared_data, tmp_path):
+    """``--devices 2 --strategy ddp`` on CPU: Lightning relaunches the command for rank 1; both
+    ranks pre-train with the loss gathering across them, rank 0 alone fine-tunes and writes."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    out = tmp_path / "out"
+    src = Path(__file__).resolve().parents[2] / "src"
+    env = dict(os.environ, OMP_NUM_THREADS="1", MASTER_ADDR="127.0.0.1",
+               PYTHONPATH=os.pathsep.join([str(src), os.environ.get("PYTHONPATH", "")]))
+    env.pop("LOCAL_RANK", None)
+    command = [sys.executable, "-m", "adaptcl", "moleculenet", "--devices", "2", "--strategy",
+               "ddp", "--device", "cpu", "--datasets", "bbbp", "--seeds", "0", "--inits", "macl",
+               "--pretrain-molecules", "64", "--pretrain-epochs", "2", "--pretrain-batch-size",
+               "16", "--finetune-epochs", "1", "--max-molecules", "200", "--emb-dim", "16",
+               "--num-layers", "2", "--no-progress", "--no-plot", "--logger", "csv",
+               "--output-dir", str(out),
+               "--data-root", str(shared_data)]
+    proc = subprocess.run(command, env=env, cwd=str(tmp_path), capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "All distributed processes registered. Starting with 2 processes" in (
+        proc.stdout + proc.stderr)
+    # rank 1 runs as a child of rank 0: its failure after training would not change the exit code
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    (encoder,) = (out / "pretrain").glob("macl-*.pt")
+    checkpoint = torch.load(encoder, weights_only=True)
+    assert (checkpoint["devices"], checkpoint["strategy"]) == (2, "ddp")
+    assert "gather_distributed=True" in checkpoint["loss_module"]
+    # 64 molecules / 2 ranks / 8 per rank: 4 steps an epoch, the loss on the gathered 16
+    assert checkpoint["steps"] == 8 and len(checkpoint["step_stats"]["temperature"]) == 8
+    assert len(checkpoint["epoch_loss"]) == 2 and all(map(math.isfinite, checkpoint["epoch_loss"]))
+    assert not list((out / "pretrain").glob("*.lightning"))  # Lightning's checkpoints removed
+    # the recipe's logger (step,name,value rows), written once, by rank 0, for the 8 steps
+    rows = (out / "logs" / encoder.stem / "metrics.csv").read_text().splitlines()[1:]
+    losses = [row.split(",") for row in rows if row.split(",")[1] == "train/loss"]
+    assert [int(step) for step, _, _ in losses] == list(range(1, 9))
+    assert (out / "runs" / "bbbp" / "macl" / "seed0.json").is_file()
+    assert "| BBBP |" in proc.stdout and proc.stdout.count("results: ") == 1  # rank 0 only

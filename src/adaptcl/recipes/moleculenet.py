@@ -39,11 +39,12 @@ from adaptcl.recipes.template.loggers import metric_logger
 from adaptcl.recipes.template.options import canonical_choice
 from adaptcl.recipes.template.provenance import code_version, fingerprint_files, stable_hash
 from adaptcl.recipes.template.recipe import Recipe
-from adaptcl.recipes.template.store import Cell, GridRun
+from adaptcl.recipes.template.store import Cell, GridRun, distributed_follower
 from adaptcl.recipes.template.torch_env import resolve_device, torch_device_type
 
 EXAMPLE = """adaptcl moleculenet --data-root ../shared/data --output-dir results/moleculenet
-adaptcl moleculenet --preset paper --device cuda --precision bf16-mixed --data-root DATA"""
+adaptcl moleculenet --preset paper --device cuda --precision bf16-mixed --data-root DATA
+adaptcl moleculenet --preset paper --device cuda --devices 4 --strategy ddp --data-root DATA"""
 
 ALL_DATASETS = ("bbbp", "tox21", "toxcast", "sider", "clintox", "muv", "hiv", "bace")
 INITS = ("none", "graphcl", "macl")  # no pre-training, GraphCL, GraphCL + MACL
@@ -51,6 +52,8 @@ INIT_LABELS = {"none": "no pre-train", "graphcl": "GraphCL", "macl": "GraphCL+MA
 DISPLAY = {"bbbp": "BBBP", "tox21": "Tox21", "toxcast": "ToxCast", "sider": "SIDER",
            "clintox": "ClinTox", "muv": "MUV", "hiv": "HIV", "bace": "BACE"}
 AUGMENTATIONS = ("none", "dnodes", "pedges", "subgraph", "random2", "random3")
+# Lightning strategies of a multi-device pre-training ("auto" is "ddp" on several devices)
+STRATEGIES = ("auto", "ddp")
 DEFAULT_PRETRAIN_SMILES = ("zinc", "moses", "test.csv.gz")
 # Huang et al. 2023 (MACL), Table 5: test ROC-AUC % (mean, std) over 10 seeds.
 PAPER_TABLE5: dict[str, dict[str, tuple[float, float]]] = {
@@ -112,6 +115,8 @@ class MoleculeNetConfig:
     threads: int | None = 1
     device: str = "auto"
     precision: str = "32"
+    devices: int = 1  # > 1: pre-training on that many processes through Lightning
+    strategy: str = "auto"  # Lightning's: "auto" or "ddp" (what "auto" picks for devices > 1)
     logger: str = "none"
     progress: bool = True
     plot: bool = True
@@ -122,12 +127,20 @@ class MoleculeNetConfig:
         validate_config(
             self, positive=("pretrain_epochs", "num_layers", "emb_dim", "finetune_epochs",
                             "batch_size", "pretrain_lr", "lr", "temperature",
-                            "pretrain_molecules", "max_molecules"),
+                            "pretrain_molecules", "max_molecules", "devices"),
             non_negative=("weight_decay",), fractions=("aug_ratio",),
             non_empty=("datasets", "inits", "seeds"),
             choices={"aug": AUGMENTATIONS, "jk": ("last", "sum", "concat")})
         if self.pretrain_batch_size < 2:
             raise ValueError("pretrain_batch_size must be >= 2 (a contrastive batch needs negatives)")
+        if self.devices > 1 and (self.pretrain_batch_size % self.devices
+                                 or self.pretrain_batch_size // self.devices < 2):
+            raise ValueError(f"pretrain_batch_size ({self.pretrain_batch_size}) must be a "
+                             f"multiple of devices ({self.devices}) with at least 2 graphs per "
+                             "device (each device takes its share of the batch)")
+        if self.strategy not in STRATEGIES:  # spawned/forked ranks would not return the history
+            raise ValueError(f"strategy must be one of {', '.join(map(repr, STRATEGIES))} (each "
+                             f"rank runs the command again), got {self.strategy!r}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
         if not (0 < self.frac_train < 1 and 0 < self.frac_valid < 1
@@ -166,9 +179,13 @@ def pretrain_identity(cfg: MoleculeNetConfig, loss_name: str,
                       fingerprint: dict | None = None) -> dict[str, Any]:
     """Everything that determines a pre-trained encoder: loss, settings, corpus, code."""
     corpus = cfg.resolved_pretrain_smiles()
-    return {"loss": loss_name, "settings": cfg.settings(_PRETRAIN_FIELDS),
-            "corpus": fingerprint or fingerprint_files([corpus], root=corpus.parent),
-            "code": code_version(*CODE)}
+    identity = {"loss": loss_name, "settings": cfg.settings(_PRETRAIN_FIELDS),
+                "corpus": fingerprint or fingerprint_files([corpus], root=corpus.parent),
+                "code": code_version(*CODE)}
+    if cfg.devices > 1:  # another training (Lightning, per-rank BatchNorm and data); one
+        # device keeps the identity (and so the stored encoders) of the single-process loop
+        identity["distributed"] = {"devices": cfg.devices, "strategy": cfg.strategy}
+    return identity
 
 
 def pretrain_path(cfg: MoleculeNetConfig, loss_name: str, fingerprint: dict | None = None) -> Path:
@@ -188,7 +205,8 @@ class MoleculeNetRecipe(Recipe):
     frameworks = ("torch_geometric", "ogb", "rdkit", "scikit-learn")
     example = EXAMPLE
     presets = {"cpu": "cpu", "paper": "paper"}
-    common = {"seeds": None, "data_root_help": "folder holding moleculenet/ and zinc/"}
+    common = {"seeds": None, "devices": True,
+              "data_root_help": "folder holding moleculenet/ and zinc/"}
     choices = {"datasets": ALL_DATASETS, "inits": INITS, "aug": AUGMENTATIONS,
                "jk": ("last", "sum", "concat")}
     helps = {"preset": "cpu: ~15 minutes on one CPU thread; paper: GraphCL/MACL App. B.5, a GPU "
@@ -228,6 +246,8 @@ class MoleculeNetRecipe(Recipe):
         self.checkpoints = {loss: pretrain(cfg, loss, path, corpus)
                             for loss, path in self.pretrained.items()}
         self._loaded: dict[str, Any] = {}
+        # a non-zero rank of a multi-device pre-training served it only: rank 0 fine-tunes
+        self.follower = cfg.devices > 1 and distributed_follower()
 
     def cells(self) -> list[Cell]:
         """Seed by seed (an interrupted run already has complete rows)."""
@@ -244,8 +264,10 @@ class MoleculeNetRecipe(Recipe):
                 "data": self.fingerprints[cell.dataset], "code": self._code,
                 "pretrained": path.stem if path is not None else None}
 
-    def compute(self, cell: Cell) -> dict[str, Any]:
+    def compute(self, cell: Cell) -> dict[str, Any] | None:
         cfg = self.config
+        if getattr(self, "follower", False):  # rank 0 computes and stores every cell
+            return None
         if cell.dataset not in self._loaded:
             self._loaded.clear()  # one dataset in memory at a time
             self._loaded[cell.dataset] = load_split_dataset(cfg, cell.dataset)

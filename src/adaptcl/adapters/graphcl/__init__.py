@@ -11,7 +11,11 @@
   (encoder + linear multi-task head), the loss factory :func:`graphcl_loss`
   (``"dcl"``, also by GraphCL's name ``"graphcl"``, ``"infonce"``, ``"macl"``, or any
   ``nn.Module``), and
-  :func:`train_epoch` (``device=``, ``precision="32" | "bf16-mixed" | "16-mixed"``).
+  :func:`train_epoch` (``device=``, ``precision="32" | "bf16-mixed" | "16-mixed"``);
+* the same pre-training under PyTorch Lightning, on one device or several (``strategy="ddp"``,
+  negatives gathered across ranks): :class:`~adaptcl.adapters.graphcl.lightning.GraphCLModule`
+  in :mod:`adaptcl.adapters.graphcl.lightning`, imported from there (this package does not
+  import Lightning).
 
 References: You et al., "Graph Contrastive Learning with Augmentations", NeurIPS 2020;
 Hu et al., "Strategies for Pre-training Graph Neural Networks", ICLR 2020; Huang et al.,

@@ -1,0 +1,211 @@
+"""GraphCL pre-training as a PyTorch Lightning module: one device or many (``strategy="ddp"``).
+
+:class:`GraphCLModule` trains a :class:`~adaptcl.adapters.graphcl.GraphCL` model (You et al.,
+"Graph Contrastive Learning with Augmentations", NeurIPS 2020) with any loss of
+:mod:`adaptcl.plugins` (MACL, Huang et al., ICML 2023, among them) under ``pl.Trainer``, the
+way :mod:`adaptcl.adapters.lightning.modules` trains the image methods:
+
+- ``training_step`` is the step of :func:`~adaptcl.adapters.graphcl.train_epoch`: the loss of a
+  two-view batch ``(b0, b1)`` from :class:`~adaptcl.adapters.graphcl.TwoViewDataset`; at one
+  device a batch of one graph is skipped (no negative). At one device, with the same seeds and
+  data order, it trains to the weights and losses of ``train_epoch``. Under DDP every rank
+  takes every step (Lightning cannot skip one on some ranks): a rank's batch of one graph
+  meets the other ranks' graphs as negatives through the gathering loss;
+- it logs ``train_loss`` and the loss's scalar ``last_stats`` (``train_temperature``,
+  ``train_alignment``, ...), keeps them per step in ``history`` and the mean loss per graph of
+  each epoch in ``epoch_losses`` (summed over ranks under DDP);
+- under DDP (``world_size > 1``) it switches the loss's ``gather_distributed`` on, so every
+  rank's anchors meet the projections of all ranks (gradient-carrying all-gather) and MACL's
+  temperature comes from the alignment averaged over ranks;
+- a non-finite loss raises :class:`~adaptcl.plugins.validation.NonFiniteError` before its
+  optimiser step, with ``err.step`` the step of the run (from 1, counting the optimisation
+  steps of ``history``, not the skipped batches Lightning's ``global_step`` counts) and its
+  loss;
+- ``history`` and ``epoch_losses`` travel in the checkpoint; the loss's own state (buffers of an
+  adaptive loss, if it has any) is part of the model's ``state_dict``, so Lightning's
+  checkpoints hold it.
+
+Precision (``"bf16-mixed"``, ``"16-mixed"`` with its gradient scaler) is the Trainer's.
+Needs ``pytorch-lightning`` (``pip install 'adaptcl[graph]'``); ``import
+adaptcl.adapters.graphcl`` does not import this module.
+
+Example::
+
+    import pytorch_lightning as pl
+    from torch_geometric.loader import DataLoader
+    from adaptcl.adapters.graphcl import GraphCL, TUGINEncoder, TwoViewDataset
+    from adaptcl.adapters.graphcl.lightning import GraphCLModule
+
+    module = GraphCLModule(GraphCL(TUGINEncoder(7), loss_fn="macl"), lr=0.01)
+    trainer = pl.Trainer(max_epochs=20, accelerator="gpu", devices=4, strategy="ddp")
+    trainer.fit(module, DataLoader(pairs, batch_size=128, shuffle=True))
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from adaptcl.adapters import require
+
+require("torch_geometric", "graph")
+pl = require("pytorch_lightning", "graph")
+
+import torch  # noqa: E402
+from torch import Tensor, nn  # noqa: E402
+
+from adaptcl.plugins.validation import (  # noqa: E402
+    NonFiniteError,
+    check_choice,
+    check_non_negative,
+    check_positive,
+)
+
+from .model import _scalar_stats  # noqa: E402
+
+__all__ = ["GraphCLModule", "OPTIMIZERS"]
+
+#: the optimisers :class:`GraphCLModule` builds (GraphCL and the recipes use Adam)
+OPTIMIZERS = ("adam", "adamw")
+
+
+class GraphCLModule(pl.LightningModule):
+    """GraphCL pre-training of ``model`` with Lightning.
+
+    Args:
+        model: the :class:`~adaptcl.adapters.graphcl.GraphCL` model (encoder, projection head
+            and loss ``model.loss_fn``); ``module.model`` is it, trained in place.
+        lr: learning rate (the recipes: 0.01 on TU, 1e-3 on molecules).
+        optimizer: ``"adam"`` (as :func:`~adaptcl.adapters.graphcl.train_epoch`'s callers)
+            or ``"adamw"``.
+        weight_decay: weight decay of the optimiser.
+        gather_distributed: gather the projections of every rank in the loss. ``None`` (the
+            default): on exactly when the Trainer runs more than one process; ``True`` on a
+            loss without a ``gather_distributed`` attribute is an error.
+        where: names the run in a :class:`~adaptcl.plugins.validation.NonFiniteError`.
+
+    Batches are ``(b0, b1)`` pairs of torch_geometric ``Batch`` objects (graph ``k`` of each is
+    a positive pair), as a ``DataLoader`` over a
+    :class:`~adaptcl.adapters.graphcl.TwoViewDataset` yields them.
+    """
+
+    def __init__(self, model: nn.Module, *, lr: float = 1e-3, optimizer: str = "adam",
+                 weight_decay: float = 0.0, gather_distributed: bool | None = None,
+                 where: str = "GraphCL pre-training") -> None:
+        super().__init__()
+        if not isinstance(model, nn.Module) or not hasattr(model, "loss_fn"):
+            raise TypeError("model must be a GraphCL model (an nn.Module with a loss_fn), got "
+                            f"{type(model).__name__}")
+        if gather_distributed not in (None, True, False):
+            raise TypeError(f"gather_distributed must be None, True or False, got "
+                            f"{gather_distributed!r}")
+        if gather_distributed and not hasattr(model.loss_fn, "gather_distributed"):
+            raise ValueError("gather_distributed=True needs a loss with a gather_distributed "
+                             f"attribute (the adaptcl.plugins losses); "
+                             f"{type(model.loss_fn).__name__} has none")
+        self.model = model
+        self.lr = check_positive("lr", lr)
+        self.optimizer_name = check_choice("optimizer", optimizer, OPTIMIZERS)
+        self.weight_decay = check_non_negative("weight_decay", weight_decay)
+        self.gather_distributed = gather_distributed
+        self.where = str(where)
+        #: one record per optimisation step: step, epoch, loss and the loss's scalar stats
+        self.history: list[dict[str, float]] = []
+        #: mean loss per graph of each finished epoch (as ``train_epoch`` returns it)
+        self.epoch_losses: list[float] = []
+        self._epoch_total: Tensor | None = None
+        self._epoch_count = 0
+        self._world = 1
+
+    # --- set-up ------------------------------------------------------------------------------
+    def setup(self, stage: str) -> None:
+        loss_fn = self.model.loss_fn
+        world = int(self.trainer.world_size) if self._trainer is not None else 1
+        gather = self.gather_distributed if self.gather_distributed is not None else world > 1
+        self._world = world
+        if hasattr(loss_fn, "gather_distributed"):
+            loss_fn.gather_distributed = bool(gather)
+        elif world > 1:
+            pl.utilities.rank_zero_warn(
+                f"{type(loss_fn).__name__} has no gather_distributed: under {world} processes "
+                "each rank's anchors meet only its own batch's negatives")
+
+    # --- training -----------------------------------------------------------------------------
+    def forward(self, data) -> Tensor:
+        """Graph embeddings (the encoder's output, no projection head)."""
+        return self.model.encoder(data)
+
+    def training_step(self, batch: Any, batch_idx: int) -> Tensor | None:
+        views = tuple(batch) if isinstance(batch, (tuple, list)) else (batch,)
+        if len(views) != 2:
+            raise ValueError("expected a batch (b0, b1) of two views, as a DataLoader over a "
+                             f"TwoViewDataset yields; got {len(views)} item(s)")
+        num_graphs = int(views[0].num_graphs)
+        if num_graphs < 2 and not self._gathers():
+            if self._world > 1:  # Lightning cannot skip a step on some ranks only
+                raise ValueError(
+                    f"a batch of {num_graphs} graph(s) on one of {self._world} processes whose "
+                    "loss does not gather across them has no negative; give the DataLoader "
+                    "drop_last=True or a loss with gather_distributed")
+            return None  # a single-graph batch has no negative (as train_epoch)
+        # the step of the run, from 1; Lightning's global_step also counts skipped batches
+        step = len(self.history) + 1
+        try:
+            loss = self.model(*views)
+        except NonFiniteError as err:  # the model's output went NaN: the previous step diverged
+            raise NonFiniteError(f"{err} on {self.where} at step {step}", step=step,
+                                 loss=float("nan")) from err
+        value = loss.detach().float()
+        if not bool(torch.isfinite(value)):  # before backward: the weights stay as they were
+            raise NonFiniteError(f"non-finite loss on {self.where} at step {step}", step=step,
+                                 loss=float(value))
+        self._log_step(value, num_graphs)
+        total = value * num_graphs
+        self._epoch_total = total if self._epoch_total is None else self._epoch_total + total
+        self._epoch_count += num_graphs
+        return loss
+
+    def _gathers(self) -> bool:
+        """Whether the loss meets the other ranks' projections (then a rank's batch of one
+        graph still has negatives, and its step is taken)."""
+        return self._world > 1 and bool(getattr(self.model.loss_fn, "gather_distributed", False))
+
+    def _log_step(self, loss: Tensor, batch_size: int) -> None:
+        self.log("train_loss", loss, prog_bar=True, batch_size=batch_size)
+        record = {"step": float(len(self.history) + 1), "epoch": float(self.current_epoch),
+                  "loss": float(loss)}
+        for key, value in _scalar_stats(self.model).items():
+            if key == "loss":
+                continue
+            value = torch.as_tensor(value, dtype=torch.float32, device=loss.device).reshape(())
+            self.log(f"train_{key}", value, prog_bar=key == "temperature", batch_size=batch_size)
+            record[key] = float(value)
+        self.history.append(record)
+
+    def on_train_epoch_start(self) -> None:
+        self._epoch_total, self._epoch_count = None, 0
+
+    def on_train_epoch_end(self) -> None:
+        total = (self._epoch_total if self._epoch_total is not None
+                 else torch.zeros((), device=self.device))
+        sums = torch.stack([total.double().to(self.device),
+                            torch.tensor(float(self._epoch_count), dtype=torch.float64,
+                                         device=self.device)])
+        if self._trainer is not None and self.trainer.world_size > 1:
+            sums = self.trainer.strategy.reduce(sums, reduce_op="sum")
+        self.epoch_losses.append(float(sums[0] / sums[1]) if float(sums[1]) > 0 else 0.0)
+
+    # --- checkpoints ----------------------------------------------------------------------------
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        checkpoint["adaptcl_history"] = {"history": list(self.history),
+                                         "epoch_losses": list(self.epoch_losses)}
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        saved = checkpoint.get("adaptcl_history") or {}
+        self.history = [dict(h) for h in saved.get("history", [])]
+        self.epoch_losses = [float(v) for v in saved.get("epoch_losses", [])]
+
+    # --- optimisation ---------------------------------------------------------------------------
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        optim = torch.optim.Adam if self.optimizer_name == "adam" else torch.optim.AdamW
+        return optim(params, lr=self.lr, weight_decay=self.weight_decay)
