@@ -16,6 +16,20 @@ from adaptcl.recipes.template.store import Cell
 RECIPES = ("demo", "images", "simcse", "sts", "transfer", "tu", "moleculenet")
 
 
+def _one_line_error_in_a_process(argv: list[str], expected_start: str) -> None:
+    """:func:`_one_line_error` for a command run in a process of its own (offline): transformers
+    binds its log handler, huggingface_hub reads ``HF_HUB_OFFLINE``, when first imported."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "adaptcl", *argv], capture_output=True,
+                          text=True, timeout=300,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+    ours = [line for line in done.stderr.splitlines() if line.startswith("adaptcl ")]
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert ours == [ours[0]] and ours[0].startswith(expected_start), done.stderr
+
+
 @pytest.fixture(autouse=True)
 def _root_logging_restored():
     """``sts``/``transfer``'s main configures logging onto the (captured, then closed) stderr."""
@@ -253,26 +267,16 @@ def test_only_rank_zero_speaks(tmp_path, capsys, monkeypatch):
 @pytest.mark.slow
 def test_simcse_that_diverges_is_one_line_and_stores_nothing(shared_data, tmp_path):
     pytest.importorskip("sentence_transformers")
-    import subprocess
-    import sys
-
     from tests.adapters._tiny_models import build_tiny_model
 
     model = build_tiny_model(tmp_path / "tiny", "bert")
-    # a process of its own: transformers binds its log handler to the stderr it first meets
-    done = subprocess.run(
-        [sys.executable, "-c", "import sys; from adaptcl.cli import main; sys.exit(main())",
-         "simcse", "--model", str(model), "--losses", "macl", "--data-root", str(shared_data),
+    _one_line_error_in_a_process(
+        ["simcse", "--model", str(model), "--losses", "macl", "--data-root", str(shared_data),
          "--max-sentences", "24", "--batch-size", "8", "--max-seq-length", "16",
          "--logging-steps", "1", "--learning-rate", "1e12", "--no-sts", "--no-baseline",
          "--no-progress", "--output-dir", str(tmp_path / "out")],
-        capture_output=True, text=True, timeout=300,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
-    ours = [line for line in done.stderr.splitlines() if line.startswith("adaptcl ")]
-    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
-    assert ours == [ours[0]] and ours[0].startswith(
         "adaptcl simcse: error: 1 of 1 runs diverged (NaN or inf; nothing stored for them): "
-        "wiki/macl/seed42 at step "), done.stderr
+        "wiki/macl/seed42 at step ")
     assert not list((tmp_path / "out" / "runs").rglob("seed42.json"))
 
 
@@ -320,20 +324,11 @@ def test_model_specs_are_one_line(recipe, spec, expected, encoder_module, shared
 
 @pytest.mark.slow
 def test_a_hub_name_offline_is_one_line(shared_data, tmp_path):
-    import subprocess
-    import sys
-
-    # a process of its own: huggingface_hub reads HF_HUB_OFFLINE when it is first imported
-    done = subprocess.run(
-        [sys.executable, "-m", "adaptcl", "sts", "--model", "no-such-model-xyz", "--tasks",
-         "STS13", "--data-root", str(shared_data), "--output-dir", str(tmp_path)],
-        capture_output=True, text=True, timeout=300,
-        env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
-    ours = [line for line in done.stderr.splitlines() if line.startswith("adaptcl ")]
-    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
-    assert ours == [ours[0]] and ours[0].startswith(
+    _one_line_error_in_a_process(
+        ["sts", "--model", "no-such-model-xyz", "--tasks", "STS13", "--data-root",
+         str(shared_data), "--output-dir", str(tmp_path)],
         "adaptcl sts: error: model 'no-such-model-xyz' is neither a local model folder nor a "
-        "hub model available here"), done.stderr
+        "hub model available here")
 
 
 def test_sts_takes_no_seeds(capsys):
