@@ -43,19 +43,13 @@ from adaptcl.adapters.graphcl import (  # noqa: E402
 from adaptcl.adapters.graphcl.lightning import GraphCLModule  # noqa: E402
 from adaptcl.plugins import DCLLoss  # noqa: E402
 from adaptcl.plugins.validation import NonFiniteError  # noqa: E402
+from tests.adapters.graphcl._graphs import random_graphs  # noqa: E402
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
 def graphs(num_graphs: int = 17) -> list[Data]:
-    gen = torch.Generator().manual_seed(0)
-    out = []
-    for _ in range(num_graphs):
-        n = int(torch.randint(5, 12, (1,), generator=gen))
-        ei = torch.randint(0, n, (2, 2 * n), generator=gen)
-        out.append(Data(x=torch.rand(n, 4, generator=gen),
-                        edge_index=torch.cat([ei, ei.flip(0)], dim=1)))
-    return out
+    return random_graphs(num_graphs)
 
 
 def pair_loader(num_graphs: int = 20, batch_size: int = 8) -> DataLoader:
@@ -271,7 +265,7 @@ def test_two_gloo_ranks_train_and_the_loss_sees_the_gathered_batch(tmp_path):
     script = tmp_path / "ddp_graphcl.py"
     script.write_text(SCRIPT)
     env = dict(os.environ, OMP_NUM_THREADS="1", MASTER_ADDR="127.0.0.1",
-               PYTHONPATH=os.pathsep.join([str(REPO_ROOT / "src"),
+               PYTHONPATH=os.pathsep.join([str(REPO_ROOT / "src"), str(REPO_ROOT),
                                            os.environ.get("PYTHONPATH", "")]))
     env.pop("LOCAL_RANK", None)
     proc = subprocess.run([sys.executable, str(script), str(tmp_path), str(Path(__file__).parent)],

@@ -15,7 +15,6 @@ pytest.importorskip("torch_geometric")
 
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
-from torch_geometric.data import Data  # noqa: E402
 from torch_geometric.loader import DataLoader  # noqa: E402
 
 from adaptcl.adapters.graphcl import (  # noqa: E402
@@ -27,16 +26,11 @@ from adaptcl.adapters.graphcl import (  # noqa: E402
     train_epoch,
 )
 from adaptcl.plugins.validation import NonFiniteError  # noqa: E402
+from tests.adapters.graphcl._graphs import random_graphs  # noqa: E402
 
 
 def pair_loader(num_graphs: int = 16, batch_size: int = 8) -> DataLoader:
-    gen = torch.Generator().manual_seed(0)
-    graphs = []
-    for _ in range(num_graphs):
-        n = int(torch.randint(5, 12, (1,), generator=gen))
-        ei = torch.randint(0, n, (2, 2 * n), generator=gen)
-        graphs.append(Data(x=torch.rand(n, 4, generator=gen),
-                           edge_index=torch.cat([ei, ei.flip(0)], dim=1)))
+    graphs = random_graphs(num_graphs)
     views = TwoViewDataset(graphs, Identity(),
                            NodeDrop(0.2, generator=torch.Generator().manual_seed(1)))
     return DataLoader(views, batch_size=batch_size, shuffle=False)
