@@ -124,6 +124,21 @@ def mean_std(values: Sequence[float]) -> tuple[float, float]:
     return mean, var**0.5
 
 
+def first_line(err: BaseException) -> str:
+    """The first line of an error's message ("" when it has none)."""
+    text = str(err).strip()
+    return text.splitlines()[0] if text else ""
+
+
+def note_corrupt(what: str, path: str | os.PathLike, err: BaseException, then: str, *,
+                 detail: bool = True, stream: Any = None) -> None:
+    """One stderr line naming a file that could not be read and what happens to it:
+    ``adaptcl: <what> at <path> is corrupt or truncated (<Error>: <first line>); <then>``."""
+    reason = f"{type(err).__name__}: {first_line(err)}" if detail else type(err).__name__
+    print(f"adaptcl: {what} at {path} is corrupt or truncated ({reason}); {then}",
+          file=stream or sys.stderr, flush=True)
+
+
 def load_or_rebuild(path: str | os.PathLike, load: Callable[[], Any], rebuild: Callable[[], Any],
                     *, what: str, stream: Any = None) -> Any:
     """``load()``; if the file at ``path`` is corrupt or truncated, say so, delete, ``rebuild()``.
@@ -135,9 +150,7 @@ def load_or_rebuild(path: str | os.PathLike, load: Callable[[], Any], rebuild: C
         return load()
     except (RuntimeError, EOFError, OSError, ValueError, KeyError, pickle.UnpicklingError) as err:
         target = Path(path)
-        print(f"adaptcl: {what} at {target} is corrupt or truncated ({type(err).__name__}: "
-              f"{str(err).splitlines()[0] if str(err) else ''}); rebuilding it",
-              file=stream or sys.stderr, flush=True)
+        note_corrupt(what, target, err, "rebuilding it", stream=stream)
         if target.is_dir():
             shutil.rmtree(target)
         else:
@@ -156,7 +169,7 @@ def torch_load_checked(path: str | os.PathLike, *, what: str, **kwargs: Any) -> 
     try:
         return torch.load(path, **kwargs)
     except Exception as err:  # noqa: BLE001 - any failure to read means: recompute
-        print(f"adaptcl: {what} at {path} is corrupt or truncated ({type(err).__name__}); "
-              f"kept aside as {path.name}.corrupt and recomputed", file=sys.stderr, flush=True)
+        note_corrupt(what, path, err, f"kept aside as {path.name}.corrupt and recomputed",
+                     detail=False)
         os.replace(path, path.with_name(path.name + ".corrupt"))
         return None

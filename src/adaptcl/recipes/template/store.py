@@ -57,7 +57,7 @@ from adaptcl.recipes.template.errors import (
     check_record,
     check_seed,
 )
-from adaptcl.recipes.template.files import read_json, write_json_atomic
+from adaptcl.recipes.template.files import first_line, note_corrupt, read_json, write_json_atomic
 from adaptcl.recipes.template.options import note
 from adaptcl.recipes.template.progress import progress
 from adaptcl.recipes.template.provenance import git_commit, stable_hash
@@ -111,9 +111,7 @@ class RunStore:
         except (ValueError, OSError) as err:
             target = self._set_aside(path)
             if target is not None:
-                print(f"adaptcl: run record at {path} is corrupt or truncated "
-                      f"({type(err).__name__}: {_first_line(err)}); moved to {target} and "
-                      "recomputed", file=sys.stderr, flush=True)
+                note_corrupt("run record", path, err, f"moved to {target} and recomputed")
             return None
         if stored["identity_hash"] == stable_hash(identity):
             return stored["record"]
@@ -164,11 +162,6 @@ class RunStore:
             return None
         self.superseded.append(str(target))
         return target
-
-
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip()
-    return text.splitlines()[0] if text else ""
 
 
 LOCKS_DIR = ".locks"
@@ -525,8 +518,7 @@ def _compute_cell(store: RunStore, grid: GridRun, cell: Cell,
             raise err if isinstance(err, NonResultError) else NonResultError(
                 f"{cell.label()}: {err}") from err
         grid.diverged[cell] = {"step": err.step, "loss": err.loss,
-                               "message": str(err).splitlines()[0] if str(err)
-                               else type(err).__name__}
+                               "message": first_line(err) or type(err).__name__}
         return True
     store.save(cell, grid.identities[cell], record)
     grid.records[cell] = record
