@@ -135,6 +135,25 @@ def test_non_finite_loss_raises_with_its_step_before_the_weights_move():
     assert all(torch.equal(a, b) for a, b in zip(before, module.parameters(), strict=True))
 
 
+def test_reading_the_steps_once_per_epoch_gives_the_same_history():
+    """What an accelerator does by default (``sync_each_step=False``): nothing is read on the
+    host during the epoch, and the history is the per-step one."""
+    histories = []
+    for sync in (True, False):
+        module = GraphCLModule(fresh_model(), sync_each_step=sync)
+        trainer(2).fit(module, pair_loader())
+        histories.append((module.history, module.epoch_losses))
+    assert histories[0] == histories[1] and len(histories[0][0]) == 6
+
+
+def test_a_non_finite_loss_read_at_the_end_of_the_epoch_still_raises_with_a_step():
+    module = GraphCLModule(fresh_model(loss=_NaNLoss()), sync_each_step=False)
+    with pytest.raises(NonFiniteError, match="non-finite loss on GraphCL pre-training by step 3") \
+            as excinfo:
+        trainer(1).fit(module, pair_loader())
+    assert excinfo.value.step == 3 and len(module.history) == 3
+
+
 class _NaNAfter(nn.Module):
     """The projections turn NaN from the second step on: the loss's finiteness check raises."""
 

@@ -20,7 +20,9 @@ way :mod:`adaptcl.adapters.lightning.modules` trains the image methods:
 - a non-finite loss raises :class:`~adaptcl.plugins.validation.NonFiniteError` before its
   optimiser step, with ``err.step`` the step of the run (from 1, counting the optimisation
   steps of ``history``, not the skipped batches Lightning's ``global_step`` counts) and its
-  loss;
+  loss. As in ``train_epoch`` that check reads the loss on the host, so it is made at every
+  step on the CPU only (``sync_each_step``); on an accelerator the loss, its finiteness and
+  the statistics stay on the device and are read once at the end of the epoch;
 - ``history`` and ``epoch_losses`` travel in the checkpoint; the loss's own state (buffers of an
   adaptive loss, if it has any) is part of the model's ``state_dict``, so Lightning's
   checkpoints hold it.
@@ -60,7 +62,7 @@ from adaptcl.plugins.validation import (  # noqa: E402
     check_positive,
 )
 
-from .model import _scalar_stats  # noqa: E402
+from .model import _as_floats, _scalar_stats  # noqa: E402
 
 __all__ = ["GraphCLModule", "OPTIMIZERS"]
 
@@ -82,6 +84,10 @@ class GraphCLModule(pl.LightningModule):
             default): on exactly when the Trainer runs more than one process; ``True`` on a
             loss without a ``gather_distributed`` attribute is an error.
         where: names the run in a :class:`~adaptcl.plugins.validation.NonFiniteError`.
+        sync_each_step: read the loss and its statistics on the host at every step, so a
+            non-finite loss stops training before its optimiser step. Default: on the CPU,
+            where reading is free; elsewhere they are read once at the end of the epoch
+            (``history`` fills then), so no step waits for the host.
 
     Batches are ``(b0, b1)`` pairs of torch_geometric ``Batch`` objects (graph ``k`` of each is
     a positive pair), as a ``DataLoader`` over a
@@ -90,7 +96,8 @@ class GraphCLModule(pl.LightningModule):
 
     def __init__(self, model: nn.Module, *, lr: float = 1e-3, optimizer: str = "adam",
                  weight_decay: float = 0.0, gather_distributed: bool | None = None,
-                 where: str = "GraphCL pre-training") -> None:
+                 where: str = "GraphCL pre-training",
+                 sync_each_step: bool | None = None) -> None:
         super().__init__()
         if not isinstance(model, nn.Module) or not hasattr(model, "loss_fn"):
             raise TypeError("model must be a GraphCL model (an nn.Module with a loss_fn), got "
@@ -108,6 +115,9 @@ class GraphCLModule(pl.LightningModule):
         self.weight_decay = check_non_negative("weight_decay", weight_decay)
         self.gather_distributed = gather_distributed
         self.where = str(where)
+        if sync_each_step not in (None, True, False):
+            raise TypeError(f"sync_each_step must be None, True or False, got {sync_each_step!r}")
+        self.sync_each_step = sync_each_step
         #: one record per optimisation step: step, epoch, loss and the loss's scalar stats
         self.history: list[dict[str, float]] = []
         #: mean loss per graph of each finished epoch (as ``train_epoch`` returns it)
@@ -115,6 +125,9 @@ class GraphCLModule(pl.LightningModule):
         self._epoch_total: Tensor | None = None
         self._epoch_count = 0
         self._world = 1
+        # steps not yet read on the host (device tensors) and whether one of them was non-finite
+        self._pending: list[dict[str, Any]] = []
+        self._nonfinite: Tensor | None = None
 
     # --- set-up ------------------------------------------------------------------------------
     def setup(self, stage: str) -> None:
@@ -148,17 +161,21 @@ class GraphCLModule(pl.LightningModule):
                     "drop_last=True or a loss with gather_distributed")
             return None  # a single-graph batch has no negative (as train_epoch)
         # the step of the run, from 1; Lightning's global_step also counts skipped batches
-        step = len(self.history) + 1
+        step = len(self.history) + len(self._pending) + 1
         try:
             loss = self.model(*views)
         except NonFiniteError as err:  # the model's output went NaN: the previous step diverged
             raise NonFiniteError(f"{err} on {self.where} at step {step}", step=step,
                                  loss=float("nan")) from err
         value = loss.detach().float()
-        if not bool(torch.isfinite(value)):  # before backward: the weights stay as they were
-            raise NonFiniteError(f"non-finite loss on {self.where} at step {step}", step=step,
-                                 loss=float(value))
-        self._log_step(value, num_graphs)
+        finite = torch.isfinite(value)
+        if self._per_step(value):
+            if not bool(finite):  # before backward: the weights stay as they were
+                raise NonFiniteError(f"non-finite loss on {self.where} at step {step}",
+                                     step=step, loss=float(value))
+        else:
+            self._nonfinite = ~finite if self._nonfinite is None else self._nonfinite | ~finite
+        self._log_step(value, num_graphs, step)
         total = value * num_graphs
         self._epoch_total = total if self._epoch_total is None else self._epoch_total + total
         self._epoch_count += num_graphs
@@ -169,22 +186,45 @@ class GraphCLModule(pl.LightningModule):
         graph still has negatives, and its step is taken)."""
         return self._world > 1 and bool(getattr(self.model.loss_fn, "gather_distributed", False))
 
-    def _log_step(self, loss: Tensor, batch_size: int) -> None:
+    def _per_step(self, loss: Tensor) -> bool:
+        return (self.sync_each_step if self.sync_each_step is not None
+                else loss.device.type == "cpu")
+
+    def _log_step(self, loss: Tensor, batch_size: int, step: int) -> None:
         self.log("train_loss", loss, prog_bar=True, batch_size=batch_size)
-        record = {"step": float(len(self.history) + 1), "epoch": float(self.current_epoch),
-                  "loss": float(loss)}
+        record: dict[str, Any] = {"step": float(step), "epoch": float(self.current_epoch),
+                                  "loss": loss}
         for key, value in _scalar_stats(self.model).items():
             if key == "loss":
                 continue
             value = torch.as_tensor(value, dtype=torch.float32, device=loss.device).reshape(())
             self.log(f"train_{key}", value, prog_bar=key == "temperature", batch_size=batch_size)
-            record[key] = float(value)
-        self.history.append(record)
+            record[key] = value
+        self._pending.append(record)
+        if self._per_step(loss):
+            self._read_pending()
+
+    def _read_pending(self) -> None:
+        """Move the pending steps into ``history`` as floats (one transfer per statistic) and
+        raise for a non-finite loss among them (the last of them is the step named)."""
+        if self._pending:
+            keys = dict.fromkeys(k for record in self._pending for k in record)
+            columns = {k: iter(_as_floats([r[k] for r in self._pending if k in r]))
+                       for k in keys}
+            self.history.extend({k: next(columns[k]) for k in r} for r in self._pending)
+            self._pending = []
+        if self._nonfinite is not None:
+            nonfinite, self._nonfinite = bool(self._nonfinite), None
+            if nonfinite:
+                step = len(self.history)
+                raise NonFiniteError(f"non-finite loss on {self.where} by step {step}",
+                                     step=step, loss=float("nan"))
 
     def on_train_epoch_start(self) -> None:
         self._epoch_total, self._epoch_count = None, 0
 
     def on_train_epoch_end(self) -> None:
+        self._read_pending()
         total = (self._epoch_total if self._epoch_total is not None
                  else torch.zeros((), device=self.device))
         sums = torch.stack([total.double().to(self.device),
@@ -196,6 +236,7 @@ class GraphCLModule(pl.LightningModule):
 
     # --- checkpoints ----------------------------------------------------------------------------
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        self._read_pending()
         checkpoint["adaptcl_history"] = {"history": list(self.history),
                                          "epoch_losses": list(self.epoch_losses)}
 
