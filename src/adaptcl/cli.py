@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import errno
 import importlib
-import os
 import re
 import sys
 import warnings
@@ -126,8 +125,9 @@ def _add_arguments(parser: argparse.ArgumentParser, module: str) -> None:
 def _report(prog: str, message: str) -> None:
     """Print a one-line error, on rank 0 only: the ranks of a distributed run (torchrun's
     ``RANK``, Lightning's ``LOCAL_RANK``) meet the same error, and one line is enough."""
-    rank = os.environ.get("RANK", os.environ.get("LOCAL_RANK", "0"))
-    if rank in ("", "0"):
+    from adaptcl.recipes.template.store import distributed_follower
+
+    if not distributed_follower():
         print(f"{prog}: error: {message}", file=sys.stderr)
 
 
