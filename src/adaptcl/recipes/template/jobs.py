@@ -226,18 +226,12 @@ def run_cell_job(recipe_class: type, config: Any, cell: Sequence[Any], identity_
     "diverged": {...}}``; the record itself is read back from the store by the parent. A
     changed identity (code, data or settings edited since the submission) is refused.
     """
-    from adaptcl.recipes.template.errors import user_errors
-    from adaptcl.recipes.template.provenance import code_version, stable_hash
+    from adaptcl.recipes.template.provenance import stable_hash
     from adaptcl.recipes.template.store import Cell, GridRun, RunStore, compute_one
-    from adaptcl.recipes.template.torch_env import apply_thread_policy
 
     cell = Cell(*cell)
     recipe = recipe_class(config)
-    with user_errors():
-        recipe.prepare()
-    threads = apply_thread_policy(threads)
-    recipe._code = code_version(*recipe.code) if recipe.code else None
-    recipe.setup()
+    threads = recipe.ready(threads)
     identity = recipe.identity(cell)
     if stable_hash(identity) != identity_hash:
         raise RecipeError(f"{cell.label()}: its identity (settings, data or code) changed "

@@ -208,16 +208,23 @@ class Recipe:
 
     # ------------------------------------------------------------------------ the driver
 
+    def ready(self, threads: int | None) -> int | None:
+        """What every cell needs, in this process: :meth:`prepare` (its errors one-line),
+        the thread policy, the code version, :meth:`setup`. Returns the torch threads."""
+        with user_errors():
+            self.prepare()
+        threads = apply_thread_policy(threads)
+        self._code = code_version(*self.code) if self.code else None
+        self.setup()
+        return threads
+
     def run(self) -> dict[str, Any]:
         """Validate, compute what is missing or stale, write the result files and the plot."""
         cfg = self.config
         with user_errors():
             check_combination(self.jobs, cfg)
             check_output_dir(cfg.output_dir)
-            self.prepare()
-        apply_thread_policy(getattr(cfg, "threads", None))
-        self._code = code_version(*self.code) if self.code else None
-        self.setup()  # once here, before any job: a job's setup() then only loads its result
+        self.ready(getattr(cfg, "threads", None))  # before any job: a job's setup() only loads
         out = Path(cfg.output_dir)
         report = self.make_report(out)
         cells = self.cells()
