@@ -67,7 +67,7 @@ imports_for() {
   case $1 in
     vision) echo "import adaptcl.adapters.lightly, adaptcl.adapters.lightning.modules, adaptcl.adapters.lightning.factory, lightly, pytorch_lightning" ;;
     text) echo "import adaptcl.adapters.sentence_transformers.losses, adaptcl.adapters.sentence_transformers.simcse, adaptcl.adapters.sentence_transformers.callbacks, sentence_transformers, transformers, datasets, accelerate" ;;
-    graph) echo "import adaptcl.adapters.graphcl, adaptcl.adapters.graphcl.molecules, torch_geometric, ogb, rdkit" ;;
+    graph) echo "import adaptcl.adapters.graphcl, adaptcl.adapters.graphcl.molecules, adaptcl.adapters.graphcl.lightning, torch_geometric, ogb, rdkit, pytorch_lightning" ;;
   esac
 }
 
@@ -76,7 +76,7 @@ modules_for() {
   case $1 in
     vision) echo "lightly|pytorch_lightning|torchvision" ;;
     text) echo "sentence_transformers|transformers|datasets|accelerate|tokenizers|huggingface_hub" ;;
-    graph) echo "torch_geometric|ogb|rdkit" ;;
+    graph) echo "torch_geometric|ogb|rdkit|pytorch_lightning" ;;
   esac
 }
 

@@ -231,6 +231,12 @@ def test_floors_check_runs_every_adapter_test_of_each_extra():
         # the requirements it installs at their floors are the extra's, less torch/torchvision
         wanted = [r for r in extras[extra] if not r.startswith(("torch>", "torchvision"))]
         assert " ".join(_floors_function("requirements_for", extra)) == " ".join(wanted)
+        # each framework of the extra is imported before the tests, and a test skipped because
+        # it cannot be imported counts as a failure (else importorskip hides a broken floor)
+        imported = {m.strip(",") for m in _floors_function("imports_for", extra)}
+        skip_fails = set("".join(_floors_function("modules_for", extra)).split("|"))
+        for module in FLOOR_EXTRAS[extra]:
+            assert module in imported and module in skip_fails, (extra, module)
     # every adapter test that imports an extra's framework runs in that extra's floors venv
     for path in sorted((REPO_ROOT / "tests" / "adapters").rglob("test_*.py")):
         text = path.read_text()
