@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pytest
@@ -79,6 +80,28 @@ def test_config_settings_and_graphcl_exact():
     for bad in ({"first_view": "both"}, {"classifier": "knn"}, {"batch_size": 1}):
         with pytest.raises(ValueError):
             tu.TUConfig(**bad)
+
+
+@pytest.mark.parametrize(("bad", "named"), [
+    ({"devices": 0}, "devices"),
+    ({"devices": 2, "batch_size": 127}, "batch_size (127) must be a multiple of devices (2)"),
+    ({"devices": 4, "batch_size": 4}, "at least 2 graphs per device"),
+    ({"devices": 2, "strategy": "ddp_spawn"}, "strategy must be one of 'auto', 'ddp'")])
+def test_a_multi_device_setting_that_cannot_run_is_refused_by_name(bad, named):
+    with pytest.raises(ValueError, match=re.escape(named)):
+        tu.TUConfig(**bad)
+
+
+def test_several_devices_are_another_run_and_one_device_keeps_its_identity(mutag_root, tmp_path):
+    one = tu.TURecipe(_cfg(mutag_root, tmp_path))
+    two = tu.TURecipe(_cfg(mutag_root, tmp_path, devices=2, strategy="ddp"))
+    for recipe in (one, two):
+        recipe.ready(None)
+    cell = Cell("MUTAG", "macl", 0)
+    assert "distributed" not in one.identity(cell)  # the single-process loop's stored runs
+    assert two.identity(cell)["distributed"]["devices"] == 2
+    assert {k: v for k, v in two.identity(cell).items() if k != "distributed"} == (
+        one.identity(cell))
 
 
 # ------------------------------------------------------------------ run identity and resume
@@ -248,3 +271,55 @@ def test_non_finite_pretraining_loss_is_a_non_result_naming_the_cell(mutag_root,
         train_epochs(model, loader, torch.optim.Adam(model.parameters()), epochs=range(2),
                      desc="MUTAG/macl/seed0", stats=stats)
     assert stats == {}  # nothing of the failed epoch reaches the history
+
+
+@pytest.mark.slow
+def test_two_gloo_processes_pretrain_each_cell_and_rank_0_alone_scores_and_stores(mutag_root,
+                                                                                 tmp_path):
+    """``--devices 2 --strategy ddp`` on CPU: Lightning runs the command again for rank 1 at
+    the first pre-training; both ranks pre-train every cell (one process group for all of them)
+    with the loss gathering across ranks; rank 0 alone evaluates, stores, logs and prints."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    out = tmp_path / "out"
+    src = Path(__file__).resolve().parents[2] / "src"
+    env = dict(os.environ, OMP_NUM_THREADS="1", MASTER_ADDR="127.0.0.1",
+               PYTHONPATH=os.pathsep.join([str(src), os.environ.get("PYTHONPATH", "")]))
+    for name in ("LOCAL_RANK", "RANK", "NODE_RANK", "WORLD_SIZE"):
+        env.pop(name, None)
+    command = [sys.executable, "-m", "adaptcl", "tu", "--devices", "2", "--strategy", "ddp",
+               "--device", "cpu", "--datasets", "MUTAG", "--losses", "graphcl", "macl",
+               "--seeds", "0", "--epochs", "2", "--folds", "3", "--inner-folds", "2",
+               "--no-progress", "--no-plot", "--logger", "tensorboard", "--output-dir", str(out),
+               "--data-root", str(mutag_root)]
+    proc = subprocess.run(command, env=env, cwd=str(tmp_path), capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.stderr.count("All distributed processes registered. Starting with 2 "
+                             "processes") == 1  # one launch serves both cells
+    # rank 1 runs as a child of rank 0: its failure would not change the exit code
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    for loss in ("dcl", "macl"):
+        stored = json.loads((out / "runs" / "MUTAG" / loss / "seed0.json").read_text())
+        record = stored["record"]
+        assert stored["identity"]["distributed"]["devices"] == 2
+        assert "gather_distributed=True" in record["loss_module"]
+        # MUTAG's 188 graphs: 94 a rank in batches of 128 / 2 = 64 and 30: 2 steps an epoch
+        assert record["optimisation_steps"] == 4 and len(record["step_stats"]["loss"]) == 4
+        assert len(record["losses"]) == 2 and 0.5 < record["metrics"]["accuracy"] <= 1.0
+        # the logs: one event file (rank 1 opens no writer), the 4 steps written once
+        (events,) = (out / "logs" / "MUTAG" / loss / "seed0").glob("events.out.tfevents.*")
+        logged = EventAccumulator(str(events)).Reload().Scalars("train/loss")
+        assert [e.step for e in logged] == [1, 2, 3, 4]
+    assert "| MUTAG |" in proc.stdout and proc.stdout.count("results: ") == 1  # rank 0 only
+    again = subprocess.run(command, env=env, cwd=str(tmp_path), capture_output=True, text=True,
+                           timeout=300)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "Starting with 2 processes" not in again.stderr  # every cell reused: nothing to train
+    assert json.loads((out / "results.json").read_text())["reused"] == [["MUTAG", "dcl", 0],
+                                                                         ["MUTAG", "macl", 0]]

@@ -1,4 +1,5 @@
-"""What the graph recipes (``tu``, ``moleculenet``) share: the epochs and the embeddings.
+"""What the graph recipes (``tu``, ``moleculenet``) share: the epochs, the embeddings, and the
+checks and identity of a run on several devices (its training: :mod:`~adaptcl.recipes.graph_distributed`).
 
 Each epoch is the adapter's :func:`adaptcl.adapters.graphcl.train_epoch` (one loop for GraphCL
 pre-training and supervised fine-tuning: device, ``--precision`` autocast, fp16 gradient
@@ -10,9 +11,54 @@ non-finite loss as :class:`~adaptcl.recipes.template.errors.DivergedError`, the 
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
 from typing import Any
 
 from adaptcl.recipes.template.errors import DivergedError, check_embeddings
+from adaptcl.recipes.template.loggers import metric_logger
+from adaptcl.recipes.template.store import distributed_follower
+
+#: Lightning strategies of a multi-device pre-training ("auto" is "ddp" on several devices); a
+#: spawned or forked rank would not give its history back to the command
+STRATEGIES = ("auto", "ddp")
+
+
+def check_devices(batch_size: int, devices: int, strategy: str, *,
+                  batch_name: str = "batch_size") -> None:
+    """Refuse a multi-device setting that cannot run: ``ValueError`` naming the field.
+
+    Each of ``devices`` processes takes ``batch_size / devices`` graphs a step, so the batch
+    must split evenly with at least 2 graphs per device; ``strategy`` must be one of
+    :data:`STRATEGIES` (each rank runs the command again).
+    """
+    if devices > 1 and (batch_size % devices or batch_size // devices < 2):
+        raise ValueError(f"{batch_name} ({batch_size}) must be a multiple of devices ({devices}) "
+                         "with at least 2 graphs per device (each device takes its share of "
+                         "the batch)")
+    if strategy not in STRATEGIES:
+        raise ValueError(f"strategy must be one of {', '.join(map(repr, STRATEGIES))} (each "
+                         f"rank runs the command again), got {strategy!r}")
+
+
+def devices_identity(devices: int, strategy: str) -> dict[str, Any]:
+    """What a run on several devices adds to its identity: another training (Lightning,
+    per-rank BatchNorm and data order, the code of :mod:`~adaptcl.recipes.graph_distributed`).
+    One device adds nothing, so its stored runs and encoders stay those of the single-process
+    loop."""
+    if devices <= 1:
+        return {}
+    from adaptcl.recipes.template.provenance import code_version
+
+    return {"distributed": {"devices": devices, "strategy": strategy,
+                            "code": code_version("adaptcl.recipes.graph_distributed")["sources"]}}
+
+
+def rank_logger(kind: str, log_dir: Path) -> AbstractContextManager[Any]:
+    """The recipe's ``--logger`` (:func:`~adaptcl.recipes.template.loggers.metric_logger`),
+    except on a non-zero rank of a distributed run: it trains the same steps, rank 0 alone
+    writes the logs."""
+    return nullcontext(None) if distributed_follower() else metric_logger(kind, log_dir)
 
 
 def train_epochs(model: Any, loader: Any, optimizer: Any,

@@ -26,7 +26,12 @@ from pathlib import Path
 from typing import Any
 
 from adaptcl.io import resolve_data_root
-from adaptcl.recipes.graph_common import draw_pretraining_curves, paper_columns
+from adaptcl.recipes.graph_common import (
+    check_devices,
+    devices_identity,
+    draw_pretraining_curves,
+    paper_columns,
+)
 from adaptcl.recipes.moleculenet_train import (
     finetune_one,
     load_pretrain_corpus,
@@ -52,8 +57,6 @@ INIT_LABELS = {"none": "no pre-train", "graphcl": "GraphCL", "macl": "GraphCL+MA
 DISPLAY = {"bbbp": "BBBP", "tox21": "Tox21", "toxcast": "ToxCast", "sider": "SIDER",
            "clintox": "ClinTox", "muv": "MUV", "hiv": "HIV", "bace": "BACE"}
 AUGMENTATIONS = ("none", "dnodes", "pedges", "subgraph", "random2", "random3")
-# Lightning strategies of a multi-device pre-training ("auto" is "ddp" on several devices)
-STRATEGIES = ("auto", "ddp")
 DEFAULT_PRETRAIN_SMILES = ("zinc", "moses", "test.csv.gz")
 # Huang et al. 2023 (MACL), Table 5: test ROC-AUC % (mean, std) over 10 seeds.
 PAPER_TABLE5: dict[str, dict[str, tuple[float, float]]] = {
@@ -133,14 +136,8 @@ class MoleculeNetConfig:
             choices={"aug": AUGMENTATIONS, "jk": ("last", "sum", "concat")})
         if self.pretrain_batch_size < 2:
             raise ValueError("pretrain_batch_size must be >= 2 (a contrastive batch needs negatives)")
-        if self.devices > 1 and (self.pretrain_batch_size % self.devices
-                                 or self.pretrain_batch_size // self.devices < 2):
-            raise ValueError(f"pretrain_batch_size ({self.pretrain_batch_size}) must be a "
-                             f"multiple of devices ({self.devices}) with at least 2 graphs per "
-                             "device (each device takes its share of the batch)")
-        if self.strategy not in STRATEGIES:  # spawned/forked ranks would not return the history
-            raise ValueError(f"strategy must be one of {', '.join(map(repr, STRATEGIES))} (each "
-                             f"rank runs the command again), got {self.strategy!r}")
+        check_devices(self.pretrain_batch_size, self.devices, self.strategy,
+                      batch_name="pretrain_batch_size")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
         if not (0 < self.frac_train < 1 and 0 < self.frac_valid < 1
@@ -182,10 +179,7 @@ def pretrain_identity(cfg: MoleculeNetConfig, loss_name: str,
     identity = {"loss": loss_name, "settings": cfg.settings(_PRETRAIN_FIELDS),
                 "corpus": fingerprint or fingerprint_files([corpus], root=corpus.parent),
                 "code": code_version(*CODE)}
-    if cfg.devices > 1:  # another training (Lightning, per-rank BatchNorm and data); one
-        # device keeps the identity (and so the stored encoders) of the single-process loop
-        identity["distributed"] = {"devices": cfg.devices, "strategy": cfg.strategy}
-    return identity
+    return identity | devices_identity(cfg.devices, cfg.strategy)
 
 
 def pretrain_path(cfg: MoleculeNetConfig, loss_name: str, fingerprint: dict | None = None) -> Path:

@@ -135,97 +135,47 @@ def pretrain_distributed(cfg: MoleculeNetConfig, loss_name: str, final: Path,
                          corpus) -> dict[str, Any] | None:
     """Pre-train on ``cfg.devices`` processes with Lightning (``cfg.strategy``, e.g. ``"ddp"``).
 
-    :class:`~adaptcl.adapters.graphcl.lightning.GraphCLModule` trains the model of
-    :func:`pretrain` with the loss's ``gather_distributed`` on: each rank takes
-    ``pretrain_batch_size / devices`` graphs of a ``DistributedSampler``'s share, and the loss
-    sees the gathered batch of ``pretrain_batch_size``. Each rank draws its augmentations from
-    its own stream (seed ``pretrain_seed + 1_000_003 * rank``). Lightning's ``last.ckpt`` in
-    ``<final>.lightning/`` is written every epoch and resumed (model, optimiser, loop state;
-    the augmentation streams start again). Rank 0 writes the checkpoint :func:`pretrain`
-    returns and gets it; the other ranks get ``None``.
+    :func:`~adaptcl.recipes.graph_distributed.pretrain_on_devices` trains the model of
+    :func:`pretrain`: each rank takes ``pretrain_batch_size / devices`` molecules a step and
+    the loss sees the gathered batch; each rank draws its augmentations from its own stream
+    (seed ``pretrain_seed + 1_000_003 * rank``), the molecules are shuffled with
+    ``pretrain_seed + 1``. Lightning's ``last.ckpt`` in ``<final>.lightning/`` is written every
+    epoch and resumed (model, optimiser, loop state; the augmentation streams start again).
+    Rank 0 writes the checkpoint :func:`pretrain` returns and gets it; the other ranks get
+    ``None``.
     """
     import shutil
 
-    import pytorch_lightning as pl
     import torch
-    from pytorch_lightning.callbacks import ModelCheckpoint
-    from torch_geometric.loader import DataLoader
 
     from adaptcl.adapters.graphcl import GraphCL, TwoViewDataset, graphcl_augmentation
-    from adaptcl.adapters.graphcl.lightning import GraphCLModule
-    from adaptcl.plugins.validation import NonFiniteError
-    from adaptcl.recipes.template.errors import DivergedError
+    from adaptcl.recipes.graph_common import rank_logger
+    from adaptcl.recipes.graph_distributed import AUGMENTATION_RANK_STRIDE, pretrain_on_devices
 
     seed_everything(cfg.pretrain_seed)  # the same initial weights on every rank
-    device = resolve_device(cfg.device)
-    ckpt_dir = final.with_suffix(".lightning")
-
-    class EpochClock(pl.Callback):
-        """Seconds of each training epoch; its state travels in Lightning's checkpoints."""
-
-        def __init__(self) -> None:
-            self.seconds: list[float] = []
-            self._start = 0.0
-
-        def on_train_epoch_start(self, trainer, pl_module) -> None:
-            self._start = time.perf_counter()
-
-        def on_train_epoch_end(self, trainer, pl_module) -> None:
-            self.seconds.append(time.perf_counter() - self._start)
-
-        def state_dict(self) -> dict[str, list[float]]:
-            return {"seconds": list(self.seconds)}
-
-        def load_state_dict(self, state_dict: dict[str, list[float]]) -> None:
-            self.seconds = [float(s) for s in state_dict["seconds"]]
-
-    clock = EpochClock()
-    trainer = pl.Trainer(
-        max_epochs=cfg.pretrain_epochs, accelerator="gpu" if device.startswith("cuda") else "cpu",
-        devices=cfg.devices, strategy=cfg.strategy, precision=cfg.precision, logger=False,
-        callbacks=[clock, ModelCheckpoint(dirpath=str(ckpt_dir), filename="{epoch}",
-                                          save_last=True, every_n_epochs=1,
-                                          save_on_train_epoch_end=True,
-                                          enable_version_counter=False)],
-        enable_progress_bar=cfg.progress, enable_model_summary=False, num_sanity_val_steps=0,
-        limit_val_batches=0, log_every_n_steps=1)
-    rank = int(trainer.global_rank)
     model = GraphCL(build_encoder(cfg, dropout=0.0), xavier_init=False,
                     loss_fn=pretrain_loss(cfg, loss_name))
-    module = GraphCLModule(model, lr=cfg.pretrain_lr, where=f"pre-training {loss_name}")
-    aug = graphcl_augmentation(cfg.aug, cfg.aug_ratio, generator=torch.Generator().manual_seed(
-        cfg.pretrain_seed + 1_000_003 * rank))
-    loader = DataLoader(TwoViewDataset(corpus, aug, aug),
-                        batch_size=cfg.pretrain_batch_size // cfg.devices, shuffle=True,
-                        **loader_options(device))
-    last = ckpt_dir / "last.ckpt"
-    resume = last if torch_load_checked(last, what="checkpoint", map_location="cpu",
-                                        weights_only=False) is not None else None
-    if resume is not None and rank == 0:
-        print(f"adaptcl: pre-training {loss_name} resumes from {resume}", file=sys.stderr,
-              flush=True)
-    try:
-        trainer.fit(module, loader, ckpt_path=str(resume) if resume is not None else None)
-    except NonFiniteError as err:
-        raise DivergedError(f"{err}; nothing was stored", step=err.step, loss=err.loss) from None
-    if not trainer.is_global_zero:
+
+    def pairs(rank: int) -> TwoViewDataset:
+        aug = graphcl_augmentation(cfg.aug, cfg.aug_ratio, generator=torch.Generator().manual_seed(
+            cfg.pretrain_seed + AUGMENTATION_RANK_STRIDE * rank))
+        return TwoViewDataset(corpus, aug, aug)
+
+    ckpt_dir = final.with_suffix(".lightning")
+    with rank_logger(cfg.logger, Path(cfg.output_dir) / "logs" / final.stem) as logger:
+        run = pretrain_on_devices(
+            model, pairs, devices=cfg.devices, strategy=cfg.strategy,
+            epochs=cfg.pretrain_epochs, batch_size=cfg.pretrain_batch_size, lr=cfg.pretrain_lr,
+            device=resolve_device(cfg.device), precision=cfg.precision,
+            shuffle_seed=cfg.pretrain_seed + 1, where=f"pre-training {loss_name}",
+            progress=cfg.progress, checkpoint_dir=ckpt_dir, logger=logger)
+    if run is None:
         return None
-    require_steps(len(module.history), f"pre-training {loss_name}")
-    step_stats: dict[str, list[float]] = {}
-    for record in module.history:
-        for key, value in record.items():
-            if key not in ("step", "epoch"):
-                step_stats.setdefault(key, []).append(value)
-    with metric_logger(cfg.logger, Path(cfg.output_dir) / "logs" / final.stem) as logger:
-        if logger is not None:
-            for record in module.history:
-                logger.log({f"train/{k}": v for k, v in record.items()
-                            if k not in ("step", "epoch")}, int(record["step"]))
     checkpoint = {"encoder": model.encoder.state_dict(), "loss": loss_name,
                   "loss_module": repr(model.loss_fn), "num_molecules": len(corpus),
                   "num_invalid": corpus.num_invalid, "corpus": str(cfg.resolved_pretrain_smiles()),
-                  "epoch_loss": list(module.epoch_losses), "epoch_seconds": list(clock.seconds),
-                  "steps": len(module.history), "step_stats": step_stats,
+                  "epoch_loss": run["epoch_loss"], "epoch_seconds": run["epoch_seconds"],
+                  "steps": run["steps"], "step_stats": run["step_stats"],
                   "devices": cfg.devices, "strategy": cfg.strategy}
     torch_save_atomic(checkpoint, final)
     shutil.rmtree(ckpt_dir, ignore_errors=True)

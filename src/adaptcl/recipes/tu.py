@@ -27,13 +27,16 @@ from pathlib import Path
 from typing import Any
 
 from adaptcl.io import resolve_data_root
-from adaptcl.recipes.graph_common import draw_pretraining_curves, paper_columns
+from adaptcl.recipes.graph_common import (
+    check_devices,
+    devices_identity,
+    draw_pretraining_curves,
+    paper_columns,
+    rank_logger,
+)
 from adaptcl.recipes.template.config import result_settings, validate_config
 from adaptcl.recipes.template.errors import require_steps, user_errors
-from adaptcl.recipes.template.loggers import metric_logger
-from adaptcl.recipes.template.options import (
-    config_kwargs,
-)
+from adaptcl.recipes.template.options import config_kwargs
 from adaptcl.recipes.template.provenance import fingerprint_files
 from adaptcl.recipes.template.recipe import Recipe
 from adaptcl.recipes.template.store import Cell, GridRun
@@ -102,6 +105,8 @@ class TUConfig:
     threads: int | None = 1
     device: str = "auto"
     precision: str = "32"
+    devices: int = 1  # > 1: each pre-training on that many processes through Lightning
+    strategy: str = "auto"  # Lightning's: "auto" or "ddp" (what "auto" picks for devices > 1)
     logger: str = "none"
     progress: bool = True
     plot: bool = True
@@ -111,7 +116,7 @@ class TUConfig:
                        for x in self.losses]
         validate_config(
             self, positive=("epochs", "hidden", "layers", "max_degree", "lr", "temperature",
-                            "c_grid"), at_least={"folds": 2, "inner_folds": 2},
+                            "c_grid", "devices"), at_least={"folds": 2, "inner_folds": 2},
             fractions=("aug_ratio", "subgraph_ratio"),
             non_empty=("datasets", "losses", "seeds"), choices={
                 "first_view": ("identity", "augmented"), "node_features": ("constant", "degree"),
@@ -119,6 +124,7 @@ class TUConfig:
         if self.batch_size < 2:
             raise ValueError(f"batch_size must be >= 2 (a contrastive batch needs a negative), "
                              f"got {self.batch_size}")
+        check_devices(self.batch_size, self.devices, self.strategy)
 
     @classmethod
     def graphcl_exact(cls, **overrides: Any) -> TUConfig:
@@ -159,8 +165,13 @@ def build_loss(cfg: TUConfig, name: str):
     return graphcl_loss(name, temperature=cfg.temperature, **extra)
 
 
-def run_one(cfg: TUConfig, cell: Cell, graphs, in_dim: int, logger=None) -> dict[str, Any]:
-    """Pre-train one model and evaluate it with the SVM protocol; return the run record."""
+def run_one(cfg: TUConfig, cell: Cell, graphs, in_dim: int,
+            logger=None) -> dict[str, Any] | None:
+    """Pre-train one model and evaluate it with the SVM protocol; return the run record.
+
+    On several devices (``cfg.devices > 1``) every rank pre-trains and rank 0 alone evaluates
+    and returns the record; the other ranks return ``None``.
+    """
     import torch
     from torch_geometric.loader import DataLoader
 
@@ -170,20 +181,38 @@ def run_one(cfg: TUConfig, cell: Cell, graphs, in_dim: int, logger=None) -> dict
 
     seed_everything(cell.seed)
     device = resolve_device(cfg.device)
-    view0, view1, aug = build_views(cfg, cell.dataset, torch.Generator().manual_seed(
-        10_000 + cell.seed))
     loss_fn = build_loss(cfg, cell.method)
     model = GraphCL(TUGINEncoder(in_dim, cfg.hidden, cfg.layers), loss_fn=loss_fn).to(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
-    loader = DataLoader(TwoViewDataset(graphs, view0, view1), batch_size=cfg.batch_size,
-                        shuffle=True, generator=torch.Generator().manual_seed(20_000 + cell.seed),
-                        **loader_options(device))
-    history: dict[str, list[float]] = {}
+
+    def pairs(rank: int = 0) -> TwoViewDataset:
+        from adaptcl.recipes.graph_distributed import AUGMENTATION_RANK_STRIDE
+
+        seed = 10_000 + cell.seed + (AUGMENTATION_RANK_STRIDE * rank if rank else 0)
+        view0, view1, _ = build_views(cfg, cell.dataset, torch.Generator().manual_seed(seed))
+        return TwoViewDataset(graphs, view0, view1)
+
     start = time.perf_counter()
-    epoch_loss, steps = train_epochs(model, loader, optimizer,
-                                     epochs=range(cfg.epochs), progress=cfg.progress,
-                                     desc=cell.label(), device=device, precision=cfg.precision,
-                                     stats=history, logger=logger)
+    if cfg.devices > 1:
+        from adaptcl.recipes.graph_distributed import pretrain_on_devices
+
+        run = pretrain_on_devices(
+            model, pairs, devices=cfg.devices, strategy=cfg.strategy, epochs=cfg.epochs,
+            batch_size=cfg.batch_size, lr=cfg.lr, device=device, precision=cfg.precision,
+            shuffle_seed=20_000 + cell.seed, where=cell.label(), progress=cfg.progress,
+            logger=logger)
+        if run is None:  # rank 0 evaluates and stores
+            return None
+        epoch_loss, steps, history = run["epoch_loss"], run["steps"], run["step_stats"]
+    else:
+        optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+        loader = DataLoader(pairs(), batch_size=cfg.batch_size, shuffle=True,
+                            generator=torch.Generator().manual_seed(20_000 + cell.seed),
+                            **loader_options(device))
+        history: dict[str, list[float]] = {}
+        epoch_loss, steps = train_epochs(model, loader, optimizer, epochs=range(cfg.epochs),
+                                         progress=cfg.progress, desc=cell.label(),
+                                         device=device, precision=cfg.precision,
+                                         stats=history, logger=logger)
     train_seconds = time.perf_counter() - start
     require_steps(steps, cell.label())
     start = time.perf_counter()
@@ -195,9 +224,10 @@ def run_one(cfg: TUConfig, cell: Cell, graphs, in_dim: int, logger=None) -> dict
     if logger is not None:
         logger.log({"eval/svm_accuracy": evaluation["accuracy"]}, steps)
     return {"metrics": {"accuracy": evaluation["accuracy"]}, "optimisation_steps": steps,
-            "losses": epoch_loss, "aug": aug, "loss_module": repr(loss_fn),
-            "evaluation": evaluation, "step_stats": history, "embedding_dim": int(x.shape[1]),
-            "train_seconds": train_seconds, "eval_seconds": time.perf_counter() - start}
+            "losses": epoch_loss, "aug": resolve_aug(cfg, cell.dataset),
+            "loss_module": repr(loss_fn), "evaluation": evaluation, "step_stats": history,
+            "embedding_dim": int(x.shape[1]), "train_seconds": train_seconds,
+            "eval_seconds": time.perf_counter() - start}
 
 
 # ----------------------------------------------------------------------------- the recipe
@@ -209,7 +239,7 @@ class TURecipe(Recipe):
     name, config_class, code, metrics = "tu", TUConfig, CODE, ("accuracy",)
     frameworks = ("torch_geometric", "scikit-learn")
     example = EXAMPLE
-    common = {"data_root_help": "folder holding tu/<NAME>/raw or <NAME>/raw"}
+    common = {"devices": True, "data_root_help": "folder holding tu/<NAME>/raw or <NAME>/raw"}
     loss_aliases = LOSS_ALIASES
     choices = {"losses": LOSSES, "aug": AUGMENTATIONS, "first_view": ("identity", "augmented"),
                "node_features": ("constant", "degree"), "classifier": ("svc", "linear")}
@@ -254,14 +284,19 @@ class TURecipe(Recipe):
         self._loaded: dict[str, tuple[list, int, dict]] = {}
 
     def setup(self) -> None:
-        """With ``--jobs``/``--cluster``: each dataset processed once here, before any job reads
-        it (torch-geometric writes ``processed/`` in place; two jobs must not both write it)."""
-        if self.jobs.parallel:
+        """With ``--jobs``/``--cluster`` or ``--devices``: each dataset processed once here,
+        before any job or rank reads it (torch-geometric writes ``processed/`` in place; two
+        processes must not both write it; the other ranks start at the first pre-training)."""
+        if self.jobs.parallel or self.config.devices > 1:
             for name in self.config.datasets:
                 load_tu_graphs(self.config, name, self.sources[name],
                                self.fingerprints[name]["sha256"])
 
-    def compute(self, cell: Cell) -> dict[str, Any]:
+    def identity(self, cell: Cell) -> dict[str, Any]:
+        return super().identity(cell) | devices_identity(self.config.devices,
+                                                         self.config.strategy)
+
+    def compute(self, cell: Cell) -> dict[str, Any] | None:
         cfg = self.config
         if cell.dataset not in self._loaded:
             self._loaded.clear()  # one dataset in memory at a time
@@ -270,8 +305,9 @@ class TURecipe(Recipe):
                 self.fingerprints[cell.dataset]["sha256"])
         graphs, dim, info = self._loaded[cell.dataset]
         log_dir = Path(cfg.output_dir) / "logs" / cell.dataset / cell.method / f"seed{cell.seed}"
-        with metric_logger(cfg.logger, log_dir) as logger:
-            return run_one(cfg, cell, graphs, dim, logger=logger) | {"info": info}
+        with rank_logger(cfg.logger, log_dir) as logger:
+            record = run_one(cfg, cell, graphs, dim, logger=logger)
+        return record | {"info": info} if record is not None else None
 
     def report_spec(self) -> dict[str, Any]:
         cfg = self.config
