@@ -103,11 +103,18 @@ def test_a_job_refuses_a_cell_whose_identity_changed_since_submission(tmp_path):
     recipe.prepare()
     recipe._code = None
     planned = stable_hash(recipe.identity(Cell("toy", "base", 0)))
+    from threadpoolctl import threadpool_info, threadpool_limits
+
     try:
-        result = run_cell_job(ToyRecipe, config, ("toy", "base", 0), planned, 1, True, "local")
+        with threadpool_limits(limits=2):  # restores this process's pools on exit
+            result = run_cell_job(ToyRecipe, config, ("toy", "base", 0), planned, 1, True,
+                                  "local")
+            pools = threadpool_info()
     finally:
         torch.set_num_threads(threads)
     assert result["status"] == "computed"
+    # the BLAS / OpenMP pools (numpy's, scikit-learn's) take the job's share too
+    assert pools and {pool["num_threads"] for pool in pools} == {1}, pools
     execution = json.loads((tmp_path / "out" / "runs" / "toy" / "base" / "seed0.json")
                            .read_text())["record"]["execution"]
     assert (execution["threads"], execution["cluster"]) == (1, "local")
@@ -216,6 +223,8 @@ def test_tu_with_two_jobs_is_bitwise_the_sequential_run(shared_data, tmp_path, c
         assert par[label]["execution"]["threads"] == 1 and "execution" not in seq[label]
     pids = {r["execution"]["job_id"] for r in par.values()}
     assert len(pids) == 8  # one job per cell
+    jobs = tmp_path / "par" / "jobs"  # a folder per job; not submitit's empty template "%j"
+    assert sorted(p.name for p in jobs.iterdir()) == sorted(map(str, pids))
     results = [json.loads((tmp_path / d / "results.json").read_text()) for d in ("seq", "par")]
     assert results[0]["summary"] == results[1]["summary"]
     assert Cell("MUTAG", "dcl", 0).label() in seq

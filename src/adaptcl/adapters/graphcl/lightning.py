@@ -5,7 +5,8 @@
 :mod:`adaptcl.plugins` (MACL, Huang et al., ICML 2023, among them) under ``pl.Trainer``, the
 way :mod:`adaptcl.adapters.lightning.modules` trains the image methods:
 
-- ``training_step`` is the step of :func:`~adaptcl.adapters.graphcl.train_epoch`: the loss of a
+- ``training_step`` is the step of :func:`~adaptcl.adapters.graphcl.train_epoch` (both hand
+  it to :class:`~adaptcl.adapters.graphcl.steps.StepRecorder`): the loss of a
   two-view batch ``(b0, b1)`` from :class:`~adaptcl.adapters.graphcl.TwoViewDataset`; at one
   device a batch of one graph is skipped (no negative). At one device, with the same seeds and
   data order, it trains to the weights and losses of ``train_epoch``. Under DDP every rank
@@ -56,13 +57,12 @@ import torch  # noqa: E402
 from torch import Tensor, nn  # noqa: E402
 
 from adaptcl.plugins.validation import (  # noqa: E402
-    NonFiniteError,
     check_choice,
     check_non_negative,
     check_positive,
 )
 
-from .model import _as_floats, _scalar_stats  # noqa: E402
+from .steps import StepRecorder, two_views  # noqa: E402
 
 __all__ = ["GraphCLModule", "OPTIMIZERS"]
 
@@ -122,12 +122,14 @@ class GraphCLModule(pl.LightningModule):
         self.history: list[dict[str, float]] = []
         #: mean loss per graph of each finished epoch (as ``train_epoch`` returns it)
         self.epoch_losses: list[float] = []
-        self._epoch_total: Tensor | None = None
-        self._epoch_count = 0
         self._world = 1
-        # steps not yet read on the host (device tensors) and whether one of them was non-finite
-        self._pending: list[dict[str, Any]] = []
-        self._nonfinite: Tensor | None = None
+        self._steps = self._recorder()
+
+    def _recorder(self) -> StepRecorder:
+        """The step bookkeeping of :func:`~adaptcl.adapters.graphcl.train_epoch`, numbering
+        steps on from ``history`` (a resumed run's steps so far)."""
+        return StepRecorder(self.where, sync_each_step=self.sync_each_step,
+                            first_step=len(self.history) + 1)
 
     # --- set-up ------------------------------------------------------------------------------
     def setup(self, stage: str) -> None:
@@ -148,37 +150,29 @@ class GraphCLModule(pl.LightningModule):
         return self.model.encoder(data)
 
     def training_step(self, batch: Any, batch_idx: int) -> Tensor | None:
-        views = tuple(batch) if isinstance(batch, (tuple, list)) else (batch,)
+        views = two_views(batch)
         if len(views) != 2:
             raise ValueError("expected a batch (b0, b1) of two views, as a DataLoader over a "
                              f"TwoViewDataset yields; got {len(views)} item(s)")
         num_graphs = int(views[0].num_graphs)
-        if num_graphs < 2 and not self._gathers():
+        if not self._steps.takes_step(views, negatives_elsewhere=self._gathers()):
             if self._world > 1:  # Lightning cannot skip a step on some ranks only
                 raise ValueError(
                     f"a batch of {num_graphs} graph(s) on one of {self._world} processes whose "
                     "loss does not gather across them has no negative; give the DataLoader "
                     "drop_last=True or a loss with gather_distributed")
             return None  # a single-graph batch has no negative (as train_epoch)
-        # the step of the run, from 1; Lightning's global_step also counts skipped batches
-        step = len(self.history) + len(self._pending) + 1
-        try:
-            loss = self.model(*views)
-        except NonFiniteError as err:  # the model's output went NaN: the previous step diverged
-            raise NonFiniteError(f"{err} on {self.where} at step {step}", step=step,
-                                 loss=float("nan")) from err
-        value = loss.detach().float()
-        finite = torch.isfinite(value)
-        if self._per_step(value):
-            if not bool(finite):  # before backward: the weights stay as they were
-                raise NonFiniteError(f"non-finite loss on {self.where} at step {step}",
-                                     step=step, loss=float(value))
-        else:
-            self._nonfinite = ~finite if self._nonfinite is None else self._nonfinite | ~finite
-        self._log_step(value, num_graphs, step)
-        total = value * num_graphs
-        self._epoch_total = total if self._epoch_total is None else self._epoch_total + total
-        self._epoch_count += num_graphs
+        loss = self._steps.loss(self.model, views)
+        record = self._steps.record(loss, num_graphs, self.model,
+                                    step=float(self._steps.step), epoch=float(self.current_epoch))
+        for key, value in record.items():
+            if key in ("step", "epoch"):
+                continue
+            value = torch.as_tensor(value, dtype=torch.float32, device=loss.device).reshape(())
+            self.log(f"train_{key}", value, prog_bar=key in ("loss", "temperature"),
+                     batch_size=num_graphs)
+        if self._steps.per_step(loss):
+            self._steps.flush(into=self.history)
         return loss
 
     def _gathers(self) -> bool:
@@ -186,49 +180,15 @@ class GraphCLModule(pl.LightningModule):
         graph still has negatives, and its step is taken)."""
         return self._world > 1 and bool(getattr(self.model.loss_fn, "gather_distributed", False))
 
-    def _per_step(self, loss: Tensor) -> bool:
-        return (self.sync_each_step if self.sync_each_step is not None
-                else loss.device.type == "cpu")
-
-    def _log_step(self, loss: Tensor, batch_size: int, step: int) -> None:
-        self.log("train_loss", loss, prog_bar=True, batch_size=batch_size)
-        record: dict[str, Any] = {"step": float(step), "epoch": float(self.current_epoch),
-                                  "loss": loss}
-        for key, value in _scalar_stats(self.model).items():
-            if key == "loss":
-                continue
-            value = torch.as_tensor(value, dtype=torch.float32, device=loss.device).reshape(())
-            self.log(f"train_{key}", value, prog_bar=key == "temperature", batch_size=batch_size)
-            record[key] = value
-        self._pending.append(record)
-        if self._per_step(loss):
-            self._read_pending()
-
-    def _read_pending(self) -> None:
-        """Move the pending steps into ``history`` as floats (one transfer per statistic) and
-        raise for a non-finite loss among them (the last of them is the step named)."""
-        if self._pending:
-            keys = dict.fromkeys(k for record in self._pending for k in record)
-            columns = {k: iter(_as_floats([r[k] for r in self._pending if k in r]))
-                       for k in keys}
-            self.history.extend({k: next(columns[k]) for k in r} for r in self._pending)
-            self._pending = []
-        if self._nonfinite is not None:
-            nonfinite, self._nonfinite = bool(self._nonfinite), None
-            if nonfinite:
-                step = len(self.history)
-                raise NonFiniteError(f"non-finite loss on {self.where} by step {step}",
-                                     step=step, loss=float("nan"))
-
     def on_train_epoch_start(self) -> None:
-        self._epoch_total, self._epoch_count = None, 0
+        self._steps = self._recorder()
 
     def on_train_epoch_end(self) -> None:
-        self._read_pending()
-        total = (self._epoch_total if self._epoch_total is not None
+        self._steps.flush(into=self.history)
+        total = (self._steps.total if self._steps.total is not None
                  else torch.zeros((), device=self.device))
         sums = torch.stack([total.double().to(self.device),
-                            torch.tensor(float(self._epoch_count), dtype=torch.float64,
+                            torch.tensor(float(self._steps.count), dtype=torch.float64,
                                          device=self.device)])
         if self._trainer is not None and self.trainer.world_size > 1:
             sums = self.trainer.strategy.reduce(sums, reduce_op="sum")
@@ -236,7 +196,7 @@ class GraphCLModule(pl.LightningModule):
 
     # --- checkpoints ----------------------------------------------------------------------------
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        self._read_pending()
+        self._steps.flush(into=self.history)
         checkpoint["adaptcl_history"] = {"history": list(self.history),
                                          "epoch_losses": list(self.epoch_losses)}
 
@@ -244,6 +204,7 @@ class GraphCLModule(pl.LightningModule):
         saved = checkpoint.get("adaptcl_history") or {}
         self.history = [dict(h) for h in saved.get("history", [])]
         self.epoch_losses = [float(v) for v in saved.get("epoch_losses", [])]
+        self._steps = self._recorder()
 
     # --- optimisation ---------------------------------------------------------------------------
     def configure_optimizers(self) -> torch.optim.Optimizer:

@@ -31,10 +31,10 @@ require("torch_geometric", "graph")
 import torch  # noqa: E402
 from torch import Tensor, nn  # noqa: E402
 
-from adaptcl.plugins.validation import NonFiniteError  # noqa: E402
 from adaptcl.registry import canonical_loss_name, loss_help  # noqa: E402
 
 from ._graph import _data_device  # noqa: E402
+from .steps import StepRecorder, scalar_stats, two_views  # noqa: E402
 
 __all__ = ["GraphCL", "MolPropertyModel", "graphcl_loss", "LOSS_NAMES", "LOSS_ALIASES", "PRECISIONS",
            "projection_head", "train_epoch"]
@@ -141,7 +141,7 @@ class GraphCL(nn.Module):
 
         Scalars only (one-element tensors and numbers); reading them syncs with the device.
         """
-        return {key: float(value) for key, value in _scalar_stats(self).items()}
+        return {key: float(value) for key, value in scalar_stats(self).items()}
 
 
 class MolPropertyModel(nn.Module):
@@ -182,20 +182,6 @@ PRECISIONS: dict[str, torch.dtype | None] = {
     "32": None, "bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}
 
 
-def _scalar_stats(model: nn.Module) -> dict[str, object]:
-    """The scalars of the loss's ``last_stats``; tensors stay on their device, unread."""
-    stats = getattr(getattr(model, "loss_fn", None), "last_stats", None) or {}
-    return {k: v.detach() if isinstance(v, Tensor) else v for k, v in stats.items()
-            if (isinstance(v, Tensor) and v.numel() == 1) or isinstance(v, (int, float))}
-
-
-def _as_floats(values: list) -> list[float]:
-    """Python floats from per-step values, reading device tensors with one transfer."""
-    if values and all(isinstance(v, Tensor) for v in values):
-        return torch.stack([v.reshape(()).float() for v in values]).tolist()
-    return [float(v) for v in values]
-
-
 def train_epoch(model: nn.Module, loader, optimizer: torch.optim.Optimizer,
                 stats: dict[str, list] | None = None, *, where: str = "",
                 device: torch.device | str | None = None, precision: str = "32",
@@ -209,8 +195,11 @@ def train_epoch(model: nn.Module, loader, optimizer: torch.optim.Optimizer,
     (e.g. supervised fine-tuning): ``step_loss(*views)`` gets the loader's batch (a single
     ``Batch``, or the tuple's items), already on ``device``, and returns the scalar loss.
 
-    Batches of a single graph are skipped (no negative; BatchNorm needs two samples). Each
-    step appends its loss (key ``"loss"``) and the loss module's scalar ``last_stats``
+    The step is :class:`~adaptcl.adapters.graphcl.steps.StepRecorder`'s, shared with
+    :class:`~adaptcl.adapters.graphcl.lightning.GraphCLModule` (this loop adds autocast, the
+    backward pass and the optimiser). Batches of a single graph are skipped (no negative;
+    BatchNorm needs two samples). Each step appends its loss (key ``"loss"``, the value the
+    step returned) and the loss module's other scalar ``last_stats``
     (``model.loss_fn.last_stats``, when there is one) to ``stats`` (key -> list, one value
     per step), so ``len(stats["loss"])`` counts the optimisation steps. A non-finite loss, or
     embeddings the loss refuses as non-finite, raise
@@ -240,40 +229,24 @@ def train_epoch(model: nn.Module, loader, optimizer: torch.optim.Optimizer,
         raise ValueError(f"precision must be one of {', '.join(map(repr, PRECISIONS))}, "
                          f"got {precision!r}")
     autocast_dtype = PRECISIONS[precision]
-    place = where or ("GraphCL pre-training" if step_loss is None else "training")
+    steps = StepRecorder(where or ("GraphCL pre-training" if step_loss is None else "training"),
+                         sync_each_step=sync_each_step)
     compute_loss = step_loss if step_loss is not None else model
     model.train()
-    total: Tensor | None = None
-    count = 0
-    nonfinite: Tensor | None = None
-    pending: dict[str, list] = {}
-    steps = 0
     for batch in loader:
-        views = tuple(batch) if isinstance(batch, (tuple, list)) else (batch,)
-        num_graphs = views[0].num_graphs
-        if num_graphs < 2:  # a single-graph batch has no negative
+        views = two_views(batch)
+        if not steps.takes_step(views):
             continue
         if device is not None:
             views = tuple(view.to(device, non_blocking=True) for view in views)
         device_type = _data_device(views[0]).type
-        per_step = sync_each_step if sync_each_step is not None else device_type == "cpu"
         if autocast_dtype is torch.float16 and scaler is None:
             scaler = torch.amp.GradScaler(device_type)
         optimizer.zero_grad()
         autocast = (torch.autocast(device_type, dtype=autocast_dtype)
                     if autocast_dtype is not None else contextlib.nullcontext())
-        steps += 1
-        try:
-            with autocast:
-                loss = compute_loss(*views)
-        except NonFiniteError as err:  # the model's output went NaN: the previous step diverged
-            raise NonFiniteError(f"{err} on {place} at step {steps}", step=steps,
-                                 loss=float("nan")) from err
-        finite = torch.isfinite(loss.detach())
-        if per_step and not finite:
-            raise NonFiniteError(f"non-finite loss on {place} at step {steps}", step=steps,
-                                 loss=float(loss.detach()))
-        nonfinite = ~finite if nonfinite is None else nonfinite | ~finite
+        with autocast:
+            loss = steps.loss(compute_loss, views)
         if scaler is not None:
             scaler.scale(loss).backward()
             scaler.step(optimizer)
@@ -281,16 +254,9 @@ def train_epoch(model: nn.Module, loader, optimizer: torch.optim.Optimizer,
         else:
             loss.backward()
             optimizer.step()
-        step_loss_value = loss.detach().float()
-        step_total = step_loss_value * num_graphs
-        total = step_total if total is None else total + step_total
-        count += num_graphs
+        steps.record(loss, views[0].num_graphs, model)
+    for row in steps.flush():
         if stats is not None:
-            for key, value in {"loss": step_loss_value, **_scalar_stats(model)}.items():
-                pending.setdefault(key, []).append(value)
-    if nonfinite is not None and bool(nonfinite):
-        raise NonFiniteError(f"non-finite loss on {place}", step=steps, loss=float("nan"))
-    if stats is not None:
-        for key, values in pending.items():
-            stats.setdefault(key, []).extend(_as_floats(values))
-    return float(total) / count if total is not None else 0.0
+            for key, value in row.items():
+                stats.setdefault(key, []).append(value)
+    return steps.mean_loss()

@@ -17,7 +17,8 @@ submission), computes ONE cell and stores its record through the
 does. The parent reads the record back from the store.
 
 Threads: on this machine ``--threads T`` is divided between the jobs, ``max(1, T // N)`` torch
-threads each (so ``--threads 1 --jobs 2`` runs two one-thread jobs: two cores); on SLURM each
+threads each, and as many for the BLAS/OpenMP pools of numpy, scipy and scikit-learn (so
+``--threads 1 --jobs 2`` runs two one-thread jobs: two cores); on SLURM each
 job gets ``--threads`` threads and asks for as many CPUs (``cpus_per_task``). The threads a
 cell ran with are in its record (``execution.threads``).
 
@@ -232,6 +233,7 @@ def run_cell_job(recipe_class: type, config: Any, cell: Sequence[Any], identity_
     cell = Cell(*cell)
     recipe = recipe_class(config)
     threads = recipe.ready(threads)
+    limit_blas_threads(threads)
     identity = recipe.identity(cell)
     if stable_hash(identity) != identity_hash:
         raise RecipeError(f"{cell.label()}: its identity (settings, data or code) changed "
@@ -249,6 +251,17 @@ def run_cell_job(recipe_class: type, config: Any, cell: Sequence[Any], identity_
     print(f"adaptcl: {cell.label()} {status} ({_threads(threads)})", file=sys.stderr, flush=True)
     return {"status": status, "superseded": list(store.superseded),
             "diverged": grid.diverged.get(cell)}
+
+
+def limit_blas_threads(threads: int) -> None:
+    """Give the BLAS and OpenMP pools of numpy, scipy and scikit-learn (the evaluations) the
+    job's share of threads too, so N jobs do not each start a pool over every core
+    (``threadpoolctl``, which scikit-learn installs; without it the pools keep their size)."""
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover - scikit-learn requires it
+        return
+    threadpool_limits(limits=int(threads))
 
 
 def _threads(n: int) -> str:
@@ -346,6 +359,16 @@ def run_jobs(recipe: str, store: Any, grid: Any, todo: Sequence[Any], runner: Jo
         raise
     finally:
         bar.close()
+        remove_empty(runner.folder)
+
+
+def remove_empty(folder: Path) -> None:
+    """Remove submitit's ``jobs/%j`` folder (its local executor makes the template itself)
+    when nothing is in it."""
+    try:
+        folder.rmdir()
+    except OSError:  # not empty, or not there
+        pass
 
 
 def _collect(store: Any, grid: Any, cell: Any, job: Any) -> str:
