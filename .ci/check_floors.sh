@@ -57,7 +57,7 @@ tests_for() {
                 tests/adapters/graphcl/test_model.py tests/adapters/graphcl/test_train.py \
                 tests/adapters/graphcl/test_transforms.py tests/adapters/graphcl/test_workers.py \
                 tests/adapters/graphcl/test_molecules.py tests/adapters/graphcl/test_mixed_precision.py \
-                tests/adapters/graphcl/test_lightning.py ;;
+                tests/adapters/graphcl/test_lightning.py tests/adapters/graphcl/test_steps.py ;;
     *) echo "unknown extra $1" >&2; return 1 ;;
   esac
 }
