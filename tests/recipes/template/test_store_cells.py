@@ -47,3 +47,50 @@ def test_the_largest_seed_numpy_takes_is_accepted(tmp_path):
     grid = run_grid("toy", tmp_path, [Cell("d", "m", np.int64(2**32 - 1))], identity=lambda c: {},
                     compute=_compute([]), progress_bar=False)
     assert grid.complete
+
+
+class _LastFirstJobs:
+    """A stand-in for the submitit runner whose jobs finish in reverse order (the last cell
+    first), as jobs on a busy machine may: only the order of completion is scripted here; the
+    real engine is exercised in ``test_jobs.py``."""
+
+    max_jobs = 8
+
+    def __init__(self, store_root):
+        from adaptcl.recipes.template.store import RunStore
+
+        self.store, self.running, self.finished = RunStore(store_root), [], []
+        self.folder = store_root / "jobs" / "%j"
+
+    def describe(self) -> str:
+        return "scripted"
+
+    def submit(self, cell, identity):
+        runner = self
+        runner.running.append(cell)
+
+        class Job:
+            job_id = f"job-{cell.seed}"
+
+            def done(self) -> bool:  # only the last cell still running is done
+                return cell == runner.running[-1]
+
+            def result(self) -> dict:
+                runner.running.remove(cell)
+                runner.finished.append(cell)
+                runner.store.save(cell, identity, {"metrics": {"acc": 0.5},
+                                                   "optimisation_steps": 1,
+                                                   "train_seconds": 0.0})
+                return {"status": "computed", "superseded": [], "diverged": None}
+
+        return Job()
+
+
+def test_the_grid_lists_its_cells_in_grid_order_whatever_order_jobs_finish_in(tmp_path):
+    cells = [Cell("MUTAG", "dcl", s) for s in range(3)]
+    jobs = _LastFirstJobs(tmp_path)
+    grid = run_grid("toy", tmp_path, cells, identity=lambda c: {}, compute=None, jobs=jobs,
+                    progress_bar=False)
+    assert jobs.finished == cells[::-1]  # seed 2 finished first
+    assert grid.computed == cells and list(grid.records) == cells
+    assert grid.bookkeeping()["computed"] == [list(c) for c in cells]  # results.json's list

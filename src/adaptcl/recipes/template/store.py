@@ -409,7 +409,8 @@ def run_grid(recipe: str, out_dir: str | os.PathLike, cells: Sequence[Cell], *,
 
     ``jobs`` (a :class:`~adaptcl.recipes.template.jobs.JobRunner`): each cell to compute runs
     as a submitit job instead of ``compute`` here; a job that fails goes to
-    :attr:`GridRun.failed` and the other cells go on.
+    :attr:`GridRun.failed` and the other cells go on. The grid's records and lists (computed,
+    reused, diverged, failed) are in the order of ``cells``, whatever order the jobs finished in.
     """
     unique = list(dict.fromkeys(cells))  # a cell listed twice is computed once
     if len(unique) < len(cells):
@@ -436,7 +437,13 @@ def run_grid(recipe: str, out_dir: str | os.PathLike, cells: Sequence[Cell], *,
     finally:
         if active is not None:
             active.unregister()
-    grid.records = {c: grid.records[c] for c in grid.cells if c in grid.records}  # grid order
+    # grid order, not the order jobs happened to finish in (results.json is the same either way)
+    order = {c: i for i, c in enumerate(grid.cells)}
+    grid.records = {c: grid.records[c] for c in grid.cells if c in grid.records}
+    grid.computed.sort(key=order.__getitem__)
+    grid.reused.sort(key=order.__getitem__)
+    grid.diverged = {c: grid.diverged[c] for c in grid.cells if c in grid.diverged}
+    grid.failed = {c: grid.failed[c] for c in grid.cells if c in grid.failed}
     grid.seconds_this_invocation = time.perf_counter() - start
     return grid
 
