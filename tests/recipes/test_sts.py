@@ -77,3 +77,38 @@ def test_cli_with_callable_spec(shared_data, tmp_path, capsys):
     assert "| dataset | tests.evaluation._bow:hashed_bow |" in out and "| STS-B | " in out
 
 
+
+
+def test_jobs_with_a_callable_without_model_id_are_refused_before_any_work(shared_data,
+                                                                           tmp_path, capsys):
+    """A job rebuilds the encoder and checks its identity; a callable without ``model_id`` has
+    none a job could check (each process would draw its own token)."""
+    from adaptcl.cli import main
+
+    code = main(["sts", "--model", "tests.evaluation._bow:hashed_bow", "--tasks", "STS13",
+                 "--data-root", str(shared_data), "--output-dir", str(tmp_path / "o"),
+                 "--no-progress", "--jobs", "2"])
+    assert code == 2 and not (tmp_path / "o").exists()
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "adaptcl sts: error: --jobs/--cluster needs an encoder with an identity; "
+        "'tests.evaluation._bow:hashed_bow' has none (a callable without model_id): pass "
+        "--model-id NAME, or run without --jobs")
+
+
+@pytest.mark.slow
+def test_two_jobs_sharing_one_embedding_cache_score_as_the_sequential_run(shared_data, tmp_path):
+    pytest.importorskip("submitit")
+    from adaptcl.cli import main
+
+    common = ["sts", "--model", "tests.evaluation._bow:hashed_bow", "--model-id", "bow",
+              "--tasks", "STS12", "STS13", "SICKRelatedness", "--data-root", str(shared_data),
+              "--no-progress"]
+    assert main([*common, "--output-dir", str(tmp_path / "seq"),
+                 "--cache-dir", str(tmp_path / "c-seq")]) == 0
+    assert main([*common, "--output-dir", str(tmp_path / "par"),
+                 "--cache-dir", str(tmp_path / "c-par"), "--jobs", "2"]) == 0
+    seq, par = (json.loads((tmp_path / d / "results.json").read_text()) for d in ("seq", "par"))
+    assert par["table"] == seq["table"] and len(par["computed"]) == 3
+    # every job wrote its task's embeddings to the shared cache, each file whole
+    assert sorted(p.name for p in (tmp_path / "c-par").rglob("*.npy")) == sorted(
+        p.name for p in (tmp_path / "c-seq").rglob("*.npy"))

@@ -159,6 +159,10 @@ class EncoderEvalRecipe(Recipe):
             self.model, cfg.pooler, model_id=cfg.model_id, device=device,
             batch_size=cfg.batch_size, max_length=cfg.max_length, cache_dir=cfg.cache_dir,
             use_cache=cfg.cache, show_progress=cfg.progress, precision=cfg.precision)
+        if self.jobs.parallel and not self.encoder.cacheable:  # a job could not check it
+            raise ValueError(f"--jobs/--cluster needs an encoder with an identity; "
+                             f"{self.label!r} has none (a callable without model_id): pass "
+                             "--model-id NAME, or run without --jobs")
         self.encoder_identity = encoder_identity(self.encoder)
 
     def seeds(self) -> list[int]:
