@@ -15,7 +15,9 @@ import argparse
 import errno
 import importlib
 import re
+import signal
 import sys
+import threading
 import warnings
 
 from adaptcl.recipes.template.errors import RecipeError
@@ -131,6 +133,25 @@ def _report(prog: str, message: str) -> None:
         print(f"{prog}: error: {message}", file=sys.stderr)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the run is, so it stops as on Ctrl-C: the submitted jobs are
+    cancelled, the live-run entry removed, the finished runs kept."""
+
+
+def _raise_terminated(signum: int, frame: object) -> None:
+    raise Terminated()
+
+
+def _stop_on_sigterm() -> bool:
+    """Make SIGTERM (``kill``, ``timeout``, a scheduler's stop) end the run as Ctrl-C does,
+    unless someone else already handles it (then it stays theirs). Whether it was set."""
+    if (threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL):
+        signal.signal(signal.SIGTERM, _raise_terminated)
+        return True
+    return False
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     selected = next((a for a in argv if not a.startswith("-")), None)
@@ -144,6 +165,15 @@ def main(argv: list[str] | None = None) -> int:
     # torch-geometric scripts modules at import; torch's deprecation of that is not the user's
     warnings.filterwarnings("ignore", message=r"`torch\.jit\.script` is deprecated",
                             category=FutureWarning)
+    stop_on_sigterm = _stop_on_sigterm()
+    try:
+        return _run(args, prog)
+    finally:
+        if stop_on_sigterm:  # the caller's process gets its default back
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _run(args: argparse.Namespace, prog: str) -> int:
     try:
         return int(importlib.import_module(args._module).RECIPE.main(args) or 0)
     except RecipeError as err:
@@ -163,12 +193,13 @@ def main(argv: list[str] | None = None) -> int:
             raise
         _report(prog, message)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
         out = getattr(args, "output_dir", None)
         kept = f" under {out}/runs" if out else ""
-        print(f"\n{prog}: interrupted; finished runs are kept{kept}: rerun the same command to "
+        how = "terminated (SIGTERM)" if isinstance(stop, Terminated) else "interrupted"
+        print(f"\n{prog}: {how}; finished runs are kept{kept}: rerun the same command to "
               "resume", file=sys.stderr)
-        return 130
+        return 128 + (signal.SIGTERM if isinstance(stop, Terminated) else signal.SIGINT)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -159,6 +159,28 @@ def test_ctrl_c_is_one_line_with_how_to_resume(tmp_path, capsys, monkeypatch):
                    "rerun the same command to resume")
 
 
+def test_sigterm_is_one_line_too_and_the_callers_handler_comes_back(tmp_path, capsys,
+                                                                     monkeypatch):
+    """SIGTERM during a run stops it as Ctrl-C does (exit 143); a caller of ``cli.main`` gets
+    its own SIGTERM handling back afterwards."""
+    import os
+    import signal
+
+    from adaptcl.recipes.demo import DemoRecipe
+
+    def terminated(self):
+        os.kill(os.getpid(), signal.SIGTERM)  # as `kill` or a scheduler would
+        raise AssertionError("SIGTERM did not stop the run")
+
+    monkeypatch.setattr(DemoRecipe, "run", terminated)
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    code = cli.main(["demo", "--output-dir", str(tmp_path)])
+    assert code == 143 and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    assert capsys.readouterr().err.strip() == (
+        f"adaptcl demo: terminated (SIGTERM); finished runs are kept under {tmp_path}/runs: "
+        "rerun the same command to resume")
+
+
 def test_a_crash_keeps_its_traceback(tmp_path, monkeypatch):
     from adaptcl.recipes.demo import DemoRecipe
 

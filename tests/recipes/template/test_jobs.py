@@ -228,3 +228,70 @@ def test_tu_with_two_jobs_is_bitwise_the_sequential_run(shared_data, tmp_path, c
     results = [json.loads((tmp_path / d / "results.json").read_text()) for d in ("seq", "par")]
     assert results[0]["summary"] == results[1]["summary"]
     assert Cell("MUTAG", "dcl", 0).label() in seq
+
+
+def _children(pids: list[int]) -> list[int]:
+    """The processes whose parent is one of ``pids`` (from /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            continue
+        if int(fields[1]) in pids:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    """Whether process ``pid`` still runs (a zombie awaiting its reaper does not)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+    return state not in ("Z", "X")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_sigterm_to_the_parent_cancels_its_jobs_and_keeps_what_finished(shared_data, tmp_path):
+    """``kill`` / ``timeout`` / a scheduler's stop end a ``--jobs`` run as Ctrl-C does: the
+    running jobs are cancelled (no process left computing), the live-run entry is removed,
+    one line says what happened, exit status 143. Started as ``adaptcl ... &`` from a script
+    starts it, with SIGINT ignored: submitit cancels a local job with SIGINT, so the jobs
+    must not inherit that."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    out = tmp_path / "out"
+    src = Path(__file__).resolve().parents[3] / "src"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(src), os.environ.get("PYTHONPATH",
+                                                                               "")]))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "adaptcl", "tu", "--data-root", str(shared_data), "--datasets",
+         "MUTAG", "--seeds", "0", "1", "2", "3", "--epochs", "50", "--jobs", "2",
+         "--no-progress", "--no-plot", "--output-dir", str(out)],
+        env=env, cwd=str(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))  # noqa: PLW1509
+    deadline = time.monotonic() + 120
+    while not (out / "jobs").is_dir() or len([p for p in (out / "jobs").iterdir()
+                                              if p.name.isdigit()]) < 2:
+        assert proc.poll() is None and time.monotonic() < deadline, "no two jobs started"
+        time.sleep(0.2)
+    controllers = [int(p.name) for p in (out / "jobs").iterdir() if p.name.isdigit()]
+    while len(_children(controllers)) < 2:  # each controller runs its cell in a child
+        assert time.monotonic() < deadline, "the jobs' cells did not start"
+        time.sleep(0.2)
+    jobs = controllers + _children(controllers)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err[-3000:]
+    assert err.strip().splitlines()[-1] == (
+        f"adaptcl tu: terminated (SIGTERM); finished runs are kept under {out}/runs: rerun the "
+        "same command to resume")
+    assert not [pid for pid in jobs if _alive(pid)]  # cancelled before the command returned
+    assert not list((out / "runs" / ".active").glob("*.json"))  # the live-run entry is gone
+    time.sleep(3)  # a job left running would store its cell (one takes ~5 s here)
+    assert not list((out / "runs").glob("MUTAG/*/seed*.json"))

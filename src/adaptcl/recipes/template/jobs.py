@@ -33,9 +33,12 @@ Example:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import sys
-from collections.abc import Mapping, Sequence
+import threading
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -289,13 +292,56 @@ class JobRunner:
     def submit(self, cell: Any, identity: Mapping[str, Any]) -> Any:
         from adaptcl.recipes.template.provenance import stable_hash
 
-        return self.executor.submit(run_cell_job, self.recipe_class, self.config, tuple(cell),
-                                    stable_hash(identity), self.threads, self.reuse,
-                                    self.options.where)
+        with interruptible_children():
+            return self.executor.submit(run_cell_job, self.recipe_class, self.config,
+                                        tuple(cell), stable_hash(identity), self.threads,
+                                        self.reuse, self.options.where)
 
     def describe(self) -> str:
         return (f"{self.max_jobs} at once ({self.options.where}), {_threads(self.threads)} "
                 f"each; logs under {self.folder.parent}")
+
+
+@contextlib.contextmanager
+def interruptible_children() -> Iterator[None]:
+    """Let the processes started inside take SIGINT, which is how submitit cancels a local job,
+    even when this one ignores it (started in the background: ``adaptcl tu ... &`` from a script
+    ignores SIGINT, and a child inherits an ignored signal). Python's own handler meanwhile, so
+    this process still stops on Ctrl-C; its handlers do not pass to children, ignoring does."""
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is not signal.SIG_IGN):
+        yield
+        return
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+#: seconds to wait for cancelled local jobs to end (submitit: SIGINT, then SIGKILL after 1 s)
+CANCEL_WAIT_SECONDS = 15.0
+
+
+def cancel_jobs(jobs: Sequence[Any], *, wait: bool) -> None:
+    """Cancel ``jobs``; with ``wait``, until their processes ended (local jobs, at most
+    :data:`CANCEL_WAIT_SECONDS`), so none is left computing once the command returns and
+    nothing they print follows the command's last line."""
+    import time
+
+    for job in jobs:
+        try:
+            job.cancel(check=False)
+        except Exception:  # noqa: BLE001,S110  (it may have ended meanwhile)
+            pass
+    deadline = time.monotonic() + CANCEL_WAIT_SECONDS
+    while wait and time.monotonic() < deadline:
+        try:
+            if all(job.done() for job in jobs):
+                return
+        except Exception:  # noqa: BLE001  (a job's state could not be read: stop waiting)
+            return
+        time.sleep(0.1)
 
 
 def _postfix(running: int, grid: Any) -> str:
@@ -351,11 +397,7 @@ def run_jobs(recipe: str, store: Any, grid: Any, todo: Sequence[Any], runner: Jo
             if not done:
                 time.sleep(POLL_SECONDS)
     except BaseException:
-        for job in running.values():
-            try:
-                job.cancel(check=False)
-            except Exception:  # noqa: BLE001,S110  (it may have ended meanwhile)
-                pass
+        cancel_jobs(list(running.values()), wait=runner.options.where == "local")
         raise
     finally:
         bar.close()
