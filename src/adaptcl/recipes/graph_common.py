@@ -19,6 +19,9 @@ from adaptcl.recipes.template.errors import DivergedError, check_embeddings
 from adaptcl.recipes.template.loggers import metric_logger
 from adaptcl.recipes.template.store import distributed_follower
 
+#: on several devices each rank draws its augmentations from ``seed + stride * rank``
+AUGMENTATION_RANK_STRIDE = 1_000_003
+
 #: Lightning strategies of a multi-device pre-training ("auto" is "ddp" on several devices); a
 #: spawned or forked rank would not give its history back to the command
 STRATEGIES = ("auto", "ddp")

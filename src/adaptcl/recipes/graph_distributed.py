@@ -27,9 +27,6 @@ from adaptcl.recipes.template.errors import DivergedError, require_steps
 from adaptcl.recipes.template.files import torch_load_checked
 from adaptcl.recipes.template.torch_env import loader_options
 
-#: each rank draws its augmentations from ``seed + AUGMENTATION_RANK_STRIDE * rank``
-AUGMENTATION_RANK_STRIDE = 1_000_003
-
 
 class EpochClock(pl.Callback):
     """Seconds of each training epoch; its state travels in Lightning's checkpoints."""

@@ -149,8 +149,8 @@ def pretrain_distributed(cfg: MoleculeNetConfig, loss_name: str, final: Path,
     import torch
 
     from adaptcl.adapters.graphcl import GraphCL, TwoViewDataset, graphcl_augmentation
-    from adaptcl.recipes.graph_common import rank_logger
-    from adaptcl.recipes.graph_distributed import AUGMENTATION_RANK_STRIDE, pretrain_on_devices
+    from adaptcl.recipes.graph_common import AUGMENTATION_RANK_STRIDE, rank_logger
+    from adaptcl.recipes.graph_distributed import pretrain_on_devices
 
     seed_everything(cfg.pretrain_seed)  # the same initial weights on every rank
     model = GraphCL(build_encoder(cfg, dropout=0.0), xavier_init=False,

@@ -28,6 +28,7 @@ from typing import Any
 
 from adaptcl.io import resolve_data_root
 from adaptcl.recipes.graph_common import (
+    AUGMENTATION_RANK_STRIDE,
     check_devices,
     devices_identity,
     draw_pretraining_curves,
@@ -184,10 +185,8 @@ def run_one(cfg: TUConfig, cell: Cell, graphs, in_dim: int,
     loss_fn = build_loss(cfg, cell.method)
     model = GraphCL(TUGINEncoder(in_dim, cfg.hidden, cfg.layers), loss_fn=loss_fn).to(device)
 
-    def pairs(rank: int = 0) -> TwoViewDataset:
-        from adaptcl.recipes.graph_distributed import AUGMENTATION_RANK_STRIDE
-
-        seed = 10_000 + cell.seed + (AUGMENTATION_RANK_STRIDE * rank if rank else 0)
+    def pairs(rank: int = 0) -> TwoViewDataset:  # each rank its own augmentation stream
+        seed = 10_000 + cell.seed + AUGMENTATION_RANK_STRIDE * rank
         view0, view1, _ = build_views(cfg, cell.dataset, torch.Generator().manual_seed(seed))
         return TwoViewDataset(graphs, view0, view1)
 
