@@ -323,3 +323,27 @@ def test_two_gloo_processes_pretrain_each_cell_and_rank_0_alone_scores_and_store
     assert "Starting with 2 processes" not in again.stderr  # every cell reused: nothing to train
     assert json.loads((out / "results.json").read_text())["reused"] == [["MUTAG", "dcl", 0],
                                                                          ["MUTAG", "macl", 0]]
+
+
+@pytest.mark.slow
+def test_one_device_trains_without_importing_lightning(mutag_root, tmp_path):
+    """The single-device loop is plain PyTorch: a cell imports no pytorch_lightning (it costs
+    seconds per process, in every ``--jobs`` job too)."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    code = ("import sys\nfrom adaptcl.recipes import tu\nfrom adaptcl.recipes.template.store "
+            "import Cell\n"
+            f"cfg = tu.TUConfig(datasets=['MUTAG'], losses=['macl'], seeds=[0], epochs=1, "
+            f"folds=2, inner_folds=2, data_root={str(mutag_root)!r}, "
+            f"output_dir={str(tmp_path / 'out')!r}, progress=False, plot=False)\n"
+            "recipe = tu.TURecipe(cfg)\nrecipe.ready(1)\n"
+            "record = recipe.compute(Cell('MUTAG', 'macl', 0))\n"
+            "print(record['optimisation_steps'], 'pytorch_lightning' in sys.modules)\n")
+    src = Path(__file__).resolve().parents[2] / "src"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=300, env=dict(os.environ, PYTHONPATH=str(src)))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["2", "False"]  # 188 graphs in batches of 128: 2 steps
