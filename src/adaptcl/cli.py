@@ -22,6 +22,7 @@ import warnings
 
 from adaptcl.recipes.template.errors import RecipeError
 from adaptcl.recipes.template.jobs import CellsFailedError
+from adaptcl.recipes.template.store import distributed_follower
 
 # sub-command -> (module, one-line help)
 RECIPES: dict[str, tuple[str, str]] = {
@@ -127,8 +128,6 @@ def _add_arguments(parser: argparse.ArgumentParser, module: str) -> None:
 def _report(prog: str, message: str) -> None:
     """Print a one-line error, on rank 0 only: the ranks of a distributed run (torchrun's
     ``RANK``, Lightning's ``LOCAL_RANK``) meet the same error, and one line is enough."""
-    from adaptcl.recipes.template.store import distributed_follower
-
     if not distributed_follower():
         print(f"{prog}: error: {message}", file=sys.stderr)
 
@@ -197,8 +196,9 @@ def _run(args: argparse.Namespace, prog: str) -> int:
         out = getattr(args, "output_dir", None)
         kept = f" under {out}/runs" if out else ""
         how = "terminated (SIGTERM)" if isinstance(stop, Terminated) else "interrupted"
-        print(f"\n{prog}: {how}; finished runs are kept{kept}: rerun the same command to "
-              "resume", file=sys.stderr)
+        if not distributed_follower():  # every rank is stopped; one line says so
+            print(f"\n{prog}: {how}; finished runs are kept{kept}: rerun the same command to "
+                  "resume", file=sys.stderr)
         return 128 + (signal.SIGTERM if isinstance(stop, Terminated) else signal.SIGINT)
 
 

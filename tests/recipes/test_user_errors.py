@@ -181,6 +181,21 @@ def test_sigterm_is_one_line_too_and_the_callers_handler_comes_back(tmp_path, ca
         "rerun the same command to resume")
 
 
+def test_an_interrupted_distributed_run_says_so_on_rank_0_only(tmp_path, capsys, monkeypatch):
+    from adaptcl.recipes.demo import DemoRecipe
+
+    def interrupted(self):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(DemoRecipe, "run", interrupted)
+    monkeypatch.setenv("LOCAL_RANK", "1")  # as Lightning's launcher starts rank 1
+    assert cli.main(["demo", "--output-dir", str(tmp_path)]) == 130
+    assert capsys.readouterr().err == ""
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    assert cli.main(["demo", "--output-dir", str(tmp_path)]) == 130
+    assert "adaptcl demo: interrupted" in capsys.readouterr().err
+
+
 def test_a_crash_keeps_its_traceback(tmp_path, monkeypatch):
     from adaptcl.recipes.demo import DemoRecipe
 
