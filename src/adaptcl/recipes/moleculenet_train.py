@@ -122,13 +122,20 @@ def pretrain(cfg: MoleculeNetConfig, loss_name: str, final: Path, corpus=None) -
                      step=state["steps"], device=device, precision=cfg.precision,
                      stats=state["step_stats"], logger=logger)
     require_steps(state["steps"], f"pre-training {loss_name}")
-    checkpoint = {"encoder": model.encoder.state_dict(), "loss": loss_name,
-                  "loss_module": repr(model.loss_fn), "num_molecules": len(corpus),
-                  "num_invalid": corpus.num_invalid, "corpus": str(cfg.resolved_pretrain_smiles()),
-                  **{k: state[k] for k in ("epoch_loss", "epoch_seconds", "steps", "step_stats")}}
+    checkpoint = encoder_checkpoint(cfg, loss_name, model, corpus, state)
     torch_save_atomic(checkpoint, final)
     partial.unlink(missing_ok=True)
     return checkpoint
+
+
+def encoder_checkpoint(cfg: MoleculeNetConfig, loss_name: str, model, corpus,
+                       training: dict[str, Any]) -> dict[str, Any]:
+    """What a finished pre-training stores: the encoder's weights, the loss, the corpus and
+    ``training``'s epoch losses and seconds, steps and per-step statistics."""
+    return {"encoder": model.encoder.state_dict(), "loss": loss_name,
+            "loss_module": repr(model.loss_fn), "num_molecules": len(corpus),
+            "num_invalid": corpus.num_invalid, "corpus": str(cfg.resolved_pretrain_smiles()),
+            **{k: training[k] for k in ("epoch_loss", "epoch_seconds", "steps", "step_stats")}}
 
 
 def pretrain_distributed(cfg: MoleculeNetConfig, loss_name: str, final: Path,
@@ -171,12 +178,8 @@ def pretrain_distributed(cfg: MoleculeNetConfig, loss_name: str, final: Path,
             progress=cfg.progress, checkpoint_dir=ckpt_dir, logger=logger)
     if run is None:
         return None
-    checkpoint = {"encoder": model.encoder.state_dict(), "loss": loss_name,
-                  "loss_module": repr(model.loss_fn), "num_molecules": len(corpus),
-                  "num_invalid": corpus.num_invalid, "corpus": str(cfg.resolved_pretrain_smiles()),
-                  "epoch_loss": run["epoch_loss"], "epoch_seconds": run["epoch_seconds"],
-                  "steps": run["steps"], "step_stats": run["step_stats"],
-                  "devices": cfg.devices, "strategy": cfg.strategy}
+    checkpoint = encoder_checkpoint(cfg, loss_name, model, corpus, run) | {
+        "devices": cfg.devices, "strategy": cfg.strategy}
     torch_save_atomic(checkpoint, final)
     shutil.rmtree(ckpt_dir, ignore_errors=True)
     return checkpoint

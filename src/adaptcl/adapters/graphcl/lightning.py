@@ -115,9 +115,7 @@ class GraphCLModule(pl.LightningModule):
         self.weight_decay = check_non_negative("weight_decay", weight_decay)
         self.gather_distributed = gather_distributed
         self.where = str(where)
-        if sync_each_step not in (None, True, False):
-            raise TypeError(f"sync_each_step must be None, True or False, got {sync_each_step!r}")
-        self.sync_each_step = sync_each_step
+        self.sync_each_step = sync_each_step  # checked by the StepRecorder built below
         #: one record per optimisation step: step, epoch, loss and the loss's scalar stats
         self.history: list[dict[str, float]] = []
         #: mean loss per graph of each finished epoch (as ``train_epoch`` returns it)

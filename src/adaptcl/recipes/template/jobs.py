@@ -376,17 +376,18 @@ def run_jobs(recipe: str, store: Any, grid: Any, todo: Sequence[Any], runner: Jo
             shown = _postfix(len(running), grid)
             bar.set_postfix_str(shown, refresh=refresh)
 
+    def submit_next() -> None:
+        while pending and len(running) < runner.max_jobs:
+            cell = pending.pop(0)
+            running[cell] = runner.submit(cell, grid.identities[cell])
+
     try:
         while pending or running:
-            while pending and len(running) < runner.max_jobs:
-                cell = pending.pop(0)
-                running[cell] = runner.submit(cell, grid.identities[cell])
+            submit_next()
             show()
             done = [cell for cell, job in running.items() if job.done()]
             statuses = [_collect(store, grid, cell, running.pop(cell)) for cell in done]
-            while pending and len(running) < runner.max_jobs:  # the next ones start first
-                cell = pending.pop(0)
-                running[cell] = runner.submit(cell, grid.identities[cell])
+            submit_next()  # the next ones start before the parent writes the partial table
             grid.seconds_this_invocation = time.perf_counter() - start
             if done:
                 show(refresh=False)
@@ -417,11 +418,7 @@ def _collect(store: Any, grid: Any, cell: Any, job: Any) -> str:
     try:
         result = job.result()
     except Exception:  # noqa: BLE001  (the cell's own error, in its log)
-        reason, log = job_failure(job)
-        grid.failed[cell] = {"error": reason, "log": log, "job_id": str(job.job_id)}
-        print(f"adaptcl: {cell.label()} failed: {reason} (log: {log})", file=sys.stderr,
-              flush=True)
-        return "failed"
+        return _failed(grid, cell, job, *job_failure(job))
     grid.superseded.extend(result.get("superseded") or [])
     status = result["status"]
     if status == "diverged":
@@ -429,11 +426,15 @@ def _collect(store: Any, grid: Any, cell: Any, job: Any) -> str:
         return status
     record = store.load(cell, grid.identities[cell])
     if record is None:
-        grid.failed[cell] = {"error": f"job {job.job_id} ended ({status}) but no record is "
-                             "stored", "log": str(job.paths.stderr), "job_id": str(job.job_id)}
-        print(f"adaptcl: {cell.label()} failed: {grid.failed[cell]['error']} "
-              f"(log: {grid.failed[cell]['log']})", file=sys.stderr, flush=True)
-        return "failed"
+        return _failed(grid, cell, job, f"job {job.job_id} ended ({status}) but no record is "
+                       "stored", str(job.paths.stderr))
     grid.records[cell] = record
     (grid.reused if status == "reused" else grid.computed).append(cell)
     return status
+
+
+def _failed(grid: Any, cell: Any, job: Any, reason: str, log: str) -> str:
+    """Record ``cell`` as failed in ``grid`` and say so in one line naming its log."""
+    grid.failed[cell] = {"error": reason, "log": log, "job_id": str(job.job_id)}
+    print(f"adaptcl: {cell.label()} failed: {reason} (log: {log})", file=sys.stderr, flush=True)
+    return "failed"
