@@ -6,14 +6,19 @@ are optimised by ``SentenceTransformerTrainer`` (it optimises loss parameters) b
 of the saved model: save them with :meth:`AdaptiveContrastiveLoss.save_loss_state` (or the
 :class:`~adaptcl.adapters.sentence_transformers.LossStateCallback`, which does it at every
 checkpoint and restores them when the trainer resumes from one) and restore them with
-:meth:`~AdaptiveContrastiveLoss.load_loss_state`.
+:meth:`~AdaptiveContrastiveLoss.load_loss_state`. A loss with such state watches its model's
+``load_state_dict``: once the model's weights are loaded (``trainer.train(resume_from_checkpoint=
+...)`` restores the model and the optimiser, not the loss), a training step refuses to run until
+the loss's own state is loaded too.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
-from collections.abc import Iterable
+import weakref
+from collections.abc import Iterable, Mapping
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -34,11 +39,49 @@ from ._arguments import _check_bool, _check_optional_count  # noqa: E402
 from ._gradient_cache import _apply_loss_parameter_gradients, _forward_is_patched  # noqa: E402
 from .citations import INFONCE_CITATION  # noqa: E402
 
-__all__ = ["AdaptiveContrastiveLoss", "LOSS_STATE_FILE", "embedding_dimension"]
+__all__ = ["AdaptiveContrastiveLoss", "LOSS_STATE_FILE", "LossStateMismatchError", "embedding_dimension",
+           "loss_state_digest"]
 
 logger = logging.getLogger(__name__)
 
 LOSS_STATE_FILE = "adaptcl_loss_state.pt"
+
+
+class LossStateMismatchError(ValueError):
+    """A saved loss state is not the one expected (its :func:`loss_state_digest` differs)."""
+
+
+def loss_state_digest(state: Mapping[str, Tensor]) -> str:
+    """SHA-256 (hex) of a loss state: every entry's name, dtype, shape and bytes, in name order.
+
+    :class:`~adaptcl.adapters.sentence_transformers.LossStateCallback` records it in each
+    checkpoint's trainer state, so that a resume loads the loss state written with that
+    checkpoint and no other.
+    """
+    digest = hashlib.sha256()
+    for name in sorted(state):
+        tensor = state[name].detach().cpu().contiguous()
+        digest.update(f"{name}\0{tensor.dtype}\0{tuple(tensor.shape)}\0".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+class _ModelLoadWatch:
+    """A ``load_state_dict`` post-hook on the model: tells the loss that the model's weights were
+    replaced. It holds the loss weakly, and a copy of the model (``copy.deepcopy`` and pickling
+    both go through ``__reduce__``) gets an inert watch: the copy is not the model that loss
+    trains."""
+
+    def __init__(self, loss: AdaptiveContrastiveLoss | None) -> None:
+        self._loss = weakref.ref(loss) if loss is not None else None
+
+    def __call__(self, module: nn.Module, incompatible_keys: Any) -> None:
+        loss = self._loss() if self._loss is not None else None
+        if loss is not None:
+            loss._model_loaded_without_loss_state = True
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return _ModelLoadWatch, (None,)
 
 
 def embedding_dimension(model: nn.Module) -> int | None:
@@ -106,6 +149,11 @@ class AdaptiveContrastiveLoss(CachedLossMixin, nn.Module):
         self.last_stats: dict[str, Tensor] = {}
         self._pending_parameter_grads: list[tuple[list[nn.Parameter], tuple[Tensor | None, ...]]] = []
         self._warned_patched_forward = False
+        # a resumed trainer restores the model, not the loss: see _refuse_stale_loss_state
+        self._model_loaded_without_loss_state = False
+        if model is not None:
+            model.register_load_state_dict_post_hook(_ModelLoadWatch(self))
+        self.register_load_state_dict_post_hook(_loss_state_loaded)
 
     def _check_model(self, model: Any) -> None:
         if model is not None and not isinstance(model, nn.Module):
@@ -118,6 +166,8 @@ class AdaptiveContrastiveLoss(CachedLossMixin, nn.Module):
     # --- forward: one pass, or gradient caching on sentence-transformers' machinery -----------
 
     def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None) -> Tensor:
+        if self._model_loaded_without_loss_state and torch.is_grad_enabled():
+            self._refuse_stale_loss_state()
         sentence_features = list(sentence_features)
         if self.uses_gradient_cache and _forward_is_patched(self.model):
             if not self._warned_patched_forward:
@@ -242,15 +292,48 @@ class AdaptiveContrastiveLoss(CachedLossMixin, nn.Module):
         os.replace(tmp, path)
         return path
 
-    def load_loss_state(self, directory: str | os.PathLike) -> None:
-        """Restore what :meth:`save_loss_state` wrote (raises ``FileNotFoundError`` if absent)."""
+    def load_loss_state(self, directory: str | os.PathLike, *, digest: str | None = None) -> None:
+        """Restore what :meth:`save_loss_state` wrote (raises ``FileNotFoundError`` if absent).
+
+        ``digest``: the :func:`loss_state_digest` the saved state must have; another state
+        raises :class:`LossStateMismatchError` and nothing is loaded.
+        """
         path = Path(directory) / LOSS_STATE_FILE
         if not path.is_file():
             raise FileNotFoundError(f"no saved loss state at {str(path)!r}")
         payload = torch.load(path, map_location="cpu", weights_only=True)
+        if digest is not None and (found := loss_state_digest(payload["state"])) != digest:
+            raise LossStateMismatchError(
+                f"{str(path)!r} holds another loss state (sha256 {found[:12]}) than the one "
+                f"expected (sha256 {digest[:12]})")
         if payload["class"] != type(self).__name__:
             raise ValueError(f"{str(path)!r} holds the state of {payload['class']}, not {type(self).__name__}")
         missing, unexpected = self.load_state_dict(payload["state"], strict=False)
         missing = [k for k in missing if not k.startswith("model.")]
         if missing or unexpected:
             raise ValueError(f"loss state mismatch: missing {missing}, unexpected {unexpected}")
+
+    def _refuse_stale_loss_state(self) -> None:
+        """A training step after the model's weights were loaded but not the loss's own state:
+        the trainer resumed without :class:`LossStateCallback`, and the heads would train on
+        from fresh values while the model, optimiser and scheduler continue the old run."""
+        own = self.loss_state_dict()
+        if not own:  # nothing of its own to restore
+            self._model_loaded_without_loss_state = False
+            return
+        # name the parts, e.g. "core.temperature_net, heads" for AMCL, "projection" for SimCSE's MLP
+        parts = sorted({".".join(k.split(".")[:2 if k.startswith("core.") else 1]) for k in own})
+        raise RuntimeError(
+            f"{type(self).__name__}: the model's weights were loaded after the loss was built "
+            f"(trainer.train(resume_from_checkpoint=...) restores the model and the optimiser), "
+            f"but the loss's own parameters ({', '.join(parts)}) were not, so this step would "
+            f"train on from values that do not belong to them: pass "
+            f"callbacks=[LossStateCallback(loss)] to the trainer, or call "
+            f"loss.load_loss_state(checkpoint) before training (to start the loss afresh on "
+            f"loaded weights, build it after loading them)")
+
+
+def _loss_state_loaded(loss: AdaptiveContrastiveLoss, incompatible_keys: Any) -> None:
+    """``load_state_dict`` post-hook on the loss: its own state was loaded (the model's watch,
+    which fires first for the model inside it, set the flag)."""
+    loss._model_loaded_without_loss_state = False
