@@ -183,7 +183,7 @@ def test_zero_step_run_is_refused_and_nothing_stored(tmp_path, shared_data, monk
     config = _config(model, shared_data, tmp_path / "out", losses=["infonce"],
                      sts=False)
 
-    def no_steps(name, seed, page, out):
+    def no_steps(name, seed, page, out, **kwargs):
         return {"final_model": str(model), "global_step": 0, "history": [],
                 "best_dev_spearman": 0.5}
 
@@ -218,10 +218,10 @@ def test_interrupted_run_leaves_a_partial_result_and_resumes(tmp_path, shared_da
                      sts=False, max_sentences=16)
     real_train = training.train_one
 
-    def killed_on_macl(name, seed, plan, out):
+    def killed_on_macl(name, seed, plan, out, **kwargs):
         if name == "macl":
             raise KeyboardInterrupt  # a kill between two runs
-        return real_train(name, seed, plan, out)
+        return real_train(name, seed, plan, out, **kwargs)
 
     monkeypatch.setattr(training, "train_one", killed_on_macl)
     with pytest.raises(KeyboardInterrupt):

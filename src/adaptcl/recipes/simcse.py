@@ -13,7 +13,9 @@ max length 32, one epoch, STS-B dev every 125 steps.
 
 Every (loss, seed) is one cell of :mod:`adaptcl.recipes.template.store`: its stored result is reused
 only when the resolved settings, the data (the sentences trained on and the STS files) and the
-code all match; otherwise it is recomputed and the old record moved to ``runs/superseded/``. The
+code all match; otherwise it is recomputed and the old record moved to ``runs/superseded/``. An
+interrupted cell resumes from the last complete trainer checkpoint in its run folder (a run
+folder of another identity is removed first). The
 result file lists which runs were reused. A run that performs no optimisation step, or whose
 loss or scores are not finite, is an error and is never stored.
 
@@ -28,7 +30,6 @@ from __future__ import annotations
 import importlib.util
 import math
 import os
-import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,7 +45,7 @@ from adaptcl.adapters.sentence_transformers.simcse_names import (
 from adaptcl.evaluation.senteval.encoders import resolve_model
 from adaptcl.recipes.template.config import result_settings, validate_config
 from adaptcl.recipes.template.errors import RecipeError
-from adaptcl.recipes.template.provenance import code_version, fingerprint_files
+from adaptcl.recipes.template.provenance import code_version, fingerprint_files, stable_hash
 from adaptcl.recipes.template.recipe import Recipe
 from adaptcl.recipes.template.store import Cell, GridRun, distributed_follower
 from adaptcl.recipes.template.torch_env import resolve_device
@@ -246,6 +247,8 @@ class SimCSERecipe(Recipe):
     def compute(self, cell: Cell) -> dict[str, Any]:
         """Train (or, for the baseline, build) one model and score it; the run's record."""
         from adaptcl.recipes.simcse_training import (
+            claim_run_folder,
+            resume_point,
             run_record,
             train_one,
             untrained_run,
@@ -257,11 +260,14 @@ class SimCSERecipe(Recipe):
         if follower and cell.method == BASELINE:
             return None
         out = Path(cfg.output_dir) / "models" / cell.method / f"seed{cell.seed}"
-        if out.exists() and not follower:  # a stale or interrupted run's model (record set aside)
-            shutil.rmtree(out)
+        resume = None
+        # rank 0 owns the folder: an interrupted run of this identity resumes from its last
+        # complete checkpoint, a stale one (other settings, data or code) is removed
+        if not follower and claim_run_folder(out, stable_hash(self.identity(cell))):
+            resume = resume_point(out, cell.label()) if cell.method != BASELINE else None
         start = time.perf_counter()
         run = (untrained_run(cell.seed, self, out) if cell.method == BASELINE
-               else train_one(cell.method, cell.seed, self, out))
+               else train_one(cell.method, cell.seed, self, out, resume_from_checkpoint=resume))
         if follower:  # rank 0 saved the model, scores it and stores the record
             return None
         record = run_record(run, train_seconds=time.perf_counter() - start)

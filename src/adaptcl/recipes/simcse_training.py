@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 import os
 import shutil
+import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -47,6 +48,7 @@ from adaptcl.adapters.sentence_transformers import (  # noqa: E402
 )
 from adaptcl.plugins.validation import NonFiniteError  # noqa: E402
 from adaptcl.recipes.template.errors import DivergedError, RecipeError  # noqa: E402
+from adaptcl.recipes.template.files import note_corrupt, read_json, write_json_atomic  # noqa: E402
 from adaptcl.recipes.template.loggers import metric_logger  # noqa: E402
 from adaptcl.recipes.template.plots import explain_empty  # noqa: E402
 from adaptcl.recipes.template.torch_env import seed_everything  # noqa: E402
@@ -55,7 +57,12 @@ if TYPE_CHECKING:
     from adaptcl.recipes.simcse import SimCSERecipe, SimCSERecipeConfig
     from adaptcl.recipes.template.store import Cell, GridRun
 
-__all__ = ["SimCSEConfig", "run_record", "train_simcse", "train_one", "untrained_run"]
+__all__ = ["SimCSEConfig", "claim_run_folder", "resume_point", "run_record", "train_simcse",
+           "train_one", "untrained_run"]
+
+CHECKPOINTS = "checkpoints"  # the trainer's output_dir inside a run folder
+RUN_IDENTITY = "identity.json"  # which cell identity a run folder belongs to
+
 
 @dataclass
 class SimCSEConfig:
@@ -93,6 +100,9 @@ def train_simcse(model: SentenceTransformer, train_dataset, loss: AdaptiveContra
     Saves a plain sentence-transformers model to ``config.output_dir/final`` (loadable with
     ``SentenceTransformer(path)``) and the loss's own trainable state next to it.
 
+    ``resume_from_checkpoint`` is the trainer's (a checkpoint folder, ``True`` for the newest in
+    ``config.output_dir/checkpoints``); under torchrun rank 0's value is every rank's.
+
     ``config.extra_args`` go to ``SentenceTransformerTrainingArguments`` and override the
     arguments built here (``report_to``, ``use_cpu``, ``bf16`` ...). ``tensorboard_dir``: write
     the trainer's logs (loss, learning rate, the loss's adaptive quantities under
@@ -108,7 +118,7 @@ def train_simcse(model: SentenceTransformer, train_dataset, loss: AdaptiveContra
     evaluate = dev_evaluator is not None
     metric = f"eval_{dev_evaluator.name}_spearman_cosine" if evaluate else None
     arguments: dict[str, Any] = dict(
-        output_dir=str(out / "checkpoints"),
+        output_dir=str(out / CHECKPOINTS),
         per_device_train_batch_size=config.batch_size,
         learning_rate=config.learning_rate,
         num_train_epochs=config.epochs,
@@ -129,6 +139,10 @@ def train_simcse(model: SentenceTransformer, train_dataset, loss: AdaptiveContra
         use_cpu=not torch.cuda.is_available(),
     )
     args = SentenceTransformerTrainingArguments(**{**arguments, **config.extra_args})
+    if args.world_size > 1:  # every rank resumes from the checkpoint rank 0 found
+        from accelerate.utils import broadcast_object_list
+
+        resume_from_checkpoint = broadcast_object_list([resume_from_checkpoint], from_process=0)[0]
     callbacks: list[Any] = [LossStateCallback(loss)]
     if tensorboard_dir is not None:
         # transformers 5 dropped TrainingArguments(logging_dir=); the callback takes its writer
@@ -164,8 +178,10 @@ def train_simcse(model: SentenceTransformer, train_dataset, loss: AdaptiveContra
             "finite": all(math.isfinite(h.get("loss", 0.0)) for h in history)}
 
 
-def train_one(name: str, seed: int, recipe: SimCSERecipe, out: Path) -> dict[str, Any]:
-    """Train one loss from the recipe's checkpoint with the sentence-transformers trainer."""
+def train_one(name: str, seed: int, recipe: SimCSERecipe, out: Path, *,
+              resume_from_checkpoint: Path | None = None) -> dict[str, Any]:
+    """Train one loss from the recipe's checkpoint with the sentence-transformers trainer, or go
+    on from ``resume_from_checkpoint`` (see :func:`resume_point`)."""
     from adaptcl.adapters.sentence_transformers import (
         build_simcse_model,
         make_loss,
@@ -174,6 +190,7 @@ def train_one(name: str, seed: int, recipe: SimCSERecipe, out: Path) -> dict[str
         unsupervised_dataset,
     )
     from adaptcl.evaluation.senteval.data import load_stsb
+    from adaptcl.recipes.template.store import distributed_follower
 
     config = recipe.config
     seed_everything(seed)
@@ -190,7 +207,9 @@ def train_one(name: str, seed: int, recipe: SimCSERecipe, out: Path) -> dict[str
     tensorboard_dir = None
     if config.logger == "tensorboard":  # live, through transformers' TensorBoardCallback
         tensorboard_dir = log_folder(Path(config.output_dir) / "logs", name, seed)
-        shutil.rmtree(tensorboard_dir, ignore_errors=True)  # a superseded run's curves
+        # a superseded run's curves (a resumed run adds to its own; rank 0 alone writes them)
+        if resume_from_checkpoint is None and not distributed_follower():
+            shutil.rmtree(tensorboard_dir, ignore_errors=True)
     return train_simcse(
         model, unsupervised_dataset(recipe.sentences), loss,
         SimCSEConfig(output_dir=str(out), batch_size=config.batch_size,
@@ -198,7 +217,45 @@ def train_one(name: str, seed: int, recipe: SimCSERecipe, out: Path) -> dict[str
                      max_seq_length=config.max_seq_length, eval_steps=config.eval_steps,
                      seed=seed, logging_steps=config.logging_steps, extra_args=extra),
         dev_evaluator=stsb_dev_evaluator(dev.sentences1, dev.sentences2, dev.scores),
+        resume_from_checkpoint=str(resume_from_checkpoint) if resume_from_checkpoint else None,
         tensorboard_dir=tensorboard_dir)
+
+
+def claim_run_folder(out: Path, identity_hash: str) -> bool:
+    """Make ``out`` the run folder of the cell whose identity hashes to ``identity_hash``: keep
+    what an interrupted run of that identity left there (``True``: it may resume), else remove
+    the folder (a stale run of other settings, data or code, or of no recorded identity) and
+    mark it as this identity's (``False``)."""
+    try:
+        same = read_json(out / RUN_IDENTITY).get("identity_hash") == identity_hash
+    except (OSError, ValueError, AttributeError):  # none, unreadable, not a mapping
+        same = False
+    if not same:
+        if out.exists():
+            shutil.rmtree(out)
+        write_json_atomic(out / RUN_IDENTITY, {"identity_hash": identity_hash})
+    return same
+
+
+def resume_point(out: Path, where: str) -> Path | None:
+    """The last complete trainer checkpoint an interrupted run left in ``out`` (the adapter's
+    :func:`~adaptcl.adapters.sentence_transformers.last_complete_checkpoint`), announced on
+    stderr as ``adaptcl: <where> resumes from <path>``; ``None`` if there is none. A newer
+    checkpoint that cannot be resumed whole is named and kept aside as
+    ``out/checkpoint-<step>.corrupt`` (outside the trainer's folder, whose rotation would delete
+    it)."""
+    from adaptcl.adapters.sentence_transformers import last_complete_checkpoint
+
+    def set_aside(folder: Path, err: Exception) -> None:
+        target = out / f"{folder.name}.corrupt"
+        shutil.rmtree(target, ignore_errors=True)  # an older copy of the same step
+        note_corrupt("checkpoint", folder, err, f"kept aside as {target} and passed over")
+        os.replace(folder, target)
+
+    resume = last_complete_checkpoint(out / CHECKPOINTS, on_incomplete=set_aside)
+    if resume is not None:
+        print(f"adaptcl: {where} resumes from {resume}", file=sys.stderr, flush=True)
+    return resume
 
 
 def untrained_run(seed: int, recipe: SimCSERecipe, out: Path) -> dict[str, Any]:
