@@ -9,7 +9,8 @@ followed by hard-negative columns. The maths lives in :mod:`adaptcl.plugins`.
 Organised by job:
 
 - :mod:`.losses` -- :class:`InfoNCELoss`, :class:`MACLLoss`, :class:`ASCLLoss`,
-  :class:`AMCLLoss`;
+  :class:`AMCLLoss`, :class:`DySTreSSLoss` (with the peer's ``hardness_mode`` and, through
+  ``use_labels=True``, the dataset's classes as multi-positive targets);
 - :mod:`.base` -- :class:`AdaptiveContrastiveLoss`, their base (one pass or gradient caching,
   the loss's own trainable state);
 - :mod:`.callbacks` -- :class:`LossStateCallback` (the loss state in every checkpoint, restored
@@ -77,12 +78,15 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers; at run time __getattr
     from adaptcl.adapters.sentence_transformers.citations import (
         AMCL_CITATION,
         ASCL_CITATION,
+        DYSTRESS_CITATION,
         INFONCE_CITATION,
         MACL_CITATION,
+        SUPCON_CITATION,
     )
     from adaptcl.adapters.sentence_transformers.losses import (
         AMCLLoss,
         ASCLLoss,
+        DySTreSSLoss,
         InfoNCELoss,
         MACLLoss,
     )
@@ -99,14 +103,14 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers; at run time __getattr
     )
 
 _EXPORTS = {
-    **dict.fromkeys(("InfoNCELoss", "MACLLoss", "ASCLLoss", "AMCLLoss"), "losses"),
+    **dict.fromkeys(("InfoNCELoss", "MACLLoss", "ASCLLoss", "AMCLLoss", "DySTreSSLoss"), "losses"),
     **dict.fromkeys(("AdaptiveContrastiveLoss", "LOSS_STATE_FILE", "LossStateMismatchError",
                      "embedding_dimension", "loss_state_digest"), "base"),
     "LossStateCallback": "callbacks",
     **dict.fromkeys(("IncompleteCheckpointError", "last_complete_checkpoint", "verify_checkpoint"),
                     "checkpoints"),
-    **dict.fromkeys(("MACL_CITATION", "ASCL_CITATION", "AMCL_CITATION", "INFONCE_CITATION"),
-                    "citations"),
+    **dict.fromkeys(("MACL_CITATION", "ASCL_CITATION", "AMCL_CITATION", "INFONCE_CITATION",
+                     "DYSTRESS_CITATION", "SUPCON_CITATION"), "citations"),
     **dict.fromkeys(("AdaptiveSentenceTransformerTrainer", "SimCSEProjection", "build_simcse_model",
                      "make_loss", "stsb_dev_evaluator", "supervised_dataset", "training_projection",
                      "unsupervised_dataset", "validate_text_dataset"), "simcse"),
@@ -114,11 +118,12 @@ _EXPORTS = {
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 
 __all__ = [
-    "LOSSES", "POOLERS", "InfoNCELoss", "MACLLoss", "ASCLLoss", "AMCLLoss", "AdaptiveContrastiveLoss",
-    "LOSS_STATE_FILE", "LossStateMismatchError", "embedding_dimension", "loss_state_digest",
-    "LossStateCallback", "IncompleteCheckpointError", "last_complete_checkpoint",
-    "verify_checkpoint", "MACL_CITATION", "ASCL_CITATION",
-    "AMCL_CITATION", "INFONCE_CITATION", "AdaptiveSentenceTransformerTrainer", "SimCSEProjection",
+    "LOSSES", "POOLERS", "InfoNCELoss", "MACLLoss", "ASCLLoss", "AMCLLoss", "DySTreSSLoss",
+    "AdaptiveContrastiveLoss", "LOSS_STATE_FILE", "LossStateMismatchError", "embedding_dimension",
+    "loss_state_digest", "LossStateCallback", "IncompleteCheckpointError",
+    "last_complete_checkpoint", "verify_checkpoint", "MACL_CITATION", "ASCL_CITATION",
+    "AMCL_CITATION", "INFONCE_CITATION", "DYSTRESS_CITATION", "SUPCON_CITATION",
+    "AdaptiveSentenceTransformerTrainer", "SimCSEProjection",
     "build_simcse_model", "make_loss", "stsb_dev_evaluator", "supervised_dataset",
     "training_projection", "unsupervised_dataset", "validate_text_dataset",
 ]

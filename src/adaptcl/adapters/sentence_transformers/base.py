@@ -18,7 +18,8 @@ import hashlib
 import logging
 import os
 import weakref
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -37,7 +38,7 @@ from sentence_transformers.util import all_gather_with_grad, get_world_size  # n
 
 from ._arguments import _check_bool, _check_optional_count  # noqa: E402
 from ._gradient_cache import _apply_loss_parameter_gradients, _forward_is_patched  # noqa: E402
-from .citations import INFONCE_CITATION  # noqa: E402
+from .citations import INFONCE_CITATION, SUPCON_CITATION  # noqa: E402
 
 __all__ = ["AdaptiveContrastiveLoss", "LOSS_STATE_FILE", "LossStateMismatchError", "embedding_dimension",
            "loss_state_digest"]
@@ -116,6 +117,17 @@ class AdaptiveContrastiveLoss(CachedLossMixin, nn.Module):
         check_finite: raise ``ValueError`` on NaN/inf embeddings (costs one host-device
             synchronisation per call; ``False`` skips it).
         show_progress_bar: progress bar over the cached mini-batches.
+        use_labels: read the ``labels`` sentence-transformers passes to ``forward`` (the
+            dataset's ``label`` column) as the class of each pair: every in-batch candidate of
+            the anchor's class is a positive (SupCon's ``L_out``,
+            :mod:`adaptcl.plugins.targets`); hard-negative columns stay negatives. ``False``
+            (default) ignores them, as ``MultipleNegativesRankingLoss`` does, so a dataset that
+            carries a label column (NLI) trains as before. Needs a core that takes labels.
+
+    The hardness term of the core (``hardness_mode``, :mod:`adaptcl.plugins.hardness`) gets the
+    owners of the hard-negative columns from here (column ``k`` row ``i`` is anchor ``i``'s,
+    across ranks too) and, as in ``MultipleNegativesRankingLoss``, touches the anchor -> candidates
+    direction only: the reverse direction of ``symmetric=True`` runs without it.
 
     The subclasses also take ``tile_size`` (passed to the core loss): see
     :mod:`adaptcl.plugins.tiled`.
@@ -126,7 +138,7 @@ class AdaptiveContrastiveLoss(CachedLossMixin, nn.Module):
     def __init__(self, model: nn.Module | None, core: nn.Module, *, projection: nn.Module | None = None,
                  gather_across_devices: bool = False, mini_batch_size: int | None = None,
                  mini_batch_num_tokens: int | None = None, symmetric: bool = False,
-                 show_progress_bar: bool = False) -> None:
+                 show_progress_bar: bool = False, use_labels: bool = False) -> None:
         self._check_model(model)
         mini_batch_size = _check_optional_count("mini_batch_size", mini_batch_size)
         mini_batch_num_tokens = _check_optional_count("mini_batch_num_tokens", mini_batch_num_tokens)
@@ -146,6 +158,9 @@ class AdaptiveContrastiveLoss(CachedLossMixin, nn.Module):
         self.projection = projection
         self.symmetric = _check_bool("symmetric", symmetric)
         self.gather_across_devices = _check_bool("gather_across_devices", gather_across_devices)
+        self.use_labels = _check_bool("use_labels", use_labels)
+        if self.use_labels and not getattr(core, "takes_labels", False):
+            raise ValueError(f"use_labels=True: the core loss {type(core).__name__} takes no labels")
         self.last_stats: dict[str, Tensor] = {}
         self._pending_parameter_grads: list[tuple[list[nn.Parameter], tuple[Tensor | None, ...]]] = []
         self._warned_patched_forward = False
@@ -219,19 +234,33 @@ class AdaptiveContrastiveLoss(CachedLossMixin, nn.Module):
                 None if negatives is None else self.project(negatives))
 
     def compute_loss_from_embeddings(self, embeddings: list[Tensor], labels: Tensor | None) -> Tensor:
-        """Loss of ``(anchor, positive[, negative...])`` embedding columns; ``labels`` unused."""
+        """Loss of ``(anchor, positive[, negative...])`` embedding columns; ``labels`` are the
+        pairs' classes with ``use_labels=True``, unused otherwise."""
         if len(embeddings) < 2:
             raise ValueError(
                 f"{type(self).__name__} needs at least 2 columns (anchor, positive), got {len(embeddings)}"
             )
         negatives = torch.cat(embeddings[2:]) if len(embeddings) > 2 else None
-        if negatives is not None and self.gather_across_devices and get_world_size() > 1:
+        gathers = self.gather_across_devices and get_world_size() > 1
+        pairs: dict[str, Tensor] = {}
+        if self.use_labels:
+            if labels is None:
+                raise ValueError(f"{type(self).__name__}(use_labels=True) needs the class of each pair: "
+                                 "a 'label' column in the dataset")
+            pairs["labels"] = labels.to(embeddings[0].device, non_blocking=True)
+        if negatives is not None and getattr(self.core, "hardness_mode", None) is not None:
+            pairs["negative_owners"] = _hard_negative_owners(
+                embeddings[0].shape[0], len(embeddings) - 2, embeddings[0].device,
+                get_world_size() if gathers else 1)
+        if negatives is not None and gathers:
             negatives = all_gather_with_grad(negatives)
         anchors, positives, negatives = self.project_columns(embeddings[0], embeddings[1], negatives)
-        loss = self.core(anchors, positives, negatives)
+        loss = self.core(anchors, positives, negatives, **pairs)
         stats = dict(self.core.last_stats)
         if self.symmetric:
-            reverse = self.core(positives, anchors)
+            with _without_hardness(self.core):
+                reverse = self.core(positives, anchors, **{k: v for k, v in pairs.items()
+                                                           if k == "labels"})
             loss = (loss + reverse) / 2
             stats = {k: (v + self.core.last_stats[k]) / 2 if k in self.core.last_stats else v
                      for k, v in stats.items()}
@@ -264,11 +293,16 @@ class AdaptiveContrastiveLoss(CachedLossMixin, nn.Module):
             config["projection"] = type(self.projection).__name__
         if not self.check_finite:
             config["check_finite"] = False
+        if getattr(self.core, "hardness_mode", None) is not None:
+            config["hardness_mode"] = self.core.hardness_mode
+            config["hardness_strength"] = self.core.hardness_strength
+        if self.use_labels:
+            config["use_labels"] = True
         return config
 
     @property
     def citation(self) -> str:
-        return self.citation_text
+        return self.citation_text + (SUPCON_CITATION if self.use_labels else "")
 
     # --- trainable loss state (not part of the SentenceTransformer) ------------------------
 
@@ -337,3 +371,25 @@ def _loss_state_loaded(loss: AdaptiveContrastiveLoss, incompatible_keys: Any) ->
     """``load_state_dict`` post-hook on the loss: its own state was loaded (the model's watch,
     which fires first for the model inside it, set the flag)."""
     loss._model_loaded_without_loss_state = False
+
+def _hard_negative_owners(rows: int, columns: int, device: torch.device, world: int) -> Tensor:
+    """The pair each hard-negative row belongs to, counted over the gathered batch: the local
+    negatives are ``columns`` blocks of ``rows`` (block ``k`` row ``i`` is anchor ``i``'s), and
+    ``all_gather_with_grad`` concatenates the ranks' blocks, rank ``r``'s anchors being
+    ``r * rows + i``."""
+    local = torch.arange(rows, device=device).repeat(columns)
+    return torch.cat([r * rows + local for r in range(world)])
+
+
+@contextmanager
+def _without_hardness(core: nn.Module) -> Iterator[None]:
+    """The core with its hardness term off for one call (the reverse direction)."""
+    mode = getattr(core, "hardness_mode", None)
+    if mode is None:
+        yield
+        return
+    core.hardness_mode = None
+    try:
+        yield
+    finally:
+        core.hardness_mode = mode

@@ -54,7 +54,7 @@ from sentence_transformers.sentence_transformer.trainer import (  # noqa: E402
 from adaptcl.registry import canonical_loss_name  # noqa: E402
 
 from .base import AdaptiveContrastiveLoss, embedding_dimension  # noqa: E402
-from .losses import AMCLLoss, ASCLLoss, InfoNCELoss, MACLLoss  # noqa: E402
+from .losses import AMCLLoss, ASCLLoss, DySTreSSLoss, InfoNCELoss, MACLLoss  # noqa: E402
 from .simcse_names import LOSSES, POOLERS, model_unavailable  # noqa: E402
 
 __all__ = ["LOSSES", "POOLERS", "AdaptiveSentenceTransformerTrainer", "SimCSEProjection",
@@ -142,7 +142,9 @@ def make_loss(name: str, model: SentenceTransformer, *, projection: nn.Module | 
     """One of :data:`LOSSES` with SimCSE's temperature (0.05) and the papers' defaults.
 
     ``macl``: alpha 2, A0 0.8, no reweighting (MACL App. B.4); ``ascl``: in-batch soft labels;
-    ``amcl``: 2 heads, learned pair temperature; ``infonce``: SimCSE itself. Names are resolved
+    ``amcl``: 2 heads, learned pair temperature; ``dystress``: the DySTreSS authors' SimCSE run,
+    the piecewise temperature from ``0.8 * temperature`` (0.04) to ``temperature`` (0.05);
+    ``infonce``: SimCSE itself. Names are resolved
     by :func:`~adaptcl.registry.canonical_loss_name` (case-insensitive; an older
     spelling such as ``"nt_xent"`` builds InfoNCE with a ``FutureWarning``).
     """
@@ -153,6 +155,9 @@ def make_loss(name: str, model: SentenceTransformer, *, projection: nn.Module | 
         return MACLLoss(model, temperature=temperature, projection=projection, **kwargs)
     if name == "ascl":
         return ASCLLoss(model, temperature=temperature, projection=projection, **kwargs)
+    if name == "dystress":
+        kwargs.setdefault("min_temperature", 0.8 * temperature)
+        return DySTreSSLoss(model, max_temperature=temperature, projection=projection, **kwargs)
     if projection is not None:  # amcl
         raise ValueError("AMCL brings its own projection heads; use pooler='cls_before_pooler' or 'avg'")
     return AMCLLoss(model, **kwargs)
