@@ -8,8 +8,10 @@ With ``labels`` (one class per pair), every candidate of the anchor's class is a
 anchor ``i`` with positive set ``P(i)`` and candidates ``A(i)`` (every candidate but the
 anchor itself):
 
-``L_i = -1/|P(i)| sum_{p in P(i)} log( exp(l_ip) / sum_{a in A(i)} exp(l_ia) )``
-``    = logsumexp_{a in A(i)} l_ia - mean_{p in P(i)} l_ip``
+.. code-block:: text
+
+    L_i = -1/|P(i)| sum_{p in P(i)} log( exp(l_ip) / sum_{a in A(i)} exp(l_ia) )
+        = logsumexp_{a in A(i)} l_ia - mean_{p in P(i)} l_ip
 
 which is the kernel's soft-target cross-entropy with the uniform target ``1/|P(i)|`` on
 ``P(i)``: InfoNCE with one part changed, the targets (as ASCL's soft labels). So it combines with

@@ -33,10 +33,15 @@ at the K-th value the lowest column index wins, so the tiled and the materialise
 same columns and route the gradient identically. The selected columns are then gathered
 (``[A, K, D]``) and differentiated by ordinary autograd.
 
-This module knows no method. A method plugs into it through two small interfaces:
+This module knows no method. A method plugs into it through four small interfaces:
 
 * :class:`TileWeights` (``tile(rows, keys, masks, c0, c1) -> [rows, cols]``): detached weights
-  ``u_ij`` of a streamed weighted sum ``sum_j u_ij l_ij`` (ASCL's soft targets);
+  ``u_ij`` of a streamed weighted sum ``sum_j u_ij l_ij`` (ASCL's soft targets, the
+  multi-positive targets of labels);
+* :class:`TileBias` (the same ``tile``): detached terms added to the logits inside the
+  log-sum-exp only (sentence-transformers' hardness term);
+* :class:`TileTerm` (``logits(s)`` and ``slope(s)``): an elementwise map from ``s = a @ k.T`` to
+  the logits, differentiated in the recomputing backward (DySTreSS's ``s / tau(s)``);
 * :class:`PairTerm` (``term(s, r)`` and ``grads(s, r, w)``): an elementwise function of two
   bilinear forms ``s = a @ k.T`` and ``r = pa @ pk.T`` whose row log-sum-exp is streamed
   (AMCL's ``s / tau(r) - beta Omega(tau(r))`` with learned pair temperatures).
