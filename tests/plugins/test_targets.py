@@ -259,3 +259,22 @@ def test_bad_negative_labels_are_named():
         fn(z0, z1, neg, labels=labels, negative_labels=torch.tensor([0, -2]))
     with pytest.raises(ValueError, match=r"negative_labels must have shape \[2\]"):
         fn(z0, z1, neg, labels=labels, negative_labels=torch.tensor([0, 1, 1]))
+
+
+@pytest.mark.parametrize("make", [lambda t: InfoNCELoss(0.1, tile_size=t),
+                                  lambda t: DySTreSSLoss(detach_temperature=False, tile_size=t)],
+                         ids=["infonce", "dystress"])
+def test_tiled_labels_never_hold_a_tensor_of_the_matrix_size(make):
+    """The targets are rebuilt per tile: forward and backward stay within a tile or linear in
+    the batch (the materialised path does hold the matrix)."""
+    from .test_tiled import _LargestTensor
+
+    n, d, tile = 96, 4, 8
+    z0, z1 = pair(n, d, seed=14)
+    labels = torch.arange(n) % 5
+    with _LargestTensor() as probe:
+        make(tile)(z0, z1, labels=labels).backward()
+    assert probe.largest <= max(tile * tile, 2 * n * d), probe.largest
+    with _LargestTensor() as full:
+        make(None)(z0, z1, labels=labels).backward()
+    assert full.largest >= n * n
