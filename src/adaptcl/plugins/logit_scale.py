@@ -186,6 +186,8 @@ class LearnableTemperatureLoss(ContrastiveLoss):
             raise ValueError(f"temperature must lie in [min_temperature, max_temperature] = "
                              f"[{self.min_temperature}, {self.max_temperature}], got {temperature}")
         self.num_heads = check_int("num_heads", num_heads, 1)
+        #: the temperature ``s`` started from (``log(1 / initial_temperature)``)
+        self.initial_temperature = temperature
         shape = () if num_heads == 1 else (num_heads,)
         #: s = log(1 / tau), open_clip's ``logit_scale`` (one per head)
         self.logit_scale = nn.Parameter(torch.full(shape, math.log(1.0 / temperature)))

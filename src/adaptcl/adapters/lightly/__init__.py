@@ -6,6 +6,8 @@ Organised like Lightly itself:
   ``DualTemperatureLoss``, ``MACLLoss``, ``ASCLLoss``, ``AMCLLoss`` with the constructor order
   and call signature of ``lightly.loss`` (``loss = loss_fn(out0, out1)``), so a working
   Lightly pipeline switches to MACL (or DCL, ASCL, ...) by changing one import;
+- :mod:`.temperature` -- ``TemperatureScheduleLoss`` (a cosine schedule of the training step)
+  and ``LearnableTemperatureLoss`` (CLIP's learned temperature), with the same signature;
 - :mod:`.memory_bank` -- the one place where Lightly's ``MemoryBankModule`` and
   ``lightly.utils.dist.gather`` are wired to a core loss (and the persistent bank);
 - :mod:`.heads` -- AMCL's multi-head projection built from any Lightly head;
@@ -22,6 +24,10 @@ References:
     - ASCL: Feng & Patras, "Adaptive Soft Contrastive Learning", ICPR 2022.
     - AMCL: Wang et al., "Adaptive Multi-head Contrastive Learning", ECCV 2024.
     - DCL: Yeh et al., "Decoupled Contrastive Learning", ECCV 2022.
+    - Temperature schedules: Kukleva et al., "Temperature Schedules for self-supervised
+      contrastive methods on long-tail data", ICLR 2023.
+    - Learned temperature: Radford et al., "Learning Transferable Visual Models From Natural
+      Language Supervision" (CLIP), ICML 2021.
 """
 
 from adaptcl.adapters import require
@@ -40,12 +46,19 @@ from .loss import (  # noqa: E402
     MACLLoss,
     NTXentLoss,
 )
-from .memory_bank import MemoryBankLoss, PersistentMemoryBankModule, lightly_gather  # noqa: E402
+from .memory_bank import (  # noqa: E402
+    MemoryBankLoss,
+    MultiHeadBankLoss,
+    PersistentMemoryBankModule,
+    lightly_gather,
+)
+from .temperature import LearnableTemperatureLoss, TemperatureScheduleLoss  # noqa: E402
 from .transforms import CIFAR10_NORMALIZE, ASCLTransform, WeakViewTransform  # noqa: E402
 
 __all__ = [
     "NTXentLoss", "DCLLoss", "DCLWLoss", "FlatNCELoss", "DualTemperatureLoss", "MACLLoss",
-    "ASCLLoss", "AMCLLoss", "AMCLProjectionHead", "PairTemperature",
-    "MemoryBankLoss", "PersistentMemoryBankModule", "lightly_gather",
+    "ASCLLoss", "AMCLLoss", "TemperatureScheduleLoss", "LearnableTemperatureLoss",
+    "AMCLProjectionHead", "PairTemperature",
+    "MemoryBankLoss", "MultiHeadBankLoss", "PersistentMemoryBankModule", "lightly_gather",
     "ASCLMoCo", "ASCLTransform", "WeakViewTransform", "CIFAR10_NORMALIZE",
 ]

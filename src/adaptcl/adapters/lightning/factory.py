@@ -52,7 +52,8 @@ def build_ssl_module(method: str, loss: str, *, backbone: str = "resnet-18", wid
                      a0: float = 0.0, num_heads: int = 2, beta: float = 1e-3, kappa: int = 1,
                      negative_term: str = "softmax", amcl_objective: str = "nt_xent",
                      queue_size: int = 4096, num_neighbors: int = 1,
-                     sharpen_temperature: float = 0.05, gather_distributed: bool = False,
+                     sharpen_temperature: float = 0.05, max_temperature: float = 1.0,
+                     period: int = 400, gather_distributed: bool = False,
                      **module_kwargs: Any) -> M.SSLModule:
     """The Lightning module of ``method`` trained with the loss named ``loss``.
 
@@ -61,7 +62,11 @@ def build_ssl_module(method: str, loss: str, *, backbone: str = "resnet-18", wid
     losses (and ASCL-MoCo's), ``macl_temperature`` MACL's tau0 (default ``temperature``),
     ``alpha``/``a0`` MACL's, ``num_heads``/``beta``/``kappa``/``negative_term``/
     ``amcl_objective`` AMCL's (its multi-heads wrap the method's own Lightly head),
-    ``num_neighbors``/``sharpen_temperature`` ASCL's.
+    ``num_neighbors``/``sharpen_temperature`` ASCL's. ``"temperature_schedule"`` runs Kukleva
+    et al.'s cosine from ``temperature`` (tau_min; their 0.1) up to ``max_temperature`` (their
+    1.0) with ``period`` steps (their 400, counted here in optimisation steps: the module's
+    ``global_step`` drives it); ``"learnable_temperature"`` learns tau = exp(-s) from
+    ``temperature``, within open_clip's bounds [0.01, 1].
     MoCo's queue (``queue_size`` x ``output_dim``) is the loss's memory bank, kept in
     checkpoints. ``gather_distributed`` gathers negatives across DDP ranks.
     ``module_kwargs`` go to :class:`~adaptcl.adapters.lightning.modules.SSLModule`
@@ -129,6 +134,9 @@ def build_ssl_module(method: str, loss: str, *, backbone: str = "resnet-18", wid
         "flatnce": lambda: L.FlatNCELoss(temperature, **queue),
         "dual_temperature": lambda: L.DualTemperatureLoss(temperature, 1.0, **queue),
         "ascl": lambda: L.ASCLLoss(temperature, sharpen_temperature, num_neighbors, **queue),
+        "temperature_schedule": lambda: L.TemperatureScheduleLoss(temperature, max_temperature,
+                                                                  period, **queue),
+        "learnable_temperature": lambda: L.LearnableTemperatureLoss(temperature, **queue),
     }
     return module(net, feature_dim, criteria[loss](), hidden_dim=hid, output_dim=out,
                   **module_kwargs)

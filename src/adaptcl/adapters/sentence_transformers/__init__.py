@@ -10,11 +10,14 @@ Organised by job:
 
 - :mod:`.losses` -- :class:`InfoNCELoss`, :class:`MACLLoss`, :class:`ASCLLoss`,
   :class:`AMCLLoss`;
+- :mod:`.temperatures` -- :class:`TemperatureScheduleLoss` (driven by the trainer's step) and
+  :class:`LearnableTemperatureLoss` (CLIP's learned temperature);
 - :mod:`.base` -- :class:`AdaptiveContrastiveLoss`, their base (one pass or gradient caching,
   the loss's own trainable state);
 - :mod:`.callbacks` -- :class:`LossStateCallback` (the loss state in every checkpoint, restored
   from the one the trainer resumes from); :mod:`.checkpoints` -- whether a trainer checkpoint
-  can be resumed whole, :func:`last_complete_checkpoint`;
+  can be resumed whole, :func:`last_complete_checkpoint`; :class:`LossStateCallback` also gives
+  a scheduled temperature the trainer's step;
 - :mod:`.simcse` -- SimCSE's model and poolers, :func:`make_loss` by name, its data and the
   trainer that logs the adaptive quantities; :mod:`.simcse_names` -- its pooler and loss names
   (imports no framework);
@@ -77,8 +80,10 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers; at run time __getattr
     from adaptcl.adapters.sentence_transformers.citations import (
         AMCL_CITATION,
         ASCL_CITATION,
+        CLIP_CITATION,
         INFONCE_CITATION,
         MACL_CITATION,
+        TEMPERATURE_SCHEDULE_CITATION,
     )
     from adaptcl.adapters.sentence_transformers.losses import (
         AMCLLoss,
@@ -97,6 +102,10 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers; at run time __getattr
         unsupervised_dataset,
         validate_text_dataset,
     )
+    from adaptcl.adapters.sentence_transformers.temperatures import (
+        LearnableTemperatureLoss,
+        TemperatureScheduleLoss,
+    )
 
 _EXPORTS = {
     **dict.fromkeys(("InfoNCELoss", "MACLLoss", "ASCLLoss", "AMCLLoss"), "losses"),
@@ -105,8 +114,9 @@ _EXPORTS = {
     "LossStateCallback": "callbacks",
     **dict.fromkeys(("IncompleteCheckpointError", "last_complete_checkpoint", "verify_checkpoint"),
                     "checkpoints"),
-    **dict.fromkeys(("MACL_CITATION", "ASCL_CITATION", "AMCL_CITATION", "INFONCE_CITATION"),
-                    "citations"),
+    **dict.fromkeys(("TemperatureScheduleLoss", "LearnableTemperatureLoss"), "temperatures"),
+    **dict.fromkeys(("MACL_CITATION", "ASCL_CITATION", "AMCL_CITATION", "INFONCE_CITATION",
+                     "TEMPERATURE_SCHEDULE_CITATION", "CLIP_CITATION"), "citations"),
     **dict.fromkeys(("AdaptiveSentenceTransformerTrainer", "SimCSEProjection", "build_simcse_model",
                      "make_loss", "stsb_dev_evaluator", "supervised_dataset", "training_projection",
                      "unsupervised_dataset", "validate_text_dataset"), "simcse"),
@@ -114,11 +124,13 @@ _EXPORTS = {
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 
 __all__ = [
-    "LOSSES", "POOLERS", "InfoNCELoss", "MACLLoss", "ASCLLoss", "AMCLLoss", "AdaptiveContrastiveLoss",
+    "LOSSES", "POOLERS", "InfoNCELoss", "MACLLoss", "ASCLLoss", "AMCLLoss",
+    "TemperatureScheduleLoss", "LearnableTemperatureLoss", "AdaptiveContrastiveLoss",
     "LOSS_STATE_FILE", "LossStateMismatchError", "embedding_dimension", "loss_state_digest",
     "LossStateCallback", "IncompleteCheckpointError", "last_complete_checkpoint",
-    "verify_checkpoint", "MACL_CITATION", "ASCL_CITATION",
-    "AMCL_CITATION", "INFONCE_CITATION", "AdaptiveSentenceTransformerTrainer", "SimCSEProjection",
+    "verify_checkpoint", "MACL_CITATION", "ASCL_CITATION", "AMCL_CITATION", "INFONCE_CITATION",
+    "TEMPERATURE_SCHEDULE_CITATION", "CLIP_CITATION", "AdaptiveSentenceTransformerTrainer",
+    "SimCSEProjection",
     "build_simcse_model", "make_loss", "stsb_dev_evaluator", "supervised_dataset",
     "training_projection", "unsupervised_dataset", "validate_text_dataset",
 ]
