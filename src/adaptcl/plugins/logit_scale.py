@@ -62,12 +62,14 @@ from .distributed import GatherFn
 from .heads import as_heads
 from .validation import check_int, check_positive
 
-__all__ = ["LearnableTemperatureLoss", "learnable_temperature", "OPEN_CLIP_TEMPERATURE"]
+__all__ = ["LearnableTemperatureLoss", "learnable_temperature", "OPEN_CLIP_TEMPERATURE",
+           "scale_bounds", "bounded_scale"]
 
 #: CLIP's and open_clip's setting: initial tau 0.07 (``init_logit_scale = log(1 / 0.07)``),
 #: ``logit_scale`` clamped to ``[0, log 100]``, i.e. tau in ``[0.01, 1]``
 OPEN_CLIP_TEMPERATURE: dict[str, float] = {"temperature": 0.07, "min_temperature": 0.01,
                                            "max_temperature": 1.0}
+
 
 def _learnable_options(min_temperature: float, max_temperature: float,
                        positive_in_denominator: bool) -> dict:
@@ -126,11 +128,11 @@ def _learnable(z0: Tensor, z1: Tensor, negatives: Tensor | None, build, logit_sc
                                    tile_size=tile_size)
         total = total + losses
         per_head.append(stats)
-    # heads add up (AMCL's l = sum_c l_c): so do their loss values; the rest is their mean
-    summed = {"plain_loss"}
-    extra = {k: torch.stack([s[k] for s in per_head]).sum() if k in summed
-             else torch.stack([s[k] for s in per_head]).mean()
-             for k in per_head[0] if k not in ("loss", "temperature")}
+    # heads add up (AMCL's l = sum_c l_c): so do their unweighted losses; the rest is a mean
+    extra = {}
+    for key in per_head[0].keys() - {"loss", "temperature"}:
+        values = torch.stack([stats[key] for stats in per_head])
+        extra[key] = values.sum() if key == "plain_loss" else values.mean()
     return total, loss_stats(total, temperature=tau, **extra)
 
 
