@@ -155,8 +155,9 @@ def test_the_next_forward_clamps_after_an_update_and_reports_the_bound():
     assert loss_fn.logit_scale.item() == 0.0
 
 
-def test_two_forwards_before_one_backward_clamp_once_and_keep_the_graph():
-    """A symmetric use (two calls, one backward) must not modify s between the calls."""
+def test_two_forwards_before_one_backward_keep_the_graph():
+    """A symmetric use (two calls, one backward): the second call's in-place clamp must not
+    invalidate the first call's graph (it holds exp(-s) and the bounds' mask, never s)."""
     loss_fn = LearnableTemperatureLoss(0.1)
     z0, z1 = pair(6, 8)
     with torch.no_grad():

@@ -19,15 +19,16 @@ parameter (one per head with ``num_heads``), initialised at ``log(1 / temperatur
 
 The clamp, done as open_clip does it. ``s`` is kept in ``[log(1 / max_temperature),
 log(1 / min_temperature)]`` = ``[0, log 100]`` by default (tau in ``[0.01, 1]``). The loss
-does not own the optimiser, so it clamps the parameter in place, without gradient, at the start
-of the first forward pass after each change of the parameter (an optimiser step, a
-``load_state_dict``), detected by the parameter's version counter (no host-device
-synchronisation): the forward pass then sees the same value as open_clip's after its
-``clamp_``, the gradient flows to ``s`` unclamped (as in open_clip, whose forward has no clamp)
-and the optimiser's next step starts from the clamped value, so the trajectory of ``s`` is
-open_clip's. Two forward passes before one backward (a symmetric loss, gradient accumulation)
-clamp once. The forward pass also clamps out of place (a no-op on a clamped value), so a value
-written behind autograd's back (``s.data``) or the functional form's argument is bounded too.
+does not own the optimiser, so it clamps the parameter in place, without gradient and without
+reading it on the host, at the start of every forward pass (a no-op unless an optimiser step or
+a ``load_state_dict`` moved it out of the bounds): the forward pass then sees the same value as
+open_clip's after its ``clamp_``, the gradient flows to ``s`` (as in open_clip, whose forward
+has no clamp; at a bound too, see :func:`bounded_scale`) and the optimiser's next step starts
+from the clamped value, so the trajectory of ``s`` is open_clip's. Two forward passes before
+one backward (a symmetric loss, gradient accumulation) are fine: the graph keeps ``exp(-s)``
+and the bounds' mask, never ``s`` itself. The forward pass also bounds ``s`` out of place (a
+no-op on a clamped value), so the functional form's argument, and ``s`` under
+``torch.compile`` (which skips the in-place clamp), are bounded too.
 Call :meth:`LearnableTemperatureLoss.clamp_` to clamp right after ``optimizer.step()``
 exactly as open_clip does (before saving a checkpoint, say).
 
@@ -193,7 +194,6 @@ class LearnableTemperatureLoss(ContrastiveLoss):
         shape = () if num_heads == 1 else (num_heads,)
         #: s = log(1 / tau), open_clip's ``logit_scale`` (one per head)
         self.logit_scale = nn.Parameter(torch.full(shape, math.log(1.0 / temperature)))
-        self._clamped_version: int | None = None
 
     @property
     def temperature(self) -> Tensor:
@@ -205,20 +205,11 @@ class LearnableTemperatureLoss(ContrastiveLoss):
     def clamp_(self) -> LearnableTemperatureLoss:
         """Clamp ``s`` in place, as open_clip does after every ``optimizer.step()``."""
         self.logit_scale.clamp_(*scale_bounds(self.min_temperature, self.max_temperature))
-        self._clamped_version = self.logit_scale._version
         return self
 
-    def _clamp_after_update(self) -> None:
-        # The parameter's version counter moves with every in-place change (optimiser step,
-        # load_state_dict): clamp once after each, never between two forwards of one step (an
-        # in-place change there would invalidate the first forward's graph). Under
-        # torch.compile the out-of-place clamp of the forward pass bounds the value alone.
-        if torch.compiler.is_compiling() or self.logit_scale._version == self._clamped_version:
-            return
-        self.clamp_()
-
     def compute(self, z0: Tensor, z1: Tensor, negatives: Tensor | None) -> tuple[Tensor, Stats]:
-        self._clamp_after_update()
+        if not torch.compiler.is_compiling():  # compiled, the out-of-place bound alone holds
+            self.clamp_()  # open_clip's clamp after the last optimiser step
         return _learnable(z0, z1, negatives, self.candidates, self.logit_scale,
                           min_temperature=self.min_temperature,
                           max_temperature=self.max_temperature,

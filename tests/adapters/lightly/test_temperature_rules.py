@@ -78,6 +78,8 @@ def test_the_schedule_follows_its_step_and_saves_it():
     with pytest.raises(ValueError, match="step"):
         loss_fn.step = -1
     assert "period=8, step=10" in repr(loss_fn)
+    later = ours.TemperatureScheduleLoss(0.1, 1.0, 8, step=5)  # a run that starts mid-schedule
+    assert later.step == 5 and later.temperature == cosine_temperature(5, 0.1, 1.0, 8)
 
 
 def test_the_learned_temperature_is_a_parameter_of_the_loss():
