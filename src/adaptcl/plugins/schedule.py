@@ -49,8 +49,8 @@ Example:
 from __future__ import annotations
 
 import math
-from typing import Any
 
+import torch
 from torch import Tensor, nn
 
 from .base import ContrastiveLoss, Stats, functional_candidates, reduce, run_kernel
@@ -121,8 +121,8 @@ class TemperatureScheduleLoss(ContrastiveLoss):
             computes the same temperature from the same step, so gathering needs no
             communication beyond the candidates.
 
-    ``step`` is saved in ``state_dict`` (as this module's extra state) and restored by
-    ``load_state_dict``. After each call ``last_stats`` holds ``loss``, ``plain_loss``,
+    ``step`` is saved in ``state_dict`` (as this module's extra state, a 0-d int64 tensor) and
+    restored by ``load_state_dict``. After each call ``last_stats`` holds ``loss``, ``plain_loss``,
     ``alignment``, ``temperature`` (the step's tau), ``mean_w`` and ``positive_probability``.
 
     Examples:
@@ -183,11 +183,12 @@ class TemperatureScheduleLoss(ContrastiveLoss):
         return cosine_temperature(self._step, self.min_temperature, self.max_temperature,
                                   self.period)
 
-    def get_extra_state(self) -> dict[str, Any]:
-        return {"step": self._step}
+    def get_extra_state(self) -> Tensor:
+        # a 0-d CPU tensor: state dicts stay tensors only (weights_only loads, digests of them)
+        return torch.tensor(self._step, dtype=torch.int64)
 
-    def set_extra_state(self, state: dict[str, Any]) -> None:
-        self._step = check_int("step", int(state["step"]), 0)
+    def set_extra_state(self, state: Tensor) -> None:
+        self._step = check_int("step", int(state), 0)
 
     def compute(self, z0: Tensor, z1: Tensor, negatives: Tensor | None) -> tuple[Tensor, Stats]:
         return self.compute_from_candidates(self.candidates(z0, z1, negatives))

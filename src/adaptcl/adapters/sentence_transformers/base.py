@@ -272,11 +272,9 @@ class AdaptiveContrastiveLoss(CachedLossMixin, nn.Module):
 
     # --- trainable loss state (not part of the SentenceTransformer) ------------------------
 
-    def loss_state_dict(self) -> dict[str, Any]:
-        """Parameters, buffers and extra state (a temperature schedule's step) of the loss
-        itself, without the model's."""
-        return {k: v.detach().cpu() if isinstance(v, Tensor) else v
-                for k, v in self.state_dict().items() if not k.startswith("model.")}
+    def loss_state_dict(self) -> dict[str, Tensor]:
+        """Parameters and buffers of the loss itself, without the model's."""
+        return {k: v.detach().cpu() for k, v in self.state_dict().items() if not k.startswith("model.")}
 
     def save_loss_state(self, directory: str | os.PathLike) -> Path | None:
         """Write the loss's own trainable state to ``directory/adaptcl_loss_state.pt``.
