@@ -11,11 +11,14 @@ Organised by job:
 - :mod:`.losses` -- :class:`InfoNCELoss`, :class:`MACLLoss`, :class:`ASCLLoss`,
   :class:`AMCLLoss`, :class:`DySTreSSLoss` (with the peer's ``hardness_mode`` and, through
   ``use_labels=True``, the dataset's classes as multi-positive targets);
+- :mod:`.temperatures` -- :class:`TemperatureScheduleLoss` (driven by the trainer's step) and
+  :class:`LearnableTemperatureLoss` (CLIP's learned temperature);
 - :mod:`.base` -- :class:`AdaptiveContrastiveLoss`, their base (one pass or gradient caching,
   the loss's own trainable state);
 - :mod:`.callbacks` -- :class:`LossStateCallback` (the loss state in every checkpoint, restored
   from the one the trainer resumes from); :mod:`.checkpoints` -- whether a trainer checkpoint
-  can be resumed whole, :func:`last_complete_checkpoint`;
+  can be resumed whole, :func:`last_complete_checkpoint`; :class:`LossStateCallback` also gives
+  a scheduled temperature the trainer's step;
 - :mod:`.simcse` -- SimCSE's model and poolers, :func:`make_loss` by name, its data and the
   trainer that logs the adaptive quantities; :mod:`.simcse_names` -- its pooler and loss names
   (imports no framework);
@@ -78,10 +81,12 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers; at run time __getattr
     from adaptcl.adapters.sentence_transformers.citations import (
         AMCL_CITATION,
         ASCL_CITATION,
+        CLIP_CITATION,
         DYSTRESS_CITATION,
         INFONCE_CITATION,
         MACL_CITATION,
         SUPCON_CITATION,
+        TEMPERATURE_SCHEDULE_CITATION,
     )
     from adaptcl.adapters.sentence_transformers.losses import (
         AMCLLoss,
@@ -101,6 +106,10 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers; at run time __getattr
         unsupervised_dataset,
         validate_text_dataset,
     )
+    from adaptcl.adapters.sentence_transformers.temperatures import (
+        LearnableTemperatureLoss,
+        TemperatureScheduleLoss,
+    )
 
 _EXPORTS = {
     **dict.fromkeys(("InfoNCELoss", "MACLLoss", "ASCLLoss", "AMCLLoss", "DySTreSSLoss"), "losses"),
@@ -109,8 +118,10 @@ _EXPORTS = {
     "LossStateCallback": "callbacks",
     **dict.fromkeys(("IncompleteCheckpointError", "last_complete_checkpoint", "verify_checkpoint"),
                     "checkpoints"),
+    **dict.fromkeys(("TemperatureScheduleLoss", "LearnableTemperatureLoss"), "temperatures"),
     **dict.fromkeys(("MACL_CITATION", "ASCL_CITATION", "AMCL_CITATION", "INFONCE_CITATION",
-                     "DYSTRESS_CITATION", "SUPCON_CITATION"), "citations"),
+                     "DYSTRESS_CITATION", "SUPCON_CITATION", "TEMPERATURE_SCHEDULE_CITATION",
+                     "CLIP_CITATION"), "citations"),
     **dict.fromkeys(("AdaptiveSentenceTransformerTrainer", "SimCSEProjection", "build_simcse_model",
                      "make_loss", "stsb_dev_evaluator", "supervised_dataset", "training_projection",
                      "unsupervised_dataset", "validate_text_dataset"), "simcse"),
@@ -119,10 +130,11 @@ __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 
 __all__ = [
     "LOSSES", "POOLERS", "InfoNCELoss", "MACLLoss", "ASCLLoss", "AMCLLoss", "DySTreSSLoss",
-    "AdaptiveContrastiveLoss", "LOSS_STATE_FILE", "LossStateMismatchError", "embedding_dimension",
-    "loss_state_digest", "LossStateCallback", "IncompleteCheckpointError",
-    "last_complete_checkpoint", "verify_checkpoint", "MACL_CITATION", "ASCL_CITATION",
-    "AMCL_CITATION", "INFONCE_CITATION", "DYSTRESS_CITATION", "SUPCON_CITATION",
+    "TemperatureScheduleLoss", "LearnableTemperatureLoss", "AdaptiveContrastiveLoss",
+    "LOSS_STATE_FILE", "LossStateMismatchError", "embedding_dimension", "loss_state_digest",
+    "LossStateCallback", "IncompleteCheckpointError", "last_complete_checkpoint",
+    "verify_checkpoint", "MACL_CITATION", "ASCL_CITATION", "AMCL_CITATION", "INFONCE_CITATION",
+    "DYSTRESS_CITATION", "SUPCON_CITATION", "TEMPERATURE_SCHEDULE_CITATION", "CLIP_CITATION",
     "AdaptiveSentenceTransformerTrainer", "SimCSEProjection",
     "build_simcse_model", "make_loss", "stsb_dev_evaluator", "supervised_dataset",
     "training_projection", "unsupervised_dataset", "validate_text_dataset",
