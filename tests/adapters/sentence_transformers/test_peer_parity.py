@@ -249,6 +249,7 @@ def test_positional_second_argument_follows_multiple_negatives_ranking_loss():
     (st_losses.MACLLoss, (0.05, cos_sim, 2.0), "alpha"),
     (st_losses.ASCLLoss, (20.0, None, 0.025), "sharpen_temperature"),
     (st_losses.AMCLLoss, (20.0,), "num_heads"),
+    (st_losses.DySTreSSLoss, (20.0,), "min_temperature"),
     (st_losses.TemperatureScheduleLoss, (20.0,), "min_temperature"),
     (st_losses.LearnableTemperatureLoss, (20.0, cos_sim, 0.05), "temperature"),
 ])
