@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from adaptcl.io import atomic_write
+from adaptcl.recipes.engine.errors import first_line
 
 
 def check_output_dir(path: str | os.PathLike, option: str = "--output-dir") -> Path:
@@ -112,22 +113,6 @@ def markdown_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | N
     for row in rows:
         lines.append("| " + " | ".join(fmt(row.get(col)) for col in columns) + " |")
     return "\n".join(lines) + "\n"
-
-
-def mean_std(values: Sequence[float]) -> tuple[float, float]:
-    """Mean and population standard deviation (as the GraphCL/MACL tables report)."""
-    if not values:
-        raise ValueError("mean_std needs at least one value")
-    n = len(values)
-    mean = sum(values) / n
-    var = sum((v - mean) ** 2 for v in values) / n
-    return mean, var**0.5
-
-
-def first_line(err: BaseException) -> str:
-    """The first line of an error's message ("" when it has none)."""
-    text = str(err).strip()
-    return text.splitlines()[0] if text else ""
 
 
 def note_corrupt(what: str, path: str | os.PathLike, err: BaseException, then: str, *,

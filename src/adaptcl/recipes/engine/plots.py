@@ -7,7 +7,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from adaptcl.recipes.template.files import save_figure_atomic
+from adaptcl.recipes.engine.files import save_figure_atomic
 
 
 def save_plot(path: str | os.PathLike, draw: Callable[[Any], None], *, title: str = "",
@@ -58,7 +58,7 @@ def explain_empty(ax: Any, reason: str) -> None:
 def draw_summaries(axes: list[Any], summaries: dict[str, Any], rows: list[str],
                    methods: list[str], baseline: str | None, metrics: list[str],
                    by: list[str], numeric: bool = True) -> None:
-    """Each metric's :func:`~adaptcl.recipes.template.report.summarize` over ``rows`` (mean ±
+    """Each metric's :func:`~adaptcl.recipes.engine.report.summarize` over ``rows`` (mean ±
     std per method, one panel each) and, on a last panel when there is one, the head metric's
     paired difference to ``baseline`` with its 95% CI; ``by`` names the x axis (the setting
     the rows differ in). ``numeric=False``: the rows are categories (markers only).

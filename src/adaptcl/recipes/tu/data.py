@@ -8,12 +8,11 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any
 
-from adaptcl.recipes.template.files import load_or_rebuild
-
-if TYPE_CHECKING:
-    from adaptcl.recipes.tu import TUConfig
+from adaptcl.recipes.engine.cells import RunLayout
+from adaptcl.recipes.engine.files import load_or_rebuild
+from adaptcl.recipes.tu.config import TUConfig
 
 
 def find_raw(data_root: Path, name: str) -> tuple[str, Path]:
@@ -70,13 +69,14 @@ def prepare_tu_root(source: Path, name: str, work_dir: Path, fingerprint: str) -
     return root
 
 
-def load_tu_graphs(cfg: TUConfig, name: str, source: Path, fingerprint: str):
+def load_tu_graphs(cfg: TUConfig, name: str, source: Path,
+                   fingerprint: str) -> tuple[list[Any], int, dict[str, Any]]:
     """The dataset as a list of ``Data`` with node features; returns (graphs, dim, info)."""
     from torch_geometric.datasets import TUDataset
 
     from adaptcl.adapters.graphcl import CappedOneHotDegree, ConstantFeatures
 
-    work_dir = Path(cfg.work_dir) if cfg.work_dir else Path(cfg.output_dir) / "data"
+    work_dir = Path(cfg.work_dir) if cfg.work_dir else RunLayout(cfg.output_dir).folder("data")
     root = prepare_tu_root(source, name, work_dir, fingerprint)
     dataset = load_or_rebuild(
         root / name / "processed", lambda: TUDataset(str(root), name=name),

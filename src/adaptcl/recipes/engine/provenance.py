@@ -10,49 +10,18 @@ import json
 import os
 import platform
 import subprocess
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from adaptcl.recipes.template.files import write_json_atomic
+from adaptcl.io import fingerprint_files  # noqa: F401  (the one content fingerprint, re-exported)
+from adaptcl.recipes.engine.files import write_json_atomic
 
 
 def stable_hash(obj: Any, length: int = 16) -> str:
     """SHA-256 (hex, first ``length`` characters) of ``obj`` as canonical JSON."""
     blob = json.dumps(obj, sort_keys=True, default=str, separators=(",", ":")).encode()
     return hashlib.sha256(blob).hexdigest()[:length]
-
-
-def fingerprint_files(paths: Iterable[str | os.PathLike], root: str | os.PathLike | None = None
-                      ) -> dict[str, Any]:
-    """Fingerprint of input files: SHA-256 over every file's name, size and content.
-
-    ``paths`` may hold files and folders (walked recursively, sorted; hidden entries skipped).
-    Names are taken relative to ``root`` when given, so a copy of the same data elsewhere has the
-    same fingerprint; a changed byte anywhere changes it.
-    """
-    files: list[Path] = []
-    for entry in paths:
-        entry = Path(entry)
-        if entry.is_dir():
-            files.extend(p for p in sorted(entry.rglob("*"))
-                         if p.is_file() and not any(part.startswith(".") for part in
-                                                    p.relative_to(entry).parts))
-        elif entry.is_file():
-            files.append(entry)
-        else:
-            raise FileNotFoundError(f"cannot fingerprint {str(entry)!r}: no such file or folder")
-    digest = hashlib.sha256()
-    total = 0
-    for path in files:
-        name = str(path.relative_to(root)) if root is not None else path.name
-        size = path.stat().st_size
-        total += size
-        digest.update(f"{name}\0{size}\0".encode())
-        with open(path, "rb") as handle:
-            for chunk in iter(lambda: handle.read(1 << 20), b""):
-                digest.update(chunk)
-    return {"sha256": digest.hexdigest(), "files": len(files), "bytes": total}
 
 
 def same_data(a: Any, b: Any) -> bool:
@@ -83,17 +52,35 @@ def code_version(*modules: str) -> dict[str, Any]:
             "modules": sorted(modules)}
 
 
-def package_version() -> str:
-    """adaptcl's version from the installed metadata (``adaptcl.__version__`` when not installed)."""
-    try:
-        from importlib.metadata import PackageNotFoundError, version
+def package_version(name: str = "adaptcl") -> str | None:
+    """The installed version of the distribution ``name`` (``None`` if it is not installed);
+    adaptcl's own falls back to ``adaptcl.__version__`` in a bare checkout. The one version
+    lookup of the recipes (environment records, framework versions in identities)."""
+    from importlib.metadata import PackageNotFoundError, version
 
-        return version("adaptcl")
-    except PackageNotFoundError:  # pragma: no cover - running from a bare checkout
-        import adaptcl
+    try:
+        return version(name)
+    except PackageNotFoundError:
+        if name != "adaptcl":
+            return None
+        import adaptcl  # pragma: no cover - running from a bare checkout
 
         return adaptcl.__version__
 
+
+def package_versions(names: Sequence[str]) -> dict[str, str | None]:
+    """``{name: version or None}`` of each distribution in ``names``."""
+    return {name: package_version(name) for name in names}
+
+
+def cpu_capability() -> str | None:
+    """The kernel path PyTorch dispatches to on this CPU (``default``, ``avx2``, ``avx512``, ...;
+    ``ATEN_CPU_CAPABILITY`` overrides it): float results of training are bit-exact only on the
+    same path, so every result records it."""
+    import torch
+
+    getter = getattr(getattr(torch.backends, "cpu", None), "get_cpu_capability", None)
+    return getter() if getter is not None else None
 
 
 def _cpu_model() -> str:
@@ -125,15 +112,6 @@ def git_commit() -> str | None:
     return out.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
-def _version_of(module: str) -> str | None:
-    try:
-        from importlib.metadata import PackageNotFoundError, version
-
-        return version(module)
-    except PackageNotFoundError:
-        return None
-
-
 def environment(*, frameworks: Sequence[str] = (), device: str | None = None,
                 data_root: str | os.PathLike | None = None,
                 data_fingerprint: Any = None) -> dict[str, Any]:
@@ -143,8 +121,9 @@ def environment(*, frameworks: Sequence[str] = (), device: str | None = None,
     env: dict[str, Any] = {
         "adaptcl": package_version(), "python": platform.python_version(),
         "torch": torch.__version__,
-        "frameworks": {name: _version_of(name) for name in frameworks},
+        "frameworks": package_versions(frameworks),
         "platform": platform.platform(), "cpu": _cpu_model(), "cpu_count": os.cpu_count(),
+        "cpu_capability": cpu_capability(),
         "torch_threads": torch.get_num_threads(), "device": device,
         "cuda": torch.version.cuda if torch.cuda.is_available() else None,
         "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,

@@ -1,37 +1,37 @@
-"""The run store: a grid of cells, each record kept with the identity it was computed with.
+"""The run store: each cell's record kept with the identity it was computed with.
 
-A recipe is a grid of *cells* ``(dataset, method, seed)``. For each cell the recipe states its
-*identity* (everything that determines the result: the resolved settings, a fingerprint of the
-input data, the code version) and a function computing its *record*. :func:`run_grid` reuses a
-stored record only when the stored identity equals the current one; otherwise the old record is
-moved aside (``runs/superseded/``, never mixed into a table) and the cell is recomputed. A record
-that is not a result is refused with :class:`~adaptcl.recipes.template.errors.NonResultError`
-before it is stored. A cell whose training diverged (a NaN or infinite loss, metric or
-embedding: :class:`~adaptcl.recipes.template.errors.DivergedError` or the core's
+For each cell a recipe states its *identity* (everything that determines the result: the
+resolved settings, a fingerprint of the input data, the code version) and computes its
+*record*. A stored record is reused only when the stored identity equals the current one;
+otherwise the old record is moved aside (``runs/superseded/``, never mixed into a table) and
+the cell is recomputed. A record that is not a result is refused with
+:class:`~adaptcl.recipes.engine.errors.NonResultError` before it is stored. A cell whose
+training diverged (a NaN or infinite loss, metric or embedding:
+:class:`~adaptcl.recipes.engine.errors.DivergedError` or the core's
 :class:`~adaptcl.plugins.validation.NonFiniteError`) is recorded in :attr:`GridRun.diverged`,
 nothing is stored for it, and the other cells go on.
 
 Several processes may share one output folder (local disk; locks are ``flock`` locks through
 :mod:`filelock`, which network file systems may not honour). A cell is computed and saved under
-its own lock (``runs/.locks/<dataset>/<method>/seed<k>.lock``), so two processes never compute
-the same cell at once: the second waits, then reuses the record the first stored. Different
-cells run in parallel. Each process also registers the identity of every cell of its grid in
+its own lock (``runs/.locks/<cell>.lock``), so two processes never compute the same cell at
+once: the second waits, then reuses the record the first stored. Different cells run in
+parallel. Each process also registers the identity of every cell of its grid in
 ``runs/.active/`` (:class:`ActiveRuns`); a process whose grid shares a cell with a live run of
 *other* settings is refused before it computes or supersedes anything.
 
+How the cells of a grid are run (one after another, or as jobs) is
+:mod:`~adaptcl.recipes.engine.jobs`; this module stores, reuses and computes one cell.
+
 Example:
     >>> import tempfile
-    >>> out = tempfile.mkdtemp()
-    >>> cells = [Cell("toy", "base", s) for s in (0, 1)]
-    >>> grid = run_grid("toy", out, cells, identity=lambda c: {"lr": 0.1},
-    ...                 compute=lambda c: {"metrics": {"acc": 0.5 + c.seed / 10},
-    ...                                    "optimisation_steps": 3, "train_seconds": 0.0},
-    ...                 progress_bar=False)
-    >>> [c.seed for c in grid.computed], grid.reused
-    ([0, 1], [])
-    >>> run_grid("toy", out, cells, identity=lambda c: {"lr": 0.1}, compute=None,
-    ...          progress_bar=False).reused == cells
-    True
+    >>> store = RunStore(tempfile.mkdtemp())
+    >>> cell = Cell((("dataset", "toy"), ("loss", "base")), seed=0)
+    >>> grid = GridRun(cells=[cell], identities={cell: {"lr": 0.1}})
+    >>> compute_one(store, grid, cell, lambda c: {"metrics": {"acc": 0.5},
+    ...             "optimisation_steps": 3, "train_seconds": 0.0}, trains=True)
+    'computed'
+    >>> store.load(cell, {"lr": 0.1})["metrics"], store.load(cell, {"lr": 0.2})
+    ({'acc': 0.5}, None)
 """
 
 from __future__ import annotations
@@ -44,53 +44,42 @@ import re
 import secrets
 import socket
 import sys
-import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
-from adaptcl.recipes.template.errors import (
+from adaptcl.recipes.engine.cells import Cell, RunLayout
+from adaptcl.recipes.engine.errors import (
+    CellsFailedError,
     DivergedError,
     NonResultError,
     RecipeError,
     check_record,
-    check_seed,
+    first_line,
+    note,
 )
-from adaptcl.recipes.template.files import first_line, note_corrupt, read_json, write_json_atomic
-from adaptcl.recipes.template.options import note
-from adaptcl.recipes.template.progress import progress
-from adaptcl.recipes.template.provenance import git_commit, stable_hash
-
-
-class Cell(NamedTuple):
-    """One run of a grid: ``dataset`` x ``method`` (loss, init, encoder) x ``seed``."""
-
-    dataset: str
-    method: str
-    seed: int
-
-    def label(self) -> str:
-        return f"{self.dataset}/{self.method}/seed{self.seed}"
-
-
+from adaptcl.recipes.engine.files import note_corrupt, read_json, write_json_atomic
+from adaptcl.recipes.engine.provenance import stable_hash
 
 
 class RunStore:
     """Records of finished cells under ``<out_dir>/runs``, each with the identity it was computed with.
 
-    ``runs/<dataset>/<method>/seed<k>.json`` holds ``{"identity", "identity_hash", "record"}``,
-    written atomically. A record whose identity differs from the current one (or that cannot be
-    read) is moved to ``runs/superseded/<timestamp>/...`` and reported, never reused.
+    ``runs/<cell>.json`` (:meth:`RunLayout.record`) holds ``{"identity", "identity_hash",
+    "record"}``, written atomically. A record whose identity differs from the current one (or
+    that cannot be read) is moved to ``runs/superseded/<timestamp>/...`` and reported, never
+    reused.
     """
 
     def __init__(self, out_dir: str | os.PathLike) -> None:
-        self.root = Path(out_dir) / "runs"
+        self.layout = RunLayout(out_dir)
+        self.root = self.layout.runs
         self.superseded: list[str] = []
         self._stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
 
     def path(self, cell: Cell) -> Path:
-        return self.root / cell.dataset / cell.method / f"seed{cell.seed}.json"
+        return self.layout.record(cell)
 
     def load(self, cell: Cell, identity: Mapping[str, Any]) -> dict[str, Any] | None:
         """The stored record of ``cell`` if it was computed with ``identity``; else ``None``.
@@ -119,7 +108,7 @@ class RunStore:
         return None
 
     def lock_path(self, cell: Cell) -> Path:
-        return self.root / LOCKS_DIR / cell.dataset / cell.method / f"seed{cell.seed}.lock"
+        return self.layout.lock(cell)
 
     @contextlib.contextmanager
     def cell_lock(self, cell: Cell, *, waiting: Callable[[], None] | None = None
@@ -154,7 +143,7 @@ class RunStore:
 
     def _set_aside(self, path: Path) -> Path | None:
         """Move ``path`` under ``runs/superseded/<time>/``; ``None`` if it is gone already."""
-        target = self.root / "superseded" / self._stamp / path.relative_to(self.root)
+        target = self.layout.superseded(self._stamp) / path.relative_to(self.root)
         target.parent.mkdir(parents=True, exist_ok=True)
         try:
             os.replace(path, target)
@@ -162,10 +151,6 @@ class RunStore:
             return None
         self.superseded.append(str(target))
         return target
-
-
-LOCKS_DIR = ".locks"
-ACTIVE_DIR = ".active"
 
 
 def distributed_follower() -> bool:
@@ -193,8 +178,8 @@ class ActiveRuns:
     conflicting settings the second is refused.
     """
 
-    def __init__(self, root: str | os.PathLike) -> None:
-        self.dir = Path(root) / ACTIVE_DIR
+    def __init__(self, layout: RunLayout) -> None:
+        self.dir = layout.active
         self.entry: Path | None = None
         self._hold: Any = None
 
@@ -304,6 +289,16 @@ class GridRun:
     def complete(self) -> bool:
         return all(c in self.records for c in self.cells)
 
+    def in_grid_order(self) -> None:
+        """Records and lists in the order of :attr:`cells`, not the order jobs finished in
+        (``results.json`` is the same however the cells ran)."""
+        order = {c: i for i, c in enumerate(self.cells)}
+        self.records = {c: self.records[c] for c in self.cells if c in self.records}
+        self.computed.sort(key=order.__getitem__)
+        self.reused.sort(key=order.__getitem__)
+        self.diverged = {c: self.diverged[c] for c in self.cells if c in self.diverged}
+        self.failed = {c: self.failed[c] for c in self.cells if c in self.failed}
+
     def code_versions(self) -> list[Any]:
         """The distinct code versions (``identity["code"]``) of the cells with a record."""
         seen: dict[str, Any] = {}
@@ -332,13 +327,11 @@ class GridRun:
                              f"inf; nothing stored for them): {', '.join(parts)}",
                              step=first.get("step"), loss=first.get("loss"))
 
-    def failed_error(self) -> Exception | None:
-        """One :class:`~adaptcl.recipes.template.jobs.CellsFailedError` naming every cell whose
+    def failed_error(self) -> CellsFailedError | None:
+        """One :class:`~adaptcl.recipes.engine.errors.CellsFailedError` naming every cell whose
         job failed (``None`` when none did), diverged cells appended."""
         if not self.failed:
             return None
-        from adaptcl.recipes.template.jobs import CellsFailedError
-
         names = ", ".join(f"{c.label()} ({info['error']})" for c, info in self.failed.items())
         diverged = self.diverged_error()
         return CellsFailedError(
@@ -351,19 +344,20 @@ class GridRun:
 
         ``missing``: planned cells with neither a record nor a divergence (never ran, or failed);
         ``failed``: ``[{"cell", "error", "log", "job_id"}]``, cells whose job raised;
-        ``diverged``: ``[{"cell": [dataset, method, seed], "step", "loss", "message"}]`` in grid
-        order, the loss JSON-safe (a finite float, ``"nan"``, ``"inf"``, ``"-inf"`` or ``None``).
+        ``diverged``: ``[{"cell": {axis: value, ..., "seed": k}, "step", "loss", "message"}]``
+        in grid order, the loss JSON-safe (a finite float, ``"nan"``, ``"inf"``, ``"-inf"`` or
+        ``None``). Cells are written as :meth:`Cell.as_dict`.
         """
         return {"complete": self.complete, "partial": not self.complete,
-                "reused": [list(c) for c in self.reused],
-                "computed": [list(c) for c in self.computed],
-                "missing": [list(c) for c in self.cells
+                "reused": [c.as_dict() for c in self.reused],
+                "computed": [c.as_dict() for c in self.computed],
+                "missing": [c.as_dict() for c in self.cells
                             if c not in self.records and c not in self.diverged],
-                "diverged": [{"cell": list(c), "step": info.get("step"),
+                "diverged": [{"cell": c.as_dict(), "step": info.get("step"),
                               "loss": _json_number(info.get("loss")),
                               "message": info.get("message")}
                              for c, info in self.diverged.items()],
-                "failed": [{"cell": list(c)} | dict(info) for c, info in self.failed.items()],
+                "failed": [{"cell": c.as_dict()} | dict(info) for c, info in self.failed.items()],
                 "superseded": list(self.superseded),
                 "code": self.code_versions(),
                 "total_train_seconds": sum(float(r.get("train_seconds") or 0.0)
@@ -371,90 +365,11 @@ class GridRun:
                 "seconds_this_invocation": self.seconds_this_invocation}
 
 
-def _postfix(cell: Cell | None, grid: GridRun) -> str:
-    """The progress bar's note: the cell at work, and how many diverged so far."""
-    parts = [cell.label()] if cell is not None else []
-    if grid.diverged:
-        parts.append(f"{len(grid.diverged)} diverged")
-    return ", ".join(parts)
-
-
-def run_grid(recipe: str, out_dir: str | os.PathLike, cells: Sequence[Cell], *,
-             identity: Callable[[Cell], Mapping[str, Any]],
-             compute: Callable[[Cell], dict[str, Any] | None] | None,
-             trains: Callable[[Cell], bool] | bool = True,
-             on_record: Callable[[GridRun], None] | None = None,
-             progress_bar: bool = True, reuse: bool = True,
-             jobs: Any = None) -> GridRun:
-    """Compute every cell whose stored record is missing or stale; reuse the others.
-
-    ``identity(cell)`` returns everything that determines the cell's result (JSON-able);
-    ``compute(cell)`` returns its record (``metrics``, ``optimisation_steps``, ``train_seconds``
-    and anything else), or ``None`` on a process that does not own the result (a non-zero
-    rank of a distributed run); ``compute=None`` only collects what is stored. Each record is checked
-    with :func:`check_record` before it is stored. A cell whose ``compute`` raises
-    :class:`~adaptcl.recipes.template.errors.DivergedError` or
-    :class:`~adaptcl.plugins.validation.NonFiniteError`, or whose record ``check_record`` refuses
-    as non-finite, goes to :attr:`GridRun.diverged` (nothing stored) and the grid goes on; any
-    other :class:`~adaptcl.recipes.template.errors.NonResultError` (no optimisation step, no
-    metrics) stops the run. ``on_record`` is called after each cell computed or diverged while
-    there is at least one record (to rewrite partial result files).
-
-    A cell listed twice is run once (with a note); a seed outside ``[0, 2**32 - 1]`` is refused
-    (:class:`~adaptcl.recipes.template.errors.RecipeError`) before anything is computed.
-
-    ``reuse=False`` recomputes every cell even when a matching record is stored (``--no-cache``);
-    the old record stays in place until the new one is stored, then moves to
-    ``runs/superseded/`` (listed in :attr:`GridRun.superseded`); a cell that diverges keeps it.
-
-    ``jobs`` (a :class:`~adaptcl.recipes.template.jobs.JobRunner`): each cell to compute runs
-    as a submitit job instead of ``compute`` here; a job that fails goes to
-    :attr:`GridRun.failed` and the other cells go on. The grid's records and lists (computed,
-    reused, diverged, failed) are in the order of ``cells``, whatever order the jobs finished in.
-    """
-    unique = list(dict.fromkeys(cells))  # a cell listed twice is computed once
-    if len(unique) < len(cells):
-        repeated = [c.label() for c in unique if list(cells).count(c) > 1]
-        note(f"{len(repeated)} runs are listed more than once ({', '.join(repeated[:3])}"
-             f"{', ...' if len(repeated) > 3 else ''}); running each once")
-    cells = unique
-    for cell in cells:  # before anything is computed
-        check_seed(cell.seed, cell.label())
-    git_commit()  # the commit the runs start from (cached for the result's environment)
-    store = RunStore(out_dir)
-    grid = GridRun(cells=cells)
-    start = time.perf_counter()
-    for cell in grid.cells:
-        grid.identities[cell] = identity(cell)
-    follower = distributed_follower()
-    active = None if follower else ActiveRuns(store.root)
-    if active is not None:  # before anything is superseded or computed
-        active.register(recipe, {c.label(): stable_hash(grid.identities[c]) for c in grid.cells})
-    try:
-        _collect_and_compute(recipe, store, grid, compute=compute, trains=trains,
-                             on_record=on_record, progress_bar=progress_bar, start=start,
-                             active=active, reuse=reuse, jobs=jobs)
-    finally:
-        if active is not None:
-            active.unregister()
-    # grid order, not the order jobs happened to finish in (results.json is the same either way)
-    order = {c: i for i, c in enumerate(grid.cells)}
-    grid.records = {c: grid.records[c] for c in grid.cells if c in grid.records}
-    grid.computed.sort(key=order.__getitem__)
-    grid.reused.sort(key=order.__getitem__)
-    grid.diverged = {c: grid.diverged[c] for c in grid.cells if c in grid.diverged}
-    grid.failed = {c: grid.failed[c] for c in grid.cells if c in grid.failed}
-    grid.seconds_this_invocation = time.perf_counter() - start
-    return grid
-
-
-def _collect_and_compute(recipe: str, store: RunStore, grid: GridRun, *,
-                         compute: Callable[[Cell], dict[str, Any] | None] | None,
-                         trains: Callable[[Cell], bool] | bool,
-                         on_record: Callable[[GridRun], None] | None, progress_bar: bool,
-                         start: float, active: ActiveRuns | None, reuse: bool,
-                         jobs: Any = None) -> None:
-    todo: list[Cell] = []
+def collect(store: RunStore, grid: GridRun, *, reuse: bool = True) -> list[Cell]:
+    """Put every cell of ``grid`` whose record of the same identity is stored into
+    ``grid.records`` (``grid.reused``); return the others, to compute (``reuse=False``: every
+    cell; the stored records are set aside only when their cell is stored anew)."""
+    todo = []
     for cell in grid.cells:
         record = store.load(cell, grid.identities[cell]) if reuse else None
         if record is not None:
@@ -463,28 +378,7 @@ def _collect_and_compute(recipe: str, store: RunStore, grid: GridRun, *,
         else:
             todo.append(cell)
     grid.superseded = store.superseded
-    if (compute is None and jobs is None) or not todo:
-        return
-    if jobs is not None:  # each cell a job of its own (submitit); this process collects
-        from adaptcl.recipes.template.jobs import run_jobs
-
-        run_jobs(recipe, store, grid, todo, jobs, on_record=on_record,
-                 progress_bar=progress_bar, start=start)
-        return
-    bar = progress(total=len(grid.cells), initial=len(grid.reused), desc=f"{recipe} runs",
-                   enabled=progress_bar, leave=True)
-    try:
-        for cell in todo:
-            bar.set_postfix_str(_postfix(cell, grid))
-            status = compute_one(store, grid, cell, compute, trains, reuse=reuse,
-                                 active=active, locked=active is not None)
-            grid.seconds_this_invocation = time.perf_counter() - start
-            if status in ("computed", "diverged") and on_record is not None and grid.records:
-                on_record(grid)
-            bar.update(1)
-        bar.set_postfix_str(_postfix(None, grid))
-    finally:
-        bar.close()
+    return todo
 
 
 def compute_one(store: RunStore, grid: GridRun, cell: Cell,
@@ -494,7 +388,7 @@ def compute_one(store: RunStore, grid: GridRun, cell: Cell,
     """Compute and store one cell under its lock (``locked``), or reuse the record another
     process stored meanwhile (``reuse``); what happened: ``"computed"``, ``"reused"``,
     ``"diverged"`` or ``"none"`` (this process owns no result). Used by the sequential grid
-    and by each job of :mod:`~adaptcl.recipes.template.jobs`."""
+    and by each job of :mod:`~adaptcl.recipes.engine.jobs`."""
     lock = (store.cell_lock(cell, waiting=lambda: _waiting_note(active, cell)) if locked
             else contextlib.nullcontext())
     with lock:
@@ -519,7 +413,7 @@ def _compute_cell(store: RunStore, grid: GridRun, cell: Cell,
         record = compute(cell)
         if record is None:  # computed and stored by another process (rank 0 of DDP)
             return False
-        check_record(cell, record, trains=training)
+        check_record(cell.label(), record, trains=training)
     except _diverged_errors() as err:
         if not training:  # NaN from a frozen encoder is a broken input, not a divergence
             raise err if isinstance(err, NonResultError) else NonResultError(

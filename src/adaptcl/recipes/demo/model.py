@@ -7,20 +7,15 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-from adaptcl.recipes.demo_data import augment
-from adaptcl.recipes.template.errors import DivergedError, check_embeddings
-from adaptcl.recipes.template.progress import progress
-from adaptcl.recipes.template.torch_env import (
-    autocast,
-    grad_scaler,
-    resolve_device,
-    seed_everything,
-)
+from adaptcl.precision import autocast
+from adaptcl.recipes.demo.config import DemoConfig
+from adaptcl.recipes.demo.data import augment
+from adaptcl.recipes.engine.errors import DivergedError, trained_embeddings
+from adaptcl.recipes.engine.progress import progress
+from adaptcl.recipes.engine.torch_env import grad_scaler, resolve_device, seed_everything
 
 if TYPE_CHECKING:  # torch is imported where it is used, so ``adaptcl demo --help`` is instant
     from torch import Tensor, nn
-
-    from adaptcl.recipes.demo import DemoConfig
 
 STEP_KEYS = ("loss", "plain_loss", "alignment", "temperature", "mean_w", "positive_probability")
 
@@ -113,7 +108,7 @@ def embed(encoder: nn.Module, images: Tensor, batch_size: int = 512) -> Tensor:
     with torch.no_grad():
         features = torch.cat([encoder(images[i:i + batch_size].to(device)).float().cpu()
                               for i in range(0, len(images), batch_size)])
-    check_embeddings(features, "demo encoder features")
+    trained_embeddings(features, "demo encoder features")
     return features
 
 

@@ -7,14 +7,13 @@
 and cancels the processes; the parent only keeps at most N of them submitted at a time
 (the local executor starts every submitted job at once) and collects what they stored.
 
-A job is one pure computation (:func:`run_cell_job`): it rebuilds the recipe from its config
-(``Recipe(config)``, :meth:`~adaptcl.recipes.template.recipe.Recipe.prepare`,
-:meth:`~adaptcl.recipes.template.recipe.Recipe.setup`; shared work such as ``moleculenet``'s
-pre-training was done once by the parent, so the job's ``setup`` only loads it), checks that
-the cell's identity is the one the parent planned (code, data and settings unchanged since the
-submission), computes ONE cell and stores its record through the
-:class:`~adaptcl.recipes.template.store.RunStore` under the cell's lock, as the sequential run
-does. The parent reads the record back from the store.
+A job is one pure computation (:func:`run_cell_job`): it rebuilds the recipe from its
+settings (``Recipe(sweep)``, then its ``ready()``: prepare, threads, setup; shared work such
+as ``moleculenet``'s pre-training was done once by the parent, so the job's ``setup`` only
+loads it), checks that the cell's identity is the one the parent planned (code, data and
+settings unchanged since the submission), computes ONE cell and stores its record through the
+:class:`~adaptcl.recipes.engine.store.RunStore` under the cell's lock, as a cell computed in
+the parent is stored. The parent reads the record back from the store.
 
 Threads: on this machine ``--threads T`` is divided between the jobs, ``max(1, T // N)`` torch
 threads each, and as many for the BLAS/OpenMP pools of numpy, scipy and scikit-learn (so
@@ -28,22 +27,33 @@ Example:
     (True, 2, 1)
     >>> JobOptions().parallel
     False
+    >>> JobOptions(cluster_option=["slurm_mem=16G"])
+    Traceback (most recent call last):
+    ...
+    adaptcl.recipes.engine.errors.RecipeError: --cluster-option only applies with --cluster slurm
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
+import dataclasses
 import os
+import shutil
 import signal
 import sys
 import threading
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from adaptcl.recipes.template.errors import RecipeError
+from adaptcl.recipes.engine.cells import Cell, RunLayout
+from adaptcl.recipes.engine.errors import RecipeError, note
+from adaptcl.recipes.engine.progress import progress
+from adaptcl.recipes.engine.provenance import stable_hash
+from adaptcl.recipes.engine.settings import at_least, check_settings, setting
+from adaptcl.recipes.engine.store import GridRun, RunStore, compute_one, distributed_follower
 
 #: where the cells run: ``local`` (this machine, submitit's LocalExecutor) or ``slurm``
 CLUSTERS = ("local", "slurm")
@@ -51,88 +61,70 @@ CLUSTERS = ("local", "slurm")
 LOCAL_TIMEOUT_MIN = 7 * 24 * 60
 #: the parent's polling interval in seconds
 POLL_SECONDS = 0.2
+#: seconds to wait for cancelled local jobs to end (submitit: SIGINT, then SIGKILL after 1 s)
+CANCEL_WAIT_SECONDS = 15.0
+
+_RUN = {"identity": False, "sweep": False}
 
 
-class CellsFailedError(RuntimeError):
-    """Cells whose job raised (a crash, not a user error): the CLI prints this one line and
-    exits 1; the other cells' records are stored and the table is written."""
-
-
-def _cluster_option(text: str) -> tuple[str, Any]:
-    """``KEY=VALUE`` of ``--cluster-option`` (an integer or float VALUE as a number)."""
-    key, sep, value = text.partition("=")
-    if not sep or not key.strip():
-        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
-    for kind in (int, float):
-        try:
-            return key.strip(), kind(value)
-        except ValueError:
-            continue
-    return key.strip(), value
-
-
-def add_job_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--jobs``, ``--cluster`` and the few options a SLURM job needs."""
-    from adaptcl.recipes.template.options import positive_int
-
-    parser.add_argument("--jobs", type=positive_int, default=None, metavar="N",
-                        help="cells computed at once, each a job of its own (submitit); "
-                             "--threads is divided between them (default: 1 on this machine, "
-                             "every cell with --cluster slurm)")
-    parser.add_argument("--cluster", choices=CLUSTERS, default=None,
-                        help="where the jobs run: local (this machine) or slurm (through "
-                             "submitit; default: local when --jobs > 1)")
-    parser.add_argument("--cluster-partition", default=None, metavar="NAME",
-                        help="SLURM partition of the jobs")
-    parser.add_argument("--cluster-time", type=positive_int, default=None, metavar="MINUTES",
-                        help="time limit of each job in minutes (SLURM; default: submitit's)")
-    parser.add_argument("--cluster-gpus", type=int, default=0, metavar="N",
-                        help="GPUs per job (SLURM; default 0)")
-    parser.add_argument("--cluster-option", action="append", type=_cluster_option,
-                        default=[], metavar="KEY=VALUE",
-                        help="passed to submitit's update_parameters, e.g. slurm_mem=16G or "
-                             "slurm_account=lab (repeatable)")
-
-
-@dataclass(frozen=True)
+@dataclass
 class JobOptions:
     """How a grid's cells run: one after another in this process (the default), or as jobs.
 
-    ``jobs``: cells at once (``None``: 1 on this machine, every cell on SLURM); ``cluster``:
-    ``local`` or ``slurm`` (``None``: ``local`` when ``jobs > 1``, else in-process);
-    ``partition`` / ``time_min`` / ``gpus``: SLURM's partition, time limit, GPUs per job;
-    ``options``: extra keyword arguments of submitit's ``update_parameters``.
+    The fields are the command line's ``--jobs``, ``--cluster`` and ``--cluster-*`` options.
+    Every combination that cannot run is refused here, before any work (``--cluster slurm``
+    where SLURM is absent, a SLURM option without it).
     """
 
-    jobs: int | None = None
-    cluster: str | None = None
-    partition: str | None = None
-    time_min: int | None = None
-    gpus: int = 0
-    options: Mapping[str, Any] = field(default_factory=dict)
+    jobs: int | None = setting(None, check=at_least(1), help="cells computed at once, each a "
+                               "job of its own (submitit); --threads is divided between them "
+                               "(default: 1 on this machine, every cell with --cluster slurm)",
+                               **_RUN)
+    cluster: str | None = setting(None, choices=(None, *CLUSTERS), help="where the jobs run: "
+                                  "local (this machine) or slurm (through submitit; default: "
+                                  "local when --jobs > 1)", **_RUN)
+    cluster_partition: str | None = setting(None, help="SLURM partition of the jobs", **_RUN)
+    cluster_time: int | None = setting(None, check=at_least(1), help="time limit of each job "
+                                       "in minutes (SLURM; default: submitit's)", **_RUN)
+    cluster_gpus: int = setting(0, check=at_least(0), help="GPUs per job (SLURM)", **_RUN)
+    cluster_option: list[str] = setting(factory=list, help="KEY=VALUE passed to submitit's "
+                                        "update_parameters, e.g. slurm_mem=16G (repeatable: "
+                                        "several values)", **_RUN)
 
     def __post_init__(self) -> None:
-        if self.jobs is not None and (isinstance(self.jobs, bool) or int(self.jobs) < 1):
-            raise RecipeError(f"--jobs must be >= 1, got {self.jobs}")
-        if self.cluster is not None and self.cluster not in CLUSTERS:
-            raise RecipeError(f"--cluster must be one of {', '.join(CLUSTERS)}, "
-                              f"got {self.cluster!r}")
-        if self.gpus < 0:
-            raise RecipeError(f"--cluster-gpus must be >= 0, got {self.gpus}")
-        slurm_only = [name for name, given in (("--cluster-partition", self.partition),
-                                               ("--cluster-time", self.time_min),
-                                               ("--cluster-gpus", self.gpus)) if given]
+        try:
+            check_settings(self)
+        except ValueError as err:
+            raise RecipeError(str(err)) from None
+        for text in self.cluster_option:
+            key, sep, _ = text.partition("=")
+            if not sep or not key.strip():
+                raise RecipeError(f"--cluster-option: expected KEY=VALUE, got {text!r}")
+        slurm_only = [f"--{f.name.replace('_', '-')}" for f in dataclasses.fields(self)
+                      if f.name.startswith("cluster_") and getattr(self, f.name)]
         if slurm_only and self.cluster != "slurm":
             verb = "applies" if len(slurm_only) == 1 else "apply"
             raise RecipeError(f"{', '.join(slurm_only)} only {verb} with --cluster slurm")
+        if self.cluster == "slurm" and shutil.which("sbatch") is None:
+            raise RecipeError("--cluster slurm: SLURM is not available on this machine (no "
+                              "sbatch on PATH); run it on a SLURM login node, or use --jobs N "
+                              "to run the cells here")
 
-    @classmethod
-    def from_args(cls, args: argparse.Namespace) -> JobOptions:
-        return cls(jobs=getattr(args, "jobs", None), cluster=getattr(args, "cluster", None),
-                   partition=getattr(args, "cluster_partition", None),
-                   time_min=getattr(args, "cluster_time", None),
-                   gpus=getattr(args, "cluster_gpus", 0) or 0,
-                   options=dict(getattr(args, "cluster_option", None) or []))
+    @property
+    def options(self) -> dict[str, Any]:
+        """``--cluster-option`` as keyword arguments (integers and floats as numbers)."""
+        out: dict[str, Any] = {}
+        for text in self.cluster_option:
+            key, _, value = text.partition("=")
+            for kind in (int, float):
+                try:
+                    out[key.strip()] = kind(value)
+                    break
+                except ValueError:
+                    continue
+            else:
+                out[key.strip()] = value
+        return out
 
     @property
     def parallel(self) -> bool:
@@ -158,6 +150,19 @@ class JobOptions:
             return total
         return max(1, total // self.max_jobs(cells))
 
+    def check_config(self, config: Any) -> None:
+        """Refuse what jobs cannot do: several devices per cell, or a distributed launch."""
+        if not self.parallel:
+            return
+        devices = getattr(config, "devices", 1)
+        if isinstance(devices, int) and devices > 1:
+            raise RecipeError(f"--devices {devices} with --jobs/--cluster: a cell on several "
+                              "devices is one distributed run; run it without --jobs, or use "
+                              "--devices 1 and --jobs for many cells")
+        if distributed_follower() or os.environ.get("WORLD_SIZE", "1") not in ("", "1"):
+            raise RecipeError("--jobs/--cluster under a distributed launcher (torchrun, "
+                              "RANK/WORLD_SIZE set): start the run as one process")
+
     def executor(self, folder: str | os.PathLike, threads: int, name: str) -> Any:
         """The submitit executor: ``AutoExecutor(cluster="local"|"slurm")`` with the run's
         parameters (``--cluster-option`` last, so it wins)."""
@@ -175,30 +180,15 @@ class JobOptions:
             params["timeout_min"] = LOCAL_TIMEOUT_MIN
         else:
             params.update(cpus_per_task=int(threads), tasks_per_node=1, nodes=1,
-                          timeout_min=self.time_min, gpus_per_node=self.gpus or None,
-                          slurm_partition=self.partition)
+                          timeout_min=self.cluster_time,
+                          gpus_per_node=self.cluster_gpus or None,
+                          slurm_partition=self.cluster_partition)
         params.update(self.options)
         try:
             executor.update_parameters(**params)
         except (NameError, ValueError, AssertionError) as err:
             raise RecipeError(f"--cluster-option: {str(err).splitlines()[0]}") from err
         return executor
-
-
-def check_combination(options: JobOptions, config: Any) -> None:
-    """Refuse what jobs cannot do: several devices per cell, or a distributed launch."""
-    from adaptcl.recipes.template.store import distributed_follower
-
-    if not options.parallel:
-        return
-    devices = getattr(config, "devices", 1)
-    if isinstance(devices, int) and devices > 1:
-        raise RecipeError(f"--devices {devices} with --jobs/--cluster: a cell on several "
-                          "devices is one distributed run; run it without --jobs, or use "
-                          "--devices 1 and --jobs for many cells")
-    if distributed_follower() or os.environ.get("WORLD_SIZE", "1") not in ("", "1"):
-        raise RecipeError("--jobs/--cluster under a distributed launcher (torchrun, "
-                          "RANK/WORLD_SIZE set): start the run as one process")
 
 
 def job_failure(job: Any) -> tuple[str, str]:
@@ -222,7 +212,7 @@ def job_failure(job: Any) -> tuple[str, str]:
     return reason, log
 
 
-def run_cell_job(recipe_class: type, config: Any, cell: Sequence[Any], identity_hash: str,
+def run_cell_job(recipe_class: type, sweep: Any, cell: Cell, identity_hash: str,
                  threads: int, reuse: bool, where: str) -> dict[str, Any]:
     """One job: rebuild the recipe, compute ``cell`` and store its record (under its lock).
 
@@ -230,11 +220,7 @@ def run_cell_job(recipe_class: type, config: Any, cell: Sequence[Any], identity_
     "diverged": {...}}``; the record itself is read back from the store by the parent. A
     changed identity (code, data or settings edited since the submission) is refused.
     """
-    from adaptcl.recipes.template.provenance import stable_hash
-    from adaptcl.recipes.template.store import Cell, GridRun, RunStore, compute_one
-
-    cell = Cell(*cell)
-    recipe = recipe_class(config)
+    recipe = recipe_class(sweep)
     threads = recipe.ready(threads)
     limit_blas_threads(threads)
     identity = recipe.identity(cell)
@@ -248,7 +234,7 @@ def run_cell_job(recipe_class: type, config: Any, cell: Sequence[Any], identity_
         record = recipe.compute(c)
         return None if record is None else dict(record) | {"execution": execution}
 
-    store = RunStore(config.output_dir)
+    store = RunStore(recipe.config.output_dir)
     grid = GridRun(cells=[cell], identities={cell: identity})
     status = compute_one(store, grid, cell, compute, recipe.trains, reuse=reuse)
     print(f"adaptcl: {cell.label()} {status} ({_threads(threads)})", file=sys.stderr, flush=True)
@@ -271,13 +257,8 @@ def _threads(n: int) -> str:
     return f"{n} thread" + ("" if n == 1 else "s")
 
 
-def jobs_folder(out_dir: str | os.PathLike) -> Path:
-    """Where submitit keeps each job's pickles and logs: ``<output-dir>/jobs/<job id>/``."""
-    return Path(out_dir) / "jobs" / "%j"
-
-
 class JobRunner:
-    """What :func:`~adaptcl.recipes.template.store.run_grid` needs to run cells as jobs: the
+    """What :func:`~adaptcl.recipes.engine.grid.run_grid` needs to run cells as jobs: the
     executor, how many at once, and how to submit one cell of ``recipe``."""
 
     def __init__(self, options: JobOptions, recipe: Any, *, threads: int | None, cells: int,
@@ -285,16 +266,14 @@ class JobRunner:
         self.options = options
         self.max_jobs = options.max_jobs(cells)
         self.threads = options.threads_per_job(threads, cells)
-        self.recipe_class, self.config, self.reuse = type(recipe), recipe.config, reuse
-        self.folder = jobs_folder(recipe.config.output_dir)
+        self.recipe_class, self.sweep, self.reuse = type(recipe), recipe.sweep, reuse
+        self.folder = RunLayout(recipe.config.output_dir).jobs
         self.executor = options.executor(self.folder, self.threads, recipe.name)
 
     def submit(self, cell: Any, identity: Mapping[str, Any]) -> Any:
-        from adaptcl.recipes.template.provenance import stable_hash
-
         with interruptible_children():
-            return self.executor.submit(run_cell_job, self.recipe_class, self.config,
-                                        tuple(cell), stable_hash(identity), self.threads,
+            return self.executor.submit(run_cell_job, self.recipe_class, self.sweep,
+                                        cell, stable_hash(identity), self.threads,
                                         self.reuse, self.options.where)
 
     def describe(self) -> str:
@@ -319,16 +298,10 @@ def interruptible_children() -> Iterator[None]:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-#: seconds to wait for cancelled local jobs to end (submitit: SIGINT, then SIGKILL after 1 s)
-CANCEL_WAIT_SECONDS = 15.0
-
-
 def cancel_jobs(jobs: Sequence[Any], *, wait: bool) -> None:
     """Cancel ``jobs``; with ``wait``, until their processes ended (local jobs, at most
     :data:`CANCEL_WAIT_SECONDS`), so none is left computing once the command returns and
     nothing they print follows the command's last line."""
-    import time
-
     for job in jobs:
         try:
             job.cancel(check=False)
@@ -344,7 +317,7 @@ def cancel_jobs(jobs: Sequence[Any], *, wait: bool) -> None:
         time.sleep(0.1)
 
 
-def _postfix(running: int, grid: Any) -> str:
+def _postfix(running: int, grid: GridRun) -> str:
     parts = [f"{running} running"]
     if grid.failed:
         parts.append(f"{len(grid.failed)} failed")
@@ -353,17 +326,13 @@ def _postfix(running: int, grid: Any) -> str:
     return ", ".join(parts)
 
 
-def run_jobs(recipe: str, store: Any, grid: Any, todo: Sequence[Any], runner: JobRunner, *,
-             on_record: Any, progress_bar: bool, start: float) -> None:
+def run_jobs(recipe: str, store: RunStore, grid: GridRun, todo: Sequence[Cell],
+             runner: JobRunner, *, on_record: Callable[[GridRun], None] | None,
+             progress_bar: bool, start: float) -> None:
     """Submit the cells of ``todo`` (at most ``runner.max_jobs`` at a time), collect each
     finished job's record from ``store`` into ``grid`` and call ``on_record``; a failed job
     goes to ``grid.failed`` (one line on stderr naming its log) and the others go on. On an
     interrupt the running jobs are cancelled (their cells are recomputed by a rerun)."""
-    import time
-
-    from adaptcl.recipes.template.options import note
-    from adaptcl.recipes.template.progress import progress
-
     note(f"{len(todo)} runs to compute as jobs: {runner.describe()}")
     bar = progress(total=len(grid.cells), initial=len(grid.reused), desc=f"{recipe} runs",
                    enabled=progress_bar, leave=True)
@@ -414,7 +383,7 @@ def remove_empty(folder: Path) -> None:
         pass
 
 
-def _collect(store: Any, grid: Any, cell: Any, job: Any) -> str:
+def _collect(store: RunStore, grid: GridRun, cell: Cell, job: Any) -> str:
     try:
         result = job.result()
     except Exception:  # noqa: BLE001  (the cell's own error, in its log)
@@ -433,7 +402,7 @@ def _collect(store: Any, grid: Any, cell: Any, job: Any) -> str:
     return status
 
 
-def _failed(grid: Any, cell: Any, job: Any, reason: str, log: str) -> str:
+def _failed(grid: GridRun, cell: Cell, job: Any, reason: str, log: str) -> str:
     """Record ``cell`` as failed in ``grid`` and say so in one line naming its log."""
     grid.failed[cell] = {"error": reason, "log": log, "job_id": str(job.job_id)}
     print(f"adaptcl: {cell.label()} failed: {reason} (log: {log})", file=sys.stderr, flush=True)

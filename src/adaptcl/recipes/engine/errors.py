@@ -1,8 +1,12 @@
-"""User errors and the checks that refuse a run that is not a result.
+"""What stops a run, and how it is said: user errors, non-results, divergences, failed jobs.
 
-A :class:`RecipeError` is the user's to fix: the CLI prints one line ``adaptcl <recipe>: error: ...``
-and exits 2. :class:`NonResultError` is a run that produced nothing worth storing (no optimisation
-step, a non-finite loss, metric or embedding); it is refused before anything is stored.
+A :class:`RecipeError` is the user's to fix: the CLI prints one line ``adaptcl <recipe>: error:
+...`` and exits 2. :class:`NonResultError` is a run that produced nothing worth storing (no
+optimisation step, no metrics); :class:`DivergedError` one whose loss, metrics or embeddings
+became NaN or inf. :class:`CellsFailedError` names the cells whose job crashed (exit 1). Every
+message the engine prints that is not an error is one :func:`note` line on stderr.
+
+The bottom layer of the engine: imports only the standard library.
 """
 
 from __future__ import annotations
@@ -10,11 +14,9 @@ from __future__ import annotations
 import contextlib
 import math
 import numbers
+import sys
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from adaptcl.recipes.template.store import Cell
+from typing import Any
 
 
 class RecipeError(ValueError):
@@ -22,7 +24,7 @@ class RecipeError(ValueError):
 
 
 class NonResultError(RecipeError):
-    """A run that is not a result: no optimisation step, non-finite loss/metric/embeddings."""
+    """A run that is not a result: no optimisation step, no metrics, constant embeddings."""
 
 
 class DivergedError(NonResultError):
@@ -37,9 +39,26 @@ class DivergedError(NonResultError):
         self.step, self.loss = step, loss
 
 
+class CellsFailedError(RuntimeError):
+    """Cells whose job raised (a crash, not a user error): the CLI prints this one line and
+    exits 1; the other cells' records are stored and the table is written."""
+
+
 #: the largest seed: numpy's ``default_rng`` / ``RandomState`` and scikit-learn take seeds in
 #: ``[0, 2**32 - 1]``
 SEED_MAX = 2**32 - 1
+
+
+def note(message: str) -> None:
+    """One line on stderr, ``adaptcl: note: <message>``: something the user should know that is
+    not an error (a repeated value dropped, a cell another process is computing)."""
+    print(f"adaptcl: note: {message}", file=sys.stderr, flush=True)
+
+
+def first_line(err: BaseException) -> str:
+    """The first line of an error's message ("" when it has none)."""
+    text = str(err).strip()
+    return text.splitlines()[0] if text else ""
 
 
 def check_seed(seed: Any, where: str = "seed") -> int:
@@ -66,31 +85,28 @@ def user_errors() -> Iterator[None]:
         raise RecipeError(str(err)) from err
 
 
-
 def _non_finite(value: Any) -> bool:
     return isinstance(value, float) and not math.isfinite(value)
 
 
-def check_record(cell: Cell, record: Mapping[str, Any], *, trains: bool = True) -> None:
-    """Refuse a record that is not a result (raises :class:`NonResultError` naming the cell).
-
-    A record holds ``metrics`` (name -> finite number) and ``optimisation_steps``; a training
-    cell (``trains=True``) needs at least one step, and ``losses`` (if present) must be finite.
-    """
+def check_record(label: str, record: Mapping[str, Any], *, trains: bool = True) -> None:
+    """Refuse a record that is not a result (raises :class:`NonResultError` naming the cell
+    ``label``): it needs ``metrics`` (name -> finite number); a training cell (``trains``) at
+    least one ``optimisation_steps``, and ``losses`` (if present) must be finite."""
     metrics = record.get("metrics")
     if not isinstance(metrics, Mapping) or not metrics:
-        raise NonResultError(f"{cell.label()}: the run reported no metrics")
+        raise NonResultError(f"{label}: the run reported no metrics")
     bad = {k: v for k, v in metrics.items() if v is None or _non_finite(float(v))}
     if bad:
-        raise DivergedError(f"{cell.label()}: non-finite metrics {bad}; nothing was stored")
+        raise DivergedError(f"{label}: non-finite metrics {bad}; nothing was stored")
     if trains:
-        require_steps(record.get("optimisation_steps"), cell.label())
+        require_steps(record.get("optimisation_steps"), label)
     losses = record.get("losses") or []
     bad_steps = [i for i, v in enumerate(losses, 1) if _non_finite(float(v))]
     if bad_steps:
         step = bad_steps[0]
-        raise DivergedError(f"{cell.label()}: non-finite training loss at step {step}; nothing "
-                            "was stored", step=step, loss=float(losses[step - 1]))
+        raise DivergedError(f"{label}: non-finite training loss at step {step}; nothing was "
+                            "stored", step=step, loss=float(losses[step - 1]))
 
 
 def require_steps(steps: int | None, where: str) -> None:
@@ -101,15 +117,15 @@ def require_steps(steps: int | None, where: str) -> None:
             "were no epochs); check --batch-size and --epochs")
 
 
-def check_embeddings(x: Any, where: str, *, allow_constant: bool = False) -> None:
-    """:func:`adaptcl.evaluation.checks.check_embeddings` with the template's errors: NaN/inf
-    embeddings of a trained model are a :class:`DivergedError`, no or constant embeddings a
-    :class:`NonResultError`; same messages."""
-    from adaptcl.evaluation.checks import check_embeddings as check
+def trained_embeddings(x: Any, where: str, *, allow_constant: bool = False) -> None:
+    """:func:`adaptcl.evaluation.checks.check_embeddings` on the output of a *trained* model:
+    NaN/inf embeddings mean training diverged (:class:`DivergedError`), no or constant ones are
+    no result (:class:`NonResultError`); same messages."""
+    from adaptcl.evaluation.checks import check_embeddings
     from adaptcl.plugins.validation import NonFiniteError
 
     try:
-        check(x, where, allow_constant=allow_constant)
+        check_embeddings(x, where, allow_constant=allow_constant)
     except NonFiniteError as err:
         raise DivergedError(str(err)) from None
     except ValueError as err:

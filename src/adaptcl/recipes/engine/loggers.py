@@ -1,4 +1,6 @@
-"""``--logger``: training curves as CSV or TensorBoard, for plain-torch and Lightning recipes."""
+"""``--logger``: training curves as CSV or TensorBoard: Lightning's own loggers for the Lightning
+recipes, :class:`MetricLogger` for the demo's loop and the sentence-transformers trainer's
+history."""
 
 from __future__ import annotations
 
@@ -7,7 +9,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from adaptcl.recipes.template.errors import RecipeError
+from adaptcl.recipes.engine.errors import RecipeError
 
 LOGGERS = ("none", "csv", "tensorboard")
 
@@ -63,13 +65,12 @@ class MetricLogger:
         self.close()
 
 
-def metric_logger(kind: str, log_dir: str | os.PathLike) -> MetricLogger:
-    """The logger of plain-torch recipes (graphs, demo) for ``--logger kind``."""
-    return MetricLogger(kind, log_dir)
-
-
 def lightning_logger(kind: str, log_dir: str | os.PathLike, name: str = ""):
-    """Lightning's own logger for ``--logger kind`` (``False`` for ``none``)."""
+    """Lightning's own logger for ``--logger kind`` (``False`` for ``none``); also quiets
+    Lightning's start-up lines ("GPU available: ...") that would repeat for every cell."""
+    import logging
+
+    logging.getLogger("pytorch_lightning").setLevel(logging.WARNING)
     if kind not in LOGGERS:
         raise RecipeError(f"--logger must be one of {', '.join(LOGGERS)}, got {kind!r}")
     if kind == "none":

@@ -1,12 +1,12 @@
-"""Threads, device, precision, seeding and loader options: how a recipe sets torch up."""
+"""How a recipe sets torch up: threads, device, seeding, loader options (precision names:
+:mod:`adaptcl.precision`)."""
 
 from __future__ import annotations
 
-import contextlib
 import random
 from typing import Any
 
-from adaptcl.recipes.template.errors import RecipeError
+from adaptcl.recipes.engine.errors import RecipeError
 
 
 def apply_thread_policy(threads: int | None) -> int:
@@ -25,10 +25,6 @@ def apply_thread_policy(threads: int | None) -> int:
     return torch.get_num_threads()
 
 
-
-PRECISIONS = ("32", "bf16-mixed", "16-mixed")
-
-
 def resolve_device(device: str) -> str:
     """``auto`` -> ``cuda`` when available else ``cpu``; validate ``cpu`` / ``cuda[:N]``."""
     import torch
@@ -45,37 +41,29 @@ def resolve_device(device: str) -> str:
     raise RecipeError(f"--device must be auto, cpu, cuda or cuda:N, got {device!r}")
 
 
-def check_precision(precision: str) -> str:
-    if str(precision) not in PRECISIONS:
-        raise RecipeError(f"--precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
-    return str(precision)
+def device_type(device: str) -> str:
+    """``cuda:1`` -> ``cuda``."""
+    return str(device).split(":", 1)[0]
 
 
-def autocast(device: str, precision: str):
-    """``torch.autocast`` for ``bf16-mixed`` / ``16-mixed`` on ``device``; a no-op for ``32``."""
-    import torch
-
-    if check_precision(precision) == "32":
-        return contextlib.nullcontext()
-    dtype = torch.bfloat16 if precision == "bf16-mixed" else torch.float16
-    return torch.autocast(device_type=torch.device(device).type, dtype=dtype)
+def device_identity(device: str) -> str:
+    """What of ``--device`` enters a run's identity: the type of the device it resolves to
+    (``auto`` on a machine without CUDA is ``cpu``)."""
+    return device_type(resolve_device(device))
 
 
-def grad_scaler(device: str, precision: str):
+def grad_scaler(device: str, precision: str) -> Any:
     """The gradient scaler fp16 needs (``16-mixed``); disabled (a pass-through) otherwise."""
     import torch
 
-    return torch.amp.GradScaler(torch.device(device).type, enabled=precision == "16-mixed")
+    return torch.amp.GradScaler(device_type(device), enabled=precision == "16-mixed")
 
 
 def loader_options(device: str, workers: int = 0) -> dict[str, Any]:
     """DataLoader options that help a GPU: pinned memory, persistent workers."""
-    on_gpu = torch_device_type(device) == "cuda"
-    return {"num_workers": workers, "pin_memory": on_gpu, "persistent_workers": workers > 0}
+    return {"num_workers": workers, "pin_memory": device_type(device) == "cuda",
+            "persistent_workers": workers > 0}
 
-
-def torch_device_type(device: str) -> str:
-    return str(device).split(":", 1)[0]
 
 def seed_everything(seed: int) -> None:
     """Seed python, numpy (if installed) and torch."""

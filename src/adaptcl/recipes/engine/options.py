@@ -1,0 +1,62 @@
+"""The settings most recipes take, declared once so every recipe spells them the same way
+(``--output-dir``, ``--seeds``, ``--threads``, ``--device``, ...). A recipe's config uses the
+ones it takes: ``seeds: list[int] = options.seeds([0, 1, 2])``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from adaptcl.precision import PRECISIONS
+from adaptcl.recipes.engine.loggers import LOGGERS
+from adaptcl.recipes.engine.settings import at_least, setting
+from adaptcl.recipes.engine.torch_env import device_identity
+
+
+def data_root(what: str = "benchmark data folder") -> Any:
+    return setting(None, identity=False, sweep=False, help=f"{what} (default: $ADAPTCL_DATA)")
+
+
+def output_dir(default: str) -> Any:
+    return setting(default, identity=False, sweep=False, help="where results are written")
+
+
+def seeds(default: list[int]) -> Any:
+    return setting(factory=lambda: list(default), axis="seed",
+                   help="seeds, integers in [0, 2**32 - 1]")
+
+
+def threads(default: int | None = 1) -> Any:
+    return setting(default, check=at_least(1), identity=False, sweep=False,
+                   help="torch CPU threads (recorded in the results; none: torch's default)")
+
+
+def device() -> Any:
+    return setting("auto", identity=device_identity, sweep=False,
+                   help="auto (CUDA when available, else CPU), cpu, cuda or cuda:N")
+
+
+def precision() -> Any:
+    return setting("32", choices=PRECISIONS, help="training precision: 32, bf16-mixed or "
+                   "16-mixed (fp16 with a gradient scaler)")
+
+
+def devices() -> Any:
+    return setting(1, check=at_least(1), identity=False, sweep=False,
+                   help="processes of one run (Lightning; with --strategy ddp)")
+
+
+def strategy() -> Any:
+    return setting("auto", identity=False, sweep=False, help="Lightning strategy, e.g. ddp")
+
+
+def logger() -> Any:
+    return setting("none", choices=LOGGERS, identity=False, sweep=False,
+                   help="training curves through the framework's logger")
+
+
+def progress() -> Any:
+    return setting(True, identity=False, help="progress bars")
+
+
+def plot() -> Any:
+    return setting(True, identity=False, help="write the PNG plot")

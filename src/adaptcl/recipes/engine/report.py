@@ -1,0 +1,228 @@
+"""The result files of a run: ``results.json`` (summaries, records, environment) and
+``results.md`` (the tables), rewritten after every finished cell so an interrupted run leaves a
+table marked partial."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from adaptcl.recipes.engine.cells import RunLayout
+from adaptcl.recipes.engine.errors import RecipeError
+from adaptcl.recipes.engine.files import markdown_table, write_json_atomic, write_text_atomic
+from adaptcl.recipes.engine.provenance import environment
+from adaptcl.recipes.engine.settings import as_record
+from adaptcl.recipes.engine.store import GridRun
+from adaptcl.recipes.engine.summary import (
+    axis_table,
+    difference_header,
+    format_difference,
+    format_mean_std,
+    summarize,
+    summarize_axis,
+    summary_table,
+)
+
+
+@dataclass(frozen=True)
+class ReportSpec:
+    """What a recipe's tables show (:meth:`~adaptcl.recipes.engine.recipe.Recipe.report_spec`).
+
+    ``metrics``: the record metrics summarised, headline first (a table each);
+    ``baseline``: the column the others are paired against; ``header``: the markdown above the
+    tables (or ``header(grid)``, for text that shows results); ``labels`` / ``row_labels``: the
+    display names of columns and rows; ``extra_columns(row)``: columns appended to each row (the
+    paper's numbers); ``details(grid)``: recipe fields added to ``results.json``; ``drop``:
+    record fields left out of its ``runs`` (long per-step histories); ``scale`` / ``digits``:
+    per metric (a number for all) — ``scale`` 100 turns accuracies into percentages.
+    ``by_method``: one table instead of one per metric, a row per column value and a column per
+    metric, with the paired difference on the headline metric (a recipe with one row, such as
+    the demo); ``metric_labels`` names its metric columns.
+    """
+
+    metrics: Sequence[str]
+    baseline: str | None = None
+    header: str | Callable[[GridRun], str] = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
+    row_labels: Mapping[str, str] = field(default_factory=dict)
+    extra_columns: Callable[[str], Mapping[str, str]] | None = None
+    details: Callable[[GridRun], Mapping[str, Any]] | None = None
+    drop: Sequence[str] = ()
+    scale: float | Mapping[str, float] = 100.0
+    digits: int | Mapping[str, int] = 2
+    by_method: bool = False
+    metric_labels: Mapping[str, str] = field(default_factory=dict)
+
+    def scale_of(self, metric: str) -> float:
+        return self.scale.get(metric, 1.0) if isinstance(self.scale, Mapping) else self.scale
+
+    def digits_of(self, metric: str) -> int:
+        return self.digits.get(metric, 2) if isinstance(self.digits, Mapping) else self.digits
+
+
+@dataclass
+class Report:
+    """The one result writer of a run.
+
+    ``recipe``: its name; ``spec``: what the tables show; ``axes``: the names of the grid's
+    axes (row, column); ``methods``: the columns in order; ``config``: the base config;
+    ``preset``: the preset named; ``sweep``: ``{field: [values]}`` of the swept settings;
+    ``environment``: keyword arguments of
+    :func:`~adaptcl.recipes.engine.provenance.environment`.
+    """
+
+    recipe: str
+    out_dir: str | os.PathLike
+    spec: ReportSpec
+    axes: Sequence[str]
+    methods: Sequence[str]
+    config: Any
+    preset: str | None = None
+    sweep: Mapping[str, Sequence[Any]] = field(default_factory=dict)
+    environment: Mapping[str, Any] = field(default_factory=dict)
+
+    def write(self, grid: GridRun) -> dict[str, Any]:
+        spec, diverged = self.spec, list(grid.diverged)
+        summaries, tables, along = {}, {}, {}
+        for metric in spec.metrics:
+            summaries[metric] = summarize(grid.records, metric, methods=self.methods,
+                                          baseline=spec.baseline, scale=spec.scale_of(metric),
+                                          diverged=diverged)
+            tables[metric] = summary_table(summaries[metric], methods=self.methods,
+                                           baseline=spec.baseline, labels=spec.labels,
+                                           row_labels=spec.row_labels,
+                                           extra=spec.extra_columns,
+                                           digits=spec.digits_of(metric),
+                                           row_header=self.axes[0])
+            for axis, values in self.sweep.items():
+                along.setdefault(axis, {})[metric] = summarize_axis(
+                    grid.records, metric, axis, values, scale=spec.scale_of(metric),
+                    diverged=diverged)
+        if spec.by_method:
+            tables = {"methods": self.methods_table(summaries)}
+            body = tables["methods"]
+        else:
+            body = "\n".join(f"## {name}\n\n{table}" for name, table in tables.items())
+        for axis, per_metric in along.items():
+            for metric, entries in per_metric.items():
+                body += (f"\n## {metric} along {axis}\n\n"
+                         + axis_table(entries, axis, self.sweep[axis], labels=spec.labels,
+                                      digits=spec.digits_of(metric), row_header=self.axes[0],
+                                      column_header=self.axes[1]))
+        result: dict[str, Any] = {
+            "recipe": self.recipe, "axes": list(self.axes), "preset": self.preset,
+            "config": as_record(self.config), "sweep": {k: list(v) for k, v in self.sweep.items()},
+            "environment": environment(**self.environment), **grid.bookkeeping(),
+            "summary": summaries, "summary_along": along, "baseline": spec.baseline,
+            "tables": tables, "table_markdown": next(iter(tables.values())),
+            "runs": [{"cell": c.as_dict(), **{k: v for k, v in r.items() if k not in spec.drop}}
+                     for c, r in grid.records.items()]}
+        if spec.details is not None:
+            result.update(spec.details(grid))
+        header = spec.header(grid) if callable(spec.header) else spec.header
+        diverged_error = grid.diverged_error()
+        result["outputs"] = write_results(self.out_dir, result, header + body,
+                                          diverged=str(diverged_error) if diverged_error else "")
+        return result
+
+    def methods_table(self, summaries: Mapping[str, Mapping[str, Any]]) -> str:
+        """A row per method, ``mean ± std (n)`` per metric (of the one row), then the paired
+        difference to the baseline on the headline metric."""
+        spec = self.spec
+        labels, names = dict(spec.labels), dict(spec.metric_labels)
+        headline = spec.metrics[0]
+        entry = next(iter(summaries.get(headline, {}).values()), None)
+        head = None
+        if spec.baseline is not None and entry is not None and entry["paired"]:
+            head = difference_header(names.get(headline, headline),
+                                     labels.get(spec.baseline, spec.baseline),
+                                     list(entry["paired"].values()))
+        rows = []
+        for method in self.methods:
+            row = {"method": labels.get(method, method)}
+            for metric, summary in summaries.items():
+                stats = next(iter(summary.values()), {"methods": {}})["methods"].get(method)
+                row[names.get(metric, metric)] = format_mean_std(stats, spec.digits_of(metric))
+            if head is not None:
+                row[head] = format_difference(entry["paired"].get(method),
+                                              spec.digits_of(headline))
+            rows.append(row)
+        return markdown_table(rows)
+
+
+def write_results(out_dir: str | os.PathLike, result: Mapping[str, Any], markdown: str, *,
+                  diverged: str = "") -> dict[str, str]:
+    """Write ``results.json`` (``allow_nan=False``) and ``results.md`` atomically.
+
+    The markdown gets a DIVERGED banner (``diverged``: the line naming the runs), a FAILED banner
+    naming the runs whose job failed (``result["failed"]``, ``--jobs``), a PARTIAL banner when
+    ``result["partial"]``, a SUPERSEDED note when stored runs of another identity were set aside
+    (``result["superseded"]``), and an environment footer.
+    """
+    layout = RunLayout(out_dir)
+    env = result.get("environment") or {}
+    head = ""
+    if diverged:
+        head += f"> **DIVERGED**: {diverged}; left out of every mean (marked in the table).\n\n"
+    failed = result.get("failed") or []
+    if failed:
+        names = ", ".join("/".join(map(str, f["cell"].values())) for f in failed)
+        head += (f"> **FAILED**: {len(failed)} runs failed ({names}; their logs are in "
+                 "results.json); rerun the same command to retry them.\n\n")
+    if result.get("partial"):
+        missing = result.get("missing") or []
+        head += (f"> **PARTIAL**: {len(missing)} of the planned runs are missing; rows average "
+                 "only the finished seeds (n in brackets).\n\n")
+    superseded = result.get("superseded") or []
+    if superseded:
+        head += (f"> **RECOMPUTED**: {len(superseded)} stored runs had another identity "
+                 "(settings, data or code) and were recomputed; the old records are under "
+                 f"{layout.runs / 'superseded'}.\n\n")
+    foot = ""
+    if env:
+        foot = (f"\n_adaptcl {env.get('adaptcl')}, torch {env.get('torch')}, Python "
+                f"{env.get('python')}; {env.get('cpu')} (kernels: "
+                f"{env.get('cpu_capability')}), torch threads {env.get('torch_threads')}, "
+                f"device {env.get('device')}; commit {env.get('git_commit')}; "
+                f"{env.get('timestamp')}; data {env.get('data_root')} "
+                f"({_short_fingerprint(env.get('data_fingerprint'))}); reused "
+                f"{len(result.get('reused') or [])}, computed "
+                f"{len(result.get('computed') or [])}; training "
+                f"{float(result.get('total_train_seconds') or 0):.0f} s in total._\n")
+    paths = {"json": layout.results("json"), "markdown": layout.results("md")}
+    write_json_atomic(paths["json"], result)
+    write_text_atomic(paths["markdown"], head + markdown.rstrip("\n") + "\n" + foot)
+    return {k: str(v) for k, v in paths.items()}
+
+
+def read_results(path: str | os.PathLike) -> tuple[dict[str, Any], str]:
+    """A result JSON that :func:`write_results` wrote, and the SHA-256 of its bytes (read once).
+
+    Raises :class:`~adaptcl.recipes.engine.errors.RecipeError` naming the file when it is
+    missing, unreadable, or not a recipe's result (no ``recipe``, ``config`` or ``summary``).
+    """
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+        result = json.loads(raw)
+    except FileNotFoundError:
+        raise RecipeError(f"no result file {path}") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise RecipeError(f"{path} is not a readable result JSON ({err})") from None
+    missing = [k for k in ("recipe", "config", "summary", "axes") if k not in result]
+    if not isinstance(result, dict) or missing:
+        raise RecipeError(f"{path} is not a recipe result (missing {', '.join(missing)})")
+    return result, hashlib.sha256(raw).hexdigest()
+
+
+def _short_fingerprint(fingerprint: Any) -> str:
+    if isinstance(fingerprint, Mapping):
+        if "sha256" in fingerprint:
+            return f"sha256 {str(fingerprint['sha256'])[:12]}"
+        return ", ".join(f"{k} {_short_fingerprint(v)}" for k, v in fingerprint.items())
+    return str(fingerprint)[:12] if fingerprint else "no fingerprint"

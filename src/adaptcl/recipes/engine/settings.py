@@ -1,0 +1,335 @@
+"""A recipe's settings: each field of its config declares once what the engine must know of it.
+
+A recipe's config is a dataclass whose fields are declared with :func:`setting`: the help text,
+the allowed values (matched case-insensitively) or a converter, the check of its numbers,
+whether it is part of a run's identity, whether it may take several values in one run, and for
+a list field the grid axis whose values it holds (``datasets`` -> ``dataset``). From these
+declarations alone the engine builds the command line and the config file
+(:mod:`~adaptcl.recipes.engine.command_line`), checks a config before any work
+(:func:`check_settings`), tells what enters a run's identity (:func:`identity_settings`) and
+expands a sweep into the configs of its points (:class:`Sweep`). No list elsewhere names a
+recipe's fields.
+
+Example:
+    >>> from dataclasses import dataclass
+    >>> @dataclass
+    ... class Toy:
+    ...     losses: list[str] = setting(factory=lambda: ["infonce"], axis="loss", help="losses")
+    ...     lr: float = setting(0.1, check=positive, help="learning rate")
+    ...     output_dir: str = setting("out", identity=False, sweep=False, help="results folder")
+    ...     def __post_init__(self):
+    ...         check_settings(self)
+    >>> sweep = Sweep.from_values(Toy, {"lr": [0.1, 0.2]})
+    >>> sweep.axes, [c.lr for c in map(sweep.config_at, sweep.points())]
+    ({'lr': [0.1, 0.2]}, [0.1, 0.2])
+    >>> identity_settings(sweep.config_at((("lr", 0.2),)))
+    {'lr': 0.2}
+    >>> Toy(lr=-1)
+    Traceback (most recent call last):
+    ...
+    ValueError: lr must be a positive number, got -1
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
+
+from adaptcl.recipes.engine.errors import check_seed, note
+
+#: a point of a sweep: ``((field, value), ...)`` in the config's field order
+Point = tuple[tuple[str, Any], ...]
+
+
+class Check(NamedTuple):
+    """A bound on a number (each item of a list): ``what`` it must be, and the test."""
+
+    what: str
+    ok: Callable[[Any], bool]
+
+
+positive = Check("a positive number", lambda v: v > 0)
+non_negative = Check("a number >= 0", lambda v: v >= 0)
+fraction = Check("a number in [0, 1)", lambda v: 0 <= v < 1)
+open_fraction = Check("a number in (0, 1)", lambda v: 0 < v < 1)
+
+
+def at_least(low: float) -> Check:
+    return Check(f"a number >= {low:g}", lambda v: v >= low)
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    """What the engine knows of one config field (see :func:`setting`)."""
+
+    help: str = ""
+    choices: tuple[Any, ...] | None = None
+    convert: Callable[[Any], Any] | None = None
+    check: Check | None = None
+    identity: bool | str | Callable[[Any], Any] = True
+    sweep: bool = True
+    axis: str | None = None
+
+
+def setting(default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MISSING,
+            help: str = "", choices: Sequence[Any] | None = None,
+            convert: Callable[[Any], Any] | None = None, check: Check | None = None,
+            identity: bool | str | Callable[[Any], Any] = True, sweep: bool = True,
+            axis: str | None = None) -> Any:
+    """A config field and its :class:`Spec`.
+
+    Args:
+        default / factory: the default value, or a function making it (lists).
+        help: the option's help text.
+        choices: allowed values (strings match case-insensitively and become the canonical
+            spelling; shown in the help).
+        convert: the canonical form of a value (of each item of a list), raising
+            ``ValueError`` for a bad one (loss names through :mod:`adaptcl.registry`).
+        check: a bound every number (every item) must meet; ``None`` values pass.
+        identity: whether the field determines a run's result: ``True`` (part of every cell's
+            identity), ``False`` (bookkeeping: where files go, threads, progress bars), the
+            name of the part of a run it determines (``"pretrain"``: a recipe asks for
+            :func:`identity_settings` of that part), or a function of the value giving what
+            enters the identity (the device's type).
+        sweep: whether a scalar field may take several values in one run (each a point of the
+            grid); ``False`` for what cannot vary within a run (the output folder, threads).
+        axis: for a list field, the grid axis whose values it holds (``"dataset"``,
+            ``"loss"``, ``"seed"``): each item is a cell coordinate, repeats are dropped with a
+            note, and the list may not be empty.
+    """
+    spec = Spec(help=help, choices=tuple(choices) if choices is not None else None,
+                convert=convert, check=check, identity=identity, sweep=sweep, axis=axis)
+    return dataclasses.field(default=default, default_factory=factory,
+                             metadata={"adaptcl": spec})
+
+
+def spec_of(field: dataclasses.Field) -> Spec:
+    return field.metadata.get("adaptcl") or Spec()
+
+
+def specs(config: Any) -> dict[str, Spec]:
+    """``{field name: Spec}`` of a config class or instance, in field order."""
+    return {f.name: spec_of(f) for f in dataclasses.fields(config)}
+
+
+def is_list_field(config_class: type, name: str) -> bool:
+    hint = typing.get_type_hints(config_class)[name]
+    return typing.get_origin(hint) in (list, tuple)
+
+
+def is_bool_field(config_class: type, name: str) -> bool:
+    return typing.get_type_hints(config_class)[name] is bool
+
+
+def sweepable(config_class: type) -> list[str]:
+    """The fields that may take several values: scalar, not boolean, declared ``sweep=True``."""
+    return [name for name, spec in specs(config_class).items()
+            if spec.sweep and not is_list_field(config_class, name)
+            and not is_bool_field(config_class, name)]
+
+
+def axis_fields(config_class: type) -> dict[str, str]:
+    """``{axis: field}`` of the list fields holding a grid axis (``{"dataset": "datasets"}``)."""
+    return {spec.axis: name for name, spec in specs(config_class).items() if spec.axis}
+
+
+def canonical_choice(value: Any, choices: Sequence[Any], what: str) -> Any:
+    """The spelling of ``value`` among ``choices`` (strings case-insensitively), or
+    ``ValueError`` naming ``what`` and listing the choices."""
+    for choice in choices:
+        if value == choice or (isinstance(value, str) and isinstance(choice, str)
+                               and value.casefold() == choice.casefold()):
+            return choice
+    shown = ", ".join("none" if c is None else str(c) for c in choices)
+    raise ValueError(f"unknown {what} {value!r}; choose from {shown}")
+
+
+def _canonical(name: str, spec: Spec, value: Any) -> Any:
+    if value is None and spec.choices is None:
+        return None
+    if spec.choices is not None:
+        return canonical_choice(value, spec.choices, name.replace("_", " "))
+    return spec.convert(value) if spec.convert is not None else value
+
+
+def _unique(name: str, items: list[Any], canonical: list[Any]) -> list[Any]:
+    """``canonical`` without repeats (first occurrence's order), with one note naming them."""
+    kept: dict[Any, Any] = {}
+    repeats = []
+    for text, value in zip(items, canonical, strict=True):
+        if value in kept:
+            repeats.append(f"{text!r} repeats {kept[value]!r}" if text != kept[value]
+                           else f"{text!r} is given more than once")
+        else:
+            kept[value] = text
+    if repeats:
+        note(f"--{name.replace('_', '-')}: {', '.join(repeats)}; running each once")
+    return list(kept)
+
+
+def _numbers(value: Any) -> list[Any]:
+    return list(value) if isinstance(value, (list, tuple)) else [value]
+
+
+def check_settings(config: Any) -> None:
+    """Canonicalise and check every field of ``config`` by its :class:`Spec`, in place.
+
+    Choices and converters give each value its canonical spelling; an axis list drops repeats
+    (with a note) and may not be empty, and its seeds must be integers in ``[0, 2**32 - 1]``;
+    every float must be finite; every number must meet the field's ``check``. Raises
+    ``ValueError`` naming the field and the bad value.
+    """
+    for name, spec in specs(config).items():
+        value = getattr(config, name)
+        if isinstance(value, (list, tuple)):
+            items = [_canonical(name, spec, item) for item in value]
+            if spec.axis:
+                items = _unique(name, list(value), items)
+                if not items:
+                    raise ValueError(f"{name} must not be empty")
+                if spec.axis == "seed":
+                    items = [check_seed(s, f"--{name}") for s in items]
+            value = items
+        else:
+            value = _canonical(name, spec, value)
+        setattr(config, name, value)
+        for item in _numbers(value):
+            if isinstance(item, float) and not math.isfinite(item):
+                raise ValueError(f"{name} must be a finite number, got {item!r}")
+            if spec.check is None or item is None:
+                continue
+            if (isinstance(item, bool) or not isinstance(item, (int, float))
+                    or not spec.check.ok(item)):
+                shown = f"each value of {name}" if isinstance(value, list) else name
+                raise ValueError(f"{shown} must be {spec.check.what}, got "
+                                 f"{value if isinstance(value, list) else item!r}")
+
+
+def as_record(values: Any) -> dict[str, Any]:
+    """A config (or ``{field: value}``) as JSON and YAML can hold it: paths as strings, tuples
+    as lists, anything else that is not a plain value (a callable given as ``model`` through
+    the Python API) by its ``repr``."""
+    if dataclasses.is_dataclass(values):
+        values = {f.name: getattr(values, f.name) for f in dataclasses.fields(values)}
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, (list, tuple)):
+            return [plain(v) for v in value]
+        if isinstance(value, Mapping):
+            return {str(k): plain(v) for k, v in value.items()}
+        if value is None or isinstance(value, (bool, int, float, str)):
+            return value
+        if hasattr(value, "__fspath__"):
+            return value.__fspath__()
+        return repr(value)
+
+    return {name: plain(value) for name, value in values.items()}
+
+
+def identity_settings(config: Any, part: str | None = None) -> dict[str, Any]:
+    """What of ``config`` enters a run's identity: every field declared ``identity=True``,
+    those of ``part`` (``identity="pretrain"``) when it is named (every part when it is not),
+    a function's value for those declared with one; never an axis (the cell holds it)."""
+    out = {}
+    for name, spec in specs(config).items():
+        rule = spec.identity
+        if spec.axis or rule is False or (isinstance(rule, str) and part not in (None, rule)):
+            continue
+        value = getattr(config, name)
+        out[name] = rule(value) if callable(rule) else value
+    return out
+
+
+class Sweep:
+    """A run's settings where the sweepable ones may hold several values: the settings as
+    given (``raw``: each swept field at its first value), the swept axes (``{field:
+    [values]}`` of those with more), the base config and one config per point.
+
+    The grid of a run is its axes (datasets, losses, seeds) times the sweep's :meth:`points`.
+    Each point's config is built from the settings as given, so a default a config derives
+    from another field (a temperature that depends on the method) is derived per point.
+    """
+
+    def __init__(self, config_class: type, raw: Mapping[str, Any],
+                 axes: Mapping[str, Sequence[Any]] | None = None) -> None:
+        self.config_class = config_class
+        self.raw = dict(raw)
+        self.axes = {name: list(values) for name, values in (axes or {}).items()}
+        allowed = sweepable(config_class)
+        for name in self.axes:
+            if name not in allowed:
+                raise ValueError(f"--{name.replace('_', '-')} takes one value: it cannot vary "
+                                 "within one run")
+        self._configs = {point: self._build(point) for point in self.points()}
+        self.base = self._configs[self.points()[0]]
+
+    @classmethod
+    def of(cls, config: Any) -> Sweep:
+        """The run of one config (no swept setting)."""
+        return cls(type(config), {f.name: getattr(config, f.name)
+                                  for f in dataclasses.fields(config)})
+
+    @classmethod
+    def from_values(cls, config_class: type, values: Mapping[str, Any]) -> Sweep:
+        """From ``{field: value}`` where a sweepable scalar may be a list of values (the
+        command line and the config file give them so); a field not given takes its default,
+        an unknown one is refused."""
+        defaults = {f.name: (f.default_factory() if f.default is dataclasses.MISSING  # type: ignore[misc]
+                             else f.default) for f in dataclasses.fields(config_class)}
+        unknown = [name for name in values if name not in defaults]
+        if unknown:
+            raise ValueError(f"unknown setting{'s' if len(unknown) > 1 else ''} "
+                             f"{', '.join(unknown)} for this recipe")
+        raw, axes = {}, {}
+        for name, value in (defaults | dict(values)).items():
+            if isinstance(value, (list, tuple)) and not is_list_field(config_class, name):
+                items = list(value)
+                if not items:
+                    raise ValueError(f"--{name.replace('_', '-')} needs a value")
+                items = _unique(name, items, items)
+                raw[name] = items[0]
+                if len(items) > 1:
+                    axes[name] = items
+            else:
+                raw[name] = value
+        return cls(config_class, raw, axes)
+
+    def points(self) -> list[Point]:
+        """Every combination of the swept values, first axis outermost (``[()]`` without a
+        sweep)."""
+        names = list(self.axes)
+        return [tuple(zip(names, combo, strict=True))
+                for combo in itertools.product(*(self.axes[n] for n in names))]
+
+    def _build(self, point: Point) -> Any:
+        try:
+            return self.config_class(**(self.raw | dict(point)))
+        except ValueError as err:
+            if not point:
+                raise
+            where = ", ".join(f"{k}={v}" for k, v in point)
+            raise ValueError(f"{where}: {err}") from None
+
+    def config_at(self, point: Point) -> Any:
+        """The config of ``point`` (one of :meth:`points`)."""
+        return self._configs[tuple(point)]
+
+    def values(self) -> dict[str, Any]:
+        """``{field: value}`` as given, swept fields as their lists: what the run's config
+        file holds and :meth:`from_values` reads back to the same run."""
+        return self.raw | {name: list(values) for name, values in self.axes.items()}
+
+
+def config_text(recipe: str, preset: str | None, sweep: Sweep) -> str:
+    """The settings of a run as a config file: what ``--print-config`` prints, what a run
+    writes as ``config.yaml`` and what ``--config`` reads back to the same cells."""
+    import yaml
+
+    head = (f"# adaptcl {recipe}: `adaptcl {recipe} --config <this file>` runs these settings "
+            "again\n")
+    body = {"recipe": recipe, "preset": preset, **as_record(sweep.values())}
+    return head + yaml.safe_dump(body, sort_keys=False)
