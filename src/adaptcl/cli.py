@@ -20,6 +20,7 @@ import signal
 import sys
 import threading
 import warnings
+from collections.abc import Callable
 
 from adaptcl.recipes.engine import CellsFailedError, RecipeError, distributed_follower
 
@@ -129,10 +130,17 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(name: str, argv: list[str], prog: str) -> int:
-    output_dir = _option_value(argv, "--output-dir")
-    try:
+    def call() -> int:
         recipe = importlib.import_module(f"adaptcl.recipes.{name}.recipe").RECIPE
         return int(recipe.main(argv, prog) or 0)
+
+    return _handled(prog, call)
+
+
+def _handled(prog: str, call: Callable[[], int]) -> int:
+    """``call()`` with every error a user meets as one line and its exit code."""
+    try:
+        return call()
     except RecipeError as err:
         _report(prog, str(err))
         return 2
@@ -151,22 +159,13 @@ def _run(name: str, argv: list[str], prog: str) -> int:
         _report(prog, message)
         return 2
     except KeyboardInterrupt as stop:
+        output_dir = getattr(stop, "output_dir", None)  # set by the recipe that was running
         kept = f" under {output_dir}/runs" if output_dir else ""
         how = "terminated (SIGTERM)" if isinstance(stop, Terminated) else "interrupted"
         if not distributed_follower():  # every rank is stopped; one line says so
             print(f"\n{prog}: {how}; finished runs are kept{kept}: rerun the same command to "
                   "resume", file=sys.stderr)
         return 128 + (signal.SIGTERM if isinstance(stop, Terminated) else signal.SIGINT)
-
-
-def _option_value(argv: list[str], option: str) -> str | None:
-    """The value given to ``option`` (``--x v`` or ``--x=v``) in ``argv``, for messages."""
-    for i, arg in enumerate(argv):
-        if arg == option and i + 1 < len(argv):
-            return argv[i + 1]
-        if arg.startswith(option + "="):
-            return arg.split("=", 1)[1]
-    return None
 
 
 if __name__ == "__main__":  # pragma: no cover

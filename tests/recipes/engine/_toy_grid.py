@@ -16,8 +16,9 @@ import sys
 import time
 from pathlib import Path
 
-from adaptcl.recipes.template.errors import RecipeError
-from adaptcl.recipes.template.store import Cell, run_grid
+from adaptcl.recipes.engine.cells import Cell
+from adaptcl.recipes.engine.errors import RecipeError
+from adaptcl.recipes.engine.grid import run_grid
 
 
 def main() -> int:
@@ -41,7 +42,7 @@ def main() -> int:
                 "train_seconds": 0.0}
 
     try:
-        grid = run_grid("toy", args.out, [Cell("d", "m", s) for s in args.seeds],
+        grid = run_grid("toy", args.out, [Cell((("dataset", "d"), ("loss", "m")), s) for s in args.seeds],
                         identity=lambda c: {"epochs": args.epochs}, compute=compute,
                         progress_bar=False)
     except RecipeError as err:

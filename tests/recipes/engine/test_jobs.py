@@ -3,6 +3,7 @@ executor (each job a process of its own; nothing of the engine is mocked)."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -10,13 +11,12 @@ from pathlib import Path
 import pytest
 
 from adaptcl import cli
-from adaptcl.recipes.template.errors import RecipeError
-from adaptcl.recipes.template.jobs import JobOptions
-from adaptcl.recipes.template.store import Cell
+from adaptcl.recipes.engine import options
+from adaptcl.recipes.engine.errors import RecipeError
+from adaptcl.recipes.engine.jobs import JobOptions
+from tests.recipes.engine._toy import ToyConfig, ToyRecipe, cell
 
 pytest.importorskip("submitit")
-
-TOY = "tests.recipes.template._jobs_toy"
 
 
 def _stored(out: Path) -> dict[str, dict]:
@@ -25,32 +25,53 @@ def _stored(out: Path) -> dict[str, dict]:
             for p in sorted((out / "runs").glob("*/*/seed*.json"))}
 
 
+def _toy(argv: list[str]) -> int:
+    """``adaptcl toy ...`` through the CLI's error handling (one line, exit codes)."""
+    return cli._handled("adaptcl toy", lambda: ToyRecipe.main(argv, "adaptcl toy"))
+
+
 # ------------------------------------------------------------------- options, refusals
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--jobs", "0"], "argument --jobs: must be >= 1, got 0"),
-    (["--jobs", "two"], "argument --jobs: invalid integer 'two'"),
-    (["--cluster", "pbs"], "argument --cluster: invalid choice: 'pbs'"),
-    (["--cluster-option", "mem"], "argument --cluster-option: expected KEY=VALUE, got 'mem'"),
+    (["--jobs", "0"], "adaptcl toy: error: jobs must be a number >= 1, got 0"),
+    (["--jobs", "two"], "adaptcl toy: error: argument --jobs: invalid value 'two'"),
+    (["--cluster", "pbs"], "adaptcl toy: error: unknown cluster 'pbs'; choose from none, "
+                           "local, slurm"),
+    (["--cluster-option", "mem"], "adaptcl toy: error: --cluster-option: expected KEY=VALUE, "
+                                  "got 'mem'"),
 ])
-def test_bad_job_options_are_refused_at_parse_time(argv, message, capsys):
-    with pytest.raises(SystemExit) as exit_:
-        cli.main(["tu", *argv])
-    assert exit_.value.code == 2
-    assert message in capsys.readouterr().err
+def test_bad_job_options_are_one_line_before_any_work(argv, message, capsys, tmp_path):
+    assert _toy([*argv, "--output-dir", str(tmp_path / "out")]) == 2
+    assert capsys.readouterr().err.strip() == message
+    assert not (tmp_path / "out").exists()
 
 
-def test_slurm_options_without_slurm_and_several_devices_with_jobs_are_refused(tmp_path):
-    with pytest.raises(RecipeError, match="--cluster-partition, --cluster-time only apply with "
-                                          "--cluster slurm"):
-        JobOptions(jobs=2, partition="gpu", time_min=10)
-    from tests.recipes.template._jobs_toy import ToyConfig, ToyRecipe
+def test_slurm_options_without_slurm_or_slurm_absent_and_several_devices_are_refused(
+        tmp_path, monkeypatch):
+    for given, message in (
+            ({"jobs": 2, "cluster_partition": "gpu", "cluster_time": 10},
+             "--cluster-partition, --cluster-time only apply with --cluster slurm"),
+            ({"cluster_option": ["slurm_mem=16G"]},
+             "--cluster-option only applies with --cluster slurm")):
+        with pytest.raises(RecipeError, match=message):
+            JobOptions(**given)
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")  # no sbatch: refused before any work
+    with pytest.raises(RecipeError, match="--cluster slurm: SLURM is not available on this "
+                                          r"machine \(no sbatch on PATH\)"):
+        ToyRecipe(ToyConfig(output_dir=str(tmp_path / "slurm")),
+                  jobs=JobOptions(cluster="slurm")).run()
+    assert not (tmp_path / "slurm").exists()
 
-    config = ToyConfig(output_dir=str(tmp_path / "out"))
-    config.devices = 2  # as images' config has it
+    @dataclasses.dataclass
+    class OnDevices(ToyConfig):  # as the configs of images, tu, moleculenet
+        devices: int = options.devices()
+
+    class Toy(ToyRecipe):
+        config_class = OnDevices
+
     with pytest.raises(RecipeError, match="--devices 2 with --jobs/--cluster"):
-        ToyRecipe(config, jobs=JobOptions(jobs=2)).run()
+        Toy(OnDevices(output_dir=str(tmp_path / "out"), devices=2), jobs=JobOptions(jobs=2)).run()
     assert not (tmp_path / "out").exists()  # refused before any file
 
 
@@ -67,21 +88,17 @@ def test_slurm_jobs_get_partition_time_gpus_cpus_and_extra_options(tmp_path, mon
     (bin_dir / "srun").write_text("#!/bin/sh\nexit 0\n")
     (bin_dir / "srun").chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
-    options = JobOptions(cluster="slurm", partition="gpu", time_min=90, gpus=1,
-                         options={"slurm_mem": "16G", "slurm_account": "lab"})
+    (bin_dir / "sbatch").write_text("#!/bin/sh\nexit 0\n")
+    (bin_dir / "sbatch").chmod(0o755)
+    options = JobOptions(cluster="slurm", cluster_partition="gpu", cluster_time=90,
+                         cluster_gpus=1, cluster_option=["slurm_mem=16G", "slurm_account=lab"])
     executor = options.executor(tmp_path / "jobs" / "%j", options.threads_per_job(4), "tu")
     script = executor._executor._make_submission_file_text("python -m x", "uid")
     for line in ("--partition=gpu", "--time=90", "--gpus-per-node=1", "--cpus-per-task=4",
                  "--mem=16G", "--account=lab", "--job-name=adaptcl-tu"):
         assert f"#SBATCH {line}\n" in script
     with pytest.raises(RecipeError, match="--cluster-option: .*nosuch"):
-        JobOptions(cluster="slurm", options={"slurm_nosuch": 1}).executor(tmp_path, 1, "tu")
-
-
-def test_slurm_off_a_cluster_is_a_one_line_error(tmp_path, monkeypatch):
-    monkeypatch.setenv("PATH", "/usr/bin:/bin")
-    with pytest.raises(RecipeError, match='--cluster slurm: Could not detect "srun"'):
-        JobOptions(cluster="slurm").executor(tmp_path, 1, "tu")
+        JobOptions(cluster="slurm", cluster_option=["slurm_nosuch=1"]).executor(tmp_path, 1, "tu")
 
 
 def test_a_job_refuses_a_cell_whose_identity_changed_since_submission(tmp_path):
@@ -89,33 +106,32 @@ def test_a_job_refuses_a_cell_whose_identity_changed_since_submission(tmp_path):
     planned identity hash no longer matches the recipe rebuilt from the config."""
     import torch
 
-    from adaptcl.recipes.template.jobs import run_cell_job
-    from adaptcl.recipes.template.provenance import stable_hash
-    from tests.recipes.template._jobs_toy import ToyConfig, ToyRecipe
+    from adaptcl.recipes.engine.jobs import run_cell_job
+    from adaptcl.recipes.engine.provenance import stable_hash
+    from adaptcl.recipes.engine.settings import Sweep
 
     threads = torch.get_num_threads()  # the job function sets the process's threads
     config = ToyConfig(output_dir=str(tmp_path / "out"), seeds=[0])
-    with pytest.raises(RecipeError, match="toy/base/seed0: its identity .* changed since the "
+    sweep, target = Sweep.of(config), cell("d", "base", 0)
+    with pytest.raises(RecipeError, match="d/base/seed0: its identity .* changed since the "
                                           "run was submitted"):
-        run_cell_job(ToyRecipe, config, ("toy", "base", 0), "0" * 64, 1, True, "local")
-    assert not (tmp_path / "out" / "runs" / "toy").exists()
+        run_cell_job(ToyRecipe, sweep, target, "0" * 64, 1, True, "local")
+    assert not (tmp_path / "out" / "runs" / "d").exists()
     recipe = ToyRecipe(config)
     recipe.prepare()
-    recipe._code = None
-    planned = stable_hash(recipe.identity(Cell("toy", "base", 0)))
+    planned = stable_hash(recipe.identity(target))
     from threadpoolctl import threadpool_info, threadpool_limits
 
     try:
         with threadpool_limits(limits=2):  # restores this process's pools on exit
-            result = run_cell_job(ToyRecipe, config, ("toy", "base", 0), planned, 1, True,
-                                  "local")
+            result = run_cell_job(ToyRecipe, sweep, target, planned, 1, True, "local")
             pools = threadpool_info()
     finally:
         torch.set_num_threads(threads)
     assert result["status"] == "computed"
     # the BLAS / OpenMP pools (numpy's, scikit-learn's) take the job's share too
     assert pools and {pool["num_threads"] for pool in pools} == {1}, pools
-    execution = json.loads((tmp_path / "out" / "runs" / "toy" / "base" / "seed0.json")
+    execution = json.loads((tmp_path / "out" / "runs" / "d" / "base" / "seed0.json")
                            .read_text())["record"]["execution"]
     assert (execution["threads"], execution["cluster"]) == (1, "local")
 
@@ -128,37 +144,36 @@ def test_a_failed_job_is_named_with_its_log_the_others_go_on_and_a_rerun_retries
         tmp_path, monkeypatch, capsys):
     """seed1 raises, seed2 diverges, seeds 0 and 3 are stored; the run exits 1 naming seed1;
     the rerun computes exactly seeds 1 and 2 and reuses 0 and 3."""
-    monkeypatch.setitem(cli.RECIPES, "toy", (TOY, "toy recipe"))
     monkeypatch.setenv("ADAPTCL_TOY_EVENTS", str(tmp_path / "events"))
-    monkeypatch.setenv("ADAPTCL_TOY_FAIL", "toy/base/seed1")
-    monkeypatch.setenv("ADAPTCL_TOY_DIVERGE", "toy/base/seed2")
+    monkeypatch.setenv("ADAPTCL_TOY_FAIL", "d/base/seed1")
+    monkeypatch.setenv("ADAPTCL_TOY_DIVERGE", "d/base/seed2")
     out = tmp_path / "out"
-    argv = ["toy", "--output-dir", str(out), "--seeds", "0", "1", "2", "3", "--jobs", "2",
+    argv = ["--output-dir", str(out), "--seeds", "0", "1", "2", "3", "--jobs", "2",
             "--no-progress"]
-    assert cli.main(argv) == 1
+    assert _toy(argv) == 1
     err = capsys.readouterr().err
-    failed_line = next(line for line in err.splitlines() if "toy/base/seed1 failed" in line)
-    assert "RuntimeError: boom in toy/base/seed1" in failed_line
+    failed_line = next(line for line in err.splitlines() if "d/base/seed1 failed" in line)
+    assert "RuntimeError: boom in d/base/seed1" in failed_line
     log = Path(failed_line.split("(log: ")[1].rstrip(")"))
-    assert log.is_file() and "boom in toy/base/seed1" in log.read_text()
+    assert log.is_file() and "boom in d/base/seed1" in log.read_text()
     assert err.strip().splitlines()[-1].startswith(
-        "adaptcl toy: error: 1 of 4 runs failed: toy/base/seed1 (RuntimeError: boom in "
-        "toy/base/seed1)")
+        "adaptcl toy: error: 1 of 4 runs failed: d/base/seed1 (RuntimeError: boom in "
+        "d/base/seed1)")
     assert "1 of 4 runs diverged" in err.strip().splitlines()[-1]
-    assert sorted(_stored(out)) == ["toy/base/seed0", "toy/base/seed3"]
+    assert sorted(_stored(out)) == ["d/base/seed0", "d/base/seed3"]
     result = json.loads((out / "results.json").read_text())
-    assert [f["cell"] for f in result["failed"]] == [["toy", "base", 1]]
-    assert [d["cell"] for d in result["diverged"]] == [["toy", "base", 2]]
+    assert [f["cell"] for f in result["failed"]] == [cell("d", "base", 1).as_dict()]
+    assert [d["cell"] for d in result["diverged"]] == [cell("d", "base", 2).as_dict()]
     assert result["failed"][0]["log"] == str(log)
     assert {r["execution"]["threads"] for r in _stored(out).values()} == {1}
-    assert "> **FAILED**: 1 runs failed (toy/base/seed1;" in (out / "results.md").read_text()
+    assert "> **FAILED**: 1 runs failed (d/base/seed1;" in (out / "results.md").read_text()
 
     monkeypatch.delenv("ADAPTCL_TOY_FAIL")
     monkeypatch.delenv("ADAPTCL_TOY_DIVERGE")
-    assert cli.main(argv) == 0
+    assert _toy(argv) == 0
     result = json.loads((out / "results.json").read_text())
-    assert result["computed"] == [["toy", "base", 1], ["toy", "base", 2]]
-    assert result["reused"] == [["toy", "base", 0], ["toy", "base", 3]]
+    assert result["computed"] == [cell("d", "base", s).as_dict() for s in (1, 2)]
+    assert result["reused"] == [cell("d", "base", s).as_dict() for s in (0, 3)]
     assert result["failed"] == [] and result["diverged"] == [] and result["complete"]
     assert "FAILED" not in (out / "results.md").read_text()
 
@@ -169,8 +184,6 @@ def test_an_interrupted_run_cancels_its_jobs_and_the_rerun_computes_only_the_res
     """Seeds 0 and 1 finish; seeds >= 2 wait; the parent is interrupted at the first record
     (Ctrl-C while collecting): the waiting jobs are cancelled, nothing of theirs is stored,
     and the rerun computes exactly the cells without a record."""
-    from tests.recipes.template._jobs_toy import ToyConfig, ToyRecipe
-
     events = tmp_path / "events"
     monkeypatch.setenv("ADAPTCL_TOY_EVENTS", str(events))
     monkeypatch.setenv("ADAPTCL_TOY_BLOCK", "2")
@@ -181,26 +194,26 @@ def test_an_interrupted_run_cancels_its_jobs_and_the_rerun_computes_only_the_res
     class Interrupt:  # Ctrl-C once a waiting job is computing
         def write(self, grid):
             deadline = time.monotonic() + 60
-            while not any(events.glob("start-toy_base_seed[23]")):
+            while not any(events.glob("start-d_base_seed[23]")):
                 assert time.monotonic() < deadline, "no waiting job started"
                 time.sleep(0.05)
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(recipe, "make_report", lambda _out: Interrupt())
+    monkeypatch.setattr(recipe, "make_report", lambda: Interrupt())
     with pytest.raises(KeyboardInterrupt):
         recipe.run()
     stored = set(_stored(out))
-    assert stored and stored <= {"toy/base/seed0", "toy/base/seed1"}
+    assert stored and stored <= {"d/base/seed0", "d/base/seed1"}
     (events / "go").touch()  # a waiting job not cancelled would finish and store now
     time.sleep(2)
-    assert not any(events.glob("end-toy_base_seed[23]"))
+    assert not any(events.glob("end-d_base_seed[23]"))
     assert set(_stored(out)) == stored
     monkeypatch.delenv("ADAPTCL_TOY_BLOCK")
     rerun = ToyRecipe(ToyConfig(output_dir=str(out), seeds=[0, 1, 2, 3]),
                       jobs=JobOptions(jobs=2))
     rerun.run()
     computed = {c.label() for c in rerun.grid.computed}
-    assert computed == {f"toy/base/seed{s}" for s in range(4)} - stored
+    assert computed == {f"d/base/seed{s}" for s in range(4)} - stored
     assert {c.label() for c in rerun.grid.reused} == stored
 
 
@@ -227,7 +240,7 @@ def test_tu_with_two_jobs_is_bitwise_the_sequential_run(shared_data, tmp_path, c
     assert sorted(p.name for p in jobs.iterdir()) == sorted(map(str, pids))
     results = [json.loads((tmp_path / d / "results.json").read_text()) for d in ("seq", "par")]
     assert results[0]["summary"] == results[1]["summary"]
-    assert Cell("MUTAG", "dcl", 0).label() in seq
+    assert "MUTAG/dcl/seed0" in seq
 
 
 def _children(pids: list[int]) -> list[int]:

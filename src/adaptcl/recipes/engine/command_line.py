@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import functools
-import sys
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -198,8 +197,7 @@ def read_config_file(path: str, recipe: str) -> dict[str, Any]:
 def parse(recipe: Any, argv: Sequence[str], prog: str) -> Invocation:
     """The :class:`Invocation` of ``argv`` for ``recipe`` (a recipe class: ``name``,
     ``config_class``, ``presets``, ``description``, ``example``); ``--help`` prints and exits
-    0, a bad option is one line and exit 2 (:class:`SystemExit`), a bad setting a
-    :class:`RecipeError`."""
+    0 (:class:`SystemExit`), a bad option or setting is a :class:`RecipeError` (one line)."""
     import tyro
     from tyro import _errors as errors
 
@@ -234,9 +232,8 @@ def parse(recipe: Any, argv: Sequence[str], prog: str) -> Invocation:
         with errors.on_parse_error(_one_line):
             parsed = tyro.cli(view, args=list(argv), prog=prog, description=recipe.description
                               + f"\n\n{usage}" + (f"\n\n{epilog}" if epilog else ""))
-    except _OneLine as err:
-        print(f"{prog}: error: {err}", file=sys.stderr)
-        raise SystemExit(2) from None
+    except _OneLine as err:  # the CLI prints it as its one line, exit 2
+        raise RecipeError(str(err)) from None
     return _invocation(recipe, parsed, preset, meta.print_config)
 
 

@@ -72,8 +72,8 @@ class JobOptions:
     """How a grid's cells run: one after another in this process (the default), or as jobs.
 
     The fields are the command line's ``--jobs``, ``--cluster`` and ``--cluster-*`` options.
-    Every combination that cannot run is refused here, before any work (``--cluster slurm``
-    where SLURM is absent, a SLURM option without it).
+    A combination that cannot run is refused when the options are made (a SLURM option without
+    ``--cluster slurm``) or, before any work, by :meth:`check_config` (SLURM absent).
     """
 
     jobs: int | None = setting(None, check=at_least(1), help="cells computed at once, each a "
@@ -105,10 +105,6 @@ class JobOptions:
         if slurm_only and self.cluster != "slurm":
             verb = "applies" if len(slurm_only) == 1 else "apply"
             raise RecipeError(f"{', '.join(slurm_only)} only {verb} with --cluster slurm")
-        if self.cluster == "slurm" and shutil.which("sbatch") is None:
-            raise RecipeError("--cluster slurm: SLURM is not available on this machine (no "
-                              "sbatch on PATH); run it on a SLURM login node, or use --jobs N "
-                              "to run the cells here")
 
     @property
     def options(self) -> dict[str, Any]:
@@ -151,9 +147,14 @@ class JobOptions:
         return max(1, total // self.max_jobs(cells))
 
     def check_config(self, config: Any) -> None:
-        """Refuse what jobs cannot do: several devices per cell, or a distributed launch."""
+        """Refuse, before any work, what the jobs cannot do here: SLURM where it is absent,
+        several devices per cell, a distributed launch."""
         if not self.parallel:
             return
+        if self.cluster == "slurm" and shutil.which("sbatch") is None:
+            raise RecipeError("--cluster slurm: SLURM is not available on this machine (no "
+                              "sbatch on PATH); run it on a SLURM login node, or use --jobs N "
+                              "to run the cells here")
         devices = getattr(config, "devices", 1)
         if isinstance(devices, int) and devices > 1:
             raise RecipeError(f"--devices {devices} with --jobs/--cluster: a cell on several "

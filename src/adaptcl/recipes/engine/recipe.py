@@ -193,7 +193,11 @@ class Recipe:
             print(config_text(cls.name, invocation.preset, invocation.sweep), end="")
             return 0
         recipe = cls(invocation.sweep, jobs=invocation.jobs, preset=invocation.preset)
-        result = recipe.run()
+        try:
+            result = recipe.run()
+        except KeyboardInterrupt as stop:  # the CLI's line says where finished runs are kept
+            stop.output_dir = recipe.config.output_dir  # type: ignore[attr-defined]
+            raise
         if not result:  # a process that owns no result (a non-zero rank of a distributed run)
             return 0
         print(result["table_markdown"])

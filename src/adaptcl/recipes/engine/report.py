@@ -16,7 +16,7 @@ from adaptcl.recipes.engine.cells import RunLayout
 from adaptcl.recipes.engine.errors import RecipeError
 from adaptcl.recipes.engine.files import markdown_table, write_json_atomic, write_text_atomic
 from adaptcl.recipes.engine.provenance import environment
-from adaptcl.recipes.engine.settings import as_record
+from adaptcl.recipes.engine.settings import as_record, identity_settings
 from adaptcl.recipes.engine.store import GridRun
 from adaptcl.recipes.engine.summary import (
     axis_table,
@@ -116,7 +116,8 @@ class Report:
                                       column_header=self.axes[1]))
         result: dict[str, Any] = {
             "recipe": self.recipe, "axes": list(self.axes), "preset": self.preset,
-            "config": as_record(self.config), "sweep": {k: list(v) for k, v in self.sweep.items()},
+            "config": as_record(self.config),
+            "settings": as_record(identity_settings(self.config)), "sweep": {k: list(v) for k, v in self.sweep.items()},
             "environment": environment(**self.environment), **grid.bookkeeping(),
             "summary": summaries, "summary_along": along, "baseline": spec.baseline,
             "tables": tables, "table_markdown": next(iter(tables.values())),
@@ -171,7 +172,7 @@ def write_results(out_dir: str | os.PathLike, result: Mapping[str, Any], markdow
         head += f"> **DIVERGED**: {diverged}; left out of every mean (marked in the table).\n\n"
     failed = result.get("failed") or []
     if failed:
-        names = ", ".join("/".join(map(str, f["cell"].values())) for f in failed)
+        names = ", ".join(f["label"] for f in failed)
         head += (f"> **FAILED**: {len(failed)} runs failed ({names}; their logs are in "
                  "results.json); rerun the same command to retry them.\n\n")
     if result.get("partial"):

@@ -264,8 +264,13 @@ class Sweep:
             if name not in allowed:
                 raise ValueError(f"--{name.replace('_', '-')} takes one value: it cannot vary "
                                  "within one run")
-        self._configs = {point: self._build(point) for point in self.points()}
-        self.base = self._configs[self.points()[0]]
+        points = self.points()
+        self.base = self._build(points[0])
+        # the axes as the first config spelled them (canonical, no repeats): the other points
+        # and the config file take them so, and a repeat is noted once
+        self.raw.update({name: list(getattr(self.base, name))
+                         for name in axis_fields(config_class).values()})
+        self._configs = {points[0]: self.base} | {p: self._build(p) for p in points[1:]}
 
     @classmethod
     def of(cls, config: Any) -> Sweep:

@@ -357,7 +357,8 @@ class GridRun:
                               "loss": _json_number(info.get("loss")),
                               "message": info.get("message")}
                              for c, info in self.diverged.items()],
-                "failed": [{"cell": c.as_dict()} | dict(info) for c, info in self.failed.items()],
+                "failed": [{"cell": c.as_dict(), "label": c.label()} | dict(info)
+                           for c, info in self.failed.items()],
                 "superseded": list(self.superseded),
                 "code": self.code_versions(),
                 "total_train_seconds": sum(float(r.get("train_seconds") or 0.0)

@@ -1,11 +1,13 @@
-"""The grid's cells through the Python API: duplicates run once, seeds in numpy's range."""
+"""The grid's cells through the Python API: duplicates run once, seeds in numpy's range, grid
+order whatever order jobs finish in."""
 
 from __future__ import annotations
 
 import pytest
 
-from adaptcl.recipes.template.errors import RecipeError
-from adaptcl.recipes.template.store import Cell, run_grid
+from adaptcl.recipes.engine.errors import RecipeError
+from adaptcl.recipes.engine.grid import run_grid
+from tests.recipes.engine._toy import cell as Cell
 
 
 def _compute(calls):
@@ -57,7 +59,7 @@ class _LastFirstJobs:
     max_jobs = 8
 
     def __init__(self, store_root):
-        from adaptcl.recipes.template.store import RunStore
+        from adaptcl.recipes.engine.store import RunStore
 
         self.store, self.running, self.finished = RunStore(store_root), [], []
         self.folder = store_root / "jobs" / "%j"
@@ -93,4 +95,4 @@ def test_the_grid_lists_its_cells_in_grid_order_whatever_order_jobs_finish_in(tm
                     progress_bar=False)
     assert jobs.finished == cells[::-1]  # seed 2 finished first
     assert grid.computed == cells and list(grid.records) == cells
-    assert grid.bookkeeping()["computed"] == [list(c) for c in cells]  # results.json's list
+    assert grid.bookkeeping()["computed"] == [c.as_dict() for c in cells]  # results.json's list

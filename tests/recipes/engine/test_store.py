@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from adaptcl.recipes.template.errors import RecipeError
-from adaptcl.recipes.template.store import ActiveRuns, Cell, RunStore
+from adaptcl.recipes.engine.cells import RunLayout
+from adaptcl.recipes.engine.errors import RecipeError
+from adaptcl.recipes.engine.store import ActiveRuns, RunStore
+from tests.recipes.engine._toy import cell as Cell
 
 SCRIPT = str(Path(__file__).with_name("_toy_grid.py"))
 SRC = str(Path(__file__).resolve().parents[3] / "src")
@@ -126,13 +128,13 @@ def test_a_killed_run_does_not_block_the_store(tmp_path):
 
 def test_registry_in_one_process(tmp_path):
     """The registry's own contract: an entry is live while registered, gone after."""
-    runs = tmp_path / "runs"
-    first, second = ActiveRuns(runs), ActiveRuns(runs)
+    layout = RunLayout(tmp_path)
+    first, second = ActiveRuns(layout), ActiveRuns(layout)
     first.register("toy", {"d/m/seed0": "aaa"})
     second.register("toy", {"d/m/seed0": "aaa", "d/m/seed1": "bbb"})  # same identity: fine
     assert second.owner("d/m/seed0")["cells"] == {"d/m/seed0": "aaa"}
     second.unregister()
     with pytest.raises(RecipeError, match="d/m/seed0 in .* with other settings"):
-        ActiveRuns(runs).register("toy", {"d/m/seed0": "zzz"})
+        ActiveRuns(layout).register("toy", {"d/m/seed0": "zzz"})
     first.unregister()
-    ActiveRuns(runs).register("toy", {"d/m/seed0": "zzz"})  # nobody computes it any more
+    ActiveRuns(layout).register("toy", {"d/m/seed0": "zzz"})  # nobody computes it any more

@@ -8,9 +8,11 @@ import math
 import pytest
 
 from adaptcl.plugins.validation import NonFiniteError
-from adaptcl.recipes.template.errors import DivergedError, NonResultError
-from adaptcl.recipes.template.files import write_json_atomic
-from adaptcl.recipes.template.store import Cell, RunStore, run_grid
+from adaptcl.recipes.engine.errors import DivergedError, NonResultError
+from adaptcl.recipes.engine.files import write_json_atomic
+from adaptcl.recipes.engine.grid import run_grid
+from adaptcl.recipes.engine.store import RunStore
+from tests.recipes.engine._toy import cell as _cell
 
 
 def _record(acc: float, steps: int = 3, losses=None) -> dict:
@@ -20,7 +22,7 @@ def _record(acc: float, steps: int = 3, losses=None) -> dict:
     return record
 
 
-CELLS = [Cell("d", "m", s) for s in range(4)]
+CELLS = [_cell("d", "m", s) for s in range(4)]
 
 
 def _compute(cell: Cell) -> dict:
@@ -55,9 +57,9 @@ def test_diverged_cells_are_recorded_not_stored_and_the_grid_goes_on(tmp_path):
     book = grid.bookkeeping()
     assert book["complete"] is False and book["partial"] is True and book["missing"] == []
     assert book["diverged"] == [
-        {"cell": ["d", "m", 1], "step": 7, "loss": "nan", "message": "d/m/seed1: loss became NaN"},
-        {"cell": ["d", "m", 2], "step": 3, "loss": "inf", "message": "z0 contains NaN or inf"},
-        {"cell": ["d", "m", 3], "step": 2, "loss": "nan",
+        {"cell": {"dataset": "d", "loss": "m", "seed": 1}, "step": 7, "loss": "nan", "message": "d/m/seed1: loss became NaN"},
+        {"cell": {"dataset": "d", "loss": "m", "seed": 2}, "step": 3, "loss": "inf", "message": "z0 contains NaN or inf"},
+        {"cell": {"dataset": "d", "loss": "m", "seed": 3}, "step": 2, "loss": "nan",
          "message": grid.diverged[CELLS[3]]["message"]}]
     write_json_atomic(tmp_path / "r.json", book)  # strict JSON: no bare NaN
     assert json.loads((tmp_path / "r.json").read_text())["diverged"][0]["loss"] == "nan"
@@ -104,7 +106,7 @@ def test_other_non_results_still_stop_the_whole_run(tmp_path):
 
 
 def test_progress_bar_counts_diverged_cells(tmp_path, monkeypatch):
-    from adaptcl.recipes.template import store as store_module
+    from adaptcl.recipes.engine import grid as grid_module
 
     notes = []
 
@@ -121,7 +123,7 @@ def test_progress_bar_counts_diverged_cells(tmp_path, monkeypatch):
         def close(self):
             notes.append(f"closed at {self.n}")
 
-    monkeypatch.setattr(store_module, "progress", lambda **kw: Bar(**kw))
+    monkeypatch.setattr(grid_module, "progress", lambda **kw: Bar(**kw))
     run_grid("toy", tmp_path, CELLS, identity=lambda c: {}, compute=_compute)
     assert notes == ["d/m/seed0", "d/m/seed1", "d/m/seed2, 1 diverged", "d/m/seed3, 2 diverged",
                      "3 diverged", "closed at 4"]

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import json
 
-from adaptcl.recipes.template.errors import DivergedError
-from adaptcl.recipes.template.store import Cell, RunStore, run_grid
+from adaptcl.recipes.engine.errors import DivergedError
+from adaptcl.recipes.engine.grid import run_grid
+from adaptcl.recipes.engine.store import RunStore
+from tests.recipes.engine._toy import cell as _cell
 
-CELLS = [Cell("d", "m", 0), Cell("d", "m", 1)]
+CELLS = [_cell("d", "m", 0), _cell("d", "m", 1)]
 
 
 def _grid(out, acc, *, reuse=True, diverge=()):
