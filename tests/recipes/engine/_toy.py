@@ -22,10 +22,10 @@ from adaptcl.recipes.engine import (
     Recipe,
     ReportSpec,
     check_settings,
+    options,
     positive,
     setting,
 )
-from adaptcl.recipes.engine import options
 
 
 def cell(dataset: str = "d", method: str = "m", seed: int = 0, **point: Any) -> Cell:

@@ -154,10 +154,12 @@ class DemoRecipe(Recipe):
             f"# adaptcl demo: sklearn digits ({self.sizes[0]} train / {self.sizes[1]} test), "
             f"{cfg.epochs} epochs, batch {cfg.batch_size}, seeds {seeds}\n\n"
             f"kNN: {evaluation['knn']} on the {evaluation['features']}, in % (chance is "
-            f"{100 / NUM_CLASSES:.0f}%); alignment and uniformity: lower is better. Mean ± "
-            "population std over seeds (the rows without training: first seed only); the last "
-            "column is each row's kNN accuracy minus NT-Xent's, paired over seeds with a 95% "
-            f"t-interval. MACL's temperature floor is {min_temperature:g}.\n\n")
+            f"{100 / NUM_CLASSES:.0f}%); alignment and uniformity: lower is better. "
+            + ("Mean ± population std over seeds (the rows without training: first seed "
+               "only); the last column is each row's kNN accuracy minus NT-Xent's, paired over "
+               "seeds with a 95% t-interval." if len(seeds) > 1 else "One seed: each value is "
+               "one run's; the last column is each row's kNN accuracy minus NT-Xent's.")
+            + f" MACL's temperature floor is {min_temperature:g}.\n\n")
         percent = ("knn_accuracy", "knn_accuracy_augmented")
         return ReportSpec(
             metrics=("knn_accuracy", "alignment", "uniformity", "final_temperature",

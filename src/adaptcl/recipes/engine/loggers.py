@@ -75,10 +75,11 @@ def lightning_logger(kind: str, log_dir: str | os.PathLike, name: str = ""):
         raise RecipeError(f"--logger must be one of {', '.join(LOGGERS)}, got {kind!r}")
     if kind == "none":
         return False
+    # version "": the files go straight into log_dir (a cell's own folder), no version_N
     if kind == "csv":
         from pytorch_lightning.loggers import CSVLogger
 
-        return CSVLogger(str(log_dir), name=name)
+        return CSVLogger(str(log_dir), name=name, version="")
     from pytorch_lightning.loggers import TensorBoardLogger
 
-    return TensorBoardLogger(str(log_dir), name=name)
+    return TensorBoardLogger(str(log_dir), name=name, version="")

@@ -4,12 +4,42 @@ ones it takes: ``seeds: list[int] = options.seeds([0, 1, 2])``."""
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from adaptcl.precision import PRECISIONS
+from adaptcl.recipes.engine.errors import note
 from adaptcl.recipes.engine.loggers import LOGGERS
 from adaptcl.recipes.engine.settings import at_least, setting
 from adaptcl.recipes.engine.torch_env import device_identity
+
+
+def loss_name(allowed: Sequence[str], aliases: Mapping[str, str] | None = None
+              ) -> Callable[[str], str]:
+    """The canonical name of a loss (:func:`adaptcl.registry.canonical_loss_name`): a paper's
+    alias silently, an old spelling with one note."""
+    from adaptcl.registry import canonical_loss_name
+
+    def convert(name: str) -> str:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            canonical = canonical_loss_name(name, allowed=allowed, aliases=aliases)
+        for warning in caught:
+            note(str(warning.message))
+        return canonical
+
+    return convert
+
+
+def losses(default: list[str], allowed: Sequence[str],
+           aliases: Mapping[str, str] | None = None, what: str = "losses") -> Any:
+    """The losses a recipe compares (the ``loss`` axis), by their registry names."""
+    from adaptcl.registry import loss_help
+
+    return setting(factory=lambda: list(default), axis="loss",
+                   convert=loss_name(allowed, aliases),
+                   help=f"{what}; one of {loss_help(allowed, aliases)}")
 
 
 def data_root(what: str = "benchmark data folder") -> Any:

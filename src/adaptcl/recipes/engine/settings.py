@@ -35,6 +35,8 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import os
+import types
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
@@ -175,16 +177,47 @@ def _numbers(value: Any) -> list[Any]:
     return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
+def _kinds(hint: Any) -> tuple[type, ...]:
+    """The types a value (an item of a list) of a field annotated ``hint`` may have."""
+    if typing.get_origin(hint) in (list, tuple):
+        return _kinds(typing.get_args(hint)[0])
+    args = typing.get_args(hint)
+    if args and typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return tuple(k for a in args for k in _kinds(a))
+    if hint is float:
+        return (int, float)
+    if hint is str:  # a path given through the Python API is a path
+        return (str, os.PathLike)
+    return (hint,) if isinstance(hint, type) else (object,)
+
+
+def _check_type(name: str, hint: Any, value: Any) -> None:
+    kinds = _kinds(hint)
+    items = value if isinstance(value, (list, tuple)) else [value]
+    for item in items:
+        wrong = isinstance(item, bool) and bool not in kinds  # True is an int to Python
+        if wrong or not isinstance(item, kinds):
+            wanted = " or ".join("none" if k is type(None) else k.__name__ for k in kinds
+                                 if (k is not int or float not in kinds)
+                                 and k is not os.PathLike)
+            raise ValueError(f"{name} must be {wanted}, got {item!r}")
+
+
 def check_settings(config: Any) -> None:
     """Canonicalise and check every field of ``config`` by its :class:`Spec`, in place.
 
-    Choices and converters give each value its canonical spelling; an axis list drops repeats
-    (with a note) and may not be empty, and its seeds must be integers in ``[0, 2**32 - 1]``;
-    every float must be finite; every number must meet the field's ``check``. Raises
-    ``ValueError`` naming the field and the bad value.
+    Each value must have its field's type (an ``int`` setting takes no ``2.5``); choices and
+    converters give it its canonical spelling; an axis list drops repeats (with a note) and
+    may not be empty, and its seeds must be integers in ``[0, 2**32 - 1]``; every float must be
+    finite; every number must meet the field's ``check``. Raises ``ValueError`` naming the
+    field and the bad value.
     """
+    hints = typing.get_type_hints(type(config))
     for name, spec in specs(config).items():
         value = getattr(config, name)
+        if spec.choices is None and spec.convert is None and not (
+                spec.axis == "seed"):  # converted or checked as seeds below
+            _check_type(name, hints[name], value)
         if isinstance(value, (list, tuple)):
             items = [_canonical(name, spec, item) for item in value]
             if spec.axis:

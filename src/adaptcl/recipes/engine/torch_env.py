@@ -52,6 +52,14 @@ def device_identity(device: str) -> str:
     return device_type(resolve_device(device))
 
 
+def check_lightning_precision(device: str, precision: str) -> None:
+    """Refuse ``16-mixed`` on the CPU for a Lightning training: Lightning would train in
+    bfloat16 instead and the result would carry the wrong label."""
+    if precision == "16-mixed" and device_type(resolve_device(device)) == "cpu":
+        raise RecipeError("--precision 16-mixed needs CUDA (on the CPU Lightning trains in "
+                          "bfloat16 instead); use --precision bf16-mixed or 32")
+
+
 def grad_scaler(device: str, precision: str) -> Any:
     """The gradient scaler fp16 needs (``16-mixed``); disabled (a pass-through) otherwise."""
     import torch

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from adaptcl.adapters.graphcl.names import LOSS_ALIASES, LOSS_NAMES
 from adaptcl.recipes.common.devices import check_devices
 from adaptcl.recipes.engine import options
 from adaptcl.recipes.engine.settings import (
@@ -14,24 +15,10 @@ from adaptcl.recipes.engine.settings import (
     positive,
     setting,
 )
-from adaptcl.registry import canonical_loss_name, loss_help
 
 SOCIAL_DATASETS = ("IMDB-BINARY", "IMDB-MULTI", "REDDIT-BINARY", "REDDIT-MULTI-5K", "COLLAB")
 AUGMENTATIONS = ("auto", "none", "dnodes", "pedges", "mask_nodes", "subgraph", "random2",
                  "random3", "random4")
-
-
-def _losses() -> tuple[tuple[str, ...], dict[str, str]]:
-    """The losses GraphCL builds (:func:`adaptcl.adapters.graphcl.graphcl_loss`) and its
-    paper's name for its own (``graphcl`` is DCL), without importing torch-geometric."""
-    from adaptcl.adapters.graphcl.names import LOSS_ALIASES, LOSS_NAMES
-
-    return LOSS_NAMES, LOSS_ALIASES
-
-
-def _loss(name: str) -> str:
-    names, aliases = _losses()
-    return canonical_loss_name(name, allowed=names, aliases=aliases)
 
 
 #: presets: the default (GraphCL's settings, fixed CV folds) and GraphCL's own code paths
@@ -48,9 +35,8 @@ class TUConfig:
 
     datasets: list[str] = setting(factory=lambda: ["MUTAG"], axis="dataset",
                                   help="TU dataset names (case-insensitive)")
-    losses: list[str] = setting(factory=lambda: ["graphcl", "macl"], axis="loss",
-                                convert=_loss, help="contrastive losses; one of "
-                                + loss_help(*_losses()))
+    losses: list[str] = options.losses(["graphcl", "macl"], LOSS_NAMES, LOSS_ALIASES,
+                                       "contrastive losses (GraphCL's own: graphcl)")
     seeds: list[int] = options.seeds([0, 1, 2, 3, 4])
     data_root: str | None = options.data_root("folder holding tu/<NAME>/raw or <NAME>/raw")
     output_dir: str = options.output_dir("results/tu")

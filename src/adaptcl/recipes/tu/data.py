@@ -38,17 +38,18 @@ def graph_label_counts(raw: Path, name: str) -> dict[str, int]:
 
 
 def check_folds(name: str, counts: dict[str, int], folds: int, inner_folds: int) -> None:
-    """Refuse CV folds the dataset cannot fill: stratified folds need as many graphs of a class
-    (the larger class at least, as scikit-learn requires), the inner folds as many of the
-    outer training part."""
-    largest = max(counts.values(), default=0)
-    if folds > largest:
-        raise ValueError(f"folds={folds} is more than {name} can stratify: its largest class has "
-                         f"{largest} graphs ({sum(counts.values())} in all)")
-    inner = largest - -(-largest // folds)  # the larger class in an outer training part
+    """Refuse CV folds the dataset cannot fill: every outer fold needs a graph of every class
+    (so at most as many folds as the smallest class has graphs), and every inner fold one of
+    the smallest class's graphs in an outer training part; beyond that scikit-learn only warns
+    and scores folds without a class."""
+    smallest = min(counts.values(), default=0)
+    if folds > smallest:
+        raise ValueError(f"folds={folds} is more than {name} can stratify: its smallest class "
+                         f"has {smallest} graphs ({sum(counts.values())} in all)")
+    inner = smallest - -(-smallest // folds)  # the smallest class in an outer training part
     if inner_folds > inner:
         raise ValueError(f"inner_folds={inner_folds} is more than {name}'s outer training folds "
-                         f"can stratify ({inner} graphs of its largest class)")
+                         f"can stratify (the smallest class has {inner} graphs there)")
 
 
 def prepare_tu_root(source: Path, name: str, work_dir: Path, fingerprint: str) -> Path:
@@ -62,10 +63,12 @@ def prepare_tu_root(source: Path, name: str, work_dir: Path, fingerprint: str) -
     if not target.is_dir():
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".raw."))
-        shutil.copytree(source, tmp, dirs_exist_ok=True)
-        for path in [tmp, *tmp.iterdir()]:  # the shared copy may be read-only; this one is not
-            path.chmod(0o755 if path.is_dir() else 0o644)
-        os.replace(tmp, target)
+        try:  # file by file: a full disk is an OSError with its errno (copytree hides it)
+            for path in source.iterdir():
+                shutil.copyfile(path, tmp / path.name)  # ordinary permissions, not the source's
+            os.replace(tmp, target)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)  # gone when replaced; a failed copy's rest
     return root
 
 

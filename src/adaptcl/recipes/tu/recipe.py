@@ -27,7 +27,7 @@ from adaptcl.io import fingerprint_files, resolve_data_root
 from adaptcl.recipes.common.devices import devices_identity
 from adaptcl.recipes.common.graph_report import draw_pretraining_curves, paper_columns
 from adaptcl.recipes.engine import Cell, Figure, GridRun, Recipe, ReportSpec
-from adaptcl.recipes.engine.torch_env import resolve_device
+from adaptcl.recipes.engine.torch_env import check_lightning_precision
 from adaptcl.recipes.tu.config import PRESETS, TUConfig
 from adaptcl.recipes.tu.data import check_folds, find_raw, graph_label_counts, load_tu_graphs
 
@@ -67,7 +67,8 @@ class TURecipe(Recipe):
             config = self.sweep.config_at(point)
             for loss in config.losses:
                 build_loss(config, loss)
-        resolve_device(self.config.device)
+        for point in self.sweep.points():
+            check_lightning_precision(self.config.device, self.sweep.config_at(point).precision)
         self.data_root = resolve_data_root(self.config.data_root)
         self.sources: dict[str, Path] = {}
         for name in self.config.datasets:

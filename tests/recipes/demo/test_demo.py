@@ -20,13 +20,15 @@ pytest.importorskip("sklearn", reason="the demo needs the 'recipes' extra (sciki
 pytest.importorskip("matplotlib", reason="the demo needs the 'recipes' extra (matplotlib)")
 
 from adaptcl import cli  # noqa: E402
-from adaptcl.recipes.demo import DemoConfig, DemoRecipe  # noqa: E402
-from adaptcl.recipes.demo_data import augment, load_digits_split  # noqa: E402
+from adaptcl.recipes.demo import model as demo_model  # noqa: E402
+from adaptcl.recipes.demo.config import DemoConfig  # noqa: E402
+from adaptcl.recipes.demo.data import augment, load_digits_split  # noqa: E402
+from adaptcl.recipes.demo.recipe import DemoRecipe  # noqa: E402
 
 EPOCHS = 2
 BATCH = 256
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-RESULT_FILE, TABLE_FILE, PLOT_FILE = "results.json", "results.md", DemoRecipe.plot_file
+RESULT_FILE, TABLE_FILE, PLOT_FILE = "results.json", "results.md", DemoRecipe.figure.file
 METHODS = ("raw_pixels", "random_encoder", "infonce", "macl")
 # correct test digits of 450 (clean queries, augmented queries) of the 2-epoch run, seed 0, as the
 # pre-template code computed them (PYTHONPATH=<checkout of 101c0ba>/src adaptcl demo --epochs 2)
@@ -40,14 +42,14 @@ def demo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, str]
     stdout = io.StringIO()
     with contextlib.redirect_stdout(stdout):
         code = cli.main(["demo", "--epochs", str(EPOCHS), "--batch-size", str(BATCH),
-                         "--seed", "0", "--output-dir", str(out), "--no-progress",
+                         "--seeds", "0", "--output-dir", str(out), "--no-progress",
                          "--threads", "1"])
     assert code == 0
     return out, json.loads((out / RESULT_FILE).read_text()), stdout.getvalue()
 
 
 def metrics_by_method(result: dict) -> dict[str, dict]:
-    return {cell[1]: run["metrics"] for run in result["runs"] for cell in [run["cell"]]}
+    return {run["cell"]["method"]: run["metrics"] for run in result["runs"]}
 
 
 def test_json_has_every_method_with_sane_knn(demo_run) -> None:
@@ -60,7 +62,7 @@ def test_json_has_every_method_with_sane_knn(demo_run) -> None:
         for key in ("knn_accuracy", "knn_accuracy_augmented"):
             assert 0.0 <= values[key] <= 1.0
         assert values["alignment"] >= 0.0 and values["uniformity"] <= 0.0
-    runs = {run["cell"][1]: run for run in result["runs"]}
+    runs = {run["cell"]["method"]: run for run in result["runs"]}
     for key in ("infonce", "macl"):
         # even two epochs give features far above chance (10%) on clean test digits
         assert metrics[key]["knn_accuracy"] > 5 * result["chance_accuracy"]
@@ -116,16 +118,16 @@ def test_png_table_and_printed_output(demo_run) -> None:
     assert png[:8] == PNG_MAGIC and len(png) > 10_000
     table = (out / TABLE_FILE).read_text()
     header = ("| method | kNN acc | alignment | uniformity | final temperature "
-              "| kNN acc, augmented queries | kNN acc − NT-Xent (tau=0.1) [95% CI] |")
+              "| kNN acc, augmented queries | kNN acc − NT-Xent (tau=0.1) |")  # one seed: no CI
     for text in (table, printed):
         assert header in text
         for prefix in ("| raw pixels", "| random-init encoder", "| NT-Xent (tau=0.1)",
                        "| MACL (tau0=0.1, alpha=0.5, A0=0)"):
             assert any(line.startswith(prefix) for line in text.splitlines()), prefix
     macl = metrics_by_method(result)["macl"]
-    assert (f"| {100 * macl['knn_accuracy']:.1f} ± 0.0 (n=1) | {macl['alignment']:.3f} ± 0.000 "
-            f"(n=1) | {macl['uniformity']:.3f} ± 0.000 (n=1) | "
-            f"{macl['final_temperature']:.4f} ± 0.0000 (n=1) |") in table
+    assert (f"| {100 * macl['knn_accuracy']:.1f} | {macl['alignment']:.3f} | "
+            f"{macl['uniformity']:.3f} | {macl['final_temperature']:.4f} |") in table
+    assert "±" not in table and "n=1" not in table  # one seed: values, no spread
     assert "| raw pixels (no training) |" in table and "| - |" in table  # no temperature
     assert "1347 train / 450 test" in table
     assert not list(out.glob(".*tmp*"))  # atomic writes leave no temporary files
@@ -136,7 +138,7 @@ def test_cli_help_lists_the_options(capsys: pytest.CaptureFixture[str]) -> None:
         cli.main(["demo", "--help"])
     assert exc.value.code == 0
     text = capsys.readouterr().out
-    for option in ("--epochs", "--batch-size", "--seed", "--output-dir"):
+    for option in ("--epochs", "--batch-size", "--seeds", "--output-dir", "--print-config"):
         assert option in text
 
 
@@ -165,19 +167,17 @@ def test_config_rejects_bad_values(kwargs) -> None:
 
 def test_two_seeds_in_bf16_give_a_paired_difference_and_a_rerun_reuses_them(
         tmp_path, monkeypatch) -> None:
-    from adaptcl.recipes import demo
-
     config = DemoConfig(epochs=1, seeds=[0, 1], output_dir=str(tmp_path), progress=False,
                         device="cpu", precision="bf16-mixed", logger="csv")
     result = DemoRecipe(config).run()
     diff = result["summary"]["knn_accuracy"]["digits"]["paired"]["macl"]
     assert diff["n"] == 2 and diff["ci95"][0] <= diff["mean"] <= diff["ci95"][1]
     # the references once (first seed), then every loss per seed in the old order
-    assert result["computed"] == [["digits", "raw_pixels", 0], ["digits", "random_encoder", 0],
-                                  ["digits", "infonce", 0], ["digits", "macl", 0],
-                                  ["digits", "infonce", 1], ["digits", "macl", 1]]
+    assert [(c["method"], c["seed"]) for c in result["computed"]] == [
+        ("raw_pixels", 0), ("random_encoder", 0), ("infonce", 0), ("macl", 0), ("infonce", 1),
+        ("macl", 1)]
     assert all(math.isfinite(v) for v in result["history"]["macl"]["loss"])
-    assert (tmp_path / "logs" / "macl" / "seed1" / "metrics.csv").read_text().count(
+    assert (tmp_path / "logs" / "digits" / "macl" / "seed1" / "metrics.csv").read_text().count(
         "train/temperature") == 1347 // 256
     table = (tmp_path / TABLE_FILE).read_text()
     assert "(n=2)" in table and "_adaptcl " in table and "[95% CI] |" in table
@@ -185,7 +185,7 @@ def test_two_seeds_in_bf16_give_a_paired_difference_and_a_rerun_reuses_them(
     def boom(*args, **kwargs):
         raise AssertionError("a stored run was retrained")
 
-    monkeypatch.setattr(demo, "train", boom)
+    monkeypatch.setattr(demo_model, "train", boom)
     again = DemoRecipe(config).run()
     assert len(again["reused"]) == 6 and again["computed"] == []
     assert again["summary"] == result["summary"]

@@ -4,27 +4,31 @@ runs made under other settings or on other data."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import pytest
 from scipy.stats import t
 
 from adaptcl import cli
-from adaptcl.recipes.compare import compare_results
-from adaptcl.recipes.template.config import result_settings
-from adaptcl.recipes.template.errors import RecipeError
-from adaptcl.recipes.template.report import Report
-from adaptcl.recipes.template.store import Cell, GridRun, RunStore
+from adaptcl.recipes.compare.recipe import compare_results
+from adaptcl.recipes.engine import Cell, GridRun, RecipeError, ReportSpec, setting
+from adaptcl.recipes.engine.report import Report
+from adaptcl.recipes.engine.settings import identity_settings
+from adaptcl.recipes.engine.store import RunStore
 
 
 @dataclass
 class _SweepConfig:  # the shape of a recipe config: settings plus bookkeeping fields
-    batch_size: int = 128
-    lr: float = 1e-3
-    losses: list[str] = field(default_factory=lambda: ["nt_xent", "macl"])
-    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
-    output_dir: str = "out"
-    threads: int = 1
+    batch_size: int = setting(128)
+    lr: float = setting(1e-3)
+    losses: list[str] = setting(factory=lambda: ["nt_xent", "macl"], axis="loss")
+    seeds: list[int] = setting(factory=lambda: [0, 1, 2], axis="seed")
+    output_dir: str = setting("out", identity=False, sweep=False)
+    threads: int = setting(1, identity=False, sweep=False)
+
+
+def _cell(row: str, loss: str, seed: int) -> Cell:
+    return Cell((("dataset", row), ("loss", loss)), seed)
 
 
 # kNN accuracy (fraction) per (batch size, loss, seed)
@@ -35,31 +39,25 @@ KNN = {
 }
 
 
-def _write(tmp_path, batch_size, *, lr=1e-3, data="sha-a", drop=(), code="c0de", legacy=False,
+def _write(tmp_path, batch_size, *, lr=1e-3, data="sha-a", drop=(), code="c0de",
            baseline="nt_xent"):
     """A result file and its run store written by the runner's own writers, as a recipe would."""
     cfg = _SweepConfig(batch_size=batch_size, lr=lr)
-    cells = [Cell("simclr", loss, s) for s in cfg.seeds for loss in cfg.losses]
+    cells = [_cell("cifar10", loss, s) for s in cfg.seeds for loss in cfg.losses]
     grid = GridRun(cells=cells)
     out = tmp_path / f"b{batch_size}-{lr}-{data}-{code}"
-    identity = {"settings": result_settings(cfg), "data": data,
+    identity = {"settings": identity_settings(cfg), "data": data,
                 "code": {"adaptcl": "0.1.0", "sources": code}}
     for cell in cells:
         if cell not in drop:
-            grid.records[cell] = {"metrics": {"knn_top1": KNN[batch_size][cell.method][cell.seed]},
+            grid.records[cell] = {"metrics": {"knn_top1": KNN[batch_size][cell.loss][cell.seed]},
                                   "train_seconds": 10.0}
             RunStore(out).save(cell, identity, grid.records[cell])
-            if not legacy:  # files written before results carried their code version
-                grid.identities[cell] = identity
-    Report("images", out, cfg, metrics=["knn_top1"], datasets=["simclr"],
-                  methods=cfg.losses, baseline=baseline, stem="images_simclr_cpu",
-                  data_fingerprint={"sha256": data}).write(grid)
-    path = out / "images_simclr_cpu.json"
-    if legacy:
-        saved = json.loads(path.read_text())
-        del saved["code"], saved["baseline"]
-        path.write_text(json.dumps(saved))
-    return path
+            grid.identities[cell] = identity
+    Report("images", out, ReportSpec(metrics=("knn_top1",), baseline=baseline),
+           axes=("dataset", "loss"), methods=cfg.losses, config=cfg,
+           environment={"data_fingerprint": {"sha256": data}}).write(grid)
+    return out / "results.json"
 
 
 def test_compare_pools_a_batch_size_sweep_with_paired_intervals(tmp_path):
@@ -77,24 +75,21 @@ def test_compare_pools_a_batch_size_sweep_with_paired_intervals(tmp_path):
     assert paired["ci95"] == pytest.approx([mean - half, mean + half])
     assert summary["batch_size=128"]["methods"]["nt_xent"]["mean"] == pytest.approx(40.6667, abs=1e-3)
 
-    table = (tmp_path / "sweep" / "compare_images.md").read_text()
+    table = (tmp_path / "sweep" / "results.md").read_text()
     assert "| batch_size | nt_xent | macl | macl − nt_xent [95% CI] |" in table
     assert table.index("batch_size=32") < table.index("batch_size=64") < table.index("batch_size=128")
-    saved = json.loads((tmp_path / "sweep" / "compare_images.json").read_text())
+    saved = json.loads((tmp_path / "sweep" / "results.json").read_text())
     assert [i["by"] for i in saved["inputs"]] == [{"batch_size": 32}, {"batch_size": 64},
                                                   {"batch_size": 128}]
     assert all(len(i["sha256"]) == 64 for i in saved["inputs"]) and not saved["partial"]
-    assert (tmp_path / "sweep" / "compare_images.png").stat().st_size > 10_000
+    assert (tmp_path / "sweep" / "compare.png").stat().st_size > 10_000
 
 
-@pytest.mark.parametrize("legacy", [False, True], ids=["recorded", "not-recorded"])
-def test_the_default_baseline_is_the_one_the_files_were_paired_against(tmp_path, legacy):
-    files = [_write(tmp_path, b, baseline="macl", legacy=legacy) for b in (32, 64)]
+def test_the_default_baseline_is_the_one_the_files_were_paired_against(tmp_path):
+    files = [_write(tmp_path, b, baseline="macl") for b in (32, 64)]
     result = compare_results(files, ["batch_size"], output_dir=tmp_path / "sweep")
-    # files written before Report recorded its baseline: the first loss, as before
-    assert result["baseline"] == ("nt_xent" if legacy else "macl")
-    other = "macl" if legacy else "nt_xent"
-    assert set(result["summary"]["knn_top1"]["batch_size=32"]["paired"]) == {other}
+    assert result["baseline"] == "macl"
+    assert set(result["summary"]["knn_top1"]["batch_size=32"]["paired"]) == {"nt_xent"}
 
 
 def test_compare_refuses_files_that_differ_in_another_setting(tmp_path):
@@ -110,11 +105,8 @@ def test_compare_refuses_results_computed_on_other_data(tmp_path):
         compare_results(files, ["batch_size"], output_dir=tmp_path / "sweep")
 
 
-@pytest.mark.parametrize("legacy", [False, True], ids=["result-code", "run-store-code"])
-def test_compare_refuses_runs_computed_with_other_code(tmp_path, legacy):
-    files = [_write(tmp_path, 32, legacy=legacy), _write(tmp_path, 64, code="beef", legacy=legacy)]
-    saved = json.loads(files[0].read_text())
-    assert ("code" in saved) is not legacy
+def test_compare_refuses_runs_computed_with_other_code(tmp_path):
+    files = [_write(tmp_path, 32), _write(tmp_path, 64, code="beef")]
     with pytest.raises(RecipeError, match="other code"):
         compare_results(files, ["batch_size"], output_dir=tmp_path / "sweep")
     result = compare_results(files[:1], ["batch_size"], output_dir=tmp_path / "one")
@@ -130,11 +122,11 @@ def test_compare_refuses_two_files_with_the_same_value(tmp_path):
 
 
 def test_a_partial_input_makes_a_partial_table(tmp_path):
-    files = [_write(tmp_path, 32), _write(tmp_path, 64, drop=[Cell("simclr", "macl", 2)])]
+    files = [_write(tmp_path, 32), _write(tmp_path, 64, drop=[_cell("cifar10", "macl", 2)])]
     result = compare_results(files, ["batch_size"], output_dir=tmp_path / "sweep")
-    assert result["partial"] and result["missing"] == [["simclr", "macl", 2]]
+    assert result["partial"] and result["missing"] == [_cell("cifar10", "macl", 2).as_dict()]
     assert result["summary"]["knn_top1"]["batch_size=64"]["paired"]["macl"]["n"] == 2
-    assert (tmp_path / "sweep" / "compare_images.md").read_text().startswith("> **PARTIAL**")
+    assert (tmp_path / "sweep" / "results.md").read_text().startswith("> **PARTIAL**")
 
 
 def test_cli_user_error_is_one_line_with_exit_2(tmp_path, capsys):
@@ -143,7 +135,7 @@ def test_cli_user_error_is_one_line_with_exit_2(tmp_path, capsys):
                      str(tmp_path / "ok")]) == 0
     assert cli.main(["compare", *files, "--by", "width"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err == f"adaptcl compare: error: --by width: not a setting of images (in {files[0]})"
+    assert err.startswith("adaptcl compare: error: --by width: not a setting of images (")
     assert cli.main(["compare", str(tmp_path / "nope.json"), "--by", "batch_size"]) == 2
     assert "no result file" in capsys.readouterr().err
 
@@ -159,11 +151,11 @@ def test_losses_select_and_order_the_columns(tmp_path):
 
 @dataclass
 class _TUConfig:  # tu's shape: a list-valued ``datasets`` setting, one fingerprint per dataset
-    datasets: list[str] = field(default_factory=lambda: ["MUTAG"])
-    epochs: int = 20
-    losses: list[str] = field(default_factory=lambda: ["graphcl", "macl"])
-    seeds: list[int] = field(default_factory=lambda: [0, 1, 2])
-    output_dir: str = "out"
+    datasets: list[str] = setting(factory=lambda: ["MUTAG"], axis="dataset")
+    epochs: int = setting(20)
+    losses: list[str] = setting(factory=lambda: ["graphcl", "macl"], axis="loss")
+    seeds: list[int] = setting(factory=lambda: [0, 1, 2], axis="seed")
+    output_dir: str = setting("out", identity=False, sweep=False)
 
 
 ACCURACY = {"MUTAG": {"graphcl": [0.86, 0.88, 0.87], "macl": [0.87, 0.90, 0.88]},
@@ -175,17 +167,18 @@ def _write_tu(tmp_path, datasets, *, prints=None, epochs=20):
     cfg = _TUConfig(datasets=list(datasets), epochs=epochs)
     prints = prints or {}
     fingerprint = {d: {"sha256": prints.get(d, f"sha-{d}"), "files": 5} for d in datasets}
-    cells = [Cell(d, loss, s) for d in datasets for s in cfg.seeds for loss in cfg.losses]
+    cells = [_cell(d, loss, s) for d in datasets for s in cfg.seeds for loss in cfg.losses]
     grid = GridRun(cells=cells)
     out = tmp_path / "-".join([*datasets, str(epochs), *prints.values()])
-    identity = {"settings": result_settings(cfg), "data": fingerprint,
+    identity = {"settings": identity_settings(cfg), "data": fingerprint,
                 "code": {"adaptcl": "0.1.0", "sources": "c0de"}}
     for cell in cells:
-        grid.records[cell] = {"metrics": {"accuracy": ACCURACY[cell.dataset][cell.method][cell.seed]}}
+        grid.records[cell] = {"metrics": {"accuracy": ACCURACY[cell.dataset][cell.loss][cell.seed]}}
         grid.identities[cell] = identity
         RunStore(out).save(cell, identity, grid.records[cell])
-    Report("tu", out, cfg, metrics=["accuracy"], datasets=cfg.datasets,
-                  methods=cfg.losses, baseline="graphcl", data_fingerprint=fingerprint).write(grid)
+    Report("tu", out, ReportSpec(metrics=("accuracy",), baseline="graphcl"),
+           axes=("dataset", "loss"), methods=cfg.losses, config=cfg,
+           environment={"data_fingerprint": fingerprint}).write(grid)
     return out / "results.json"
 
 
@@ -200,7 +193,7 @@ def test_compare_by_datasets_pools_one_file_per_dataset_in_command_line_order(tm
     assert "| datasets | graphcl | macl | macl − graphcl [95% CI] |" in result["table_markdown"]
     assert [i["by"] for i in result["inputs"]] == [{"datasets": ("NCI1",)}, {"datasets": ("MUTAG",)},
                                                    {"datasets": ("DD",)}]
-    assert (tmp_path / "tu" / "compare_tu.png").stat().st_size > 10_000
+    assert (tmp_path / "tu" / "compare.png").stat().st_size > 10_000
 
 
 def test_compare_by_datasets_checks_each_dataset_against_every_file_that_holds_it(tmp_path):
