@@ -1,4 +1,4 @@
-"""Image datasets for the ``images`` recipe: CIFAR-10 (torchvision files or ``.npz`` arrays) and folders.
+"""The images of ``adaptcl images``: CIFAR-10 (torchvision files or ``.npz`` arrays) and folders.
 
 Three sources, tried in this order by :func:`load_image_splits`:
 
@@ -15,6 +15,7 @@ torchvision fetches CIFAR-10 into the root); otherwise a missing source raises
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 from collections.abc import Callable, Sequence
@@ -25,6 +26,8 @@ from typing import Any
 import numpy as np
 import torch
 from torch.utils.data import Dataset
+
+from adaptcl.recipes.images.config import ImagesConfig
 
 CIFAR10_CLASSES = (
     "airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck",
@@ -104,17 +107,20 @@ class TransformedDataset(Dataset):
 
 @dataclass
 class ImageSplits:
-    """Train and test splits without transforms, plus where they came from."""
+    """Train and test splits without transforms, plus where they came from and the name of
+    the data (``cifar10``, or an image folder's name)."""
 
     train: Any  # ArrayImageDataset | TransformedDataset
     test: Any
     num_classes: int
     source: str
+    name: str = "cifar10"
 
     def describe(self) -> dict[str, Any]:
         return {"source": self.source, "train_size": len(self.train), "test_size": len(self.test),
                 "num_classes": self.num_classes}
 
+    @functools.cached_property
     def fingerprint(self) -> dict[str, Any]:
         """SHA-256 of exactly the images and labels used (their content, not where they live)."""
         digest = hashlib.sha256()
@@ -249,7 +255,7 @@ def load_image_splits(
         train_ds = _limit_folder(train, train_limit, seed)
         test_ds = _limit_folder(test, test_limit, seed)
         return ImageSplits(TransformedDataset(train_ds, None), TransformedDataset(test_ds, None),
-                           len(train.classes), f"image folder at {root}")
+                           len(train.classes), f"image folder at {root}", name=root.name)
     raise FileNotFoundError(
         f"no image data under {root}: expected cifar-10-batches-py, cifar10_*.npz "
         "(here or in cifar10/), or train/ and test/ (or val/) class folders"
@@ -272,3 +278,27 @@ def _stratified_indices(labels: np.ndarray, limit: int, seed: int) -> np.ndarray
     order = [idx[i] for i in range(max(len(p) for p in per_class)) for idx in per_class
              if i < len(idx)]
     return np.sort(np.asarray(order[:limit]))
+
+
+#: the settings that choose the images of a run (a sweep over one loads each value's images)
+DATA_SETTINGS = ("source", "npz_variant", "train_limit", "test_limit", "download")
+
+
+def data_key(cfg: ImagesConfig) -> tuple[Any, ...]:
+    return tuple(getattr(cfg, name) for name in DATA_SETTINGS)
+
+
+def load_splits(data_root: Path, cfg: ImagesConfig) -> ImageSplits:
+    """The images ``cfg`` asks for (class-stratified subsets drawn with seed 0)."""
+    return load_image_splits(data_root, cfg.source, cfg.npz_variant, cfg.train_limit,
+                             cfg.test_limit, seed=0, download=cfg.download)
+
+
+def check_batch(splits: ImageSplits, cfg: ImagesConfig) -> None:
+    """Refuse a batch that the training images cannot fill on every device
+    (``DistributedSampler`` gives each its share; an incomplete batch is dropped)."""
+    per_rank = len(splits.train) // cfg.devices
+    if per_rank < cfg.batch_size:
+        ranks = f", {per_rank} per device over {cfg.devices}" if cfg.devices > 1 else ""
+        raise ValueError(f"the training set ({len(splits.train)} images{ranks}) is smaller than "
+                         f"one batch ({cfg.batch_size}); lower --batch-size")
