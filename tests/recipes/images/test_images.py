@@ -88,6 +88,36 @@ def test_npz_and_folder_sources_and_missing_data(tmp_path):
         load_image_splits(npz_dir, source="torchvision")
 
 
+def test_torchvision_cifar_is_read_in_place_and_downloaded_only_when_asked(tmp_path,
+                                                                         monkeypatch):
+    import torchvision.datasets
+
+    calls = []
+
+    class FakeCIFAR10:  # torchvision's class checks the real files' md5 sums
+        def __init__(self, root, train, download):
+            calls.append((root, train, download))
+            rng = np.random.default_rng(int(train))
+            self.data = rng.integers(0, 255, (40, 32, 32, 3), dtype=np.uint8)
+            self.targets = list(np.repeat(np.arange(10), 4))
+
+    monkeypatch.setattr(torchvision.datasets, "CIFAR10", FakeCIFAR10)
+    (tmp_path / "local" / "cifar10" / "cifar-10-batches-py").mkdir(parents=True)
+    splits = load_image_splits(tmp_path / "local", train_limit=20, download=True)
+    local = str(tmp_path / "local" / "cifar10")
+    assert calls == [(local, True, False), (local, False, False)]  # found: no download
+    assert splits.source == f"torchvision CIFAR10 at {local}" and splits.name == "cifar10"
+    assert (len(splits.train), len(splits.test)) == (20, 40)
+    assert np.bincount(splits.train.labels).tolist() == [2] * 10
+    calls.clear()
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="no image data"):
+        load_image_splits(tmp_path / "empty")
+    assert calls == []
+    load_image_splits(tmp_path / "empty", download=True)
+    assert calls == [(str(tmp_path / "empty"), True, True), (str(tmp_path / "empty"), False, True)]
+
+
 # ---------------------------------------------------------------------------------------------
 # settings and the command line
 # ---------------------------------------------------------------------------------------------
