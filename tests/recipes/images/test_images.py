@@ -264,7 +264,8 @@ def test_tiny_real_run_writes_json_table_plot_and_tensorboard(shared_data, tmp_p
     assert "lossless" in saved["data"]["cifar10"]["source"]
     assert saved["environment"]["frameworks"]["lightly"] and run["train_seconds"] > 0
     table = (tmp_path / "results.md").read_text()
-    assert "| cifar10 (npz (lossless)" in table and "## linear_top1" in table
+    assert "\nnpz (lossless) at " in table and "| cifar10 | " in table
+    assert "## linear_top1" in table
     (events_dir,) = {p.parent for p in tmp_path.glob("logs/cifar10/macl/seed0/**/events.*")}
     events = EventAccumulator(str(events_dir))
     events.Reload()

@@ -18,6 +18,9 @@ def _loss(name: str) -> str:
     return canonical_loss_name(name, allowed=ALL_LOSSES)
 
 
+#: the settings that choose the images of a run (a sweep over one loads each value's images)
+DATA_SETTINGS = ("source", "npz_variant", "train_limit", "test_limit", "download")
+
 #: ``cpu``: the defaults (a narrow ResNet-18, the 4,000 exact-pixel CIFAR-10 training images);
 #: ``paper``: MACL App. B.3 (the whole training set at full width, 200 epochs: a GPU job)
 PRESETS: dict[str, dict[str, Any]] = {
@@ -118,3 +121,7 @@ class ImagesConfig:
             self.macl_temperature = 0.15 if moco and given is None else self.temperature
         if self.a0 is None:
             self.a0 = 0.2 if moco else 0.0
+
+    def data_settings(self) -> tuple[tuple[str, Any], ...]:
+        """``((setting, value), ...)`` of the settings that choose the images."""
+        return tuple((name, getattr(self, name)) for name in DATA_SETTINGS)

@@ -284,14 +284,6 @@ def _stratified_indices(labels: np.ndarray, limit: int, seed: int) -> np.ndarray
     return np.sort(np.asarray(order[:limit]))
 
 
-#: the settings that choose the images of a run (a sweep over one loads each value's images)
-DATA_SETTINGS = ("source", "npz_variant", "train_limit", "test_limit", "download")
-
-
-def data_key(cfg: ImagesConfig) -> tuple[Any, ...]:
-    return tuple(getattr(cfg, name) for name in DATA_SETTINGS)
-
-
 def load_splits(data_root: Path, cfg: ImagesConfig) -> ImageSplits:
     """The images ``cfg`` asks for (class-stratified subsets drawn with seed 0)."""
     return load_image_splits(data_root, cfg.source, cfg.npz_variant, cfg.train_limit,

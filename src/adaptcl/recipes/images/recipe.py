@@ -53,35 +53,28 @@ class ImagesRecipe(Recipe):
     def prepare(self) -> None:
         """The device; the images of every point of the sweep (each set loaded once), that
         each point's batch fits them; their fingerprints. Nothing is written."""
-        from adaptcl.recipes.images.data import check_batch, data_key, load_splits
+        from adaptcl.recipes.images.data import check_batch, load_splits
 
         resolve_device(self.config.device)
         self.data_root = resolve_data_root(self.config.data_root)
-        self._splits: dict[tuple[Any, ...], Any] = {}
-        for point in self.sweep.points():
-            config = self.sweep.config_at(point)
-            key = data_key(config)
+        self._splits: dict[tuple[tuple[str, Any], ...], Any] = {}
+        configs = [self.sweep.config_at(p) for p in self.sweep.points()]
+        for config in configs:
+            key = config.data_settings()
             if key not in self._splits:
                 self._splits[key] = load_splits(self.data_root, config)
             check_batch(self._splits[key], config)
-        self.fingerprints = {self.data_label(self.sweep.config_at(p)):
-                             self.splits_of(self.sweep.config_at(p)).fingerprint
-                             for p in self.sweep.points()}
+        self.fingerprints = {self.data_label(c): self.splits_of(c).fingerprint for c in configs}
 
     def splits_of(self, config: ImagesConfig) -> Any:
         """The images of ``config`` (loaded by :meth:`prepare`)."""
-        from adaptcl.recipes.images.data import data_key
-
-        return self._splits[data_key(config)]
+        return self._splits[config.data_settings()]
 
     def data_label(self, config: ImagesConfig) -> str:
         """The data's name, with the data settings where ``config``'s differ from the run's."""
-        from adaptcl.recipes.images.data import DATA_SETTINGS
-
-        base = self.config
-        moved = [f"{k}={getattr(config, k)}" for k in DATA_SETTINGS
-                 if getattr(config, k) != getattr(base, k)]
-        return ", ".join([self.splits_of(base).name, *moved])
+        moved = [f"{k}={v}" for (k, v), (_, first) in zip(
+            config.data_settings(), self.config.data_settings(), strict=True) if v != first]
+        return ", ".join([self.splits_of(self.config).name, *moved])
 
     def rows(self) -> list[str]:
         return [self.splits_of(self.config).name]
@@ -126,7 +119,6 @@ class ImagesRecipe(Recipe):
         data = {self.data_label(c): self.splits_of(c).describe() for c in points}
         return ReportSpec(metrics=("knn_top1", "linear_top1") if linear else ("knn_top1",),
                           baseline=cfg.losses[0], header=header,
-                          row_labels={splits.name: f"{splits.name} ({splits.source})"},
                           details=lambda grid: {"data": data})
 
     def draw(self, grid: GridRun, axes: list[Any]) -> None:
