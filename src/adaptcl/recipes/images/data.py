@@ -1,4 +1,4 @@
-"""Image datasets for the ``images`` recipe: CIFAR-10 (torchvision files or ``.npz`` arrays) and folders.
+"""The images of ``adaptcl images``: CIFAR-10 (torchvision files or ``.npz`` arrays) and folders.
 
 Three sources, tried in this order by :func:`load_image_splits`:
 
@@ -15,6 +15,7 @@ torchvision fetches CIFAR-10 into the root); otherwise a missing source raises
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import os
 from collections.abc import Callable, Sequence
@@ -25,6 +26,8 @@ from typing import Any
 import numpy as np
 import torch
 from torch.utils.data import Dataset
+
+from adaptcl.recipes.images.config import ImagesConfig
 
 CIFAR10_CLASSES = (
     "airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck",
@@ -104,17 +107,20 @@ class TransformedDataset(Dataset):
 
 @dataclass
 class ImageSplits:
-    """Train and test splits without transforms, plus where they came from."""
+    """Train and test splits without transforms, plus where they came from and the name of
+    the data (``cifar10``, or an image folder's name)."""
 
     train: Any  # ArrayImageDataset | TransformedDataset
     test: Any
     num_classes: int
     source: str
+    name: str = "cifar10"
 
     def describe(self) -> dict[str, Any]:
         return {"source": self.source, "train_size": len(self.train), "test_size": len(self.test),
                 "num_classes": self.num_classes}
 
+    @functools.cached_property
     def fingerprint(self) -> dict[str, Any]:
         """SHA-256 of exactly the images and labels used (their content, not where they live)."""
         digest = hashlib.sha256()
@@ -164,6 +170,43 @@ def _subset(images: np.ndarray, labels: np.ndarray, limit: int | None,
     return images[chosen], labels[chosen]
 
 
+def _cifar_splits(train: tuple[np.ndarray, np.ndarray], test: tuple[np.ndarray, np.ndarray],
+                  limits: tuple[int | None, int | None], seed: int, source: str) -> ImageSplits:
+    """CIFAR-10 from (images, labels) arrays, each split cut to its class-stratified limit."""
+    parts = [ArrayImageDataset(*_subset(*arrays, limit, seed))
+             for arrays, limit in zip((train, test), limits, strict=True)]
+    return ImageSplits(*parts, 10, source)
+
+
+def _npz_splits(npz_dir: Path, npz_variant: str, limits: tuple[int | None, int | None],
+                seed: int) -> ImageSplits:
+    """The npz copy of ``npz_variant``; ``auto``: the exact pixels if they cover both limits."""
+    for variant in [npz_variant] if npz_variant != "auto" else ["lossless", "jpeg"]:
+        files = {split: sorted(npz_dir.glob(pat)) for split, pat in NPZ_PATTERNS[variant].items()}
+        if not files["train"] or not files["test"]:
+            continue
+        train, test = load_npz_arrays(files["train"]), load_npz_arrays(files["test"])
+        big_enough = all(limit is not None and limit <= len(part[0])
+                         for limit, part in zip(limits, (train, test), strict=True))
+        if npz_variant == "auto" and variant == "lossless" and not big_enough:
+            continue
+        return _cifar_splits(train, test, limits, seed, f"npz ({variant}) at {npz_dir}")
+    raise FileNotFoundError(f"no {npz_variant} CIFAR-10 npz train/test pair in {npz_dir}")
+
+
+def _folder_splits(root: Path, test_dir: Path, limits: tuple[int | None, int | None],
+                   seed: int) -> ImageSplits:
+    from torchvision.datasets import ImageFolder
+
+    train, test = ImageFolder(str(root / "train")), ImageFolder(str(test_dir))
+    if train.classes != test.classes:
+        raise ValueError(f"train and {test_dir.name} class folders differ: "
+                         f"{train.classes} vs {test.classes}")
+    parts = [TransformedDataset(_limit_folder(folder, limit, seed), None)
+             for folder, limit in zip((train, test), limits, strict=True)]
+    return ImageSplits(*parts, len(train.classes), f"image folder at {root}", name=root.name)
+
+
 def load_image_splits(
     data_root: str | os.PathLike,
     source: str = "auto",
@@ -194,62 +237,29 @@ def load_image_splits(
         raise ValueError(f"source must be auto, torchvision, npz or folder, got {source!r}")
     if npz_variant not in ("auto", "lossless", "jpeg"):
         raise ValueError(f"npz_variant must be auto, lossless or jpeg, got {npz_variant!r}")
-
+    limits = (train_limit, test_limit)
     tv_dir = next((d for d in (root, root / "cifar10") if (d / "cifar-10-batches-py").is_dir()),
                   None)
-    if (tv_dir is None and download and source in ("auto", "torchvision")
-            and _find_npz_dir(root) is None and not (root / "train").is_dir()):
+    npz_dir = _find_npz_dir(root)
+    test_dir = next((root / d for d in ("test", "val") if (root / d).is_dir()), None)
+    if source in ("auto", "torchvision") and (tv_dir is not None or download and npz_dir is None
+                                              and not (root / "train").is_dir()):
         from torchvision.datasets import CIFAR10
 
-        CIFAR10(str(root), train=True, download=True)
-        CIFAR10(str(root), train=False, download=True)
-        tv_dir = root
-    if source in ("auto", "torchvision") and tv_dir is not None:
-        from torchvision.datasets import CIFAR10
-
-        train = CIFAR10(str(tv_dir), train=True, download=False)
-        test = CIFAR10(str(tv_dir), train=False, download=False)
-        tr_x, tr_y = _subset(np.asarray(train.data), np.asarray(train.targets), train_limit, seed)
-        te_x, te_y = _subset(np.asarray(test.data), np.asarray(test.targets), test_limit, seed)
-        return ImageSplits(ArrayImageDataset(tr_x, tr_y), ArrayImageDataset(te_x, te_y), 10,
-                           f"torchvision CIFAR10 at {tv_dir}")
+        fetch = tv_dir is None  # nothing local and --download: torchvision fetches it to root
+        tv_dir = tv_dir or root
+        train, test = (CIFAR10(str(tv_dir), train=part, download=fetch) for part in (True, False))
+        return _cifar_splits((np.asarray(train.data), np.asarray(train.targets)),
+                             (np.asarray(test.data), np.asarray(test.targets)), limits, seed,
+                             f"torchvision CIFAR10 at {tv_dir}")
     if source == "torchvision":
         raise FileNotFoundError(f"no cifar-10-batches-py under {root} (nothing is downloaded)")
-
-    npz_dir = _find_npz_dir(root)
     if source in ("auto", "npz") and npz_dir is not None:
-        variants = [npz_variant] if npz_variant != "auto" else ["lossless", "jpeg"]
-        for variant in variants:
-            files = {split: sorted(npz_dir.glob(pat)) for split, pat in NPZ_PATTERNS[variant].items()}
-            if not files["train"] or not files["test"]:
-                continue
-            tr_x, tr_y = load_npz_arrays(files["train"])
-            te_x, te_y = load_npz_arrays(files["test"])
-            big_enough = ((train_limit is not None and train_limit <= len(tr_x))
-                          and (test_limit is not None and test_limit <= len(te_x)))
-            if npz_variant == "auto" and variant == "lossless" and not big_enough:
-                continue
-            tr_x, tr_y = _subset(tr_x, tr_y, train_limit, seed)
-            te_x, te_y = _subset(te_x, te_y, test_limit, seed)
-            return ImageSplits(ArrayImageDataset(tr_x, tr_y), ArrayImageDataset(te_x, te_y), 10,
-                               f"npz ({variant}) at {npz_dir}")
-        raise FileNotFoundError(f"no {npz_variant} CIFAR-10 npz train/test pair in {npz_dir}")
+        return _npz_splits(npz_dir, npz_variant, limits, seed)
     if source == "npz":
         raise FileNotFoundError(f"no cifar10_*.npz files in {root} or {root / 'cifar10'}")
-
-    test_dir = next((root / d for d in ("test", "val") if (root / d).is_dir()), None)
     if (root / "train").is_dir() and test_dir is not None:
-        from torchvision.datasets import ImageFolder
-
-        train = ImageFolder(str(root / "train"))
-        test = ImageFolder(str(test_dir))
-        if train.classes != test.classes:
-            raise ValueError(f"train and {test_dir.name} class folders differ: "
-                             f"{train.classes} vs {test.classes}")
-        train_ds = _limit_folder(train, train_limit, seed)
-        test_ds = _limit_folder(test, test_limit, seed)
-        return ImageSplits(TransformedDataset(train_ds, None), TransformedDataset(test_ds, None),
-                           len(train.classes), f"image folder at {root}")
+        return _folder_splits(root, test_dir, limits, seed)
     raise FileNotFoundError(
         f"no image data under {root}: expected cifar-10-batches-py, cifar10_*.npz "
         "(here or in cifar10/), or train/ and test/ (or val/) class folders"
@@ -272,3 +282,19 @@ def _stratified_indices(labels: np.ndarray, limit: int, seed: int) -> np.ndarray
     order = [idx[i] for i in range(max(len(p) for p in per_class)) for idx in per_class
              if i < len(idx)]
     return np.sort(np.asarray(order[:limit]))
+
+
+def load_splits(data_root: Path, cfg: ImagesConfig) -> ImageSplits:
+    """The images ``cfg`` asks for (class-stratified subsets drawn with seed 0)."""
+    return load_image_splits(data_root, cfg.source, cfg.npz_variant, cfg.train_limit,
+                             cfg.test_limit, seed=0, download=cfg.download)
+
+
+def check_batch(splits: ImageSplits, cfg: ImagesConfig) -> None:
+    """Refuse a batch that the training images cannot fill on every device
+    (``DistributedSampler`` gives each its share; an incomplete batch is dropped)."""
+    per_rank = len(splits.train) // cfg.devices
+    if per_rank < cfg.batch_size:
+        ranks = f", {per_rank} per device over {cfg.devices}" if cfg.devices > 1 else ""
+        raise ValueError(f"the training set ({len(splits.train)} images{ranks}) is smaller than "
+                         f"one batch ({cfg.batch_size}); lower --batch-size")

@@ -1,0 +1,150 @@
+"""``adaptcl images``: self-supervised pre-training on images via Lightly, kNN and linear probe.
+
+SimCLR, MoCo v2, SimSiam, Barlow Twins or ASCL-MoCo (``--method``;
+:mod:`adaptcl.adapters.lightning.modules`) with one or more losses on CIFAR-10 or an image
+folder (:mod:`adaptcl.recipes.images.data`), trained by Lightning's ``Trainer`` (device,
+precision, devices/strategy, logger), then the frozen backbone scored by Lightly's weighted kNN
+and a linear probe (:mod:`adaptcl.evaluation.images`; one cell:
+:mod:`adaptcl.recipes.images.train`). The table's rows are the data (``cifar10``, or the image
+folder's name), its columns the losses. An unfinished cell resumes from the ``last.ckpt`` under
+``checkpoints/<cell>/<identity>/`` (weights, optimiser, loss statistics, MoCo/ASCL queues,
+training time; not the data order of the interrupted epoch).
+
+Presets (``--preset``): ``cpu`` (the defaults, minutes: ResNet-18 at width 1/8, the 4,000
+exact-pixel training images, 15 epochs) and ``paper`` (MACL App. B.3, a GPU job). Options
+override them; any setting given several values is swept (``--method simclr moco``).
+
+Outputs: ``results.json``, ``results.md``, ``config.yaml``, ``images_temperature.png``.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+from adaptcl.io import resolve_data_root
+from adaptcl.recipes.common.devices import devices_identity
+from adaptcl.recipes.engine import Cell, Figure, GridRun, Recipe, ReportSpec
+from adaptcl.recipes.engine.plots import explain_empty
+from adaptcl.recipes.engine.provenance import stable_hash
+from adaptcl.recipes.engine.torch_env import resolve_device
+from adaptcl.recipes.images.config import PRESETS, ImagesConfig
+
+EXAMPLE = """adaptcl images --data-root ../shared/data --losses infonce macl
+adaptcl images --losses infonce macl --method simclr moco --seeds 0 1 2
+adaptcl images --data-root ~/data/cifar10 --preset paper --device cuda --devices 4 \\
+    --strategy ddp --precision bf16-mixed --logger tensorboard"""
+
+
+class ImagesRecipe(Recipe):
+    """``adaptcl images``: every (loss, point, seed) pre-trained and scored on one data set."""
+
+    name, config_class, presets = "images", ImagesConfig, PRESETS
+    description = ("SimCLR/MoCo/SimSiam/Barlow Twins via Lightly on CIFAR-10 or a folder: "
+                   "kNN + linear probe")
+    axes = ("dataset", "loss")
+    code = ("adaptcl.recipes.images", "adaptcl.evaluation.images", "adaptcl.adapters.lightly",
+            "adaptcl.adapters.lightning", "adaptcl.plugins")
+    frameworks = ("lightly", "pytorch-lightning", "torchvision")
+    example = EXAMPLE
+    figure = Figure("images_temperature.png", ncols=3, figsize=(15, 4))
+
+    def prepare(self) -> None:
+        """The device; the images of every point of the sweep (each set loaded once), that
+        each point's batch fits them; their fingerprints. Nothing is written."""
+        from adaptcl.recipes.images.data import check_batch, load_splits
+
+        resolve_device(self.config.device)
+        self.data_root = resolve_data_root(self.config.data_root)
+        self._splits: dict[tuple[tuple[str, Any], ...], Any] = {}
+        configs = [self.sweep.config_at(p) for p in self.sweep.points()]
+        for config in configs:
+            key = config.data_settings()
+            if key not in self._splits:
+                self._splits[key] = load_splits(self.data_root, config)
+            check_batch(self._splits[key], config)
+        self.fingerprints = {self.data_label(c): self.splits_of(c).fingerprint for c in configs}
+
+    def splits_of(self, config: ImagesConfig) -> Any:
+        """The images of ``config`` (loaded by :meth:`prepare`)."""
+        return self._splits[config.data_settings()]
+
+    def data_label(self, config: ImagesConfig) -> str:
+        """The data's name, with the data settings where ``config``'s differ from the run's."""
+        moved = [f"{k}={v}" for (k, v), (_, first) in zip(
+            config.data_settings(), self.config.data_settings(), strict=True) if v != first]
+        return ", ".join([self.splits_of(self.config).name, *moved])
+
+    def rows(self) -> list[str]:
+        return [self.splits_of(self.config).name]
+
+    def cells(self) -> list[Cell]:
+        """Seed by seed, every loss (the paired differences of a seed are there as soon as
+        its losses are)."""
+        return [self.cell(row, loss, seed, point) for point in self.sweep.points()
+                for seed in self.seeds() for row in self.rows() for loss in self.methods()]
+
+    def identity(self, cell: Cell) -> dict[str, Any]:
+        """The settings, the fingerprint of the images the cell's point uses, the code, and
+        the devices when there are several (each takes a batch of ``batch_size``)."""
+        data = self.splits_of(self.config_of(cell)).fingerprint
+        return (super().identity(cell) | {"data": data}
+                | devices_identity(self.config.devices, self.config.strategy))
+
+    def checkpoint_dir(self, cell: Cell) -> Path:
+        """``checkpoints/<cell>/<identity hash>/``: a cell whose identity changed (settings,
+        data, code) starts afresh, never from the checkpoint of another."""
+        return self.layout.cell_folder("checkpoints", cell) / stable_hash(self.identity(cell), 10)
+
+    def compute(self, cell: Cell) -> dict[str, Any] | None:
+        from adaptcl.recipes.images.train import train_and_score
+
+        config = self.config_of(cell)
+        return train_and_score(config, self.splits_of(config), cell, self.checkpoint_dir(cell),
+                               self.layout.cell_folder("logs", cell))
+
+    def report_spec(self) -> ReportSpec:
+        cfg, splits = self.config, self.splits_of(self.config)
+        points = [self.sweep.config_at(p) for p in self.sweep.points()]
+        linear = any(c.linear_epochs for c in points)
+        header = (f"# images: {cfg.method} on {splits.name}, preset {self.preset}\n\n"
+                  f"{splits.source}: {len(splits.train)} train / {len(splits.test)} test images; "
+                  f"{cfg.backbone} width {cfg.width}, {cfg.epochs} epochs, batch "
+                  f"{cfg.batch_size}, {cfg.optimizer} lr {cfg.lr}, precision {cfg.precision}; "
+                  f"kNN k={cfg.knn_k} t={cfg.knn_t}; linear probe {cfg.linear_epochs} epochs; "
+                  "settings in results.json. Top-1 (%), mean ± population std over seeds; "
+                  f"differences against {cfg.losses[0]} paired over seeds with a 95% "
+                  "t-interval.\n\n")
+        data = {self.data_label(c): self.splits_of(c).describe() for c in points}
+        return ReportSpec(metrics=("knn_top1", "linear_top1") if linear else ("knn_top1",),
+                          baseline=cfg.losses[0], header=header,
+                          details=lambda grid: {"data": data})
+
+    def draw(self, grid: GridRun, axes: list[Any]) -> None:
+        """Temperature and alignment per step, online kNN per epoch, every cell."""
+        cfg = self.config
+        for cell, r in grid.records.items():
+            label = "/".join(cell.parts()[1:])
+            steps = [h["step"] for h in r["history"]]
+            for ax, key in zip(axes[:2], ("temperature", "alignment"), strict=True):
+                values = [h.get(key, math.nan) for h in r["history"]]
+                if any(not math.isnan(v) for v in values):
+                    ax.plot(steps, values, label=label, linewidth=1)
+            if r["online_knn"]:
+                axes[2].plot([h["epoch"] + 1 for h in r["online_knn"]],
+                             [100 * h["knn_top1"] for h in r["online_knn"]], marker="o",
+                             label=label)
+        axes[0].set(title="temperature (adaptive: MACL tau_a, AMCL mean tau+)", xlabel="step")
+        axes[1].set(title="alignment A (mean positive cosine)", xlabel="step")
+        axes[2].set(title="online kNN top-1 (%)", xlabel="epoch")
+        losses = ", ".join(cfg.losses)
+        explain_empty(axes[0], f"no loss of {losses} reports a temperature")
+        explain_empty(axes[1], f"no loss of {losses} reports the alignment")
+        explain_empty(axes[2], "online kNN monitor off (--knn-every 0)" if not cfg.knn_every
+                      else f"no kNN point: --epochs {cfg.epochs} < --knn-every {cfg.knn_every}")
+        methods = ", ".join(dict.fromkeys(self.config_of(c).method for c in grid.records))
+        axes[0].figure.suptitle(f"{methods} on {self.rows()[0]} (preset {self.preset})")
+
+
+RECIPE = ImagesRecipe
