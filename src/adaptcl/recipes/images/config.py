@@ -8,14 +8,9 @@ from typing import Any
 from adaptcl.adapters.lightning.methods import BACKBONES, METHOD_LOSSES, METHODS, check_method_loss
 from adaptcl.recipes.engine import options
 from adaptcl.recipes.engine.settings import check_settings, non_negative, positive, setting
-from adaptcl.registry import canonical_loss_name
 
 #: every loss some method accepts (which one applies is checked against ``method``)
 ALL_LOSSES = tuple(dict.fromkeys(x for losses in METHOD_LOSSES.values() for x in losses))
-
-
-def _loss(name: str) -> str:
-    return canonical_loss_name(name, allowed=ALL_LOSSES)
 
 
 #: the settings that choose the images of a run (a sweep over one loads each value's images)
@@ -48,10 +43,9 @@ class ImagesConfig:
                                               "(or cifar10/), or train/ and test/ class folders")
     output_dir: str = options.output_dir("results/images")
     method: str = setting("simclr", choices=METHODS, help="self-supervised method")
-    losses: list[str] = setting(
-        factory=lambda: ["infonce", "macl"], axis="loss", convert=_loss,
-        help="losses (" + "; ".join(f"{m}: {' '.join(losses)}"
-                                    for m, losses in METHOD_LOSSES.items()) + ")")
+    losses: list[str] = options.losses(
+        ["infonce", "macl"], ALL_LOSSES, what="losses (" + "; ".join(
+            f"{m}: {' '.join(losses)}" for m, losses in METHOD_LOSSES.items()) + ")")
     seeds: list[int] = options.seeds([0])
     source: str = setting("auto", choices=("auto", "torchvision", "npz", "folder"),
                           sweep=False, help="where the images come from (auto: the first found)")

@@ -28,7 +28,7 @@ from adaptcl.recipes.common.devices import devices_identity
 from adaptcl.recipes.engine import Cell, Figure, GridRun, Recipe, ReportSpec
 from adaptcl.recipes.engine.plots import explain_empty
 from adaptcl.recipes.engine.provenance import stable_hash
-from adaptcl.recipes.engine.torch_env import resolve_device
+from adaptcl.recipes.engine.torch_env import check_lightning_precision
 from adaptcl.recipes.images.config import PRESETS, ImagesConfig
 
 EXAMPLE = """adaptcl images --data-root ../shared/data --losses infonce macl
@@ -55,11 +55,11 @@ class ImagesRecipe(Recipe):
         each point's batch fits them; their fingerprints. Nothing is written."""
         from adaptcl.recipes.images.data import check_batch, load_splits
 
-        resolve_device(self.config.device)
         self.data_root = resolve_data_root(self.config.data_root)
         self._splits: dict[tuple[tuple[str, Any], ...], Any] = {}
         configs = [self.sweep.config_at(p) for p in self.sweep.points()]
         for config in configs:
+            check_lightning_precision(config.device, config.precision)
             key = config.data_settings()
             if key not in self._splits:
                 self._splits[key] = load_splits(self.data_root, config)
