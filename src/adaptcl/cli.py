@@ -22,7 +22,12 @@ import threading
 import warnings
 from collections.abc import Callable
 
-from adaptcl.recipes.engine import CellsFailedError, RecipeError, distributed_follower
+from adaptcl.recipes.engine import (
+    CellsFailedError,
+    RecipeError,
+    RunStopped,
+    distributed_follower,
+)
 
 # sub-command -> one-line help (its module: adaptcl.recipes.<name>.recipe)
 RECIPES: dict[str, str] = {
@@ -152,6 +157,11 @@ def _handled(prog: str, call: Callable[[], int]) -> int:
             raise
         _report(prog, str(err))
         return 2
+    except RunStopped as stop:  # every rank says it: the one that would speak may be gone
+        kept = _kept(stop)
+        print(f"{prog}: {stop}; finished runs are kept{kept}: rerun the same command to resume",
+              file=sys.stderr)
+        return 1
     except (OSError, RuntimeError) as err:
         message = storage_error(err)
         if message is None:
@@ -159,13 +169,18 @@ def _handled(prog: str, call: Callable[[], int]) -> int:
         _report(prog, message)
         return 2
     except KeyboardInterrupt as stop:
-        output_dir = getattr(stop, "output_dir", None)  # set by the recipe that was running
-        kept = f" under {output_dir}/runs" if output_dir else ""
+        kept = _kept(stop)
         how = "terminated (SIGTERM)" if isinstance(stop, Terminated) else "interrupted"
         if not distributed_follower():  # every rank is stopped; one line says so
             print(f"\n{prog}: {how}; finished runs are kept{kept}: rerun the same command to "
                   "resume", file=sys.stderr)
         return 128 + (signal.SIGTERM if isinstance(stop, Terminated) else signal.SIGINT)
+
+
+def _kept(stop: BaseException) -> str:
+    """`` under <output dir>/runs``: where the recipe that stopped keeps its finished runs."""
+    output_dir = getattr(stop, "output_dir", None)  # set by the recipe that was running
+    return f" under {output_dir}/runs" if output_dir else ""
 
 
 if __name__ == "__main__":  # pragma: no cover

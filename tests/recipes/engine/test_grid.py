@@ -86,3 +86,14 @@ def test_non_finite_metric_is_refused(tmp_path, bad):
     grid = _grid(tmp_path, [cell], {}, lambda c: _record(bad))
     assert "non-finite metrics" in grid.diverged[cell]["message"] and not grid.records
     assert not RunStore(tmp_path).path(cell).exists()
+
+
+def test_a_record_of_an_older_code_version_is_recomputed_with_one_note(tmp_path, capsys):
+    cell = Cell("d", "base", 0)
+    _grid(tmp_path, [cell], {"code": "v1"}, lambda c: _record(0.5))
+    assert capsys.readouterr().err == ""
+    again = _grid(tmp_path, [cell], {"code": "v2"}, lambda c: _record(0.5))
+    assert again.computed == [cell]
+    assert capsys.readouterr().err == (
+        "adaptcl: note: 1 run stored with another identity (settings, data or code) will be "
+        f"computed again; the old records are kept under {tmp_path / 'runs' / 'superseded'}\n")

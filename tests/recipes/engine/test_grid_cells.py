@@ -24,7 +24,7 @@ def test_a_cell_listed_twice_is_computed_once(tmp_path, capsys):
     grid = run_grid("toy", tmp_path, [a, b, a, a], identity=lambda c: {}, compute=_compute(calls),
                     progress_bar=False)
     assert calls == [a, b] and grid.cells == [a, b] and grid.complete
-    assert capsys.readouterr().err == ("adaptcl: note: 1 runs are listed more than once "
+    assert capsys.readouterr().err == ("adaptcl: note: 1 run listed more than once "
                                        "(MUTAG/dcl/seed0); running each once\n")
 
 

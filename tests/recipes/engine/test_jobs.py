@@ -166,7 +166,7 @@ def test_a_failed_job_is_named_with_its_log_the_others_go_on_and_a_rerun_retries
     assert [d["cell"] for d in result["diverged"]] == [cell("d", "base", 2).as_dict()]
     assert result["failed"][0]["log"] == str(log)
     assert {r["execution"]["threads"] for r in _stored(out).values()} == {1}
-    assert "> **FAILED**: 1 runs failed (d/base/seed1;" in (out / "results.md").read_text()
+    assert "> **FAILED**: 1 run failed (d/base/seed1;" in (out / "results.md").read_text()
 
     monkeypatch.delenv("ADAPTCL_TOY_FAIL")
     monkeypatch.delenv("ADAPTCL_TOY_DIVERGE")
@@ -237,7 +237,7 @@ def test_tu_with_two_jobs_is_bitwise_the_sequential_run(shared_data, tmp_path, c
     pids = {r["execution"]["job_id"] for r in par.values()}
     assert len(pids) == 8  # one job per cell
     jobs = tmp_path / "par" / "jobs"  # a folder per job; not submitit's empty template "%j"
-    assert sorted(p.name for p in jobs.iterdir()) == sorted(map(str, pids))
+    assert sorted(p.name for p in jobs.iterdir() if p.is_dir()) == sorted(map(str, pids))
     results = [json.loads((tmp_path / d / "results.json").read_text()) for d in ("seq", "par")]
     assert results[0]["summary"] == results[1]["summary"]
     assert "MUTAG/dcl/seed0" in seq
@@ -301,6 +301,8 @@ def test_sigterm_to_the_parent_cancels_its_jobs_and_keeps_what_finished(shared_d
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 143, err[-3000:]
+    assert "Traceback" not in err, err[-3000:]  # the cancelled controllers' are in their log
+    assert "KeyboardInterrupt" in (out / "jobs" / "controllers.log").read_text()
     assert err.strip().splitlines()[-1] == (
         f"adaptcl tu: terminated (SIGTERM); finished runs are kept under {out}/runs: rerun the "
         "same command to resume")
@@ -308,3 +310,21 @@ def test_sigterm_to_the_parent_cancels_its_jobs_and_keeps_what_finished(shared_d
     assert not list((out / "runs" / ".active").glob("*.json"))  # the live-run entry is gone
     time.sleep(3)  # a job left running would store its cell (one takes ~5 s here)
     assert not list((out / "runs").glob("MUTAG/*/seed*.json"))
+
+
+def test_a_job_killed_before_its_result_is_named_as_such():
+    from submitit.core.utils import UncompletedJobError
+
+    from adaptcl.recipes.engine.jobs import job_failure
+
+    class Killed:
+        paths = type("Paths", (), {"stderr": "/x/jobs/2770/2770_0_log.err"})()
+
+        def exception(self):
+            return UncompletedJobError("Job 2770 (task: 0) with path /x/jobs/2770/2770_0_result"
+                                       ".pkl\nhas not produced any output (state: FINISHED)")
+
+    reason, log = job_failure(Killed())
+    assert reason == ("its process ended without a result (killed, or out of memory or time); "
+                      "submitit: Job 2770 (task: 0) with path /x/jobs/2770/2770_0_result.pkl")
+    assert log == "/x/jobs/2770/2770_0_log.err"

@@ -88,7 +88,7 @@ def test_a_run_where_every_cell_diverges_says_so_in_its_files(tmp_path):
     stale = json.loads((tmp_path / "results.json").read_text())
     assert stale["computed"]
     DivergesAt.bad = {"d/base/seed0"}
-    with pytest.raises(DivergedError, match="1 of 1 runs diverged"):
+    with pytest.raises(DivergedError, match="1 of 1 run diverged"):
         DivergesAt(ToyConfig(output_dir=str(tmp_path), seeds=[0], lr=0.2, progress=False)).run()
     written = json.loads((tmp_path / "results.json").read_text())
     assert written["diverged"][0]["cell"] == cell("d", "base", 0).as_dict()
@@ -101,3 +101,14 @@ def test_a_process_owning_no_result_writes_and_prints_nothing(tmp_path, capsys):
     assert not list(tmp_path.glob("results.*"))
     assert NotRankZero.main(["--output-dir", str(tmp_path), "--no-progress"], PROG) == 0
     assert capsys.readouterr().out == "" and not list(tmp_path.glob("results.*"))
+
+
+def test_the_table_says_when_the_folder_holds_other_commands_runs(tmp_path):
+    ToyRecipe(ToyConfig(output_dir=str(tmp_path), seeds=[0, 1], progress=False)).run()
+    result = ToyRecipe(ToyConfig(output_dir=str(tmp_path), seeds=[2, 3], progress=False)).run()
+    assert result["other_stored_runs"] == 2  # seeds 0 and 1, stored by the first command
+    assert f"{tmp_path / 'runs'} also holds 2 runs of other commands" in (
+        tmp_path / "results.md").read_text()
+    again = ToyRecipe(ToyConfig(output_dir=str(tmp_path), seeds=[0, 1, 2, 3],
+                                progress=False)).run()
+    assert again["other_stored_runs"] == 0 and len(again["reused"]) == 4

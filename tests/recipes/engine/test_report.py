@@ -52,7 +52,7 @@ def test_recomputed_runs_are_said_in_the_table(tmp_path):
                         compute=lambda c: _record(0.5), progress_bar=False)
     result = {"recipe": "toy", **grid.bookkeeping()}
     markdown = open(write_results(tmp_path, result, "| a |\n")["markdown"]).read()
-    assert markdown.startswith("> **RECOMPUTED**: 1 stored runs had another identity")
+    assert markdown.startswith("> **RECOMPUTED**: 1 run stored with another identity")
 
 
 def test_a_table_of_methods_scales_and_rounds_each_metric_and_records_the_baseline(tmp_path):

@@ -29,9 +29,11 @@ from torch_geometric.loader import DataLoader
 from adaptcl.adapters.graphcl.lightning import GraphCLModule
 from adaptcl.adapters.lightning.trainer import TrainingClock, build_trainer
 from adaptcl.plugins.validation import NonFiniteError
+from adaptcl.recipes.common.lightning import fit
 from adaptcl.recipes.engine.errors import DivergedError, require_steps, trained_embeddings
 from adaptcl.recipes.engine.files import torch_load_checked
 from adaptcl.recipes.engine.loggers import lightning_logger
+from adaptcl.recipes.engine.progress import on_terminal
 from adaptcl.recipes.engine.torch_env import loader_options
 
 
@@ -115,7 +117,8 @@ def fit_graphs(model: torch.nn.Module, dataset: Callable[[int], Dataset], *, epo
         callbacks.append(_EachEpoch(on_epoch))
     trainer = build_trainer(epochs, device=device, devices=devices, strategy=strategy,
                             precision=precision, logger=lightning_logger(logger, log_dir or "."),
-                            ckpt_dir=checkpoint_dir, callbacks=callbacks, progress=progress)
+                            ckpt_dir=checkpoint_dir, callbacks=callbacks,
+                            progress=on_terminal(progress))
     # the rank is known before the launcher starts the others: they run with LOCAL_RANK set
     rank, world = int(trainer.global_rank), int(trainer.world_size)
     loader = _loader(dataset(rank), batch_size, rank, world, shuffle, shuffle_seed, device)
@@ -127,7 +130,7 @@ def fit_graphs(model: torch.nn.Module, dataset: Callable[[int], Dataset], *, epo
     if resume is not None and rank == 0:
         print(f"adaptcl: {where} resumes from {resume}", file=sys.stderr, flush=True)
     try:
-        trainer.fit(module, loader, ckpt_path=str(resume) if resume is not None else None)
+        fit(trainer, module, loader, ckpt_path=str(resume) if resume is not None else None)
     except NonFiniteError as err:
         raise DivergedError(f"{err}; nothing was stored", step=err.step, loss=err.loss) from None
     model.to(device).eval()  # Lightning's teardown leaves it on the CPU

@@ -26,6 +26,7 @@ from adaptcl.recipes.engine.errors import (
     DivergedError,
     NonResultError,
     RecipeError,
+    RunStopped,
     note,
     require_steps,
     trained_embeddings,
@@ -46,7 +47,7 @@ from adaptcl.recipes.engine.settings import (
 from adaptcl.recipes.engine.store import GridRun, distributed_follower
 
 __all__ = ["Cell", "CellsFailedError", "DivergedError", "Figure", "GridRun", "NonResultError",
-           "Recipe", "RecipeError", "ReportSpec", "RunLayout", "Sweep", "at_least",
+           "Recipe", "RecipeError", "ReportSpec", "RunLayout", "RunStopped", "Sweep", "at_least",
            "check_settings", "distributed_follower", "fraction", "non_negative", "note",
            "open_fraction", "positive", "require_steps", "setting", "trained_embeddings",
            "user_errors"]

@@ -44,6 +44,11 @@ class CellsFailedError(RuntimeError):
     exits 1; the other cells' records are stored and the table is written."""
 
 
+class RunStopped(RuntimeError):
+    """A run that could not go on through no fault of its own (another process of a run on
+    several devices died): every process prints this one line, that a rerun resumes, exit 1."""
+
+
 #: the largest seed: numpy's ``default_rng`` / ``RandomState`` and scikit-learn take seeds in
 #: ``[0, 2**32 - 1]``
 SEED_MAX = 2**32 - 1
@@ -53,6 +58,11 @@ def note(message: str) -> None:
     """One line on stderr, ``adaptcl: note: <message>``: something the user should know that is
     not an error (a repeated value dropped, a cell another process is computing)."""
     print(f"adaptcl: note: {message}", file=sys.stderr, flush=True)
+
+
+def runs(n: int) -> str:
+    """``1 run``, ``2 runs``."""
+    return f"{n} run" + ("" if n == 1 else "s")
 
 
 def first_line(err: BaseException) -> str:

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from adaptcl.recipes.engine.cells import Cell
-from adaptcl.recipes.engine.errors import check_seed, note
+from adaptcl.recipes.engine.errors import check_seed, note, runs
 from adaptcl.recipes.engine.jobs import JobRunner, run_jobs
 from adaptcl.recipes.engine.progress import progress
 from adaptcl.recipes.engine.provenance import git_commit, stable_hash
@@ -69,7 +69,7 @@ def run_grid(recipe: str, out_dir: str | os.PathLike, cells: Sequence[Cell], *,
     unique = list(dict.fromkeys(cells))  # a cell listed twice is computed once
     if len(unique) < len(cells):
         repeated = [c.label() for c in unique if list(cells).count(c) > 1]
-        note(f"{len(repeated)} runs are listed more than once ({', '.join(repeated[:3])}"
+        note(f"{runs(len(repeated))} listed more than once ({', '.join(repeated[:3])}"
              f"{', ...' if len(repeated) > 3 else ''}); running each once")
     for cell in unique:  # before anything is computed
         check_seed(cell.seed, cell.label())
@@ -82,6 +82,10 @@ def run_grid(recipe: str, out_dir: str | os.PathLike, cells: Sequence[Cell], *,
         active.register(recipe, {c.label(): stable_hash(grid.identities[c]) for c in grid.cells})
     try:
         todo = collect(store, grid, reuse=reuse)
+        if store.stale:  # a record of another identity (settings, data or code)
+            note(f"{runs(store.stale)} stored with another identity (settings, data or "
+                 f"code) will be computed again; the old records are kept under "
+                 f"{store.layout.runs / 'superseded'}")
         if todo and jobs is not None:  # each cell a job of its own (submitit); this process collects
             run_jobs(recipe, store, grid, todo, jobs, on_record=on_record,
                      progress_bar=progress_bar, start=start)

@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from adaptcl.recipes.engine.cells import Cell, RunLayout
-from adaptcl.recipes.engine.errors import RecipeError, note
+from adaptcl.recipes.engine.errors import RecipeError, note, runs
 from adaptcl.recipes.engine.progress import progress
 from adaptcl.recipes.engine.provenance import stable_hash
 from adaptcl.recipes.engine.settings import at_least, check_settings, setting
@@ -204,6 +204,9 @@ def job_failure(job: Any) -> tuple[str, str]:
         trace = text.split("----------------------\n", 2)[1]
         lines = [line for line in trace.splitlines() if line.strip()]
         reason = lines[-1].strip() if lines else text.splitlines()[0]
+    elif type(error).__name__ == "UncompletedJobError":  # no result: its process was stopped
+        reason = ("its process ended without a result (killed, or out of memory or time); "
+                  f"submitit: {text.strip().splitlines()[0]}")
     else:
         reason = f"{type(error).__name__}: {text.strip().splitlines()[0] if text.strip() else ''}"
     try:
@@ -272,7 +275,9 @@ class JobRunner:
         self.executor = options.executor(self.folder, self.threads, recipe.name)
 
     def submit(self, cell: Any, identity: Mapping[str, Any]) -> Any:
-        with interruptible_children():
+        local = self.options.where == "local"
+        with interruptible_children(), (_stderr_to(self.folder.parent / "controllers.log")
+                                         if local else contextlib.nullcontext()):
             return self.executor.submit(run_cell_job, self.recipe_class, self.sweep,
                                         cell, stable_hash(identity), self.threads,
                                         self.reuse, self.options.where)
@@ -280,6 +285,23 @@ class JobRunner:
     def describe(self) -> str:
         return (f"{self.max_jobs} at once ({self.options.where}), {_threads(self.threads)} "
                 f"each; logs under {self.folder.parent}")
+
+
+@contextlib.contextmanager
+def _stderr_to(path: Path) -> Iterator[None]:
+    """File descriptor 2 on ``path`` while the block starts processes: submitit's local job
+    controllers inherit it, so the traceback each prints when a job is cancelled (SIGINT) goes
+    to the jobs' folder, not before the command's one line on the terminal."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(path, "ab") as log:
+        os.dup2(log.fileno(), 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
 
 
 @contextlib.contextmanager
@@ -334,7 +356,7 @@ def run_jobs(recipe: str, store: RunStore, grid: GridRun, todo: Sequence[Cell],
     finished job's record from ``store`` into ``grid`` and call ``on_record``; a failed job
     goes to ``grid.failed`` (one line on stderr naming its log) and the others go on. On an
     interrupt the running jobs are cancelled (their cells are recomputed by a rerun)."""
-    note(f"{len(todo)} runs to compute as jobs: {runner.describe()}")
+    note(f"{runs(len(todo))} to compute as jobs: {runner.describe()}")
     bar = progress(total=len(grid.cells), initial=len(grid.reused), desc=f"{recipe} runs",
                    enabled=progress_bar, leave=True)
     pending, running = list(todo), {}

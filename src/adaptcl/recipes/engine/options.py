@@ -47,7 +47,13 @@ def data_root(what: str = "benchmark data folder") -> Any:
 
 
 def output_dir(default: str) -> Any:
-    return setting(default, identity=False, sweep=False, help="where results are written")
+    return setting(default, identity=False, sweep=False, folder=True,
+                   help="where results are written")
+
+
+def work_folder(help: str) -> Any:
+    """A folder a run writes besides the output folder (``None``: a default under it)."""
+    return setting(None, identity=False, sweep=False, folder=True, help=help)
 
 
 def seeds(default: list[int]) -> Any:

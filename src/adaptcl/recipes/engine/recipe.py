@@ -46,16 +46,22 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from adaptcl.recipes.engine.cells import Cell, RunLayout
-from adaptcl.recipes.engine.errors import user_errors
+from adaptcl.recipes.engine.errors import RunStopped, user_errors
 from adaptcl.recipes.engine.files import check_output_dir, write_text_atomic
 from adaptcl.recipes.engine.grid import run_grid
 from adaptcl.recipes.engine.jobs import JobOptions, JobRunner
 from adaptcl.recipes.engine.plots import save_plot
 from adaptcl.recipes.engine.provenance import code_version
 from adaptcl.recipes.engine.report import Report, ReportSpec
-from adaptcl.recipes.engine.settings import Sweep, axis_fields, config_text, identity_settings
+from adaptcl.recipes.engine.settings import (
+    Sweep,
+    axis_fields,
+    config_text,
+    identity_settings,
+    specs,
+)
 from adaptcl.recipes.engine.store import GridRun
-from adaptcl.recipes.engine.torch_env import apply_thread_policy
+from adaptcl.recipes.engine.torch_env import apply_thread_policy, resolve_device
 
 
 @dataclass(frozen=True)
@@ -195,8 +201,8 @@ class Recipe:
         recipe = cls(invocation.sweep, jobs=invocation.jobs, preset=invocation.preset)
         try:
             result = recipe.run()
-        except KeyboardInterrupt as stop:  # the CLI's line says where finished runs are kept
-            stop.output_dir = recipe.config.output_dir  # type: ignore[attr-defined]
+        except (KeyboardInterrupt, RunStopped) as stop:  # the CLI's line says where runs are kept
+            stop.output_dir = recipe.config.output_dir  # type: ignore[union-attr]
             raise
         if not result:  # a process that owns no result (a non-zero rank of a distributed run)
             return 0
@@ -224,7 +230,9 @@ class Recipe:
         cfg = self.config
         with user_errors():
             self.jobs.check_config(cfg)
-            check_output_dir(cfg.output_dir)
+            for name, spec in specs(cfg).items():  # every folder the run writes
+                if spec.folder and getattr(cfg, name) is not None:
+                    check_output_dir(getattr(cfg, name), option="--" + name.replace("_", "-"))
         threads = getattr(cfg, "threads", None)
         self.ready(threads)  # before any job: a job's setup() only loads
         report = self.make_report()
@@ -256,10 +264,11 @@ class Recipe:
 
     def make_report(self) -> Report:
         spec = self.report_spec()
+        device = getattr(self.config, "device", None)
         return Report(self.name, self.config.output_dir, spec, axes=self.axes,
                       methods=self.methods(), config=self.config, preset=self.preset,
                       sweep=self.sweep.axes,
                       environment={"frameworks": self.frameworks,
-                                   "device": getattr(self.config, "device", None),
+                                   "device": resolve_device(device) if device else None,
                                    "data_root": self.data_root,
                                    "data_fingerprint": self.fingerprints or None})

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from adaptcl.recipes.engine.cells import RunLayout
-from adaptcl.recipes.engine.errors import RecipeError
+from adaptcl.recipes.engine.errors import RecipeError, runs
 from adaptcl.recipes.engine.files import markdown_table, write_json_atomic, write_text_atomic
 from adaptcl.recipes.engine.provenance import environment
 from adaptcl.recipes.engine.settings import as_record, identity_settings
@@ -123,6 +123,7 @@ class Report:
             "tables": tables, "table_markdown": next(iter(tables.values())),
             "runs": [{"cell": c.as_dict(), **{k: v for k, v in r.items() if k not in spec.drop}}
                      for c, r in grid.records.items()]}
+        result["other_stored_runs"] = _other_stored(self.out_dir, grid)
         if spec.details is not None:
             result.update(spec.details(grid))
         header = spec.header(grid) if callable(spec.header) else spec.header
@@ -173,15 +174,20 @@ def write_results(out_dir: str | os.PathLike, result: Mapping[str, Any], markdow
     failed = result.get("failed") or []
     if failed:
         names = ", ".join(f["label"] for f in failed)
-        head += (f"> **FAILED**: {len(failed)} runs failed ({names}; their logs are in "
+        head += (f"> **FAILED**: {runs(len(failed))} failed ({names}; their logs are in "
                  "results.json); rerun the same command to retry them.\n\n")
     if result.get("partial"):
         missing = result.get("missing") or []
         head += (f"> **PARTIAL**: {len(missing)} of the planned runs are missing; rows average "
                  "only the finished seeds (n in brackets).\n\n")
+    others = result.get("other_stored_runs") or 0
+    if others:
+        head += (f"> **NOT ALL STORED RUNS**: this table holds the runs of the command that wrote "
+                 f"it; {layout.runs} also holds {runs(others)} of other commands (other seeds, "
+                 "datasets or settings), left out here.\n\n")
     superseded = result.get("superseded") or []
     if superseded:
-        head += (f"> **RECOMPUTED**: {len(superseded)} stored runs had another identity "
+        head += (f"> **RECOMPUTED**: {runs(len(superseded))} stored with another identity "
                  "(settings, data or code) and were recomputed; the old records are under "
                  f"{layout.runs / 'superseded'}.\n\n")
     foot = ""
@@ -199,6 +205,15 @@ def write_results(out_dir: str | os.PathLike, result: Mapping[str, Any], markdow
     write_json_atomic(paths["json"], result)
     write_text_atomic(paths["markdown"], head + markdown.rstrip("\n") + "\n" + foot)
     return {k: str(v) for k, v in paths.items()}
+
+
+def _other_stored(out_dir: str | os.PathLike, grid: GridRun) -> int:
+    """How many records under ``runs/`` belong to no cell of ``grid`` (another command's)."""
+    layout = RunLayout(out_dir)
+    ours = {layout.record(c) for c in grid.cells}
+    skip = {"superseded", ".locks", ".active"}
+    return sum(1 for p in layout.runs.rglob("seed*.json")
+               if p not in ours and not skip & set(p.relative_to(layout.runs).parts))
 
 
 def read_results(path: str | os.PathLike) -> tuple[dict[str, Any], str]:

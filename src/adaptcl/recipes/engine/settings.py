@@ -75,13 +75,14 @@ class Spec:
     identity: bool | str | Callable[[Any], Any] = True
     sweep: bool = True
     axis: str | None = None
+    folder: bool = False
 
 
 def setting(default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MISSING,
             help: str = "", choices: Sequence[Any] | None = None,
             convert: Callable[[Any], Any] | None = None, check: Check | None = None,
             identity: bool | str | Callable[[Any], Any] = True, sweep: bool = True,
-            axis: str | None = None) -> Any:
+            axis: str | None = None, folder: bool = False) -> Any:
     """A config field and its :class:`Spec`.
 
     Args:
@@ -102,9 +103,12 @@ def setting(default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MI
         axis: for a list field, the grid axis whose values it holds (``"dataset"``,
             ``"loss"``, ``"seed"``): each item is a cell coordinate, repeats are dropped with a
             note, and the list may not be empty.
+        folder: a folder the run writes (the output folder, a work or cache folder): refused
+            before any work when it is a file or not writable.
     """
     spec = Spec(help=help, choices=tuple(choices) if choices is not None else None,
-                convert=convert, check=check, identity=identity, sweep=sweep, axis=axis)
+                convert=convert, check=check, identity=identity, sweep=sweep, axis=axis,
+                folder=folder)
     return dataclasses.field(default=default, default_factory=factory,
                              metadata={"adaptcl": spec})
 

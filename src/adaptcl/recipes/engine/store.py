@@ -58,6 +58,7 @@ from adaptcl.recipes.engine.errors import (
     check_record,
     first_line,
     note,
+    runs,
 )
 from adaptcl.recipes.engine.files import note_corrupt, read_json, write_json_atomic
 from adaptcl.recipes.engine.provenance import stable_hash
@@ -76,6 +77,8 @@ class RunStore:
         self.layout = RunLayout(out_dir)
         self.root = self.layout.runs
         self.superseded: list[str] = []
+        #: how many records of another identity (settings, data or code) were set aside
+        self.stale = 0
         self._stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
 
     def path(self, cell: Cell) -> Path:
@@ -104,7 +107,7 @@ class RunStore:
             return None
         if stored["identity_hash"] == stable_hash(identity):
             return stored["record"]
-        self._set_aside(path)
+        self.stale += self._set_aside(path) is not None
         return None
 
     def lock_path(self, cell: Cell) -> Path:
@@ -323,7 +326,7 @@ class GridRun:
                 text += f" (loss {info['loss']:.4g})"
             parts.append(text)
         first = next(iter(self.diverged.values()))
-        return DivergedError(f"{len(self.diverged)} of {len(self.cells)} runs diverged (NaN or "
+        return DivergedError(f"{len(self.diverged)} of {runs(len(self.cells))} diverged (NaN or "
                              f"inf; nothing stored for them): {', '.join(parts)}",
                              step=first.get("step"), loss=first.get("loss"))
 
@@ -335,7 +338,7 @@ class GridRun:
         names = ", ".join(f"{c.label()} ({info['error']})" for c, info in self.failed.items())
         diverged = self.diverged_error()
         return CellsFailedError(
-            f"{len(self.failed)} of {len(self.cells)} runs failed: {names}; their logs are named "
+            f"{len(self.failed)} of {runs(len(self.cells))} failed: {names}; their logs are named "
             "above; rerun the same command to retry them (finished runs are reused)"
             + (f". Also: {diverged}" if diverged is not None else ""))
 

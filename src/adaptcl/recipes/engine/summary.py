@@ -179,7 +179,8 @@ def summary_table(summary: Mapping[str, Mapping[str, Any]], *, methods: Sequence
              for m in others}
     rows = []
     for name, entry in summary.items():
-        row: dict[str, Any] = {row_header: (row_labels or {}).get(name, name)}
+        head, sep, point = name.partition(", ")  # a swept row: "cifar10, method=moco"
+        row: dict[str, Any] = {row_header: (row_labels or {}).get(head, head) + sep + point}
         for method in methods:
             row[labels.get(method, method)] = format_mean_std(entry["methods"].get(method),
                                                               digits)

@@ -15,10 +15,12 @@ from adaptcl.adapters.lightning.factory import build_ssl_module, ssl_transforms
 from adaptcl.adapters.lightning.trainer import TrainingClock, build_trainer
 from adaptcl.evaluation.images import evaluate_backbone
 from adaptcl.plugins.validation import NonFiniteError
+from adaptcl.recipes.common.lightning import fit
 from adaptcl.recipes.engine.cells import Cell
 from adaptcl.recipes.engine.errors import DivergedError, NonResultError, require_steps
 from adaptcl.recipes.engine.files import torch_load_checked
 from adaptcl.recipes.engine.loggers import lightning_logger
+from adaptcl.recipes.engine.progress import on_terminal
 from adaptcl.recipes.engine.torch_env import loader_options, resolve_device, seed_everything
 from adaptcl.recipes.images.config import ImagesConfig
 from adaptcl.recipes.images.data import ImageSplits
@@ -45,7 +47,7 @@ def lightning_trainer(cfg: ImagesConfig, log_dir: Path, ckpt_dir: Path | None = 
                          strategy=cfg.strategy, precision=cfg.precision,
                          logger=lightning_logger(cfg.logger, log_dir), ckpt_dir=ckpt_dir,
                          callbacks=[clock] if clock is not None else None,
-                         progress=cfg.progress, val_every=cfg.knn_every)
+                         progress=on_terminal(cfg.progress), val_every=cfg.knn_every)
 
 
 def resume_checkpoint(ckpt_dir: Path) -> Path | None:
@@ -92,7 +94,7 @@ def train_and_score(cfg: ImagesConfig, splits: ImageSplits, cell: Cell, ckpt_dir
     clock = TrainingClock()
     trainer = lightning_trainer(cfg, log_dir, ckpt_dir=ckpt_dir, clock=clock)
     try:
-        trainer.fit(module, train_dataloaders=train,
+        fit(trainer, module, train_dataloaders=train,
                     val_dataloaders=test if cfg.knn_every else None,
                     ckpt_path=str(resume) if resume is not None else None)
     except NonFiniteError as err:  # the loss met NaN embeddings: the weights diverged

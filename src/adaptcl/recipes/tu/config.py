@@ -40,8 +40,8 @@ class TUConfig:
     seeds: list[int] = options.seeds([0, 1, 2, 3, 4])
     data_root: str | None = options.data_root("folder holding tu/<NAME>/raw or <NAME>/raw")
     output_dir: str = options.output_dir("results/tu")
-    work_dir: str | None = setting(None, identity=False, sweep=False, help="writable copy of "
-                                   "the raw data + processed/ (none: <output-dir>/data)")
+    work_dir: str | None = options.work_folder("writable copy of the raw data + processed/ "
+                                               "(none: <output-dir>/data)")
     epochs: int = setting(20, check=positive, help="pre-training epochs")
     batch_size: int = setting(128, check=at_least(2), help="graphs per step (a contrastive "
                               "batch needs a negative)")
