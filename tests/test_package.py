@@ -246,27 +246,6 @@ def test_floors_check_runs_every_adapter_test_of_each_extra():
                 assert listed.get(str(path.relative_to(REPO_ROOT))) == extra, path.name
 
 
-def test_evaluation_never_imports_the_recipes():
-    """The dependency direction recipes -> evaluation -> adapters/plugins: no module of
-    ``adaptcl.evaluation`` imports ``adaptcl.recipes`` (at the top or inside a function), so the
-    protocols work without the recipe pages."""
-    import ast
-
-    offences = []
-    for path in sorted((REPO_ROOT / "src" / "adaptcl" / "evaluation").rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
-                names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
-            elif isinstance(node, ast.Import):
-                names = [a.name for a in node.names]
-            else:
-                continue
-            offences += [f"{path.name} imports {n}" for n in names
-                         if n == "adaptcl.recipes" or n.startswith("adaptcl.recipes.")]
-    assert not offences, offences
-    assert len(list((REPO_ROOT / "src" / "adaptcl" / "evaluation").rglob("*.py"))) >= 8
-
-
 def test_python_dash_m_adaptcl_is_the_command_line():
     """``python -m adaptcl`` (what ``torchrun -m adaptcl simcse`` runs) is the ``adaptcl``
     command: the version, and a user error's one line with exit status 2."""

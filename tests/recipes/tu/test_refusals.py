@@ -53,3 +53,22 @@ def test_a_full_disk_while_copying_the_raw_data_is_one_line_and_leaves_no_partia
     assert code == 2 and len(err) == 1 and err[0].startswith("adaptcl tu: error: the disk is full "
                                                              "writing "), err
     assert not [p for p in (out / "data").rglob("*") if p.name.startswith(".raw.")]
+
+
+def test_a_work_folder_that_cannot_be_written_is_refused_before_any_work(shared_data, tmp_path,
+                                                                         capsys, monkeypatch):
+    import os
+    from pathlib import Path
+
+    locked = tmp_path / "work"
+    locked.mkdir()
+    real_access = os.access  # the tests run as root, for whom permissions do not apply
+    monkeypatch.setattr(os, "access", lambda path, mode: (Path(path) != locked
+                                                           and real_access(path, mode)))
+    out = tmp_path / "out"
+    assert cli.main(["tu", "--data-root", str(shared_data), "--datasets", "MUTAG", "--work-dir",
+                     str(locked), "--output-dir", str(out)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"adaptcl tu: error: --work-dir '{locked}' is not writable: pick a folder this user can "
+        "write")
+    assert not out.exists()
