@@ -1,6 +1,7 @@
-"""sts / transfer never turn non-finite or constant embeddings into results (issue 13): the
-evaluation's refusals reach the user as the template's errors, and nothing is cached or stored.
-The embedding cache itself: tests/evaluation/senteval/test_encoders.py."""
+"""``sts`` never turns non-finite or constant embeddings into results (issue 13): the
+evaluation's refusals reach the user as the engine's errors, and nothing is cached or stored
+(``transfer``'s: tests/recipes/transfer/test_transfer.py). The embedding cache itself:
+tests/evaluation/senteval/test_encoders.py."""
 
 from __future__ import annotations
 
@@ -10,9 +11,9 @@ import warnings
 import numpy as np
 import pytest
 
-from adaptcl.recipes import sts
-from adaptcl.recipes import transfer as tr
-from adaptcl.recipes.template.errors import DivergedError, NonResultError
+from adaptcl.recipes.engine import DivergedError, NonResultError
+from adaptcl.recipes.sts.config import STSConfig
+from adaptcl.recipes.sts.recipe import STSRecipe
 from tests.evaluation._bow import CountingEncoder
 
 
@@ -36,9 +37,9 @@ class SwitchableEncoder(CountingEncoder):
 
 
 def _sts_config(encoder, tmp_path, **kwargs):
-    return sts.STSConfig(model=encoder, tasks=["STSBenchmark"], data_root=kwargs.pop("root"),
-                         output_dir=str(tmp_path / "out"), cache_dir=str(tmp_path / "cache"),
-                         progress=False, batch_size=512, **kwargs)
+    return STSConfig(model=encoder, tasks=["STSBenchmark"], data_root=kwargs.pop("root"),
+                     output_dir=str(tmp_path / "out"), cache_dir=str(tmp_path / "cache"),
+                     progress=False, batch_size=512, **kwargs)
 
 
 def test_nan_encoder_fails_sts_caches_nothing_and_fixed_encoder_then_scores(shared_data, tmp_path):
@@ -46,13 +47,13 @@ def test_nan_encoder_fails_sts_caches_nothing_and_fixed_encoder_then_scores(shar
     with pytest.raises(NonResultError,  # the evaluation's NonFiniteError, as a refusal
                        match=r"encoder 'switchable' on 'STSBenchmark': \d+ embeddings contain NaN"
                        ) as err:
-        sts.STSRecipe(_sts_config(encoder, tmp_path, root=str(shared_data))).run()
+        STSRecipe(_sts_config(encoder, tmp_path, root=str(shared_data))).run()
     assert not isinstance(err.value, DivergedError)  # a frozen encoder does not diverge
     assert not list(tmp_path.rglob("*.npy"))  # nothing cached
     assert not (tmp_path / "out" / "results.json").exists()
 
     encoder.mode = "ok"  # the same model_id, fixed: the rerun must encode again and score
-    result = sts.STSRecipe(_sts_config(encoder, tmp_path, root=str(shared_data))).run()
+    result = STSRecipe(_sts_config(encoder, tmp_path, root=str(shared_data))).run()
     assert 20 < result["table"]["STS-B"] < 80
     saved = (tmp_path / "out" / "results.json").read_text()
     assert "NaN" not in saved and json.loads(saved)["table"]["STS-B"] == result["table"]["STS-B"]
@@ -64,19 +65,8 @@ def test_constant_or_zero_embeddings_give_a_clear_error_not_nan(shared_data, tmp
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no scipy ConstantInputWarning on the way
         with pytest.raises(NonResultError, match="every embedding is the same vector") as err:
-            sts.STSRecipe(_sts_config(SwitchableEncoder(mode), tmp_path,
-                                      root=str(shared_data))).run()
+            STSRecipe(_sts_config(SwitchableEncoder(mode), tmp_path,
+                                  root=str(shared_data))).run()
     assert not isinstance(err.value, DivergedError)  # refused, not diverged
     assert not list((tmp_path / "out").rglob("*.json"))  # no record, no result (locks only)
-
-
-def test_transfer_reports_no_accuracy_from_nan_features(shared_data, tmp_path):
-    config = tr.TransferConfig(model=SwitchableEncoder("nan"), tasks=["CR"], data_root=str(shared_data),
-                               output_dir=str(tmp_path / "out"), cache_dir=str(tmp_path / "cache"),
-                               limit=60, kfold=2, progress=False)
-    with pytest.raises(NonResultError, match="on 'CR': .* contain NaN") as err:
-        tr.TransferRecipe(config).run()
-    assert not isinstance(err.value, DivergedError)  # a frozen encoder's NaN: refused
-    assert not list((tmp_path / "out").rglob("*.json"))  # no record, no result (locks only)
-
 

