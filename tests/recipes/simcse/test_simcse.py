@@ -101,9 +101,10 @@ def _prepared(settings: dict) -> SimCSERecipe:
 
 
 def test_the_untrained_model_is_identified_by_what_builds_and_scores_it(tmp_path, shared_data,
-                                                                        tiny_bert):
+                                                                        tiny_bert, monkeypatch):
     """A training setting changes a trained cell's identity, not the untrained one's; a setting
-    that builds the model (its length) or scores it (the STS tasks) changes both."""
+    that builds the model (its length) or scores it (the STS tasks) changes both; so does
+    training in several processes (a global batch), the trained cells only."""
     base = _settings(tiny_bert, shared_data, tmp_path / "out")
 
     def identities(**overrides):
@@ -112,7 +113,9 @@ def test_the_untrained_model_is_identified_by_what_builds_and_scores_it(tmp_path
                                                                          ("macl", 42))]
 
     untrained, trained = identities()
-    assert "learning_rate" not in untrained["settings"] and "sentences" not in untrained["data"]
+    assert set(untrained["settings"]) == {"model", "pooler", "max_seq_length", "device", "sts",
+                                          "sts_tasks"}
+    assert set(untrained["data"]) == {"model", "sts"}  # not the sentences: nothing trains
     for training_setting in ({"learning_rate": 1e-3}, {"max_sentences": 16},
                              {"precision": "bf16-mixed"}, {"dropout": 0.2}):
         other_untrained, other_trained = identities(**training_setting)
@@ -122,6 +125,9 @@ def test_the_untrained_model_is_identified_by_what_builds_and_scores_it(tmp_path
         assert other_untrained != untrained and other_trained != trained, scoring_setting
     # bookkeeping: where files go and how the run looks
     assert identities(logger="csv", progress=True, baseline=False) == [untrained, trained]
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    other_untrained, other_trained = identities()
+    assert other_untrained == untrained and other_trained == {**trained, "processes": 2}
 
 
 def test_a_sweep_scores_the_untrained_model_once_per_scoring_identity(tmp_path, shared_data,
