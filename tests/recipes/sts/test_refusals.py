@@ -8,32 +8,12 @@ from __future__ import annotations
 import json
 import warnings
 
-import numpy as np
 import pytest
 
 from adaptcl.recipes.engine import DivergedError, NonResultError
 from adaptcl.recipes.sts.config import STSConfig
 from adaptcl.recipes.sts.recipe import STSRecipe
-from tests.evaluation._bow import CountingEncoder
-
-
-class SwitchableEncoder(CountingEncoder):
-    """Hashed bag of words that can be broken (NaN, zeros or a constant vector)."""
-
-    def __init__(self, mode: str = "ok") -> None:
-        super().__init__()
-        self.mode = mode
-        self.model_id = "switchable"
-
-    def __call__(self, sentences):
-        out = super().__call__(sentences)
-        if self.mode == "nan":
-            out[::3] = np.nan
-        elif self.mode == "zero":
-            out[:] = 0.0
-        elif self.mode == "constant":
-            out[:] = 0.5
-        return out
+from tests.evaluation._bow import SwitchableEncoder
 
 
 def _sts_config(encoder, tmp_path, **kwargs):

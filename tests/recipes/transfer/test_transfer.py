@@ -14,9 +14,8 @@ from adaptcl.evaluation.senteval import transfer as te
 from adaptcl.recipes.engine import DivergedError, NonResultError, RecipeError
 from adaptcl.recipes.transfer.config import TransferConfig
 from adaptcl.recipes.transfer.recipe import TransferRecipe
-from tests.evaluation._bow import CountingEncoder, hashed_bow
+from tests.evaluation._bow import CountingEncoder, SwitchableEncoder, hashed_bow
 from tests.recipes._sentence_cli import check_help
-from tests.recipes.sts.test_refusals import SwitchableEncoder
 
 TABLE_COLUMNS = (*te.TRANSFER_TASKS, "Avg.")
 
