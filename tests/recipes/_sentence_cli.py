@@ -4,20 +4,17 @@ and huggingface_hub reads ``HF_HUB_OFFLINE`` when first imported)."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
-from pathlib import Path
 
 from adaptcl import cli
-
-REPO = Path(__file__).resolve().parents[2]
+from tests.recipes._process import REPO, env_with_src
 
 
 def run_cli(*argv: str) -> subprocess.CompletedProcess:
-    """``python -m adaptcl <argv>`` offline, from the checkout, with ``tests`` importable."""
-    environ = {**os.environ, "PYTHONPATH": str(REPO / "src") + os.pathsep + str(REPO),
-               "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    """``python -m adaptcl <argv>`` offline, from the checkout (``tests`` importable: the
+    current folder is on the path of ``-m``)."""
+    environ = env_with_src(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
     return subprocess.run([sys.executable, "-m", "adaptcl", *argv], capture_output=True,
                           text=True, env=environ, cwd=REPO, timeout=600, check=False)
 
@@ -70,6 +67,5 @@ def check_help(recipe: str) -> None:
          f"    RECIPE.main(['--help'], 'adaptcl {recipe}')\n"
          "print(sorted(m for m in ('torch', 'transformers', 'sentence_transformers') "
          "if m in sys.modules))"],
-        capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(REPO / "src")},
-        check=True)
+        capture_output=True, text=True, env=env_with_src(), check=True)
     assert probe.stdout.strip() == "[]"

