@@ -91,7 +91,7 @@ else:
     ("adaptcl.adapters.sentence_transformers.losses", "sentence_transformers", "text"),
     ("adaptcl.adapters.sentence_transformers.simcse", "sentence_transformers", "text"),
     ("adaptcl.adapters.sentence_transformers:MACLLoss", "sentence_transformers", "text"),
-    ("adaptcl.recipes.simcse_training", "sentence_transformers", "text"),
+    ("adaptcl.recipes.simcse.train", "sentence_transformers", "text"),
     ("adaptcl.adapters.graphcl", "torch_geometric", "graph"),
     ("adaptcl.adapters.graphcl.lightning", "pytorch_lightning", "graph"),
 ])

@@ -13,8 +13,9 @@ Organised by job:
 - :mod:`.base` -- :class:`AdaptiveContrastiveLoss`, their base (one pass or gradient caching,
   the loss's own trainable state);
 - :mod:`.callbacks` -- :class:`LossStateCallback` (the loss state in every checkpoint);
-- :mod:`.simcse` -- SimCSE's model and poolers, :func:`make_loss` by name, its data and the
-  trainer that logs the adaptive quantities; :mod:`.simcse_names` -- its pooler and loss names
+- :mod:`.simcse` -- SimCSE's model and poolers, :func:`make_loss` by name, its data, the
+  trainer that logs the adaptive quantities and :func:`train_simcse` (:class:`SimCSEConfig`),
+  one training run keeping the best STS-B dev checkpoint; :mod:`.simcse_names` -- its pooler and loss names
   (imports no framework);
 - :mod:`.citations` -- the BibTeX entries shown in the model card.
 
@@ -78,11 +79,13 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers; at run time __getattr
     )
     from adaptcl.adapters.sentence_transformers.simcse import (
         AdaptiveSentenceTransformerTrainer,
+        SimCSEConfig,
         SimCSEProjection,
         build_simcse_model,
         make_loss,
         stsb_dev_evaluator,
         supervised_dataset,
+        train_simcse,
         training_projection,
         unsupervised_dataset,
         validate_text_dataset,
@@ -94,16 +97,18 @@ _EXPORTS = {
     "LossStateCallback": "callbacks",
     **dict.fromkeys(("MACL_CITATION", "ASCL_CITATION", "AMCL_CITATION", "INFONCE_CITATION"),
                     "citations"),
-    **dict.fromkeys(("AdaptiveSentenceTransformerTrainer", "SimCSEProjection", "build_simcse_model",
-                     "make_loss", "stsb_dev_evaluator", "supervised_dataset", "training_projection",
-                     "unsupervised_dataset", "validate_text_dataset"), "simcse"),
+    **dict.fromkeys(("AdaptiveSentenceTransformerTrainer", "SimCSEConfig", "SimCSEProjection",
+                     "build_simcse_model", "make_loss", "stsb_dev_evaluator", "supervised_dataset",
+                     "train_simcse", "training_projection", "unsupervised_dataset",
+                     "validate_text_dataset"), "simcse"),
 }
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 
 __all__ = [
     "LOSSES", "POOLERS", "InfoNCELoss", "MACLLoss", "ASCLLoss", "AMCLLoss", "AdaptiveContrastiveLoss",
     "LOSS_STATE_FILE", "embedding_dimension", "LossStateCallback", "MACL_CITATION", "ASCL_CITATION",
-    "AMCL_CITATION", "INFONCE_CITATION", "AdaptiveSentenceTransformerTrainer", "SimCSEProjection",
-    "build_simcse_model", "make_loss", "stsb_dev_evaluator", "supervised_dataset",
-    "training_projection", "unsupervised_dataset", "validate_text_dataset",
+    "AMCL_CITATION", "INFONCE_CITATION", "AdaptiveSentenceTransformerTrainer", "SimCSEConfig",
+    "SimCSEProjection", "build_simcse_model", "make_loss", "stsb_dev_evaluator",
+    "supervised_dataset", "train_simcse", "training_projection", "unsupervised_dataset",
+    "validate_text_dataset",
 ]

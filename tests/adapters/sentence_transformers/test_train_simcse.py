@@ -1,6 +1,6 @@
-"""Training SimCSE with sentence-transformers' trainer (:mod:`adaptcl.recipes.simcse_training`):
+"""Training SimCSE with sentence-transformers' trainer (:func:`~adaptcl.adapters.sentence_transformers.train_simcse`):
 the adapter's model, poolers and losses train, log their adaptive quantities and save a plain
-model with the loss state next to it."""
+model with the loss state next to it; a diverging run says at which step."""
 
 from __future__ import annotations
 
@@ -10,13 +10,14 @@ import torch
 pytest.importorskip("sentence_transformers")
 
 from adaptcl.adapters.sentence_transformers import (  # noqa: E402
+    SimCSEConfig,
     build_simcse_model,
     make_loss,
     supervised_dataset,
+    train_simcse,
     training_projection,
     unsupervised_dataset,
 )
-from adaptcl.recipes.simcse_training import SimCSEConfig, train_simcse  # noqa: E402
 from tests.adapters._tiny_models import CORPUS  # noqa: E402
 
 
@@ -133,3 +134,18 @@ def test_tensorboard_dir_gets_the_loss_and_adaptive_curves_through_the_trainer(t
         [h["adaptcl/temperature"] for h in logged], rel=1e-6)
     assert "train/adaptcl/alignment" in curves
     assert not (tmp_path / "out" / "checkpoints" / "runs").exists()  # only where it was asked
+
+
+def test_a_run_that_diverges_raises_non_finite_naming_the_step_and_saves_nothing(tmp_path,
+                                                                                tiny_bert):
+    from adaptcl.plugins.validation import NonFiniteError
+
+    model = build_simcse_model(str(tiny_bert), "cls", max_seq_length=16)
+    loss = make_loss("macl", model, projection=training_projection("cls", model))
+    with pytest.raises(NonFiniteError, match=r"at step \d+$") as err:
+        train_simcse(model, unsupervised_dataset(CORPUS * 3), loss,
+                     SimCSEConfig(output_dir=str(tmp_path), batch_size=8, max_steps=3,
+                                  learning_rate=1e12, logging_steps=1))
+    assert err.value.step >= 2  # the first step is finite; a later one meets NaN weights
+    assert err.value.loss is not None and str(err.value).endswith(f"at step {err.value.step}")
+    assert not (tmp_path / "final").exists()

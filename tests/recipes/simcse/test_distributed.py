@@ -18,7 +18,7 @@ import pytest
 
 pytest.importorskip("sentence_transformers")
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.mark.slow
@@ -39,9 +39,9 @@ def test_two_processes_train_gather_and_write_one_result(shared_data, tmp_path):
              "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.count("results: ") == 1  # rank 0 alone reports
-    (run,) = json.loads((out / "simcse_results.json").read_text())["runs"]
+    (run,) = json.loads((out / "results.json").read_text())["runs"]
     assert run["processes"] == 2
     assert run["loss_config"]["gather_across_devices"] is True
     assert run["optimisation_steps"] == 32 // (4 * 2)  # each rank a batch of 4 per step
-    assert (out / "models" / "macl" / "seed42" / "final" / "modules.json").is_file()
+    assert (out / "models" / "wiki" / "macl" / "seed42" / "final" / "modules.json").is_file()
     assert len(list((out / "runs").rglob("seed42.json"))) == 1

