@@ -71,9 +71,9 @@ def device() -> Any:
                    help="auto (CUDA when available, else CPU), cpu, cuda or cuda:N")
 
 
-def precision() -> Any:
-    return setting("32", choices=PRECISIONS, help="training precision: 32, bf16-mixed or "
-                   "16-mixed (fp16 with a gradient scaler)")
+def precision(help: str = "training precision: 32, bf16-mixed or 16-mixed (fp16 with a "
+              "gradient scaler)", identity: bool | str = True) -> Any:
+    return setting("32", choices=PRECISIONS, identity=identity, help=help)
 
 
 def devices() -> Any:

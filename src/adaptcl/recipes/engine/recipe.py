@@ -104,6 +104,10 @@ class Recipe:
                  preset: str | None = None) -> None:
         #: the settings of the run: a config, or a sweep of several values of some settings
         self.sweep = settings if isinstance(settings, Sweep) else Sweep.of(settings)
+        clash = set(self.sweep.axes) & {*self.axes, "seed"}
+        if clash:  # a cell holds one value per name
+            raise ValueError(f"--{sorted(clash)[0]} names an axis of the grid; it cannot also "
+                             "be a swept setting")
         #: the config of the sweep's first point (every setting the points share)
         self.config = self.sweep.base
         self.preset = preset
