@@ -13,7 +13,8 @@ import pytest
 from adaptcl import cli
 from adaptcl.recipes.template.store import Cell
 
-RECIPES = ("demo", "images", "simcse", "sts", "transfer", "tu", "moleculenet")
+# moleculenet's: tests/recipes/moleculenet/test_user_errors.py
+RECIPES = ("demo", "images", "simcse", "sts", "transfer", "tu")
 
 
 def _one_line_error(capsys, argv: list[str], expected: str) -> str:
@@ -102,8 +103,6 @@ def test_other_errors_stay_crashes(err):
     (["tu", "--inner-folds", "120"], "inner_folds=120 is more than MUTAG's outer training"),
     (["tu", "--c-grid", "1", "-1"], "each value of c_grid must be a positive number"),
     (["tu", "--aug-ratio", "1.5"], "aug_ratio must be a number in [0, 1), got 1.5"),
-    (["moleculenet", "--lr", "nan"], "lr must be a finite number, got nan"),
-    (["moleculenet", "--alpha", "-3"], "alpha must be a finite number >= 0"),
     (["images", "--backbone", "resnet-7"], "unknown backbone 'resnet-7'"),
 ])
 def test_bad_numbers_are_refused_before_the_data_is_touched(argv, expected, shared_data,
@@ -111,8 +110,7 @@ def test_bad_numbers_are_refused_before_the_data_is_touched(argv, expected, shar
     out = tmp_path / "out"
     _one_line_error(capsys, [*argv, "--data-root", str(shared_data), "--output-dir", str(out),
                              "--datasets" if argv[0] != "images" else "--seeds",
-                             *(["MUTAG"] if argv[0] == "tu" else ["bbbp"] if argv[0] ==
-                               "moleculenet" else ["0"])], expected)
+                             *(["MUTAG"] if argv[0] == "tu" else ["0"])], expected)
     assert not out.exists()  # no processed data, no run store
 
 
