@@ -246,3 +246,14 @@ def test_recipe_error_from_main_is_one_line_and_exit_2(capsys, tmp_path):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("adaptcl tu: error: data root")
     assert not (tmp_path / "out").exists()  # validated before any file is written
+
+
+def test_only_rank_zero_speaks(tmp_path, capsys, monkeypatch):
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert cli.main(["demo", "--output-dir", str(afile)]) == 2
+    assert capsys.readouterr().err == ""
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    assert cli.main(["demo", "--output-dir", str(afile)]) == 2
+    assert "is a file" in capsys.readouterr().err

@@ -207,3 +207,12 @@ def test_compare_by_datasets_checks_each_dataset_against_every_file_that_holds_i
     with pytest.raises(RecipeError, match=r"differs .* in epochs \(40 vs 20\)"):
         compare_results([files[0], _write_tu(tmp_path, ["NCI1"], epochs=40)], ["datasets"],
                         output_dir=tmp_path / "x")
+
+
+def test_compare_refuses_an_output_dir_that_is_a_file(tmp_path, capsys):
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    files = [str(_write(tmp_path, 32))]
+    assert cli.main(["compare", *files, "--by", "batch-size", "--output-dir", str(afile)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"adaptcl compare: error: --output-dir '{afile}' is a file, not a folder")

@@ -72,3 +72,16 @@ def test_a_work_folder_that_cannot_be_written_is_refused_before_any_work(shared_
         f"adaptcl tu: error: --work-dir '{locked}' is not writable: pick a folder this user can "
         "write")
     assert not out.exists()
+
+
+@pytest.mark.slow
+def test_training_that_diverges_is_one_line_naming_the_step(shared_data, tmp_path, capsys):
+    code = cli.main(["tu", "--data-root", str(shared_data), "--datasets", "MUTAG", "--losses",
+                     "dcl", "--seeds", "0", "--epochs", "2", "--lr", "1e30", "--no-progress",
+                     "--no-plot", "--output-dir", str(tmp_path)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and err[-1].startswith(
+        "adaptcl tu: error: 1 of 1 run diverged (NaN or inf; nothing stored for them): "
+        "MUTAG/dcl/seed0 at step "), err
+    assert not list((tmp_path / "runs").rglob("seed0.json"))
+    assert "DIVERGED" in (tmp_path / "results.md").read_text()  # the file says so too

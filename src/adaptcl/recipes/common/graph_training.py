@@ -16,14 +16,14 @@ Needs ``pytorch-lightning`` and ``torch-geometric`` (the ``graph`` extra).
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytorch_lightning as pl
 import torch
-from torch.utils.data import Dataset, DistributedSampler
+from torch.utils.data import Dataset, DistributedSampler, RandomSampler
 from torch_geometric.loader import DataLoader
 
 from adaptcl.adapters.graphcl.lightning import GraphCLModule
@@ -39,17 +39,20 @@ from adaptcl.recipes.engine.torch_env import loader_options
 
 class RandomStates(pl.Callback):
     """The states of ``generators`` (augmentations, data order) and of torch's global RNG in
-    every checkpoint, restored on resume, so a resumed run draws what the uninterrupted one
-    would have."""
+    every checkpoint, restored on resume, so a resumed run on one device draws what the
+    uninterrupted one would have. On several devices the checkpoint holds rank 0's states
+    only: there each rank's streams start again (the model, optimiser and loop resume)."""
 
-    def __init__(self, generators: Mapping[str, torch.Generator]) -> None:
-        self.generators = dict(generators)
+    def __init__(self, generators: Mapping[str, torch.Generator], world: int = 1) -> None:
+        self.generators, self.world = dict(generators), world
 
     def state_dict(self) -> dict[str, Any]:
         return {"torch": torch.get_rng_state(),
                 **{name: g.get_state() for name, g in self.generators.items()}}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if self.world > 1:
+            return
         torch.set_rng_state(state_dict["torch"])
         for name, generator in self.generators.items():
             generator.set_state(state_dict[name])
@@ -77,10 +80,21 @@ class Training:
     step_stats: dict[str, list[float]]
 
 
+class _WholeEpoch(RandomSampler):
+    """Draws each epoch's order at once. A loop that runs a loader to its end draws one more
+    permutation from the generator when the data is an exact multiple of the batch (the
+    sampler's empty remainder); Lightning stops after ``len(loader)`` batches and does not, so
+    every later epoch's order would differ from the plain loop's."""
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(list(super().__iter__()))
+
+
 def _loader(dataset: Dataset, batch_size: int, rank: int, world: int, shuffle: torch.Generator,
             seed: int, device: str) -> DataLoader:
-    if world == 1:
-        return DataLoader(dataset, batch_size=batch_size, shuffle=True, generator=shuffle,
+    if world == 1:  # the order of a plain loop over DataLoader(shuffle=True, generator=shuffle)
+        return DataLoader(dataset, batch_size=batch_size, generator=shuffle,
+                          sampler=_WholeEpoch(dataset, generator=shuffle),
                           **loader_options(device))
     sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True,
                                  seed=seed)  # Lightning keeps it and sets its epoch
@@ -111,8 +125,8 @@ def fit_graphs(model: torch.nn.Module, dataset: Callable[[int], Dataset], *, epo
     """
     clock = TrainingClock()
     shuffle = torch.Generator().manual_seed(shuffle_seed)
-    callbacks: list[pl.Callback] = [clock, RandomStates({"shuffle": shuffle,
-                                                         **(generators or {})})]
+    callbacks: list[pl.Callback] = [
+        clock, RandomStates({"shuffle": shuffle, **(generators or {})}, world=devices)]
     if on_epoch is not None:
         callbacks.append(_EachEpoch(on_epoch))
     trainer = build_trainer(epochs, device=device, devices=devices, strategy=strategy,
