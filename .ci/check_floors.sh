@@ -43,15 +43,18 @@ fi
 tests_for() {
   case $1 in
     vision) echo tests/adapters/lightly/test_adapter.py tests/adapters/lightly/test_dropin.py \
+                 tests/adapters/lightly/test_labels_and_dystress.py \
                  tests/adapters/lightning/test_modules.py tests/adapters/lightning/test_ddp.py \
                  tests/adapters/lightning/test_mixed_precision.py tests/plugins/test_parity.py ;;
     text) echo tests/adapters/sentence_transformers/test_adapter.py \
                tests/adapters/sentence_transformers/test_cached.py \
                tests/adapters/sentence_transformers/test_composition.py \
                tests/adapters/sentence_transformers/test_peer_parity.py \
+               tests/adapters/sentence_transformers/test_labels.py \
                tests/adapters/sentence_transformers/test_cached_ddp.py \
                tests/adapters/sentence_transformers/test_distributed.py \
                tests/adapters/sentence_transformers/test_mixed_precision.py \
+               tests/adapters/sentence_transformers/test_resume.py \
                tests/adapters/sentence_transformers/test_train_simcse.py ;;
     graph) echo tests/adapters/graphcl/test_devices.py tests/adapters/graphcl/test_edge_attributes.py \
                 tests/adapters/graphcl/test_model.py tests/adapters/graphcl/test_train.py \

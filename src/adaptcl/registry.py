@@ -63,6 +63,11 @@ LOSSES: dict[str, LossInfo] = {info.name: info for info in (
              "reweighted",
              "Huang et al., Model-Aware Contrastive Learning: Towards Escaping the Dilemmas, "
              "ICML 2023"),
+    LossInfo("dystress", "DySTreSS",
+             "InfoNCE with a temperature per pair from its cosine similarity: low for the bulk "
+             "of the negatives, high for the positives and the hardest negatives",
+             "Manna et al., Dynamically Scaled Temperature in Self-Supervised Contrastive "
+             "Learning, IEEE TAI 2025"),
     LossInfo("ascl", "ASCL",
              "soft targets: the nearest neighbours of the positive get sharpened similarity mass",
              "Feng & Patras, Adaptive Soft Contrastive Learning, ICPR 2022"),

@@ -105,7 +105,8 @@ class LossCase:
 
 
 FUNCTIONAL = {"InfoNCELoss": "info_nce", "DCLLoss": "dcl", "FlatNCELoss": "flat_nce",
-              "DualTemperatureLoss": "dual_temperature", "MACLLoss": "macl", "ASCLLoss": "ascl",
+              "DualTemperatureLoss": "dual_temperature", "MACLLoss": "macl",
+              "DySTreSSLoss": "dystress", "ASCLLoss": "ascl",
               "ASCLBYOLLoss": "ascl_byol", "AMCLLoss": "amcl", "AMCLSimSiamLoss": "amcl_simsiam",
               "AMCLBarlowTwinsLoss": "amcl_barlow_twins",
               "MarginContrastiveLoss": "margin_contrastive", "TripletLoss": "triplet",
@@ -174,7 +175,23 @@ def _loss_table() -> dict[str, LossCase]:
         "macl_simcse": case(P.MACLLoss, "T", 2.0, 0.8, reweight=False, form="cross_view",
                             min_temperature=0.01, temperature=0.05),
         "macl_queue": case(P.MACLLoss, "T", 0.5, 0.2, kind="queue", form="queue"),
+        # DySTreSS: tau in [T/2, T]; with the temperature detached (the authors' NT-Xent code)
+        # and not (their DCL code, every gradient exact)
+        "dystress": case(P.DySTreSSLoss, "T/2", "T", **sym),
+        "dystress_exact": case(P.DySTreSSLoss, "T/2", "T", detach_temperature=False, **sym,
+                               **exact),
+        "dystress_piecewise": case(P.DySTreSSLoss, "T/2", "T", shape="piecewise",
+                                   form="cross_view"),
+        "dystress_graphcl": case(P.DySTreSSLoss, "T/2", "T", positive_in_denominator=False,
+                                 detach_temperature=False, form="cross_view", **exact),
+        "dystress_queue": case(P.DySTreSSLoss, "T/2", "T", kind="queue", form="queue"),
+        "infonce_hardness": case(P.InfoNCELoss, "T", form="cross_view",
+                                 hardness_mode="all_negatives", hardness_strength=2.0),
+        "macl_hardness_queue": case(P.MACLLoss, "T", 0.5, kind="queue", form="queue",
+                                    hardness_mode="in_batch_negatives", hardness_strength=3.0),
         "ascl_queue": case(P.ASCLLoss, "T", "T/2", 2, "ascl", kind="queue"),
+        "ascl_hardness": case(P.ASCLLoss, "T", "T/2", 1, "ascl", form="cross_view",
+                              hardness_mode="all_negatives", hardness_strength=1.0),
         "ahcl_queue": case(P.ASCLLoss, "T", "T/2", 2, "ahcl", kind="queue", top_k=True),
         "hard_queue": case(P.ASCLLoss, "T", "T/2", 2, "hard", kind="queue", top_k=True),
         "ascl_k0": case(P.ASCLLoss, "T", "T/2", 0, kind="queue"),

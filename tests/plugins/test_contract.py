@@ -55,6 +55,11 @@ DEFAULTS = {
                    lambda x, net: P.MACLLoss(0.05, 2.0, 0.8, reweight=False)(x[0], x[1]),
                    lambda x, net: F.macl(x[0], x[1], 0.05, 2.0, 0.8, reweight=False,
                                          min_temperature=0.005)),
+    "dystress": (lambda x, net: F.dystress(x[0], x[1]),
+                 lambda x, net: P.DySTreSSLoss()(x[0], x[1]),
+                 lambda x, net: F.dystress(x[0], x[1], 0.1, 0.2, shape="cosine",
+                                           detach_temperature=True, form="nt_xent",
+                                           positive_in_denominator=True)),
     "ascl": (lambda x, net: F.ascl(x[0], x[1], negatives=x[4]),
              lambda x, net: P.ASCLLoss()(x[0], x[1], x[4]),
              lambda x, net: F.ascl(x[0], x[1], 0.1, 0.05, 1, "ascl", negatives=x[4],
@@ -174,6 +179,7 @@ def _functional_of(name):
         "macl": lambda x, n: F.macl(x[0], x[1], check_finite=False),
         "macl_floor": lambda x, n: F.macl(x[0], x[1], 0.05, 2.0, 0.8, reweight=False,
                                           check_finite=False),
+        "dystress": lambda x, n: F.dystress(x[0], x[1], check_finite=False),
         "ascl": lambda x, n: F.ascl(x[0], x[1], negatives=x[4], check_finite=False),
         "ascl_byol": lambda x, n: F.ascl_byol(x[0], x[1], check_finite=False),
         "amcl": lambda x, n: F.amcl(x[0], x[1], n, check_finite=False),
@@ -192,12 +198,15 @@ def _functional_of(name):
 # Errors name the bad argument first
 # --------------------------------------------------------------------------------------------
 
-BAD = {float: math.nan, bool: "yes", int: 1.5, str: "no-such-choice"}
+BAD = {float: math.nan, bool: "yes", int: 1.5, str: "no-such-choice",
+       torch.Tensor: torch.tensor([0.5, 1.5])}
 # keywords that take any value on purpose (bool() of it) or are not checked arguments
 UNCHECKED = {"positive_in_denominator", "squared", "reweight", "adaptive", "negatives",
              "temperature_net", "gather_fn", "dim", "clamp"}
 INT_NONE = {"tile_size", "bound_warning_steps"}  # None-default ints
 FLOAT_NONE = {"min_temperature"}
+STR_NONE = {"hardness_mode"}
+TENSOR_NONE = {"labels", "negative_labels", "negative_owners"}  # integer tensors
 
 
 def _checked_keywords(cls):
@@ -205,6 +214,7 @@ def _checked_keywords(cls):
         if p.name in UNCHECKED or p.kind is p.VAR_KEYWORD:
             continue
         kind = (int if p.name in INT_NONE else float if p.name in FLOAT_NONE
+                else str if p.name in STR_NONE else torch.Tensor if p.name in TENSOR_NONE
                 else type(p.default) if p.default is not inspect.Parameter.empty else float)
         yield p.name, BAD[kind]
         if kind is float:
@@ -213,7 +223,7 @@ def _checked_keywords(cls):
 
 def _module_cases():
     for cls in (P.InfoNCELoss, P.DCLLoss, P.FlatNCELoss, P.DualTemperatureLoss, P.MACLLoss,
-                P.ASCLLoss, P.ASCLBYOLLoss, P.AMCLLoss, P.AMCLSimSiamLoss,
+                P.DySTreSSLoss, P.ASCLLoss, P.ASCLBYOLLoss, P.AMCLLoss, P.AMCLSimSiamLoss,
                 P.AMCLBarlowTwinsLoss, P.MarginContrastiveLoss, P.TripletLoss, P.NCELoss):
         for name, bad in _checked_keywords(cls):
             yield pytest.param(cls, name, bad, id=f"{cls.__name__}-{name}-{bad}")
@@ -235,6 +245,7 @@ def _functional_cases():
         (F.flat_nce, lambda **k: F.flat_nce(x[0], x[1], **k)),
         (F.dual_temperature, lambda **k: F.dual_temperature(x[0], x[1], **k)),
         (F.macl, lambda **k: F.macl(x[0], x[1], **k)),
+        (F.dystress, lambda **k: F.dystress(x[0], x[1], **k)),
         (F.ascl, lambda **k: F.ascl(x[0], x[1], negatives=x[4], **k)),
         (F.ascl_byol, lambda **k: F.ascl_byol(x[0], x[1], **k)),
         (F.amcl, lambda **k: F.amcl(x[0], x[1], _net(), **k)),

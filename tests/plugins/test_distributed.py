@@ -9,7 +9,15 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from adaptcl.plugins import AMCLLoss, DCLLoss, InfoNCELoss, MACLLoss, NCELoss, PairTemperature
+from adaptcl.plugins import (
+    AMCLLoss,
+    DCLLoss,
+    DySTreSSLoss,
+    InfoNCELoss,
+    MACLLoss,
+    NCELoss,
+    PairTemperature,
+)
 
 from .._distributed import free_port
 
@@ -30,7 +38,30 @@ CASES = {
     "amcl_softmax": lambda gather: AMCLLoss(_temperature_net(), 1e-2, negative_term="softmax",
                                             form="cross_view", gather_distributed=gather),
     "nce": lambda gather: NCELoss(0.2, gather_distributed=gather),
+    "dystress": lambda gather: DySTreSSLoss(0.1, 0.2, gather_distributed=gather),
+    "dystress_piecewise_tiled": lambda gather: DySTreSSLoss(
+        0.04, 0.05, shape="piecewise", form="cross_view", tile_size=4, gather_distributed=gather),
+    "dystress_graphcl": lambda gather: DySTreSSLoss(
+        0.1, 0.2, positive_in_denominator=False, detach_temperature=False, form="cross_view",
+        gather_distributed=gather),
+    "hardness": lambda gather: InfoNCELoss(0.05, form="cross_view", hardness_mode="all_negatives",
+                                           hardness_strength=3.0, gather_distributed=gather),
+    "supcon": lambda gather: InfoNCELoss(0.2, gather_distributed=gather),
+    "supcon_tiled": lambda gather: InfoNCELoss(0.2, tile_size=5, gather_distributed=gather),
+    "supcon_macl": lambda gather: MACLLoss(0.05, 2.0, 0.8, reweight=False, form="cross_view",
+                                           gather_distributed=gather),
+    "supcon_dystress": lambda gather: DySTreSSLoss(0.1, 0.2, hardness_mode="in_batch_negatives",
+                                                   hardness_strength=2.0,
+                                                   gather_distributed=gather),
 }
+#: classes of the full batch: each class has pairs on both ranks, so the labels must be
+#: gathered with the candidates for a rank to see its positives on the other
+LABELS = torch.tensor([0, 1, 2, 0, 1, 3, 0, 2, 2, 4, 1, 0])
+LABELLED = {name for name in CASES if name.startswith("supcon")}
+
+
+def _call_kwargs(name: str, rows: slice) -> dict:
+    return {"labels": LABELS[rows]} if name in LABELLED else {}
 
 
 def _temperature_net() -> PairTemperature:
@@ -56,7 +87,7 @@ def _worker(rank: int, port: int, results):
             z0 = z0_all[rank * N:(rank + 1) * N].clone().requires_grad_()
             z1 = z1_all[rank * N:(rank + 1) * N].clone().requires_grad_()
             fn = make(True)
-            loss = fn(z0, z1)
+            loss = fn(z0, z1, **_call_kwargs(name, slice(rank * N, (rank + 1) * N)))
             loss.backward()
             mean_loss = loss.detach().clone()
             dist.all_reduce(mean_loss)
@@ -89,7 +120,7 @@ def test_two_ranks_equal_single_process(distributed_results, name):
     z0_all, z1_all = _full_batch()
     z0, z1 = z0_all.clone().requires_grad_(), z1_all.clone().requires_grad_()
     fn = CASES[name](False)
-    loss = fn(z0, z1)
+    loss = fn(z0, z1, **_call_kwargs(name, slice(None)))
     loss.backward()
     for rank in range(WORLD):
         got = distributed_results[rank][name]

@@ -205,6 +205,41 @@ def test_gradcheck_streamed_row_statistics(with_soft_targets):
     assert torch.autograd.gradcheck(f, (a, k), eps=1e-6, atol=1e-6)
 
 
+class _FixedBias:
+    """A detached bias that does not depend on the inputs (a TileBias), with -inf entries."""
+
+    def __init__(self, matrix):
+        self.matrix = matrix
+
+    def tile(self, r0, r1, keys, masks, c0, c1):
+        return self.matrix[r0:r1, c0:c1].clone()
+
+
+@pytest.mark.parametrize("with_term", [False, True])
+@pytest.mark.parametrize("with_weights", [False, True])
+def test_gradcheck_streamed_row_statistics_with_a_bias_and_a_term(with_weights, with_term):
+    """The recomputing backward with a detached bias in the log-sum-exp (the hardness term; one
+    entry -inf) and an elementwise term (DySTreSS's s / tau(s), differentiable), in float64."""
+    from adaptcl.plugins.dystress import _PairTemperatureTerm
+
+    g = torch.Generator().manual_seed(1)
+    a = torch.nn.functional.normalize(torch.randn(7, 3, generator=g, dtype=torch.float64), dim=1)
+    k = torch.nn.functional.normalize(torch.randn(9, 3, generator=g, dtype=torch.float64), dim=1)
+    a, k = a.requires_grad_(), k.requires_grad_()
+    bias = torch.randn(7, 9, generator=g, dtype=torch.float64)
+    bias[3, 5] = float("-inf")
+    masks = (torch.arange(7) + 2, torch.arange(7))
+    weights = _FixedBias(torch.rand(7, 9, generator=g, dtype=torch.float64)) if with_weights else None
+    term = _PairTemperatureTerm(0.1, 0.3, "cosine", 0.4, 0.7, detach=False) if with_term else None
+
+    def f(a, k):
+        lse, sum_ul, _ = streamed_row_stats(a, k, 4, masks, weights, bias=_FixedBias(bias),
+                                            term=term)
+        return lse, sum_ul
+
+    assert torch.autograd.gradcheck(f, (a, k), eps=1e-6, atol=1e-6)
+
+
 @pytest.mark.parametrize("make", [
     lambda: MACLLoss(0.1, 0.5, adaptive=False, reweight=False, tile_size=2),
     lambda: AMCLLoss(PairTemperature(4, iota=2.0), beta=0.1, negative_term="softmax", tile_size=2),
@@ -240,7 +275,8 @@ class _LargestTensor(TorchDispatchMode):
 
 
 @pytest.mark.parametrize("name", ["macl", "dual", "ascl_in_batch", "ahcl_in_batch",
-                                  "amcl_softmax_infonce", "amcl_topk"])
+                                  "amcl_softmax_infonce", "amcl_topk", "dystress",
+                                  "dystress_exact", "infonce_hardness", "ascl_hardness"])
 def test_no_tensor_of_the_matrix_size(name):
     """Forward and backward never create a tensor larger than a tile or linear in the batch
     (the [2N, D] inputs; the [2N, K, D] gathered top-K pairs, K = 2 here)."""

@@ -4,15 +4,19 @@ Every method is InfoNCE with one part changed: the candidate set
 (:mod:`~adaptcl.plugins.candidates`), the temperature (MACL, AMCL), the target distribution
 (ASCL) or the anchor weight (MACL, Dual temperature). One similarity step serves every loss;
 one numerically stable kernel (:mod:`~adaptcl.plugins.kernel`) serves the InfoNCE family
-(InfoNCE, DCL, FlatNCE, Dual temperature, MACL, ASCL); AMCL's learned pair temperatures and the
-survey losses have their own per-anchor terms on the same candidates. Each path can be
+(InfoNCE, DCL, FlatNCE, Dual temperature, MACL, ASCL, DySTreSS); AMCL's learned pair
+temperatures and the survey losses have their own per-anchor terms on the same candidates.
+Three per-pair parts combine with the kernel's losses: DySTreSS's temperature from each pair's
+cosine (:mod:`~adaptcl.plugins.dystress`), multi-positive targets from ``labels`` (SupCon,
+:mod:`~adaptcl.plugins.targets`) and sentence-transformers' hardness term
+(:mod:`~adaptcl.plugins.hardness`). Each path can be
 materialised or streamed in tiles by the method-agnostic engine in :mod:`~adaptcl.plugins.tiled`.
 
 Like ``torch.nn.functional`` and ``torch.nn``, every loss has a functional form in
 :mod:`adaptcl.plugins.functional` (``info_nce``, ``dcl``, ``flat_nce``, ``dual_temperature``,
-``macl``, ``ascl``, ``ascl_byol``, ``amcl``, ``amcl_simsiam``, ``amcl_barlow_twins``,
-``margin_contrastive``, ``triplet``, ``nce``; all but ``ascl`` and ``amcl``, whose names are
-those of their modules, are also importable from here) with
+``macl``, ``dystress``, ``ascl``, ``ascl_byol``, ``amcl``, ``amcl_simsiam``,
+``amcl_barlow_twins``, ``margin_contrastive``, ``triplet``, ``nce``; all but ``ascl``, ``amcl``
+and ``dystress``, whose names are those of their modules, are also importable from here) with
 ``reduction="mean" | "sum" | "none"`` (per-anchor losses), and a module that
 validates its arguments once, calls the same code and keeps what it last computed in
 ``loss.last_stats``. Two-view modules are called like Lightly's losses, ``loss(z0, z1)``, plus
@@ -31,6 +35,8 @@ from .amcl_temperature import ConstantTemperature, PairTemperature, omega
 from .ascl import ASCLBYOLLoss, ASCLLoss, ascl_byol, soft_labels
 from .base import ContrastiveLoss
 from .candidates import FORMS, Candidates, build_candidates
+from .dystress import DySTreSSLoss, dystress_temperature
+from .hardness import HARDNESS_MODES
 from .heads import MultiHeadProjection
 from .infonce import (
     DCLLoss,
@@ -61,6 +67,7 @@ __all__ = [
     "InfoNCELoss", "DCLLoss", "FlatNCELoss", "DualTemperatureLoss", "info_nce", "dcl",
     "flat_nce", "dual_temperature",
     "MACLLoss", "macl", "macl_temperature",
+    "DySTreSSLoss", "dystress_temperature", "HARDNESS_MODES",
     "ASCLLoss", "ASCLBYOLLoss", "ascl_byol", "soft_labels",
     "AMCLLoss", "AMCLSimSiamLoss", "AMCLBarlowTwinsLoss", "amcl_simsiam",
     "amcl_barlow_twins", "PairTemperature", "ConstantTemperature", "MultiHeadProjection", "omega",

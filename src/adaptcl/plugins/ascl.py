@@ -42,7 +42,14 @@ from .candidates import (
     scaled_anchors,
 )
 from .distributed import GatherFn
-from .kernel import KernelOutput, contrastive_kernel, kernel_from_lse, no_negatives_output
+from .hardness import HardnessBias, check_hardness, hardness_spec
+from .kernel import (
+    KernelOutput,
+    contrastive_kernel,
+    kernel_from_lse,
+    no_negatives_output,
+    row_logsumexp,
+)
 from .tiled import Masks, mask_tile, streamed_row_stats, streamed_softmax_stats, top_columns
 from .validation import check_choice, check_int, check_positive
 
@@ -143,14 +150,15 @@ class _TileTargets:
 
 
 def _tiled_ascl(c: Candidates, temperature: float, tile_size: int, *, mode: str,
-                num_neighbors: int, sharpen_temperature: float) -> tuple[KernelOutput, Tensor]:
+                num_neighbors: int, sharpen_temperature: float,
+                bias: HardnessBias | None) -> tuple[KernelOutput, Tensor]:
     """Streamed: a first gradient-free pass gathers the normaliser and entropy of the sharpened
     distribution (and the top-K columns for ``"hard"`` / ``"ahcl"``), the second streams
     ``lse_neg`` and, for ``"ascl"``, ``sum_j u_ij l_ij`` and ``sum_j u_ij``."""
     a, pos = scaled_anchors(c, temperature)
     n = c.num_negatives
     if num_neighbors == 0:
-        lse = streamed_row_stats(a, c.keys, tile_size, c.excluded)[0]
+        lse = streamed_row_stats(a, c.keys, tile_size, c.excluded, bias=bias)[0]
         out = kernel_from_lse(lse, pos, soft_targets=(torch.ones_like(pos), torch.zeros_like(pos)))
         return out, torch.zeros_like(pos).detach()
     _check_neighbours(num_neighbors, n)
@@ -161,13 +169,14 @@ def _tiled_ascl(c: Candidates, temperature: float, tile_size: int, *, mode: str,
     confidence = _confidence(entropy, n)
     if mode == "ascl":
         targets = _TileTargets(pk, sharpen_temperature, log_norm, confidence * num_neighbors)
-        lse, sum_ul, sum_u = streamed_row_stats(a, c.keys, tile_size, c.excluded, targets)
+        lse, sum_ul, sum_u = streamed_row_stats(a, c.keys, tile_size, c.excluded, targets,
+                                                bias=bias)
         total = 1 + sum_u
         weighted = sum_ul / total
     else:
         fill = _fill(mode, confidence)
         total = 1 + fill * num_neighbors
-        lse = streamed_row_stats(a, c.keys, tile_size, c.excluded)[0]
+        lse = streamed_row_stats(a, c.keys, tile_size, c.excluded, bias=bias)[0]
         with autocast_off(a):
             top_logits = torch.einsum("ad,akd->ak", a, c.keys[top])
         weighted = (fill / total) * top_logits.sum(dim=1)
@@ -175,51 +184,67 @@ def _tiled_ascl(c: Candidates, temperature: float, tile_size: int, *, mode: str,
 
 
 def _ascl(c: Candidates, *, temperature: float, sharpen_temperature: float, num_neighbors: int,
-          mode: str, tile_size: int | None) -> tuple[Tensor, Stats]:
+          mode: str, tile_size: int | None, hardness: tuple[str, float] | None = None
+          ) -> tuple[Tensor, Stats]:
     """ASCL's per-anchor losses and statistics on one direction's candidates."""
+    bias = None if hardness is None else HardnessBias(c, *hardness)
     if c.num_negatives == 0:
         # nothing to contrast against and no neighbour to label: 0, as InfoNCE
         out, confidence = no_negatives_output(c.positive_sim), torch.zeros_like(c.positive_sim)
     elif tile_size is not None:
         out, confidence = _tiled_ascl(c, temperature, tile_size, mode=mode,
                                       num_neighbors=num_neighbors,
-                                      sharpen_temperature=sharpen_temperature)
+                                      sharpen_temperature=sharpen_temperature, bias=bias)
     else:
         with torch.no_grad(), autocast_off(c.anchors):
             y_pos, y_neg, confidence = _soft_targets(
                 c.positive_keys.detach() @ c.keys.detach().T, c.positive_mask(), c.num_negatives,
                 mode=mode, num_neighbors=num_neighbors, sharpen_temperature=sharpen_temperature)
         neg, pos = rows_logits(c, temperature)
-        out = contrastive_kernel(neg, pos, soft_targets=(y_pos, y_neg))
+        if bias is None:
+            out = contrastive_kernel(neg, pos, soft_targets=(y_pos, y_neg))
+        else:  # the hardness term enters the denominator only, the targets see the plain logits
+            with autocast_off(c.anchors):
+                weighted = (y_neg * neg).sum(dim=1)
+                biased = neg + bias.tile(0, neg.shape[0], c.keys, c.excluded, 0, neg.shape[1])
+                lse = row_logsumexp(c.mask_(biased), inplace=True)
+            out = kernel_from_lse(lse, pos, soft_targets=(y_pos, weighted))
     return out.loss, loss_stats(out.loss, [c], outputs=[out], temperature=temperature,
                                 confidence=confidence)
 
 
 def _check_ascl(temperature: float, sharpen_temperature: float, num_neighbors: int,
-                mode: str) -> dict:
+                mode: str, hardness_mode: str | None = None,
+                hardness_strength: float = 0.0) -> dict:
+    hardness_mode, hardness_strength = check_hardness(hardness_mode, hardness_strength)
     return {"temperature": check_positive("temperature", temperature),
             "sharpen_temperature": check_positive("sharpen_temperature", sharpen_temperature),
             "num_neighbors": check_int("num_neighbors", num_neighbors, minimum=0),
-            "mode": check_choice("mode", mode, MODES)}
+            "mode": check_choice("mode", mode, MODES), "hardness_mode": hardness_mode,
+            "hardness_strength": hardness_strength}
 
 
 def ascl(z0: Tensor, z1: Tensor, temperature: float = 0.1, sharpen_temperature: float = 0.05,
          num_neighbors: int = 1, mode: str = "ascl", *, negatives: Tensor | None = None,
-         form: str = "queue", gather_distributed: bool = False, gather_fn: GatherFn | None = None,
-         check_finite: bool = True, tile_size: int | None = None,
-         reduction: str = "mean") -> Tensor:
+         form: str = "queue", hardness_mode: str | None = None, hardness_strength: float = 0.0,
+         negative_owners: Tensor | None = None, gather_distributed: bool = False,
+         gather_fn: GatherFn | None = None, check_finite: bool = True,
+         tile_size: int | None = None, reduction: str = "mean") -> Tensor:
     """Functional ASCL; arguments as :class:`ASCLLoss`.
 
     Examples:
         >>> q, k, queue = torch.randn(8, 32), torch.randn(8, 32), torch.randn(64, 32)
         >>> loss = ascl(q, k, negatives=queue)
     """
-    options = _check_ascl(temperature, sharpen_temperature, num_neighbors, mode)
+    options = _check_ascl(temperature, sharpen_temperature, num_neighbors, mode, hardness_mode,
+                          hardness_strength)
     (c,) = functional_candidates(z0, z1, negatives, form=form,
                                  gather_distributed=gather_distributed, gather_fn=gather_fn,
                                  check_finite=check_finite, tile_size=tile_size,
-                                 reduction=reduction, forms=ASCL_FORMS)
-    return reduce(_ascl(c, **options, tile_size=tile_size)[0], reduction)
+                                 reduction=reduction, forms=ASCL_FORMS,
+                                 negative_owners=negative_owners)
+    hardness = hardness_spec(options.pop("hardness_mode"), options.pop("hardness_strength"))
+    return reduce(_ascl(c, **options, tile_size=tile_size, hardness=hardness)[0], reduction)
 
 
 
@@ -242,6 +267,9 @@ class ASCLLoss(ContrastiveLoss):
             gradient-free pass gathers the normaliser and entropy of the sharpened distribution
             (and merges the top-K across tiles for ``"hard"`` / ``"ahcl"``), the second streams
             ``lse`` and the soft-target sum ``sum_j y_ij l_ij``. ``None`` (default) materialises.
+        hardness_mode, hardness_strength: the hardness term of :mod:`adaptcl.plugins.hardness`
+            (sentence-transformers' semantics; it enters the denominator only, the soft
+            targets weigh the plain logits). Off by default.
         gather_distributed / gather_fn / check_finite / reduction: as in
             :class:`~adaptcl.plugins.InfoNCELoss`.
 
@@ -253,8 +281,11 @@ class ASCLLoss(ContrastiveLoss):
         >>> loss = loss_fn(q, k, negatives=queue)
     """
 
+    takes_owners = True
+
     def __init__(self, temperature: float = 0.1, sharpen_temperature: float = 0.05,
                  num_neighbors: int = 1, mode: str = "ascl", *, form: str = "queue",
+                 hardness_mode: str | None = None, hardness_strength: float = 0.0,
                  gather_distributed: bool = False, gather_fn: GatherFn | None = None,
                  check_finite: bool = True, tile_size: int | None = None,
                  reduction: str = "mean") -> None:
@@ -262,18 +293,20 @@ class ASCLLoss(ContrastiveLoss):
                          check_finite=check_finite, tile_size=tile_size, reduction=reduction,
                          forms=ASCL_FORMS)
         for name, value in _check_ascl(temperature, sharpen_temperature, num_neighbors,
-                                       mode).items():
+                                       mode, hardness_mode, hardness_strength).items():
             setattr(self, name, value)
 
-    def compute(self, z0: Tensor, z1: Tensor, negatives: Tensor | None) -> tuple[Tensor, Stats]:
-        (c,) = self.candidates(z0, z1, negatives)
+    def compute(self, z0: Tensor, z1: Tensor, negatives: Tensor | None,
+                **pairs: Tensor) -> tuple[Tensor, Stats]:
+        (c,) = self.candidates(z0, z1, negatives, **pairs)
         return self.compute_from_candidates(c)
 
     def compute_from_candidates(self, c: Candidates) -> tuple[Tensor, Stats]:
         """ASCL's per-anchor losses on prepared candidates (adapters that build their own)."""
         return _ascl(c, temperature=self.temperature,
                      sharpen_temperature=self.sharpen_temperature,
-                     num_neighbors=self.num_neighbors, mode=self.mode, tile_size=self.tile_size)
+                     num_neighbors=self.num_neighbors, mode=self.mode, tile_size=self.tile_size,
+                     hardness=hardness_spec(self.hardness_mode, self.hardness_strength))
 
 
 def _ascl_byol(targets_view: list[Candidates], neighbours: list[Candidates], *,

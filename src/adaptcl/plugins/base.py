@@ -11,7 +11,16 @@ from torch.utils.checkpoint import checkpoint
 
 from .candidates import FORMS, Candidates, build_candidates
 from .distributed import GatherFn
-from .kernel import KernelOutput, kernel_from_lse, negative_lse, no_negatives_output
+from .hardness import HardnessBias
+from .kernel import (
+    KernelOutput,
+    kernel_from_lse,
+    negative_lse,
+    no_negatives_output,
+    row_statistics,
+)
+from .targets import LabelTargets
+from .tiled import TileTerm
 from .validation import check_choice, check_shared
 
 Stats = dict[str, Tensor]
@@ -63,13 +72,21 @@ def run_kernel(
     positive_in_denominator: bool = True,
     log_weights: Callable[[Candidates, Tensor], Tensor] | None = None,
     tile_size: int | None = None,
+    term: TileTerm | None = None,
+    hardness: tuple[str, float] | None = None,
 ) -> tuple[Tensor, Stats]:
-    """Apply the kernel to every direction with one temperature: ``([A] losses, stats)``.
+    """Apply the kernel to every direction with one temperature rule: ``([A] losses, stats)``.
 
     ``log_weights(cands, log_w)`` may return per-anchor log weights from the direction's
     candidates and its detached ``log W`` (they are detached anyway). ``tile_size`` streams
     the similarity matrix in tiles (:mod:`adaptcl.plugins.tiled`) instead of materialising it.
     Anchors without negatives give 0 (:func:`~adaptcl.plugins.kernel.no_negatives_output`).
+
+    The per-pair parts: ``term`` maps cosines to logits (a per-pair temperature; ``temperature``
+    then only feeds ``last_stats``), candidates built with ``labels`` get multi-positive
+    targets (:mod:`~adaptcl.plugins.targets`) and ``hardness`` (``(mode, strength)``, see
+    :mod:`~adaptcl.plugins.hardness`) adds its term to the negatives in the denominator.
+    Without any of them each direction takes the plain InfoNCE path, unchanged.
     """
     outputs = []
     for c in cands:
@@ -77,11 +94,37 @@ def run_kernel(
             outputs.append(no_negatives_output(c.positive_sim))
             continue
         weight_fn = None if log_weights is None else (lambda lw, c=c: log_weights(c, lw))
-        lse, pos = negative_lse(c, temperature, tile_size)
+        soft = None
+        if c.labels is None and hardness is None and term is None:
+            lse, pos = negative_lse(c, temperature, tile_size)
+        else:
+            targets = None
+            if c.labels is not None:
+                _check_labelled(positive_in_denominator, log_weights)
+                targets = LabelTargets(c)
+            bias = None if hardness is None else HardnessBias(c, *hardness)
+            lse, pos, sums = row_statistics(c, temperature, tile_size, term=term,
+                                            weights=targets, bias=bias)
+            if sums is not None:
+                total = 1 + sums[1]
+                soft = (1 / total, sums[0] / total)
         outputs.append(kernel_from_lse(lse, pos, positive_in_denominator=positive_in_denominator,
-                                       log_weights=weight_fn))
+                                       soft_targets=soft, log_weights=weight_fn))
     per_anchor = torch.cat([o.loss for o in outputs])
     return per_anchor, loss_stats(per_anchor, cands, outputs=outputs, temperature=temperature)
+
+
+def _check_labelled(positive_in_denominator: bool, log_weights: object) -> None:
+    """What multi-positive targets cannot be combined with (see :mod:`~adaptcl.plugins.targets`)."""
+    if not positive_in_denominator:
+        raise ValueError("labels need positive_in_denominator=True: SupCon's L_out keeps the "
+                         "positives in the denominator; a decoupled (DCL) multi-positive loss is "
+                         "not defined here")
+    if log_weights is not None:
+        raise ValueError("labels cannot be combined with a per-anchor reweighting (MACL's "
+                         "reweight=True): W = 1 - P_pos scales the whole gradient only when an "
+                         "anchor has one positive; pass reweight=False (MACL's temperature works "
+                         "with labels)")
 
 
 def in_row_blocks(rows_fn: Callable[[int, int], Tensor], num_rows: int,
@@ -102,15 +145,17 @@ def in_row_blocks(rows_fn: Callable[[int, int], Tensor], num_rows: int,
 def functional_candidates(z0: Tensor, z1: Tensor, negatives: Tensor | None, *, form: str,
                           gather_distributed: bool, gather_fn: GatherFn | None,
                           check_finite: bool, tile_size: int | None, reduction: str,
-                          forms: tuple[str, ...] = FORMS) -> list[Candidates]:
+                          forms: tuple[str, ...] = FORMS,
+                          **pairs: Tensor | None) -> list[Candidates]:
     """What a functional form does before its formula: check the shared keywords exactly as
-    :class:`ContrastiveLoss` does, then build the candidates."""
+    :class:`ContrastiveLoss` does, then build the candidates (``pairs``: ``labels``,
+    ``negative_labels``, ``negative_owners`` of :func:`~adaptcl.plugins.build_candidates`)."""
     check_choice("form", form, forms)
     check_choice("reduction", reduction, REDUCTIONS)
     check_shared(gather_distributed=gather_distributed, gather_fn=gather_fn,
                  check_finite=check_finite, tile_size=tile_size)
     return build_candidates(z0, z1, form, negatives, gather_distributed=gather_distributed,
-                            gather_fn=gather_fn, check_finite=check_finite)
+                            gather_fn=gather_fn, check_finite=check_finite, **pairs)
 
 
 class Loss(nn.Module):
@@ -130,11 +175,11 @@ class Loss(nn.Module):
         self.reduction = check_choice("reduction", reduction, reductions)
         self.last_stats: Stats = {}
 
-    def compute(self, *inputs: Tensor) -> tuple[Tensor, Stats]:
+    def compute(self, *inputs: Tensor, **options: Tensor) -> tuple[Tensor, Stats]:
         raise NotImplementedError  # pragma: no cover - abstract
 
-    def forward(self, *inputs: Tensor) -> Tensor:
-        losses, stats = self.compute(*inputs)
+    def forward(self, *inputs: Tensor, **options: Tensor) -> Tensor:
+        losses, stats = self.compute(*inputs, **options)
         self.last_stats = stats
         return reduce(losses, self.reduction)
 
@@ -161,6 +206,10 @@ class ContrastiveLoss(Loss):
     #: normalised keys): used as given, not normalised again (see
     #: :func:`~adaptcl.plugins.candidates.build_candidates`); the Lightly adapter sets it
     unit_negatives: bool = False
+    #: ``forward`` takes ``labels`` / ``negative_labels`` (multi-positive targets)
+    takes_labels: bool = False
+    #: ``forward`` takes ``negative_owners`` (read by the hardness term)
+    takes_owners: bool = False
 
     def __init__(self, *, form: str, gather_distributed: bool = False,
                  gather_fn: GatherFn | None = None, check_finite: bool = True,
@@ -180,20 +229,41 @@ class ContrastiveLoss(Loss):
         """Whether candidates are gathered across ranks (a flag or a custom gather)."""
         return self.gather_distributed or self.gather_fn is not None
 
-    def candidates(self, z0: Tensor, z1: Tensor, negatives: Tensor | None) -> list[Candidates]:
+    def candidates(self, z0: Tensor, z1: Tensor, negatives: Tensor | None,
+                   **pairs: Tensor) -> list[Candidates]:
         return build_candidates(z0, z1, self.form, negatives,
                                 gather_distributed=self.gather_distributed,
                                 gather_fn=self.gather_fn, check_finite=self.check_finite,
-                                unit_negatives=self.unit_negatives)
+                                unit_negatives=self.unit_negatives, **pairs)
 
-    def forward(self, z0: Tensor, z1: Tensor, negatives: Tensor | None = None) -> Tensor:
+    def forward(self, z0: Tensor, z1: Tensor, negatives: Tensor | None = None, *,
+                labels: Tensor | None = None, negative_labels: Tensor | None = None,
+                negative_owners: Tensor | None = None) -> Tensor:
         """Loss of the positive pairs ``(z0[i], z1[i])``.
 
         Args:
             z0, z1: ``[N, D]`` embeddings of two views (normalised inside).
             negatives: optional ``[K, D]`` extra negatives, required for ``form="queue"``.
+            labels: optional ``[N]`` integer class of each pair: every candidate of the
+                anchor's class is a positive (SupCon's ``L_out``,
+                :mod:`~adaptcl.plugins.targets`); for the losses whose ``takes_labels`` is set
+                (InfoNCE, MACL, DySTreSS), a ``TypeError`` for the others.
+            negative_labels: optional ``[K]`` class of each extra negative (``-1``: none).
+            negative_owners: optional ``[K]`` the pair each extra negative belongs to, for the
+                hardness term (:mod:`~adaptcl.plugins.hardness`; ``takes_owners``).
         """
-        return super().forward(z0, z1, negatives)
+        pairs = {}
+        for name, value, takes in (("labels", labels, self.takes_labels),
+                                   ("negative_labels", negative_labels, self.takes_labels),
+                                   ("negative_owners", negative_owners, self.takes_owners)):
+            if value is None:
+                continue
+            if not takes:
+                raise TypeError(f"{type(self).__name__} takes no {name}: multi-positive labels "
+                                f"are for InfoNCELoss, MACLLoss and DySTreSSLoss, negative owners "
+                                f"for the losses with a hardness term")
+            pairs[name] = value
+        return super().forward(z0, z1, negatives, **pairs)
 
     def extra_repr(self) -> str:
         tiled = "" if self.tile_size is None else f", tile_size={self.tile_size}"

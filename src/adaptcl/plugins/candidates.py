@@ -33,7 +33,7 @@ from torch import Tensor
 
 from . import distributed
 from .distributed import GatherFn
-from .validation import check_choice, check_embeddings, check_pair
+from .validation import check_choice, check_embeddings, check_labels, check_pair
 
 FORMS = ("nt_xent", "cross_view", "cross_view_symmetric", "queue")
 
@@ -100,6 +100,19 @@ class Candidates:
         unit_keys: ``keys`` are unit rows used as given (a memory bank, see
             ``build_candidates(unit_negatives=True)``): the positive logit is then rounded
             as the negatives' are (see :func:`scaled_anchors`).
+        labels: ``[A]`` class of each anchor, or ``None`` (one positive per anchor). With
+            labels every candidate of the anchor's class is a positive (multi-positive
+            targets, :mod:`~adaptcl.plugins.targets`).
+        key_labels: ``[C]`` class of each key column; ``-1`` for a key without a class (a
+            negative of every anchor). Set together with ``labels``.
+        sample_index: ``[A]`` the pair each anchor comes from, counted over the gathered batch
+            (``rank * N + i``); an extra negative whose owner equals it is the anchor's own.
+        num_batch_keys: ``keys[:num_batch_keys]`` are the batch's views (gathered across
+            ranks); the columns after them are the extra ``negatives``.
+        negative_owners: ``[C - num_batch_keys]`` the pair each extra negative belongs to
+            (sentence-transformers' hard-negative columns; ``-1`` for none), or ``None``: no
+            extra negative is any anchor's own (a queue). Read by the hardness term
+            (:mod:`~adaptcl.plugins.hardness`).
     """
 
     anchors: Tensor
@@ -109,6 +122,11 @@ class Candidates:
     self_index: Tensor | None = None
     positive_keys: Tensor | None = None
     unit_keys: bool = False
+    labels: Tensor | None = None
+    key_labels: Tensor | None = None
+    sample_index: Tensor | None = None
+    num_batch_keys: int = 0
+    negative_owners: Tensor | None = None
 
     @property
     def num_anchors(self) -> int:
@@ -135,7 +153,11 @@ class Candidates:
         return Candidates(anchors=self.anchors[r0:r1], keys=self.keys,
                           positive_sim=self.positive_sim[r0:r1],
                           positive_index=cut(self.positive_index), self_index=cut(self.self_index),
-                          positive_keys=cut(self.positive_keys), unit_keys=self.unit_keys)
+                          positive_keys=cut(self.positive_keys), unit_keys=self.unit_keys,
+                          labels=cut(self.labels), key_labels=self.key_labels,
+                          sample_index=cut(self.sample_index),
+                          num_batch_keys=self.num_batch_keys,
+                          negative_owners=self.negative_owners)
 
     def mask_(self, matrix: Tensor) -> Tensor:
         """Overwrite the positive and self columns of an ``[A, C]`` matrix in place.
@@ -195,6 +217,9 @@ def build_candidates(
     gather_fn: GatherFn | None = None,
     check_finite: bool = True,
     unit_negatives: bool = False,
+    labels: Tensor | None = None,
+    negative_labels: Tensor | None = None,
+    negative_owners: Tensor | None = None,
 ) -> list[Candidates]:
     """Normalise two views and describe the contrastive problem of ``form``.
 
@@ -213,6 +238,15 @@ def build_candidates(
             row again moves about a third of them by one float32 ulp, so a bank entry would no
             longer equal the key it was made from (and a bank of one entry would not give
             Lightly's float32 accuracy).
+        labels: optional ``[N]`` integer class of each pair (``>= 0``): every candidate of the
+            anchor's class becomes a positive (see :mod:`~adaptcl.plugins.targets`). Gathered
+            across ranks with the candidates.
+        negative_labels: optional ``[K]`` class of each extra negative (``-1``: none, a negative
+            of every anchor); needs ``labels``. Without it the extra negatives have no class.
+        negative_owners: optional ``[K]`` the pair each extra negative belongs to, counted over
+            the gathered batch (``rank * N + i``; ``-1``: none), for the hardness term's
+            ``"hard_negatives"`` / ``"in_batch_negatives"`` (sentence-transformers' hard
+            negative columns). Give them already gathered, as the negatives.
 
     Returns:
         One :class:`Candidates` per direction (two for ``"cross_view_symmetric"``). Every anchor
@@ -231,6 +265,8 @@ def build_candidates(
     n = z0.shape[0]
     if n == 0:
         raise ValueError("z0 and z1 are empty: the batch needs at least one pair")
+    labels, negative_labels, negative_owners = _check_pair_data(
+        z0, negatives, labels, negative_labels, negative_owners)
     dtype = compute_dtype(z0, z1, negatives)
     a0, a1 = normalize(z0, dtype), normalize(z1, dtype)
     if negatives is None:
@@ -238,7 +274,7 @@ def build_candidates(
     else:
         neg = negatives.to(dtype) if unit_negatives else normalize(negatives, dtype)
     if form != "queue" and neg is not None and neg.shape[0] == 0:
-        neg = None
+        neg = negative_labels = negative_owners = None
     positive_sim = (a0 * a1).sum(dim=1)
     device = a0.device
     idx = torch.arange(n, device=device)
@@ -247,9 +283,24 @@ def build_candidates(
     def with_negatives(keys: Tensor) -> Tensor:
         return keys if neg is None else torch.cat([keys, neg])
 
+    def key_labels(batch: Tensor | None) -> Tensor | None:
+        """Labels of the batch's key columns followed by those of the extra negatives."""
+        if labels is None:
+            return None
+        parts = [] if batch is None else [batch]
+        if neg is not None:
+            parts.append(negative_labels if negative_labels is not None
+                         else torch.full((neg.shape[0],), -1, dtype=torch.long, device=device))
+        return torch.cat(parts)
+
+    big_labels = None
+    if labels is not None and form != "queue":
+        big_labels = _gather(labels, gather_fn)[0] if gather else labels
+    extra = {"negative_owners": negative_owners}
     if form == "queue":
         out = [Candidates(anchors=a0, keys=neg, positive_sim=positive_sim, positive_keys=a1,
-                          unit_keys=unit_negatives)]
+                          unit_keys=unit_negatives, labels=labels, key_labels=key_labels(None),
+                          sample_index=idx if negative_owners is not None else None, **extra)]
     elif form == "nt_xent":
         big0, rank, world = _gather(a0, gather_fn) if gather else (a0, 0, 1)
         big1, _, _ = _gather(a1, gather_fn) if gather else (a1, 0, 1)
@@ -258,19 +309,52 @@ def build_candidates(
         keys = with_negatives(torch.cat([big0, big1]))
         positive_index = torch.cat([total + offset + idx, offset + idx])
         self_index = torch.cat([offset + idx, total + offset + idx])
+        sample = None if negative_owners is None else torch.cat([offset + idx, offset + idx])
         out = [Candidates(anchors=torch.cat([a0, a1]), keys=keys,
                           positive_sim=torch.cat([positive_sim, positive_sim]),
                           positive_index=positive_index, self_index=self_index,
-                          positive_keys=torch.cat([a1, a0]))]
+                          positive_keys=torch.cat([a1, a0]),
+                          labels=None if labels is None else torch.cat([labels, labels]),
+                          key_labels=key_labels(None if big_labels is None
+                                                else torch.cat([big_labels, big_labels])),
+                          sample_index=sample, num_batch_keys=2 * total, **extra)]
     else:
         big1, rank, _ = _gather(a1, gather_fn) if gather else (a1, 0, 1)
+        positive_index = rank * n + idx
+        sample = None if negative_owners is None else positive_index
         out = [Candidates(anchors=a0, keys=with_negatives(big1), positive_sim=positive_sim,
-                          positive_index=rank * n + idx, positive_keys=a1)]
+                          positive_index=positive_index, positive_keys=a1, labels=labels,
+                          key_labels=key_labels(big_labels), sample_index=sample,
+                          num_batch_keys=big1.shape[0], **extra)]
         if form == "cross_view_symmetric":
             big0, rank, _ = _gather(a0, gather_fn) if gather else (a0, 0, 1)
             out.append(Candidates(anchors=a1, keys=with_negatives(big0), positive_sim=positive_sim,
-                                  positive_index=rank * n + idx, positive_keys=a0))
+                                  positive_index=rank * n + idx, positive_keys=a0, labels=labels,
+                                  key_labels=key_labels(big_labels), sample_index=sample,
+                                  num_batch_keys=big0.shape[0], **extra))
     return out
+
+
+def _check_pair_data(z0: Tensor, negatives: Tensor | None, labels: Tensor | None,
+                     negative_labels: Tensor | None,
+                     negative_owners: Tensor | None) -> tuple[Tensor | None, ...]:
+    """``labels`` / ``negative_labels`` / ``negative_owners`` checked against the inputs."""
+    rows = None if negatives is None else negatives.shape[0]
+    if labels is not None:
+        labels = check_labels("labels", labels, z0.shape[0], z0.device)
+    if negative_labels is not None:
+        negative_labels = check_labels("negative_labels", negative_labels, rows, z0.device,
+                                       minimum=-1)
+        if labels is None:
+            raise ValueError("negative_labels need labels: the classes of the pairs they are "
+                             "compared with")
+    if negative_owners is not None:
+        negative_owners = check_labels("negative_owners", negative_owners, rows, z0.device,
+                                       minimum=-1)
+    for name, value in (("negative_labels", negative_labels), ("negative_owners", negative_owners)):
+        if value is not None and negatives is None:
+            raise ValueError(f"{name} were given without negatives")
+    return labels, negative_labels, negative_owners
 
 
 def alignment_magnitude(cands: list[Candidates], *, all_reduce: bool = False) -> Tensor:

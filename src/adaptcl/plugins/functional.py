@@ -18,9 +18,11 @@ Examples:
 from .amcl import amcl
 from .amcl_noncontrastive import amcl_barlow_twins, amcl_simsiam
 from .ascl import ascl, ascl_byol
+from .dystress import dystress
 from .infonce import dcl, dual_temperature, flat_nce, info_nce
 from .macl import macl
 from .survey import margin_contrastive, nce, triplet
 
-__all__ = ["info_nce", "dcl", "flat_nce", "dual_temperature", "macl", "ascl", "ascl_byol",
+__all__ = ["info_nce", "dcl", "flat_nce", "dual_temperature", "macl", "dystress", "ascl",
+           "ascl_byol",
            "amcl", "amcl_simsiam", "amcl_barlow_twins", "margin_contrastive", "triplet", "nce"]

@@ -20,46 +20,58 @@ from torch import Tensor
 from .base import ContrastiveLoss, Stats, functional_candidates, loss_stats, reduce, run_kernel
 from .candidates import Candidates
 from .distributed import GatherFn
+from .hardness import check_hardness, hardness_spec
 from .kernel import negative_lse, no_negatives_output
 from .validation import check_positive
 
 
 def _info_nce(cands: list[Candidates], temperature: float, positive_in_denominator: bool,
-              tile_size: int | None) -> tuple[Tensor, Stats]:
+              tile_size: int | None, hardness: tuple[str, float] | None = None
+              ) -> tuple[Tensor, Stats]:
     return run_kernel(cands, temperature, positive_in_denominator=positive_in_denominator,
-                      tile_size=tile_size)
+                      tile_size=tile_size, hardness=hardness)
 
 
 def info_nce(z0: Tensor, z1: Tensor, temperature: float = 0.1, *, negatives: Tensor | None = None,
              form: str = "nt_xent", positive_in_denominator: bool = True,
-             gather_distributed: bool = False, gather_fn: GatherFn | None = None,
-             check_finite: bool = True, tile_size: int | None = None,
-             reduction: str = "mean") -> Tensor:
-    """InfoNCE / NT-Xent of the pairs ``(z0[i], z1[i])``; arguments as :class:`InfoNCELoss`.
+             hardness_mode: str | None = None, hardness_strength: float = 0.0,
+             labels: Tensor | None = None, negative_labels: Tensor | None = None,
+             negative_owners: Tensor | None = None, gather_distributed: bool = False,
+             gather_fn: GatherFn | None = None, check_finite: bool = True,
+             tile_size: int | None = None, reduction: str = "mean") -> Tensor:
+    """InfoNCE / NT-Xent of the pairs ``(z0[i], z1[i])``; arguments as :class:`InfoNCELoss`
+    (and its ``forward``: ``labels`` give SupCon's multi-positive targets).
 
     ``reduction="none"`` gives the per-anchor losses (``2N`` for ``"nt_xent"`` and
     ``"cross_view_symmetric"``: the anchors of ``z0`` then those of ``z1``).
 
     Examples:
         >>> loss = info_nce(torch.randn(8, 32), torch.randn(8, 32), 0.5)
+        >>> supcon = info_nce(torch.randn(8, 32), torch.randn(8, 32), 0.1,
+        ...                   labels=torch.tensor([0, 0, 1, 1, 2, 2, 3, 3]))
     """
     check_positive("temperature", temperature)
+    hardness = hardness_spec(*check_hardness(hardness_mode, hardness_strength))
     cands = functional_candidates(z0, z1, negatives, form=form,
                                   gather_distributed=gather_distributed, gather_fn=gather_fn,
                                   check_finite=check_finite, tile_size=tile_size,
-                                  reduction=reduction)
-    return reduce(_info_nce(cands, temperature, bool(positive_in_denominator), tile_size)[0],
-                  reduction)
+                                  reduction=reduction, labels=labels,
+                                  negative_labels=negative_labels, negative_owners=negative_owners)
+    return reduce(_info_nce(cands, temperature, bool(positive_in_denominator), tile_size,
+                            hardness)[0], reduction)
 
 
 def dcl(z0: Tensor, z1: Tensor, temperature: float = 0.1, *, negatives: Tensor | None = None,
-        form: str = "nt_xent", gather_distributed: bool = False, gather_fn: GatherFn | None = None,
-        check_finite: bool = True, tile_size: int | None = None, reduction: str = "mean") -> Tensor:
+        form: str = "nt_xent", hardness_mode: str | None = None, hardness_strength: float = 0.0,
+        negative_owners: Tensor | None = None, gather_distributed: bool = False,
+        gather_fn: GatherFn | None = None, check_finite: bool = True,
+        tile_size: int | None = None, reduction: str = "mean") -> Tensor:
     """Decoupled contrastive loss: InfoNCE with the positive removed from the denominator."""
     return info_nce(z0, z1, temperature, negatives=negatives, form=form,
-                    positive_in_denominator=False, gather_distributed=gather_distributed,
-                    gather_fn=gather_fn, check_finite=check_finite, tile_size=tile_size,
-                    reduction=reduction)
+                    positive_in_denominator=False, hardness_mode=hardness_mode,
+                    hardness_strength=hardness_strength, negative_owners=negative_owners,
+                    gather_distributed=gather_distributed, gather_fn=gather_fn,
+                    check_finite=check_finite, tile_size=tile_size, reduction=reduction)
 
 
 class InfoNCELoss(ContrastiveLoss):
@@ -74,6 +86,10 @@ class InfoNCELoss(ContrastiveLoss):
         temperature: softmax temperature tau > 0.
         form: candidate set, see :mod:`adaptcl.plugins.candidates`.
         positive_in_denominator: False gives DCL (see :class:`DCLLoss`).
+        hardness_mode, hardness_strength: add ``hardness_strength * sg(cos)`` to the logits of
+            the negatives ``hardness_mode`` selects (``"in_batch_negatives"``,
+            ``"hard_negatives"``, ``"all_negatives"``), as sentence-transformers'
+            ``MultipleNegativesRankingLoss``; see :mod:`adaptcl.plugins.hardness`. Off by default.
         gather_distributed: gather candidates from every rank before the loss.
         gather_fn: custom gradient-carrying gather (e.g. ``lightly.utils.dist.gather``).
         check_finite: fail on NaN/inf embeddings (one cheap reduction): a ``ValueError`` on
@@ -85,47 +101,71 @@ class InfoNCELoss(ContrastiveLoss):
             memory linear in the batch. ``None`` (default) materialises it.
         reduction: ``"mean"`` (default), ``"sum"`` or ``"none"`` (per-anchor losses).
 
+    ``forward(z0, z1, negatives=None, *, labels=None, negative_labels=None,
+    negative_owners=None)``: with ``labels`` it is supervised contrastive learning (SupCon's
+    ``L_out``, :mod:`adaptcl.plugins.targets`).
+
     Examples:
         >>> loss_fn = InfoNCELoss(temperature=0.5)
         >>> z0, z1 = torch.randn(8, 32), torch.randn(8, 32)
         >>> loss = loss_fn(z0, z1)
+        >>> supcon = loss_fn(z0, z1, labels=torch.tensor([0, 1, 0, 1, 2, 2, 3, 0]))
         >>> big = InfoNCELoss(temperature=0.1, tile_size=4096)  # batches far beyond memory
     """
 
+    takes_labels = True
+    takes_owners = True
+
     def __init__(self, temperature: float = 0.1, *, form: str = "nt_xent",
-                 positive_in_denominator: bool = True, gather_distributed: bool = False,
+                 positive_in_denominator: bool = True, hardness_mode: str | None = None,
+                 hardness_strength: float = 0.0, gather_distributed: bool = False,
                  gather_fn: GatherFn | None = None, check_finite: bool = True,
                  tile_size: int | None = None, reduction: str = "mean") -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
                          check_finite=check_finite, tile_size=tile_size, reduction=reduction)
         self.temperature = check_positive("temperature", temperature)
         self.positive_in_denominator = bool(positive_in_denominator)
+        self.hardness_mode, self.hardness_strength = check_hardness(hardness_mode,
+                                                                    hardness_strength)
 
-    def compute(self, z0: Tensor, z1: Tensor, negatives: Tensor | None) -> tuple[Tensor, Stats]:
-        return _info_nce(self.candidates(z0, z1, negatives), self.temperature,
-                         self.positive_in_denominator, self.tile_size)
+    def compute(self, z0: Tensor, z1: Tensor, negatives: Tensor | None,
+                **pairs: Tensor) -> tuple[Tensor, Stats]:
+        return self.compute_from_candidates(self.candidates(z0, z1, negatives, **pairs))
+
+    def compute_from_candidates(self, cands: list[Candidates]) -> tuple[Tensor, Stats]:
+        """InfoNCE's per-anchor losses on prepared candidates (adapters that build their own)."""
+        return _info_nce(cands, self.temperature, self.positive_in_denominator, self.tile_size,
+                         hardness_spec(self.hardness_mode, self.hardness_strength))
 
     def extra_repr(self) -> str:
+        hardness = ("" if self.hardness_mode is None else
+                    f"hardness_mode={self.hardness_mode!r}, "
+                    f"hardness_strength={self.hardness_strength}, ")
         return (f"temperature={self.temperature}, positive_in_denominator="
-                f"{self.positive_in_denominator}, {super().extra_repr()}")
+                f"{self.positive_in_denominator}, {hardness}{super().extra_repr()}")
 
 
 class DCLLoss(InfoNCELoss):
     """Decoupled contrastive loss (Yeh et al., ECCV 2022): the positive leaves the denominator.
 
     GraphCL's loss is this loss in ``form="cross_view"``. The gradient no longer carries MACL's
-    scaling factor W (Huang et al. 2023, Sec. 5.2). The functional form is :func:`dcl`.
+    scaling factor W (Huang et al. 2023, Sec. 5.2). It takes no ``labels`` (a decoupled
+    multi-positive loss is not defined here). The functional form is :func:`dcl`.
 
     Examples:
         >>> loss_fn = DCLLoss(temperature=0.1)
         >>> loss = loss_fn(torch.randn(8, 32), torch.randn(8, 32))
     """
 
+    takes_labels = False
+
     def __init__(self, temperature: float = 0.1, *, form: str = "nt_xent",
+                 hardness_mode: str | None = None, hardness_strength: float = 0.0,
                  gather_distributed: bool = False, gather_fn: GatherFn | None = None,
                  check_finite: bool = True, tile_size: int | None = None,
                  reduction: str = "mean") -> None:
         super().__init__(temperature, form=form, positive_in_denominator=False,
+                         hardness_mode=hardness_mode, hardness_strength=hardness_strength,
                          gather_distributed=gather_distributed, gather_fn=gather_fn,
                          check_finite=check_finite, tile_size=tile_size, reduction=reduction)
 

@@ -29,8 +29,8 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from .candidates import Candidates, rows_logits
-from .tiled import tiled_negative_lse
+from .candidates import Candidates, autocast_off, rows_logits, scaled_anchors
+from .tiled import TileBias, TileTerm, TileWeights, streamed_row_stats, tiled_negative_lse
 
 
 @dataclass
@@ -141,6 +141,48 @@ def negative_lse(c: Candidates, temperature: Tensor | float,
         return tiled_negative_lse(c, temperature, tile_size)
     neg, pos = rows_logits(c, temperature)
     return row_logsumexp(neg, inplace=True), pos
+
+
+def row_statistics(c: Candidates, temperature: Tensor | float, tile_size: int | None, *,
+                   term: TileTerm | None = None, weights: TileWeights | None = None,
+                   bias: TileBias | None = None
+                   ) -> tuple[Tensor, Tensor, tuple[Tensor, Tensor] | None]:
+    """``(lse_neg [A], positive logit [A], (sum_j u_ij l_ij, sum_j u_ij) or None)`` of one
+    direction with any of the parts a method may change per pair:
+
+    * ``term``: the logits are ``term.logits(cos)`` (a per-pair temperature; ``temperature``
+      is then unused), otherwise ``cos / temperature``;
+    * ``weights``: the un-normalised soft targets ``u_ij`` (multi-positive labels);
+    * ``bias``: a detached term added to the logits inside the log-sum-exp only (hardness).
+
+    The one place where these paths choose between materialising the ``[A, C]`` logits
+    (``tile_size=None``) and streaming them (:func:`~adaptcl.plugins.tiled.streamed_row_stats`);
+    the weights, bias and term objects are the same on both, so are the values and gradients.
+    Without any of the three, :func:`negative_lse` computes the same quantities.
+    """
+    if term is None:
+        a, pos = scaled_anchors(c, temperature)
+    else:
+        a = c.anchors
+        with autocast_off(a):
+            pos = term.logits(c.positive_sim)
+    if tile_size is not None:
+        lse, sum_ul, sum_u = streamed_row_stats(a, c.keys, tile_size, c.excluded, weights,
+                                                bias=bias, term=term)
+        return lse, pos, None if weights is None else (sum_ul, sum_u)
+    with autocast_off(a):
+        logits = a @ c.keys.T
+        if term is not None:
+            logits = term.logits(logits)
+        rows, cols = logits.shape
+        sums = None
+        if weights is not None:
+            u = weights.tile(0, rows, c.keys, c.excluded, 0, cols)
+            sums = ((u * logits).sum(dim=1), u.sum(dim=1))
+        if bias is not None:
+            logits = logits + bias.tile(0, rows, c.keys, c.excluded, 0, cols)
+        lse = row_logsumexp(c.mask_(logits), inplace=True)
+    return lse, pos, sums
 
 
 def no_negatives_output(positive_logit: Tensor) -> KernelOutput:

@@ -28,6 +28,7 @@ from torch import Tensor
 from .base import ContrastiveLoss, Stats, functional_candidates, reduce, run_kernel
 from .candidates import Candidates, alignment_magnitude
 from .distributed import GatherFn
+from .hardness import check_hardness, hardness_spec
 from .validation import check_choice, check_finite_number, check_non_negative, check_positive
 
 TEMPERATURE_FORMS = ("linear", "exp")
@@ -58,7 +59,8 @@ def macl_temperature(alignment: Tensor, temperature: float, alpha: float, a0: fl
 
 def _macl_options(temperature: float, alpha: float, a0: float, reweight: bool, adaptive: bool,
                   temperature_form: str, weight_form: str, min_temperature: float | None,
-                  positive_in_denominator: bool) -> dict:
+                  positive_in_denominator: bool, hardness_mode: str | None = None,
+                  hardness_strength: float = 0.0) -> dict:
     """MACL's hyper-parameters checked once for the module and the functional form."""
     temperature = check_positive("temperature", temperature)
     check_choice("temperature_form", temperature_form, TEMPERATURE_FORMS)
@@ -77,6 +79,8 @@ def _macl_options(temperature: float, alpha: float, a0: float, reweight: bool, a
         "min_temperature": (temperature / 10 if min_temperature is None
                             else check_positive("min_temperature", min_temperature)),
         "positive_in_denominator": bool(positive_in_denominator),
+        **dict(zip(("hardness_mode", "hardness_strength"),
+                   check_hardness(hardness_mode, hardness_strength), strict=True)),
     }
 
 
@@ -90,7 +94,8 @@ def _batch_temperature(alignment: Tensor, *, temperature: float, alpha: float, a
 
 def _macl(cands: list[Candidates], *, temperature: float, alpha: float, a0: float,
           reweight: bool, adaptive: bool, temperature_form: str, weight_form: str,
-          min_temperature: float, positive_in_denominator: bool, tile_size: int | None,
+          min_temperature: float, positive_in_denominator: bool, hardness_mode: str | None,
+          hardness_strength: float, tile_size: int | None,
           all_reduce: bool) -> tuple[Tensor, Stats]:
     """MACL's per-anchor losses and statistics on prepared candidates."""
     a = alignment_magnitude(cands, all_reduce=all_reduce)
@@ -104,7 +109,8 @@ def _macl(cands: list[Candidates], *, temperature: float, alpha: float, a0: floa
 
     per_anchor, stats = run_kernel(cands, tau, positive_in_denominator=positive_in_denominator,
                                    log_weights=log_weights if reweight else None,
-                                   tile_size=tile_size)
+                                   tile_size=tile_size,
+                                   hardness=hardness_spec(hardness_mode, hardness_strength))
     stats["alignment"] = a
     return per_anchor, stats
 
@@ -130,12 +136,18 @@ class MACLLoss(ContrastiveLoss):
             ``"queue"``).
         positive_in_denominator: False gives MACL on the DCL/GraphCL loss; reweighting is then
             meaningless (the DCL gradient has no W) and must be off.
+        hardness_mode, hardness_strength: the hardness term of
+            :mod:`adaptcl.plugins.hardness` (sentence-transformers' semantics; off by default).
         gather_distributed / gather_fn: as in :class:`~adaptcl.plugins.InfoNCELoss`; the
             alignment is all-reduced so every rank uses the same temperature.
         tile_size: stream the similarity matrix in tiles (Inf-CL, Cheng et al. 2024; see
             :mod:`adaptcl.plugins.tiled`). Exact: A is a mean over the row-wise positives, the
             detached temperature is folded into the anchors and ``V = exp(lse_all - lse_neg)``
             needs only ``lse_neg`` and the positive logit. ``None`` (default) materialises.
+
+    ``forward(z0, z1, negatives=None, *, labels=None, negative_labels=None,
+    negative_owners=None)``: ``labels`` give multi-positive (SupCon) targets with MACL's
+    temperature (:mod:`adaptcl.plugins.targets`; needs ``reweight=False``).
 
     After each call ``last_stats`` holds ``loss``, ``plain_loss`` (the unweighted InfoNCE),
     ``alignment``, ``temperature``, ``mean_w`` and ``positive_probability``.
@@ -148,33 +160,42 @@ class MACLLoss(ContrastiveLoss):
         >>> huge = MACLLoss(0.1, 0.5, tile_size=4096)  # batch 65,536 in a few GiB
     """
 
+    takes_labels = True
+    takes_owners = True
+
     def __init__(self, temperature: float = 0.1, alpha: float = 0.5, a0: float = 0.0, *,
                  reweight: bool = True, adaptive: bool = True, temperature_form: str = "linear",
                  weight_form: str = "inverse", min_temperature: float | None = None,
                  form: str = "nt_xent", positive_in_denominator: bool = True,
+                 hardness_mode: str | None = None, hardness_strength: float = 0.0,
                  gather_distributed: bool = False, gather_fn: GatherFn | None = None,
                  check_finite: bool = True, tile_size: int | None = None,
                  reduction: str = "mean") -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
                          check_finite=check_finite, tile_size=tile_size, reduction=reduction)
         options = _macl_options(temperature, alpha, a0, reweight, adaptive, temperature_form,
-                                weight_form, min_temperature, positive_in_denominator)
+                                weight_form, min_temperature, positive_in_denominator,
+                                hardness_mode, hardness_strength)
         for name, value in options.items():
             setattr(self, name, value)
 
     def _options(self) -> dict:
         return {name: getattr(self, name) for name in (
             "temperature", "alpha", "a0", "reweight", "adaptive", "temperature_form",
-            "weight_form", "min_temperature", "positive_in_denominator")}
+            "weight_form", "min_temperature", "positive_in_denominator", "hardness_mode",
+            "hardness_strength")}
 
     def current_temperature(self, alignment: Tensor) -> Tensor:
         """The temperature this loss uses for a batch of alignment ``alignment``."""
         options = self._options()
-        del options["reweight"], options["weight_form"], options["positive_in_denominator"]
+        for name in ("reweight", "weight_form", "positive_in_denominator", "hardness_mode",
+                     "hardness_strength"):
+            del options[name]
         return _batch_temperature(alignment, **options)
 
-    def compute(self, z0: Tensor, z1: Tensor, negatives: Tensor | None) -> tuple[Tensor, Stats]:
-        return self.compute_from_candidates(self.candidates(z0, z1, negatives))
+    def compute(self, z0: Tensor, z1: Tensor, negatives: Tensor | None,
+                **pairs: Tensor) -> tuple[Tensor, Stats]:
+        return self.compute_from_candidates(self.candidates(z0, z1, negatives, **pairs))
 
     def compute_from_candidates(self, cands: list[Candidates]) -> tuple[Tensor, Stats]:
         """MACL's per-anchor losses on prepared candidates (adapters that build their own)."""
@@ -191,20 +212,25 @@ def macl(z0: Tensor, z1: Tensor, temperature: float = 0.1, alpha: float = 0.5, a
          *, negatives: Tensor | None = None, reweight: bool = True, adaptive: bool = True,
          temperature_form: str = "linear", weight_form: str = "inverse",
          min_temperature: float | None = None, form: str = "nt_xent",
-         positive_in_denominator: bool = True, gather_distributed: bool = False,
-         gather_fn: GatherFn | None = None, check_finite: bool = True,
-         tile_size: int | None = None, reduction: str = "mean") -> Tensor:
-    """Functional MACL; arguments as :class:`MACLLoss`.
+         positive_in_denominator: bool = True, hardness_mode: str | None = None,
+         hardness_strength: float = 0.0, labels: Tensor | None = None,
+         negative_labels: Tensor | None = None, negative_owners: Tensor | None = None,
+         gather_distributed: bool = False, gather_fn: GatherFn | None = None,
+         check_finite: bool = True, tile_size: int | None = None,
+         reduction: str = "mean") -> Tensor:
+    """Functional MACL; arguments as :class:`MACLLoss` (and its ``forward``).
 
     Examples:
         >>> loss = macl(torch.randn(8, 32), torch.randn(8, 32), 0.1, alpha=0.5)
     """
     options = _macl_options(temperature, alpha, a0, reweight, adaptive, temperature_form,
-                            weight_form, min_temperature, positive_in_denominator)
+                            weight_form, min_temperature, positive_in_denominator,
+                            hardness_mode, hardness_strength)
     cands = functional_candidates(z0, z1, negatives, form=form,
                                   gather_distributed=gather_distributed, gather_fn=gather_fn,
                                   check_finite=check_finite, tile_size=tile_size,
-                                  reduction=reduction)
+                                  reduction=reduction, labels=labels,
+                                  negative_labels=negative_labels, negative_owners=negative_owners)
     per_anchor, _ = _macl(cands, **options, tile_size=tile_size,
                           all_reduce=gather_distributed or gather_fn is not None)
     return reduce(per_anchor, reduction)

@@ -33,10 +33,15 @@ at the K-th value the lowest column index wins, so the tiled and the materialise
 same columns and route the gradient identically. The selected columns are then gathered
 (``[A, K, D]``) and differentiated by ordinary autograd.
 
-This module knows no method. A method plugs into it through two small interfaces:
+This module knows no method. A method plugs into it through four small interfaces:
 
 * :class:`TileWeights` (``tile(rows, keys, masks, c0, c1) -> [rows, cols]``): detached weights
-  ``u_ij`` of a streamed weighted sum ``sum_j u_ij l_ij`` (ASCL's soft targets);
+  ``u_ij`` of a streamed weighted sum ``sum_j u_ij l_ij`` (ASCL's soft targets, the
+  multi-positive targets of labels);
+* :class:`TileBias` (the same ``tile``): detached terms added to the logits inside the
+  log-sum-exp only (sentence-transformers' hardness term);
+* :class:`TileTerm` (``logits(s)`` and ``slope(s)``): an elementwise map from ``s = a @ k.T`` to
+  the logits, differentiated in the recomputing backward (DySTreSS's ``s / tau(s)``);
 * :class:`PairTerm` (``term(s, r)`` and ``grads(s, r, w)``): an elementwise function of two
   bilinear forms ``s = a @ k.T`` and ``r = pa @ pk.T`` whose row log-sum-exp is streamed
   (AMCL's ``s / tau(r) - beta Omega(tau(r))`` with learned pair temperatures).
@@ -190,12 +195,36 @@ class TileWeights(Protocol):
         ...
 
 
+class TileBias(Protocol):
+    """Detached terms ``b_ij`` added to the logits inside the log-sum-exp only (the hardness
+    penalty; ``-inf`` takes a column out of the denominator), rebuilt per tile with the
+    signature of :meth:`TileWeights.tile`."""
+
+    def tile(self, r0: int, r1: int, keys: Tensor, masks: Masks, c0: int, c1: int) -> Tensor:
+        ...
+
+
+class TileTerm(Protocol):
+    """An elementwise map from the bilinear form ``s = a @ k.T`` to the logits (a per-pair
+    temperature, ``s / tau(s)``)."""
+
+    def logits(self, s: Tensor) -> Tensor:
+        """The logits of the entries ``s`` (differentiable torch operations: the materialised
+        path and the row-wise positive logit use autograd on the same function)."""
+        ...
+
+    def slope(self, s: Tensor) -> Tensor:
+        """``d logits / d s`` entrywise, for the recomputing backward."""
+        ...
+
+
 class _StreamedRowStats(torch.autograd.Function):
-    """``lse_neg [A]``, ``sum_j u_ij l_ij [A]`` and ``sum_j u_ij [A]`` of ``l = a @ k.T``."""
+    """``lse_neg [A]``, ``sum_j u_ij l_ij [A]`` and ``sum_j u_ij [A]`` of ``l = term(a @ k.T)``
+    (``l = a @ k.T`` without a term), the log-sum-exp taken over ``l + b``."""
 
     @staticmethod
-    def forward(ctx, a: Tensor, k: Tensor, tile: int, masks: Masks,
-                weights: TileWeights | None) -> tuple[Tensor, Tensor, Tensor]:  # type: ignore[override]
+    def forward(ctx, a: Tensor, k: Tensor, tile: int, masks: Masks, weights: TileWeights | None,
+                bias: TileBias | None, term: TileTerm | None) -> tuple[Tensor, Tensor, Tensor]:  # type: ignore[override]
         rows, cols = a.shape[0], k.shape[0]
         lse = torch.empty(rows, dtype=a.dtype, device=a.device)
         sum_ul = torch.zeros_like(lse)
@@ -207,14 +236,18 @@ class _StreamedRowStats(torch.autograd.Function):
             for c0, c1 in blocks(cols, tile):
                 kb = k[c0:c1]
                 logits = ab @ kb.T
+                if term is not None:
+                    logits = term.logits(logits)
                 if weights is not None:
                     u = weights.tile(r0, r1, kb, row_masks, c0, c1)
                     sum_ul[r0:r1] += (u * logits).sum(dim=1)
                     sum_u[r0:r1] += u.sum(dim=1)
+                if bias is not None:
+                    logits.add_(bias.tile(r0, r1, kb, row_masks, c0, c1))
                 online.update(mask_tile(logits, row_masks, c0, c1))
             lse[r0:r1] = online.result()
         ctx.save_for_backward(a, k, lse)
-        ctx.tile, ctx.masks, ctx.weights = tile, masks, weights
+        ctx.tile, ctx.masks, ctx.weights, ctx.bias, ctx.term = tile, masks, weights, bias, term
         ctx.mark_non_differentiable(sum_u)
         return lse, sum_ul, sum_u
 
@@ -222,7 +255,7 @@ class _StreamedRowStats(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, g_lse: Tensor, g_ul: Tensor, _g_u: Tensor):  # type: ignore[override]
         a, k, lse = ctx.saved_tensors
-        tile, masks, weights = ctx.tile, ctx.masks, ctx.weights
+        tile, masks, weights, bias, term = ctx.tile, ctx.masks, ctx.weights, ctx.bias, ctx.term
         ga = torch.zeros_like(a) if ctx.needs_input_grad[0] else None
         gk = torch.zeros_like(k) if ctx.needs_input_grad[1] else None
         for r0, r1 in blocks(a.shape[0], tile):
@@ -230,23 +263,31 @@ class _StreamedRowStats(torch.autograd.Function):
             row_masks = row_slice(masks, r0, r1)
             for c0, c1 in blocks(k.shape[0], tile):
                 kb = k[c0:c1]
-                w = mask_tile(ab @ kb.T, row_masks, c0, c1)
+                s = ab @ kb.T
+                w = s if term is None else term.logits(s)
+                if bias is not None:
+                    w.add_(bias.tile(r0, r1, kb, row_masks, c0, c1))
+                mask_tile(w, row_masks, c0, c1)
                 w.sub_(lse[r0:r1, None]).exp_().mul_(g_lse[r0:r1, None])
                 if weights is not None:
                     w.add_(weights.tile(r0, r1, kb, row_masks, c0, c1).mul_(g_ul[r0:r1, None]))
+                if term is not None:
+                    w.mul_(term.slope(s))
                 if ga is not None:
                     ga[r0:r1].addmm_(w, kb)
                 if gk is not None:
                     gk[c0:c1].addmm_(w.T, ab)
-        return ga, gk, None, None, None
+        return ga, gk, None, None, None, None, None
 
 
 def streamed_row_stats(a: Tensor, k: Tensor, tile: int, masks: Masks,
-                       weights: TileWeights | None = None) -> tuple[Tensor, Tensor, Tensor]:
-    """``(logsumexp_j l_ij, sum_j u_ij l_ij, sum_j u_ij)`` over the unmasked columns of
-    ``l = a @ k.T``, streamed; differentiable in ``a`` and ``k`` (``u`` is detached)."""
+                       weights: TileWeights | None = None, *, bias: TileBias | None = None,
+                       term: TileTerm | None = None) -> tuple[Tensor, Tensor, Tensor]:
+    """``(logsumexp_j (l_ij + b_ij), sum_j u_ij l_ij, sum_j u_ij)`` over the unmasked columns
+    of ``l = term(a @ k.T)`` (``a @ k.T`` without a ``term``), streamed; differentiable in
+    ``a`` and ``k`` (``u`` and ``b`` are detached)."""
     with autocast_off(a):
-        return _StreamedRowStats.apply(a, k, tile, masks, weights)
+        return _StreamedRowStats.apply(a, k, tile, masks, weights, bias, term)
 
 
 def tiled_negative_lse(c: Candidates, temperature: Tensor | float, tile_size: int) -> tuple[Tensor, Tensor]:
@@ -409,6 +450,6 @@ def materialised_bytes(num_anchors: int, num_candidates: int, dtype: torch.dtype
     return num_anchors * num_candidates * torch.empty((), dtype=dtype).element_size()
 
 
-__all__ = ["TileWeights", "PairTerm", "streamed_row_stats", "tiled_negative_lse",
+__all__ = ["TileWeights", "TileBias", "TileTerm", "PairTerm", "streamed_row_stats", "tiled_negative_lse",
            "streamed_softmax_stats", "streamed_top_columns", "streamed_pair_lse",
            "streamed_sum", "top_columns", "merge_top", "materialised_bytes"]

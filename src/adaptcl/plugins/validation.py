@@ -120,6 +120,34 @@ def check_all_finite(name: str, x: Tensor) -> None:
         torch._assert_async(finite, f"{name} contains NaN or inf")
 
 
+def check_labels(name: str, labels: Tensor, length: int | None, device: torch.device, *,
+                 minimum: int = 0) -> Tensor:
+    """Validate ``[length]`` integer class labels (or pair indices) with values ``>= minimum``;
+    returns them as ``int64``. ``length=None`` checks everything but the length.
+
+    A bool or floating-point tensor is a ``TypeError`` (a float label column is a score, not a
+    class); the range check is a ``ValueError`` on the CPU and, on an accelerator, a device-side
+    assertion that never stalls the step (as :func:`check_all_finite`).
+    """
+    if not isinstance(labels, Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor of integer labels, got {type(labels).__name__}")
+    if labels.dtype == torch.bool or labels.is_floating_point() or labels.is_complex():
+        raise TypeError(f"{name} must be an integer tensor (class indices), got dtype {labels.dtype}")
+    if labels.ndim != 1 or length is not None and labels.shape[0] != length:
+        raise ValueError(f"{name} must have shape [{length or 'rows'}] (one per row), got "
+                         f"{tuple(labels.shape)}")
+    if labels.device != device:
+        raise ValueError(f"{name} is on {labels.device} but the embeddings are on {device}")
+    if labels.numel() and labels.device.type != "meta":
+        low = (labels >= minimum).all()
+        if labels.device.type == "cpu" and not torch.compiler.is_compiling():
+            if not bool(low):
+                raise ValueError(f"{name} must be >= {minimum}, got {int(labels.min())}")
+        else:
+            torch._assert_async(low, f"{name} must be >= {minimum}")
+    return labels.long()
+
+
 def check_pair(z0: Tensor, z1: Tensor, *, check_finite: bool = True) -> None:
     check_embeddings("z0", z0, check_finite=check_finite)
     check_embeddings("z1", z1, check_finite=check_finite)

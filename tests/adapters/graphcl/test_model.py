@@ -151,6 +151,28 @@ def test_macl_loss_adapts_temperature_and_reports_stats():
     assert torch.allclose(same, graphcl_loss("graphcl")(z0, z1), atol=1e-6)
 
 
+def test_dystress_is_graphcls_dcl_loss_with_pair_temperatures():
+    """``graphcl_loss("dystress")``: GraphCL's one-direction loss without the positive in the
+    denominator, each pair at ``tau(cos)`` in [tau, 2 tau], the temperature detached as in
+    the authors' NT-Xent code; at tau_min = tau_max it is GraphCL's own loss."""
+    from adaptcl.plugins import DySTreSSLoss
+
+    torch.manual_seed(0)
+    z0, z1 = torch.randn(12, 8, dtype=torch.float64), torch.randn(12, 8, dtype=torch.float64)
+    loss_fn = graphcl_loss("dystress")
+    assert isinstance(loss_fn, DySTreSSLoss)
+    assert (loss_fn.min_temperature, loss_fn.max_temperature) == (0.2, 0.4)
+    assert loss_fn.form == "cross_view" and not loss_fn.positive_in_denominator
+    assert loss_fn.detach_temperature
+    assert not graphcl_loss("dystress", detach_temperature=False).detach_temperature
+    assert (graphcl_loss("dystress", temperature=0.1).min_temperature,
+            graphcl_loss("dystress", temperature=0.1).max_temperature) == (0.1, 0.2)
+    flat = graphcl_loss("dystress", max_temperature=0.2)  # tau_min = tau_max = GraphCL's 0.2
+    torch.testing.assert_close(flat(z0, z1), graphcl_loss("graphcl")(z0, z1))
+    assert not torch.allclose(loss_fn(z0, z1), graphcl_loss("graphcl")(z0, z1))
+    assert graphcl_loss("dystress", shape="piecewise").shape == "piecewise"
+
+
 def test_loss_factory_accepts_modules_and_rejects_unknown_names():
     class Custom(nn.Module):
         def forward(self, z0, z1):
@@ -175,10 +197,11 @@ def test_graphcl_loss_takes_the_registry_names_graphcls_alias_and_old_spellings(
     import warnings
 
     from adaptcl.adapters.graphcl import LOSS_ALIASES, LOSS_NAMES
-    from adaptcl.plugins import DCLLoss, InfoNCELoss, MACLLoss
+    from adaptcl.plugins import DCLLoss, DySTreSSLoss, InfoNCELoss, MACLLoss
 
-    assert LOSS_NAMES == ("dcl", "infonce", "macl") and LOSS_ALIASES == {"graphcl": "dcl"}
-    built = {"dcl": DCLLoss, "infonce": InfoNCELoss, "macl": MACLLoss}
+    assert LOSS_NAMES == ("dcl", "infonce", "macl", "dystress")
+    assert LOSS_ALIASES == {"graphcl": "dcl"}
+    built = {"dcl": DCLLoss, "infonce": InfoNCELoss, "macl": MACLLoss, "dystress": DySTreSSLoss}
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # canonical names and GraphCL's alias: no note
         for name in LOSS_NAMES:
@@ -191,7 +214,7 @@ def test_graphcl_loss_takes_the_registry_names_graphcls_alias_and_old_spellings(
         old = graphcl_loss("nt_xent", temperature=0.3)
     assert _same_loss(old, graphcl_loss("infonce", temperature=0.3))
     with pytest.raises(ValueError, match=r"loss 'ascl' is not available here; choose from "
-                                         r"dcl, infonce, macl, graphcl \(= dcl\)"):
+                                         r"dcl, infonce, macl, dystress, graphcl \(= dcl\)"):
         graphcl_loss("ascl")
     with pytest.raises(TypeError, match="loss name"):
         graphcl_loss(3)
@@ -200,7 +223,7 @@ def test_graphcl_loss_takes_the_registry_names_graphcls_alias_and_old_spellings(
 # -------------------------------------------------------------------------------------- model
 
 
-@pytest.mark.parametrize("loss", ["graphcl", "macl", "infonce"])
+@pytest.mark.parametrize("loss", ["graphcl", "macl", "infonce", "dystress"])
 def test_graphcl_model_trains_one_step(loss):
     torch.manual_seed(0)
     graphs = random_graphs(16)
@@ -215,7 +238,7 @@ def test_graphcl_model_trains_one_step(loss):
     assert value.dim() == 0 and torch.isfinite(value)
     assert any(not torch.equal(a, p) for a, p in zip(before, model.parameters(), strict=True))
     assert "loss" in model.last_stats
-    if loss == "macl":
+    if loss in ("macl", "dystress"):
         assert "temperature" in model.last_stats
     model.eval()
     emb = model.embed(b0)
@@ -260,7 +283,7 @@ def test_plugins_do_not_import_torch_geometric():
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
 
-@pytest.mark.parametrize("name", ["graphcl", "infonce", "macl"])
+@pytest.mark.parametrize("name", ["graphcl", "infonce", "macl", "dystress"])
 def test_tile_size_passes_through_the_loss_factory(name):
     torch.manual_seed(0)
     z0, z1 = torch.randn(9, 16, requires_grad=True), torch.randn(9, 16, requires_grad=True)

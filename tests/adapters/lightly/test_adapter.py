@@ -264,8 +264,26 @@ def test_amcl_loss_with_per_head_memory_banks():
 # ---------------------------------------------------------------------------------------------
 
 
+#: classes of the full batch of 12 pairs, each on both ranks (SupCon needs them gathered)
+LABELS = torch.tensor([0, 1, 2, 0, 1, 2, 2, 0, 1, 3, 3, 0])
+
+
+def _labels(name, rows):
+    return (LABELS[rows],) if name.startswith("supcon") else ()
+
+
 def _make_losses():
+    from adaptcl.adapters.lightly import DySTreSSLoss
+
     return {
+        "dystress": lambda: DySTreSSLoss(0.1, 0.2, gather_distributed=True),
+        "dystress_bank": lambda: DySTreSSLoss(0.1, 0.3, memory_bank_size=(40, 8),
+                                              gather_distributed=True),
+        "supcon": lambda: NTXentLoss(temperature=0.2, gather_distributed=True),
+        "supcon_macl": lambda: MACLLoss(0.1, 0.5, reweight=False, gather_distributed=True),
+        # the bank's classes are gathered with its keys by Lightly's bank, as the keys are
+        "supcon_bank": lambda: NTXentLoss(temperature=0.2, memory_bank_size=(40, 8),
+                                          memory_bank_labels=True, gather_distributed=True),
         "macl": lambda: MACLLoss(temperature=0.1, alpha=0.5, a0=0.0, gather_distributed=True),
         "ntxent": lambda: NTXentLoss(temperature=0.2, gather_distributed=True),
         "dcl": lambda: DCLLoss(temperature=0.1, gather_distributed=True),
@@ -304,13 +322,15 @@ def _worker(rank: int, world: int, port: int, out_dir: str) -> None:
             loss_fn = make()
             z0 = z0_full[rank * n:(rank + 1) * n].clone().requires_grad_()
             z1 = z1_full[rank * n:(rank + 1) * n].clone().requires_grad_()
-            loss = loss_fn(z0, z1)
+            loss = loss_fn(z0, z1, *_labels(name, slice(rank * n, (rank + 1) * n)))
             g0, g1 = torch.autograd.grad(loss, (z0, z1))
             entry = {"loss": loss.detach(), "g0": g0, "g1": g1,
                      "stats": {k: v.clone() for k, v in loss_fn.last_stats.items()}}
             if getattr(loss_fn, "uses_memory_bank", False):
                 entry["bank"] = loss_fn.memory_bank.bank.clone()
                 entry["ptr"] = int(loss_fn.memory_bank.bank_ptr)
+            if getattr(loss_fn, "label_bank", None) is not None:
+                entry["bank_labels"] = loss_fn.label_bank.bank.clone()
             results[name] = entry
         torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
     finally:
@@ -331,8 +351,11 @@ def test_two_process_gloo_matches_single_process_full_batch():
         torch.manual_seed(0)
         single = make()
         z0, z1 = z0_full.clone().requires_grad_(), z1_full.clone().requires_grad_()
-        loss = single(z0, z1)
+        loss = single(z0, z1, *_labels(name, slice(None)))
         g0, g1 = torch.autograd.grad(loss, (z0, z1))
+        if name == "supcon_bank":  # both ranks stored the classes of all 12 keys, in order
+            for r in ranks:
+                torch.testing.assert_close(r[name]["bank_labels"][:12, 0], LABELS.float())
         if name.endswith("_bank"):
             # queue form: each rank's anchors meet the same queue (keys of all ranks enter it,
             # gathered by Lightly's bank), so the mean of the ranks is the full-batch loss

@@ -334,6 +334,7 @@ ALL_LOSSES = {
     "MACLLoss": lambda **kw: ours.MACLLoss(**kw),
     "ASCLLoss": lambda **kw: ours.ASCLLoss(**kw),
     "AMCLLoss": lambda **kw: ours.AMCLLoss(OUT, **kw),
+    "DySTreSSLoss": lambda **kw: ours.DySTreSSLoss(**kw),
 }
 
 

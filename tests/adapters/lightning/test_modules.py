@@ -281,6 +281,21 @@ def test_moco_by_name_keeps_its_queue_in_the_state_dict_and_macl_gets_tau0():
     assert (module.criterion.temperature, module.criterion.A_0) == pytest.approx((0.15, 0.2))
 
 
+def test_dystress_by_name_runs_from_temperature_to_twice_it_on_simclr_and_moco():
+    """The DySTreSS authors' SimCLR setting (0.1, 0.2) at the factory's default temperature;
+    MoCo's queue is its memory bank."""
+    from adaptcl.adapters.lightly import DySTreSSLoss
+
+    simclr = build_ssl_module("simclr", "dystress", width=0.0625, hidden_dim=32, output_dim=16)
+    assert isinstance(simclr.criterion, DySTreSSLoss) and not simclr.criterion.uses_memory_bank
+    assert (simclr.criterion.min_temperature, simclr.criterion.max_temperature) == (0.1, 0.2)
+    assert simclr.criterion.criterion.form == "nt_xent"
+    moco = build_ssl_module("moco", "dystress", width=0.0625, hidden_dim=32, output_dim=16,
+                            queue_size=32, temperature=0.05, dystress_max_temperature=0.3)
+    assert moco.criterion.uses_memory_bank and moco.criterion.criterion.form == "queue"
+    assert (moco.criterion.min_temperature, moco.criterion.max_temperature) == (0.05, 0.3)
+
+
 def test_a_loss_that_does_not_apply_to_the_method_is_rejected_by_name():
     with pytest.raises(ValueError, match="loss 'macl' does not apply to simsiam"):
         build_ssl_module("simsiam", "macl")

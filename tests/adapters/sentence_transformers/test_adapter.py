@@ -11,7 +11,6 @@ pytest.importorskip("sentence_transformers")
 from sentence_transformers.sentence_transformer.losses import (  # noqa: E402
     MultipleNegativesRankingLoss,
 )
-from transformers import TrainerCallback  # noqa: E402
 
 from adaptcl.adapters import sentence_transformers as st_losses  # noqa: E402
 from adaptcl.adapters.sentence_transformers import (  # noqa: E402
@@ -115,87 +114,6 @@ def test_amcl_bound_warning_steps_reaches_the_core_and_none_disables_it(tiny_ber
     assert loss.core.bound_warning_steps is None
 
 
-class _StopAfter(TrainerCallback):
-    """An interruption: training stops after ``step`` (its checkpoint written)."""
-
-    def __init__(self, step: int) -> None:
-        self.step = step
-
-    def on_step_end(self, args, state, control, **kwargs):
-        control.should_training_stop = state.global_step >= self.step
-        return control
-
-
-class _LossStateAtFirstStep(TrainerCallback):
-    def __init__(self, loss) -> None:
-        self.loss, self.state = loss, None
-
-    def on_step_begin(self, args, state, control, **kwargs):
-        if self.state is None:
-            self.state = {k: v.clone() for k, v in self.loss.loss_state_dict().items()}
-        return control
-
-
-def _amcl_run(path, output_dir, *, seed, callbacks=(), resume=None, **extra_args):
-    """AMCL through SentenceTransformerTrainer: 2 steps at batch 4, a checkpoint every step."""
-    from datasets import Dataset
-    from sentence_transformers import SentenceTransformerTrainer
-    from sentence_transformers.sentence_transformer.training_args import (
-        SentenceTransformerTrainingArguments,
-    )
-
-    model = build_simcse_model(str(path), "avg", max_seq_length=16)
-    torch.manual_seed(seed)  # the loss's heads and temperature network
-    loss = st_losses.AMCLLoss(model, num_heads=2, projection_dim=8)
-    probe = _LossStateAtFirstStep(loss)
-    args = SentenceTransformerTrainingArguments(
-        output_dir=str(output_dir), per_device_train_batch_size=4, max_steps=2, learning_rate=1e-2,
-        save_strategy="steps", save_steps=1, report_to="none", use_cpu=True, disable_tqdm=True,
-        seed=0, **extra_args)
-    pairs = Dataset.from_dict({"anchor": CORPUS, "positive": [s.replace(" .", " !") for s in CORPUS]})
-    trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=pairs, loss=loss,
-                                         callbacks=[st_losses.LossStateCallback(loss), probe, *callbacks])
-    trainer.train(resume_from_checkpoint=resume)
-    return model, loss, probe.state
-
-
-def test_amcl_heads_restored_when_trainer_resumes(tmp_path, tiny_bert):
-    """``train(resume_from_checkpoint=True)`` restores AMCL's heads and temperature network from
-    the checkpoint (they are not part of the model), and the resumed run ends where an
-    uninterrupted one does."""
-    model, loss, _ = _amcl_run(tiny_bert, tmp_path / "whole", seed=0)
-    _amcl_run(tiny_bert, tmp_path / "cut", seed=0, callbacks=[_StopAfter(1)])
-    saved = torch.load(tmp_path / "cut" / "checkpoint-1" / st_losses.LOSS_STATE_FILE,
-                       weights_only=True)["state"]
-    # resumed in a new process: fresh heads (another seed), the trainer restores the rest
-    resumed_model, resumed_loss, at_resume = _amcl_run(tiny_bert, tmp_path / "cut", seed=1, resume=True)
-    assert at_resume.keys() == saved.keys() and any("heads" in k for k in saved)
-    for k, v in saved.items():
-        torch.testing.assert_close(at_resume[k], v, rtol=0, atol=0, msg=k)
-    for k, v in loss.loss_state_dict().items():
-        torch.testing.assert_close(resumed_loss.loss_state_dict()[k], v, msg=k)
-    for (name, a), b in zip(model.named_parameters(), resumed_model.parameters(), strict=True):
-        torch.testing.assert_close(b, a, msg=name)
-
-
-def test_resuming_without_saved_loss_state_raises(tmp_path, tiny_bert):
-    """No silent fresh heads: a resumed run whose checkpoint lacks the loss state raises; a
-    checkpoint outside ``output_dir`` is found through ``args.resume_from_checkpoint``."""
-    import shutil
-
-    _amcl_run(tiny_bert, tmp_path / "run", seed=0, callbacks=[_StopAfter(1)])
-    elsewhere = tmp_path / "moved" / "checkpoint-1"
-    shutil.copytree(tmp_path / "run" / "checkpoint-1", elsewhere)
-    (tmp_path / "run" / "checkpoint-1" / st_losses.LOSS_STATE_FILE).unlink()
-    with pytest.raises(FileNotFoundError, match=r"resumes at step 1 .*adaptcl_loss_state\.pt"):
-        _amcl_run(tiny_bert, tmp_path / "run", seed=0, resume=True)
-    saved = torch.load(elsewhere / st_losses.LOSS_STATE_FILE, weights_only=True)["state"]
-    _, _, at_resume = _amcl_run(tiny_bert, tmp_path / "other", seed=1, resume=str(elsewhere),
-                                resume_from_checkpoint=str(elsewhere))
-    for k, v in saved.items():
-        torch.testing.assert_close(at_resume[k], v, rtol=0, atol=0, msg=k)
-
-
 def test_make_loss_takes_the_registry_names_and_old_spellings(tiny_bert):
     import warnings
 
@@ -203,7 +121,8 @@ def test_make_loss_takes_the_registry_names_and_old_spellings(tiny_bert):
 
     model = build_simcse_model(str(tiny_bert), "cls_before_pooler", max_seq_length=16)
     built = {"infonce": st_losses.InfoNCELoss, "macl": st_losses.MACLLoss,
-             "ascl": st_losses.ASCLLoss, "amcl": st_losses.AMCLLoss}
+             "ascl": st_losses.ASCLLoss, "amcl": st_losses.AMCLLoss,
+             "dystress": st_losses.DySTreSSLoss}
     assert LOSSES == tuple(built)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -216,7 +135,7 @@ def test_make_loss_takes_the_registry_names_and_old_spellings(tiny_bert):
     assert type(old) is type(new) and old.get_config_dict() == new.get_config_dict()
     assert old.get_config_dict() != make_loss("infonce", model).get_config_dict()
     with pytest.raises(ValueError, match="loss 'dcl' is not available here; choose from "
-                                         "infonce, macl, ascl, amcl"):
+                                         "infonce, macl, ascl, amcl, dystress"):
         make_loss("dcl", model)
     with pytest.raises(ValueError, match="AMCL brings its own projection heads"):
         make_loss("amcl", model, projection=nn.Identity())

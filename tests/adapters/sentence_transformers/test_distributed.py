@@ -14,7 +14,14 @@ from tests._distributed import free_port
 pytest.importorskip("sentence_transformers")
 
 WORLD, N, D = 2, 5, 8
-NAMES = ("infonce", "macl", "macl_symmetric", "amcl")
+NAMES = ("infonce", "macl", "macl_symmetric", "amcl", "dystress", "hardness_hard_negatives",
+         "hardness_in_batch_symmetric", "supcon", "supcon_dystress_hardness")
+#: classes of the full batch, shared across the two ranks (labels must be gathered)
+LABELS = torch.tensor([0, 1, 2, 0, 1, 2, 3, 0, 1, 3])
+
+
+def _labels(name: str, rows: slice):
+    return LABELS[rows] if name.startswith("supcon") else None
 
 
 class _Encoder(torch.nn.Module):
@@ -31,6 +38,19 @@ def _make(name: str, gather: bool):
         return st.InfoNCELoss(None, temperature=0.05, gather_across_devices=gather)
     if name == "macl":
         return st.MACLLoss(None, gather_across_devices=gather)
+    if name == "dystress":
+        return st.DySTreSSLoss(None, shape="cosine", gather_across_devices=gather)
+    if name == "hardness_hard_negatives":  # each rank's hard negatives are its own anchors'
+        return st.InfoNCELoss(None, temperature=0.05, hardness_mode="hard_negatives",
+                              hardness_strength=5.0, gather_across_devices=gather)
+    if name == "hardness_in_batch_symmetric":
+        return st.MACLLoss(None, alpha=0.0, hardness_mode="in_batch_negatives",
+                           hardness_strength=9.0, symmetric=True, gather_across_devices=gather)
+    if name == "supcon":
+        return st.InfoNCELoss(None, temperature=0.1, use_labels=True, gather_across_devices=gather)
+    if name == "supcon_dystress_hardness":
+        return st.DySTreSSLoss(None, use_labels=True, hardness_mode="all_negatives",
+                               hardness_strength=2.0, gather_across_devices=gather)
     if name == "amcl":
         torch.manual_seed(0)  # the same heads and temperature network on every rank
         loss = st.AMCLLoss(_Encoder(), num_heads=2, projection_dim=4, gather_across_devices=gather)
@@ -53,7 +73,8 @@ def _worker(rank: int, port: int, results):
         out = {}
         for name in NAMES:
             cols = [c[rank * N:(rank + 1) * N].clone().requires_grad_() for c in _columns()]
-            loss = _make(name, True).compute_loss_from_embeddings(cols, None)
+            labels = _labels(name, slice(rank * N, (rank + 1) * N))
+            loss = _make(name, True).compute_loss_from_embeddings(cols, labels)
             loss.backward()
             total = loss.detach().clone()
             dist.all_reduce(total)
@@ -76,7 +97,7 @@ def results():
 @pytest.mark.parametrize("name", NAMES)
 def test_gather_across_devices_equals_the_full_batch_hard_negatives_included(results, name):
     cols = [c.clone().requires_grad_() for c in _columns()]
-    loss = _make(name, False).compute_loss_from_embeddings(cols, None)
+    loss = _make(name, False).compute_loss_from_embeddings(cols, _labels(name, slice(None)))
     loss.backward()
     for rank in range(WORLD):
         got = results[rank][name]

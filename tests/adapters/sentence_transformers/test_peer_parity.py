@@ -234,7 +234,8 @@ def test_positional_second_argument_follows_multiple_negatives_ranking_loss():
 
     peer_order = list(inspect.signature(MultipleNegativesRankingLoss).parameters)
     classes = _adapter_losses()
-    assert {c.__name__ for c in classes} == {"InfoNCELoss", "MACLLoss", "ASCLLoss", "AMCLLoss"}
+    assert {c.__name__ for c in classes} == {"InfoNCELoss", "MACLLoss", "ASCLLoss", "AMCLLoss",
+                                             "DySTreSSLoss"}
     for cls in classes:
         params = inspect.signature(cls).parameters.values()
         positional = [p.name for p in params if p.kind is p.POSITIONAL_OR_KEYWORD]
@@ -268,3 +269,103 @@ def test_a_scale_below_one_warns_that_it_is_a_large_temperature():
         warnings.simplefilter("error")
         st_losses.InfoNCELoss(None, 1.0)
         st_losses.InfoNCELoss(None, temperature=0.05)
+
+
+# --------------------------------------------------------------------------------------------
+# sentence-transformers 6.2's hardness weighting and directions / partition_mode
+# --------------------------------------------------------------------------------------------
+
+HARDNESS_MODES = ("in_batch_negatives", "hard_negatives", "all_negatives")
+BOTH = ("query_to_doc", "doc_to_query")
+
+
+def _hardness_losses(mode, strength, **peer_kwargs):
+    """Our losses at the settings where each is the peer's loss: InfoNCE, MACL with alpha = 0
+    and no reweighting, ASCL without neighbours, DySTreSS with tau_min = tau_max."""
+    kw = {"hardness_mode": mode, "hardness_strength": strength, **peer_kwargs}
+    losses = {
+        "infonce": st_losses.InfoNCELoss(None, 20.0, **kw),
+        "macl": st_losses.MACLLoss(None, 20.0, alpha=0.0, reweight=False, **kw),
+        "dystress": st_losses.DySTreSSLoss(None, min_temperature=0.05, max_temperature=0.05, **kw),
+    }
+    if not peer_kwargs:  # ASCL has one direction only
+        losses["ascl"] = st_losses.ASCLLoss(None, 20.0, num_neighbors=0, **kw)
+    return losses
+
+
+@pytest.mark.parametrize("num_columns", [2, 3, 4], ids=["pairs", "one-hard-negative", "two-hard-negatives"])
+@pytest.mark.parametrize("mode", HARDNESS_MODES)
+def test_hardness_equals_the_peers_in_every_mode(mode, num_columns):
+    """``InfoNCELoss(model, hardness_mode=..., hardness_strength=0.5)`` equals
+    ``MultipleNegativesRankingLoss`` with the same arguments, value and gradients, with and
+    without hard-negative columns; so do MACL (alpha 0), ASCL (K = 0) and DySTreSS (one
+    temperature) at the settings where they are InfoNCE."""
+    columns = _columns(columns=num_columns)
+    peer = MultipleNegativesRankingLoss(None, 20.0, hardness_mode=mode, hardness_strength=0.5)
+    theirs = _value_and_grads(peer, columns)
+    for name, ours in _hardness_losses(mode, 0.5).items():
+        value, grads = _value_and_grads(ours, columns)
+        torch.testing.assert_close(value, theirs[0], msg=name)
+        for a, b in zip(grads, theirs[1], strict=True):
+            torch.testing.assert_close(a, b, msg=name)
+
+
+@pytest.mark.parametrize("mode", HARDNESS_MODES)
+def test_hardness_with_the_peers_symmetric_directions(mode):
+    """``directions=("query_to_doc", "doc_to_query"), partition_mode="per_direction"``: the
+    peer adds the term in the query -> doc direction only, and so do ours."""
+    columns = _columns(columns=4, seed=3)
+    peer = MultipleNegativesRankingLoss(None, 20.0, directions=BOTH, partition_mode="per_direction",
+                                        hardness_mode=mode, hardness_strength=2.0)
+    theirs = _value_and_grads(peer, columns)
+    for name, ours in _hardness_losses(mode, 2.0, directions=BOTH,
+                                       partition_mode="per_direction").items():
+        assert ours.symmetric, name
+        value, grads = _value_and_grads(ours, columns)
+        torch.testing.assert_close(value, theirs[0], msg=name)
+        for a, b in zip(grads, theirs[1], strict=True):
+            torch.testing.assert_close(a, b, msg=name)
+        assert ours.core.hardness_mode == mode  # restored after the reverse direction
+
+
+@pytest.mark.parametrize("directions, partition_mode", [
+    (("query_to_doc",), None), (("query_to_doc",), "joint"), (("query_to_doc",), "per_direction"),
+    (BOTH, "per_direction"),
+])
+@pytest.mark.parametrize("num_columns", [2, 3])
+def test_macl_without_adaptation_takes_the_peers_directions(directions, partition_mode, num_columns):
+    """MACL at alpha = 0 without reweighting equals the peer for every ``directions`` /
+    ``partition_mode`` the losses here offer."""
+    columns = _columns(columns=num_columns, seed=4)
+    kw = {"directions": directions} | ({} if partition_mode is None else {"partition_mode": partition_mode})
+    theirs = _value_and_grads(MultipleNegativesRankingLoss(None, 20.0, **kw), columns)
+    ours = st_losses.MACLLoss(None, 20.0, alpha=0.0, reweight=False, **kw)
+    assert ours.symmetric == (directions == BOTH)
+    value, grads = _value_and_grads(ours, columns)
+    torch.testing.assert_close(value, theirs[0])
+    for a, b in zip(grads, theirs[1], strict=True):
+        torch.testing.assert_close(a, b)
+
+
+def test_directions_the_losses_do_not_offer_are_refused_by_name():
+    for cls in (st_losses.MACLLoss, st_losses.DySTreSSLoss):
+        with pytest.raises(ValueError, match="partition_mode='joint' is not available"):
+            cls(None, directions=BOTH, partition_mode="joint")
+        with pytest.raises(ValueError, match="query_to_query"):
+            cls(None, directions=("query_to_doc", "query_to_query"))
+
+
+def test_hardness_is_refused_like_the_peer_refuses_it():
+    with pytest.raises(ValueError, match="hardness_mode must be one of"):
+        st_losses.InfoNCELoss(None, hardness_mode="hardest")
+    with pytest.raises(ValueError, match="hardness_strength must be"):
+        st_losses.MACLLoss(None, hardness_mode="all_negatives", hardness_strength=-1.0)
+    with pytest.raises(ValueError):
+        MultipleNegativesRankingLoss(None, hardness_mode="all_negatives", hardness_strength=-1.0)
+
+
+def test_hardness_shows_in_the_model_card_config():
+    loss = st_losses.InfoNCELoss(None, hardness_mode="hard_negatives", hardness_strength=5.0)
+    assert loss.get_config_dict()["hardness_mode"] == "hard_negatives"
+    assert loss.get_config_dict()["hardness_strength"] == 5.0
+    assert "hardness_mode" not in st_losses.InfoNCELoss(None).get_config_dict()

@@ -289,10 +289,10 @@ def test_interrupted_run_leaves_a_partial_result_and_resumes(tmp_path, shared_da
                      sts=False, max_sentences=16)
     real_train = training.train_cell
 
-    def killed_on_macl(cfg, cell, *args):
+    def killed_on_macl(cfg, cell, *args, **kwargs):
         if cell.method == "macl":
             raise KeyboardInterrupt  # a kill between two runs
-        return real_train(cfg, cell, *args)
+        return real_train(cfg, cell, *args, **kwargs)
 
     monkeypatch.setattr(training, "train_cell", killed_on_macl)
     with pytest.raises(KeyboardInterrupt):

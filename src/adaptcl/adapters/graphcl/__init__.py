@@ -9,8 +9,8 @@
   :class:`MolGINEncoder` (Hu et al. 2020, 5 x 300, OGB atom/bond encoders);
 * the models (:mod:`.model`): :class:`GraphCL`, the fine-tuning :class:`MolPropertyModel`
   (encoder + linear multi-task head), the loss factory :func:`graphcl_loss`
-  (``"dcl"``, also by GraphCL's name ``"graphcl"``, ``"infonce"``, ``"macl"``, or any
-  ``nn.Module``), and
+  (``"dcl"``, also by GraphCL's name ``"graphcl"``, ``"infonce"``, ``"macl"``, ``"dystress"``,
+  or any ``nn.Module``), and
   :func:`train_epoch` (``device=``, ``precision="32" | "bf16-mixed" | "16-mixed"``);
   the loss names (:mod:`.names`, which imports no framework);
 * the same pre-training under PyTorch Lightning, on one device or several (``strategy="ddp"``,

@@ -54,6 +54,13 @@ def graphcl_loss(name: str | nn.Module = "graphcl", temperature: float = DEFAULT
     * ``"infonce"``: ``InfoNCELoss(form="cross_view")`` (positive in the denominator).
     * ``"macl"``: ``MACLLoss(alpha=0.5, a0=0.0, reweight=False, form="cross_view",
       positive_in_denominator=False)``: GraphCL + MACL as in Huang et al. 2023, App. B.5.
+    * ``"dystress"``: ``DySTreSSLoss(min_temperature=temperature,
+      max_temperature=2 * temperature, form="cross_view", positive_in_denominator=False)``:
+      GraphCL's DCL cross-view loss with DySTreSS's per-pair temperatures (Manna et al., IEEE
+      TAI 2025), as ``"macl"`` is GraphCL's loss with MACL's. The DySTreSS authors ran no
+      graphs; as in their SimCLR setting (0.1 and 0.2) the fixed tau is tau_min and tau_max is
+      twice it, the rule of the Lightning factory too. The temperature is detached, as in
+      their NT-Xent code (their DCL code is not: ``detach_temperature=False``).
 
     ``kwargs`` go to the loss constructor (e.g. ``alpha=``, ``a0=`` for MACL, or ``tile_size=``
     to stream the similarity matrix in tiles for very large batches). Names are resolved by
@@ -64,7 +71,7 @@ def graphcl_loss(name: str | nn.Module = "graphcl", temperature: float = DEFAULT
         if kwargs:
             raise TypeError("keyword arguments are only used when the loss is given by name")
         return name
-    from adaptcl.plugins import DCLLoss, InfoNCELoss, MACLLoss
+    from adaptcl.plugins import DCLLoss, DySTreSSLoss, InfoNCELoss, MACLLoss
 
     if not isinstance(name, str):
         raise TypeError(f"loss_fn must be a loss name ({loss_help(LOSS_NAMES, LOSS_ALIASES)}) "
@@ -79,6 +86,11 @@ def graphcl_loss(name: str | nn.Module = "graphcl", temperature: float = DEFAULT
                   "positive_in_denominator": False}
         params.update(kwargs)
         return MACLLoss(temperature=temperature, **params)
+    if key == "dystress":
+        params = {"max_temperature": 2 * temperature, "form": "cross_view",
+                  "positive_in_denominator": False}
+        params.update(kwargs)
+        return DySTreSSLoss(min_temperature=temperature, **params)
     raise AssertionError(key)  # pragma: no cover - LOSS_NAMES are all built above
 
 

@@ -6,6 +6,11 @@ Organised like Lightly itself:
   ``DualTemperatureLoss``, ``MACLLoss``, ``ASCLLoss``, ``AMCLLoss`` with the constructor order
   and call signature of ``lightly.loss`` (``loss = loss_fn(out0, out1)``), so a working
   Lightly pipeline switches to MACL (or DCL, ASCL, ...) by changing one import;
+- :mod:`.dystress` -- ``DySTreSSLoss`` (per-pair temperatures), in the argument order of the
+  authors' own Lightly loss;
+- labels: ``loss_fn(out0, out1, labels)`` with the class of each pair (``[N]`` integers or
+  one-hot rows) makes every same-class candidate a positive (SupCon) for ``NTXentLoss``,
+  ``MACLLoss`` and ``DySTreSSLoss``; with a memory bank pass ``memory_bank_labels=True``;
 - :mod:`.memory_bank` -- the one place where Lightly's ``MemoryBankModule`` and
   ``lightly.utils.dist.gather`` are wired to a core loss (and the persistent bank);
 - :mod:`.heads` -- AMCL's multi-head projection built from any Lightly head;
@@ -22,6 +27,9 @@ References:
     - ASCL: Feng & Patras, "Adaptive Soft Contrastive Learning", ICPR 2022.
     - AMCL: Wang et al., "Adaptive Multi-head Contrastive Learning", ECCV 2024.
     - DCL: Yeh et al., "Decoupled Contrastive Learning", ECCV 2022.
+    - DySTreSS: Manna et al., "Dynamically Scaled Temperature in Self-Supervised Contrastive
+      Learning", IEEE TAI 2025.
+    - SupCon: Khosla et al., "Supervised Contrastive Learning", NeurIPS 2020.
 """
 
 from adaptcl.adapters import require
@@ -29,6 +37,7 @@ from adaptcl.adapters import require
 require("lightly", "vision")
 
 from .ascl_moco import ASCLMoCo  # noqa: E402
+from .dystress import DySTreSSLoss  # noqa: E402
 from .heads import AMCLProjectionHead, PairTemperature  # noqa: E402
 from .loss import (  # noqa: E402
     AMCLLoss,
@@ -45,7 +54,7 @@ from .transforms import CIFAR10_NORMALIZE, ASCLTransform, WeakViewTransform  # n
 
 __all__ = [
     "NTXentLoss", "DCLLoss", "DCLWLoss", "FlatNCELoss", "DualTemperatureLoss", "MACLLoss",
-    "ASCLLoss", "AMCLLoss", "AMCLProjectionHead", "PairTemperature",
+    "ASCLLoss", "AMCLLoss", "DySTreSSLoss", "AMCLProjectionHead", "PairTemperature",
     "MemoryBankLoss", "PersistentMemoryBankModule", "lightly_gather",
     "ASCLMoCo", "ASCLTransform", "WeakViewTransform", "CIFAR10_NORMALIZE",
 ]

@@ -63,8 +63,13 @@ class NTXentLoss(MemoryBankLoss):
             negatives), ``"cross_view"`` (N-1 cross-view negatives, one direction) or
             ``"cross_view_symmetric"``.
         persistent_memory_bank: save the memory bank in ``state_dict`` (Lightly does not).
+        memory_bank_labels: keep the class of every bank entry, for ``labels`` with a bank.
         check_finite: raise on NaN/inf embeddings (costs one host-device synchronisation).
         tile_size: stream the similarity matrix in tiles (memory linear in the batch).
+
+    ``loss_fn(out0, out1, labels)`` with the class of each pair (``[N]`` integers or one-hot
+    rows) is supervised contrastive learning (SupCon's ``L_out``, Khosla et al. 2020): every
+    candidate of the anchor's class is a positive, see :mod:`adaptcl.plugins.targets`.
 
     Examples:
         >>> # from lightly.loss import NTXentLoss
@@ -72,16 +77,18 @@ class NTXentLoss(MemoryBankLoss):
         >>> loss_fn = NTXentLoss(temperature=0.5)
         >>> out0, out1 = torch.randn(8, 16), torch.randn(8, 16)
         >>> loss = loss_fn(out0, out1)
+        >>> supcon = loss_fn(out0, out1, torch.tensor([0, 1, 1, 0, 2, 2, 0, 1]))
     """
 
     def __init__(self, temperature: float = 0.5, memory_bank_size: BankSize = 0,
                  gather_distributed: bool = False, *, form: str = "nt_xent",
-                 persistent_memory_bank: bool = False, check_finite: bool = True,
-                 tile_size: int | None = None) -> None:
+                 persistent_memory_bank: bool = False, memory_bank_labels: bool = False,
+                 check_finite: bool = True, tile_size: int | None = None) -> None:
         super().__init__(functools.partial(plugins.InfoNCELoss, temperature), memory_bank_size,
                          gather_distributed, form=form,
                          persistent_memory_bank=persistent_memory_bank,
-                         check_finite=check_finite, tile_size=tile_size)
+                         check_finite=check_finite, tile_size=tile_size,
+                         memory_bank_labels=memory_bank_labels)
 
     temperature = core_attribute("temperature", check_positive)
 
@@ -249,7 +256,8 @@ class MACLLoss(MemoryBankLoss):
         reweight, adaptive, temperature_form, weight_form, min_temperature: ablation switches
             of :class:`adaptcl.plugins.MACLLoss`; ``min_temperature`` defaults to a tenth of
             ``temperature`` and follows it when ``temperature`` is set later.
-        form, persistent_memory_bank, check_finite, tile_size: as in :class:`NTXentLoss`.
+        form, persistent_memory_bank, memory_bank_labels, check_finite, tile_size: as in
+            :class:`NTXentLoss` (``labels`` need ``reweight=False``).
 
     Examples:
         >>> # from lightly.loss import MACLLoss
@@ -264,15 +272,17 @@ class MACLLoss(MemoryBankLoss):
                  *, reweight: bool = True, adaptive: bool = True,
                  temperature_form: str = "linear", weight_form: str = "inverse",
                  min_temperature: float | None = None, form: str = "nt_xent",
-                 persistent_memory_bank: bool = False, A_0: float | None = None,
-                 check_finite: bool = True, tile_size: int | None = None) -> None:
+                 persistent_memory_bank: bool = False, memory_bank_labels: bool = False,
+                 A_0: float | None = None, check_finite: bool = True,
+                 tile_size: int | None = None) -> None:
         core = functools.partial(
             plugins.MACLLoss, temperature, alpha, a0 if A_0 is None else A_0,
             reweight=reweight, adaptive=adaptive, temperature_form=temperature_form,
             weight_form=weight_form, min_temperature=min_temperature)
         super().__init__(core, memory_bank_size, gather_distributed, form=form,
                          persistent_memory_bank=persistent_memory_bank,
-                         check_finite=check_finite, tile_size=tile_size)
+                         check_finite=check_finite, tile_size=tile_size,
+                         memory_bank_labels=memory_bank_labels)
         self._floor_follows_temperature = min_temperature is None
 
     @property

@@ -12,6 +12,11 @@ attribute ``criterion``) and this class does what ``lightly.loss.NTXentLoss`` do
 - ``gather_distributed`` passes ``lightly.utils.dist.gather`` (gradient-carrying) to the core,
   which offsets the positive index by the rank; with a bank, Lightly gathers the keys of every
   rank before they enter it.
+- ``labels`` (optional third argument of ``forward``, ``[N]`` class indices or ``[N, C]`` one-hot
+  rows): multi-positive (SupCon) targets for the losses that take them; with a memory bank
+  they need ``memory_bank_labels=True``, a second Lightly bank that keeps the class of every
+  entry in step with the first (``-1`` for entries without one, e.g. Lightly's random initial
+  rows), saved with ``persistent_memory_bank``;
 - one validation path: the shared arguments are checked here; the embeddings must be
   floating-point tensors (a ``TypeError`` naming ``out0``/``out1``, raised before the bank
   touches them) and are brought to one dtype (the bank is float32; float64 inputs keep
@@ -33,7 +38,8 @@ from adaptcl import plugins
 from adaptcl.plugins.candidates import compute_dtype, normalize
 from adaptcl.plugins.validation import check_bool, check_choice, check_shared
 
-__all__ = ["PersistentMemoryBankModule", "MemoryBankLoss", "lightly_gather", "core_attribute"]
+__all__ = ["PersistentMemoryBankModule", "MemoryBankLoss", "lightly_gather", "core_attribute",
+           "class_indices"]
 
 #: in-batch candidate sets a Lightly loss may choose; the queue form is chosen by the bank
 IN_BATCH_FORMS = tuple(f for f in plugins.FORMS if f != "queue")
@@ -105,6 +111,10 @@ class MemoryBankLoss(nn.Module):
         tile_size: stream the similarity matrix in tiles (see :mod:`adaptcl.plugins.tiled`).
         forms: the in-batch forms this loss supports.
         bank_width: bank entries per row (heads of a multi-head loss).
+        memory_bank_labels: keep the class of every bank entry (a second Lightly bank of
+            ``(num_features, 1)``), so that ``forward(out0, out1, labels)`` with a memory bank
+            makes the bank entries of the anchor's class positives. Classes must be below
+            2**24 (the bank holds them as float32, exactly).
     """
 
     def __init__(self, make_core: Callable[..., nn.Module],
@@ -112,12 +122,13 @@ class MemoryBankLoss(nn.Module):
                  gather_distributed: bool = False, *, form: str = "nt_xent",
                  persistent_memory_bank: bool = False, check_finite: bool = True,
                  tile_size: int | None = None, forms: tuple[str, ...] = IN_BATCH_FORMS,
-                 bank_width: int = 1) -> None:
+                 bank_width: int = 1, memory_bank_labels: bool = False) -> None:
         super().__init__()
         # the core's checks, made before Lightly's bank sees gather_distributed
         check_shared(gather_distributed=gather_distributed, gather_fn=None,
                      check_finite=check_finite, tile_size=tile_size)
         check_bool("persistent_memory_bank", persistent_memory_bank)
+        check_bool("memory_bank_labels", memory_bank_labels)
         if form == "queue":
             raise ValueError(f"form must be one of {forms}: the queue form is chosen by "
                              f"memory_bank_size, got {form!r}")
@@ -144,6 +155,21 @@ class MemoryBankLoss(nn.Module):
         # made from. A multi-head row is not: Lightly normalises its initial rows over all
         # heads together, so each head's part is normalised by the core.
         self.criterion.unit_negatives = self.uses_memory_bank and bank_width == 1
+        self.label_bank = None
+        if memory_bank_labels:
+            if not self.uses_memory_bank:
+                raise ValueError("memory_bank_labels=True needs a memory bank (memory_bank_size="
+                                 "(num_features, dim)); without one the labels of the batch "
+                                 "are all there is")
+            if not self.criterion.takes_labels:
+                raise ValueError(f"memory_bank_labels=True: {type(self).__name__} takes no labels")
+            # A bank of one float per entry, updated with the feature bank, so its pointer and
+            # Lightly's wrap-around stay in step; -1 marks an entry without a class.
+            self.label_bank = bank_class(size=(self.memory_bank.size[0], 1),
+                                         gather_distributed=gather_distributed,
+                                         feature_dim_first=False)
+            with torch.no_grad():
+                self.label_bank.bank.fill_(-1.0)
 
     check_finite = core_attribute("check_finite", check_bool)
 
@@ -152,27 +178,50 @@ class MemoryBankLoss(nn.Module):
         """What the core loss computed in the last call (detached 0-d tensors)."""
         return self.criterion.last_stats
 
-    def forward(self, out0: Tensor, out1: Tensor) -> Tensor:
+    def forward(self, out0: Tensor, out1: Tensor, labels: Tensor | None = None) -> Tensor:
         """Loss of the positive pairs ``(out0[i], out1[i])``, as ``NTXentLoss.forward``.
 
         Args:
             out0: output projections of the first views, shape ``(batch_size, dim)``.
             out1: output projections of the second views, shape ``(batch_size, dim)``; with a
                 memory bank these (normalised) enter the bank after the loss, as in Lightly.
+            labels: optional class of each pair, ``(batch_size,)`` integers or
+                ``(batch_size, num_classes)`` one-hot rows: every candidate of the anchor's class
+                is a positive (SupCon's ``L_out``, :mod:`adaptcl.plugins.targets`). For the
+                losses whose core takes labels (NT-Xent, MACL, DySTreSS); a ``TypeError``
+                otherwise.
         """
         out0, out1 = same_dtype(out0, out1)
+        pairs = {}
+        if labels is not None:
+            if not self.criterion.takes_labels:
+                raise TypeError(f"{type(self).__name__} takes no labels: multi-positive labels "
+                                "are for NTXentLoss, MACLLoss and DySTreSSLoss")
+            pairs["labels"] = class_indices(labels, out0.shape[0])
         if not self.uses_memory_bank:
-            return self.criterion(out0, out1)
+            return self.criterion(out0, out1, **pairs)
         for name, out in (("out0", out0), ("out1", out1)):
             if out.shape[-1] != self.memory_bank_dim:
                 raise ValueError(
                     f"the memory bank holds {self.memory_bank_dim}-dimensional features but "
                     f"{name} has feature dimension {out.shape[-1]}; build the loss with "
                     f"memory_bank_size=({self.memory_bank.size[0]}, {out.shape[-1]})")
+        if labels is not None and self.label_bank is None:
+            raise ValueError(
+                "labels with a memory bank need the class of every bank entry: build the loss "
+                "with memory_bank_labels=True (Lightly's bank stores features only)")
         # Lightly's bank holds the normalised out1 and is only updated in training.
         _, bank = self.memory_bank(self._bank_rows(out1), update=out0.requires_grad)
         negatives = bank.to(device=out0.device, dtype=compute_dtype(out0))
-        return self.criterion(out0, out1, self._bank_negatives(negatives))
+        if self.label_bank is not None:
+            new = (pairs["labels"] if labels is not None
+                   else torch.full((out0.shape[0],), -1, device=out0.device))
+            _, bank_labels = self.label_bank(new.to(torch.float32)[:, None],
+                                             update=out0.requires_grad)
+            if labels is not None:
+                pairs["negative_labels"] = bank_labels[:, 0].to(device=out0.device,
+                                                                dtype=torch.long)
+        return self.criterion(out0, out1, self._bank_negatives(negatives), **pairs)
 
     def _bank_rows(self, out1: Tensor) -> Tensor:
         """The ``[N, width * dim]`` rows ``out1`` adds to the bank: normalised by the core's
@@ -187,6 +236,25 @@ class MemoryBankLoss(nn.Module):
     def extra_repr(self) -> str:
         size = (self.memory_bank.size[0], self.memory_bank_dim) if self.uses_memory_bank else 0
         return f"memory_bank_size={size}, gather_distributed={self.gather_distributed}"
+
+
+def class_indices(labels: Tensor, rows: int) -> Tensor:
+    """``[rows]`` class indices from class indices or one-hot ``[rows, num_classes]`` rows (the
+    form of the SupCon loss proposed to Lightly, lightly-ai/lightly#1877); the core checks the
+    indices themselves."""
+    if not isinstance(labels, Tensor) or labels.ndim != 2:
+        return labels
+    if labels.shape[0] != rows:
+        raise ValueError(f"labels must have one row per pair, got {tuple(labels.shape)} for "
+                         f"{rows} pairs")
+    one_hot = (((labels == 0) | (labels == 1)).all() & (labels.sum(dim=1) == 1).all())
+    message = "labels of shape [pairs, classes] must be one-hot rows (or give class indices)"
+    if labels.device.type == "cpu":
+        if not bool(one_hot):
+            raise ValueError(message)
+    else:
+        torch._assert_async(one_hot, message)
+    return labels.argmax(dim=1)
 
 
 def _check_bank_size(size: int | Sequence[int]) -> None:

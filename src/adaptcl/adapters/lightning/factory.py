@@ -48,8 +48,9 @@ def build_ssl_module(method: str, loss: str, *, backbone: str = "resnet-18", wid
                      a0: float = 0.0, num_heads: int = 2, beta: float = 1e-3, kappa: int = 1,
                      negative_term: str = "softmax", amcl_objective: str = "nt_xent",
                      queue_size: int = 4096, num_neighbors: int = 1,
-                     sharpen_temperature: float = 0.05, gather_distributed: bool = False,
-                     **module_kwargs: Any) -> M.SSLModule:
+                     sharpen_temperature: float = 0.05,
+                     dystress_max_temperature: float | None = None,
+                     gather_distributed: bool = False, **module_kwargs: Any) -> M.SSLModule:
     """The Lightning module of ``method`` trained with the loss named ``loss``.
 
     The backbone is Lightly's CIFAR ResNet (:func:`~adaptcl.adapters.lightning.modules.
@@ -57,7 +58,9 @@ def build_ssl_module(method: str, loss: str, *, backbone: str = "resnet-18", wid
     losses (and ASCL-MoCo's), ``macl_temperature`` MACL's tau0 (default ``temperature``),
     ``alpha``/``a0`` MACL's, ``num_heads``/``beta``/``kappa``/``negative_term``/
     ``amcl_objective`` AMCL's (its multi-heads wrap the method's own Lightly head),
-    ``num_neighbors``/``sharpen_temperature`` ASCL's.
+    ``num_neighbors``/``sharpen_temperature`` ASCL's; for ``"dystress"`` ``temperature`` is
+    tau_min and ``dystress_max_temperature`` tau_max (default ``2 * temperature``: the DySTreSS
+    authors' SimCLR setting 0.1 and 0.2 at the default ``temperature``).
     MoCo's queue (``queue_size`` x ``output_dim``) is the loss's memory bank, kept in
     checkpoints. ``gather_distributed`` gathers negatives across DDP ranks.
     ``module_kwargs`` go to :class:`~adaptcl.adapters.lightning.modules.SSLModule`
@@ -125,6 +128,8 @@ def build_ssl_module(method: str, loss: str, *, backbone: str = "resnet-18", wid
         "flatnce": lambda: L.FlatNCELoss(temperature, **queue),
         "dual_temperature": lambda: L.DualTemperatureLoss(temperature, 1.0, **queue),
         "ascl": lambda: L.ASCLLoss(temperature, sharpen_temperature, num_neighbors, **queue),
+        "dystress": lambda: L.DySTreSSLoss(temperature, dystress_max_temperature or 2 * temperature,
+                                           **queue),
     }
     return module(net, feature_dim, criteria[loss](), hidden_dim=hid, output_dim=out,
                   **module_kwargs)

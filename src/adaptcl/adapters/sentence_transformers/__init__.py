@@ -9,10 +9,13 @@ followed by hard-negative columns. The maths lives in :mod:`adaptcl.plugins`.
 Organised by job:
 
 - :mod:`.losses` -- :class:`InfoNCELoss`, :class:`MACLLoss`, :class:`ASCLLoss`,
-  :class:`AMCLLoss`;
+  :class:`AMCLLoss`, :class:`DySTreSSLoss` (with the peer's ``hardness_mode`` and, through
+  ``use_labels=True``, the dataset's classes as multi-positive targets);
 - :mod:`.base` -- :class:`AdaptiveContrastiveLoss`, their base (one pass or gradient caching,
   the loss's own trainable state);
-- :mod:`.callbacks` -- :class:`LossStateCallback` (the loss state in every checkpoint);
+- :mod:`.callbacks` -- :class:`LossStateCallback` (the loss state in every checkpoint, restored
+  from the one the trainer resumes from); :mod:`.checkpoints` -- whether a trainer checkpoint
+  can be resumed whole, :func:`last_complete_checkpoint`;
 - :mod:`.simcse` -- SimCSE's model and poolers, :func:`make_loss` by name, its data, the
   trainer that logs the adaptive quantities and :func:`train_simcse` (:class:`SimCSEConfig`),
   one training run keeping the best STS-B dev checkpoint; :mod:`.simcse_names` -- its pooler and loss names
@@ -25,7 +28,8 @@ Trainable parts of a loss (AMCL's heads and temperature network, SimCSE's traini
 are optimised by ``SentenceTransformerTrainer`` (it optimises loss parameters) but are not part
 of the saved model: save them with :meth:`AdaptiveContrastiveLoss.save_loss_state` (or the
 :class:`LossStateCallback`, which does it at every checkpoint and restores them when the trainer
-resumes from one) and restore them with :meth:`~AdaptiveContrastiveLoss.load_loss_state`.
+resumes from one) and restore them with :meth:`~AdaptiveContrastiveLoss.load_loss_state`. A
+resumed training step whose model was restored but not the loss raises, naming the callback.
 
 Large batches: ``tile_size=`` streams the similarity matrix in tiles with an exact backward
 (Inf-CL, Cheng et al. 2024; :mod:`adaptcl.plugins.tiled`), so the loss itself needs memory
@@ -62,18 +66,28 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers; at run time __getattr
     from adaptcl.adapters.sentence_transformers.base import (
         LOSS_STATE_FILE,
         AdaptiveContrastiveLoss,
+        LossStateMismatchError,
         embedding_dimension,
+        loss_state_digest,
     )
     from adaptcl.adapters.sentence_transformers.callbacks import LossStateCallback
+    from adaptcl.adapters.sentence_transformers.checkpoints import (
+        IncompleteCheckpointError,
+        last_complete_checkpoint,
+        verify_checkpoint,
+    )
     from adaptcl.adapters.sentence_transformers.citations import (
         AMCL_CITATION,
         ASCL_CITATION,
+        DYSTRESS_CITATION,
         INFONCE_CITATION,
         MACL_CITATION,
+        SUPCON_CITATION,
     )
     from adaptcl.adapters.sentence_transformers.losses import (
         AMCLLoss,
         ASCLLoss,
+        DySTreSSLoss,
         InfoNCELoss,
         MACLLoss,
     )
@@ -92,11 +106,14 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers; at run time __getattr
     )
 
 _EXPORTS = {
-    **dict.fromkeys(("InfoNCELoss", "MACLLoss", "ASCLLoss", "AMCLLoss"), "losses"),
-    **dict.fromkeys(("AdaptiveContrastiveLoss", "LOSS_STATE_FILE", "embedding_dimension"), "base"),
+    **dict.fromkeys(("InfoNCELoss", "MACLLoss", "ASCLLoss", "AMCLLoss", "DySTreSSLoss"), "losses"),
+    **dict.fromkeys(("AdaptiveContrastiveLoss", "LOSS_STATE_FILE", "LossStateMismatchError",
+                     "embedding_dimension", "loss_state_digest"), "base"),
     "LossStateCallback": "callbacks",
-    **dict.fromkeys(("MACL_CITATION", "ASCL_CITATION", "AMCL_CITATION", "INFONCE_CITATION"),
-                    "citations"),
+    **dict.fromkeys(("IncompleteCheckpointError", "last_complete_checkpoint", "verify_checkpoint"),
+                    "checkpoints"),
+    **dict.fromkeys(("MACL_CITATION", "ASCL_CITATION", "AMCL_CITATION", "INFONCE_CITATION",
+                     "DYSTRESS_CITATION", "SUPCON_CITATION"), "citations"),
     **dict.fromkeys(("AdaptiveSentenceTransformerTrainer", "SimCSEConfig", "SimCSEProjection",
                      "build_simcse_model", "make_loss", "stsb_dev_evaluator", "supervised_dataset",
                      "train_simcse", "training_projection", "unsupervised_dataset",
@@ -105,10 +122,12 @@ _EXPORTS = {
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 
 __all__ = [
-    "LOSSES", "POOLERS", "InfoNCELoss", "MACLLoss", "ASCLLoss", "AMCLLoss", "AdaptiveContrastiveLoss",
-    "LOSS_STATE_FILE", "embedding_dimension", "LossStateCallback", "MACL_CITATION", "ASCL_CITATION",
-    "AMCL_CITATION", "INFONCE_CITATION", "AdaptiveSentenceTransformerTrainer", "SimCSEConfig",
-    "SimCSEProjection", "build_simcse_model", "make_loss", "stsb_dev_evaluator",
-    "supervised_dataset", "train_simcse", "training_projection", "unsupervised_dataset",
-    "validate_text_dataset",
+    "LOSSES", "POOLERS", "InfoNCELoss", "MACLLoss", "ASCLLoss", "AMCLLoss", "DySTreSSLoss",
+    "AdaptiveContrastiveLoss", "LOSS_STATE_FILE", "LossStateMismatchError", "embedding_dimension",
+    "loss_state_digest", "LossStateCallback", "IncompleteCheckpointError",
+    "last_complete_checkpoint", "verify_checkpoint", "MACL_CITATION", "ASCL_CITATION",
+    "AMCL_CITATION", "INFONCE_CITATION", "DYSTRESS_CITATION", "SUPCON_CITATION",
+    "AdaptiveSentenceTransformerTrainer", "SimCSEConfig", "SimCSEProjection",
+    "build_simcse_model", "make_loss", "stsb_dev_evaluator", "supervised_dataset",
+    "train_simcse", "training_projection", "unsupervised_dataset", "validate_text_dataset",
 ]

@@ -6,14 +6,20 @@ are optimised by ``SentenceTransformerTrainer`` (it optimises loss parameters) b
 of the saved model: save them with :meth:`AdaptiveContrastiveLoss.save_loss_state` (or the
 :class:`~adaptcl.adapters.sentence_transformers.LossStateCallback`, which does it at every
 checkpoint and restores them when the trainer resumes from one) and restore them with
-:meth:`~AdaptiveContrastiveLoss.load_loss_state`.
+:meth:`~AdaptiveContrastiveLoss.load_loss_state`. A loss with such state watches its model's
+``load_state_dict``: once the model's weights are loaded (``trainer.train(resume_from_checkpoint=
+...)`` restores the model and the optimiser, not the loss), a training step refuses to run until
+the loss's own state is loaded too.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
-from collections.abc import Iterable
+import weakref
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -32,13 +38,51 @@ from sentence_transformers.util import all_gather_with_grad, get_world_size  # n
 
 from ._arguments import _check_bool, _check_optional_count  # noqa: E402
 from ._gradient_cache import _apply_loss_parameter_gradients, _forward_is_patched  # noqa: E402
-from .citations import INFONCE_CITATION  # noqa: E402
+from .citations import INFONCE_CITATION, SUPCON_CITATION  # noqa: E402
 
-__all__ = ["AdaptiveContrastiveLoss", "LOSS_STATE_FILE", "embedding_dimension"]
+__all__ = ["AdaptiveContrastiveLoss", "LOSS_STATE_FILE", "LossStateMismatchError", "embedding_dimension",
+           "loss_state_digest"]
 
 logger = logging.getLogger(__name__)
 
 LOSS_STATE_FILE = "adaptcl_loss_state.pt"
+
+
+class LossStateMismatchError(ValueError):
+    """A saved loss state is not the one expected (its :func:`loss_state_digest` differs)."""
+
+
+def loss_state_digest(state: Mapping[str, Tensor]) -> str:
+    """SHA-256 (hex) of a loss state: every entry's name, dtype, shape and bytes, in name order.
+
+    :class:`~adaptcl.adapters.sentence_transformers.LossStateCallback` records it in each
+    checkpoint's trainer state, so that a resume loads the loss state written with that
+    checkpoint and no other.
+    """
+    digest = hashlib.sha256()
+    for name in sorted(state):
+        tensor = state[name].detach().cpu().contiguous()
+        digest.update(f"{name}\0{tensor.dtype}\0{tuple(tensor.shape)}\0".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+class _ModelLoadWatch:
+    """A ``load_state_dict`` post-hook on the model: tells the loss that the model's weights were
+    replaced. It holds the loss weakly, and a copy of the model (``copy.deepcopy`` and pickling
+    both go through ``__reduce__``) gets an inert watch: the copy is not the model that loss
+    trains."""
+
+    def __init__(self, loss: AdaptiveContrastiveLoss | None) -> None:
+        self._loss = weakref.ref(loss) if loss is not None else None
+
+    def __call__(self, module: nn.Module, incompatible_keys: Any) -> None:
+        loss = self._loss() if self._loss is not None else None
+        if loss is not None:
+            loss._model_loaded_without_loss_state = True
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, ...]]:
+        return _ModelLoadWatch, (None,)
 
 
 def embedding_dimension(model: nn.Module) -> int | None:
@@ -73,6 +117,17 @@ class AdaptiveContrastiveLoss(CachedLossMixin, nn.Module):
         check_finite: raise ``ValueError`` on NaN/inf embeddings (costs one host-device
             synchronisation per call; ``False`` skips it).
         show_progress_bar: progress bar over the cached mini-batches.
+        use_labels: read the ``labels`` sentence-transformers passes to ``forward`` (the
+            dataset's ``label`` column) as the class of each pair: every in-batch candidate of
+            the anchor's class is a positive (SupCon's ``L_out``,
+            :mod:`adaptcl.plugins.targets`); hard-negative columns stay negatives. ``False``
+            (default) ignores them, as ``MultipleNegativesRankingLoss`` does, so a dataset that
+            carries a label column (NLI) trains as before. Needs a core that takes labels.
+
+    The hardness term of the core (``hardness_mode``, :mod:`adaptcl.plugins.hardness`) gets the
+    owners of the hard-negative columns from here (column ``k`` row ``i`` is anchor ``i``'s,
+    across ranks too) and, as in ``MultipleNegativesRankingLoss``, touches the anchor -> candidates
+    direction only: the reverse direction of ``symmetric=True`` runs without it.
 
     The subclasses also take ``tile_size`` (passed to the core loss): see
     :mod:`adaptcl.plugins.tiled`.
@@ -83,7 +138,7 @@ class AdaptiveContrastiveLoss(CachedLossMixin, nn.Module):
     def __init__(self, model: nn.Module | None, core: nn.Module, *, projection: nn.Module | None = None,
                  gather_across_devices: bool = False, mini_batch_size: int | None = None,
                  mini_batch_num_tokens: int | None = None, symmetric: bool = False,
-                 show_progress_bar: bool = False) -> None:
+                 show_progress_bar: bool = False, use_labels: bool = False) -> None:
         self._check_model(model)
         mini_batch_size = _check_optional_count("mini_batch_size", mini_batch_size)
         mini_batch_num_tokens = _check_optional_count("mini_batch_num_tokens", mini_batch_num_tokens)
@@ -103,9 +158,17 @@ class AdaptiveContrastiveLoss(CachedLossMixin, nn.Module):
         self.projection = projection
         self.symmetric = _check_bool("symmetric", symmetric)
         self.gather_across_devices = _check_bool("gather_across_devices", gather_across_devices)
+        self.use_labels = _check_bool("use_labels", use_labels)
+        if self.use_labels and not getattr(core, "takes_labels", False):
+            raise ValueError(f"use_labels=True: the core loss {type(core).__name__} takes no labels")
         self.last_stats: dict[str, Tensor] = {}
         self._pending_parameter_grads: list[tuple[list[nn.Parameter], tuple[Tensor | None, ...]]] = []
         self._warned_patched_forward = False
+        # a resumed trainer restores the model, not the loss: see _refuse_stale_loss_state
+        self._model_loaded_without_loss_state = False
+        if model is not None:
+            model.register_load_state_dict_post_hook(_ModelLoadWatch(self))
+        self.register_load_state_dict_post_hook(_loss_state_loaded)
 
     def _check_model(self, model: Any) -> None:
         if model is not None and not isinstance(model, nn.Module):
@@ -118,6 +181,8 @@ class AdaptiveContrastiveLoss(CachedLossMixin, nn.Module):
     # --- forward: one pass, or gradient caching on sentence-transformers' machinery -----------
 
     def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None) -> Tensor:
+        if self._model_loaded_without_loss_state and torch.is_grad_enabled():
+            self._refuse_stale_loss_state()
         sentence_features = list(sentence_features)
         if self.uses_gradient_cache and _forward_is_patched(self.model):
             if not self._warned_patched_forward:
@@ -169,19 +234,33 @@ class AdaptiveContrastiveLoss(CachedLossMixin, nn.Module):
                 None if negatives is None else self.project(negatives))
 
     def compute_loss_from_embeddings(self, embeddings: list[Tensor], labels: Tensor | None) -> Tensor:
-        """Loss of ``(anchor, positive[, negative...])`` embedding columns; ``labels`` unused."""
+        """Loss of ``(anchor, positive[, negative...])`` embedding columns; ``labels`` are the
+        pairs' classes with ``use_labels=True``, unused otherwise."""
         if len(embeddings) < 2:
             raise ValueError(
                 f"{type(self).__name__} needs at least 2 columns (anchor, positive), got {len(embeddings)}"
             )
         negatives = torch.cat(embeddings[2:]) if len(embeddings) > 2 else None
-        if negatives is not None and self.gather_across_devices and get_world_size() > 1:
+        gathers = self.gather_across_devices and get_world_size() > 1
+        pairs: dict[str, Tensor] = {}
+        if self.use_labels:
+            if labels is None:
+                raise ValueError(f"{type(self).__name__}(use_labels=True) needs the class of each pair: "
+                                 "a 'label' column in the dataset")
+            pairs["labels"] = labels.to(embeddings[0].device, non_blocking=True)
+        if negatives is not None and getattr(self.core, "hardness_mode", None) is not None:
+            pairs["negative_owners"] = _hard_negative_owners(
+                embeddings[0].shape[0], len(embeddings) - 2, embeddings[0].device,
+                get_world_size() if gathers else 1)
+        if negatives is not None and gathers:
             negatives = all_gather_with_grad(negatives)
         anchors, positives, negatives = self.project_columns(embeddings[0], embeddings[1], negatives)
-        loss = self.core(anchors, positives, negatives)
+        loss = self.core(anchors, positives, negatives, **pairs)
         stats = dict(self.core.last_stats)
         if self.symmetric:
-            reverse = self.core(positives, anchors)
+            with _without_hardness(self.core):
+                reverse = self.core(positives, anchors, **{k: v for k, v in pairs.items()
+                                                           if k == "labels"})
             loss = (loss + reverse) / 2
             stats = {k: (v + self.core.last_stats[k]) / 2 if k in self.core.last_stats else v
                      for k, v in stats.items()}
@@ -214,11 +293,16 @@ class AdaptiveContrastiveLoss(CachedLossMixin, nn.Module):
             config["projection"] = type(self.projection).__name__
         if not self.check_finite:
             config["check_finite"] = False
+        if getattr(self.core, "hardness_mode", None) is not None:
+            config["hardness_mode"] = self.core.hardness_mode
+            config["hardness_strength"] = self.core.hardness_strength
+        if self.use_labels:
+            config["use_labels"] = True
         return config
 
     @property
     def citation(self) -> str:
-        return self.citation_text
+        return self.citation_text + (SUPCON_CITATION if self.use_labels else "")
 
     # --- trainable loss state (not part of the SentenceTransformer) ------------------------
 
@@ -242,15 +326,70 @@ class AdaptiveContrastiveLoss(CachedLossMixin, nn.Module):
         os.replace(tmp, path)
         return path
 
-    def load_loss_state(self, directory: str | os.PathLike) -> None:
-        """Restore what :meth:`save_loss_state` wrote (raises ``FileNotFoundError`` if absent)."""
+    def load_loss_state(self, directory: str | os.PathLike, *, digest: str | None = None) -> None:
+        """Restore what :meth:`save_loss_state` wrote (raises ``FileNotFoundError`` if absent).
+
+        ``digest``: the :func:`loss_state_digest` the saved state must have; another state
+        raises :class:`LossStateMismatchError` and nothing is loaded.
+        """
         path = Path(directory) / LOSS_STATE_FILE
         if not path.is_file():
             raise FileNotFoundError(f"no saved loss state at {str(path)!r}")
         payload = torch.load(path, map_location="cpu", weights_only=True)
+        if digest is not None and (found := loss_state_digest(payload["state"])) != digest:
+            raise LossStateMismatchError(
+                f"{str(path)!r} holds another loss state (sha256 {found[:12]}) than the one "
+                f"expected (sha256 {digest[:12]})")
         if payload["class"] != type(self).__name__:
             raise ValueError(f"{str(path)!r} holds the state of {payload['class']}, not {type(self).__name__}")
         missing, unexpected = self.load_state_dict(payload["state"], strict=False)
         missing = [k for k in missing if not k.startswith("model.")]
         if missing or unexpected:
             raise ValueError(f"loss state mismatch: missing {missing}, unexpected {unexpected}")
+
+    def _refuse_stale_loss_state(self) -> None:
+        """A training step after the model's weights were loaded but not the loss's own state:
+        the trainer resumed without :class:`LossStateCallback`, and the heads would train on
+        from fresh values while the model, optimiser and scheduler continue the old run."""
+        own = self.loss_state_dict()
+        if not own:  # nothing of its own to restore
+            self._model_loaded_without_loss_state = False
+            return
+        # name the parts, e.g. "core.temperature_net, heads" for AMCL, "projection" for SimCSE's MLP
+        parts = sorted({".".join(k.split(".")[:2 if k.startswith("core.") else 1]) for k in own})
+        raise RuntimeError(
+            f"{type(self).__name__}: the model's weights were loaded after the loss was built "
+            f"(trainer.train(resume_from_checkpoint=...) restores the model and the optimiser), "
+            f"but the loss's own parameters ({', '.join(parts)}) were not, so this step would "
+            f"train on from values that do not belong to them: pass "
+            f"callbacks=[LossStateCallback(loss)] to the trainer, or call "
+            f"loss.load_loss_state(checkpoint) before training (to start the loss afresh on "
+            f"loaded weights, build it after loading them)")
+
+
+def _loss_state_loaded(loss: AdaptiveContrastiveLoss, incompatible_keys: Any) -> None:
+    """``load_state_dict`` post-hook on the loss: its own state was loaded (the model's watch,
+    which fires first for the model inside it, set the flag)."""
+    loss._model_loaded_without_loss_state = False
+
+def _hard_negative_owners(rows: int, columns: int, device: torch.device, world: int) -> Tensor:
+    """The pair each hard-negative row belongs to, counted over the gathered batch: the local
+    negatives are ``columns`` blocks of ``rows`` (block ``k`` row ``i`` is anchor ``i``'s), and
+    ``all_gather_with_grad`` concatenates the ranks' blocks, rank ``r``'s anchors being
+    ``r * rows + i``."""
+    local = torch.arange(rows, device=device).repeat(columns)
+    return torch.cat([r * rows + local for r in range(world)])
+
+
+@contextmanager
+def _without_hardness(core: nn.Module) -> Iterator[None]:
+    """The core with its hardness term off for one call (the reverse direction)."""
+    mode = getattr(core, "hardness_mode", None)
+    if mode is None:
+        yield
+        return
+    core.hardness_mode = None
+    try:
+        yield
+    finally:
+        core.hardness_mode = mode

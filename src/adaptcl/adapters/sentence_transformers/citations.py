@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-__all__ = ["AMCL_CITATION", "ASCL_CITATION", "INFONCE_CITATION", "MACL_CITATION"]
+__all__ = ["AMCL_CITATION", "ASCL_CITATION", "DYSTRESS_CITATION", "INFONCE_CITATION",
+           "MACL_CITATION", "SUPCON_CITATION"]
 
 MACL_CITATION = """
 @inproceedings{huang2023macl,
@@ -41,5 +42,26 @@ INFONCE_CITATION = """
     year = {2018},
     eprint = {1807.03748},
     archivePrefix = {arXiv},
+}
+"""
+
+DYSTRESS_CITATION = """
+@article{manna2025dystress,
+    title = {Dynamically Scaled Temperature in Self-Supervised Contrastive Learning},
+    author = {Manna, Siladittya and Chattopadhyay, Soumitri and Dey, Rakesh and Pal, Umapada and Bhattacharya, Saumik},
+    journal = {IEEE Transactions on Artificial Intelligence},
+    year = {2025},
+    doi = {10.1109/TAI.2024.3524979},
+    url = {https://arxiv.org/abs/2308.01140},
+}
+"""
+
+SUPCON_CITATION = """
+@inproceedings{khosla2020supcon,
+    title = {Supervised Contrastive Learning},
+    author = {Khosla, Prannay and Teterwak, Piotr and Wang, Chen and Sarna, Aaron and Tian, Yonglong and Isola, Phillip and Maschinot, Aaron and Liu, Ce and Krishnan, Dilip},
+    booktitle = {Advances in Neural Information Processing Systems},
+    year = {2020},
+    url = {https://arxiv.org/abs/2004.11362},
 }
 """

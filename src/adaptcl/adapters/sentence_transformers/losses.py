@@ -1,4 +1,4 @@
-"""The losses: InfoNCE (as ``MultipleNegativesRankingLoss``), MACL, ASCL and AMCL.
+"""The losses: InfoNCE (as ``MultipleNegativesRankingLoss``), MACL, ASCL, AMCL and DySTreSS.
 
 Where sentence-transformers defines a behaviour the losses follow it: the positional arguments
 are ``MultipleNegativesRankingLoss``'s, ``(model, scale, similarity_fct)`` (``InfoNCELoss(model,
@@ -7,7 +7,12 @@ learns its temperatures, takes only the model positionally; an extra positional 
 ``TypeError`` naming the keywords); ``scale`` (1 / temperature) and ``similarity_fct=cos_sim``
 are accepted, a batch of one pair gives 0 with zero gradient like
 ``MultipleNegativesRankingLoss``, and ``symmetric=True`` is the peer's symmetric loss: the
-reverse direction (positive -> anchors) does not see the hard-negative columns.
+reverse direction (positive -> anchors) does not see the hard-negative columns. The peer's
+``hardness_mode`` / ``hardness_strength`` (sentence-transformers 6.2) are accepted by
+``InfoNCELoss``, ``MACLLoss``, ``ASCLLoss`` and ``DySTreSSLoss`` with the peer's meaning
+(:mod:`adaptcl.plugins.hardness`), and so are ``directions`` / ``partition_mode`` where they
+describe the one-direction or the symmetric loss. ``use_labels=True`` reads the dataset's label
+column as classes (multi-positive targets, SupCon) for InfoNCE, MACL and DySTreSS.
 """
 
 from __future__ import annotations
@@ -31,9 +36,14 @@ from ._arguments import (  # noqa: E402
     _symmetric_from_directions,
 )
 from .base import AdaptiveContrastiveLoss, embedding_dimension  # noqa: E402
-from .citations import AMCL_CITATION, ASCL_CITATION, MACL_CITATION  # noqa: E402
+from .citations import (  # noqa: E402
+    AMCL_CITATION,
+    ASCL_CITATION,
+    DYSTRESS_CITATION,
+    MACL_CITATION,
+)
 
-__all__ = ["AMCLLoss", "ASCLLoss", "InfoNCELoss", "MACLLoss"]
+__all__ = ["AMCLLoss", "ASCLLoss", "DySTreSSLoss", "InfoNCELoss", "MACLLoss"]
 
 
 class _ScalarTemperatureLoss(AdaptiveContrastiveLoss):
@@ -69,28 +79,34 @@ class InfoNCELoss(_ScalarTemperatureLoss):
     keyword-only) equals ``MultipleNegativesRankingLoss(model, scale=20)``; ``symmetric=True``
     (or the peer's ``directions=("query_to_doc", "doc_to_query"),
     partition_mode="per_direction"``) equals its symmetric form
-    (``MultipleNegativesSymmetricRankingLoss``), with or without hard negatives. A batch of one
-    pair gives 0, as the peer does.
+    (``MultipleNegativesSymmetricRankingLoss``), with or without hard negatives, and
+    ``hardness_mode`` / ``hardness_strength`` equal the peer's in every mode. A batch of one
+    pair gives 0, as the peer does. ``use_labels=True``: SupCon on the dataset's classes.
 
     Example:
         >>> loss = InfoNCELoss(model, 20.0)   # MultipleNegativesRankingLoss(model, 20.0)
+        >>> hard = InfoNCELoss(model, hardness_mode="in_batch_negatives", hardness_strength=9.0)
     """
 
     @_positional_like_the_peer
     def __init__(self, model: nn.Module | None, scale: float | None = None,
                  similarity_fct: Callable | None = None, *, temperature: float | None = None,
                  symmetric: bool = False, directions: Sequence[str] | None = None,
-                 partition_mode: str | None = None, projection: nn.Module | None = None,
+                 partition_mode: str | None = None, hardness_mode: str | None = None,
+                 hardness_strength: float = 0.0, use_labels: bool = False,
+                 projection: nn.Module | None = None,
                  gather_across_devices: bool = False, tile_size: int | None = None,
                  mini_batch_size: int | None = None, mini_batch_num_tokens: int | None = None,
                  check_finite: bool = True, show_progress_bar: bool = False) -> None:
         super().__init__(model, plugins.InfoNCELoss, temperature=temperature, scale=scale,
                          similarity_fct=similarity_fct,
-                         core_kwargs={}, gather_across_devices=gather_across_devices,
+                         core_kwargs={"hardness_mode": hardness_mode,
+                                      "hardness_strength": hardness_strength},
+                         gather_across_devices=gather_across_devices,
                          check_finite=check_finite, tile_size=tile_size, projection=projection,
                          mini_batch_size=mini_batch_size, mini_batch_num_tokens=mini_batch_num_tokens,
                          symmetric=_symmetric_from_directions(directions, partition_mode, symmetric),
-                         show_progress_bar=show_progress_bar)
+                         show_progress_bar=show_progress_bar, use_labels=use_labels)
 
     def get_config_dict(self) -> dict[str, Any]:
         return {"temperature": self.core.temperature, "symmetric": self.symmetric,
@@ -105,6 +121,9 @@ class MACLLoss(_ScalarTemperatureLoss):
     adaptive temperature is clamped at ``min_temperature`` (default tau0 / 10). ``scale`` sets
     tau0 as 1 / scale. Positional arguments as ``MultipleNegativesRankingLoss``: ``(model,
     scale, similarity_fct)``; ``temperature``, ``alpha``, ``a0`` and the rest are keyword-only.
+    With ``alpha=0`` it equals the peer, ``directions`` / ``partition_mode`` and
+    ``hardness_mode`` / ``hardness_strength`` included; ``use_labels=True`` (with
+    ``reweight=False``) trains MACL's temperature on SupCon's targets.
     """
 
     citation_text = MACL_CITATION
@@ -114,7 +133,10 @@ class MACLLoss(_ScalarTemperatureLoss):
                  similarity_fct: Callable | None = None, *, temperature: float | None = None,
                  alpha: float = 2.0, a0: float = 0.8, reweight: bool = False, adaptive: bool = True,
                  temperature_form: str = "linear", min_temperature: float | None = None,
-                 symmetric: bool = False, projection: nn.Module | None = None,
+                 symmetric: bool = False, directions: Sequence[str] | None = None,
+                 partition_mode: str | None = None, hardness_mode: str | None = None,
+                 hardness_strength: float = 0.0, use_labels: bool = False,
+                 projection: nn.Module | None = None,
                  gather_across_devices: bool = False, tile_size: int | None = None,
                  mini_batch_size: int | None = None, mini_batch_num_tokens: int | None = None,
                  check_finite: bool = True, show_progress_bar: bool = False) -> None:
@@ -122,11 +144,14 @@ class MACLLoss(_ScalarTemperatureLoss):
                          similarity_fct=similarity_fct,
                          core_kwargs={"reweight": reweight, "adaptive": adaptive,
                                       "temperature_form": temperature_form,
-                                      "min_temperature": min_temperature},
+                                      "min_temperature": min_temperature,
+                                      "hardness_mode": hardness_mode,
+                                      "hardness_strength": hardness_strength},
                          gather_across_devices=gather_across_devices, check_finite=check_finite,
                          tile_size=tile_size, projection=projection, mini_batch_size=mini_batch_size,
-                         mini_batch_num_tokens=mini_batch_num_tokens, symmetric=symmetric,
-                         show_progress_bar=show_progress_bar)
+                         mini_batch_num_tokens=mini_batch_num_tokens,
+                         symmetric=_symmetric_from_directions(directions, partition_mode, symmetric),
+                         show_progress_bar=show_progress_bar, use_labels=use_labels)
 
     def get_config_dict(self) -> dict[str, Any]:
         c = self.core
@@ -141,7 +166,9 @@ class ASCLLoss(_ScalarTemperatureLoss):
     are the negatives, and those closest to an anchor's own positive get soft target mass.
 
     Positional arguments as ``MultipleNegativesRankingLoss``: ``(model, scale,
-    similarity_fct)``; ``temperature`` and the rest are keyword-only.
+    similarity_fct)``; ``temperature`` and the rest are keyword-only. ``hardness_mode`` /
+    ``hardness_strength`` are the peer's; the term enters the denominator, the soft targets
+    weigh the plain logits.
     """
 
     citation_text = ASCL_CITATION
@@ -150,12 +177,15 @@ class ASCLLoss(_ScalarTemperatureLoss):
     def __init__(self, model: nn.Module | None, scale: float | None = None,
                  similarity_fct: Callable | None = None, *, temperature: float | None = None,
                  sharpen_temperature: float = 0.025, num_neighbors: int = 1, mode: str = "ascl",
+                 hardness_mode: str | None = None, hardness_strength: float = 0.0,
                  projection: nn.Module | None = None, gather_across_devices: bool = False,
                  tile_size: int | None = None, mini_batch_size: int | None = None,
                  mini_batch_num_tokens: int | None = None, check_finite: bool = True,
                  show_progress_bar: bool = False) -> None:
         super().__init__(model, plugins.ASCLLoss, sharpen_temperature, num_neighbors, mode,
-                         temperature=temperature, scale=scale, similarity_fct=similarity_fct, core_kwargs={},
+                         temperature=temperature, scale=scale, similarity_fct=similarity_fct,
+                         core_kwargs={"hardness_mode": hardness_mode,
+                                      "hardness_strength": hardness_strength},
                          gather_across_devices=gather_across_devices, check_finite=check_finite,
                          tile_size=tile_size, projection=projection, mini_batch_size=mini_batch_size,
                          mini_batch_num_tokens=mini_batch_num_tokens, show_progress_bar=show_progress_bar)
@@ -226,3 +256,61 @@ class AMCLLoss(AdaptiveContrastiveLoss):
 
     def get_config_dict(self) -> dict[str, Any]:
         return {**self.config, **super().get_config_dict()}
+
+
+class DySTreSSLoss(AdaptiveContrastiveLoss):
+    """DySTreSS (Manna et al., IEEE TAI 2025) for sentence embeddings: a temperature per pair
+    from its cosine similarity (:class:`adaptcl.plugins.DySTreSSLoss`).
+
+    Defaults are the authors' SimCSE run (their ``--algo 1``): the piecewise shape
+    (``threshold=0.4``, ``width=0.7``) between ``min_temperature=0.04`` and
+    ``max_temperature=0.05`` (SimCSE's temperature), the temperature computed from detached
+    cosines, every pair (the positive included) at its own temperature. ``shape="cosine"`` is
+    the paper's function. DySTreSS has no single temperature, so no ``scale``: every argument
+    after ``model`` is keyword-only. ``symmetric`` / ``directions`` / ``partition_mode``,
+    ``hardness_mode`` / ``hardness_strength`` and ``use_labels`` as in :class:`InfoNCELoss`.
+    ``temperature`` is the mean temperature of the last batch's positive pairs.
+
+    Example:
+        >>> loss = DySTreSSLoss(model)   # the authors' SimCSE setting
+        >>> paper = DySTreSSLoss(model, min_temperature=0.1, max_temperature=0.2, shape="cosine")
+    """
+
+    citation_text = DYSTRESS_CITATION
+
+    @_positional_like_the_peer
+    def __init__(self, model: nn.Module | None, *, min_temperature: float = 0.04,
+                 max_temperature: float = 0.05, shape: str = "piecewise", threshold: float = 0.4,
+                 width: float = 0.7, detach_temperature: bool = True, symmetric: bool = False,
+                 directions: Sequence[str] | None = None, partition_mode: str | None = None,
+                 hardness_mode: str | None = None, hardness_strength: float = 0.0,
+                 use_labels: bool = False, projection: nn.Module | None = None,
+                 gather_across_devices: bool = False, tile_size: int | None = None,
+                 mini_batch_size: int | None = None, mini_batch_num_tokens: int | None = None,
+                 check_finite: bool = True, show_progress_bar: bool = False) -> None:
+        self._check_model(model)
+        core = plugins.DySTreSSLoss(min_temperature, max_temperature, shape=shape,
+                                    threshold=threshold, width=width,
+                                    detach_temperature=detach_temperature,
+                                    hardness_mode=hardness_mode,
+                                    hardness_strength=hardness_strength, form="cross_view",
+                                    check_finite=check_finite, tile_size=tile_size,
+                                    **_gather_kwargs(gather_across_devices))
+        super().__init__(model, core, projection=projection,
+                         gather_across_devices=gather_across_devices,
+                         mini_batch_size=mini_batch_size, mini_batch_num_tokens=mini_batch_num_tokens,
+                         symmetric=_symmetric_from_directions(directions, partition_mode, symmetric),
+                         show_progress_bar=show_progress_bar, use_labels=use_labels)
+
+    @property
+    def temperature(self) -> float:
+        return float(self.last_stats.get("temperature", torch.tensor(float("nan"))))
+
+    def get_config_dict(self) -> dict[str, Any]:
+        c = self.core
+        config = {"min_temperature": c.min_temperature, "max_temperature": c.max_temperature,
+                  "shape": c.shape, "detach_temperature": c.detach_temperature,
+                  "symmetric": self.symmetric}
+        if c.shape == "piecewise":
+            config.update(threshold=c.threshold, width=c.width)
+        return {**config, **super().get_config_dict()}

@@ -66,7 +66,7 @@ from adaptcl.registry import canonical_loss_name  # noqa: E402
 
 from .base import AdaptiveContrastiveLoss, embedding_dimension  # noqa: E402
 from .callbacks import LossStateCallback  # noqa: E402
-from .losses import AMCLLoss, ASCLLoss, InfoNCELoss, MACLLoss  # noqa: E402
+from .losses import AMCLLoss, ASCLLoss, DySTreSSLoss, InfoNCELoss, MACLLoss  # noqa: E402
 from .simcse_names import LOSSES, POOLERS, model_unavailable  # noqa: E402
 
 __all__ = ["LOSSES", "POOLERS", "AdaptiveSentenceTransformerTrainer", "SimCSEConfig",
@@ -155,7 +155,9 @@ def make_loss(name: str, model: SentenceTransformer, *, projection: nn.Module | 
     """One of :data:`LOSSES` with SimCSE's temperature (0.05) and the papers' defaults.
 
     ``macl``: alpha 2, A0 0.8, no reweighting (MACL App. B.4); ``ascl``: in-batch soft labels;
-    ``amcl``: 2 heads, learned pair temperature; ``infonce``: SimCSE itself. Names are resolved
+    ``amcl``: 2 heads, learned pair temperature; ``dystress``: the DySTreSS authors' SimCSE run,
+    the piecewise temperature from ``0.8 * temperature`` (0.04) to ``temperature`` (0.05);
+    ``infonce``: SimCSE itself. Names are resolved
     by :func:`~adaptcl.registry.canonical_loss_name` (case-insensitive; an older
     spelling such as ``"nt_xent"`` builds InfoNCE with a ``FutureWarning``).
     """
@@ -166,6 +168,9 @@ def make_loss(name: str, model: SentenceTransformer, *, projection: nn.Module | 
         return MACLLoss(model, temperature=temperature, projection=projection, **kwargs)
     if name == "ascl":
         return ASCLLoss(model, temperature=temperature, projection=projection, **kwargs)
+    if name == "dystress":
+        kwargs.setdefault("min_temperature", 0.8 * temperature)
+        return DySTreSSLoss(model, max_temperature=temperature, projection=projection, **kwargs)
     if projection is not None:  # amcl
         raise ValueError("AMCL brings its own projection heads; use pooler='cls_before_pooler' or 'avg'")
     return AMCLLoss(model, **kwargs)
@@ -296,7 +301,9 @@ def train_simcse(model: SentenceTransformer, train_dataset, loss: AdaptiveContra
 
     Saves a plain sentence-transformers model to ``config.output_dir/final`` (loadable with
     ``SentenceTransformer(path)``) and the loss's own trainable state next to it (on the main
-    process only under ``torchrun``). ``tensorboard_dir``: write the trainer's logs (loss,
+    process only under ``torchrun``). ``resume_from_checkpoint`` is the trainer's (a checkpoint
+    folder, ``True`` for the newest in ``config.output_dir/checkpoints``); under ``torchrun``
+    rank 0's value is every rank's. ``tensorboard_dir``: write the trainer's logs (loss,
     learning rate, the loss's adaptive quantities under ``train/adaptcl/...``, dev scores under
     ``eval/...``) as TensorBoard event files there, through transformers' own
     ``TensorBoardCallback``.
@@ -318,8 +325,13 @@ def train_simcse(model: SentenceTransformer, train_dataset, loss: AdaptiveContra
         from transformers.integrations import TensorBoardCallback
 
         callbacks.append(TensorBoardCallback(SummaryWriter(log_dir=str(tensorboard_dir))))
+    args = _training_arguments(config, metric)
+    if args.world_size > 1:  # every rank resumes from the checkpoint rank 0 found
+        from accelerate.utils import broadcast_object_list
+
+        resume_from_checkpoint = broadcast_object_list([resume_from_checkpoint], from_process=0)[0]
     trainer = AdaptiveSentenceTransformerTrainer(
-        model=model, args=_training_arguments(config, metric), train_dataset=train_dataset,
+        model=model, args=args, train_dataset=train_dataset,
         loss=loss, evaluator=dev_evaluator, callbacks=callbacks)
     try:
         trainer.train(resume_from_checkpoint=resume_from_checkpoint)

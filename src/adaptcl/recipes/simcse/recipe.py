@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -133,6 +132,8 @@ class SimCSERecipe(Recipe):
         """Train (or, for the baseline, save) one model and score it; the cell's record. A
         non-zero rank under ``torchrun`` trains with rank 0 and returns ``None``."""
         from adaptcl.recipes.simcse.train import (
+            claim_run_folder,
+            resume_point,
             run_record,
             sts_scores,
             train_cell,
@@ -145,13 +146,16 @@ class SimCSERecipe(Recipe):
         if follower and cell.method == BASELINE:
             return None
         out = self.layout.cell_folder("models", cell)
-        if out.exists() and not follower:  # a stale or interrupted run's model (record set aside)
-            shutil.rmtree(out)
+        resume = None
+        # rank 0 owns the folder: an interrupted run of this identity resumes from its last
+        # complete checkpoint, a stale one (other settings, data or code) is removed
+        if not follower and claim_run_folder(out, stable_hash(self.identity(cell))):
+            resume = resume_point(out, cell.label()) if cell.method != BASELINE else None
         log_dir = self.layout.cell_folder("logs", cell)
         start = time.perf_counter()
         run = (untrained_run(cfg, inputs.model, cell.seed, out) if cell.method == BASELINE
                else train_cell(cfg, cell, inputs.model, inputs.sentences, self.senteval_root,
-                               out, log_dir))
+                               out, log_dir, resume=resume))
         if follower:  # rank 0 saved the model, scores it and stores the record
             return None
         record = run_record(run, train_seconds=time.perf_counter() - start)

@@ -1,6 +1,7 @@
 """One cell of ``adaptcl simcse``: a loss trained from the model with the adapter's
 :func:`~adaptcl.adapters.sentence_transformers.train_simcse` (or the untrained model saved as
-is), its record, and its STS scores.
+is), its record, and its STS scores; an interrupted cell's run folder and the checkpoint it
+resumes from.
 
 Reference: Gao, Yao & Chen, "SimCSE", EMNLP 2021; MACL's sentence setting: Huang et al., ICML
 2023, App. B.4.
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +25,14 @@ from adaptcl.adapters.sentence_transformers import (
     unsupervised_dataset,
 )
 from adaptcl.recipes.engine import Cell
+from adaptcl.recipes.engine.files import note_corrupt, read_json, write_json_atomic
 from adaptcl.recipes.engine.loggers import MetricLogger
+from adaptcl.recipes.engine.store import distributed_follower
 from adaptcl.recipes.engine.torch_env import seed_everything
 from adaptcl.recipes.simcse.config import SimCSERecipeConfig
+
+CHECKPOINTS = "checkpoints"  # the trainer's output_dir inside a run folder (the adapter's)
+RUN_IDENTITY = "identity.json"  # which cell identity a run folder belongs to
 
 
 def world_size() -> int:
@@ -34,9 +41,10 @@ def world_size() -> int:
 
 
 def train_cell(cfg: SimCSERecipeConfig, cell: Cell, model: str, sentences: list[str],
-               senteval_root: Path, out: Path, log_dir: Path) -> dict[str, Any]:
-    """Train ``cell.method`` (a loss) from ``model`` with seed ``cell.seed``; the adapter's
-    result (the model under ``out/final``)."""
+               senteval_root: Path, out: Path, log_dir: Path, *,
+               resume: Path | None = None) -> dict[str, Any]:
+    """Train ``cell.method`` (a loss) from ``model`` with seed ``cell.seed``, or go on from
+    ``resume`` (:func:`resume_point`); the adapter's result (the model under ``out/final``)."""
     from adaptcl.evaluation.senteval.data import load_stsb
 
     seed_everything(cell.seed)
@@ -53,7 +61,9 @@ def train_cell(cfg: SimCSERecipeConfig, cell: Cell, model: str, sentences: list[
     tensorboard_dir = None
     if cfg.logger == "tensorboard":  # live, through transformers' TensorBoardCallback
         tensorboard_dir = log_dir
-        shutil.rmtree(tensorboard_dir, ignore_errors=True)  # a superseded run's curves
+        # a superseded run's curves (a resumed run adds to its own; rank 0 alone writes them)
+        if resume is None and not distributed_follower():
+            shutil.rmtree(tensorboard_dir, ignore_errors=True)
     return train_simcse(
         st_model, unsupervised_dataset(sentences), loss,
         SimCSEConfig(output_dir=str(out), batch_size=cfg.batch_size,
@@ -61,7 +71,44 @@ def train_cell(cfg: SimCSERecipeConfig, cell: Cell, model: str, sentences: list[
                      max_seq_length=cfg.max_seq_length, eval_steps=cfg.eval_steps,
                      seed=cell.seed, logging_steps=cfg.logging_steps, extra_args=extra),
         dev_evaluator=stsb_dev_evaluator(dev.sentences1, dev.sentences2, dev.scores),
-        tensorboard_dir=tensorboard_dir)
+        resume_from_checkpoint=str(resume) if resume else None, tensorboard_dir=tensorboard_dir)
+
+
+def claim_run_folder(out: Path, identity_hash: str) -> bool:
+    """Make ``out`` the run folder of the cell whose identity hashes to ``identity_hash``: keep
+    what an interrupted run of that identity left there (``True``: it may resume), else remove
+    the folder (a stale run of other settings, data or code, or of no recorded identity) and
+    mark it as this identity's (``False``)."""
+    try:
+        same = read_json(out / RUN_IDENTITY).get("identity_hash") == identity_hash
+    except (OSError, ValueError, AttributeError):  # none, unreadable, not a mapping
+        same = False
+    if not same:
+        if out.exists():
+            shutil.rmtree(out)
+        write_json_atomic(out / RUN_IDENTITY, {"identity_hash": identity_hash})
+    return same
+
+
+def resume_point(out: Path, where: str) -> Path | None:
+    """The last complete trainer checkpoint an interrupted run left in ``out`` (the adapter's
+    :func:`~adaptcl.adapters.sentence_transformers.last_complete_checkpoint`), announced on
+    stderr as ``adaptcl: <where> resumes from <path>``; ``None`` if there is none. A newer
+    checkpoint that cannot be resumed whole is named and kept aside as
+    ``out/checkpoint-<step>.corrupt`` (outside the trainer's folder, whose rotation would delete
+    it)."""
+    from adaptcl.adapters.sentence_transformers import last_complete_checkpoint
+
+    def set_aside(folder: Path, err: Exception) -> None:
+        target = out / f"{folder.name}.corrupt"
+        shutil.rmtree(target, ignore_errors=True)  # an older copy of the same step
+        note_corrupt("checkpoint", folder, err, f"kept aside as {target} and passed over")
+        os.replace(folder, target)
+
+    resume = last_complete_checkpoint(out / CHECKPOINTS, on_incomplete=set_aside)
+    if resume is not None:
+        print(f"adaptcl: {where} resumes from {resume}", file=sys.stderr, flush=True)
+    return resume
 
 
 def untrained_run(cfg: SimCSERecipeConfig, model: str, seed: int, out: Path) -> dict[str, Any]:
