@@ -34,15 +34,6 @@ def _one_line_error_in_a_process(argv: list[str], expected_start: str) -> None:
     assert ours == [ours[0]] and ours[0].startswith(expected_start), done.stderr
 
 
-@pytest.fixture(autouse=True)
-def _root_logging_restored():
-    """``sts``/``transfer``'s main configures logging onto the (captured, then closed) stderr."""
-    import logging
-
-    handlers = list(logging.root.handlers)
-    yield
-    logging.root.handlers[:] = handlers
-
 
 def _one_line_error(capsys, argv: list[str], expected: str) -> str:
     try:

@@ -3,6 +3,8 @@ that diverges) one line ``adaptcl simcse: error: ...`` with exit status 2, nothi
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tests.recipes._sentence_cli import check_help, one_line_error_in_a_process, run_cli
@@ -75,3 +77,25 @@ def test_simcse_that_diverges_is_one_line_and_stores_nothing(shared_data, tmp_pa
         "adaptcl simcse: error: 1 of 1 runs diverged (NaN or inf; nothing stored for them): "
         "wiki/macl/seed42 at step ")
     assert not list((tmp_path / "out" / "runs").rglob("seed42.json"))
+
+
+@pytest.mark.slow
+def test_no_progress_prints_the_table_and_nothing_of_the_frameworks(shared_data, tmp_path):
+    """``--no-progress`` (a batch job's log): no model loading or saving bars, no trainer log
+    dicts, no warnings our own settings cause; the table and where the results are."""
+    pytest.importorskip("sentence_transformers")
+    from tests.adapters._tiny_models import build_tiny_model
+
+    model = build_tiny_model(tmp_path / "tiny", "bert")
+    done = run_cli("simcse", "--model", str(model), "--losses", "macl", "--data-root",
+                   str(shared_data), "--max-sentences", "24", "--batch-size", "8",
+                   "--max-seq-length", "16", "--logging-steps", "1", "--eval-steps", "3",
+                   "--no-sts", "--no-progress", "--output-dir", str(tmp_path / "out"))
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("| method |") and lines[-1].startswith("results: "), done.stdout
+    assert not [line for line in lines if line.startswith("{")], done.stdout
+    # sentence-transformers' model-card callback draws a bar of its own (plain tqdm, no switch)
+    noise = [part for part in re.split(r"[\r\n]", done.stderr)
+             if part.strip() and not part.startswith("Computing widget examples")]
+    assert noise == [], done.stderr

@@ -4,19 +4,11 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tests.recipes._sentence_cli import check_help, one_line_error, one_line_error_in_a_process
-
-
-@pytest.fixture(autouse=True)
-def _root_logging_restored():
-    """``sts``/``transfer``'s main configures logging onto the (captured, then closed) stderr."""
-    import logging
-
-    handlers = list(logging.root.handlers)
-    yield
-    logging.root.handlers[:] = handlers
 
 
 def test_help_is_fast_shows_defaults_and_an_example_and_imports_no_torch():
@@ -80,3 +72,19 @@ def test_a_hub_name_offline_is_one_line(shared_data, tmp_path):
          str(shared_data), "--output-dir", str(tmp_path)],
         "adaptcl sts: error: model 'no-such-model-xyz' is neither a local model folder nor a "
         "hub model available here")
+
+
+@pytest.mark.slow
+def test_no_progress_prints_one_line_per_task_and_nothing_of_the_frameworks(shared_data,
+                                                                             tiny_bert, tmp_path):
+    """The encoder's loading (sentence-transformers' INFO line, transformers' bar) stays
+    quiet: stderr holds adaptcl's one line per task scored."""
+    from tests.recipes._sentence_cli import run_cli
+
+    done = run_cli("sts", "--model", str(tiny_bert), "--pooler", "cls", "--tasks", "STS12",
+                   "STSBenchmark", "--data-root", str(shared_data), "--no-progress",
+                   "--output-dir", str(tmp_path / "out"))
+    assert done.returncode == 0, done.stderr
+    lines = [line for line in re.split(r"[\r\n]", done.stderr) if line.strip()]
+    assert [re.sub(r".* adaptcl\.evaluation: (\w+): encoded .*", r"\1", line)
+            for line in lines] == ["STS12", "STSBenchmark"], done.stderr

@@ -20,15 +20,6 @@ from tests.recipes._sentence_cli import check_help
 TABLE_COLUMNS = (*te.TRANSFER_TASKS, "Avg.")
 
 
-@pytest.fixture(autouse=True)
-def _root_logging_restored():
-    """``transfer``'s main configures logging onto the (captured, then closed) stderr."""
-    import logging
-
-    handlers = list(logging.root.handlers)
-    yield
-    logging.root.handlers[:] = handlers
-
 
 def test_config_refuses_bad_settings():
     for bad, message in (({"params": "slow"}, "unknown params 'slow'"),

@@ -60,6 +60,7 @@ from sentence_transformers.sentence_transformer.trainer import (  # noqa: E402
 from sentence_transformers.sentence_transformer.training_args import (  # noqa: E402
     SentenceTransformerTrainingArguments,
 )
+from transformers import PrinterCallback  # noqa: E402
 
 from adaptcl.plugins.validation import NonFiniteError  # noqa: E402
 from adaptcl.registry import canonical_loss_name  # noqa: E402
@@ -262,9 +263,11 @@ class SimCSEConfig:
             raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}")
         if self.eval_steps < 1:
             raise ValueError(f"eval_steps must be >= 1, got {self.eval_steps}")
+        if not 0 <= self.warmup_ratio < 1:
+            raise ValueError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
 
 
-def _training_arguments(config: SimCSEConfig, metric: str | None
+def _training_arguments(config: SimCSEConfig, metric: str | None, progress: bool = True
                         ) -> SentenceTransformerTrainingArguments:
     """The trainer's arguments: ``config``'s, STS-B dev (``metric``) every ``eval_steps`` with
     the best checkpoint kept when there is a dev evaluator; ``config.extra_args`` win."""
@@ -275,7 +278,7 @@ def _training_arguments(config: SimCSEConfig, metric: str | None
         learning_rate=config.learning_rate,
         num_train_epochs=config.epochs,
         max_steps=config.max_steps,
-        warmup_ratio=config.warmup_ratio,
+        warmup_steps=config.warmup_ratio,  # transformers 5 reads a float < 1 as the ratio
         seed=config.seed,
         logging_steps=config.logging_steps,
         eval_strategy="steps" if evaluate else "no",
@@ -289,6 +292,8 @@ def _training_arguments(config: SimCSEConfig, metric: str | None
         report_to="none",
         dataloader_drop_last=True,  # a last batch of one pair gives 0, but the optimiser would still step
         use_cpu=not torch.cuda.is_available(),
+        dataloader_pin_memory=torch.cuda.is_available(),  # pinning is for copies to a GPU
+        **({} if progress else {"disable_tqdm": True}),
     )
     return SentenceTransformerTrainingArguments(**{**arguments, **config.extra_args})
 
@@ -296,7 +301,8 @@ def _training_arguments(config: SimCSEConfig, metric: str | None
 def train_simcse(model: SentenceTransformer, train_dataset, loss: AdaptiveContrastiveLoss,
                  config: SimCSEConfig, *, dev_evaluator: EmbeddingSimilarityEvaluator | None = None,
                  resume_from_checkpoint: str | bool | None = None,
-                 tensorboard_dir: str | Path | None = None) -> dict[str, Any]:
+                 tensorboard_dir: str | Path | None = None, progress: bool = True
+                 ) -> dict[str, Any]:
     """Train with :class:`AdaptiveSentenceTransformerTrainer`; keep the best STS-B dev checkpoint.
 
     Saves a plain sentence-transformers model to ``config.output_dir/final`` (loadable with
@@ -306,7 +312,9 @@ def train_simcse(model: SentenceTransformer, train_dataset, loss: AdaptiveContra
     rank 0's value is every rank's. ``tensorboard_dir``: write the trainer's logs (loss,
     learning rate, the loss's adaptive quantities under ``train/adaptcl/...``, dev scores under
     ``eval/...``) as TensorBoard event files there, through transformers' own
-    ``TensorBoardCallback``.
+    ``TensorBoardCallback``. ``progress=False``: no progress bar and no printed log dicts
+    (``disable_tqdm=True`` alone would have transformers' ``PrinterCallback`` print every log);
+    the logs still reach ``history`` and the loggers.
 
     Raises :class:`~adaptcl.plugins.validation.NonFiniteError` with the optimisation ``step``
     and the last logged ``loss`` when the loss meets NaN/inf embeddings (training diverged).
@@ -325,7 +333,7 @@ def train_simcse(model: SentenceTransformer, train_dataset, loss: AdaptiveContra
         from transformers.integrations import TensorBoardCallback
 
         callbacks.append(TensorBoardCallback(SummaryWriter(log_dir=str(tensorboard_dir))))
-    args = _training_arguments(config, metric)
+    args = _training_arguments(config, metric, progress)
     if args.world_size > 1:  # every rank resumes from the checkpoint rank 0 found
         from accelerate.utils import broadcast_object_list
 
@@ -333,6 +341,8 @@ def train_simcse(model: SentenceTransformer, train_dataset, loss: AdaptiveContra
     trainer = AdaptiveSentenceTransformerTrainer(
         model=model, args=args, train_dataset=train_dataset,
         loss=loss, evaluator=dev_evaluator, callbacks=callbacks)
+    if not progress:
+        trainer.remove_callback(PrinterCallback)
     try:
         trainer.train(resume_from_checkpoint=resume_from_checkpoint)
     except NonFiniteError as err:  # the loss met NaN embeddings: the weights diverged

@@ -14,11 +14,12 @@ scoring (:meth:`EncoderEvalRecipe.score`, with the protocol of
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -35,6 +36,37 @@ log = logging.getLogger("adaptcl.recipes")
 #: the STS tasks and their columns in the SimCSE paper's tables, in its order
 STS_COLUMNS = {"STS12": "STS12", "STS13": "STS13", "STS14": "STS14", "STS15": "STS15",
                "STS16": "STS16", "STSBenchmark": "STS-B", "SICKRelatedness": "SICK-R"}
+
+
+@contextlib.contextmanager
+def framework_progress_bars(enabled: bool) -> Iterator[None]:
+    """transformers' and huggingface_hub's own bars (loading and saving a model) on or off
+    inside the block (``--no-progress``), and as they were after it."""
+    from huggingface_hub import utils as hub
+    from transformers.utils import logging as transformers_logging
+
+    def switch(transformers_on: bool, hub_on: bool) -> None:
+        (transformers_logging.enable_progress_bar if transformers_on
+         else transformers_logging.disable_progress_bar)()
+        (hub.enable_progress_bars if hub_on else hub.disable_progress_bars)()
+
+    was = transformers_logging.is_progress_bar_enabled(), not hub.are_progress_bars_disabled()
+    switch(enabled, enabled)
+    try:
+        yield
+    finally:
+        switch(*was)
+
+
+def log_to_stderr() -> None:
+    """adaptcl's own progress lines (one per task scored) on stderr; the frameworks' INFO
+    logs stay at their level (a root handler would print every model load)."""
+    logger = logging.getLogger("adaptcl")
+    if not logger.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s: %(message)s"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
 
 
 @dataclass
@@ -142,8 +174,12 @@ class EncoderEvalRecipe(Recipe):
 
     @classmethod
     def main(cls, argv: Sequence[str], prog: str) -> int:
-        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
+        log_to_stderr()
         return super().main(argv, prog)
+
+    def run(self) -> dict[str, Any]:
+        with framework_progress_bars(self.config.progress):
+            return super().run()
 
     def prepare(self) -> None:
         """The model (an alias resolved), the SentEval folder and each task's fingerprint, the

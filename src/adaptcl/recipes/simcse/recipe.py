@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from adaptcl.recipes.common.encoder_eval import STS_COLUMNS
+from adaptcl.recipes.common.encoder_eval import STS_COLUMNS, framework_progress_bars
 from adaptcl.recipes.engine import Cell, Figure, GridRun, Recipe, ReportSpec
 from adaptcl.recipes.engine.plots import explain_empty
 from adaptcl.recipes.engine.provenance import package_versions, stable_hash
@@ -124,6 +124,10 @@ class SimCSERecipe(Recipe):
         processes = world_size()  # several processes train with a global batch: another result
         return {"settings": identity_settings(cfg), "data": data, **common,
                 **({"processes": processes} if processes > 1 else {})}
+
+    def run(self) -> dict[str, Any]:
+        with framework_progress_bars(self.config.progress):
+            return super().run()
 
     def trains(self, cell: Cell) -> bool:
         return cell.method != BASELINE

@@ -57,7 +57,7 @@ def train_cell(cfg: SimCSERecipeConfig, cell: Cell, model: str, sentences: list[
     dev = load_stsb(senteval_root, "dev")
     extra = {"bf16-mixed": {"bf16": True}, "16-mixed": {"fp16": True}}.get(cfg.precision, {})
     # use_cpu keeps a CUDA machine's GPU out of a --device cpu run
-    extra = {**extra, "disable_tqdm": not cfg.progress, "use_cpu": cfg.device == "cpu"}
+    extra = {**extra, "use_cpu": cfg.device == "cpu"}
     tensorboard_dir = None
     if cfg.logger == "tensorboard":  # live, through transformers' TensorBoardCallback
         tensorboard_dir = log_dir
@@ -71,7 +71,8 @@ def train_cell(cfg: SimCSERecipeConfig, cell: Cell, model: str, sentences: list[
                      max_seq_length=cfg.max_seq_length, eval_steps=cfg.eval_steps,
                      seed=cell.seed, logging_steps=cfg.logging_steps, extra_args=extra),
         dev_evaluator=stsb_dev_evaluator(dev.sentences1, dev.sentences2, dev.scores),
-        resume_from_checkpoint=str(resume) if resume else None, tensorboard_dir=tensorboard_dir)
+        resume_from_checkpoint=str(resume) if resume else None, tensorboard_dir=tensorboard_dir,
+        progress=cfg.progress)
 
 
 def claim_run_folder(out: Path, identity_hash: str) -> bool:
