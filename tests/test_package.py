@@ -92,7 +92,7 @@ else:
     ("adaptcl.adapters.sentence_transformers.simcse", "sentence_transformers", "text"),
     ("adaptcl.adapters.sentence_transformers:MACLLoss", "sentence_transformers", "text"),
     ("adaptcl.recipes.simcse.train", "sentence_transformers", "text"),
-    ("adaptcl.adapters.graphcl", "torch_geometric", "graph"),
+    ("adaptcl.adapters.graphcl:GraphCL", "torch_geometric", "graph"),
     ("adaptcl.adapters.graphcl.lightning", "pytorch_lightning", "graph"),
 ])
 def test_adapter_without_its_extra_names_the_pip_install_command(module, blocked, extra):

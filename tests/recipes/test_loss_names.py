@@ -45,10 +45,15 @@ def test_every_recipes_losses_are_registry_names(recipe):
 
 
 @pytest.mark.parametrize("recipe", ["images", "simcse", "tu"])
-def test_old_spellings_parse_with_one_note(recipe, capsys):
-    assert _losses_spec(recipe).convert("nt_xent") == "infonce"
-    err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["adaptcl: note: loss 'nt_xent' is deprecated; use 'infonce'"]
+def test_old_spellings_warn_in_python_and_are_one_note_on_the_command_line(recipe, capsys):
+    with pytest.warns(FutureWarning, match="loss 'nt_xent' is deprecated; use 'infonce'"):
+        assert _losses_spec(recipe).convert("nt_xent") == "infonce"
+    # a sweep of two points: the losses are converted once
+    argv = [recipe, "--losses", "nt_xent", "macl", "--batch-size", "32", "64", "--print-config"]
+    assert cli.main(argv) == 0
+    out, err = capsys.readouterr()
+    assert err.splitlines() == ["adaptcl: note: loss 'nt_xent' is deprecated; use 'infonce'"]
+    assert "losses:\n- infonce\n- macl\n" in out
 
 
 def test_docs_and_readme_name_losses_by_their_registry_names():

@@ -74,7 +74,7 @@ def test_simcse_that_diverges_is_one_line_and_stores_nothing(shared_data, tmp_pa
          "--max-sentences", "24", "--batch-size", "8", "--max-seq-length", "16",
          "--logging-steps", "1", "--learning-rate", "1e12", "--no-sts", "--no-baseline",
          "--no-progress", "--output-dir", str(tmp_path / "out")],
-        "adaptcl simcse: error: 1 of 1 runs diverged (NaN or inf; nothing stored for them): "
+        "adaptcl simcse: error: 1 of 1 run diverged (NaN or inf; nothing stored for them): "
         "wiki/macl/seed42 at step ")
     assert not list((tmp_path / "out" / "runs").rglob("seed42.json"))
 

@@ -15,6 +15,7 @@ import contextlib
 import math
 import numbers
 import sys
+import warnings
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -58,6 +59,20 @@ def note(message: str) -> None:
     """One line on stderr, ``adaptcl: note: <message>``: something the user should know that is
     not an error (a repeated value dropped, a cell another process is computing)."""
     print(f"adaptcl: note: {message}", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def deprecations_as_notes() -> Iterator[None]:
+    """On the command line, a ``FutureWarning`` a setting raises (an old loss spelling) is one
+    :func:`note` line; other warnings pass as they would."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", FutureWarning)
+        yield
+    for w in caught:
+        if issubclass(w.category, FutureWarning):
+            note(str(w.message))
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
 
 def runs(n: int) -> str:

@@ -4,12 +4,11 @@ ones it takes: ``seeds: list[int] = options.seeds([0, 1, 2])``."""
 
 from __future__ import annotations
 
-import warnings
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from adaptcl.precision import PRECISIONS
-from adaptcl.recipes.engine.errors import note
 from adaptcl.recipes.engine.loggers import LOGGERS
 from adaptcl.recipes.engine.settings import at_least, setting
 from adaptcl.recipes.engine.torch_env import device_identity
@@ -18,18 +17,10 @@ from adaptcl.recipes.engine.torch_env import device_identity
 def loss_name(allowed: Sequence[str], aliases: Mapping[str, str] | None = None
               ) -> Callable[[str], str]:
     """The canonical name of a loss (:func:`adaptcl.registry.canonical_loss_name`): a paper's
-    alias silently, an old spelling with one note."""
+    alias silently, an old spelling with its ``FutureWarning`` (a note on the command line)."""
     from adaptcl.registry import canonical_loss_name
 
-    def convert(name: str) -> str:
-        with warnings.catch_warnings(record=True) as caught:
-            warnings.simplefilter("always")
-            canonical = canonical_loss_name(name, allowed=allowed, aliases=aliases)
-        for warning in caught:
-            note(str(warning.message))
-        return canonical
-
-    return convert
+    return functools.partial(canonical_loss_name, allowed=allowed, aliases=aliases)
 
 
 def losses(default: list[str], allowed: Sequence[str],
