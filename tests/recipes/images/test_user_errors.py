@@ -3,7 +3,9 @@ work or file write; ``--help`` is fast and imports no framework."""
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -79,6 +81,12 @@ def test_images_that_diverge_are_one_line_naming_each_run(shared_data, tmp_path,
                     "2 of 2 runs diverged (NaN or inf; nothing stored for them): "
                     "cifar10/infonce/seed0 at step ")
     assert not list((tmp_path / "runs").rglob("seed0.json"))
+    # the step that met NaN embeddings computed no loss: the finite loss before it is not its
+    diverged = json.loads((tmp_path / "results.json").read_text())["diverged"]
+    assert [d["loss"] for d in diverged] == [None, None]
+    for d in diverged:
+        assert re.search(rf"NaN or inf at step {d['step']}; the last loss was [\d.]+ at step "
+                         rf"{d['step'] - 1}$", d["message"]), d
 
 
 def test_help_is_fast_shows_defaults_presets_and_an_example():

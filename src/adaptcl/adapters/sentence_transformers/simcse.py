@@ -317,7 +317,8 @@ def train_simcse(model: SentenceTransformer, train_dataset, loss: AdaptiveContra
     the logs still reach ``history`` and the loggers.
 
     Raises :class:`~adaptcl.plugins.validation.NonFiniteError` with the optimisation ``step``
-    and the last logged ``loss`` when the loss meets NaN/inf embeddings (training diverged).
+    when the loss meets NaN/inf embeddings (training diverged); that step computed no loss
+    (``loss`` is ``None``), the message names the last logged one.
 
     Returns:
         dict with ``final_model`` path, ``best_dev_spearman`` (when an evaluator is given),
@@ -346,10 +347,12 @@ def train_simcse(model: SentenceTransformer, train_dataset, loss: AdaptiveContra
     try:
         trainer.train(resume_from_checkpoint=resume_from_checkpoint)
     except NonFiniteError as err:  # the loss met NaN embeddings: the weights diverged
-        step = trainer.state.global_step + 1
-        logged = [h["loss"] for h in trainer.state.log_history if "loss" in h]
-        raise NonFiniteError(f"{config.output_dir}: {err} at step {step}", step=step,
-                             loss=logged[-1] if logged else None) from None
+        step = trainer.state.global_step + 1  # its loss was never computed: loss stays None
+        logged = [h for h in trainer.state.log_history if "loss" in h]
+        before = (f"; the last logged loss was {logged[-1]['loss']:.4g} at step "
+                  f"{logged[-1]['step']}" if logged else "")
+        raise NonFiniteError(f"{config.output_dir}: {err} at step {step}{before}",
+                             step=step) from None
     final = Path(config.output_dir) / "final"
     if trainer.is_world_process_zero():  # one writer under torchrun
         model.save(str(final))

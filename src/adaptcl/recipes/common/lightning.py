@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import signal
 import threading
+import warnings
 from typing import Any
 
 import pytorch_lightning as pl
@@ -43,7 +44,14 @@ def fit(trainer: pl.Trainer, module: pl.LightningModule, *args: Any, **kwargs: A
     main = threading.current_thread() is threading.main_thread()
     handler = signal.getsignal(signal.SIGINT) if main else None
     try:
-        trainer.fit(module, *args, **kwargs)
+        with warnings.catch_warnings():
+            # Lightning builds torch's deprecated LeafSpec (torch >= 2.10): not the user's to fix
+            warnings.filterwarnings("ignore", r"`isinstance\(treespec, LeafSpec\)` is deprecated",
+                                    FutureWarning)
+            # the kNN monitor is a validation step a run without --knn-every does not use
+            warnings.filterwarnings("ignore", "You defined a `validation_step` but have no "
+                                    "`val_dataloader`")
+            trainer.fit(module, *args, **kwargs)
     except SystemExit:
         if interrupt.exception is None:
             raise

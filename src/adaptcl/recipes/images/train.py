@@ -98,9 +98,11 @@ def train_and_score(cfg: ImagesConfig, splits: ImageSplits, cell: Cell, ckpt_dir
                     val_dataloaders=test if cfg.knn_every else None,
                     ckpt_path=str(resume) if resume is not None else None)
     except NonFiniteError as err:  # the loss met NaN embeddings: the weights diverged
-        step = trainer.global_step + 1
-        raise DivergedError(f"{cell.label()}: {err} at step {step}", step=step,
-                            loss=module.history[-1]["loss"] if module.history else None) from None
+        step = trainer.global_step + 1  # its loss was never computed: loss stays None
+        last = module.history[-1] if module.history else None
+        before = (f"; the last loss was {last['loss']:.4g} at step {int(last['step']) + 1}"
+                  if last else "")
+        raise DivergedError(f"{cell.label()}: {err} at step {step}{before}", step=step) from None
     if not trainer.is_global_zero:
         return None
     history = module.history
