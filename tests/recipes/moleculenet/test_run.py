@@ -187,3 +187,18 @@ def test_malformed_label_is_a_one_line_error_naming_the_file(shared_data, tmp_pa
     assert code == 2
     (line,) = capsys.readouterr().err.strip().splitlines()
     assert line.startswith("adaptcl moleculenet: error: reading MoleculeNet 'bbbp'")
+
+
+def test_a_corrupt_featurisation_cache_is_one_note_and_rebuilt(shared_data, tmp_path, capsys):
+    """The adapter's ``RuntimeWarning`` reaches the recipe's user as its own one line."""
+    cfg = MoleculeNetConfig(**_values(shared_data, tmp_path / "out", max_molecules=60,
+                                      cache_dir=str(tmp_path / "cache")))
+    built, _ = load_split_dataset(cfg, "bbbp", shared_data)
+    (cached,) = (tmp_path / "cache").glob("bbbp-*.pt")
+    cached.write_bytes(cached.read_bytes()[:100])  # a kill or a full disk mid-write
+    capsys.readouterr()
+    rebuilt, _ = load_split_dataset(cfg, "bbbp", shared_data)
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(
+        f"adaptcl: note: featurisation cache {str(cached)!r} is corrupt or truncated ("), err
+    assert err[0].endswith("; rebuilding it") and rebuilt.smiles == built.smiles

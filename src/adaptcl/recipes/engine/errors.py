@@ -62,14 +62,15 @@ def note(message: str) -> None:
 
 
 @contextlib.contextmanager
-def deprecations_as_notes() -> Iterator[None]:
-    """On the command line, a ``FutureWarning`` a setting raises (an old loss spelling) is one
-    :func:`note` line; other warnings pass as they would."""
+def warnings_as_notes(category: type[Warning]) -> Iterator[None]:
+    """Each warning of ``category`` the block raises as one :func:`note` line (the command
+    line's voice, not Python's ``file:line: Warning``): an old loss spelling's
+    ``FutureWarning``, a rebuilt cache's ``RuntimeWarning``. Other warnings pass as they would."""
     with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", FutureWarning)
+        warnings.simplefilter("always", category)
         yield
     for w in caught:
-        if issubclass(w.category, FutureWarning):
+        if issubclass(w.category, category):
             note(str(w.message))
         else:
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from adaptcl.recipes.engine.cells import Cell, RunLayout
-from adaptcl.recipes.engine.errors import RunStopped, deprecations_as_notes, user_errors
+from adaptcl.recipes.engine.errors import RunStopped, user_errors, warnings_as_notes
 from adaptcl.recipes.engine.files import check_output_dir, write_text_atomic
 from adaptcl.recipes.engine.grid import run_grid
 from adaptcl.recipes.engine.jobs import JobOptions, JobRunner
@@ -198,7 +198,7 @@ class Recipe:
         """``adaptcl <name> ...``: run and print the table and where the files are."""
         from adaptcl.recipes.engine.command_line import parse
 
-        with deprecations_as_notes():
+        with warnings_as_notes(FutureWarning):  # an old loss spelling
             invocation = parse(cls, argv, prog)
         if invocation.print_config:
             print(config_text(cls.name, invocation.preset, invocation.sweep), end="")

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from adaptcl.recipes.engine.cells import RunLayout
-from adaptcl.recipes.engine.errors import RecipeError
+from adaptcl.recipes.engine.errors import RecipeError, warnings_as_notes
 from adaptcl.recipes.moleculenet.config import DEFAULT_PRETRAIN_SMILES, MoleculeNetConfig
 
 
@@ -37,8 +37,9 @@ def load_corpus(cfg: MoleculeNetConfig, data_root: Path) -> Any:
     """The first ``pretrain_molecules`` valid molecules of the corpus (a ``MoleculeDataset``)."""
     from adaptcl.adapters.graphcl.molecules import load_smiles_dataset
 
-    corpus = load_smiles_dataset(corpus_path(cfg, data_root), cache_dir=cache_folder(cfg),
-                                 limit=cfg.pretrain_molecules, progress=cfg.progress)
+    with warnings_as_notes(RuntimeWarning):  # a corrupt featurisation cache, rebuilt
+        corpus = load_smiles_dataset(corpus_path(cfg, data_root), cache_dir=cache_folder(cfg),
+                                     limit=cfg.pretrain_molecules, progress=cfg.progress)
     if len(corpus) < 2:
         raise RecipeError("the pre-training corpus needs at least 2 valid molecules, "
                           f"{corpus_path(cfg, data_root)} has {len(corpus)}")
@@ -52,8 +53,9 @@ def load_split_dataset(cfg: MoleculeNetConfig, name: str,
     from adaptcl.adapters.graphcl.molecules import load_moleculenet, scaffold_split
 
     try:
-        dataset = load_moleculenet(name, data_root, cache_dir=cache_folder(cfg),
-                                   limit=cfg.max_molecules)
+        with warnings_as_notes(RuntimeWarning):  # a corrupt featurisation cache, rebuilt
+            dataset = load_moleculenet(name, data_root, cache_dir=cache_folder(cfg),
+                                       limit=cfg.max_molecules)
     except (ValueError, KeyError) as err:
         raise RecipeError(f"reading MoleculeNet {name!r} under {data_root}: {err}") from err
     split = scaffold_split(dataset.smiles, cfg.frac_train, cfg.frac_valid,
