@@ -42,12 +42,15 @@ def test_output_dir_that_is_a_file_is_refused_before_any_work(tmp_path, capsys):
     (["--devices", "2", "--pretrain-batch-size", "15"], "pretrain_batch_size (15) must be a "
      "multiple of devices (2)"),
     (["--threads", "1", "2"], "--threads takes one value"),
+    (["--cache-dir", "{afile}/cache"], "--cache-dir '{afile}/cache' is inside '{afile}', which is "
+     "a file"),
 ])
 def test_bad_settings_are_refused_before_the_data_is_touched(argv, expected, shared_data,
                                                               tmp_path, capsys):
-    out, empty = tmp_path / "out", tmp_path / "empty"
+    out, empty, afile = tmp_path / "out", tmp_path / "empty", tmp_path / "afile"
     empty.mkdir()
-    argv = [arg.format(empty=empty) for arg in argv]
+    afile.write_text("not a folder")
+    argv = [arg.format(empty=empty, afile=afile) for arg in argv]
     _one_line_error(capsys, ["--data-root", str(shared_data), "--output-dir", str(out),
-                             "--datasets", "bbbp", *argv], expected.format(empty=empty))
+                             "--datasets", "bbbp", *argv], expected.format(empty=empty, afile=afile))
     assert not out.exists()  # no cache, no run store

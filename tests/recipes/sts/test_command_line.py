@@ -30,6 +30,16 @@ def test_sts_takes_no_seeds(capsys):
                    "unrecognized arguments: --seeds 5")
 
 
+@pytest.mark.parametrize("recipe", ["sts", "transfer"])
+def test_a_cache_folder_that_cannot_be_one_is_refused_before_any_work(recipe, tmp_path, capsys):
+    afile = tmp_path / "afile"
+    afile.write_text("not a folder")
+    one_line_error(capsys, [recipe, "--model", "m:f", "--cache-dir", str(afile / "cache"),
+                            "--output-dir", str(tmp_path / "out")],
+                   f"--cache-dir '{afile / 'cache'}' is inside '{afile}', which is a file")
+    assert not (tmp_path / "out").exists()
+
+
 def test_an_encoder_setting_that_cannot_vary_takes_one_value(capsys):
     one_line_error(capsys, ["sts", "--model", "m:f", "n:g"],
                    "--model takes one value (it cannot vary within one run), got m:f n:g")

@@ -106,9 +106,8 @@ class EncoderEvalConfig:
                              "float32, or under autocast in bf16-mixed / 16-mixed")
     threads: int | None = options.threads()
     device: str = options.device()
-    cache_dir: str | None = setting(None, identity=False, sweep=False, help="embedding cache "
-                                    "folder (none: $ADAPTCL_CACHE_DIR or "
-                                    "~/.cache/adaptcl/embeddings)")
+    cache_dir: str | None = options.work_folder("embedding cache folder (none: "
+                                                "$ADAPTCL_CACHE_DIR or ~/.cache/adaptcl/embeddings)")
     cache: bool = setting(True, identity=False, help="--no-cache: encode every sentence again "
                           "(neither read nor write the embedding cache) and recompute the "
                           "results stored under --output-dir/runs")

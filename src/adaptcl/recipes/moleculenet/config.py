@@ -76,8 +76,8 @@ class MoleculeNetConfig:
     seeds: list[int] = options.seeds([0, 1, 2])
     data_root: str | None = options.data_root("folder holding moleculenet/ and zinc/")
     output_dir: str = options.output_dir("results/moleculenet")
-    cache_dir: str | None = setting(None, **_PATH, help="featurised datasets (none: "
-                                    "<output-dir>/cache)")
+    cache_dir: str | None = options.work_folder("featurised datasets (none: "
+                                                "<output-dir>/cache)")
     pretrain_smiles: str | None = setting(None, **_PATH, help="SMILES file for pre-training "
                                           "(none: <data-root>/zinc/moses/test.csv.gz)")
     pretrain_molecules: int | None = setting(6000, check=positive, **_PRETRAIN,
