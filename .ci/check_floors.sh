@@ -45,7 +45,9 @@ tests_for() {
     vision) echo tests/adapters/lightly/test_adapter.py tests/adapters/lightly/test_dropin.py \
                  tests/adapters/lightly/test_labels_and_dystress.py \
                  tests/adapters/lightning/test_modules.py tests/adapters/lightning/test_ddp.py \
-                 tests/adapters/lightning/test_mixed_precision.py tests/plugins/test_parity.py ;;
+                 tests/adapters/lightning/test_mixed_precision.py tests/plugins/test_parity.py \
+                 tests/adapters/lightly/test_temperature_rules.py \
+                 tests/adapters/lightning/test_temperature_rules.py ;;
     text) echo tests/adapters/sentence_transformers/test_adapter.py \
                tests/adapters/sentence_transformers/test_cached.py \
                tests/adapters/sentence_transformers/test_composition.py \
@@ -55,12 +57,14 @@ tests_for() {
                tests/adapters/sentence_transformers/test_distributed.py \
                tests/adapters/sentence_transformers/test_mixed_precision.py \
                tests/adapters/sentence_transformers/test_resume.py \
+               tests/adapters/sentence_transformers/test_temperature_rules.py \
                tests/adapters/sentence_transformers/test_train_simcse.py ;;
     graph) echo tests/adapters/graphcl/test_devices.py tests/adapters/graphcl/test_edge_attributes.py \
                 tests/adapters/graphcl/test_model.py tests/adapters/graphcl/test_train.py \
                 tests/adapters/graphcl/test_transforms.py tests/adapters/graphcl/test_workers.py \
                 tests/adapters/graphcl/test_molecules.py tests/adapters/graphcl/test_mixed_precision.py \
-                tests/adapters/graphcl/test_lightning.py tests/adapters/graphcl/test_steps.py ;;
+                tests/adapters/graphcl/test_lightning.py tests/adapters/graphcl/test_steps.py \
+                tests/adapters/graphcl/test_temperature_rules.py ;;
     *) echo "unknown extra $1" >&2; return 1 ;;
   esac
 }

@@ -16,7 +16,8 @@ DEPRECATED = [(old, info.name) for info in LOSSES.values() for old in info.depre
 
 def test_the_canonical_names_and_their_old_spellings():
     assert list(LOSSES) == ["infonce", "dcl", "flatnce", "dual_temperature", "macl", "dystress",
-                            "ascl", "ahcl", "hard", "amcl", "negcos", "barlow"]
+                            "temperature_schedule", "learnable_temperature", "ascl", "ahcl",
+                            "hard", "amcl", "negcos", "barlow"]
     assert dict(DEPRECATED) == {"nt_xent": "infonce", "ntxent": "infonce", "moco": "infonce",
                                 "flat_nce": "flatnce", "dual": "dual_temperature"}
     for name, info in LOSSES.items():

@@ -68,6 +68,16 @@ LOSSES: dict[str, LossInfo] = {info.name: info for info in (
              "of the negatives, high for the positives and the hardest negatives",
              "Manna et al., Dynamically Scaled Temperature in Self-Supervised Contrastive "
              "Learning, IEEE TAI 2025"),
+    LossInfo("temperature_schedule", "Temperature schedule",
+             "InfoNCE whose temperature follows a cosine of the training step between tau_min and "
+             "tau_max",
+             "Kukleva et al., Temperature Schedules for self-supervised contrastive methods on "
+             "long-tail data, ICLR 2023"),
+    LossInfo("learnable_temperature", "Learnable temperature",
+             "InfoNCE whose temperature exp(-s) is a trained parameter, clamped as CLIP's logit "
+             "scale",
+             "Radford et al., Learning Transferable Visual Models From Natural Language "
+             "Supervision (CLIP), ICML 2021"),
     LossInfo("ascl", "ASCL",
              "soft targets: the nearest neighbours of the positive get sharpened similarity mass",
              "Feng & Patras, Adaptive Soft Contrastive Learning, ICPR 2022"),

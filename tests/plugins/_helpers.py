@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 
@@ -61,8 +63,12 @@ class LossCase:
 
     def __init__(self, spec, kind: str = "pair", *, temperature: float = 0.2,
                  symmetric: bool = False, tileable: bool = True, per_anchor: bool = True,
-                 shared: bool = True, top_k: bool = False, exact_grad: bool = False) -> None:
+                 shared: bool = True, top_k: bool = False, exact_grad: bool = False,
+                 functional_spec=None) -> None:
         self.spec, self.kind, self.temperature = spec, kind, temperature
+        # ``functional_spec(t, d) -> (function, args, kwargs)`` where the functional form's
+        # arguments are not the module's (the learnable temperature takes its parameter)
+        self.functional_spec = functional_spec
         self.symmetric, self.tileable, self.per_anchor = symmetric, tileable, per_anchor
         self.shared, self.top_k, self.exact_grad = shared, top_k, exact_grad
 
@@ -96,8 +102,12 @@ class LossCase:
         """The functional form of the same configuration on the same inputs."""
         from adaptcl.plugins import functional as F
 
-        cls, args, kwargs = self.spec(self.temperature if temperature is None else temperature, dim)
-        fn = getattr(F, FUNCTIONAL[cls.__name__])
+        t = self.temperature if temperature is None else temperature
+        if self.functional_spec is not None:
+            fn, args, kwargs = self.functional_spec(t, dim)
+        else:
+            cls, args, kwargs = self.spec(t, dim)
+            fn = getattr(F, FUNCTIONAL[cls.__name__])
         if self.kind == "queue":
             kw["negatives"] = inputs[2]
             inputs = inputs[:2]
@@ -109,6 +119,7 @@ FUNCTIONAL = {"InfoNCELoss": "info_nce", "DCLLoss": "dcl", "FlatNCELoss": "flat_
               "DySTreSSLoss": "dystress", "ASCLLoss": "ascl",
               "ASCLBYOLLoss": "ascl_byol", "AMCLLoss": "amcl", "AMCLSimSiamLoss": "amcl_simsiam",
               "AMCLBarlowTwinsLoss": "amcl_barlow_twins",
+              "TemperatureScheduleLoss": "temperature_schedule",
               "MarginContrastiveLoss": "margin_contrastive", "TripletLoss": "triplet",
               "NCELoss": "nce"}
 
@@ -147,6 +158,16 @@ def _loss_table() -> dict[str, LossCase]:
     def barlow(t, d):
         return (P.AMCLBarlowTwinsLoss, (seeded(12, lambda: P.PairTemperature(d)),),
                 {"beta": 1e-3, "lambda_param": 0.05})
+
+    def learnable(**options):
+        flags = {k: options.pop(k) for k in list(options) if k in ("symmetric", "exact_grad")}
+
+        def spec(t, d):
+            return P.LearnableTemperatureLoss, (t,), options
+
+        def functional_spec(t, d):  # the module's initial parameter, passed in
+            return P.learnable_temperature, (torch.tensor(math.log(1 / t)),), options
+        return LossCase(spec, functional_spec=functional_spec, **flags)
 
     sym, exact = {"symmetric": True}, {"exact_grad": True}
     return {
@@ -189,6 +210,16 @@ def _loss_table() -> dict[str, LossCase]:
                                  hardness_mode="all_negatives", hardness_strength=2.0),
         "macl_hardness_queue": case(P.MACLLoss, "T", 0.5, kind="queue", form="queue",
                                     hardness_mode="in_batch_negatives", hardness_strength=3.0),
+        # Kukleva et al.'s cosine schedule, at a step between its bounds (T/2 and T)
+        "schedule": case(P.TemperatureScheduleLoss, "T/2", "T", 10, step=3, **sym, **exact),
+        "schedule_graphcl": case(P.TemperatureScheduleLoss, "T/2", "T", 10, step=7,
+                                 form="cross_view", positive_in_denominator=False, **exact),
+        "schedule_queue": case(P.TemperatureScheduleLoss, "T/2", "T", 10, step=1, kind="queue",
+                               form="queue", **exact),
+        # CLIP's learned temperature (one parameter), in the table's forms
+        "learnable": learnable(**sym, **exact),
+        "learnable_clip": learnable(form="cross_view_symmetric", **sym, **exact),
+        "learnable_dcl": learnable(form="cross_view", positive_in_denominator=False, **exact),
         "ascl_queue": case(P.ASCLLoss, "T", "T/2", 2, "ascl", kind="queue"),
         "ascl_hardness": case(P.ASCLLoss, "T", "T/2", 1, "ascl", form="cross_view",
                               hardness_mode="all_negatives", hardness_strength=1.0),

@@ -60,6 +60,18 @@ DEFAULTS = {
                  lambda x, net: F.dystress(x[0], x[1], 0.1, 0.2, shape="cosine",
                                            detach_temperature=True, form="nt_xent",
                                            positive_in_denominator=True)),
+    "temperature_schedule": (lambda x, net: F.temperature_schedule(x[0], x[1]),
+                             lambda x, net: P.TemperatureScheduleLoss()(x[0], x[1]),
+                             lambda x, net: F.temperature_schedule(x[0], x[1], 0.1, 1.0, 400,
+                                                                   step=0, form="nt_xent",
+                                                                   positive_in_denominator=True)),
+    # the module's parameter starts at log(1 / 0.07) (CLIP's); the functional form takes it
+    "learnable_temperature": (
+        lambda x, net: F.learnable_temperature(x[0], x[1], torch.tensor(math.log(1 / 0.07))),
+        lambda x, net: P.LearnableTemperatureLoss()(x[0], x[1]),
+        lambda x, net: F.learnable_temperature(x[0], x[1], torch.tensor(math.log(1 / 0.07)),
+                                               min_temperature=0.01, max_temperature=1.0,
+                                               form="nt_xent", positive_in_denominator=True)),
     "ascl": (lambda x, net: F.ascl(x[0], x[1], negatives=x[4]),
              lambda x, net: P.ASCLLoss()(x[0], x[1], x[4]),
              lambda x, net: F.ascl(x[0], x[1], 0.1, 0.05, 1, "ascl", negatives=x[4],
@@ -114,6 +126,12 @@ KEYWORDS = {
     "dual_temperature": (lambda *a, **k: F.dual_temperature(*a, 0.3, 0.8, **k),
                          lambda **k: P.DualTemperatureLoss(0.3, 0.8, **k)),
     "macl": (lambda *a, **k: F.macl(*a, 0.3, 0.5, **k), lambda **k: P.MACLLoss(0.3, 0.5, **k)),
+    "temperature_schedule": (lambda *a, **k: F.temperature_schedule(*a, 0.2, 0.6, 10, step=3, **k),
+                             lambda **k: P.TemperatureScheduleLoss(0.2, 0.6, 10, step=3, **k)),
+    "learnable_temperature": (
+        # the module's float32 parameter, in float64 as .double() makes it
+        lambda *a, **k: F.learnable_temperature(*a, torch.tensor(math.log(1 / 0.3)).to(D64), **k),
+        lambda **k: P.LearnableTemperatureLoss(0.3, **k).double()),
     "ascl": (lambda *a, **k: F.ascl(*a, 0.3, 0.1, 2, **k),
              lambda **k: P.ASCLLoss(0.3, 0.1, 2, **k)),
     "amcl": (lambda *a, **k: F.amcl(*a, _net(), 0.01, **k),
@@ -180,6 +198,10 @@ def _functional_of(name):
         "macl_floor": lambda x, n: F.macl(x[0], x[1], 0.05, 2.0, 0.8, reweight=False,
                                           check_finite=False),
         "dystress": lambda x, n: F.dystress(x[0], x[1], check_finite=False),
+        "temperature_schedule": lambda x, n: F.temperature_schedule(x[0], x[1],
+                                                                    check_finite=False),
+        "learnable_temperature": lambda x, n: F.learnable_temperature(
+            x[0], x[1], torch.tensor(math.log(1 / 0.07)), check_finite=False),
         "ascl": lambda x, n: F.ascl(x[0], x[1], negatives=x[4], check_finite=False),
         "ascl_byol": lambda x, n: F.ascl_byol(x[0], x[1], check_finite=False),
         "amcl": lambda x, n: F.amcl(x[0], x[1], n, check_finite=False),
@@ -223,7 +245,7 @@ def _checked_keywords(cls):
 
 def _module_cases():
     for cls in (P.InfoNCELoss, P.DCLLoss, P.FlatNCELoss, P.DualTemperatureLoss, P.MACLLoss,
-                P.DySTreSSLoss, P.ASCLLoss, P.ASCLBYOLLoss, P.AMCLLoss, P.AMCLSimSiamLoss,
+                P.DySTreSSLoss, P.TemperatureScheduleLoss, P.LearnableTemperatureLoss, P.ASCLLoss, P.ASCLBYOLLoss, P.AMCLLoss, P.AMCLSimSiamLoss,
                 P.AMCLBarlowTwinsLoss, P.MarginContrastiveLoss, P.TripletLoss, P.NCELoss):
         for name, bad in _checked_keywords(cls):
             yield pytest.param(cls, name, bad, id=f"{cls.__name__}-{name}-{bad}")
@@ -246,6 +268,9 @@ def _functional_cases():
         (F.dual_temperature, lambda **k: F.dual_temperature(x[0], x[1], **k)),
         (F.macl, lambda **k: F.macl(x[0], x[1], **k)),
         (F.dystress, lambda **k: F.dystress(x[0], x[1], **k)),
+        (F.temperature_schedule, lambda **k: F.temperature_schedule(x[0], x[1], **k)),
+        (F.learnable_temperature,
+         lambda **k: F.learnable_temperature(x[0], x[1], **{"logit_scale": torch.tensor(2.0), **k})),
         (F.ascl, lambda **k: F.ascl(x[0], x[1], negatives=x[4], **k)),
         (F.ascl_byol, lambda **k: F.ascl_byol(x[0], x[1], **k)),
         (F.amcl, lambda **k: F.amcl(x[0], x[1], _net(), **k)),

@@ -66,7 +66,8 @@ def _loss_and_grads(fn, leaves, build):
     return loss, grads, dict(fn.last_stats)
 
 
-def _compare(name, leaves, build, tile, temperature=None, dim=None, input_grads=True):
+def _compare(name, leaves, build, tile, temperature=None, dim=None, input_grads=True,
+             parameter_grads=True):
     make = _make(name, dim or leaves[0].shape[-1], temperature)
     ref = _loss_and_grads(make(None), leaves, build)
     til = _loss_and_grads(make(tile), leaves, build)
@@ -75,7 +76,7 @@ def _compare(name, leaves, build, tile, temperature=None, dim=None, input_grads=
     exact = None
     for i, (a, b) in enumerate(zip(til[1], ref[1], strict=True)):
         assert torch.isfinite(a).all()
-        if not (input_grads or i >= len(leaves)):
+        if not (input_grads or i >= len(leaves)) or not (parameter_grads or i < len(leaves)):
             continue
         if torch.allclose(a, b, **TOL):
             continue
@@ -177,7 +178,15 @@ def test_tiled_equals_materialised_hostile(name, case):
     # noise of ~1e-9 in both paths, so the input gradients are ~1e3 of amplified noise. There
     # only the loss, the network's gradients and finiteness are compared.
     ill_conditioned = name.startswith("amcl") and case == "zero_vectors"
-    _compare(name, leaves, build, tile=3, temperature=0.01, input_grads=not ill_conditioned)
+    # A learned temperature's gradient is sum_j w_ij l_ij - l_pos, exactly 0 when every cosine
+    # is +-1: a cancelling sum of logits of 100 at tau 0.01. The streamed weights exp(l - lse)
+    # carry a relative rounding of ulp(lse) ~ 1e-5 (the materialised exp(l - max) / sum one of
+    # ~1e-7), so the tiled path returns ~4e-4 of noise there and the materialised ~1e-5; both
+    # are noise around 0. On random inputs (test_tiled_equals_materialised) it is compared.
+    degenerate_temperature = name.startswith("learnable") and case in ("collapsed",
+                                                                       "cos_plus_minus_one")
+    _compare(name, leaves, build, tile=3, temperature=0.01, input_grads=not ill_conditioned,
+             parameter_grads=not degenerate_temperature)
 
 
 @pytest.mark.parametrize("with_soft_targets", [False, True])

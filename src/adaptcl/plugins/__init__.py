@@ -1,27 +1,29 @@
 """The adaptive-contrastive-loss core, in plain PyTorch (imports no framework).
 
 Every method is InfoNCE with one part changed: the candidate set
-(:mod:`~adaptcl.plugins.candidates`), the temperature (MACL, AMCL), the target distribution
-(ASCL) or the anchor weight (MACL, Dual temperature). One similarity step serves every loss;
-one numerically stable kernel (:mod:`~adaptcl.plugins.kernel`) serves the InfoNCE family
-(InfoNCE, DCL, FlatNCE, Dual temperature, MACL, ASCL, DySTreSS); AMCL's learned pair
-temperatures and the survey losses have their own per-anchor terms on the same candidates.
-Three per-pair parts combine with the kernel's losses: DySTreSS's temperature from each pair's
-cosine (:mod:`~adaptcl.plugins.dystress`), multi-positive targets from ``labels`` (SupCon,
+(:mod:`~adaptcl.plugins.candidates`), the temperature (MACL, AMCL, a cosine schedule in
+:mod:`~adaptcl.plugins.schedule`, a learned scalar in :mod:`~adaptcl.plugins.logit_scale`), the
+target distribution (ASCL) or the anchor weight (MACL, Dual temperature). One similarity step
+serves every loss; one numerically stable kernel (:mod:`~adaptcl.plugins.kernel`) serves the
+InfoNCE family (InfoNCE, DCL, FlatNCE, Dual temperature, MACL, the temperature schedule and the
+learnable temperature, ASCL, DySTreSS); AMCL's learned pair temperatures and the survey losses
+have their own per-anchor terms on the same candidates. Three per-pair parts combine with the
+kernel's losses: DySTreSS's temperature from each pair's cosine
+(:mod:`~adaptcl.plugins.dystress`), multi-positive targets from ``labels`` (SupCon,
 :mod:`~adaptcl.plugins.targets`) and sentence-transformers' hardness term
-(:mod:`~adaptcl.plugins.hardness`). Each path can be
-materialised or streamed in tiles by the method-agnostic engine in :mod:`~adaptcl.plugins.tiled`.
+(:mod:`~adaptcl.plugins.hardness`). Each path can be materialised or streamed in tiles by the
+method-agnostic engine in :mod:`~adaptcl.plugins.tiled`.
 
 Like ``torch.nn.functional`` and ``torch.nn``, every loss has a functional form in
 :mod:`adaptcl.plugins.functional` (``info_nce``, ``dcl``, ``flat_nce``, ``dual_temperature``,
-``macl``, ``dystress``, ``ascl``, ``ascl_byol``, ``amcl``, ``amcl_simsiam``,
-``amcl_barlow_twins``, ``margin_contrastive``, ``triplet``, ``nce``; all but ``ascl``, ``amcl``
-and ``dystress``, whose names are those of their modules, are also importable from here) with
-``reduction="mean" | "sum" | "none"`` (per-anchor losses), and a module that
-validates its arguments once, calls the same code and keeps what it last computed in
-``loss.last_stats``. Two-view modules are called like Lightly's losses, ``loss(z0, z1)``, plus
-an optional ``negatives=`` tensor; all share the keywords ``gather_distributed``,
-``gather_fn``, ``check_finite``, ``tile_size`` and ``reduction``.
+``macl``, ``dystress``, ``temperature_schedule``, ``learnable_temperature``, ``ascl``,
+``ascl_byol``, ``amcl``, ``amcl_simsiam``, ``amcl_barlow_twins``, ``margin_contrastive``,
+``triplet``, ``nce``; all but ``ascl``, ``amcl`` and ``dystress``, whose names are those of
+their modules, are also importable from here) with ``reduction="mean" | "sum" | "none"``
+(per-anchor losses), and a module that validates its arguments once, calls the same code and
+keeps what it last computed in ``loss.last_stats``. Two-view modules are called like Lightly's
+losses, ``loss(z0, z1)``, plus an optional ``negatives=`` tensor; all share the keywords
+``gather_distributed``, ``gather_fn``, ``check_finite``, ``tile_size`` and ``reduction``.
 """
 
 from .amcl import AMCLLoss
@@ -49,6 +51,7 @@ from .infonce import (
     info_nce,
 )
 from .kernel import KernelOutput, contrastive_kernel
+from .logit_scale import LearnableTemperatureLoss, learnable_temperature
 from .macl import MACLLoss, macl, macl_temperature
 from .metrics import (
     alignment,
@@ -59,6 +62,13 @@ from .metrics import (
     uniformity,
     w_statistics,
 )
+from .schedule import (
+    TemperatureScheduleLoss,
+    advance_schedules,
+    cosine_temperature,
+    set_schedule_step,
+    temperature_schedule,
+)
 from .survey import MarginContrastiveLoss, NCELoss, TripletLoss, margin_contrastive, nce, triplet
 
 __all__ = [
@@ -68,6 +78,8 @@ __all__ = [
     "flat_nce", "dual_temperature",
     "MACLLoss", "macl", "macl_temperature",
     "DySTreSSLoss", "dystress_temperature", "HARDNESS_MODES",
+    "TemperatureScheduleLoss", "temperature_schedule", "cosine_temperature", "set_schedule_step",
+    "advance_schedules", "LearnableTemperatureLoss", "learnable_temperature",
     "ASCLLoss", "ASCLBYOLLoss", "ascl_byol", "soft_labels",
     "AMCLLoss", "AMCLSimSiamLoss", "AMCLBarlowTwinsLoss", "amcl_simsiam",
     "amcl_barlow_twins", "PairTemperature", "ConstantTemperature", "MultiHeadProjection", "omega",

@@ -20,9 +20,11 @@ from .amcl_noncontrastive import amcl_barlow_twins, amcl_simsiam
 from .ascl import ascl, ascl_byol
 from .dystress import dystress
 from .infonce import dcl, dual_temperature, flat_nce, info_nce
+from .logit_scale import learnable_temperature
 from .macl import macl
+from .schedule import temperature_schedule
 from .survey import margin_contrastive, nce, triplet
 
-__all__ = ["info_nce", "dcl", "flat_nce", "dual_temperature", "macl", "dystress", "ascl",
-           "ascl_byol",
+__all__ = ["info_nce", "dcl", "flat_nce", "dual_temperature", "macl", "dystress",
+           "temperature_schedule", "learnable_temperature", "ascl", "ascl_byol",
            "amcl", "amcl_simsiam", "amcl_barlow_twins", "margin_contrastive", "triplet", "nce"]

@@ -197,11 +197,21 @@ def test_graphcl_loss_takes_the_registry_names_graphcls_alias_and_old_spellings(
     import warnings
 
     from adaptcl.adapters.graphcl import LOSS_ALIASES, LOSS_NAMES
-    from adaptcl.plugins import DCLLoss, DySTreSSLoss, InfoNCELoss, MACLLoss
+    from adaptcl.plugins import (
+        DCLLoss,
+        DySTreSSLoss,
+        InfoNCELoss,
+        LearnableTemperatureLoss,
+        MACLLoss,
+        TemperatureScheduleLoss,
+    )
 
-    assert LOSS_NAMES == ("dcl", "infonce", "macl", "dystress")
-    assert LOSS_ALIASES == {"graphcl": "dcl"}
-    built = {"dcl": DCLLoss, "infonce": InfoNCELoss, "macl": MACLLoss, "dystress": DySTreSSLoss}
+    built = {"dcl": DCLLoss, "infonce": InfoNCELoss, "macl": MACLLoss, "dystress": DySTreSSLoss,
+             "temperature_schedule": TemperatureScheduleLoss,
+             "learnable_temperature": LearnableTemperatureLoss}
+    assert LOSS_NAMES == ("dcl", "infonce", "macl", "dystress", "temperature_schedule",
+                          "learnable_temperature")
+    assert LOSS_NAMES == tuple(built) and LOSS_ALIASES == {"graphcl": "dcl"}
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # canonical names and GraphCL's alias: no note
         for name in LOSS_NAMES:
@@ -214,7 +224,8 @@ def test_graphcl_loss_takes_the_registry_names_graphcls_alias_and_old_spellings(
         old = graphcl_loss("nt_xent", temperature=0.3)
     assert _same_loss(old, graphcl_loss("infonce", temperature=0.3))
     with pytest.raises(ValueError, match=r"loss 'ascl' is not available here; choose from "
-                                         r"dcl, infonce, macl, dystress, graphcl \(= dcl\)"):
+                                         r"dcl, infonce, macl, dystress, temperature_schedule, "
+                                         r"learnable_temperature, graphcl \(= dcl\)"):
         graphcl_loss("ascl")
     with pytest.raises(TypeError, match="loss name"):
         graphcl_loss(3)

@@ -335,6 +335,8 @@ ALL_LOSSES = {
     "ASCLLoss": lambda **kw: ours.ASCLLoss(**kw),
     "AMCLLoss": lambda **kw: ours.AMCLLoss(OUT, **kw),
     "DySTreSSLoss": lambda **kw: ours.DySTreSSLoss(**kw),
+    "TemperatureScheduleLoss": lambda **kw: ours.TemperatureScheduleLoss(**kw),
+    "LearnableTemperatureLoss": lambda **kw: ours.LearnableTemperatureLoss(**kw),
 }
 
 

@@ -122,7 +122,9 @@ def test_make_loss_takes_the_registry_names_and_old_spellings(tiny_bert):
     model = build_simcse_model(str(tiny_bert), "cls_before_pooler", max_seq_length=16)
     built = {"infonce": st_losses.InfoNCELoss, "macl": st_losses.MACLLoss,
              "ascl": st_losses.ASCLLoss, "amcl": st_losses.AMCLLoss,
-             "dystress": st_losses.DySTreSSLoss}
+             "dystress": st_losses.DySTreSSLoss,
+             "temperature_schedule": st_losses.TemperatureScheduleLoss,
+             "learnable_temperature": st_losses.LearnableTemperatureLoss}
     assert LOSSES == tuple(built)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -135,7 +137,8 @@ def test_make_loss_takes_the_registry_names_and_old_spellings(tiny_bert):
     assert type(old) is type(new) and old.get_config_dict() == new.get_config_dict()
     assert old.get_config_dict() != make_loss("infonce", model).get_config_dict()
     with pytest.raises(ValueError, match="loss 'dcl' is not available here; choose from "
-                                         "infonce, macl, ascl, amcl, dystress"):
+                                         "infonce, macl, ascl, amcl, dystress, "
+                                         "temperature_schedule, learnable_temperature$"):
         make_loss("dcl", model)
     with pytest.raises(ValueError, match="AMCL brings its own projection heads"):
         make_loss("amcl", model, projection=nn.Identity())

@@ -228,14 +228,15 @@ def test_positional_second_argument_follows_multiple_negatives_ranking_loss():
     torch.testing.assert_close(ours.compute_loss_from_embeddings(columns, None),
                                peer.compute_loss_from_embeddings(columns, None))
     assert st_losses.InfoNCELoss(None, 20.0, cos_sim).temperature == pytest.approx(0.05)  # peer's 3rd
-    for cls in (st_losses.MACLLoss, st_losses.ASCLLoss):
+    for cls in (st_losses.MACLLoss, st_losses.ASCLLoss, st_losses.LearnableTemperatureLoss):
         assert cls(None, 20.0).temperature == pytest.approx(0.05)
         assert cls(None, 20.0).get_config_dict() == cls(None, scale=20.0).get_config_dict()
 
     peer_order = list(inspect.signature(MultipleNegativesRankingLoss).parameters)
     classes = _adapter_losses()
     assert {c.__name__ for c in classes} == {"InfoNCELoss", "MACLLoss", "ASCLLoss", "AMCLLoss",
-                                             "DySTreSSLoss"}
+                                             "DySTreSSLoss", "TemperatureScheduleLoss",
+                                             "LearnableTemperatureLoss"}
     for cls in classes:
         params = inspect.signature(cls).parameters.values()
         positional = [p.name for p in params if p.kind is p.POSITIONAL_OR_KEYWORD]
@@ -248,6 +249,9 @@ def test_positional_second_argument_follows_multiple_negatives_ranking_loss():
     (st_losses.MACLLoss, (0.05, cos_sim, 2.0), "alpha"),
     (st_losses.ASCLLoss, (20.0, None, 0.025), "sharpen_temperature"),
     (st_losses.AMCLLoss, (20.0,), "num_heads"),
+    (st_losses.DySTreSSLoss, (20.0,), "min_temperature"),
+    (st_losses.TemperatureScheduleLoss, (20.0,), "min_temperature"),
+    (st_losses.LearnableTemperatureLoss, (20.0, cos_sim, 0.05), "temperature"),
 ])
 def test_positional_arguments_beyond_the_peers_raise_naming_the_keywords(cls, args, keyword):
     with pytest.raises(TypeError, match=rf"{cls.__name__} takes .*by keyword.*\b{keyword}\b"):

@@ -10,7 +10,7 @@
 * the models (:mod:`.model`): :class:`GraphCL`, the fine-tuning :class:`MolPropertyModel`
   (encoder + linear multi-task head), the loss factory :func:`graphcl_loss`
   (``"dcl"``, also by GraphCL's name ``"graphcl"``, ``"infonce"``, ``"macl"``, ``"dystress"``,
-  or any ``nn.Module``), and
+  ``"temperature_schedule"``, ``"learnable_temperature"``, or any ``nn.Module``), and
   :func:`train_epoch` (``device=``, ``precision="32" | "bf16-mixed" | "16-mixed"``);
   the loss names (:mod:`.names`, which imports no framework);
 * the same pre-training under PyTorch Lightning, on one device or several (``strategy="ddp"``,

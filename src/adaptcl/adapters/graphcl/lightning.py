@@ -26,8 +26,12 @@ way :mod:`adaptcl.adapters.lightning.modules` trains the image methods:
   step on the CPU only (``sync_each_step``); on an accelerator the loss, its finiteness and
   the statistics stay on the device and are read once at the end of the epoch;
 - ``history`` and ``epoch_losses`` travel in the checkpoint; the loss's own state (buffers of an
-  adaptive loss, if it has any) is part of the model's ``state_dict``, so Lightning's
-  checkpoints hold it.
+  adaptive loss, a learned temperature, a schedule's step) is part of the model's
+  ``state_dict``, so Lightning's checkpoints hold it; a learned temperature is among
+  ``model.parameters()``, so the optimiser trains it;
+- a scheduled temperature (``graphcl_loss("temperature_schedule")``) is set, before every
+  step, to the number of optimisation steps taken so far (those of ``history``, so the count
+  of ``train_epoch``, and restored on resume).
 
 Precision (``"bf16-mixed"``, ``"16-mixed"`` with its gradient scaler) is the Trainer's.
 Needs ``pytorch-lightning`` (``pip install 'adaptcl[graph]'``); ``import
@@ -58,6 +62,7 @@ pl = require("pytorch_lightning", "graph")
 import torch  # noqa: E402
 from torch import Tensor, nn  # noqa: E402
 
+from adaptcl.plugins import set_schedule_step  # noqa: E402
 from adaptcl.plugins.validation import (  # noqa: E402
     check_choice,
     check_non_negative,
@@ -175,6 +180,9 @@ class GraphCLModule(pl.LightningModule):
                     "loss does not gather across them has no negative; give the DataLoader "
                     "drop_last=True or a loss with gather_distributed")
             return None  # a single-graph batch has no negative (as train_epoch)
+        # a scheduled temperature follows the optimisation steps taken so far (those of
+        # ``history``, restored on resume; train_epoch counts the same steps)
+        set_schedule_step(self.model, self._steps.step)
         loss = self._steps.loss(self.step_loss or self.model, views)
         record = self._steps.record(loss, num_graphs, self.model,
                                     step=float(self._steps.step), epoch=float(self.current_epoch))

@@ -30,6 +30,7 @@ require("torch_geometric", "graph")
 import torch  # noqa: E402
 from torch import Tensor, nn  # noqa: E402
 
+from adaptcl.plugins import advance_schedules  # noqa: E402
 from adaptcl.precision import autocast, check_precision  # noqa: E402
 from adaptcl.registry import canonical_loss_name, loss_help  # noqa: E402
 
@@ -61,6 +62,15 @@ def graphcl_loss(name: str | nn.Module = "graphcl", temperature: float = DEFAULT
       graphs; as in their SimCLR setting (0.1 and 0.2) the fixed tau is tau_min and tau_max is
       twice it, the rule of the Lightning factory too. The temperature is detached, as in
       their NT-Xent code (their DCL code is not: ``detach_temperature=False``).
+    * ``"temperature_schedule"``: GraphCL's loss (DCL, cross-view) at Kukleva et al.'s cosine
+      schedule from ``temperature`` (tau_min) up to their tau_max 1.0, period 400 steps
+      (``max_temperature=``, ``period=`` override them): ``TemperatureScheduleLoss(temperature,
+      1.0, 400, form="cross_view", positive_in_denominator=False)``. :func:`train_epoch` and
+      :class:`~adaptcl.adapters.graphcl.lightning.GraphCLModule` drive its step.
+    * ``"learnable_temperature"``: GraphCL's loss at a learned temperature exp(-s) starting at
+      ``temperature`` (CLIP's, clamped as open_clip does): ``LearnableTemperatureLoss(
+      temperature, form="cross_view", positive_in_denominator=False)``; ``s`` is a parameter of
+      the model (``model.parameters()``), so of its optimiser and ``state_dict``.
 
     ``kwargs`` go to the loss constructor (e.g. ``alpha=``, ``a0=`` for MACL, or ``tile_size=``
     to stream the similarity matrix in tiles for very large batches). Names are resolved by
@@ -71,7 +81,14 @@ def graphcl_loss(name: str | nn.Module = "graphcl", temperature: float = DEFAULT
         if kwargs:
             raise TypeError("keyword arguments are only used when the loss is given by name")
         return name
-    from adaptcl.plugins import DCLLoss, DySTreSSLoss, InfoNCELoss, MACLLoss
+    from adaptcl.plugins import (
+        DCLLoss,
+        DySTreSSLoss,
+        InfoNCELoss,
+        LearnableTemperatureLoss,
+        MACLLoss,
+        TemperatureScheduleLoss,
+    )
 
     if not isinstance(name, str):
         raise TypeError(f"loss_fn must be a loss name ({loss_help(LOSS_NAMES, LOSS_ALIASES)}) "
@@ -91,6 +108,12 @@ def graphcl_loss(name: str | nn.Module = "graphcl", temperature: float = DEFAULT
                   "positive_in_denominator": False}
         params.update(kwargs)
         return DySTreSSLoss(min_temperature=temperature, **params)
+    graphcl_form = {"form": "cross_view", "positive_in_denominator": False, **kwargs}
+    if key == "temperature_schedule":
+        graphcl_form = {"max_temperature": 1.0, "period": 400, **graphcl_form}
+        return TemperatureScheduleLoss(min_temperature=temperature, **graphcl_form)
+    if key == "learnable_temperature":
+        return LearnableTemperatureLoss(temperature, **graphcl_form)
     raise AssertionError(key)  # pragma: no cover - LOSS_NAMES are all built above
 
 
@@ -205,7 +228,11 @@ def train_epoch(model: nn.Module, loader, optimizer: torch.optim.Optimizer,
     BatchNorm needs two samples). Each step appends its loss (key ``"loss"``, the value the
     step returned) and the loss module's other scalar ``last_stats``
     (``model.loss_fn.last_stats``, when there is one) to ``stats`` (key -> list, one value
-    per step), so ``len(stats["loss"])`` counts the optimisation steps. A non-finite loss, or
+    per step), so ``len(stats["loss"])`` counts the optimisation steps. A scheduled temperature
+    inside ``model`` (``graphcl_loss("temperature_schedule")``) is advanced after each optimiser
+    step, so its step counts the steps of every epoch so far and travels in
+    ``model.state_dict()``: a loop resumed from a saved state dict continues the schedule.
+    A non-finite loss, or
     embeddings the loss refuses as non-finite, raise
     :class:`~adaptcl.plugins.validation.NonFiniteError` naming ``where``, with the step of this
     epoch (from 1) and its loss (``err.step``, ``err.loss``; on an accelerator without
@@ -251,6 +278,7 @@ def train_epoch(model: nn.Module, loader, optimizer: torch.optim.Optimizer,
         else:
             loss.backward()
             optimizer.step()
+        advance_schedules(model)  # a scheduled temperature moves on with the optimiser
         steps.record(loss, views[0].num_graphs, model)
     for row in steps.flush():
         if stats is not None:

@@ -8,6 +8,8 @@ Organised like Lightly itself:
   Lightly pipeline switches to MACL (or DCL, ASCL, ...) by changing one import;
 - :mod:`.dystress` -- ``DySTreSSLoss`` (per-pair temperatures), in the argument order of the
   authors' own Lightly loss;
+- :mod:`.temperature` -- ``TemperatureScheduleLoss`` (a cosine schedule of the training step)
+  and ``LearnableTemperatureLoss`` (CLIP's learned temperature), with the same signature;
 - labels: ``loss_fn(out0, out1, labels)`` with the class of each pair (``[N]`` integers or
   one-hot rows) makes every same-class candidate a positive (SupCon) for ``NTXentLoss``,
   ``MACLLoss`` and ``DySTreSSLoss``; with a memory bank pass ``memory_bank_labels=True``;
@@ -30,6 +32,10 @@ References:
     - DySTreSS: Manna et al., "Dynamically Scaled Temperature in Self-Supervised Contrastive
       Learning", IEEE TAI 2025.
     - SupCon: Khosla et al., "Supervised Contrastive Learning", NeurIPS 2020.
+    - Temperature schedules: Kukleva et al., "Temperature Schedules for self-supervised
+      contrastive methods on long-tail data", ICLR 2023.
+    - Learned temperature: Radford et al., "Learning Transferable Visual Models From Natural
+      Language Supervision" (CLIP), ICML 2021.
 """
 
 from adaptcl.adapters import require
@@ -49,12 +55,19 @@ from .loss import (  # noqa: E402
     MACLLoss,
     NTXentLoss,
 )
-from .memory_bank import MemoryBankLoss, PersistentMemoryBankModule, lightly_gather  # noqa: E402
+from .memory_bank import (  # noqa: E402
+    MemoryBankLoss,
+    MultiHeadBankLoss,
+    PersistentMemoryBankModule,
+    lightly_gather,
+)
+from .temperature import LearnableTemperatureLoss, TemperatureScheduleLoss  # noqa: E402
 from .transforms import CIFAR10_NORMALIZE, ASCLTransform, WeakViewTransform  # noqa: E402
 
 __all__ = [
     "NTXentLoss", "DCLLoss", "DCLWLoss", "FlatNCELoss", "DualTemperatureLoss", "MACLLoss",
-    "ASCLLoss", "AMCLLoss", "DySTreSSLoss", "AMCLProjectionHead", "PairTemperature",
-    "MemoryBankLoss", "PersistentMemoryBankModule", "lightly_gather",
+    "ASCLLoss", "AMCLLoss", "DySTreSSLoss", "TemperatureScheduleLoss",
+    "LearnableTemperatureLoss", "AMCLProjectionHead", "PairTemperature",
+    "MemoryBankLoss", "MultiHeadBankLoss", "PersistentMemoryBankModule", "lightly_gather",
     "ASCLMoCo", "ASCLTransform", "WeakViewTransform", "CIFAR10_NORMALIZE",
 ]

@@ -29,7 +29,6 @@ from torch import Tensor, nn
 
 from adaptcl import plugins
 from adaptcl.plugins import amcl as _amcl
-from adaptcl.plugins.candidates import normalize
 from adaptcl.plugins.validation import (
     check_finite_number,
     check_int,
@@ -37,7 +36,7 @@ from adaptcl.plugins.validation import (
     check_positive,
 )
 
-from .memory_bank import MemoryBankLoss, core_attribute, same_dtype
+from .memory_bank import MemoryBankLoss, MultiHeadBankLoss, core_attribute, same_dtype
 
 __all__ = ["NTXentLoss", "DCLLoss", "DCLWLoss", "FlatNCELoss", "DualTemperatureLoss",
            "MACLLoss", "ASCLLoss", "AMCLLoss"]
@@ -343,7 +342,7 @@ class ASCLLoss(MemoryBankLoss):
     sharpen_temperature = core_attribute("sharpen_temperature", check_positive)
 
 
-class AMCLLoss(MemoryBankLoss):
+class AMCLLoss(MultiHeadBankLoss):
     """AMCL loss (NT-Xent / InfoNCE forms, Table 2) with ``NTXentLoss``'s call signature.
 
     Owns the learned :class:`~adaptcl.plugins.PairTemperature` network (its parameters
@@ -395,27 +394,11 @@ class AMCLLoss(MemoryBankLoss):
         core = functools.partial(_amcl.AMCLLoss, net, beta, negative_term=negative_term,
                                  kappa=kappa, objective=objective,
                                  bound_warning_steps=bound_warning_steps)
-        super().__init__(core, memory_bank_size, gather_distributed, form=form,
-                         persistent_memory_bank=persistent_memory_bank,
-                         check_finite=check_finite, tile_size=tile_size,
-                         bank_width=check_int("num_heads", num_heads, 1))
-        self.num_heads = num_heads
+        super().__init__(core, memory_bank_size, gather_distributed, num_heads=num_heads,
+                         form=form, persistent_memory_bank=persistent_memory_bank,
+                         check_finite=check_finite, tile_size=tile_size)
 
     @property
     def temperature_net(self) -> nn.Module:
         """The pair-temperature network (learned with the model)."""
         return self.criterion.temperature_net
-
-    def _heads(self, out: Tensor) -> Tensor:
-        heads = out if out.ndim == 3 else out.unsqueeze(0)
-        if heads.shape[0] != self.num_heads:
-            raise ValueError(f"got {heads.shape[0]} heads, the loss was built for {self.num_heads}")
-        return heads
-
-    def _bank_rows(self, out1: Tensor) -> Tensor:
-        heads = self._heads(out1).detach()  # [C, N, D], normalised as the core's positive keys
-        heads = normalize(heads.reshape(-1, heads.shape[-1])).view(heads.shape)
-        return heads.transpose(0, 1).reshape(heads.shape[1], -1)  # [N, C * D]
-
-    def _bank_negatives(self, bank: Tensor) -> Tensor:
-        return bank.view(bank.shape[0], self.num_heads, -1).transpose(0, 1)  # [C, K, D]

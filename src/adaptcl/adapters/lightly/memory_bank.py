@@ -36,10 +36,10 @@ from torch import Tensor, nn
 
 from adaptcl import plugins
 from adaptcl.plugins.candidates import compute_dtype, normalize
-from adaptcl.plugins.validation import check_bool, check_choice, check_shared
+from adaptcl.plugins.validation import check_bool, check_choice, check_int, check_shared
 
-__all__ = ["PersistentMemoryBankModule", "MemoryBankLoss", "lightly_gather", "core_attribute",
-           "class_indices"]
+__all__ = ["PersistentMemoryBankModule", "MemoryBankLoss", "MultiHeadBankLoss", "lightly_gather",
+           "core_attribute", "class_indices"]
 
 #: in-batch candidate sets a Lightly loss may choose; the queue form is chosen by the bank
 IN_BATCH_FORMS = tuple(f for f in plugins.FORMS if f != "queue")
@@ -236,6 +236,41 @@ class MemoryBankLoss(nn.Module):
     def extra_repr(self) -> str:
         size = (self.memory_bank.size[0], self.memory_bank_dim) if self.uses_memory_bank else 0
         return f"memory_bank_size={size}, gather_distributed={self.gather_distributed}"
+
+
+class MultiHeadBankLoss(MemoryBankLoss):
+    """A :class:`MemoryBankLoss` of ``num_heads`` projection heads: ``forward(out0, out1)`` takes
+    ``[C, N, D]`` (``[N, D]`` for one head) and, with a memory bank, every head has its own
+    ``(K, D)`` queue. The C queues share one Lightly bank whose rows hold the C keys of a sample
+    side by side (``memory_bank.size`` is ``(K, C * D)``). Used by the losses with one
+    temperature per head or pair (AMCL, the learnable temperature).
+
+    Args:
+        make_core, memory_bank_size, gather_distributed: as in :class:`MemoryBankLoss`.
+        num_heads: the number of heads C.
+        **kwargs: the other keywords of :class:`MemoryBankLoss`.
+    """
+
+    def __init__(self, make_core: Callable[..., nn.Module],
+                 memory_bank_size: int | Sequence[int] = 0, gather_distributed: bool = False,
+                 *, num_heads: int = 1, **kwargs: Any) -> None:
+        super().__init__(make_core, memory_bank_size, gather_distributed,
+                         bank_width=check_int("num_heads", num_heads, 1), **kwargs)
+        self.num_heads = num_heads
+
+    def _heads(self, out: Tensor) -> Tensor:
+        heads = out if out.ndim == 3 else out.unsqueeze(0)
+        if heads.shape[0] != self.num_heads:
+            raise ValueError(f"got {heads.shape[0]} heads, the loss was built for {self.num_heads}")
+        return heads
+
+    def _bank_rows(self, out1: Tensor) -> Tensor:
+        heads = self._heads(out1).detach()  # [C, N, D], normalised as the core's positive keys
+        heads = normalize(heads.reshape(-1, heads.shape[-1])).view(heads.shape)
+        return heads.transpose(0, 1).reshape(heads.shape[1], -1)  # [N, C * D]
+
+    def _bank_negatives(self, bank: Tensor) -> Tensor:
+        return bank.view(bank.shape[0], self.num_heads, -1).transpose(0, 1)  # [C, K, D]
 
 
 def class_indices(labels: Tensor, rows: int) -> Tensor:

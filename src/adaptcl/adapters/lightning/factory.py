@@ -50,6 +50,7 @@ def build_ssl_module(method: str, loss: str, *, backbone: str = "resnet-18", wid
                      queue_size: int = 4096, num_neighbors: int = 1,
                      sharpen_temperature: float = 0.05,
                      dystress_max_temperature: float | None = None,
+                     max_temperature: float = 1.0, period: int = 400,
                      gather_distributed: bool = False, **module_kwargs: Any) -> M.SSLModule:
     """The Lightning module of ``method`` trained with the loss named ``loss``.
 
@@ -61,6 +62,10 @@ def build_ssl_module(method: str, loss: str, *, backbone: str = "resnet-18", wid
     ``num_neighbors``/``sharpen_temperature`` ASCL's; for ``"dystress"`` ``temperature`` is
     tau_min and ``dystress_max_temperature`` tau_max (default ``2 * temperature``: the DySTreSS
     authors' SimCLR setting 0.1 and 0.2 at the default ``temperature``).
+    ``"temperature_schedule"`` runs Kukleva et al.'s cosine from ``temperature`` (tau_min; their
+    0.1) up to ``max_temperature`` (their 1.0) with ``period`` steps (their 400, counted here in
+    optimisation steps: the module's ``global_step`` drives it); ``"learnable_temperature"``
+    learns tau = exp(-s) from ``temperature``, within open_clip's bounds [0.01, 1].
     MoCo's queue (``queue_size`` x ``output_dim``) is the loss's memory bank, kept in
     checkpoints. ``gather_distributed`` gathers negatives across DDP ranks.
     ``module_kwargs`` go to :class:`~adaptcl.adapters.lightning.modules.SSLModule`
@@ -130,6 +135,9 @@ def build_ssl_module(method: str, loss: str, *, backbone: str = "resnet-18", wid
         "ascl": lambda: L.ASCLLoss(temperature, sharpen_temperature, num_neighbors, **queue),
         "dystress": lambda: L.DySTreSSLoss(temperature, dystress_max_temperature or 2 * temperature,
                                            **queue),
+        "temperature_schedule": lambda: L.TemperatureScheduleLoss(temperature, max_temperature,
+                                                                  period, **queue),
+        "learnable_temperature": lambda: L.LearnableTemperatureLoss(temperature, **queue),
     }
     return module(net, feature_dim, criteria[loss](), hidden_dim=hid, output_dim=out,
                   **module_kwargs)

@@ -24,8 +24,10 @@ METHODS = ("simclr", "moco", "simsiam", "barlowtwins", "ascl-moco")
 #: losses each method accepts (first = the method's own baseline); for ``ascl-moco`` the loss
 #: names ASCL's mode, ``infonce`` being plain MoCo (ASCL without neighbours)
 METHOD_LOSSES: dict[str, tuple[str, ...]] = {
-    "simclr": ("infonce", "macl", "dcl", "flatnce", "dual_temperature", "amcl", "dystress"),
-    "moco": ("infonce", "macl", "dcl", "ascl", "amcl", "dystress"),
+    "simclr": ("infonce", "macl", "dcl", "flatnce", "dual_temperature", "amcl", "dystress",
+               "temperature_schedule", "learnable_temperature"),
+    "moco": ("infonce", "macl", "dcl", "ascl", "amcl", "dystress", "temperature_schedule",
+             "learnable_temperature"),
     "simsiam": ("negcos", "amcl"),
     "barlowtwins": ("barlow", "amcl"),
     "ascl-moco": ("ascl", "ahcl", "hard", "infonce"),

@@ -4,6 +4,10 @@ Each module is built from Lightly's backbones, heads and helpers and is paramete
 loss: pass any loss with Lightly's call signature (``lightly.loss.NTXentLoss``, or the drop-in
 :mod:`adaptcl.adapters.lightly` losses such as ``MACLLoss``) as ``criterion``. Every module
 
+- drives a scheduled temperature (:class:`~adaptcl.adapters.lightly.TemperatureScheduleLoss`)
+  with ``global_step`` before every training step, and trains a learned one
+  (:class:`~adaptcl.adapters.lightly.LearnableTemperatureLoss`: a parameter of the criterion,
+  so of ``self.parameters()``, the optimiser, without weight decay, and the checkpoints);
 - logs ``train_loss`` and the adaptive quantities the loss exposes in ``last_stats``
   (``train_temperature``, ``train_alignment``, ``train_mean_w``, ``train_confidence``, ...) and
   keeps them per step in ``history`` (for plots);
@@ -60,7 +64,11 @@ from lightly.utils.benchmarking import knn_predict  # noqa: E402
 from lightly.utils.scheduler import cosine_schedule  # noqa: E402
 
 from adaptcl.adapters.lightly import ASCLMoCo, NTXentLoss  # noqa: E402
-from adaptcl.plugins import AMCLSimSiamLoss  # noqa: E402
+from adaptcl.plugins import (  # noqa: E402
+    AMCLSimSiamLoss,
+    LearnableTemperatureLoss,
+    set_schedule_step,
+)
 from adaptcl.plugins.validation import (  # noqa: E402
     check_choice,
     check_int,
@@ -210,6 +218,9 @@ class SSLModule(pl.LightningModule):
         if not isinstance(views, (list, tuple)) or len(views) < 2:
             raise ValueError("expected a batch (views, targets, ...) with at least two views; "
                              "use a MultiViewTransform such as lightly's SimCLRTransform")
+        # a scheduled temperature follows the optimisation step (Lightning restores global_step
+        # on resume, so the schedule resumes with it)
+        set_schedule_step(self.criterion, self.global_step)
         loss = self.training_loss(list(views))
         self.log_loss_stats(loss, batch_size=views[0].shape[0])
         return loss
@@ -289,7 +300,7 @@ class SSLModule(pl.LightningModule):
 
     # --- optimisation -----------------------------------------------------------------------------
     def configure_optimizers(self):
-        params = [p for p in self.parameters() if p.requires_grad]
+        params = _weight_decay_groups(self)
         if self.optimizer_name == "adam":
             optimizer = torch.optim.Adam(params, lr=self.lr, weight_decay=self.weight_decay)
         elif self.optimizer_name == "adamw":
@@ -312,6 +323,19 @@ class SSLModule(pl.LightningModule):
         scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, factor)
         return {"optimizer": optimizer,
                 "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+
+def _weight_decay_groups(module: nn.Module) -> list:
+    """``module``'s trainable parameters, with a learned temperature (CLIP's logit scale) in a
+    group of its own without weight decay, as open_clip's optimiser groups have it (weight decay
+    pulls ``s`` to 0, i.e. tau to 1). Without one, the plain list of parameters."""
+    temperatures = {id(p) for m in module.modules() if isinstance(m, LearnableTemperatureLoss)
+                    for p in m.parameters()}
+    params = [p for p in module.parameters() if p.requires_grad]
+    if not temperatures:
+        return params
+    return [{"params": [p for p in params if id(p) not in temperatures]},
+            {"params": [p for p in params if id(p) in temperatures], "weight_decay": 0.0}]
 
 
 class SimCLRModule(SSLModule):

@@ -11,11 +11,14 @@ Organised by job:
 - :mod:`.losses` -- :class:`InfoNCELoss`, :class:`MACLLoss`, :class:`ASCLLoss`,
   :class:`AMCLLoss`, :class:`DySTreSSLoss` (with the peer's ``hardness_mode`` and, through
   ``use_labels=True``, the dataset's classes as multi-positive targets);
+- :mod:`.temperatures` -- :class:`TemperatureScheduleLoss` (driven by the trainer's step) and
+  :class:`LearnableTemperatureLoss` (CLIP's learned temperature);
 - :mod:`.base` -- :class:`AdaptiveContrastiveLoss`, their base (one pass or gradient caching,
   the loss's own trainable state);
 - :mod:`.callbacks` -- :class:`LossStateCallback` (the loss state in every checkpoint, restored
   from the one the trainer resumes from); :mod:`.checkpoints` -- whether a trainer checkpoint
-  can be resumed whole, :func:`last_complete_checkpoint`;
+  can be resumed whole, :func:`last_complete_checkpoint`; :class:`LossStateCallback` also gives
+  a scheduled temperature the trainer's step;
 - :mod:`.simcse` -- SimCSE's model and poolers, :func:`make_loss` by name, its data, the
   trainer that logs the adaptive quantities and :func:`train_simcse` (:class:`SimCSEConfig`),
   one training run keeping the best STS-B dev checkpoint; :mod:`.simcse_names` -- its pooler and loss names
@@ -79,10 +82,12 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers; at run time __getattr
     from adaptcl.adapters.sentence_transformers.citations import (
         AMCL_CITATION,
         ASCL_CITATION,
+        CLIP_CITATION,
         DYSTRESS_CITATION,
         INFONCE_CITATION,
         MACL_CITATION,
         SUPCON_CITATION,
+        TEMPERATURE_SCHEDULE_CITATION,
     )
     from adaptcl.adapters.sentence_transformers.losses import (
         AMCLLoss,
@@ -104,6 +109,10 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers; at run time __getattr
         unsupervised_dataset,
         validate_text_dataset,
     )
+    from adaptcl.adapters.sentence_transformers.temperatures import (
+        LearnableTemperatureLoss,
+        TemperatureScheduleLoss,
+    )
 
 _EXPORTS = {
     **dict.fromkeys(("InfoNCELoss", "MACLLoss", "ASCLLoss", "AMCLLoss", "DySTreSSLoss"), "losses"),
@@ -112,8 +121,10 @@ _EXPORTS = {
     "LossStateCallback": "callbacks",
     **dict.fromkeys(("IncompleteCheckpointError", "last_complete_checkpoint", "verify_checkpoint"),
                     "checkpoints"),
+    **dict.fromkeys(("TemperatureScheduleLoss", "LearnableTemperatureLoss"), "temperatures"),
     **dict.fromkeys(("MACL_CITATION", "ASCL_CITATION", "AMCL_CITATION", "INFONCE_CITATION",
-                     "DYSTRESS_CITATION", "SUPCON_CITATION"), "citations"),
+                     "DYSTRESS_CITATION", "SUPCON_CITATION", "TEMPERATURE_SCHEDULE_CITATION",
+                     "CLIP_CITATION"), "citations"),
     **dict.fromkeys(("AdaptiveSentenceTransformerTrainer", "SimCSEConfig", "SimCSEProjection",
                      "build_simcse_model", "make_loss", "stsb_dev_evaluator", "supervised_dataset",
                      "train_simcse", "training_projection", "unsupervised_dataset",
@@ -123,10 +134,11 @@ __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 
 __all__ = [
     "LOSSES", "POOLERS", "InfoNCELoss", "MACLLoss", "ASCLLoss", "AMCLLoss", "DySTreSSLoss",
-    "AdaptiveContrastiveLoss", "LOSS_STATE_FILE", "LossStateMismatchError", "embedding_dimension",
-    "loss_state_digest", "LossStateCallback", "IncompleteCheckpointError",
-    "last_complete_checkpoint", "verify_checkpoint", "MACL_CITATION", "ASCL_CITATION",
-    "AMCL_CITATION", "INFONCE_CITATION", "DYSTRESS_CITATION", "SUPCON_CITATION",
+    "TemperatureScheduleLoss", "LearnableTemperatureLoss", "AdaptiveContrastiveLoss",
+    "LOSS_STATE_FILE", "LossStateMismatchError", "embedding_dimension", "loss_state_digest",
+    "LossStateCallback", "IncompleteCheckpointError", "last_complete_checkpoint",
+    "verify_checkpoint", "MACL_CITATION", "ASCL_CITATION", "AMCL_CITATION", "INFONCE_CITATION",
+    "DYSTRESS_CITATION", "SUPCON_CITATION", "TEMPERATURE_SCHEDULE_CITATION", "CLIP_CITATION",
     "AdaptiveSentenceTransformerTrainer", "SimCSEConfig", "SimCSEProjection",
     "build_simcse_model", "make_loss", "stsb_dev_evaluator", "supervised_dataset",
     "train_simcse", "training_projection", "unsupervised_dataset", "validate_text_dataset",

@@ -122,7 +122,7 @@ def _positional_like_the_peer(init: Callable) -> Callable:
             extra = ", ".join(repr(a) for a in args[len(positional):])
             takes = (f"({', '.join(positional)}) positionally, in the order of sentence-transformers' "
                      f"MultipleNegativesRankingLoss" if "scale" in positional else
-                     f"only {positional[0]} positionally ({name} has no single temperature, so no scale)")
+                     f"only {positional[0]} positionally ({name} has no single scale)")
             raise TypeError(
                 f"{name} takes {takes}; got {len(args)} positional arguments. Pass {extra} by keyword, "
                 f"e.g. {name}(model, {keywords[0]}=...); keywords: {', '.join(keywords)}")

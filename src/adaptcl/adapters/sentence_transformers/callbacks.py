@@ -1,5 +1,6 @@
 """``LossStateCallback``: the loss's own trainable state in every checkpoint of
-``SentenceTransformerTrainer``, restored from the checkpoint the trainer resumes from."""
+``SentenceTransformerTrainer``, restored from the checkpoint the trainer resumes from, and the
+trainer's step for a scheduled temperature."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ require("sentence_transformers", "text")
 from transformers import TrainerCallback  # noqa: E402
 from transformers.trainer_callback import ExportableState  # noqa: E402
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR  # noqa: E402
+
+from adaptcl.plugins import set_schedule_step  # noqa: E402
 
 from .base import (  # noqa: E402
     LOSS_STATE_FILE,
@@ -51,6 +54,11 @@ class LossStateCallback(TrainerCallback, ExportableState):
     Works with the plain ``SentenceTransformerTrainer``. Leave
     ``TrainingArguments(restore_callback_states_from_checkpoint=...)`` off (the default): it
     rebuilds callbacks from JSON, without their loss.
+
+    It also drives a scheduled temperature
+    (:class:`~adaptcl.adapters.sentence_transformers.TemperatureScheduleLoss`): at
+    ``on_step_begin`` (the first micro-batch of each optimisation step) the schedule's step
+    becomes the trainer's ``state.global_step``, which the trainer restores on resume.
 
     Example:
         >>> trainer = SentenceTransformerTrainer(model=model, loss=loss, ...,
@@ -118,6 +126,10 @@ class LossStateCallback(TrainerCallback, ExportableState):
             f"{LOSS_STATE_FILE} (sha256 {record['sha256'][:12]}) is in none of {', '.join(seen)}, "
             f"so {name}'s own parameters cannot be restored: name the checkpoint's folder in "
             f"TrainingArguments(resume_from_checkpoint=...) as well")
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        set_schedule_step(self.loss, state.global_step)
+        return control
 
     def on_save(self, args, state, control, **kwargs):
         if state.is_world_process_zero:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-__all__ = ["AMCL_CITATION", "ASCL_CITATION", "DYSTRESS_CITATION", "INFONCE_CITATION",
-           "MACL_CITATION", "SUPCON_CITATION"]
+__all__ = ["AMCL_CITATION", "ASCL_CITATION", "CLIP_CITATION", "DYSTRESS_CITATION",
+           "INFONCE_CITATION", "MACL_CITATION", "SUPCON_CITATION", "TEMPERATURE_SCHEDULE_CITATION"]
 
 MACL_CITATION = """
 @inproceedings{huang2023macl,
@@ -63,5 +63,25 @@ SUPCON_CITATION = """
     booktitle = {Advances in Neural Information Processing Systems},
     year = {2020},
     url = {https://arxiv.org/abs/2004.11362},
+}
+"""
+
+TEMPERATURE_SCHEDULE_CITATION = """
+@inproceedings{kukleva2023temperature,
+    title = {Temperature Schedules for self-supervised contrastive methods on long-tail data},
+    author = {Kukleva, Anna and B{\\"o}hle, Moritz and Schiele, Bernt and Kuehne, Hilde and Rupprecht, Christian},
+    booktitle = {The Eleventh International Conference on Learning Representations (ICLR)},
+    year = {2023},
+    url = {https://openreview.net/forum?id=ejHUr4nfHhD},
+}
+"""
+
+CLIP_CITATION = """
+@inproceedings{radford2021clip,
+    title = {Learning Transferable Visual Models From Natural Language Supervision},
+    author = {Radford, Alec and Kim, Jong Wook and Hallacy, Chris and Ramesh, Aditya and Goh, Gabriel and Agarwal, Sandhini and Sastry, Girish and Askell, Amanda and Mishkin, Pamela and Clark, Jack and Krueger, Gretchen and Sutskever, Ilya},
+    booktitle = {Proceedings of the 38th International Conference on Machine Learning},
+    year = {2021},
+    url = {https://arxiv.org/abs/2103.00020},
 }
 """

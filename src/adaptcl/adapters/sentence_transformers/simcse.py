@@ -62,6 +62,7 @@ from sentence_transformers.sentence_transformer.training_args import (  # noqa: 
 )
 from transformers import PrinterCallback  # noqa: E402
 
+from adaptcl.plugins import set_schedule_step  # noqa: E402
 from adaptcl.plugins.validation import NonFiniteError  # noqa: E402
 from adaptcl.registry import canonical_loss_name  # noqa: E402
 
@@ -69,6 +70,7 @@ from .base import AdaptiveContrastiveLoss, embedding_dimension  # noqa: E402
 from .callbacks import LossStateCallback  # noqa: E402
 from .losses import AMCLLoss, ASCLLoss, DySTreSSLoss, InfoNCELoss, MACLLoss  # noqa: E402
 from .simcse_names import LOSSES, POOLERS, model_unavailable  # noqa: E402
+from .temperatures import LearnableTemperatureLoss, TemperatureScheduleLoss  # noqa: E402
 
 __all__ = ["LOSSES", "POOLERS", "AdaptiveSentenceTransformerTrainer", "SimCSEConfig",
            "SimCSEProjection", "build_simcse_model", "make_loss", "stsb_dev_evaluator",
@@ -158,7 +160,10 @@ def make_loss(name: str, model: SentenceTransformer, *, projection: nn.Module | 
     ``macl``: alpha 2, A0 0.8, no reweighting (MACL App. B.4); ``ascl``: in-batch soft labels;
     ``amcl``: 2 heads, learned pair temperature; ``dystress``: the DySTreSS authors' SimCSE run,
     the piecewise temperature from ``0.8 * temperature`` (0.04) to ``temperature`` (0.05);
-    ``infonce``: SimCSE itself. Names are resolved
+    ``infonce``: SimCSE itself; ``temperature_schedule``: Kukleva et al.'s cosine from
+    ``temperature`` (tau_min) up to their tau_max 1.0 with their period of 400 (here trainer
+    steps; ``max_temperature=``, ``period=`` override them); ``learnable_temperature``: tau =
+    exp(-s) learned from ``temperature``, within open_clip's bounds [0.01, 1]. Names are resolved
     by :func:`~adaptcl.registry.canonical_loss_name` (case-insensitive; an older
     spelling such as ``"nt_xent"`` builds InfoNCE with a ``FutureWarning``).
     """
@@ -172,6 +177,12 @@ def make_loss(name: str, model: SentenceTransformer, *, projection: nn.Module | 
     if name == "dystress":
         kwargs.setdefault("min_temperature", 0.8 * temperature)
         return DySTreSSLoss(model, max_temperature=temperature, projection=projection, **kwargs)
+    if name == "temperature_schedule":
+        return TemperatureScheduleLoss(model, min_temperature=temperature, projection=projection,
+                                       **kwargs)
+    if name == "learnable_temperature":
+        return LearnableTemperatureLoss(model, temperature=temperature, projection=projection,
+                                        **kwargs)
     if projection is not None:  # amcl
         raise ValueError("AMCL brings its own projection heads; use pooler='cls_before_pooler' or 'avg'")
     return AMCLLoss(model, **kwargs)
@@ -225,7 +236,15 @@ def validate_text_dataset(dataset) -> None:
 
 
 class AdaptiveSentenceTransformerTrainer(SentenceTransformerTrainer):
-    """``SentenceTransformerTrainer`` that adds the loss's adaptive quantities to every log."""
+    """``SentenceTransformerTrainer`` that adds the loss's adaptive quantities to every log and
+    drives a scheduled temperature with ``state.global_step`` (restored on resume) before every
+    training step."""
+
+    def training_step(self, model: nn.Module, inputs: dict[str, Any],
+                      num_items_in_batch: Any = None) -> torch.Tensor:
+        for loss in self.loss.values() if isinstance(self.loss, dict) else (self.loss,):
+            set_schedule_step(loss, self.state.global_step)
+        return super().training_step(model, inputs, num_items_in_batch)
 
     def log(self, logs: dict[str, float], *args, **kwargs) -> None:
         stats = getattr(self.loss, "last_stats", None)

@@ -19,7 +19,8 @@ __all__ = ["LOSSES", "PAPER_CONFIGS", "PAPER_FAMILIES", "POOLERS", "model_unavai
 #: of the first and last layers' (``avg_first_last``) and of the last two layers' (``avg_top2``).
 POOLERS = ("cls", "cls_before_pooler", "avg", "avg_first_last", "avg_top2")
 #: the losses :func:`~adaptcl.adapters.sentence_transformers.make_loss` builds (InfoNCE is SimCSE)
-LOSSES = ("infonce", "macl", "ascl", "amcl", "dystress")
+LOSSES = ("infonce", "macl", "ascl", "amcl", "dystress", "temperature_schedule",
+          "learnable_temperature")
 #: the SimCSE / MACL paper training settings per model family (Gao et al. 2021; Huang et al.
 #: 2023, App. B.4): one flag away for a GPU machine
 PAPER_CONFIGS: dict[str, dict[str, float | int]] = {
