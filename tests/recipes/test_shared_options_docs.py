@@ -40,9 +40,10 @@ def _table() -> dict[str, set[str]]:
 
 
 def test_the_docs_table_lists_every_shared_option():
-    assert set(_table()) == {"--output-dir", "--data-root", "--seeds", "--threads", "--device",
-                             "--precision", "--logger", "--devices", "--strategy",
-                             "--no-progress", "--jobs", "--cluster", "--cluster-partition",
+    assert set(_table()) == {"--output-dir", "--data-root", "--seeds", "--preset", "--config",
+                             "--print-config", "--threads", "--device", "--precision",
+                             "--logger", "--devices", "--strategy", "--no-progress",
+                             "--no-plot", "--jobs", "--cluster", "--cluster-partition",
                              "--cluster-time", "--cluster-gpus", "--cluster-option"}
 
 

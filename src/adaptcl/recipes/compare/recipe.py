@@ -32,9 +32,7 @@ from adaptcl.recipes.engine.provenance import same_data
 from adaptcl.recipes.engine.report import read_results, write_results
 from adaptcl.recipes.engine.summary import summarize, summary_table
 
-EXAMPLE = """for b in 32 64 128; do adaptcl images --batch-size $b --seeds 0 1 2 \\
-    --output-dir results/sweep/b$b; done
-adaptcl compare results/sweep/b*/results.json --by batch_size --output-dir results/sweep
+EXAMPLE = """adaptcl compare results/b32/results.json results/b256/results.json --by batch_size
 adaptcl compare results/tu/MUTAG/results.json results/tu/DD/results.json --by datasets"""
 
 
