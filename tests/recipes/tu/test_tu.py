@@ -95,6 +95,15 @@ def test_identity_settings_and_the_graphcl_exact_preset():
             TUConfig(**bad)
 
 
+def test_the_temperature_schedule_runs_its_period_in_epochs_of_the_dataset():
+    cfg = TUConfig(temperature=0.1, max_temperature=0.8, schedule_period=2.5)
+    loss = tu_train.build_loss(cfg, "temperature_schedule", steps_per_epoch=4)
+    assert (loss.min_temperature, loss.max_temperature, loss.period) == (0.1, 0.8, 10)
+    assert tu_train.build_loss(TUConfig(), "temperature_schedule", 2).period == 8  # 5 per run
+    with pytest.raises(ValueError, match=r"max_temperature \(0.1\) must be >= temperature"):
+        TUConfig(temperature=0.2, max_temperature=0.1)
+
+
 @pytest.mark.parametrize(("bad", "named"), [
     ({"devices": 0}, "devices"),
     ({"devices": 2, "batch_size": 127}, "batch_size (127) must be a multiple of devices (2)"),

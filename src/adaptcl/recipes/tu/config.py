@@ -51,6 +51,10 @@ class TUConfig:
     temperature: float = setting(0.2, check=positive, help="tau (tau0 for MACL)")
     alpha: float = setting(0.5, help="MACL's alpha")
     a0: float = setting(0.0, help="MACL's A0")
+    max_temperature: float = setting(1.0, check=positive, help="temperature_schedule's tau_max "
+                                     "(Kukleva et al.'s; tau_min: --temperature)")
+    schedule_period: float = setting(4.0, check=positive, help="temperature_schedule's period "
+                                     "in epochs (Kukleva et al. run five periods per training)")
     aug: str = setting("auto", choices=AUGMENTATIONS, help="GraphCL augmentation of the second "
                        "view (auto: random4 on social sets, random2 on the others)")
     aug_ratio: float = setting(0.2, check=fraction, help="augmentation ratio")
@@ -83,6 +87,9 @@ class TUConfig:
     def __post_init__(self) -> None:
         check_settings(self)
         check_devices(self.batch_size, self.devices, self.strategy)
+        if self.max_temperature < self.temperature:
+            raise ValueError(f"max_temperature ({self.max_temperature}) must be >= temperature "
+                             f"({self.temperature}): the schedule's tau_max and tau_min")
 
     def augmentation(self, dataset: str) -> str:
         """The augmentation of ``dataset``'s second view (``auto`` resolved)."""

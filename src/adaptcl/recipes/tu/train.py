@@ -4,6 +4,7 @@ SVM protocol (:func:`~adaptcl.evaluation.graphs.svm_cv_accuracy`)."""
 
 from __future__ import annotations
 
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -26,9 +27,15 @@ from adaptcl.recipes.engine.torch_env import resolve_device, seed_everything
 from adaptcl.recipes.tu.config import TUConfig
 
 
-def build_loss(cfg: TUConfig, name: str) -> torch.nn.Module:
-    """The loss module of ``name`` with the run's temperature (and MACL's alpha, A0)."""
-    extra = {"alpha": cfg.alpha, "a0": cfg.a0} if name == "macl" else {}
+def build_loss(cfg: TUConfig, name: str, steps_per_epoch: int = 1) -> torch.nn.Module:
+    """The loss module of ``name`` with the run's temperature (and MACL's alpha, A0; the
+    schedule's tau_max and its period, ``schedule_period`` epochs of ``steps_per_epoch``)."""
+    extra: dict[str, Any] = {}
+    if name == "macl":
+        extra = {"alpha": cfg.alpha, "a0": cfg.a0}
+    elif name == "temperature_schedule":
+        extra = {"max_temperature": cfg.max_temperature,
+                 "period": max(1, round(cfg.schedule_period * steps_per_epoch))}
     return graphcl_loss(name, temperature=cfg.temperature, **extra)
 
 
@@ -49,7 +56,7 @@ def train_and_score(cfg: TUConfig, cell: Cell, graphs: list[Any], in_dim: int,
     """
     seed_everything(cell.seed)
     device = resolve_device(cfg.device)
-    loss_fn = build_loss(cfg, cell.loss)
+    loss_fn = build_loss(cfg, cell.loss, math.ceil(len(graphs) / cfg.batch_size))
     model = GraphCL(TUGINEncoder(in_dim, cfg.hidden, cfg.layers), loss_fn=loss_fn).to(device)
 
     def pairs(rank: int) -> TwoViewDataset:  # each rank its own augmentation stream
