@@ -146,6 +146,16 @@ def test_presets_and_derived_defaults():
     assert (full.train_limit, full.test_limit) == (None, None)
 
 
+def test_the_temperature_schedule_runs_five_periods_per_training_by_default():
+    cfg = ImagesConfig(losses=["infonce", "temperature_schedule"], epochs=10)
+    assert cfg.schedule_period == 2.0  # a fifth of the epochs
+    module = train.build_module(cfg, "temperature_schedule", num_classes=10, steps_per_epoch=7)
+    core = module.criterion.criterion
+    assert (core.min_temperature, core.max_temperature, core.period) == (0.1, 1.0, 14)
+    with pytest.raises(ValueError, match="max_temperature"):
+        ImagesConfig(losses=["temperature_schedule"], temperature=0.5, max_temperature=0.3)
+
+
 def test_settings_are_checked():
     with pytest.raises(ValueError, match="does not apply"):
         ImagesConfig(method="simsiam", losses=["macl"])

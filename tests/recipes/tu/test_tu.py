@@ -101,7 +101,8 @@ def test_the_temperature_schedule_runs_its_period_in_epochs_of_the_dataset():
     assert (loss.min_temperature, loss.max_temperature, loss.period) == (0.1, 0.8, 10)
     assert tu_train.build_loss(TUConfig(), "temperature_schedule", 2).period == 8  # 5 per run
     with pytest.raises(ValueError, match=r"max_temperature \(0.1\) must be >= temperature"):
-        TUConfig(temperature=0.2, max_temperature=0.1)
+        TUConfig(losses=["temperature_schedule"], temperature=0.2, max_temperature=0.1)
+    assert TUConfig(temperature=0.2, max_temperature=0.1).losses == ["dcl", "macl"]  # no schedule
 
 
 @pytest.mark.parametrize(("bad", "named"), [

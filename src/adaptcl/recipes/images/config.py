@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from adaptcl.adapters.lightning.methods import BACKBONES, METHOD_LOSSES, METHODS, check_method_loss
+from adaptcl.recipes.common.schedule import check_schedule
 from adaptcl.recipes.engine import options
 from adaptcl.recipes.engine.settings import check_settings, non_negative, positive, setting
 
@@ -72,6 +73,11 @@ class ImagesConfig:
                                         "0.1, MoCo 0.2)")
     macl_temperature: float | None = setting(None, check=positive, help="MACL's tau0 (none: "
                                              "--temperature; MoCo 0.15)")
+    max_temperature: float = setting(1.0, check=positive, help="temperature_schedule's tau_max "
+                                     "(Kukleva et al.'s; tau_min: --temperature)")
+    schedule_period: float | None = setting(None, check=positive, help="temperature_schedule's "
+                                            "period in epochs (none: a fifth of --epochs, the "
+                                            "five periods per training of Kukleva et al.)")
     alpha: float = setting(0.5, help="MACL's alpha")
     a0: float | None = setting(None, help="MACL's A0 (none: 0, MoCo 0.2)")
     num_heads: int = setting(2, check=positive, help="AMCL heads C")
@@ -115,6 +121,9 @@ class ImagesConfig:
             self.macl_temperature = 0.15 if moco and given is None else self.temperature
         if self.a0 is None:
             self.a0 = 0.2 if moco else 0.0
+        if self.schedule_period is None:
+            self.schedule_period = self.epochs / 5
+        check_schedule(self)
 
     def data_settings(self) -> tuple[tuple[str, Any], ...]:
         """``((setting, value), ...)`` of the settings that choose the images."""

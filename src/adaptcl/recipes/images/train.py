@@ -16,6 +16,7 @@ from adaptcl.adapters.lightning.trainer import TrainingClock, build_trainer
 from adaptcl.evaluation.images import evaluate_backbone
 from adaptcl.plugins.validation import NonFiniteError
 from adaptcl.recipes.common.lightning import fit
+from adaptcl.recipes.common.schedule import schedule_steps
 from adaptcl.recipes.engine.cells import Cell
 from adaptcl.recipes.engine.errors import DivergedError, NonResultError, require_steps
 from adaptcl.recipes.engine.files import torch_load_checked
@@ -26,7 +27,7 @@ from adaptcl.recipes.images.config import ImagesConfig
 from adaptcl.recipes.images.data import ImageSplits
 
 
-def build_module(cfg: ImagesConfig, loss: str, num_classes: int) -> Any:
+def build_module(cfg: ImagesConfig, loss: str, num_classes: int, steps_per_epoch: int) -> Any:
     """The Lightning module of ``cfg.method`` trained with ``loss`` (the adapter's factory)."""
     return build_ssl_module(
         cfg.method, loss, backbone=cfg.backbone, width=cfg.width, hidden_dim=cfg.hidden_dim,
@@ -36,7 +37,9 @@ def build_module(cfg: ImagesConfig, loss: str, num_classes: int) -> Any:
         amcl_objective=cfg.amcl_objective, queue_size=cfg.queue_size,
         num_neighbors=cfg.num_neighbors, sharpen_temperature=cfg.sharpen_temperature,
         gather_distributed=cfg.strategy.startswith("ddp"), optimizer=cfg.optimizer, lr=cfg.lr,
-        weight_decay=cfg.weight_decay, num_classes=num_classes, knn_k=cfg.knn_k, knn_t=cfg.knn_t)
+        weight_decay=cfg.weight_decay, num_classes=num_classes, knn_k=cfg.knn_k, knn_t=cfg.knn_t,
+        max_temperature=cfg.max_temperature,
+        period=schedule_steps(cfg.schedule_period, steps_per_epoch))
 
 
 def lightning_trainer(cfg: ImagesConfig, log_dir: Path, ckpt_dir: Path | None = None,
@@ -88,7 +91,7 @@ def train_and_score(cfg: ImagesConfig, splits: ImageSplits, cell: Cell, ckpt_dir
     resume = resume_checkpoint(ckpt_dir)
     seed_everything(cell.seed)
     train, bank, test = loaders(cfg, splits, cell.seed)
-    module = build_module(cfg, cell.loss, splits.num_classes)
+    module = build_module(cfg, cell.loss, splits.num_classes, len(train))
     if cfg.knn_every:
         module.set_knn_bank_loader(bank)
     clock = TrainingClock()

@@ -7,6 +7,7 @@ from typing import Any
 
 from adaptcl.adapters.graphcl.names import LOSS_ALIASES, LOSS_NAMES
 from adaptcl.recipes.common.devices import check_devices
+from adaptcl.recipes.common.schedule import check_schedule
 from adaptcl.recipes.engine import options
 from adaptcl.recipes.engine.settings import (
     at_least,
@@ -53,8 +54,9 @@ class TUConfig:
     a0: float = setting(0.0, help="MACL's A0")
     max_temperature: float = setting(1.0, check=positive, help="temperature_schedule's tau_max "
                                      "(Kukleva et al.'s; tau_min: --temperature)")
-    schedule_period: float = setting(4.0, check=positive, help="temperature_schedule's period "
-                                     "in epochs (Kukleva et al. run five periods per training)")
+    schedule_period: float | None = setting(None, check=positive, help="temperature_schedule's "
+                                            "period in epochs (none: a fifth of --epochs, the "
+                                            "five periods per training of Kukleva et al.)")
     aug: str = setting("auto", choices=AUGMENTATIONS, help="GraphCL augmentation of the second "
                        "view (auto: random4 on social sets, random2 on the others)")
     aug_ratio: float = setting(0.2, check=fraction, help="augmentation ratio")
@@ -87,9 +89,9 @@ class TUConfig:
     def __post_init__(self) -> None:
         check_settings(self)
         check_devices(self.batch_size, self.devices, self.strategy)
-        if self.max_temperature < self.temperature:
-            raise ValueError(f"max_temperature ({self.max_temperature}) must be >= temperature "
-                             f"({self.temperature}): the schedule's tau_max and tau_min")
+        if self.schedule_period is None:
+            self.schedule_period = self.epochs / 5
+        check_schedule(self)
 
     def augmentation(self, dataset: str) -> str:
         """The augmentation of ``dataset``'s second view (``auto`` resolved)."""

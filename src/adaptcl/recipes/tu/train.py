@@ -22,6 +22,7 @@ from adaptcl.adapters.graphcl import (
 from adaptcl.evaluation.graphs import svm_cv_accuracy
 from adaptcl.recipes.common.devices import AUGMENTATION_RANK_STRIDE
 from adaptcl.recipes.common.graph_training import embed_graphs, fit_graphs
+from adaptcl.recipes.common.schedule import schedule_steps
 from adaptcl.recipes.engine.cells import Cell
 from adaptcl.recipes.engine.torch_env import resolve_device, seed_everything
 from adaptcl.recipes.tu.config import TUConfig
@@ -35,7 +36,7 @@ def build_loss(cfg: TUConfig, name: str, steps_per_epoch: int = 1) -> torch.nn.M
         extra = {"alpha": cfg.alpha, "a0": cfg.a0}
     elif name == "temperature_schedule":
         extra = {"max_temperature": cfg.max_temperature,
-                 "period": max(1, round(cfg.schedule_period * steps_per_epoch))}
+                 "period": schedule_steps(cfg.schedule_period, steps_per_epoch)}
     return graphcl_loss(name, temperature=cfg.temperature, **extra)
 
 
