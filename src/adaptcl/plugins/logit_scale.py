@@ -154,11 +154,12 @@ class LearnableTemperatureLoss(ContrastiveLoss):
             :class:`~adaptcl.plugins.MultiHeadProjection`) and adds the heads' losses. With
             one head (the default) ``s`` is a 0-d parameter, as open_clip's, and inputs are
             ``[N, D]`` (``[1, N, D]`` is accepted).
-        form, positive_in_denominator, gather_distributed, gather_fn, check_finite,
-            tile_size, reduction: as in :class:`~adaptcl.plugins.InfoNCELoss`. Gathered
-            candidates carry no temperature (it is folded into the local anchors), so each
-            rank's gradient wrt ``s`` is that of its own anchors' terms and DDP's average over
-            ranks is the full batch's gradient.
+
+    ``form``, ``positive_in_denominator``, ``gather_distributed``, ``gather_fn``,
+    ``check_finite``, ``tile_size`` and ``reduction`` are as in
+    :class:`~adaptcl.plugins.InfoNCELoss`. Gathered candidates carry no temperature (it is
+    folded into the local anchors), so each rank's gradient wrt ``s`` is that of its own
+    anchors' terms and DDP's average over ranks is the full batch's gradient.
 
     ``"cross_view_symmetric"`` is CLIP's loss (both directions averaged); with it the value is
     open_clip's ``ClipLoss`` at ``logit_scale = exp(s)``. After each call ``last_stats`` holds

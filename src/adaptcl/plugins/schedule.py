@@ -116,10 +116,11 @@ class TemperatureScheduleLoss(ContrastiveLoss):
         max_temperature: tau_max, the highest (>= ``min_temperature``); the first step's.
         period: T, the number of steps of one period (>= 1).
         step: the step to start at (>= 0); a driver sets it later (:attr:`step`).
-        form, positive_in_denominator, gather_distributed, gather_fn, check_finite,
-            tile_size, reduction: as in :class:`~adaptcl.plugins.InfoNCELoss`. Every rank
-            computes the same temperature from the same step, so gathering needs no
-            communication beyond the candidates.
+
+    ``form``, ``positive_in_denominator``, ``gather_distributed``, ``gather_fn``,
+    ``check_finite``, ``tile_size`` and ``reduction`` are as in
+    :class:`~adaptcl.plugins.InfoNCELoss`. Every rank computes the same temperature from the
+    same step, so gathering needs no communication beyond the candidates.
 
     ``step`` is saved in ``state_dict`` (as this module's extra state, a 0-d int64 tensor) and
     restored by ``load_state_dict``. After each call ``last_stats`` holds ``loss``, ``plain_loss``,
