@@ -7,7 +7,7 @@ from typing import Any
 
 from adaptcl.adapters.graphcl.names import LOSS_ALIASES, LOSS_NAMES
 from adaptcl.recipes.common.devices import check_devices
-from adaptcl.recipes.common.schedule import check_schedule
+from adaptcl.recipes.common.schedule import resolve_schedule
 from adaptcl.recipes.engine import options
 from adaptcl.recipes.engine.settings import (
     at_least,
@@ -89,9 +89,7 @@ class TUConfig:
     def __post_init__(self) -> None:
         check_settings(self)
         check_devices(self.batch_size, self.devices, self.strategy)
-        if self.schedule_period is None:
-            self.schedule_period = self.epochs / 5
-        check_schedule(self)
+        resolve_schedule(self)
 
     def augmentation(self, dataset: str) -> str:
         """The augmentation of ``dataset``'s second view (``auto`` resolved)."""
