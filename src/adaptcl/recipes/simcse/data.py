@@ -1,6 +1,5 @@
-"""The inputs of ``adaptcl simcse``: the sentences trained on, the STS files scored, the model
-trained from, each read once and fingerprinted before any work (the data part of a run's
-identity)."""
+"""The inputs of ``adaptcl simcse`` (sentences, STS files, model), read and fingerprinted before
+any work: the data part of a run's identity."""
 
 from __future__ import annotations
 
@@ -17,8 +16,7 @@ WIKI_SAMPLE = Path("wiki") / "wiki1m_for_simcse.head11914.txt"
 
 
 def dataset_name(sentences: str | None) -> str:
-    """The row of the table: ``wiki`` for the wiki sample, else the sentence file's name
-    (path-safe)."""
+    """The table's row: ``wiki`` for the wiki sample, else the sentence file's (path-safe) name."""
     if sentences is None:
         return "wiki"
     return re.sub(r"[^A-Za-z0-9._-]+", "_", Path(sentences).stem).strip("._-") or "sentences"
@@ -39,9 +37,8 @@ def read_sentences(path: Path, limit: int | None) -> list[str]:
 
 
 def model_identity(model: str) -> dict[str, str]:
-    """The model trained from: a local folder's resolved path and files' fingerprint, or the hub
-    name. ``FileNotFoundError`` (one line, before any work) when ``model`` has no loadable
-    configuration (a missing folder, a hub name not available here)."""
+    """A local folder's resolved path and files' fingerprint, or the hub name;
+    ``FileNotFoundError`` when ``model`` has no loadable configuration."""
     from transformers import AutoConfig
 
     from adaptcl.adapters.sentence_transformers.simcse_names import model_unavailable
@@ -58,8 +55,7 @@ def model_identity(model: str) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class Inputs:
-    """What one point of the sweep reads: the model (an alias resolved), the sentences, and
-    their fingerprints (``data``: ``model``, ``sentences``, ``num_sentences``, ``sts``)."""
+    """What one point reads: the model (an alias resolved), the sentences, their fingerprints."""
 
     model: str
     sentences: list[str]
@@ -67,8 +63,8 @@ class Inputs:
 
 
 def read_inputs(cfg: SimCSERecipeConfig, sentence_file: Path, senteval_root: Path) -> Inputs:
-    """Read and check one point's inputs: enough sentences for one batch, every STS file (STS-B
-    dev too: the checkpoints are chosen on it), a loadable model."""
+    """One point's inputs: enough sentences for a batch, every STS file (STS-B dev too: the
+    checkpoints are chosen on it), a loadable model."""
     from adaptcl.evaluation.senteval.data import task_files
     from adaptcl.evaluation.senteval.encoders import hash_sentences, resolve_model
     from adaptcl.io import fingerprint_files
