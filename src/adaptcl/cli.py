@@ -18,12 +18,7 @@ import warnings
 from collections.abc import Callable
 
 from adaptcl import __version__
-from adaptcl.recipes.engine import (
-    CellsFailedError,
-    RecipeError,
-    RunStopped,
-    distributed_follower,
-)
+from adaptcl.recipes.engine import CellsFailedError, RecipeError, RunStopped, distributed_follower
 
 # sub-command -> one-line help (its module: adaptcl.recipes.<name>.recipe)
 RECIPES: dict[str, str] = {
@@ -112,12 +107,9 @@ def _handled(prog: str, call: Callable[[], int]) -> int:
     """``call()`` with every error a user meets as one line and its exit code."""
     try:
         return call()
-    except RecipeError as err:
+    except (RecipeError, CellsFailedError) as err:  # a failed cell's traceback is in its log
         _report(prog, str(err))
-        return 2
-    except CellsFailedError as err:  # each cell's traceback is in its job's log, named above
-        _report(prog, str(err))
-        return 1
+        return 2 if isinstance(err, RecipeError) else 1
     except ImportError as err:
         if "pip install" not in str(err):  # a missing extra is the user's to fix; others crash
             raise

@@ -150,7 +150,7 @@ class EncoderEvalRecipe(Recipe):
     def prepare(self) -> None:
         """The model (an alias resolved), each task's fingerprint, one encoder per point."""
         from adaptcl.evaluation.senteval.data import downstream_dir, task_files
-        from adaptcl.evaluation.senteval.encoders import MODEL_ALIASES, resolve_model
+        from adaptcl.evaluation.senteval.encoders import MODEL_ALIASES, build_encoder, resolve_model
         from adaptcl.io import fingerprint_files
         from adaptcl.recipes.engine.torch_env import resolve_device
 
@@ -165,8 +165,13 @@ class EncoderEvalRecipe(Recipe):
         self.fingerprints = {t: fingerprint_files(task_files(self.data_root, t),
                                                   root=self.data_root) for t in cfg.tasks}
         self.device = resolve_device(cfg.device)
-        self.encoders = {p: self.build_encoder(self.sweep.config_at(p))
-                         for p in self.sweep.points()}
+        self.encoders = {}
+        for point in self.sweep.points():
+            c = self.sweep.config_at(point)
+            self.encoders[point] = build_encoder(
+                self.model, c.pooler, model_id=c.model_id, device=self.device,
+                batch_size=c.batch_size, max_length=c.max_length, cache_dir=c.cache_dir,
+                use_cache=c.cache, show_progress=c.progress, precision=c.precision)
         if self.jobs.parallel and not all(e.cacheable for e in self.encoders.values()):
             raise ValueError(f"--jobs/--cluster needs an encoder with an identity; "
                              f"{self.label!r} has none (a callable without model_id): pass "
@@ -175,14 +180,6 @@ class EncoderEvalRecipe(Recipe):
         # its results are never reused
         self.encoder_identities = {p: dict(e.identity()) | ({} if e.cacheable else {
             "unidentified": uuid.uuid4().hex}) for p, e in self.encoders.items()}
-
-    def build_encoder(self, cfg: EncoderEvalConfig) -> Any:
-        from adaptcl.evaluation.senteval.encoders import build_encoder
-
-        return build_encoder(self.model, cfg.pooler, model_id=cfg.model_id, device=self.device,
-                             batch_size=cfg.batch_size, max_length=cfg.max_length,
-                             cache_dir=cfg.cache_dir, use_cache=cfg.cache,
-                             show_progress=cfg.progress, precision=cfg.precision)
 
     def methods(self) -> list[str]:
         return [self.method]

@@ -82,9 +82,8 @@ def train(model: nn.ModuleDict, loss_fn: nn.Module, images: Tensor, config: Demo
             if not math.isfinite(point["loss"]):
                 raise DivergedError(f"{desc}: non-finite loss at step {step}", step=step,
                                     loss=point["loss"])
-            history["step"].append(len(history["step"]))
-            for k in STEP_KEYS:
-                history[k].append(point[k])
+            for k, v in {"step": len(history["step"]), **point}.items():
+                history[k].append(v)
             if logger is not None:
                 logger.log({f"train/{k}": v for k, v in point.items()}, len(history["step"]))
             bar.set_postfix(loss=f"{point['plain_loss']:.3f}", tau=f"{point['temperature']:.4f}")

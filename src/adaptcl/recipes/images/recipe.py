@@ -28,14 +28,13 @@ adaptcl images --data-root ~/data/cifar10 --preset paper --device cuda --devices
 class ImagesRecipe(Recipe):
     """``adaptcl images``: every (loss, point, seed) pre-trained and scored on one data set."""
 
-    name, config_class, presets = "images", ImagesConfig, PRESETS
+    name, config_class, presets, example = "images", ImagesConfig, PRESETS, EXAMPLE
     description = ("SimCLR/MoCo/SimSiam/Barlow Twins via Lightly on CIFAR-10 or a folder: "
                    "kNN + linear probe")
     axes = ("dataset", "loss")
     code = ("adaptcl.recipes.images", "adaptcl.evaluation.images", "adaptcl.adapters.lightly",
             "adaptcl.adapters.lightning", "adaptcl.plugins")
     frameworks = ("lightly", "pytorch-lightning", "torchvision")
-    example = EXAMPLE
     figure = Figure("images_temperature.png", ncols=3, figsize=(15, 4))
 
     def prepare(self) -> None:

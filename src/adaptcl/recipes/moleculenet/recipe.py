@@ -48,13 +48,12 @@ class MoleculeNetRecipe(Recipe):
     """``adaptcl moleculenet``: each encoder pre-trained once, every (dataset, init, point,
     seed) fine-tuned."""
 
-    name, config_class, presets = "moleculenet", MoleculeNetConfig, PRESETS
+    name, config_class, presets, example = "moleculenet", MoleculeNetConfig, PRESETS, EXAMPLE
     description = "GraphCL/MACL pre-training on SMILES, MoleculeNet fine-tuning, ROC-AUC"
     axes = ("dataset", "init")
     code = ("adaptcl.recipes.moleculenet", "adaptcl.recipes.common", "adaptcl.evaluation.graphs",
             "adaptcl.adapters.graphcl", "adaptcl.plugins")
     frameworks = ("torch_geometric", "ogb", "rdkit", "scikit-learn", "pytorch-lightning")
-    example = EXAMPLE
     figure = Figure("pretraining_alignment_temperature.png", ncols=2)
 
     def prepare(self) -> None:

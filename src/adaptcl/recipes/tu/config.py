@@ -9,13 +9,7 @@ from adaptcl.adapters.graphcl.names import LOSS_ALIASES, LOSS_NAMES
 from adaptcl.recipes.common.devices import check_devices
 from adaptcl.recipes.common.schedule import resolve_schedule
 from adaptcl.recipes.engine import options
-from adaptcl.recipes.engine.settings import (
-    at_least,
-    check_settings,
-    fraction,
-    positive,
-    setting,
-)
+from adaptcl.recipes.engine.settings import at_least, check_settings, fraction, positive, setting
 
 SOCIAL_DATASETS = ("IMDB-BINARY", "IMDB-MULTI", "REDDIT-BINARY", "REDDIT-MULTI-5K", "COLLAB")
 AUGMENTATIONS = ("auto", "none", "dnodes", "pedges", "mask_nodes", "subgraph", "random2",

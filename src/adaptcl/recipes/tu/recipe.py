@@ -36,13 +36,12 @@ PAPER_TABLE4: dict[str, dict[str, tuple[float, float]]] = {
 class TURecipe(Recipe):
     """``adaptcl tu``: every (dataset, loss, point, seed) pre-trained and scored by the SVM."""
 
-    name, config_class, presets = "tu", TUConfig, PRESETS
+    name, config_class, presets, example = "tu", TUConfig, PRESETS, EXAMPLE
     description = "GraphCL pre-training on TU datasets, SVM 10-fold CV, every loss"
     axes = ("dataset", "loss")
     code = ("adaptcl.recipes.tu", "adaptcl.recipes.common", "adaptcl.evaluation.graphs",
             "adaptcl.adapters.graphcl", "adaptcl.plugins")
     frameworks = ("torch_geometric", "scikit-learn", "pytorch-lightning")
-    example = EXAMPLE
     figure = Figure("macl_temperature_alignment.png", ncols=2, figsize=(10, 3.6))
 
     def prepare(self) -> None:
