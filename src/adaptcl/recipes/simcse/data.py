@@ -3,6 +3,7 @@ any work: the data part of a run's identity."""
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,14 +27,8 @@ def read_sentences(path: Path, limit: int | None) -> list[str]:
     """One sentence per line (SimCSE's wiki1m format), empty lines skipped, the first ``limit``."""
     if not path.is_file():
         raise FileNotFoundError(f"sentence file {str(path)!r} does not exist")
-    out: list[str] = []
     with path.open(encoding="utf-8") as handle:
-        for line in handle:
-            if line.strip():
-                out.append(line.strip())
-                if limit is not None and len(out) >= limit:
-                    break
-    return out
+        return list(itertools.islice((s for s in map(str.strip, handle) if s), limit))
 
 
 def model_identity(model: str) -> dict[str, str]:

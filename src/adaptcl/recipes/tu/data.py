@@ -3,6 +3,7 @@ writes ``processed/`` next to ``raw/``), loaded with node features."""
 
 from __future__ import annotations
 
+import collections
 import os
 import shutil
 import tempfile
@@ -30,10 +31,7 @@ def graph_label_counts(raw: Path, name: str) -> dict[str, int]:
     path = raw / f"{name}_graph_labels.txt"
     if not path.is_file():
         raise FileNotFoundError(f"{str(raw)!r} has no {path.name} (a TU raw folder holds it)")
-    counts: dict[str, int] = {}
-    for line in path.read_text().split():
-        counts[line] = counts.get(line, 0) + 1
-    return counts
+    return dict(collections.Counter(path.read_text().split()))
 
 
 def check_folds(name: str, counts: dict[str, int], folds: int, inner_folds: int) -> None:
