@@ -1,13 +1,8 @@
 """``adaptcl <recipe> ...``: one sub-command per recipe.
 
-Each recipe package exposes ``RECIPE`` in its ``recipe`` module, a class whose ``main(argv,
-prog) -> int`` parses the rest of the command line (its options, ``--help`` with an example)
-and runs it (:class:`adaptcl.recipes.engine.Recipe`). Only the module of the sub-command being
-run is imported, and recipe modules import no framework at module level, so ``--help`` is fast.
-
-Errors: a user error (a bad option, missing or malformed data, a run that produced no result:
-:class:`adaptcl.recipes.engine.RecipeError`) prints one line ``adaptcl <recipe>: error: ...``
-and exits 2; anything else is a crash and keeps its traceback (exit 1).
+Each recipe package's ``recipe`` module exposes ``RECIPE`` (:class:`adaptcl.recipes.engine.Recipe`,
+``main(argv, prog) -> int``); only the one being run is imported, so ``--help`` is fast. A user
+error prints one line ``adaptcl <recipe>: error: ...`` and exits 2; a crash keeps its traceback.
 """
 
 from __future__ import annotations
@@ -22,12 +17,8 @@ import threading
 import warnings
 from collections.abc import Callable
 
-from adaptcl.recipes.engine import (
-    CellsFailedError,
-    RecipeError,
-    RunStopped,
-    distributed_follower,
-)
+from adaptcl import __version__
+from adaptcl.recipes.engine import CellsFailedError, RecipeError, RunStopped, distributed_follower
 
 # sub-command -> one-line help (its module: adaptcl.recipes.<name>.recipe)
 RECIPES: dict[str, str] = {
@@ -63,32 +54,8 @@ def storage_error(err: BaseException) -> str | None:
     return None
 
 
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("adaptcl")
-    except PackageNotFoundError:  # pragma: no cover - a bare checkout
-        import adaptcl
-
-        return adaptcl.__version__
-
-
-def _top_parser() -> argparse.ArgumentParser:
-    """``adaptcl --help`` / ``--version``: the recipes, one line each."""
-    parser = argparse.ArgumentParser(
-        prog="adaptcl", description=__doc__.splitlines()[0],
-        epilog="recipes:\n" + "\n".join(f"  {n:<12} {h}" for n, h in RECIPES.items())
-        + "\n\nadaptcl <recipe> --help shows a recipe's options.",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--version", action="version", version=f"adaptcl {_version()}")
-    parser.add_argument("recipe", metavar="<recipe>", choices=list(RECIPES), help="what to run")
-    return parser
-
-
 def _report(prog: str, message: str) -> None:
-    """Print a one-line error, on rank 0 only: the ranks of a distributed run (torchrun's
-    ``RANK``, Lightning's ``LOCAL_RANK``) meet the same error, and one line is enough."""
+    """A one-line error, on rank 0 only: every rank of a distributed run meets the same one."""
     if not distributed_follower():
         print(f"{prog}: error: {message}", file=sys.stderr)
 
@@ -102,20 +69,16 @@ def _raise_terminated(signum: int, frame: object) -> None:
     raise Terminated()
 
 
-def _stop_on_sigterm() -> bool:
-    """Make SIGTERM (``kill``, ``timeout``, a scheduler's stop) end the run as Ctrl-C does,
-    unless someone else already handles it (then it stays theirs). Whether it was set."""
-    if (threading.current_thread() is threading.main_thread()
-            and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL):
-        signal.signal(signal.SIGTERM, _raise_terminated)
-        return True
-    return False
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0].startswith("-") or argv[0] not in RECIPES:
-        parser = _top_parser()
+        parser = argparse.ArgumentParser(
+            prog="adaptcl", description=__doc__.splitlines()[0],
+            epilog="recipes:\n" + "\n".join(f"  {n:<12} {h}" for n, h in RECIPES.items())
+            + "\n\nadaptcl <recipe> --help shows a recipe's options.",
+            formatter_class=argparse.RawDescriptionHelpFormatter)
+        parser.add_argument("--version", action="version", version=f"adaptcl {__version__}")
+        parser.add_argument("recipe", metavar="<recipe>", choices=list(RECIPES), help="what to run")
         if argv and not argv[0].startswith("-"):
             parser.exit(2, f"adaptcl: error: unknown recipe {argv[0]!r}; choose from "
                            f"{', '.join(RECIPES)}\n")
@@ -126,41 +89,35 @@ def main(argv: list[str] | None = None) -> int:
     # torch-geometric scripts modules at import; torch's deprecation of that is not the user's
     warnings.filterwarnings("ignore", message=r"`torch\.jit\.script` is deprecated",
                             category=FutureWarning)
-    stop_on_sigterm = _stop_on_sigterm()
+    # SIGTERM (kill, timeout, a scheduler) ends the run as Ctrl-C does, unless someone else
+    # already handles it (then it stays theirs)
+    on_sigterm = (threading.current_thread() is threading.main_thread()
+                  and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL)
+    if on_sigterm:
+        signal.signal(signal.SIGTERM, _raise_terminated)
     try:
-        return _run(name, rest, prog)
+        return _handled(prog, lambda: int(importlib.import_module(
+            f"adaptcl.recipes.{name}.recipe").RECIPE.main(rest, prog) or 0))
     finally:
-        if stop_on_sigterm:  # the caller's process gets its default back
+        if on_sigterm:  # the caller's process gets its default back
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
-
-
-def _run(name: str, argv: list[str], prog: str) -> int:
-    def call() -> int:
-        recipe = importlib.import_module(f"adaptcl.recipes.{name}.recipe").RECIPE
-        return int(recipe.main(argv, prog) or 0)
-
-    return _handled(prog, call)
 
 
 def _handled(prog: str, call: Callable[[], int]) -> int:
     """``call()`` with every error a user meets as one line and its exit code."""
     try:
         return call()
-    except RecipeError as err:
+    except (RecipeError, CellsFailedError) as err:  # a failed cell's traceback is in its log
         _report(prog, str(err))
-        return 2
-    except CellsFailedError as err:  # each cell's traceback is in its job's log, named above
-        _report(prog, str(err))
-        return 1
+        return 2 if isinstance(err, RecipeError) else 1
     except ImportError as err:
         if "pip install" not in str(err):  # a missing extra is the user's to fix; others crash
             raise
         _report(prog, str(err))
         return 2
     except RunStopped as stop:  # every rank says it: the one that would speak may be gone
-        kept = _kept(stop)
-        print(f"{prog}: {stop}; finished runs are kept{kept}: rerun the same command to resume",
-              file=sys.stderr)
+        print(f"{prog}: {stop}; finished runs are kept{_kept(stop)}: rerun the same command to "
+              "resume", file=sys.stderr)
         return 1
     except (OSError, RuntimeError) as err:
         message = storage_error(err)
@@ -169,11 +126,10 @@ def _handled(prog: str, call: Callable[[], int]) -> int:
         _report(prog, message)
         return 2
     except KeyboardInterrupt as stop:
-        kept = _kept(stop)
         how = "terminated (SIGTERM)" if isinstance(stop, Terminated) else "interrupted"
         if not distributed_follower():  # every rank is stopped; one line says so
-            print(f"\n{prog}: {how}; finished runs are kept{kept}: rerun the same command to "
-                  "resume", file=sys.stderr)
+            print(f"\n{prog}: {how}; finished runs are kept{_kept(stop)}: rerun the same command "
+                  "to resume", file=sys.stderr)
         return 128 + (signal.SIGTERM if isinstance(stop, Terminated) else signal.SIGINT)
 
 

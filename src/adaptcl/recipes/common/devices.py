@@ -1,5 +1,5 @@
-"""The settings of a GraphCL training on several devices, checked before any work (imports no
-framework: the configs of ``tu`` and ``moleculenet`` use it)."""
+"""The settings of a GraphCL training on several devices (no framework import: the configs of
+``tu`` and ``moleculenet`` check them)."""
 
 from __future__ import annotations
 
@@ -15,12 +15,8 @@ STRATEGIES = ("auto", "ddp")
 
 def check_devices(batch_size: int, devices: int, strategy: str, *,
                   batch_name: str = "batch_size") -> None:
-    """Refuse a multi-device setting that cannot run: ``ValueError`` naming the field.
-
-    Each of ``devices`` processes takes ``batch_size / devices`` graphs a step, so the batch
-    must split evenly with at least 2 graphs per device; ``strategy`` must be one of
-    :data:`STRATEGIES` (each rank runs the command again).
-    """
+    """Refuse a batch that does not split evenly with at least 2 graphs per device, or a
+    strategy not in :data:`STRATEGIES`: ``ValueError`` naming the field."""
     if devices > 1 and (batch_size % devices or batch_size // devices < 2):
         raise ValueError(f"{batch_name} ({batch_size}) must be a multiple of devices ({devices}) "
                          "with at least 2 graphs per device (each device takes its share of "
@@ -32,6 +28,5 @@ def check_devices(batch_size: int, devices: int, strategy: str, *,
 
 def devices_identity(devices: int, strategy: str) -> dict[str, Any]:
     """What a run on several devices adds to its identity (per-rank BatchNorm and data order,
-    the gathering loss). One device adds nothing, so its stored runs stay those of one
-    process."""
+    the gathering loss); one device adds nothing."""
     return {} if devices <= 1 else {"distributed": {"devices": devices, "strategy": strategy}}

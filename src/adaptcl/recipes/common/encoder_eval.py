@@ -1,15 +1,6 @@
-"""What ``sts`` and ``transfer`` share: one frozen sentence encoder scored on SentEval's tasks.
-
-Both grids are (task, encoder, seed): the rows are the tasks (STS12.. or MR..), the one column
-is the encoder (named by its label, path-safe), the seeds are the classifier's (``transfer``;
-``sts`` has none, so seed 0). This module holds their common half: the encoder's settings
-(:class:`EncoderEvalConfig`), the checks before any work (the model and its alias, each task's
-SentEval files), one encoder per point of the sweep (:mod:`adaptcl.evaluation.senteval.encoders`)
-and its identity, the evaluation's refusals as
-:class:`~adaptcl.recipes.engine.NonResultError`, and the paper-order row (:func:`paper_row`: the
-paper's columns and ``Avg.``), which ``simcse`` reports too. Each recipe adds its tasks, its
-scoring (:meth:`EncoderEvalRecipe.score`, with the protocol of
-:mod:`adaptcl.evaluation.senteval`) and its protocol's settings (declared ``identity="protocol"``).
+"""What ``sts`` and ``transfer`` share: one frozen sentence encoder scored on SentEval's tasks,
+a grid of (task, encoder, seed) whose one column is the encoder. Each recipe adds its tasks, its
+scoring (:meth:`EncoderEvalRecipe.score`) and its protocol's settings (``identity="protocol"``).
 """
 
 from __future__ import annotations
@@ -58,29 +49,12 @@ def framework_progress_bars(enabled: bool) -> Iterator[None]:
         switch(*was)
 
 
-def log_to_stderr() -> None:
-    """adaptcl's own progress lines (one per task scored) on stderr; the frameworks' INFO
-    logs stay at their level (a root handler would print every model load)."""
-    logger = logging.getLogger("adaptcl")
-    if not logger.handlers:
-        handler = logging.StreamHandler()
-        handler.setFormatter(logging.Formatter("%(asctime)s %(name)s: %(message)s"))
-        logger.addHandler(handler)
-        logger.setLevel(logging.INFO)
-
-
 @dataclass
 class EncoderEvalConfig:
-    """The encoder and data settings of ``sts`` and ``transfer``.
-
-    ``model`` is a sentence-transformers path or name, a Hugging Face path with ``pooler``, a
-    ``"package.module:function"`` string, an alias of
-    :data:`~adaptcl.evaluation.senteval.encoders.MODEL_ALIASES`, or (Python API) a callable
-    ``list[str] -> array`` or a :class:`~adaptcl.evaluation.senteval.encoders.SentenceEncoder`.
-    The settings that build the encoder are the ``"encoder"`` part of a run's identity: they
-    enter it as the encoder's own identity (its files' content hash, pooler, length,
-    precision).
-    """
+    """The encoder and data settings of ``sts`` and ``transfer``. ``model`` may also be (Python
+    API) a callable ``list[str] -> array`` or a
+    :class:`~adaptcl.evaluation.senteval.encoders.SentenceEncoder`; the ``"encoder"`` settings
+    enter a run's identity as the encoder's own identity."""
 
     model: str | Callable[[list[str]], Any] | None = setting(
         None, identity="encoder", sweep=False, help="the encoder "
@@ -127,18 +101,8 @@ def short_label(model: Any) -> str:
     return getattr(model, "model_id", None) or getattr(model, "__qualname__", type(model).__name__)
 
 
-def encoder_identity(encoder: Any) -> dict[str, Any]:
-    """What determines an encoder's embeddings; an encoder without a stable identity (a callable
-    without ``model_id``) gets a fresh token, so results computed with it are never reused."""
-    identity = dict(encoder.identity())
-    if not encoder.cacheable:
-        identity["unidentified"] = uuid.uuid4().hex
-    return identity
-
-
 def paper_row(scores: Mapping[str, float], columns: Mapping[str, str]) -> dict[str, float]:
-    """``scores`` (task -> score, in the paper's order) under the paper's column names, and
-    their mean as ``Avg.`` (nothing without a score)."""
+    """``scores`` (task -> score) under the paper's column names, and their mean as ``Avg.``."""
     import numpy as np
 
     row = {columns.get(task, task): score for task, score in scores.items()}
@@ -148,9 +112,8 @@ def paper_row(scores: Mapping[str, float], columns: Mapping[str, str]) -> dict[s
 
 
 def sts_row(encoder: Any, tasks: Sequence[str], data_root: str | os.PathLike) -> dict[str, float]:
-    """``encoder``'s STS row as ``adaptcl sts`` reports it: the cosine Spearman x 100 of each
-    task (:func:`adaptcl.evaluation.senteval.sts.evaluate_task`) under its SimCSE column, and
-    ``Avg.`` (what ``simcse`` scores each trained model with)."""
+    """``encoder``'s STS row as ``adaptcl sts`` reports it (Spearman x 100 per SimCSE column
+    and ``Avg.``); ``simcse`` scores each trained model with it."""
     from adaptcl.evaluation.senteval.sts import evaluate_task
 
     return paper_row({task: 100.0 * evaluate_task(encoder, task, data_root)["score"]
@@ -158,12 +121,9 @@ def sts_row(encoder: Any, tasks: Sequence[str], data_root: str | os.PathLike) ->
 
 
 class EncoderEvalRecipe(Recipe):
-    """The shared half of ``sts`` and ``transfer`` (see the module docstring).
-
-    A subclass sets ``name``, ``config_class``, ``columns`` (the paper's name of each task),
-    ``metrics`` (the headline first, already in the table's unit), ``title`` and ``code``, and
-    fills in :meth:`score`, :meth:`describe` and :meth:`notes`.
-    """
+    """The shared half of ``sts`` and ``transfer``: a subclass sets ``columns`` (the paper's
+    name of each task), ``metrics`` (the headline first, in the table's unit) and ``title``, and
+    fills in :meth:`score`, :meth:`describe` and :meth:`notes`."""
 
     axes = ("task", "encoder")
     frameworks = ("sentence-transformers", "transformers", "scipy", "scikit-learn")
@@ -173,7 +133,14 @@ class EncoderEvalRecipe(Recipe):
 
     @classmethod
     def main(cls, argv: Sequence[str], prog: str) -> int:
-        log_to_stderr()
+        # adaptcl's own lines (one per task scored) on stderr; a root handler would also print
+        # every framework's INFO log (each model load)
+        logger = logging.getLogger("adaptcl")
+        if not logger.handlers:
+            handler = logging.StreamHandler()
+            handler.setFormatter(logging.Formatter("%(asctime)s %(name)s: %(message)s"))
+            logger.addHandler(handler)
+            logger.setLevel(logging.INFO)
         return super().main(argv, prog)
 
     def run(self) -> dict[str, Any]:
@@ -181,10 +148,9 @@ class EncoderEvalRecipe(Recipe):
             return super().run()
 
     def prepare(self) -> None:
-        """The model (an alias resolved), the SentEval folder and each task's fingerprint, the
-        device and one encoder per point; a missing model or file, a bad option: one line."""
+        """The model (an alias resolved), each task's fingerprint, one encoder per point."""
         from adaptcl.evaluation.senteval.data import downstream_dir, task_files
-        from adaptcl.evaluation.senteval.encoders import MODEL_ALIASES, resolve_model
+        from adaptcl.evaluation.senteval.encoders import MODEL_ALIASES, build_encoder, resolve_model
         from adaptcl.io import fingerprint_files
         from adaptcl.recipes.engine.torch_env import resolve_device
 
@@ -199,36 +165,34 @@ class EncoderEvalRecipe(Recipe):
         self.fingerprints = {t: fingerprint_files(task_files(self.data_root, t),
                                                   root=self.data_root) for t in cfg.tasks}
         self.device = resolve_device(cfg.device)
-        self.encoders = {p: self.build_encoder(self.sweep.config_at(p))
-                         for p in self.sweep.points()}
+        self.encoders = {}
+        for point in self.sweep.points():
+            c = self.sweep.config_at(point)
+            self.encoders[point] = build_encoder(
+                self.model, c.pooler, model_id=c.model_id, device=self.device,
+                batch_size=c.batch_size, max_length=c.max_length, cache_dir=c.cache_dir,
+                use_cache=c.cache, show_progress=c.progress, precision=c.precision)
         if self.jobs.parallel and not all(e.cacheable for e in self.encoders.values()):
             raise ValueError(f"--jobs/--cluster needs an encoder with an identity; "
                              f"{self.label!r} has none (a callable without model_id): pass "
                              "--model-id NAME, or run without --jobs")  # a job could not check it
-        self.encoder_identities = {p: encoder_identity(e) for p, e in self.encoders.items()}
-
-    def build_encoder(self, cfg: EncoderEvalConfig) -> Any:
-        from adaptcl.evaluation.senteval.encoders import build_encoder
-
-        return build_encoder(self.model, cfg.pooler, model_id=cfg.model_id, device=self.device,
-                             batch_size=cfg.batch_size, max_length=cfg.max_length,
-                             cache_dir=cfg.cache_dir, use_cache=cfg.cache,
-                             show_progress=cfg.progress, precision=cfg.precision)
+        # an encoder without an identity (a callable without model_id) gets a fresh token, so
+        # its results are never reused
+        self.encoder_identities = {p: dict(e.identity()) | ({} if e.cacheable else {
+            "unidentified": uuid.uuid4().hex}) for p, e in self.encoders.items()}
 
     def methods(self) -> list[str]:
         return [self.method]
 
     def identity(self, cell: Cell) -> dict[str, Any]:
-        """The task, its files' fingerprint, the code, the protocol's settings and the
-        encoder's identity (which the ``"encoder"`` settings determine)."""
+        """The task's files, the code, the protocol's settings and the encoder's identity."""
         return super().identity(cell) | {
             "settings": identity_settings(self.config_of(cell), part="protocol"),
             "encoder": self.encoder_identities[cell.point]}
 
     def compute(self, cell: Cell) -> dict[str, Any]:
-        """:meth:`score` with the evaluation's refusals (NaN/inf embeddings, constant embeddings
-        or scores: a ``ValueError``) as :class:`NonResultError`, same message. A frozen
-        encoder's NaN is a broken encoder, not a training run that diverged."""
+        """:meth:`score`; the evaluation's refusals (NaN/inf or constant embeddings: a broken
+        encoder, not a diverged training) as :class:`NonResultError`."""
         try:
             return self.score(cell)
         except ValueError as err:
@@ -257,10 +221,8 @@ class EncoderEvalRecipe(Recipe):
                           row_labels=dict(self.columns), header=self.header,
                           details=self.details, scale=1.0)
 
-    # ------------------------------------------------------------------- the paper-order table
     def task_stats(self, grid: GridRun, point: Any) -> dict[str, dict[str, Any]]:
-        """Per task with a record at ``point``, in the config's order: the headline metric's
-        mean, std and count over seeds."""
+        """Per task with a record at ``point``: the headline metric's mean, std, n over seeds."""
         out = {}
         for task in self.config.tasks:
             values = [r["metrics"][self.metrics[0]] for c, r in grid.records.items()
@@ -271,14 +233,12 @@ class EncoderEvalRecipe(Recipe):
         return out
 
     def table(self, grid: GridRun, point: Any = ()) -> dict[str, float]:
-        """The paper's columns at ``point`` (the first: no sweep), means over seeds, and
-        ``Avg.``."""
+        """The paper's columns at ``point``: means over seeds, and ``Avg.``."""
         stats = self.task_stats(grid, point)
         return paper_row({task: s["mean"] for task, s in stats.items()}, self.columns)
 
     def details(self, grid: GridRun) -> dict[str, Any]:
-        """The encoder, the protocol, each task's full record (first seed, first point) and the
-        paper-order row."""
+        """The encoder, the protocol, each task's record (first seed and point), the row."""
         point, seed = self.sweep.points()[0], self.seeds()[0]
         encoder = self.encoders[point]
         return {"model_id": encoder.model_id, "encoder": encoder.identity(),
@@ -288,15 +248,12 @@ class EncoderEvalRecipe(Recipe):
                 "table": self.table(grid, point)}
 
     def header(self, grid: GridRun) -> str:
-        """Title, the paper-order row per point (mean ± std over seeds with several) and
-        :meth:`notes`."""
+        """Title, the paper-order row per point (mean ± std with several seeds), notes."""
         order = [self.columns.get(t, t) for t in self.config.tasks] + ["Avg."]
         rows = []
         for point in self.sweep.points():
-            table = self.table(grid, point)
-            row: dict[str, Any] = {"Model": ", ".join(filter(None, (self.label,
-                                                                    point_text(point)))),
-                                   **table}
+            row: dict[str, Any] = {"Model": ", ".join(filter(None, (self.label, point_text(point)))),
+                                   **self.table(grid, point)}
             if len(self.seeds()) > 1:
                 row.update({self.columns.get(t, t): format_mean_std(s)
                             for t, s in self.task_stats(grid, point).items()})

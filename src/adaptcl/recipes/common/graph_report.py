@@ -11,12 +11,8 @@ from adaptcl.recipes.engine.plots import explain_empty
 
 def paper_columns(table: dict[str, dict[str, tuple[float, float]]],
                   labels: dict[str, str]) -> Callable[[str], dict[str, str]]:
-    """The table's extra columns: row -> the paper's ``mean ± std`` of each method.
-
-    ``labels`` maps a method of ``table`` to its column; a row whose dataset the paper did not
-    report (the first item of the row label: a swept row reads ``MUTAG, temperature=0.1``)
-    gets ``-``.
-    """
+    """The table's extra columns: row -> the paper's ``mean ± std`` of each method of
+    ``labels`` (method -> column), ``-`` where the paper did not report the row's dataset."""
     def columns(row: str) -> dict[str, str]:
         paper = table.get(row.split(",", 1)[0])
         return {column: "{:.2f} ± {:.2f}".format(*paper[method]) if paper else "-"
@@ -27,11 +23,8 @@ def paper_columns(table: dict[str, dict[str, tuple[float, float]]],
 
 def draw_pretraining_curves(axes: Any, curves: dict[str, dict[str, list[float]]], *,
                             empty: str = "") -> None:
-    """Alignment (``axes[0]``) and temperature (``axes[1]``) per pre-training step.
-
-    ``curves`` maps a legend label to a run's step statistics; a panel left empty says
-    ``empty`` (or the generic reason).
-    """
+    """Alignment (``axes[0]``) and temperature (``axes[1]``) per pre-training step of each run
+    of ``curves`` (label -> step statistics); an empty panel says ``empty``."""
     keys = ("alignment", "temperature")
     for label, stats in curves.items():
         for ax, key in zip(axes, keys, strict=True):

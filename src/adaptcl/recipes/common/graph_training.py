@@ -1,16 +1,7 @@
-"""GraphCL training of the graph recipes (``tu``, ``moleculenet``), through Lightning, on one
-device or several: pre-training and supervised fine-tuning are one path,
-:func:`fit_graphs`, over :class:`~adaptcl.adapters.graphcl.lightning.GraphCLModule`.
-
-On one device the loader shuffles with its own seeded generator, exactly as a plain loop over
-:func:`~adaptcl.adapters.graphcl.train_epoch` does, and the numbers are that loop's bit for
-bit. On ``devices`` processes (``strategy="ddp"``) each rank takes ``batch_size / devices``
-graphs a step from a ``DistributedSampler`` shuffled with the same seed, draws its
-augmentations from its own stream, and the loss gathers the whole batch; rank 0 alone gets
-the result. With a ``checkpoint_dir`` every epoch ends in Lightning's ``last.ckpt`` (weights,
-optimiser, loop, the generators of :class:`RandomStates`) and a run resumes from it exactly.
-
-Needs ``pytorch-lightning`` and ``torch-geometric`` (the ``graph`` extra).
+"""GraphCL training of ``tu`` and ``moleculenet`` through Lightning, pre-training and
+fine-tuning alike (:func:`fit_graphs`). On one device the numbers are a plain loop's over
+:func:`~adaptcl.adapters.graphcl.train_epoch` bit for bit; on several each rank takes its share
+of the batch and draws its own augmentations, and the loss gathers the whole batch.
 """
 
 from __future__ import annotations
@@ -29,19 +20,17 @@ from torch_geometric.loader import DataLoader
 from adaptcl.adapters.graphcl.lightning import GraphCLModule
 from adaptcl.adapters.lightning.trainer import TrainingClock, build_trainer
 from adaptcl.plugins.validation import NonFiniteError
-from adaptcl.recipes.common.lightning import fit
+from adaptcl.recipes.common.lightning import fit, resume_checkpoint
 from adaptcl.recipes.engine.errors import DivergedError, require_steps, trained_embeddings
-from adaptcl.recipes.engine.files import torch_load_checked
 from adaptcl.recipes.engine.loggers import lightning_logger
 from adaptcl.recipes.engine.progress import on_terminal
 from adaptcl.recipes.engine.torch_env import loader_options
 
 
 class RandomStates(pl.Callback):
-    """The states of ``generators`` (augmentations, data order) and of torch's global RNG in
-    every checkpoint, restored on resume, so a resumed run on one device draws what the
-    uninterrupted one would have. On several devices the checkpoint holds rank 0's states
-    only: there each rank's streams start again (the model, optimiser and loop resume)."""
+    """The states of ``generators`` and torch's global RNG in every checkpoint, restored on
+    resume on one device (a resumed run draws what the uninterrupted one would); on several
+    the checkpoint holds rank 0's only, so each rank's streams start again."""
 
     def __init__(self, generators: Mapping[str, torch.Generator], world: int = 1) -> None:
         self.generators, self.world = dict(generators), world
@@ -58,21 +47,10 @@ class RandomStates(pl.Callback):
             generator.set_state(state_dict[name])
 
 
-class _EachEpoch(pl.Callback):
-    """``on_epoch(epoch, steps so far)`` after every training epoch, before its checkpoint."""
-
-    def __init__(self, on_epoch: Callable[[int, int], None]) -> None:
-        self.on_epoch = on_epoch
-
-    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self.on_epoch(trainer.current_epoch, trainer.global_step)
-
-
 @dataclass
 class Training:
-    """What a finished training gives rank 0: the mean loss per graph of each epoch (over all
-    ranks), each epoch's seconds, the optimisation steps, and every step's loss and loss
-    statistics (``step_stats``: key -> one value per step)."""
+    """What a finished training gives rank 0: each epoch's mean loss per graph (over all ranks)
+    and seconds, the steps, and every step's loss statistics (key -> one value per step)."""
 
     epoch_loss: list[float]
     epoch_seconds: list[float]
@@ -81,10 +59,9 @@ class Training:
 
 
 class _WholeEpoch(RandomSampler):
-    """Draws each epoch's order at once. A loop that runs a loader to its end draws one more
-    permutation from the generator when the data is an exact multiple of the batch (the
-    sampler's empty remainder); Lightning stops after ``len(loader)`` batches and does not, so
-    every later epoch's order would differ from the plain loop's."""
+    """Draws each epoch's order at once: a plain loop run to the loader's end draws one more
+    permutation when the batch divides the data; Lightning, stopping after ``len(loader)``
+    batches, would not, and every later epoch's order would differ."""
 
     def __iter__(self) -> Iterator[int]:
         return iter(list(super().__iter__()))
@@ -110,25 +87,23 @@ def fit_graphs(model: torch.nn.Module, dataset: Callable[[int], Dataset], *, epo
                log_dir: Path | None = None, checkpoint_dir: Path | None = None,
                generators: Mapping[str, torch.Generator] | None = None,
                on_epoch: Callable[[int, int], None] | None = None) -> Training | None:
-    """Train ``model`` with Lightning for ``epochs``; :class:`Training` on rank 0, else ``None``.
+    """Train ``model`` with Lightning and Adam; :class:`Training` on rank 0, else ``None``.
 
-    ``dataset(rank)`` is the rank's dataset (two-view pairs, whose augmentations the rank draws
-    from its own stream; or labelled graphs with ``step_loss``). Call this after seeding, so
-    every rank builds the same initial weights. The optimiser is Adam (``lr``,
-    ``weight_decay``); ``step_loss`` replaces GraphCL's ``model(b0, b1)`` (fine-tuning).
-    ``logger`` (``none``, ``csv``, ``tensorboard``) writes every step's loss and statistics to
-    ``log_dir`` through Lightning's logger; ``on_epoch(epoch, steps)`` runs after each epoch
-    (an evaluation), before its checkpoint. ``checkpoint_dir``: ``last.ckpt`` after every epoch,
-    resumed from when readable, with ``generators`` and torch's RNG (:class:`RandomStates`).
-    A non-finite loss raises :class:`~adaptcl.recipes.engine.errors.DivergedError` with its
-    step. After training the model is on ``device`` again, in eval mode.
+    ``dataset(rank)`` is the rank's dataset (two-view pairs, or labelled graphs with
+    ``step_loss``, which replaces GraphCL's ``model(b0, b1)``). Call this after seeding, so
+    every rank builds the same initial weights. ``on_epoch(epoch, steps)`` runs after each
+    epoch, before its checkpoint; ``checkpoint_dir`` holds ``last.ckpt`` (with ``generators``),
+    resumed from when readable. A non-finite loss raises
+    :class:`~adaptcl.recipes.engine.errors.DivergedError`. The model ends on ``device``, in
+    eval mode.
     """
     clock = TrainingClock()
     shuffle = torch.Generator().manual_seed(shuffle_seed)
     callbacks: list[pl.Callback] = [
         clock, RandomStates({"shuffle": shuffle, **(generators or {})}, world=devices)]
     if on_epoch is not None:
-        callbacks.append(_EachEpoch(on_epoch))
+        callbacks.append(pl.callbacks.LambdaCallback(on_train_epoch_end=lambda trainer, _: (
+            on_epoch(trainer.current_epoch, trainer.global_step))))
     trainer = build_trainer(epochs, device=device, devices=devices, strategy=strategy,
                             precision=precision, logger=lightning_logger(logger, log_dir or "."),
                             ckpt_dir=checkpoint_dir, callbacks=callbacks,
@@ -138,9 +113,7 @@ def fit_graphs(model: torch.nn.Module, dataset: Callable[[int], Dataset], *, epo
     loader = _loader(dataset(rank), batch_size, rank, world, shuffle, shuffle_seed, device)
     module = GraphCLModule(model, lr=lr, weight_decay=weight_decay, where=where,
                            step_loss=step_loss)
-    last = checkpoint_dir / "last.ckpt" if checkpoint_dir is not None else None
-    resume = last if last is not None and torch_load_checked(
-        last, what="checkpoint", map_location="cpu", weights_only=False) is not None else None
+    resume = resume_checkpoint(checkpoint_dir)
     if resume is not None and rank == 0:
         print(f"adaptcl: {where} resumes from {resume}", file=sys.stderr, flush=True)
     try:
@@ -163,11 +136,9 @@ def fit_graphs(model: torch.nn.Module, dataset: Callable[[int], Dataset], *, epo
 def embed_graphs(encode: Callable[[Any], Any], graphs: Any, *, device: str = "cpu",
                  batch_size: int = 256, where: str = "embeddings", labels: bool = True,
                  allow_constant: bool = False) -> tuple[Any, Any]:
-    """``encode(batch)`` of every graph (no gradient), checked finite and non-constant.
-
-    Returns ``(embeddings [n, d], labels [n, ...])`` as numpy arrays (labels ``None`` when
-    ``labels=False``). ``allow_constant`` accepts identical rows (a classifier's scores may be).
-    """
+    """``(encode(batch) [n, d], labels [n, ...])`` of every graph as numpy arrays (no gradient;
+    labels ``None`` when ``labels=False``), checked finite and, unless ``allow_constant`` (a
+    classifier's scores), not constant."""
     outs, ys = [], []
     with torch.no_grad():
         for batch in DataLoader(graphs, batch_size=batch_size, shuffle=False):

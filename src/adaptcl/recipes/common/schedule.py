@@ -1,6 +1,5 @@
 """The temperature schedule's settings as the training recipes take them: Kukleva et al.'s
-tau_max (``--max-temperature``) and a period in epochs (``--schedule-period``), turned into the
-optimisation steps the loss counts.
+tau_max (``--max-temperature``) and a period in epochs (``--schedule-period``).
 
 Reference: Kukleva et al., "Temperature Schedules for self-supervised contrastive methods on
 long-tail data", ICLR 2023 (tau 0.1 to 1.0, five periods per training).
@@ -11,9 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 
-def check_schedule(cfg: Any) -> None:
-    """A run with ``temperature_schedule`` needs ``max_temperature >= temperature`` (its
-    tau_max and tau_min); ``ValueError`` naming both otherwise."""
+def resolve_schedule(cfg: Any) -> None:
+    """Fill in ``cfg.schedule_period`` (none: a fifth of ``cfg.epochs``, the paper's five
+    periods) and, with ``temperature_schedule``, refuse ``max_temperature < temperature`` (its
+    tau_max and tau_min) with a ``ValueError`` naming both."""
+    if cfg.schedule_period is None:
+        cfg.schedule_period = cfg.epochs / 5
     if "temperature_schedule" in cfg.losses and cfg.max_temperature < cfg.temperature:
         raise ValueError(f"max_temperature ({cfg.max_temperature}) must be >= temperature "
                          f"({cfg.temperature}): the schedule's tau_max and tau_min")

@@ -1,18 +1,7 @@
 """``adaptcl compare``: one table and one plot over a setting, from several runs of one recipe.
 
-One command sweeps a setting itself (``adaptcl tu --temperature 0.1 0.2``, summarised along it
-in its own ``results.md``); ``compare`` pools runs made by separate commands, each with its own
-``--output-dir``: per value of the ``--by`` setting(s), each loss's mean ± population std over
-seeds and each loss minus the baseline paired over seeds with a 95% t-interval. It refuses
-files that differ in anything else that determines a result (a setting, the data fingerprint,
-the code version their runs were computed with, the recipe), naming the field and both values,
-so a table never mixes runs made under other conditions; a partial input makes a table marked
-partial. Recipes that fingerprint each dataset apart (``tu``, ``moleculenet``) can also be
-compared ``--by datasets``: one file per dataset, pooled into one table.
-
-Outputs in ``--output-dir``: ``results.json`` (inputs with their SHA-256, commit and
-environment, the summaries), ``results.md`` and ``compare.png`` (each metric against the setting
-with std error bars per loss, and the paired difference with its 95% CI).
+Files that differ in anything but the ``--by`` settings (another setting, data, code or recipe)
+are refused, naming the field; the docs page ``docs/recipes/compare.md`` has the details.
 """
 
 from __future__ import annotations
@@ -53,7 +42,7 @@ def _numeric(values: tuple) -> bool:
 
 
 def _value(result: dict[str, Any], field: str) -> Any:
-    """A file's value of ``field``: a setting, or an axis of its grid (``datasets``)."""
+    """A file's value of the setting ``field``."""
     if field in result["config"]:
         return result["config"][field]
     raise RecipeError(f"--by {field}: not a setting of {result['recipe']} "
@@ -129,6 +118,41 @@ def _methods(groups: dict[tuple, tuple[Path, dict]], losses: Sequence[str] | Non
     return methods, baseline
 
 
+def _pool(groups: dict[tuple, tuple[Path, dict]], by: Sequence[str], metrics: Sequence[str]
+          ) -> tuple[dict[Cell, dict[str, Any]], list[str], bool]:
+    """Every file's values per seed as the records of one grid: a row per file (per file and
+    dataset where a file holds several), and whether every file holds one row."""
+    held = {k: list(r["summary"][metrics[0]]) for k, (_, r) in groups.items()}
+    single = all(len(rows) == 1 for rows in held.values())
+    records: dict[Cell, dict[str, Any]] = {}
+    rows: list[str] = []
+    for key, (_, result) in groups.items():
+        for own in held[key]:
+            row = _label(by, key) if single else f"{own}, {_label(by, key)}"
+            rows.append(row)
+            for metric in metrics:
+                entry = result["summary"][metric].get(own, {"methods": {}})
+                for method, stats in entry["methods"].items():
+                    for seed, value in zip(stats["seeds"], stats["values"], strict=True):
+                        cell = Cell((("row", row), ("method", method)), int(seed))
+                        records.setdefault(cell, {"metrics": {}})["metrics"][metric] = value
+    return records, rows, single
+
+
+def _markdown(result: dict[str, Any], n_methods: int) -> str:
+    """``results.md``: what was pooled, a table per metric, and each input's provenance."""
+    by, baseline = result["by"], result["baseline"]
+    header = (f"# {result['compared_recipe']} by {', '.join(by)}\n\nMean ± population std over "
+              "seeds" + (f"; each loss minus {baseline} paired over seeds with a 95% t-interval"
+                         if n_methods > 1 else "") + ".\n\n")
+    foot = "\n_Inputs: " + "; ".join(
+        f"{i['path']} ({_label(by, list(i['by'].values()))}: commit "
+        f"{(i['environment'] or {}).get('git_commit')}, {(i['environment'] or {}).get('cpu')}, "
+        f"{float(i['total_train_seconds'] or 0):.0f} s training"
+        f"{', PARTIAL' if i['partial'] else ''})" for i in result["inputs"]) + "._\n"
+    return header + "\n".join(f"## {m}\n\n{result['tables'][m]}" for m in result["metrics"]) + foot
+
+
 def compare_results(paths: Sequence[str | Path], by: Sequence[str], *,
                     metrics: Sequence[str] | None = None, losses: Sequence[str] | None = None,
                     baseline: str | None = None, output_dir: str | Path = "results/compare",
@@ -149,20 +173,7 @@ def compare_results(paths: Sequence[str | Path], by: Sequence[str], *,
     missing = [(p, m) for p, r in groups.values() for m in metrics if m not in r["summary"]]
     if missing:
         raise RecipeError(f"{missing[0][0]} has no metric {missing[0][1]!r}")
-    held = {k: list(r["summary"][metrics[0]]) for k, (_, r) in groups.items()}
-    single = all(len(rows) == 1 for rows in held.values())
-    records: dict[Cell, dict[str, Any]] = {}
-    rows: list[str] = []
-    for key, (_, result) in groups.items():
-        for own in held[key]:
-            row = _label(by, key) if single else f"{own}, {_label(by, key)}"
-            rows.append(row)
-            for metric in metrics:
-                entry = result["summary"][metric].get(own, {"methods": {}})
-                for method, stats in entry["methods"].items():
-                    for seed, value in zip(stats["seeds"], stats["values"], strict=True):
-                        cell = Cell((("row", row), ("method", method)), int(seed))
-                        records.setdefault(cell, {"metrics": {}})["metrics"][metric] = value
+    records, rows, single = _pool(groups, by, metrics)
     summaries = {m: summarize(records, m, methods=methods, baseline=baseline, rows=rows)
                  for m in metrics}
     head = ", ".join(by) if single else f"dataset, {', '.join(by)}"
@@ -179,16 +190,7 @@ def compare_results(paths: Sequence[str | Path], by: Sequence[str], *,
         "partial": any(i["partial"] for i in inputs),
         "missing": [c for _, r in groups.values() for c in r.get("missing") or []],
         "summary": summaries, "tables": tables, "table_markdown": tables[metrics[0]]}
-    header = (f"# {first['recipe']} by {', '.join(by)}\n\nMean ± population std over seeds"
-              + (f"; each loss minus {baseline} paired over seeds with a 95% t-interval"
-                 if len(methods) > 1 else "") + ".\n\n")
-    foot = "\n_Inputs: " + "; ".join(
-        f"{i['path']} ({_label(by, list(i['by'].values()))}: commit "
-        f"{(i['environment'] or {}).get('git_commit')}, {(i['environment'] or {}).get('cpu')}, "
-        f"{float(i['total_train_seconds'] or 0):.0f} s training"
-        f"{', PARTIAL' if i['partial'] else ''})" for i in inputs) + "._\n"
-    body = "\n".join(f"## {m}\n\n{tables[m]}" for m in metrics)
-    result["outputs"] = write_results(output_dir, result, header + body + foot)
+    result["outputs"] = write_results(output_dir, result, _markdown(result, len(methods)))
     if plot:
         result["outputs"]["png"] = save_plot(
             Path(output_dir) / "compare.png", lambda axes: draw_summaries(
@@ -216,7 +218,7 @@ class Compare:
         parser = _Parser(prog=prog, description=__doc__.splitlines()[0],
                          epilog="example:\n" + EXAMPLE,
                          formatter_class=argparse.RawDescriptionHelpFormatter)
-        parser.add_argument("results", nargs="+", metavar="RESULT_JSON",
+        parser.add_argument("paths", nargs="+", metavar="RESULT_JSON",
                             help="result files of one recipe (<output-dir>/results.json)")
         parser.add_argument("--by", nargs="+", required=True, metavar="SETTING",
                             help="the setting(s) the files differ in, e.g. batch_size")
@@ -228,11 +230,8 @@ class Compare:
         parser.add_argument("--output-dir", default="results/compare",
                             help="where results.json/.md and compare.png go")
         parser.add_argument("--no-plot", dest="plot", action="store_false", help="skip the PNG")
-        args = parser.parse_args(list(argv))
-        result = compare_results(args.results, [b.replace("-", "_") for b in args.by],
-                                 metrics=args.metrics, losses=args.losses,
-                                 baseline=args.baseline, output_dir=args.output_dir,
-                                 plot=args.plot)
+        args = vars(parser.parse_args(list(argv)))
+        result = compare_results(**args | {"by": [b.replace("-", "_") for b in args["by"]]})
         print(result["table_markdown"])
         print(f"results: {result['outputs']['json']}  table: {result['outputs']['markdown']}",
               file=sys.stdout)

@@ -16,11 +16,7 @@ from adaptcl.recipes.engine.settings import (
 
 @dataclass
 class DemoConfig:
-    """Settings of the ``demo`` recipe (see :mod:`adaptcl.recipes.demo.recipe`).
-
-    Example:
-        >>> config = DemoConfig(epochs=2, output_dir="/tmp/demo", progress=False)
-    """
+    """Settings of the ``demo`` recipe (see :mod:`adaptcl.recipes.demo.recipe`)."""
 
     epochs: int = setting(30, check=positive, help="training epochs per loss")
     batch_size: int = setting(256, check=at_least(2), help="pairs per step (contrastive "

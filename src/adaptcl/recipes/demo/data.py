@@ -1,5 +1,4 @@
-"""The data of ``adaptcl demo``: scikit-learn's bundled digits, its split, its fingerprint and the
-random augmented views the encoder is trained and evaluated on."""
+"""The data of ``adaptcl demo``: scikit-learn's bundled digits, split, and their augmented views."""
 
 from __future__ import annotations
 
@@ -73,8 +72,7 @@ def augment(x: Tensor, generator: torch.Generator) -> Tensor:
 
 def split_and_views(test_fraction: float, seed: int
                     ) -> tuple[tuple[Tensor, Tensor, Tensor, Tensor], tuple[Tensor, Tensor]]:
-    """The split of ``seed`` and two fixed augmented views of every test image (generator seeded
-    with ``seed + 2``), for the alignment metric and the augmented-query kNN."""
+    """The split of ``seed`` and two augmented views of every test image (seed ``seed + 2``)."""
     import torch
 
     data = load_digits_split(test_fraction, seed)

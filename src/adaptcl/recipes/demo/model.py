@@ -1,6 +1,5 @@
-"""The model of ``adaptcl demo``: the small CNN encoder with its SimCLR head, the training loop
-(the same views in the same order for every loss) and the frozen encoder's evaluation (cosine kNN,
-alignment, uniformity)."""
+"""The model of ``adaptcl demo``: the small CNN with its SimCLR head, the training loop and the
+frozen encoder's evaluation."""
 
 from __future__ import annotations
 
@@ -21,9 +20,8 @@ STEP_KEYS = ("loss", "plain_loss", "alignment", "temperature", "mean_w", "positi
 
 
 def build_model(config: DemoConfig, seed: int) -> nn.ModuleDict:
-    """``encoder`` (three 3x3 conv blocks and a linear layer to ``feature_dim``) and the SimCLR
-    ``head`` (Linear-BN-ReLU-Linear; the loss sees its output); seeded, so both losses start
-    from the same weights."""
+    """``encoder`` (three 3x3 conv blocks, a linear layer to ``feature_dim``) and the SimCLR
+    ``head`` (Linear-BN-ReLU-Linear), seeded: both losses start from the same weights."""
     from torch import nn
 
     def block(c_in: int, c_out: int) -> list[nn.Module]:
@@ -41,11 +39,8 @@ def build_model(config: DemoConfig, seed: int) -> nn.ModuleDict:
 
 def train(model: nn.ModuleDict, loss_fn: nn.Module, images: Tensor, config: DemoConfig,
           seed: int, logger: Any = None, desc: str = "") -> dict[str, list[float]]:
-    """SimCLR training (Adam, cosine schedule); returns the per-step history of ``last_stats``.
-
-    The batch order and the augmentations come from generators seeded with ``seed`` so that
-    every loss sees exactly the same views in the same order.
-    """
+    """SimCLR training (Adam, cosine schedule), the batch order and the views drawn from
+    ``seed`` (the same for every loss); returns the per-step history of ``last_stats``."""
     import torch
 
     from adaptcl.plugins.validation import NonFiniteError
@@ -87,9 +82,8 @@ def train(model: nn.ModuleDict, loss_fn: nn.Module, images: Tensor, config: Demo
             if not math.isfinite(point["loss"]):
                 raise DivergedError(f"{desc}: non-finite loss at step {step}", step=step,
                                     loss=point["loss"])
-            history["step"].append(len(history["step"]))
-            for k in STEP_KEYS:
-                history[k].append(point[k])
+            for k, v in {"step": len(history["step"]), **point}.items():
+                history[k].append(v)
             if logger is not None:
                 logger.log({f"train/{k}": v for k, v in point.items()}, len(history["step"]))
             bar.set_postfix(loss=f"{point['plain_loss']:.3f}", tau=f"{point['temperature']:.4f}")

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from adaptcl.adapters.lightning.methods import BACKBONES, METHOD_LOSSES, METHODS, check_method_loss
-from adaptcl.recipes.common.schedule import check_schedule
+from adaptcl.recipes.common.schedule import resolve_schedule
 from adaptcl.recipes.engine import options
 from adaptcl.recipes.engine.settings import check_settings, non_negative, positive, setting
 
@@ -121,9 +121,7 @@ class ImagesConfig:
             self.macl_temperature = 0.15 if moco and given is None else self.temperature
         if self.a0 is None:
             self.a0 = 0.2 if moco else 0.0
-        if self.schedule_period is None:
-            self.schedule_period = self.epochs / 5
-        check_schedule(self)
+        resolve_schedule(self)
 
     def data_settings(self) -> tuple[tuple[str, Any], ...]:
         """``((setting, value), ...)`` of the settings that choose the images."""

@@ -1,16 +1,6 @@
-"""The images of ``adaptcl images``: CIFAR-10 (torchvision files or ``.npz`` arrays) and folders.
-
-Three sources, tried in this order by :func:`load_image_splits`:
-
-- torchvision's ``CIFAR10`` when its extracted files (``cifar-10-batches-py``) are under the root;
-- ``.npz`` arrays with ``images`` (uint8 ``[N, 32, 32, 3]``, RGB) and ``labels`` (uint8 ``[N]``),
-  e.g. the copies in ``<data root>/cifar10/`` (``cifar10_train_*.npz`` / ``cifar10_test_*.npz``);
-- an image folder in torchvision's ``ImageFolder`` layout (``<root>/train/<class>/*.png`` and
-  ``<root>/test/<class>/*.png``, or ``val/`` in place of ``test/``).
-
-Nothing is downloaded unless ``download=True`` is passed and no local source exists (then
-torchvision fetches CIFAR-10 into the root); otherwise a missing source raises
-``FileNotFoundError`` saying what was looked for.
+"""The images of ``adaptcl images`` (:func:`load_image_splits`): torchvision's CIFAR-10 files,
+``.npz`` arrays (uint8 ``images [N, 32, 32, 3]`` and ``labels [N]``) or an ``ImageFolder``
+layout; nothing is downloaded unless asked.
 """
 
 from __future__ import annotations
@@ -29,10 +19,6 @@ from torch.utils.data import Dataset
 
 from adaptcl.recipes.images.config import ImagesConfig
 
-CIFAR10_CLASSES = (
-    "airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck",
-)
-
 #: npz file groups, best first: the exact-pixel copies, then the larger JPEG-decoded copies.
 NPZ_PATTERNS = {
     "lossless": {"train": "cifar10_train_lossless_*.npz", "test": "cifar10_test_lossless_*.npz"},
@@ -41,17 +27,8 @@ NPZ_PATTERNS = {
 
 
 class ArrayImageDataset(Dataset):
-    """Dataset over uint8 image arrays ``[N, H, W, 3]`` and integer labels ``[N]``.
-
-    Items are ``(transform(PIL image), label)``; a multi-view transform (Lightly's
-    ``SimCLRTransform`` etc.) makes the first element a list of views, which is what Lightly's
-    training loops expect: ``(x0, x1), targets = batch``.
-
-    Examples:
-        >>> data = np.load("cifar10_train_lossless_0-3999.npz")
-        >>> dataset = ArrayImageDataset(data["images"], data["labels"], transform=SimCLRTransform(32))
-        >>> (x0, x1), label = dataset[0]
-    """
+    """``(transform(PIL image), label)`` of uint8 arrays ``[N, H, W, 3]`` and labels ``[N]`` (a
+    multi-view transform gives the list of views Lightly's loops expect)."""
 
     def __init__(self, images: np.ndarray, labels: Sequence[int] | np.ndarray,
                  transform: Callable[[Any], Any] | None = None) -> None:
@@ -62,12 +39,8 @@ class ArrayImageDataset(Dataset):
         if images.dtype != np.uint8:
             raise ValueError(f"images must be uint8, got {images.dtype}")
         if labels.ndim != 1 or len(labels) != len(images):
-            raise ValueError(
-                f"labels must have shape [{len(images)}], got {tuple(labels.shape)}"
-            )
-        self.images = images
-        self.labels = labels.astype(np.int64)
-        self.transform = transform
+            raise ValueError(f"labels must have shape [{len(images)}], got {tuple(labels.shape)}")
+        self.images, self.labels, self.transform = images, labels.astype(np.int64), transform
 
     def __len__(self) -> int:
         return len(self.images)
@@ -86,11 +59,10 @@ class ArrayImageDataset(Dataset):
 
 
 class TransformedDataset(Dataset):
-    """Wrap a ``(image, label)`` dataset and apply ``transform`` to the image."""
+    """A ``(image, label)`` dataset with ``transform`` applied to the image."""
 
     def __init__(self, base: Dataset, transform: Callable[[Any], Any] | None) -> None:
-        self.base = base
-        self.transform = transform
+        self.base, self.transform = base, transform
 
     def __len__(self) -> int:
         return len(self.base)  # type: ignore[arg-type]
@@ -107,8 +79,7 @@ class TransformedDataset(Dataset):
 
 @dataclass
 class ImageSplits:
-    """Train and test splits without transforms, plus where they came from and the name of
-    the data (``cifar10``, or an image folder's name)."""
+    """Train and test splits without transforms, where they came from, and the data's name."""
 
     train: Any  # ArrayImageDataset | TransformedDataset
     test: Any
@@ -154,27 +125,14 @@ def load_npz_arrays(paths: Sequence[str | os.PathLike]) -> tuple[np.ndarray, np.
     return np.concatenate(images), np.concatenate(labels)
 
 
-def _find_npz_dir(root: Path) -> Path | None:
-    for candidate in (root, root / "cifar10"):
-        if candidate.is_dir() and any(candidate.glob("cifar10_*.npz")):
-            return candidate
-    return None
-
-
-def _subset(images: np.ndarray, labels: np.ndarray, limit: int | None,
-            seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """A class-stratified subset of ``limit`` items (all when ``limit`` is None or too large)."""
-    if limit is None or limit >= len(images):
-        return images, labels
-    chosen = _stratified_indices(labels, limit, seed)
-    return images[chosen], labels[chosen]
-
-
 def _cifar_splits(train: tuple[np.ndarray, np.ndarray], test: tuple[np.ndarray, np.ndarray],
                   limits: tuple[int | None, int | None], seed: int, source: str) -> ImageSplits:
     """CIFAR-10 from (images, labels) arrays, each split cut to its class-stratified limit."""
-    parts = [ArrayImageDataset(*_subset(*arrays, limit, seed))
-             for arrays, limit in zip((train, test), limits, strict=True)]
+    parts = []
+    for (images, labels), limit in zip((train, test), limits, strict=True):
+        chosen = _stratified(labels, limit, seed)
+        parts.append(ArrayImageDataset(images, labels) if chosen is None
+                     else ArrayImageDataset(images[chosen], labels[chosen]))
     return ImageSplits(*parts, 10, source)
 
 
@@ -202,33 +160,23 @@ def _folder_splits(root: Path, test_dir: Path, limits: tuple[int | None, int | N
     if train.classes != test.classes:
         raise ValueError(f"train and {test_dir.name} class folders differ: "
                          f"{train.classes} vs {test.classes}")
-    parts = [TransformedDataset(_limit_folder(folder, limit, seed), None)
-             for folder, limit in zip((train, test), limits, strict=True)]
+    parts = []
+    for folder, limit in zip((train, test), limits, strict=True):
+        chosen = _stratified(np.asarray(folder.targets), limit, seed)
+        parts.append(TransformedDataset(folder if chosen is None else torch.utils.data.Subset(
+            folder, chosen.tolist()), None))
     return ImageSplits(*parts, len(train.classes), f"image folder at {root}", name=root.name)
 
 
-def load_image_splits(
-    data_root: str | os.PathLike,
-    source: str = "auto",
-    npz_variant: str = "auto",
-    train_limit: int | None = None,
-    test_limit: int | None = None,
-    seed: int = 0,
-    download: bool = False,
-) -> ImageSplits:
-    """Load train/test splits from ``data_root`` without downloading anything.
-
-    Args:
-        data_root: a folder holding ``cifar-10-batches-py`` (torchvision), CIFAR ``.npz`` files
-            (directly or in ``cifar10/``), or ``train/`` and ``test/`` (or ``val/``) class folders.
-        source: ``"auto"``, ``"torchvision"``, ``"npz"`` or ``"folder"``.
-        npz_variant: ``"lossless"`` (exact pixels: train 4,000 / test 1,000), ``"jpeg"``
-            (JPEG-decoded: train 15,000 / test 10,000) or ``"auto"`` (lossless if it covers
-            ``train_limit`` and ``test_limit``, else jpeg).
-        train_limit, test_limit: class-stratified subset sizes (``None`` = everything).
-        seed: seed of the subset draw.
-        download: if no local source is found, let torchvision download CIFAR-10 into
-            ``data_root`` (needs a network); never used when local files exist.
+def load_image_splits(data_root: str | os.PathLike, source: str = "auto",
+                      npz_variant: str = "auto", train_limit: int | None = None,
+                      test_limit: int | None = None, seed: int = 0,
+                      download: bool = False) -> ImageSplits:
+    """Train/test splits from ``data_root``: ``cifar-10-batches-py``, CIFAR ``.npz`` files (here
+    or in ``cifar10/``; ``npz_variant`` ``lossless``, ``jpeg``, or ``auto``: lossless if it
+    covers the limits) or ``train/`` and ``test/`` (or ``val/``) class folders, tried in this
+    order (``source="auto"``). The limits are class-stratified subset sizes drawn with ``seed``
+    (``None``: everything). ``download``: torchvision fetches CIFAR-10 if no local source exists.
     """
     root = Path(data_root).expanduser()
     if not root.is_dir():
@@ -240,7 +188,8 @@ def load_image_splits(
     limits = (train_limit, test_limit)
     tv_dir = next((d for d in (root, root / "cifar10") if (d / "cifar-10-batches-py").is_dir()),
                   None)
-    npz_dir = _find_npz_dir(root)
+    npz_dir = next((d for d in (root, root / "cifar10")
+                    if d.is_dir() and any(d.glob("cifar10_*.npz"))), None)
     test_dir = next((root / d for d in ("test", "val") if (root / d).is_dir()), None)
     if source in ("auto", "torchvision") and (tv_dir is not None or download and npz_dir is None
                                               and not (root / "train").is_dir()):
@@ -260,21 +209,16 @@ def load_image_splits(
         raise FileNotFoundError(f"no cifar10_*.npz files in {root} or {root / 'cifar10'}")
     if (root / "train").is_dir() and test_dir is not None:
         return _folder_splits(root, test_dir, limits, seed)
-    raise FileNotFoundError(
-        f"no image data under {root}: expected cifar-10-batches-py, cifar10_*.npz "
-        "(here or in cifar10/), or train/ and test/ (or val/) class folders"
-    )
+    raise FileNotFoundError(f"no image data under {root}: expected cifar-10-batches-py, "
+                            "cifar10_*.npz (here or in cifar10/), or train/ and test/ (or val/) "
+                            "class folders")
 
 
-def _limit_folder(folder, limit: int | None, seed: int):
-    if limit is None or limit >= len(folder):
-        return folder
-    order = _stratified_indices(np.asarray(folder.targets), limit, seed)
-    return torch.utils.data.Subset(folder, order.tolist())
-
-
-def _stratified_indices(labels: np.ndarray, limit: int, seed: int) -> np.ndarray:
-    """``limit`` indices drawn round-robin over the classes (class-balanced), sorted."""
+def _stratified(labels: np.ndarray, limit: int | None, seed: int) -> np.ndarray | None:
+    """``limit`` indices drawn round-robin over the classes (class-balanced), sorted; ``None``
+    (every item) when ``limit`` is ``None`` or not below the number of items."""
+    if limit is None or limit >= len(labels):
+        return None
     if limit <= 0:
         raise ValueError(f"subset size must be positive, got {limit}")
     rng = np.random.default_rng(seed)
@@ -291,8 +235,8 @@ def load_splits(data_root: Path, cfg: ImagesConfig) -> ImageSplits:
 
 
 def check_batch(splits: ImageSplits, cfg: ImagesConfig) -> None:
-    """Refuse a batch that the training images cannot fill on every device
-    (``DistributedSampler`` gives each its share; an incomplete batch is dropped)."""
+    """Refuse a batch the training images cannot fill on every device (each takes its share;
+    an incomplete batch is dropped)."""
     per_rank = len(splits.train) // cfg.devices
     if per_rank < cfg.batch_size:
         ranks = f", {per_rank} per device over {cfg.devices}" if cfg.devices > 1 else ""

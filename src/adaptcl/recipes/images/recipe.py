@@ -1,20 +1,8 @@
 """``adaptcl images``: self-supervised pre-training on images via Lightly, kNN and linear probe.
 
-SimCLR, MoCo v2, SimSiam, Barlow Twins or ASCL-MoCo (``--method``;
-:mod:`adaptcl.adapters.lightning.modules`) with one or more losses on CIFAR-10 or an image
-folder (:mod:`adaptcl.recipes.images.data`), trained by Lightning's ``Trainer`` (device,
-precision, devices/strategy, logger), then the frozen backbone scored by Lightly's weighted kNN
-and a linear probe (:mod:`adaptcl.evaluation.images`; one cell:
-:mod:`adaptcl.recipes.images.train`). The table's rows are the data (``cifar10``, or the image
-folder's name), its columns the losses. An unfinished cell resumes from the ``last.ckpt`` under
-``checkpoints/<cell>/<identity>/`` (weights, optimiser, loss statistics, MoCo/ASCL queues,
-training time; not the data order of the interrupted epoch).
-
-Presets (``--preset``): ``cpu`` (the defaults, minutes: ResNet-18 at width 1/8, the 4,000
-exact-pixel training images, 15 epochs) and ``paper`` (MACL App. B.3, a GPU job). Options
-override them; any setting given several values is swept (``--method simclr moco``).
-
-Outputs: ``results.json``, ``results.md``, ``config.yaml``, ``images_temperature.png``.
+SimCLR, MoCo v2, SimSiam, Barlow Twins or ASCL-MoCo with one or more losses, trained by
+Lightning; a row per data set, a column per loss. The protocol, presets (MACL App. B.3) and
+outputs are on the docs page ``docs/recipes/images.md``.
 """
 
 from __future__ import annotations
@@ -40,19 +28,18 @@ adaptcl images --data-root ~/data/cifar10 --preset paper --device cuda --devices
 class ImagesRecipe(Recipe):
     """``adaptcl images``: every (loss, point, seed) pre-trained and scored on one data set."""
 
-    name, config_class, presets = "images", ImagesConfig, PRESETS
+    name, config_class, presets, example = "images", ImagesConfig, PRESETS, EXAMPLE
     description = ("SimCLR/MoCo/SimSiam/Barlow Twins via Lightly on CIFAR-10 or a folder: "
                    "kNN + linear probe")
     axes = ("dataset", "loss")
     code = ("adaptcl.recipes.images", "adaptcl.evaluation.images", "adaptcl.adapters.lightly",
             "adaptcl.adapters.lightning", "adaptcl.plugins")
     frameworks = ("lightly", "pytorch-lightning", "torchvision")
-    example = EXAMPLE
     figure = Figure("images_temperature.png", ncols=3, figsize=(15, 4))
 
     def prepare(self) -> None:
-        """The device; the images of every point of the sweep (each set loaded once), that
-        each point's batch fits them; their fingerprints. Nothing is written."""
+        """The images of every point (each set loaded once), that its batch fits them, their
+        fingerprints. Nothing is written."""
         from adaptcl.recipes.images.data import check_batch, load_splits
 
         self.data_root = resolve_data_root(self.config.data_root)
@@ -80,21 +67,18 @@ class ImagesRecipe(Recipe):
         return [self.splits_of(self.config).name]
 
     def cells(self) -> list[Cell]:
-        """Seed by seed, every loss (the paired differences of a seed are there as soon as
-        its losses are)."""
+        """Seed by seed: a seed's paired differences are there as soon as its losses are."""
         return [self.cell(row, loss, seed, point) for point in self.sweep.points()
                 for seed in self.seeds() for row in self.rows() for loss in self.methods()]
 
     def identity(self, cell: Cell) -> dict[str, Any]:
-        """The settings, the fingerprint of the images the cell's point uses, the code, and
-        the devices when there are several (each takes a batch of ``batch_size``)."""
+        """The settings, the fingerprint of the cell's images, the code, several devices."""
         data = self.splits_of(self.config_of(cell)).fingerprint
         return (super().identity(cell) | {"data": data}
                 | devices_identity(self.config.devices, self.config.strategy))
 
     def checkpoint_dir(self, cell: Cell) -> Path:
-        """``checkpoints/<cell>/<identity hash>/``: a cell whose identity changed (settings,
-        data, code) starts afresh, never from the checkpoint of another."""
+        """``checkpoints/<cell>/<identity hash>/``: a changed cell never resumes another's."""
         return self.layout.cell_folder("checkpoints", cell) / stable_hash(self.identity(cell), 10)
 
     def compute(self, cell: Cell) -> dict[str, Any] | None:

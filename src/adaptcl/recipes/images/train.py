@@ -1,6 +1,5 @@
-"""One cell of ``adaptcl images``: a Lightning module trained by Lightning's ``Trainer`` on one
-loss and seed (resuming from the ``last.ckpt`` an interrupted run left), then its frozen
-backbone scored by kNN and the linear probe (:mod:`adaptcl.evaluation.images`)."""
+"""One cell of ``adaptcl images``: one loss and seed trained by Lightning (resumed from the
+``last.ckpt`` an interrupted run left), then the frozen backbone scored by kNN and a linear probe."""
 
 from __future__ import annotations
 
@@ -15,11 +14,10 @@ from adaptcl.adapters.lightning.factory import build_ssl_module, ssl_transforms
 from adaptcl.adapters.lightning.trainer import TrainingClock, build_trainer
 from adaptcl.evaluation.images import evaluate_backbone
 from adaptcl.plugins.validation import NonFiniteError
-from adaptcl.recipes.common.lightning import fit
+from adaptcl.recipes.common.lightning import fit, resume_checkpoint
 from adaptcl.recipes.common.schedule import schedule_steps
 from adaptcl.recipes.engine.cells import Cell
 from adaptcl.recipes.engine.errors import DivergedError, NonResultError, require_steps
-from adaptcl.recipes.engine.files import torch_load_checked
 from adaptcl.recipes.engine.loggers import lightning_logger
 from adaptcl.recipes.engine.progress import on_terminal
 from adaptcl.recipes.engine.torch_env import loader_options, resolve_device, seed_everything
@@ -44,8 +42,7 @@ def build_module(cfg: ImagesConfig, loss: str, num_classes: int, steps_per_epoch
 
 def lightning_trainer(cfg: ImagesConfig, log_dir: Path, ckpt_dir: Path | None = None,
                       clock: TrainingClock | None = None) -> Any:
-    """Lightning's Trainer with the run's device, precision, devices, strategy, logger, the
-    online kNN monitor every ``knn_every`` epochs and ``last.ckpt`` in ``ckpt_dir``."""
+    """Lightning's Trainer of the run's settings (the online kNN every ``knn_every`` epochs)."""
     return build_trainer(cfg.epochs, device=resolve_device(cfg.device), devices=cfg.devices,
                          strategy=cfg.strategy, precision=cfg.precision,
                          logger=lightning_logger(cfg.logger, log_dir), ckpt_dir=ckpt_dir,
@@ -53,22 +50,9 @@ def lightning_trainer(cfg: ImagesConfig, log_dir: Path, ckpt_dir: Path | None = 
                          progress=on_terminal(cfg.progress), val_every=cfg.knn_every)
 
 
-def resume_checkpoint(ckpt_dir: Path) -> Path | None:
-    """The ``last.ckpt`` an interrupted run left in ``ckpt_dir``, or ``None``; the temporary
-    file of a killed write is removed, an unreadable checkpoint (truncated by a full disk,
-    say) named and set aside."""
-    for stale in ckpt_dir.glob(".*.tmp"):
-        stale.unlink(missing_ok=True)
-    last = ckpt_dir / "last.ckpt"
-    readable = torch_load_checked(last, what="checkpoint", map_location="cpu",
-                                  weights_only=False) is not None
-    return last if readable else None
-
-
 def loaders(cfg: ImagesConfig, splits: ImageSplits, seed: int) -> tuple[Any, Any, Any]:
-    """(two-view training loader, kNN bank loader, test loader); the training order is drawn
-    from ``seed``. An image folder is normalised with ImageNet's statistics, CIFAR-10 with its
-    own."""
+    """(two-view training loader, kNN bank loader, test loader), the order drawn from ``seed``;
+    an image folder is normalised with ImageNet's statistics, CIFAR-10 with its own."""
     normalize = None
     if splits.source.startswith("image folder"):
         from lightly.transforms.utils import IMAGENET_NORMALIZE
@@ -86,8 +70,7 @@ def loaders(cfg: ImagesConfig, splits: ImageSplits, seed: int) -> tuple[Any, Any
 
 def train_and_score(cfg: ImagesConfig, splits: ImageSplits, cell: Cell, ckpt_dir: Path,
                     log_dir: Path) -> dict[str, Any] | None:
-    """Train and evaluate one cell, resuming from the ``last.ckpt`` an earlier run left in
-    ``ckpt_dir``; ``None`` on a process that does not own the result (a non-zero rank)."""
+    """Train (or resume) and evaluate one cell; ``None`` on a non-zero rank."""
     resume = resume_checkpoint(ckpt_dir)
     seed_everything(cell.seed)
     train, bank, test = loaders(cfg, splits, cell.seed)

@@ -1,9 +1,5 @@
-"""The settings of ``adaptcl moleculenet``; the defaults are the CPU preset.
-
-Each setting says which part of a run it determines: ``identity="pretrain"`` the pre-trained
-encoder (the GraphCL loss and its corpus), ``identity="finetune"`` a fine-tuned cell,
-``identity=True`` both (the GIN's shape, the precision, the device's type).
-"""
+"""The settings of ``adaptcl moleculenet`` (the defaults: the CPU preset). ``identity="pretrain"``
+settings determine the pre-trained encoder, ``"finetune"`` a fine-tuned cell, ``True`` both."""
 
 from __future__ import annotations
 

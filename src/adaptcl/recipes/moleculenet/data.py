@@ -1,6 +1,5 @@
-"""The data of ``adaptcl moleculenet``: the SMILES corpus of the pre-training and each
-MoleculeNet set with its scaffold split, featurised once and cached (the featurisation and the
-split are :mod:`adaptcl.adapters.graphcl.molecules`)."""
+"""The data of ``adaptcl moleculenet``: the pre-training's SMILES corpus and each MoleculeNet set
+with its scaffold split, featurised once and cached (:mod:`adaptcl.adapters.graphcl.molecules`)."""
 
 from __future__ import annotations
 
@@ -13,19 +12,10 @@ from adaptcl.recipes.moleculenet.config import DEFAULT_PRETRAIN_SMILES, Molecule
 
 
 def corpus_path(cfg: MoleculeNetConfig, data_root: Path) -> Path:
-    """The SMILES file of the pre-training: ``--pretrain-smiles``, or the default under the
-    data root."""
+    """The pre-training's SMILES file: ``--pretrain-smiles``, or the default under the root."""
     if cfg.pretrain_smiles is not None:
         return Path(cfg.pretrain_smiles)
     return data_root.joinpath(*DEFAULT_PRETRAIN_SMILES)
-
-
-def moleculenet_csv(name: str, data_root: Path) -> Path:
-    """The CSV of the MoleculeNet set ``name`` under the data root (``FileNotFoundError``
-    naming where it looked)."""
-    from adaptcl.adapters.graphcl.molecules import MOLECULENET
-
-    return MOLECULENET[name].path(data_root)
 
 
 def cache_folder(cfg: MoleculeNetConfig) -> Path:
@@ -48,8 +38,8 @@ def load_corpus(cfg: MoleculeNetConfig, data_root: Path) -> Any:
 
 def load_split_dataset(cfg: MoleculeNetConfig, name: str,
                        data_root: Path) -> tuple[Any, tuple[list[int], list[int], list[int]]]:
-    """A MoleculeNet set (its first ``max_molecules`` rows) and its scaffold split (train,
-    valid, test indices); a malformed CSV is one line naming the set and the root."""
+    """A MoleculeNet set (its first ``max_molecules`` rows) and its scaffold split (train, valid,
+    test indices); a malformed CSV is one line naming the set and the root."""
     from adaptcl.adapters.graphcl.molecules import load_moleculenet, scaffold_split
 
     try:

@@ -1,25 +1,9 @@
 """``adaptcl moleculenet``: GraphCL pre-training on SMILES, fine-tuning on MoleculeNet, ROC-AUC.
 
 The transfer protocol of GraphCL (You et al., NeurIPS 2020) on Hu et al. (ICLR 2020), as used
-by MACL (Huang et al., ICML 2023, Table 5, App. B.5): pre-train Hu et al.'s GIN (OGB atom/bond
-encoders, mean pooling) with GraphCL (both views ``random2``, ratio 0.2, Adam 1e-3, batch 256;
-loss ``graphcl``: DCL tau 0.1, or ``macl``: tau0 0.1, alpha 0.5, A0 0, or any other loss
-GraphCL builds) on ZINC SMILES (``<data-root>/zinc/moses/test.csv.gz`` or
-``--pretrain-smiles``); fine-tune it (or a fresh one: ``none``) with a linear head, dropout
-0.5, batch 32, masked multi-task BCE on a scaffold split 80/10/10 of each MoleculeNet set;
-report test ROC-AUC (tasks with both classes) at the last epoch (the paper's protocol) and at
-the best-validation epoch.
-
-Presets (``--preset``): ``cpu`` (the default; about 15 minutes on one CPU thread: five sets,
-seeds 0-2, 6,000 pre-training SMILES for 3 epochs, 5 fine-tuning epochs, 5 x 128 GIN) and
-``paper`` (a GPU job: eight sets, seeds 0-9, the whole corpus, 100 + 100 epochs, 5 x 300 GIN).
-Any setting given several values is swept: a pre-training setting (``--temperature 0.1 0.2``)
-pre-trains one encoder per value, a fine-tuning setting (``--lr``) fine-tunes the same ones.
-
-Pre-trained encoders are shared by the cells: one per (loss, pre-training settings), under
-``<output-dir>/pretrain/<loss>-<identity hash>.pt`` (settings, corpus fingerprint, code),
-checkpointed every epoch and resumed there. Outputs: ``results.json``, ``results.md``,
-``config.yaml``, ``pretraining_alignment_temperature.png``.
+by MACL (Huang et al., ICML 2023, Table 5, App. B.5). One pre-trained encoder per (loss,
+pre-training settings) serves every cell; the protocol, presets and outputs are on the docs
+page ``docs/recipes/moleculenet.md``.
 """
 
 from __future__ import annotations
@@ -36,12 +20,7 @@ from adaptcl.recipes.engine.settings import Point, identity_settings
 from adaptcl.recipes.engine.summary import point_text
 from adaptcl.recipes.engine.torch_env import resolve_device
 from adaptcl.recipes.moleculenet.config import PRESETS, MoleculeNetConfig
-from adaptcl.recipes.moleculenet.data import (
-    corpus_path,
-    load_corpus,
-    load_split_dataset,
-    moleculenet_csv,
-)
+from adaptcl.recipes.moleculenet.data import corpus_path, load_corpus, load_split_dataset
 
 EXAMPLE = """adaptcl moleculenet --data-root ../shared/data --output-dir results/moleculenet
 adaptcl moleculenet --datasets bbbp --inits none macl --temperature 0.1 0.2 --seeds 0 1 2
@@ -69,18 +48,18 @@ class MoleculeNetRecipe(Recipe):
     """``adaptcl moleculenet``: each encoder pre-trained once, every (dataset, init, point,
     seed) fine-tuned."""
 
-    name, config_class, presets = "moleculenet", MoleculeNetConfig, PRESETS
+    name, config_class, presets, example = "moleculenet", MoleculeNetConfig, PRESETS, EXAMPLE
     description = "GraphCL/MACL pre-training on SMILES, MoleculeNet fine-tuning, ROC-AUC"
     axes = ("dataset", "init")
     code = ("adaptcl.recipes.moleculenet", "adaptcl.recipes.common", "adaptcl.evaluation.graphs",
             "adaptcl.adapters.graphcl", "adaptcl.plugins")
     frameworks = ("torch_geometric", "ogb", "rdkit", "scikit-learn", "pytorch-lightning")
-    example = EXAMPLE
     figure = Figure("pretraining_alignment_temperature.png", ncols=2)
 
     def prepare(self) -> None:
-        """Each loss built once per point (its own argument checks), the device, and the
+        """Each loss built once per point (its own argument checks), the device, the
         fingerprint of every CSV and of the corpus. Nothing is written."""
+        from adaptcl.adapters.graphcl.molecules import MOLECULENET
         from adaptcl.recipes.moleculenet.train import pretrain_loss
 
         for point in self.sweep.points():
@@ -90,7 +69,7 @@ class MoleculeNetRecipe(Recipe):
         resolve_device(self.config.device)
         self.data_root = resolve_data_root(self.config.data_root)
         for name in self.config.datasets:
-            path = moleculenet_csv(name, self.data_root)
+            path = MOLECULENET[name].path(self.data_root)  # FileNotFoundError names where
             self.fingerprints[name] = fingerprint_files([path], root=path.parent)
         if self.config.losses:
             corpus = corpus_path(self.config, self.data_root)
@@ -98,16 +77,15 @@ class MoleculeNetRecipe(Recipe):
         self._loaded: dict[tuple[Any, ...], Any] = {}
 
     def encoder_path(self, config: MoleculeNetConfig, loss: str) -> Path:
-        """``<output-dir>/pretrain/<loss>-<hash>.pt``: the hash of everything that determines
-        the encoder (loss, pre-training settings, corpus, code, devices)."""
+        """``<output-dir>/pretrain/<loss>-<hash of what determines the encoder>.pt``."""
         identity = {"loss": loss, "settings": identity_settings(config, part="pretrain"),
                     "corpus": self.fingerprints["pretrain"], "code": self._code}
         key = stable_hash(identity | devices_identity(config.devices, config.strategy))
         return self.layout.folder("pretrain") / f"{loss}-{key}.pt"
 
     def setup(self) -> None:
-        """Reuse, resume or pre-train the encoder of every loss at every point: one per
-        (loss, pre-training settings), so points that differ only in fine-tuning share it."""
+        """Reuse, resume or pre-train the encoder of every loss at every point (points that
+        differ only in fine-tuning share it)."""
         from adaptcl.recipes.moleculenet.train import pretrained_encoder
 
         #: (init, point) -> the file of its pre-trained encoder
@@ -160,8 +138,7 @@ class MoleculeNetRecipe(Recipe):
         return record | {"info": dataset.info() | {"split_sizes": record["split_sizes"]}}
 
     def encoder_labels(self) -> dict[Path, str]:
-        """Each pre-trained encoder's label: its loss and the pre-training settings of its
-        point (``macl, temperature=0.2``)."""
+        """Each pre-trained encoder's label: ``macl, temperature=0.2`` (its pre-training point)."""
         labels: dict[Path, str] = {}
         for (loss, point), path in self.encoders.items():
             pretraining = identity_settings(self.sweep.config_at(point), part="pretrain")

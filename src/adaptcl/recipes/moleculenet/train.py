@@ -1,11 +1,5 @@
 """Pre-training and fine-tuning of ``adaptcl moleculenet`` (GraphCL on Hu et al.'s GIN), both
-through :func:`~adaptcl.recipes.common.graph_training.fit_graphs`.
-
-:func:`pretrained_encoder` reuses, resumes or trains the GraphCL encoder of one loss (on one
-device or several), checkpointing every epoch so an interrupted pre-training resumes exactly;
-:func:`finetune` fine-tunes a pre-trained (or fresh) encoder with a linear head on one
-MoleculeNet set's scaffold split and scores valid and test ROC-AUC after every epoch.
-"""
+through :func:`~adaptcl.recipes.common.graph_training.fit_graphs`."""
 
 from __future__ import annotations
 
@@ -49,15 +43,9 @@ def pretrain_loss(cfg: MoleculeNetConfig, loss: str) -> torch.nn.Module:
 
 def pretrained_encoder(cfg: MoleculeNetConfig, loss: str, final: Path,
                        corpus: Callable[[], Any], log_dir: Path) -> dict[str, Any] | None:
-    """The checkpoint of the encoder pre-trained with ``loss``: read from ``final`` when it is
-    there (a corrupt one is set aside), else pre-trained on ``corpus()`` and written there.
-
-    Lightning's ``last.ckpt`` in ``<final>.lightning/`` is written after every epoch, with the
-    augmentation and shuffle generators and torch's RNG, so an interrupted pre-training
-    resumes where it stopped and ends as the uninterrupted one would. On several devices
-    (``cfg.devices``) each rank draws its augmentations from its own stream; rank 0 writes and
-    gets the checkpoint, the other ranks ``None``.
-    """
+    """The checkpoint of the encoder pre-trained with ``loss``: read from ``final`` (a corrupt
+    one set aside), else pre-trained on ``corpus()`` (resumed from ``<final>.lightning/``'s
+    ``last.ckpt``) and written there; ``None`` on a non-zero rank."""
     done = torch_load_checked(final, what="pre-trained encoder", weights_only=True)
     if done is not None:
         return done
@@ -95,8 +83,7 @@ def pretrained_encoder(cfg: MoleculeNetConfig, loss: str, final: Path,
 
 
 def roc_auc(model: torch.nn.Module, graphs: list[Any], device: str) -> dict[str, Any]:
-    """Multi-task ROC-AUC of ``model``'s scores (eval mode, no gradient) on labelled graphs;
-    leaves the model in eval mode."""
+    """Multi-task ROC-AUC of ``model``'s scores on labelled graphs (left in eval mode)."""
     model.eval()
     scores, labels = embed_graphs(model, graphs, device=device,
                                   where="fine-tuned model scores", allow_constant=True)
@@ -106,10 +93,8 @@ def roc_auc(model: torch.nn.Module, graphs: list[Any], device: str) -> dict[str,
 def finetune(cfg: MoleculeNetConfig, cell: Cell, dataset: Any,
              split: tuple[list[int], list[int], list[int]], encoder: dict[str, Any] | None,
              log_dir: Path) -> dict[str, Any]:
-    """Fine-tune one (dataset, init, seed): the encoder (``encoder``'s weights, or fresh ones)
-    with a linear head, masked multi-task BCE; valid and test ROC-AUC after every epoch.
-    Returns the cell's record: test ROC-AUC at the last epoch (the paper's protocol) and at the
-    epoch of the best validation ROC-AUC."""
+    """Fine-tune one (dataset, init, seed) from ``encoder``'s weights (or fresh ones); the record:
+    test ROC-AUC at the last epoch (the paper's protocol) and at the best validation epoch."""
     train, valid, test = ([dataset[i] for i in part] for part in split)
     seed_everything(cell.seed)
     device = resolve_device(cfg.device)

@@ -1,11 +1,5 @@
-"""The settings of ``adaptcl simcse``: the defaults are the CPU-sized run, the ``paper`` preset
-SimCSE's GPU settings.
-
-Identity: the settings that build the model and score it on STS (``model``, ``pooler``,
-``max_seq_length``, the device's type, and the ``"scoring"`` part: ``sts``, ``sts_tasks``)
-determine every cell; those of the ``"training"`` part only the trained cells, so the
-untrained starting point is reused whatever the training settings.
-"""
+"""The settings of ``adaptcl simcse`` (the defaults: a CPU-sized run; ``paper``: SimCSE's). The
+``"training"`` settings determine only the trained cells, so the untrained model is reused."""
 
 from __future__ import annotations
 
@@ -38,12 +32,9 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 @dataclass
 class SimCSERecipeConfig:
-    """Settings of ``adaptcl simcse`` (see :mod:`adaptcl.recipes.simcse.recipe`).
-
-    ``precision`` is ``TrainingArguments(bf16=/fp16=)`` (the STS scoring encodes in float32);
-    ``device="cpu"`` on a CUDA machine trains on the CPU (``use_cpu=True``). ``learning_rate=None``
-    takes the paper's for the model's family (3e-5 BERT, 1e-5 RoBERTa, read from its
-    ``config.json`` or its name).
+    """Settings of ``adaptcl simcse``; ``learning_rate=None`` takes the paper's for the model's
+    family (3e-5 BERT, 1e-5 RoBERTa, from its ``config.json`` or its name); ``precision`` is the
+    training's (the STS scoring encodes in float32).
 
     Example:
         >>> SimCSERecipeConfig(model="roberta-base", learning_rate=None).learning_rate

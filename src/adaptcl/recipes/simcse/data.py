@@ -1,9 +1,9 @@
-"""The inputs of ``adaptcl simcse``: the sentences trained on, the STS files scored, the model
-trained from, each read once and fingerprinted before any work (the data part of a run's
-identity)."""
+"""The inputs of ``adaptcl simcse`` (sentences, STS files, model), read and fingerprinted before
+any work: the data part of a run's identity."""
 
 from __future__ import annotations
 
+import itertools
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,8 +17,7 @@ WIKI_SAMPLE = Path("wiki") / "wiki1m_for_simcse.head11914.txt"
 
 
 def dataset_name(sentences: str | None) -> str:
-    """The row of the table: ``wiki`` for the wiki sample, else the sentence file's name
-    (path-safe)."""
+    """The table's row: ``wiki`` for the wiki sample, else the sentence file's (path-safe) name."""
     if sentences is None:
         return "wiki"
     return re.sub(r"[^A-Za-z0-9._-]+", "_", Path(sentences).stem).strip("._-") or "sentences"
@@ -28,20 +27,13 @@ def read_sentences(path: Path, limit: int | None) -> list[str]:
     """One sentence per line (SimCSE's wiki1m format), empty lines skipped, the first ``limit``."""
     if not path.is_file():
         raise FileNotFoundError(f"sentence file {str(path)!r} does not exist")
-    out: list[str] = []
     with path.open(encoding="utf-8") as handle:
-        for line in handle:
-            if line.strip():
-                out.append(line.strip())
-                if limit is not None and len(out) >= limit:
-                    break
-    return out
+        return list(itertools.islice((s for s in map(str.strip, handle) if s), limit))
 
 
 def model_identity(model: str) -> dict[str, str]:
-    """The model trained from: a local folder's resolved path and files' fingerprint, or the hub
-    name. ``FileNotFoundError`` (one line, before any work) when ``model`` has no loadable
-    configuration (a missing folder, a hub name not available here)."""
+    """A local folder's resolved path and files' fingerprint, or the hub name;
+    ``FileNotFoundError`` when ``model`` has no loadable configuration."""
     from transformers import AutoConfig
 
     from adaptcl.adapters.sentence_transformers.simcse_names import model_unavailable
@@ -58,8 +50,7 @@ def model_identity(model: str) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class Inputs:
-    """What one point of the sweep reads: the model (an alias resolved), the sentences, and
-    their fingerprints (``data``: ``model``, ``sentences``, ``num_sentences``, ``sts``)."""
+    """What one point reads: the model (an alias resolved), the sentences, their fingerprints."""
 
     model: str
     sentences: list[str]
@@ -67,8 +58,8 @@ class Inputs:
 
 
 def read_inputs(cfg: SimCSERecipeConfig, sentence_file: Path, senteval_root: Path) -> Inputs:
-    """Read and check one point's inputs: enough sentences for one batch, every STS file (STS-B
-    dev too: the checkpoints are chosen on it), a loadable model."""
+    """One point's inputs: enough sentences for a batch, every STS file (STS-B dev too: the
+    checkpoints are chosen on it), a loadable model."""
     from adaptcl.evaluation.senteval.data import task_files
     from adaptcl.evaluation.senteval.encoders import hash_sentences, resolve_model
     from adaptcl.io import fingerprint_files

@@ -1,30 +1,9 @@
 """``adaptcl simcse``: train SimCSE with each loss on a sentence file, then score it on STS.
 
-Each loss is trained from the same checkpoint with the same sentences, seeds and settings (the
-adapter's :func:`~adaptcl.adapters.sentence_transformers.train_simcse`), the best STS-B-dev
-checkpoint is kept, and the saved model is scored as ``adaptcl sts`` scores an encoder (STS12-16
-"all", STS-B and SICK-R test, Spearman x 100). The untrained starting point is scored the same
-way, so the table shows what training changed.
-
-The grid is (dataset, method, seed): the row is the sentence file (``wiki`` for SimCSE's wiki
-sample), the methods are ``untrained`` and the losses (how the scored model was obtained), the
-seeds the training seeds; the untrained model is scored once (seed 0) per distinct ``"scoring"``
-identity, since no training setting changes it. Any scalar setting given several values is
-swept (``--learning-rate 3e-5 1e-5``).
-
-Presets: ``cpu`` (default): the first ``--max-sentences`` (2,000) sentences, batch 32, one
-epoch. ``paper`` (for a GPU): the whole sentence file, batch 64, max length 32, one epoch, STS-B
-dev every 125 steps, the learning rate of the model's family (3e-5 BERT, 1e-5 RoBERTa, read from
-its ``config.json``; ``--learning-rate`` overrides it), derived per point, so ``--model
-bert-base-uncased roberta-base --preset paper`` trains each at its own.
-
-Every cell is stored under ``runs/`` and reused only while its settings, the data (the model's
-files, the sentences trained on, the STS files) and the code all match. A run that performs no
-optimisation step is an error; one whose loss becomes NaN/inf is recorded as diverged.
-
-Outputs in ``--output-dir``: ``results.json`` / ``results.md`` / ``config.yaml``, each cell's
-model under ``models/<cell>/final``, its curves under ``logs/<cell>`` (``--logger``), and
-``simcse_adaptive.png`` (temperature and alignment over training; an empty panel says why).
+Each loss is trained from the same model with the same sentences, seeds and settings, and the
+saved model is scored as ``adaptcl sts`` scores an encoder, beside the untrained starting point
+(scored once per ``"scoring"`` identity). The protocol, presets and outputs are on the docs
+page ``docs/recipes/simcse.md``.
 """
 
 from __future__ import annotations
@@ -35,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from adaptcl.recipes.common.encoder_eval import STS_COLUMNS, framework_progress_bars
+from adaptcl.recipes.common.encoder_eval import STS_COLUMNS, framework_progress_bars, sts_row
 from adaptcl.recipes.engine import Cell, Figure, GridRun, Recipe, ReportSpec
 from adaptcl.recipes.engine.plots import explain_empty
 from adaptcl.recipes.engine.provenance import package_versions, stable_hash
@@ -64,8 +43,7 @@ class SimCSERecipe(Recipe):
     figure = Figure("simcse_adaptive.png", ncols=2, figsize=(10, 3.5))
 
     def prepare(self) -> None:
-        """The device, the data folders and, per point of the sweep, its inputs (sentences,
-        STS files, model) read and fingerprinted; nothing is written."""
+        """The device, the data folders and each point's inputs read and fingerprinted."""
         from adaptcl.evaluation.senteval.data import downstream_dir
         from adaptcl.io import resolve_data_root
         from adaptcl.recipes.engine.torch_env import resolve_device
@@ -99,8 +77,8 @@ class SimCSERecipe(Recipe):
         return ([BASELINE] if cfg.sts and cfg.baseline else []) + list(cfg.losses)
 
     def cells(self) -> list[Cell]:
-        """The untrained model once per distinct scoring identity (seed 0), every loss at every
-        point and seed."""
+        """The untrained model once per scoring identity (seed 0), every loss at every point and
+        seed."""
         cells, scored = [], set()
         for point in self.sweep.points():
             key = stable_hash(self.identity(self.cell(self.dataset, BASELINE, 0, point)))
@@ -112,8 +90,8 @@ class SimCSERecipe(Recipe):
         return cells
 
     def identity(self, cell: Cell) -> dict[str, Any]:
-        """The settings (the untrained model: only its ``"scoring"`` part), the data (model,
-        sentences, STS files), the code and the frameworks' versions."""
+        """The settings (the untrained model: its ``"scoring"`` part), the data, the code and
+        the frameworks' versions."""
         cfg, data = self.config_of(cell), self.inputs[cell.point].data
         common = {"code": self._code, "frameworks": self.versions}
         if cell.method == BASELINE:
@@ -133,17 +111,10 @@ class SimCSERecipe(Recipe):
         return cell.method != BASELINE
 
     def compute(self, cell: Cell) -> dict[str, Any] | None:
-        """Train (or, for the baseline, save) one model and score it; the cell's record. A
-        non-zero rank under ``torchrun`` trains with rank 0 and returns ``None``."""
-        from adaptcl.recipes.simcse.train import (
-            claim_run_folder,
-            resume_point,
-            run_record,
-            sts_scores,
-            train_cell,
-            untrained_run,
-            write_training_logs,
-        )
+        """Train (or, for the baseline, save) one model and score it; the cell's record
+        (``None`` on a non-zero rank under ``torchrun``, which trains with rank 0)."""
+        from adaptcl.evaluation.senteval.encoders import build_encoder
+        from adaptcl.recipes.simcse import train
 
         cfg, inputs = self.config_of(cell), self.inputs[cell.point]
         follower = distributed_follower()  # a non-zero rank under torchrun: trains, owns nothing
@@ -153,22 +124,23 @@ class SimCSERecipe(Recipe):
         resume = None
         # rank 0 owns the folder: an interrupted run of this identity resumes from its last
         # complete checkpoint, a stale one (other settings, data or code) is removed
-        if not follower and claim_run_folder(out, stable_hash(self.identity(cell))):
-            resume = resume_point(out, cell.label()) if cell.method != BASELINE else None
+        if not follower and train.claim_run_folder(out, stable_hash(self.identity(cell))):
+            resume = train.resume_point(out, cell.label()) if cell.method != BASELINE else None
         log_dir = self.layout.cell_folder("logs", cell)
         start = time.perf_counter()
-        run = (untrained_run(cfg, inputs.model, cell.seed, out) if cell.method == BASELINE
-               else train_cell(cfg, cell, inputs.model, inputs.sentences, self.senteval_root,
-                               out, log_dir, resume=resume))
+        run = (train.untrained_run(cfg, inputs.model, cell.seed, out) if cell.method == BASELINE
+               else train.train_cell(cfg, cell, inputs.model, inputs.sentences,
+                                     self.senteval_root, out, log_dir, resume=resume))
         if follower:  # rank 0 saved the model, scores it and stores the record
             return None
-        record = run_record(run, train_seconds=time.perf_counter() - start)
-        if cfg.sts:
-            record["metrics"].update(sts_scores(cfg, run["final_model"], self.device,
-                                                self.senteval_root, self.layout.folder("cache")))
+        record = train.run_record(run, train_seconds=time.perf_counter() - start)
+        if cfg.sts:  # as adaptcl sts scores an encoder
+            encoder = build_encoder(run["final_model"], device=self.device, show_progress=cfg.progress,
+                                    cache_dir=self.layout.folder("cache"))
+            record["metrics"].update(sts_row(encoder, cfg.sts_tasks, self.senteval_root))
         if cell.method != BASELINE:
             record["num_sentences"] = len(inputs.sentences)
-            write_training_logs(record, cfg.logger, log_dir)
+            train.write_training_logs(record, cfg.logger, log_dir)
         return record
 
     def report_spec(self) -> ReportSpec:
@@ -186,8 +158,7 @@ class SimCSERecipe(Recipe):
                           details=lambda grid: {"sentence_file": str(self.sentence_file)})
 
     def draw(self, grid: GridRun, axes: list[Any]) -> None:
-        """Temperature and alignment per logged step of every trained run; empty panels say
-        why."""
+        """Temperature and alignment per logged step of every trained run."""
         trained = {c: r for c, r in grid.records.items() if c.method != BASELINE}
         steps = max((int(r.get("optimisation_steps") or 0) for r in trained.values()), default=0)
         for ax, key, title in ((axes[0], "adaptcl/temperature", "temperature"),

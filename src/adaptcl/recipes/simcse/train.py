@@ -1,7 +1,6 @@
-"""One cell of ``adaptcl simcse``: a loss trained from the model with the adapter's
-:func:`~adaptcl.adapters.sentence_transformers.train_simcse` (or the untrained model saved as
-is), its record, and its STS scores; an interrupted cell's run folder and the checkpoint it
-resumes from.
+"""One cell of ``adaptcl simcse``: a loss trained with the adapter's
+:func:`~adaptcl.adapters.sentence_transformers.train_simcse` (or the untrained model saved), its
+record, and the run folder an interrupted cell resumes from.
 
 Reference: Gao, Yao & Chen, "SimCSE", EMNLP 2021; MACL's sentence setting: Huang et al., ICML
 2023, App. B.4.
@@ -43,8 +42,8 @@ def world_size() -> int:
 def train_cell(cfg: SimCSERecipeConfig, cell: Cell, model: str, sentences: list[str],
                senteval_root: Path, out: Path, log_dir: Path, *,
                resume: Path | None = None) -> dict[str, Any]:
-    """Train ``cell.method`` (a loss) from ``model`` with seed ``cell.seed``, or go on from
-    ``resume`` (:func:`resume_point`); the adapter's result (the model under ``out/final``)."""
+    """Train the loss ``cell.method`` from ``model`` (or go on from ``resume``); the adapter's
+    result, the model under ``out/final``."""
     from adaptcl.evaluation.senteval.data import load_stsb
 
     seed_everything(cell.seed)
@@ -76,10 +75,8 @@ def train_cell(cfg: SimCSERecipeConfig, cell: Cell, model: str, sentences: list[
 
 
 def claim_run_folder(out: Path, identity_hash: str) -> bool:
-    """Make ``out`` the run folder of the cell whose identity hashes to ``identity_hash``: keep
-    what an interrupted run of that identity left there (``True``: it may resume), else remove
-    the folder (a stale run of other settings, data or code, or of no recorded identity) and
-    mark it as this identity's (``False``)."""
+    """Make ``out`` the run folder of ``identity_hash``: ``True`` when an interrupted run of that
+    identity left it (it may resume), else the folder is emptied and marked (``False``)."""
     try:
         same = read_json(out / RUN_IDENTITY).get("identity_hash") == identity_hash
     except (OSError, ValueError, AttributeError):  # none, unreadable, not a mapping
@@ -92,12 +89,9 @@ def claim_run_folder(out: Path, identity_hash: str) -> bool:
 
 
 def resume_point(out: Path, where: str) -> Path | None:
-    """The last complete trainer checkpoint an interrupted run left in ``out`` (the adapter's
-    :func:`~adaptcl.adapters.sentence_transformers.last_complete_checkpoint`), announced on
-    stderr as ``adaptcl: <where> resumes from <path>``; ``None`` if there is none. A newer
-    checkpoint that cannot be resumed whole is named and kept aside as
-    ``out/checkpoint-<step>.corrupt`` (outside the trainer's folder, whose rotation would delete
-    it)."""
+    """The last complete trainer checkpoint in ``out`` (announced on stderr), or ``None``; a
+    newer one that cannot be resumed whole is kept aside as ``out/checkpoint-<step>.corrupt``,
+    outside the trainer's folder, whose rotation would delete it."""
     from adaptcl.adapters.sentence_transformers import last_complete_checkpoint
 
     def set_aside(folder: Path, err: Exception) -> None:
@@ -113,8 +107,7 @@ def resume_point(out: Path, where: str) -> Path | None:
 
 
 def untrained_run(cfg: SimCSERecipeConfig, model: str, seed: int, out: Path) -> dict[str, Any]:
-    """The starting point of every run, built and saved as :func:`train_cell` saves a trained
-    model (``global_step`` 0, no history): what the table compares training against."""
+    """The starting point, saved as :func:`train_cell` saves a trained model (no step)."""
     seed_everything(seed)
     st_model = build_simcse_model(model, cfg.pooler, max_seq_length=cfg.max_seq_length)
     st_model.save(str(out / "final"))
@@ -123,9 +116,8 @@ def untrained_run(cfg: SimCSERecipeConfig, model: str, seed: int, out: Path) -> 
 
 
 def run_record(run: dict[str, Any], train_seconds: float) -> dict[str, Any]:
-    """The stored record of a :func:`train_cell` or :func:`untrained_run` result: ``metrics``
-    (``best dev`` Spearman x 100 and ``final loss``, when there are), the step count, the losses,
-    the numeric history and where the model is (the STS scores are added to ``metrics``)."""
+    """The stored record of a :func:`train_cell` or :func:`untrained_run` result (``best dev``
+    Spearman x 100 and ``final loss`` as its metrics, when there are)."""
     metrics: dict[str, float] = {}
     if run.get("best_dev_spearman") is not None:
         metrics["best dev"] = 100.0 * float(run["best_dev_spearman"])
@@ -141,21 +133,9 @@ def run_record(run: dict[str, Any], train_seconds: float) -> dict[str, Any]:
             "processes": int(run.get("world_size") or 1)}
 
 
-def sts_scores(cfg: SimCSERecipeConfig, model_path: str, device: str, senteval_root: Path,
-               cache_dir: Path) -> dict[str, float]:
-    """The saved model's STS row, as ``adaptcl sts`` scores it (Spearman x 100 per paper
-    column and ``Avg.``), its embeddings cached under ``cache_dir``."""
-    from adaptcl.evaluation.senteval.encoders import build_encoder
-    from adaptcl.recipes.common.encoder_eval import sts_row
-
-    encoder = build_encoder(model_path, device=device, cache_dir=cache_dir,
-                            show_progress=cfg.progress)
-    return sts_row(encoder, cfg.sts_tasks, senteval_root)
-
-
 def write_training_logs(record: dict[str, Any], kind: str, folder: Path) -> None:
-    """For ``--logger csv``, write a run's logged curves to ``folder/metrics.csv`` (step, name,
-    value); ``--logger tensorboard`` is written live by the trainer instead."""
+    """``--logger csv``: a run's logged curves in ``folder/metrics.csv`` (tensorboard's are
+    written live by the trainer)."""
     if kind != "csv":
         return
     shutil.rmtree(folder, ignore_errors=True)  # a superseded run's curves

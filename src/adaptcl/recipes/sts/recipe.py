@@ -1,28 +1,8 @@
 """``adaptcl sts``: unsupervised semantic textual similarity, SentEval/SimCSE protocol.
 
 The protocol is :mod:`adaptcl.evaluation.senteval.sts` (Conneau & Kiela, 2018; Gao et al.,
-2021): cosine similarities of the two embeddings of each pair, STS12-STS16 in SentEval's "all"
-setting, STS-B and SICK-R on their test sets without a regressor. The table reports Spearman x
-100 in the SimCSE paper's column order: STS12 STS13 STS14 STS15 STS16 STS-B SICK-R Avg.
-Pearson correlations are in the JSON.
-
-Usage::
-
-    adaptcl sts --model /path/to/sentence-transformer --data-root /data --output-dir out/sts
-    adaptcl sts --model bert-base-uncased --pooler cls_before_pooler avg --output-dir out/sts
-
-    from adaptcl.recipes.sts.config import STSConfig
-    from adaptcl.recipes.sts.recipe import STSRecipe
-    result = STSRecipe(STSConfig(model="/path/to/model", data_root="/data", output_dir="out")).run()
-    result["table"]["STS-B"]      # Spearman x 100 on the STS-B test set
-
-Outputs ``results.json`` / ``results.md`` / ``config.yaml`` in ``output_dir``, with the
-SimCSE-order row on top. Each task is a cell (task, encoder, seed 0), reused on a rerun only
-for the same encoder identity (its weights or files, pooler, length, precision), the same task
-files and the same code. A setting that builds the encoder (``--pooler``, ``--max-length``,
-``--precision``) given several values is swept: one encoder per value, a row each. Embeddings
-that are NaN/inf or the same for every sentence stop the run with a one-line error; nothing is
-cached.
+2021): Spearman x 100 of cosine similarities in the SimCSE paper's column order; usage and
+outputs are on the docs page ``docs/recipes/sts.md``.
 """
 
 from __future__ import annotations

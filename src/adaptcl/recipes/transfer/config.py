@@ -1,5 +1,5 @@
-"""The settings of ``adaptcl transfer``: the shared encoder settings, the transfer tasks, the
-classifier seeds and SentEval's probe (the ``"protocol"`` part of a run's identity)."""
+"""The settings of ``adaptcl transfer``: the encoder's, the tasks, the classifier seeds and
+SentEval's probe (the ``"protocol"`` part of a run's identity)."""
 
 from __future__ import annotations
 

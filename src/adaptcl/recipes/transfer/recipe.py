@@ -1,21 +1,8 @@
 """``adaptcl transfer``: SentEval's transfer tasks on frozen sentence embeddings.
 
 MR, CR, SUBJ, MPQA, SST2, TREC and MRPC, each scored by SentEval's logistic-regression probe
-with SimCSE's parameter sets (``fasttest``: 5-fold, RMSprop; ``test``: 10-fold, Adam); the
-protocol is :mod:`adaptcl.evaluation.senteval.transfer` (Conneau & Kiela, 2018; Gao et al., 2021).
-Every (task, encoder, seed) is a cell, reused only for the same encoder identity, task files,
-protocol, seed and code; ``--seeds`` are the classifier seeds (SentEval's 1111 by default), and
-with several the table shows mean ± std. A protocol setting given several values (``--params
-test fasttest``) is swept. Non-finite or constant features are refused.
-
-Usage::
-
-    adaptcl transfer --model /path/to/sentence-transformer --params fasttest --output-dir out/tr
-
-    from adaptcl.recipes.transfer.config import TransferConfig
-    from adaptcl.recipes.transfer.recipe import TransferRecipe
-    result = TransferRecipe(TransferConfig(model="/path/to/model", data_root="/data")).run()
-    result["table"]      # {"MR": 80.1, ..., "MRPC": 73.0, "Avg.": ...}; results.json / .md
+(:mod:`adaptcl.evaluation.senteval.transfer`; Conneau & Kiela, 2018; Gao et al., 2021) over
+classifier seeds; usage and outputs are on the docs page ``docs/recipes/transfer.md``.
 """
 
 from __future__ import annotations

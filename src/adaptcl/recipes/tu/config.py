@@ -7,15 +7,9 @@ from typing import Any
 
 from adaptcl.adapters.graphcl.names import LOSS_ALIASES, LOSS_NAMES
 from adaptcl.recipes.common.devices import check_devices
-from adaptcl.recipes.common.schedule import check_schedule
+from adaptcl.recipes.common.schedule import resolve_schedule
 from adaptcl.recipes.engine import options
-from adaptcl.recipes.engine.settings import (
-    at_least,
-    check_settings,
-    fraction,
-    positive,
-    setting,
-)
+from adaptcl.recipes.engine.settings import at_least, check_settings, fraction, positive, setting
 
 SOCIAL_DATASETS = ("IMDB-BINARY", "IMDB-MULTI", "REDDIT-BINARY", "REDDIT-MULTI-5K", "COLLAB")
 AUGMENTATIONS = ("auto", "none", "dnodes", "pedges", "mask_nodes", "subgraph", "random2",
@@ -89,9 +83,7 @@ class TUConfig:
     def __post_init__(self) -> None:
         check_settings(self)
         check_devices(self.batch_size, self.devices, self.strategy)
-        if self.schedule_period is None:
-            self.schedule_period = self.epochs / 5
-        check_schedule(self)
+        resolve_schedule(self)
 
     def augmentation(self, dataset: str) -> str:
         """The augmentation of ``dataset``'s second view (``auto`` resolved)."""

@@ -1,9 +1,9 @@
-"""The TU datasets of ``adaptcl tu``: found by name under the data root, copied to a writable folder
-keyed by their fingerprint (torch-geometric writes ``processed/`` next to ``raw/``), loaded with
-node features."""
+"""The TU datasets of ``adaptcl tu``: found by name, copied to a writable folder (torch-geometric
+writes ``processed/`` next to ``raw/``), loaded with node features."""
 
 from __future__ import annotations
 
+import collections
 import os
 import shutil
 import tempfile
@@ -31,17 +31,12 @@ def graph_label_counts(raw: Path, name: str) -> dict[str, int]:
     path = raw / f"{name}_graph_labels.txt"
     if not path.is_file():
         raise FileNotFoundError(f"{str(raw)!r} has no {path.name} (a TU raw folder holds it)")
-    counts: dict[str, int] = {}
-    for line in path.read_text().split():
-        counts[line] = counts.get(line, 0) + 1
-    return counts
+    return dict(collections.Counter(path.read_text().split()))
 
 
 def check_folds(name: str, counts: dict[str, int], folds: int, inner_folds: int) -> None:
-    """Refuse CV folds the dataset cannot fill: every outer fold needs a graph of every class
-    (so at most as many folds as the smallest class has graphs), and every inner fold one of
-    the smallest class's graphs in an outer training part; beyond that scikit-learn only warns
-    and scores folds without a class."""
+    """Refuse CV folds without a graph of every class, outer or inner (scikit-learn would only
+    warn, and score folds without a class)."""
     smallest = min(counts.values(), default=0)
     if folds > smallest:
         raise ValueError(f"folds={folds} is more than {name} can stratify: its smallest class "
@@ -53,11 +48,8 @@ def check_folds(name: str, counts: dict[str, int], folds: int, inner_folds: int)
 
 
 def prepare_tu_root(source: Path, name: str, work_dir: Path, fingerprint: str) -> Path:
-    """Copy the raw folder to ``<work_dir>/<fingerprint>/<name>/raw`` (atomically, once).
-
-    The source is never written to. Keying the copy by the data's fingerprint means a changed
-    source gets a fresh copy and a fresh ``processed/``, never the old one.
-    """
+    """Copy the raw folder to ``<work_dir>/<fingerprint>/<name>/raw`` (atomically, once): a
+    changed source gets a fresh copy and ``processed/``, and the source is never written to."""
     root = work_dir / fingerprint[:16]
     target = root / name / "raw"
     if not target.is_dir():

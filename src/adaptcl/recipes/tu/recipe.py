@@ -1,21 +1,8 @@
 """``adaptcl tu``: GraphCL pre-training on TU datasets, SVM evaluation, every loss in one table.
 
 The unsupervised TU protocol of GraphCL (You et al., NeurIPS 2020) as used by MACL (Huang et al.,
-ICML 2023, Table 4, App. B.5), GraphCL's settings (they run on a CPU): ``TUDataset`` from
-``<data-root>/tu/<NAME>/raw`` (names match case-insensitively), copied to
-``<work-dir>/<fingerprint>/`` since torch-geometric writes ``processed/`` next to ``raw/`` (a
-truncated one is named and rebuilt); featureless sets get ``x = 1`` or a capped one-hot degree;
-a 3 x 32 GIN with every layer's sum pooling concatenated, Adam lr 0.01, batch 128, 20 epochs;
-the un-augmented graph against a GraphCL augmentation (``random2``; ``random4`` for social
-sets), ratio 0.2; losses ``dcl`` (GraphCL's loss; ``graphcl`` names it too, tau 0.2), ``macl``
-(tau0 0.2, alpha 0.5, A0 0), ``infonce`` and the other rules GraphCL builds; encoder embeddings
-into an RBF SVC, 10-fold CV with an inner 5-fold grid over C.
-
-``--preset graphcl-exact`` takes GraphCL's own code paths (ratios 0.1 / subgraph 0.2,
-removal-only edge perturbation, one-hop subgraph, unseeded CV); the default fixes the CV folds
-(``--cv-seed 0``). Any setting given several values is swept (``--temperature 0.1 0.2``).
-
-Outputs: ``results.json``, ``results.md``, ``config.yaml``, ``macl_temperature_alignment.png``.
+ICML 2023, Table 4, App. B.5); the protocol, presets and outputs are on the docs page
+``docs/recipes/tu.md``.
 """
 
 from __future__ import annotations
@@ -49,33 +36,31 @@ PAPER_TABLE4: dict[str, dict[str, tuple[float, float]]] = {
 class TURecipe(Recipe):
     """``adaptcl tu``: every (dataset, loss, point, seed) pre-trained and scored by the SVM."""
 
-    name, config_class, presets = "tu", TUConfig, PRESETS
+    name, config_class, presets, example = "tu", TUConfig, PRESETS, EXAMPLE
     description = "GraphCL pre-training on TU datasets, SVM 10-fold CV, every loss"
     axes = ("dataset", "loss")
     code = ("adaptcl.recipes.tu", "adaptcl.recipes.common", "adaptcl.evaluation.graphs",
             "adaptcl.adapters.graphcl", "adaptcl.plugins")
     frameworks = ("torch_geometric", "scikit-learn", "pytorch-lightning")
-    example = EXAMPLE
     figure = Figure("macl_temperature_alignment.png", ncols=2, figsize=(10, 3.6))
 
     def prepare(self) -> None:
-        """Each loss built once (its own argument checks), canonical dataset names, their raw
-        folders, fingerprints and the folds they can fill; the device. Nothing is written."""
+        """Each loss built once (its own argument checks), the precision, each dataset's raw
+        folder, fingerprint and the folds it can fill. Nothing is written."""
         from adaptcl.recipes.tu.train import build_loss
 
-        for point in self.sweep.points():
-            config = self.sweep.config_at(point)
+        configs = [self.sweep.config_at(point) for point in self.sweep.points()]
+        for config in configs:
             for loss in config.losses:
                 build_loss(config, loss)
-        for point in self.sweep.points():
-            check_lightning_precision(self.config.device, self.sweep.config_at(point).precision)
+        for config in configs:
+            check_lightning_precision(self.config.device, config.precision)
         self.data_root = resolve_data_root(self.config.data_root)
         self.sources: dict[str, Path] = {}
         for name in self.config.datasets:
             canonical, raw = find_raw(self.data_root, name)
             counts = graph_label_counts(raw, canonical)
-            for point in self.sweep.points():
-                config = self.sweep.config_at(point)
+            for config in configs:
                 check_folds(canonical, counts, config.folds, config.inner_folds)
             self.sources[canonical] = raw
             self.fingerprints[canonical] = fingerprint_files([raw], root=raw)
@@ -85,9 +70,8 @@ class TURecipe(Recipe):
         return list(self.sources)  # the canonical names
 
     def setup(self) -> None:
-        """With ``--jobs``/``--cluster`` or ``--devices``: each dataset processed once here,
-        before any job or rank reads it (torch-geometric writes ``processed/`` in place; two
-        processes must not both write it; the other ranks start at the first pre-training)."""
+        """With ``--jobs``/``--cluster`` or ``--devices``: each dataset processed here, before
+        another process could write its ``processed/`` too."""
         if self.jobs.parallel or self.config.devices > 1:
             for name in self.sources:
                 self._graphs(name, self.config)

@@ -1,6 +1,5 @@
-"""One cell of ``adaptcl tu``: GraphCL pre-training of a GIN (on one device or several,
-:func:`~adaptcl.recipes.common.graph_training.fit_graphs`), then its embeddings scored by the
-SVM protocol (:func:`~adaptcl.evaluation.graphs.svm_cv_accuracy`)."""
+"""One cell of ``adaptcl tu``: GraphCL pre-training of a GIN, then its embeddings scored by
+:func:`~adaptcl.evaluation.graphs.svm_cv_accuracy`."""
 
 from __future__ import annotations
 
@@ -50,11 +49,7 @@ def views(cfg: TUConfig, dataset: str, generator: torch.Generator) -> tuple[Any,
 
 def train_and_score(cfg: TUConfig, cell: Cell, graphs: list[Any], in_dim: int,
                     log_dir: Path) -> dict[str, Any] | None:
-    """Pre-train one model and evaluate it with the SVM protocol; return the run record.
-
-    On several devices (``cfg.devices > 1``) every rank pre-trains and rank 0 alone evaluates
-    and returns the record; the other ranks return ``None``.
-    """
+    """Pre-train one model and score it; the record on rank 0, ``None`` on the other ranks."""
     seed_everything(cell.seed)
     device = resolve_device(cfg.device)
     loss_fn = build_loss(cfg, cell.loss, math.ceil(len(graphs) / cfg.batch_size))
