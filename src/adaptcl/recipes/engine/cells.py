@@ -1,10 +1,5 @@
 """A grid's cells and where everything of a run lives under ``--output-dir``.
 
-A :class:`Cell` is one run of a grid: a value on each of the recipe's named axes (``dataset``
-and ``loss`` in ``tu``, ``dataset`` and ``init`` in ``moleculenet``, ``task`` and ``encoder``
-in ``sts``), the point of the sweep (the settings given several values) and a seed.
-:class:`RunLayout` owns every path under the output folder; nothing else builds one.
-
 Example:
     >>> cell = Cell((("dataset", "MUTAG"), ("loss", "macl")), seed=0,
     ...             point=(("temperature", 0.1),))
@@ -31,13 +26,10 @@ def _text(value: Any) -> str:
 
 @dataclass(frozen=True)
 class Cell:
-    """One run of a grid.
-
-    ``axes``: ``((name, value), ...)``, the recipe's axes in its order (the first gives the
-    table's rows, the second its columns); ``seed``; ``point``: the swept settings,
-    ``((field, value), ...)``. Each axis reads as an attribute (``cell.dataset``,
-    ``cell.loss``), and so does each swept setting.
-    """
+    """One run of a grid: ``axes`` (``((name, value), ...)``, the recipe's axes in order: the
+    first gives the table's rows, the second its columns), a ``seed`` and ``point``, the swept
+    settings (``((field, value), ...)``). Each axis and swept setting reads as an attribute
+    (``cell.dataset``, ``cell.loss``)."""
 
     axes: tuple[tuple[str, Any], ...]
     seed: int
@@ -53,12 +45,10 @@ class Cell:
 
     @property
     def row(self) -> Any:
-        """The value of the first axis (the table's row: a dataset, a task)."""
         return self.axes[0][1]
 
     @property
     def column(self) -> Any:
-        """The value of the second axis (the table's column: a loss, an init, an encoder)."""
         return self.axes[1][1]
 
     def parts(self) -> list[str]:
@@ -75,8 +65,7 @@ class Cell:
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any], axes: Sequence[str]) -> Cell:
-        """The cell of :meth:`as_dict` whose named axes are ``axes`` (the rest but the seed
-        is its point)."""
+        """The cell of :meth:`as_dict` whose named axes are ``axes``."""
         rest = [k for k in values if k not in axes and k != "seed"]
         return cls(tuple((a, values[a]) for a in axes), int(values["seed"]),
                    tuple((k, values[k]) for k in rest))
@@ -86,21 +75,21 @@ class Cell:
 
 
 class RunLayout:
-    """Every path under one output folder.
+    """Every path under one output folder; nothing else builds one.
 
-    ``runs/<cell>.json`` the stored records (``runs/superseded/<time>/`` the set-aside ones,
-    ``runs/.locks/``, ``runs/.active/``), ``results.json`` / ``.md`` / ``config.yaml`` the
-    summary and the config that reruns it, ``<kind>/<cell>/`` a cell's logs, checkpoints or
-    saved models, ``<kind>/`` a recipe's shared folders (``data``, ``cache``, ``pretrain``),
+    ``runs/<cell>.json`` the records (``runs/superseded/<time>/``, ``runs/.locks/``,
+    ``runs/.active/``), ``results.json`` / ``.md``, ``config.yaml``, ``<kind>/<cell>/`` a
+    cell's logs, checkpoints or models, ``<kind>/`` what cells share (``data``, ``cache``),
     ``jobs/<id>/`` the logs of ``--jobs``.
     """
-
-    RESULTS = "results"
-    CONFIG = "config.yaml"
 
     def __init__(self, out_dir: str | os.PathLike) -> None:
         self.root = Path(out_dir)
         self.runs = self.root / "runs"
+        self.active = self.runs / ".active"
+        self.config = self.root / "config.yaml"
+        #: where submitit keeps each job's pickles and logs: ``jobs/<job id>/``
+        self.jobs = self.root / "jobs" / "%j"
 
     def record(self, cell: Cell) -> Path:
         *folders, last = cell.parts()
@@ -110,33 +99,15 @@ class RunLayout:
         *folders, last = cell.parts()
         return self.runs.joinpath(".locks", *folders, f"{last}.lock")
 
-    @property
-    def active(self) -> Path:
-        return self.runs / ".active"
-
     def superseded(self, stamp: str) -> Path:
         return self.runs / "superseded" / stamp
 
     def cell_folder(self, kind: str, cell: Cell) -> Path:
-        """``<out>/<kind>/<cell>/``: a cell's ``logs``, ``checkpoints`` or ``models``."""
         return self.root.joinpath(kind, *cell.parts())
 
     def folder(self, kind: str) -> Path:
-        """``<out>/<kind>/``: what the cells of a run share (``data``, ``cache``, ...)."""
+        """``<out>/<kind>/``, a file or folder the run's cells share."""
         return self.root / kind
 
     def results(self, suffix: str) -> Path:
-        """``results.json`` / ``results.md``."""
-        return self.root / f"{self.RESULTS}.{suffix}"
-
-    @property
-    def config(self) -> Path:
-        return self.root / self.CONFIG
-
-    def plot(self, name: str) -> Path:
-        return self.root / name
-
-    @property
-    def jobs(self) -> Path:
-        """Where submitit keeps each job's pickles and logs: ``jobs/<job id>/``."""
-        return self.root / "jobs" / "%j"
+        return self.root / f"results.{suffix}"

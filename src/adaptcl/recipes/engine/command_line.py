@@ -1,20 +1,14 @@
 """A recipe's command line and config file, built from its config's declarations by tyro.
 
-``adaptcl <recipe> --option value ...``: one option per config field (``--batch-size``; a
-boolean is ``--x`` / ``--no-x``), the job options (:class:`~adaptcl.recipes.engine.jobs.
-JobOptions`), ``--preset NAME`` (a named set of defaults the recipe declares; options given
-override it), ``--config FILE`` (a run's ``config.yaml``: its settings become the defaults, so
-the same command runs the same cells) and ``--print-config`` (print the settings as a config
-file and exit). Every scalar setting the config declares sweepable takes one or more values
-(``--temperature 0.1 0.2``); more than one makes it an axis of the grid. The settings are
-checked by the config itself before any work; every refusal is one line (``adaptcl <recipe>:
-error: ...``, exit 2).
+One option per config field (``--batch-size``; a boolean ``--x`` / ``--no-x``; a sweepable
+setting takes several values, an axis of the grid), the job options, ``--preset NAME``,
+``--config FILE`` (a run's ``config.yaml`` as the defaults) and ``--print-config``. Every
+refusal is one line (``adaptcl <recipe>: error: ...``, exit 2).
 
 Why tyro: of the libraries that build a command line from dataclasses it alone keeps this
-project's GNU flag style as it is (``--batch-size``, ``--no-progress``, space-separated
-lists) with ``--help`` in a fraction of a second; jsonargparse (LightningCLI's) spells options
-``--batch_size`` with JSON lists and Hydra ``key=value``. tyro prints its errors in a box: its
-parse-error hook (:func:`_one_line`) turns them into the project's one line.
+project's GNU flag style (``--batch-size``, ``--no-progress``, space-separated lists) with
+``--help`` in a fraction of a second; jsonargparse spells ``--batch_size`` with JSON lists and
+Hydra ``key=value``. tyro prints its errors in a box: :func:`_one_line` makes them one line.
 """
 
 from __future__ import annotations
@@ -28,17 +22,15 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
-from adaptcl.recipes.engine.errors import RecipeError
+from adaptcl.recipes.engine.errors import RecipeError, user_errors
 from adaptcl.recipes.engine.jobs import JobOptions
-from adaptcl.recipes.engine.settings import Spec, Sweep, spec_of
-
-_META = ("preset", "config", "print_config")
+from adaptcl.recipes.engine.settings import Sweep, is_list_field, spec_of, sweepable
 
 
 @dataclasses.dataclass
 class Invocation:
-    """What a command line asks for: the settings (a :class:`Sweep`), how the cells run, the
-    preset named and whether only to print the config."""
+    """What a command line asks for: the settings, how the cells run, the preset named and
+    whether only to print the config."""
 
     sweep: Sweep
     jobs: JobOptions
@@ -90,36 +82,20 @@ def _unwrap(hint: Any) -> tuple[Any, bool, bool]:
 
 @functools.cache
 def _item(kind: type, optional: bool) -> Any:
-    """The item type of an option for tyro: ``kind``, accepting ``none`` (any case) for
-    ``None`` when ``optional``."""
+    """An option's item type for tyro: ``kind``, or when ``optional`` also ``none`` (any case)."""
     import tyro
 
     if not optional:
         return kind
-    def parse(args: list[str]) -> Any:
-        text = args[0]
-        return None if text.lower() == "none" else kind(text)
 
-    metavar = getattr(kind, "__name__", "VALUE").upper() + "|none"
+    def parse(args: list[str]) -> Any:
+        return None if args[0].lower() == "none" else kind(args[0])
+
     spec = tyro.constructors.PrimitiveConstructorSpec(
-        nargs=1, metavar=metavar, instance_from_str=parse,
-        is_instance=lambda v: v is None or isinstance(v, kind),
+        nargs=1, metavar=getattr(kind, "__name__", "VALUE").upper() + "|none",
+        instance_from_str=parse, is_instance=lambda v: v is None or isinstance(v, kind),
         str_from_instance=lambda v: ["none" if v is None else str(v)])
     return Annotated[kind | None, spec]
-
-
-def _help(spec: Spec) -> str:
-    text = spec.help
-    if spec.choices is not None:
-        shown = ", ".join("none" if c is None else str(c) for c in spec.choices)
-        text += f"; one of {shown}"
-    return text
-
-
-def _metavar(kind: Any, optional: bool, several: bool) -> str:
-    """``FLOAT``, ``INT|none``; ``FLOAT [FLOAT ...]`` where several values are taken."""
-    one = getattr(kind, "__name__", "VALUE").upper() + ("|none" if optional else "")
-    return f"{one} [{one} ...]" if several else one
 
 
 def _view(config_class: type, defaults: Mapping[str, Any], presets: Sequence[str]) -> type:
@@ -127,55 +103,44 @@ def _view(config_class: type, defaults: Mapping[str, Any], presets: Sequence[str
     options and the meta options, with ``defaults``."""
     import tyro
 
-    from adaptcl.recipes.engine.settings import sweepable
-
     hints = {**typing.get_type_hints(config_class), **typing.get_type_hints(JobOptions)}
     swept = set(sweepable(config_class))
     fields: list[Any] = []
     for f in (*dataclasses.fields(config_class), *dataclasses.fields(JobOptions)):
         spec, default = spec_of(f), defaults[f.name]
         kind, is_list, optional = _unwrap(hints[f.name])
+        text = spec.help + ("" if spec.choices is None else "; one of " + ", ".join(
+            "none" if c is None else str(c) for c in spec.choices))
+        metavar = getattr(kind, "__name__", "VALUE").upper() + ("|none" if optional else "")
+        if is_list or f.name in swept or f.name == "cluster_option":
+            metavar = f"{metavar} [{metavar} ...]"
         # a help text that says its default itself (an environment variable) gets no other
         hint = {"help_behavior_hint": ""} if "(default:" in spec.help else {}
-        arg = tyro.conf.arg(help=_help(spec), metavar=_metavar(
-            kind, optional, is_list or f.name in swept or f.name == "cluster_option"), **hint)
+        arg = tyro.conf.arg(help=text, metavar=metavar, **hint)
         if kind is bool and not is_list:
             fields.append((f.name, Annotated[bool, arg], dataclasses.field(default=default)))
             continue
         value = list(default) if isinstance(default, (list, tuple)) else [default]
         fields.append((f.name, Annotated[list[_item(kind, optional)], arg],  # type: ignore[misc]
                        dataclasses.field(default_factory=lambda v=value: list(v))))
+    shown = f": {', '.join(presets)} (default: {presets[0]})" if presets else ": this recipe has none"
     meta = [("preset", Annotated[str | None, tyro.conf.arg(
-                 help="named defaults" + (f": {', '.join(presets)} (default: {presets[0]})"
-                                          if presets else ": this recipe has none")
-                 + "; options given override them", metavar="NAME", help_behavior_hint="")],
-             dataclasses.field(default=None)),
+                 help=f"named defaults{shown}; options given override them", metavar="NAME",
+                 help_behavior_hint="")], dataclasses.field(default=None)),
             ("config", Annotated[str | None, tyro.conf.arg(
                 help="a run's config.yaml: run its settings again (options given override "
                      "them)", metavar="FILE", help_behavior_hint="")],
              dataclasses.field(default=None)),
             ("print_config", Annotated[bool, tyro.conf.arg(
                 help="print the settings as a config file and exit", help_behavior_hint=""),
-                tyro.conf.FlagCreatePairsOff],
-             dataclasses.field(default=False))]
+                tyro.conf.FlagCreatePairsOff], dataclasses.field(default=False))]
     view = dataclasses.make_dataclass(config_class.__name__, [*meta, *fields])
     view.__doc__ = config_class.__doc__
     return view
 
 
-def _meta(argv: Sequence[str]) -> argparse.Namespace:
-    """``--preset``, ``--config`` and ``--print-config`` read first: they set the defaults."""
-    parser = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
-    parser.add_argument("--preset")
-    parser.add_argument("--config")
-    parser.add_argument("--print-config", action="store_true")
-    known, _ = parser.parse_known_args(list(argv))
-    return known
-
-
 def read_config_file(path: str, recipe: str) -> dict[str, Any]:
-    """The settings of a config file written by a run (``config.yaml``), or one line naming
-    what is wrong with it."""
+    """The settings of a run's ``config.yaml``, or one line naming what is wrong with it."""
     import yaml
 
     try:
@@ -195,14 +160,18 @@ def read_config_file(path: str, recipe: str) -> dict[str, Any]:
 
 
 def parse(recipe: Any, argv: Sequence[str], prog: str) -> Invocation:
-    """The :class:`Invocation` of ``argv`` for ``recipe`` (a recipe class: ``name``,
-    ``config_class``, ``presets``, ``description``, ``example``); ``--help`` prints and exits
-    0 (:class:`SystemExit`), a bad option or setting is a :class:`RecipeError` (one line)."""
+    """The :class:`Invocation` of ``argv`` for the recipe class ``recipe``; ``--help`` prints
+    and exits 0, a bad option or setting is a one-line :class:`RecipeError`."""
     import tyro
     from tyro import _errors as errors
 
     config_class, presets = recipe.config_class, dict(recipe.presets)
-    meta = _meta(argv)
+    # --preset, --config and --print-config first: they set the defaults
+    first = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    for name in ("--preset", "--config"):
+        first.add_argument(name)
+    first.add_argument("--print-config", action="store_true")
+    meta, _ = first.parse_known_args(list(argv))
     defaults = {f.name: (f.default if f.default is not dataclasses.MISSING
                          else f.default_factory())  # type: ignore[misc]
                 for f in (*dataclasses.fields(config_class), *dataclasses.fields(JobOptions))}
@@ -223,15 +192,15 @@ def parse(recipe: Any, argv: Sequence[str], prog: str) -> Invocation:
         raise RecipeError(f"--config {meta.config}: unknown setting{'s' * (len(unknown) > 1)} "
                           f"{', '.join(unknown)} for adaptcl {recipe.name}")
     defaults.update(from_file)
-    view = _view(config_class, defaults, list(presets))
     usage = ("A setting given several values (--temperature 0.1 0.2) is run at each: an axis "
              "of the grid beside the datasets, losses and seeds.")
-    epilog = ("example:\n" + "\n".join(f"  {line}" for line in recipe.example.strip().splitlines())
-              if recipe.example else None)
+    epilog = ("\n\nexample:\n" + "\n".join(f"  {line}" for line in
+                                           recipe.example.strip().splitlines())
+              if recipe.example else "")
     try:
         with errors.on_parse_error(_one_line):
-            parsed = tyro.cli(view, args=list(argv), prog=prog, description=recipe.description
-                              + f"\n\n{usage}" + (f"\n\n{epilog}" if epilog else ""))
+            parsed = tyro.cli(_view(config_class, defaults, list(presets)), args=list(argv),
+                              prog=prog, description=f"{recipe.description}\n\n{usage}{epilog}")
     except _OneLine as err:  # the CLI prints it as its one line, exit 2
         raise RecipeError(str(err)) from None
     return _invocation(recipe, parsed, preset, meta.print_config)
@@ -239,9 +208,6 @@ def parse(recipe: Any, argv: Sequence[str], prog: str) -> Invocation:
 
 def _invocation(recipe: Any, parsed: Any, preset: str | None, print_config: bool) -> Invocation:
     """The settings and job options of a parsed view; one value for what cannot vary."""
-    from adaptcl.recipes.engine.errors import user_errors
-    from adaptcl.recipes.engine.settings import is_list_field, sweepable
-
     config_class = recipe.config_class
     swept = set(sweepable(config_class))
     values: dict[str, Any] = {}

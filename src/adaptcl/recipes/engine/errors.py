@@ -1,11 +1,5 @@
 """What stops a run, and how it is said: user errors, non-results, divergences, failed jobs.
 
-A :class:`RecipeError` is the user's to fix: the CLI prints one line ``adaptcl <recipe>: error:
-...`` and exits 2. :class:`NonResultError` is a run that produced nothing worth storing (no
-optimisation step, no metrics); :class:`DivergedError` one whose loss, metrics or embeddings
-became NaN or inf. :class:`CellsFailedError` names the cells whose job crashed (exit 1). Every
-message the engine prints that is not an error is one :func:`note` line on stderr.
-
 The bottom layer of the engine: imports only the standard library.
 """
 
@@ -29,11 +23,8 @@ class NonResultError(RecipeError):
 
 
 class DivergedError(NonResultError):
-    """A run whose loss, metrics or embeddings became NaN or inf: it diverged.
-
-    ``step`` and ``loss``: the optimisation step it diverged at and that step's loss, when
-    known. In a grid a diverged cell is recorded as such and the other cells go on.
-    """
+    """A run whose loss, metrics or embeddings became NaN or inf; ``step`` and ``loss`` where
+    known. In a grid a diverged cell is recorded as such and the other cells go on."""
 
     def __init__(self, message: str, *, step: int | None = None, loss: float | None = None):
         super().__init__(message)
@@ -41,8 +32,7 @@ class DivergedError(NonResultError):
 
 
 class CellsFailedError(RuntimeError):
-    """Cells whose job raised (a crash, not a user error): the CLI prints this one line and
-    exits 1; the other cells' records are stored and the table is written."""
+    """Cells whose job crashed: the CLI prints this one line, exit 1 (the others are stored)."""
 
 
 class RunStopped(RuntimeError):
@@ -50,22 +40,15 @@ class RunStopped(RuntimeError):
     several devices died): every process prints this one line, that a rerun resumes, exit 1."""
 
 
-#: the largest seed: numpy's ``default_rng`` / ``RandomState`` and scikit-learn take seeds in
-#: ``[0, 2**32 - 1]``
-SEED_MAX = 2**32 - 1
-
-
 def note(message: str) -> None:
-    """One line on stderr, ``adaptcl: note: <message>``: something the user should know that is
-    not an error (a repeated value dropped, a cell another process is computing)."""
+    """``adaptcl: note: <message>`` on stderr: what the user should know that is no error."""
     print(f"adaptcl: note: {message}", file=sys.stderr, flush=True)
 
 
 @contextlib.contextmanager
 def warnings_as_notes(category: type[Warning]) -> Iterator[None]:
     """Each warning of ``category`` the block raises as one :func:`note` line (the command
-    line's voice, not Python's ``file:line: Warning``): an old loss spelling's
-    ``FutureWarning``, a rebuilt cache's ``RuntimeWarning``. Other warnings pass as they would."""
+    line's voice, not Python's ``file:line: Warning``); other warnings pass as they would."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", category)
         yield
@@ -76,24 +59,23 @@ def warnings_as_notes(category: type[Warning]) -> Iterator[None]:
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
 
 
-def runs(n: int) -> str:
+def plural(n: int, word: str = "run") -> str:
     """``1 run``, ``2 runs``."""
-    return f"{n} run" + ("" if n == 1 else "s")
+    return f"{n} {word}" + ("" if n == 1 else "s")
 
 
 def first_line(err: BaseException) -> str:
-    """The first line of an error's message ("" when it has none)."""
     text = str(err).strip()
     return text.splitlines()[0] if text else ""
 
 
 def check_seed(seed: Any, where: str = "seed") -> int:
-    """``seed`` as an ``int`` if it is an integer in ``[0, 2**32 - 1]``, else :class:`RecipeError`
-    naming it (``where`` says whose seed: an option, a cell)."""
+    """``seed`` as an ``int`` if it is an integer in ``[0, 2**32 - 1]`` (numpy's and
+    scikit-learn's range), else :class:`RecipeError` naming ``where``."""
     if isinstance(seed, bool) or not isinstance(seed, numbers.Integral):
         raise RecipeError(f"{where}: seed {seed!r} is not an integer; seeds are integers in "
                           f"[0, 2**32 - 1]")
-    if not 0 <= int(seed) <= SEED_MAX:
+    if not 0 <= int(seed) <= 2**32 - 1:
         raise RecipeError(f"{where}: seed {int(seed)} is out of range; seeds are integers in "
                           f"[0, 2**32 - 1] (numpy's range)")
     return int(seed)
@@ -101,8 +83,7 @@ def check_seed(seed: Any, where: str = "seed") -> int:
 
 @contextlib.contextmanager
 def user_errors() -> Iterator[None]:
-    """Turn ``ValueError``, ``FileNotFoundError``, ``NotADirectoryError`` and ``PermissionError``
-    raised while validating into :class:`RecipeError`."""
+    """``ValueError`` and the file errors a check raises, as :class:`RecipeError`."""
     try:
         yield
     except RecipeError:
@@ -111,26 +92,21 @@ def user_errors() -> Iterator[None]:
         raise RecipeError(str(err)) from err
 
 
-def _non_finite(value: Any) -> bool:
-    return isinstance(value, float) and not math.isfinite(value)
-
-
 def check_record(label: str, record: Mapping[str, Any], *, trains: bool = True) -> None:
-    """Refuse a record that is not a result (raises :class:`NonResultError` naming the cell
-    ``label``): it needs ``metrics`` (name -> finite number); a training cell (``trains``) at
-    least one ``optimisation_steps``, and ``losses`` (if present) must be finite."""
+    """Refuse a record that is no result (:class:`NonResultError` naming the cell ``label``):
+    ``metrics`` must be finite numbers; a training cell (``trains``) needs an optimisation
+    step; ``losses``, if present, must be finite (else :class:`DivergedError` at that step)."""
     metrics = record.get("metrics")
     if not isinstance(metrics, Mapping) or not metrics:
         raise NonResultError(f"{label}: the run reported no metrics")
-    bad = {k: v for k, v in metrics.items() if v is None or _non_finite(float(v))}
+    bad = {k: v for k, v in metrics.items() if v is None or not math.isfinite(float(v))}
     if bad:
         raise DivergedError(f"{label}: non-finite metrics {bad}; nothing was stored")
     if trains:
         require_steps(record.get("optimisation_steps"), label)
     losses = record.get("losses") or []
-    bad_steps = [i for i, v in enumerate(losses, 1) if _non_finite(float(v))]
-    if bad_steps:
-        step = bad_steps[0]
+    step = next((i for i, v in enumerate(losses, 1) if not math.isfinite(float(v))), None)
+    if step is not None:
         raise DivergedError(f"{label}: non-finite training loss at step {step}; nothing was "
                             "stored", step=step, loss=float(losses[step - 1]))
 
@@ -144,9 +120,9 @@ def require_steps(steps: int | None, where: str) -> None:
 
 
 def trained_embeddings(x: Any, where: str, *, allow_constant: bool = False) -> None:
-    """:func:`adaptcl.evaluation.checks.check_embeddings` on the output of a *trained* model:
-    NaN/inf embeddings mean training diverged (:class:`DivergedError`), no or constant ones are
-    no result (:class:`NonResultError`); same messages."""
+    """:func:`adaptcl.evaluation.checks.check_embeddings` on a *trained* model's output, same
+    messages: NaN/inf is :class:`DivergedError`, no or constant embeddings
+    :class:`NonResultError`."""
     from adaptcl.evaluation.checks import check_embeddings
     from adaptcl.plugins.validation import NonFiniteError
 

@@ -1,5 +1,5 @@
-"""Files a recipe reads and writes: atomic JSON/text/figure/checkpoint writes,
-markdown tables, and derived files (caches, processed data) that are rebuilt when corrupt."""
+"""Files a recipe reads and writes: atomic JSON/text/figure/checkpoint writes, markdown
+tables, and derived files (caches, processed data) rebuilt when corrupt."""
 
 from __future__ import annotations
 
@@ -17,17 +17,15 @@ from adaptcl.recipes.engine.errors import first_line
 
 
 def check_output_dir(path: str | os.PathLike, option: str = "--output-dir") -> Path:
-    """Refuse an output folder that cannot be written, before any work: an existing file, or a
-    folder (or its nearest existing parent, when it does not exist yet) that this process may
-    not write (permissions, a read-only file system). Creates nothing.
+    """Refuse, creating nothing, an output folder that is a file, or that (or its nearest
+    existing parent) this process may not write.
 
     >>> check_output_dir(__file__)
     Traceback (most recent call last):
     ...
     NotADirectoryError: --output-dir ... is a file, not a folder
     """
-    out = Path(path).expanduser()
-    existing = out
+    out = existing = Path(path).expanduser()
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
     if not existing.is_dir():
@@ -49,24 +47,18 @@ def _jsonable(obj: Any) -> Any:
         return str(obj)
     if hasattr(obj, "item") and callable(obj.item) and getattr(obj, "ndim", 1) == 0:
         return obj.item()  # numpy / torch scalars
-    if hasattr(obj, "tolist"):
-        return obj.tolist()
-    return obj
+    return obj.tolist() if hasattr(obj, "tolist") else obj
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> Path:
-    """Write ``text`` to ``path`` through a temporary file and ``os.replace`` (never half-written)."""
     return atomic_write(path, lambda handle: handle.write(text), binary=False)
 
 
 def write_json_atomic(path: str | os.PathLike, obj: Any) -> Path:
-    """Serialise ``obj`` (numpy/torch scalars and arrays allowed) to strict JSON atomically.
-
-    NaN and infinity are refused (``allow_nan=False``): bare ``NaN`` is not JSON, and a result
-    holding one is not a result. The ``ValueError`` names the file.
-    """
+    """``obj`` (numpy/torch scalars and arrays allowed) as strict JSON, atomically; a NaN or
+    infinity is refused with a ``ValueError`` naming the file (bare ``NaN`` is not JSON)."""
     try:
-        text = json.dumps(_jsonable(obj), indent=2, sort_keys=False, allow_nan=False)
+        text = json.dumps(_jsonable(obj), indent=2, allow_nan=False)
     except ValueError as err:
         raise ValueError(f"refusing to write {str(path)!r}: {err} (a NaN or infinite value; "
                          "store None for a value that does not exist)") from err
@@ -74,14 +66,13 @@ def write_json_atomic(path: str | os.PathLike, obj: Any) -> Path:
 
 
 def torch_save_atomic(obj: Any, path: str | os.PathLike) -> Path:
-    """``torch.save`` through a temporary file and ``os.replace`` (a kill never truncates it)."""
     import torch
 
     return atomic_write(path, lambda handle: torch.save(obj, handle))
 
 
 def save_figure_atomic(fig: Any, path: str | os.PathLike, dpi: int = 110) -> Path:
-    """Save a matplotlib figure as ``path`` through a temporary file and close the figure."""
+    """Save a matplotlib figure atomically (format from the suffix) and close it."""
     import matplotlib.pyplot as plt
 
     path = Path(path)
@@ -99,43 +90,37 @@ def read_json(path: str | os.PathLike) -> Any:
 
 def markdown_table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str] | None = None,
                    floatfmt: str = ".2f") -> str:
-    """Render ``rows`` (dicts) as a GitHub markdown table; floats use ``floatfmt``."""
+    """``rows`` (dicts) as a GitHub markdown table; floats use ``floatfmt``."""
     if not rows:
         raise ValueError("markdown_table needs at least one row")
     columns = list(columns) if columns is not None else list(rows[0].keys())
 
     def fmt(value: Any) -> str:
-        if isinstance(value, float):
-            return format(value, floatfmt)
-        return "" if value is None else str(value)
+        return format(value, floatfmt) if isinstance(value, float) else (
+            "" if value is None else str(value))
 
     lines = ["| " + " | ".join(columns) + " |", "|" + "|".join(" --- " for _ in columns) + "|"]
-    for row in rows:
-        lines.append("| " + " | ".join(fmt(row.get(col)) for col in columns) + " |")
+    lines += ["| " + " | ".join(fmt(row.get(col)) for col in columns) + " |" for row in rows]
     return "\n".join(lines) + "\n"
 
 
 def note_corrupt(what: str, path: str | os.PathLike, err: BaseException, then: str, *,
-                 detail: bool = True, stream: Any = None) -> None:
-    """One stderr line naming a file that could not be read and what happens to it:
-    ``adaptcl: <what> at <path> is corrupt or truncated (<Error>: <first line>); <then>``."""
+                 detail: bool = True) -> None:
+    """``adaptcl: <what> at <path> is corrupt or truncated (<Error>: <first line>); <then>``."""
     reason = f"{type(err).__name__}: {first_line(err)}" if detail else type(err).__name__
     print(f"adaptcl: {what} at {path} is corrupt or truncated ({reason}); {then}",
-          file=stream or sys.stderr, flush=True)
+          file=sys.stderr, flush=True)
 
 
 def load_or_rebuild(path: str | os.PathLike, load: Callable[[], Any], rebuild: Callable[[], Any],
-                    *, what: str, stream: Any = None) -> Any:
-    """``load()``; if the file at ``path`` is corrupt or truncated, say so, delete, ``rebuild()``.
-
-    Used for files a framework writes on our behalf (torch-geometric's ``processed/``), caches
-    and checkpoints: a kill mid-write must not break a dataset for good.
-    """
+                    *, what: str) -> Any:
+    """``load()``; if the file or folder at ``path`` is corrupt, say so, delete it and
+    ``rebuild()`` (a kill mid-write must not break a dataset or cache for good)."""
     try:
         return load()
     except (RuntimeError, EOFError, OSError, ValueError, KeyError, pickle.UnpicklingError) as err:
         target = Path(path)
-        note_corrupt(what, target, err, "rebuilding it", stream=stream)
+        note_corrupt(what, target, err, "rebuilding it")
         if target.is_dir():
             shutil.rmtree(target)
         else:
@@ -144,8 +129,8 @@ def load_or_rebuild(path: str | os.PathLike, load: Callable[[], Any], rebuild: C
 
 
 def torch_load_checked(path: str | os.PathLike, *, what: str, **kwargs: Any) -> Any | None:
-    """``torch.load`` a checkpoint/cache; ``None`` if it is missing, or if it is corrupt (then a
-    message names it and it is kept aside as ``<name>.corrupt`` for inspection)."""
+    """``torch.load``; ``None`` if the file is missing or corrupt (then it is named and kept
+    aside as ``<name>.corrupt``)."""
     import torch
 
     path = Path(path)

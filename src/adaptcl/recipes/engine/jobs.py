@@ -1,32 +1,15 @@
-"""Cells as jobs: several at once on this machine, or on a SLURM cluster, through submitit.
-
-``--jobs N`` runs up to N cells of a grid at once, each in a process of its own started by
-`submitit <https://github.com/facebookincubator/submitit>`_'s ``LocalExecutor``;
-``--cluster slurm`` sends each cell to SLURM as a job through the same code path (submitit's
-``AutoExecutor`` with ``cluster="slurm"``). Nothing here schedules: submitit starts, watches
-and cancels the processes; the parent only keeps at most N of them submitted at a time
-(the local executor starts every submitted job at once) and collects what they stored.
-
-A job is one pure computation (:func:`run_cell_job`): it rebuilds the recipe from its
-settings (``Recipe(sweep)``, then its ``ready()``: prepare, threads, setup; shared work such
-as ``moleculenet``'s pre-training was done once by the parent, so the job's ``setup`` only
-loads it), checks that the cell's identity is the one the parent planned (code, data and
-settings unchanged since the submission), computes ONE cell and stores its record through the
-:class:`~adaptcl.recipes.engine.store.RunStore` under the cell's lock, as a cell computed in
-the parent is stored. The parent reads the record back from the store.
-
-Threads: on this machine ``--threads T`` is divided between the jobs, ``max(1, T // N)`` torch
-threads each, and as many for the BLAS/OpenMP pools of numpy, scipy and scikit-learn (so
-``--threads 1 --jobs 2`` runs two one-thread jobs: two cores); on SLURM each
-job gets ``--threads`` threads and asks for as many CPUs (``cpus_per_task``). The threads a
-cell ran with are in its record (``execution.threads``).
+"""Cells as jobs: several at once on this machine, or on a SLURM cluster, through submitit
+(``--jobs N``: submitit's ``LocalExecutor``; ``--cluster slurm``: its ``AutoExecutor``, same
+code path). submitit starts, watches and cancels the processes; the parent keeps at most N
+submitted (the local executor starts every submitted job at once) and collects what they
+stored. Each job (:func:`run_cell_job`) rebuilds the recipe from its settings, checks the
+cell's identity is the one the parent planned, and computes and stores ONE cell as the parent
+would. See ``docs/recipes/scale.md``.
 
 Example:
     >>> opts = JobOptions(jobs=4)
     >>> opts.parallel, opts.threads_per_job(8), opts.threads_per_job(1)
     (True, 2, 1)
-    >>> JobOptions().parallel
-    False
     >>> JobOptions(cluster_option=["slurm_mem=16G"])
     Traceback (most recent call last):
     ...
@@ -49,14 +32,11 @@ from pathlib import Path
 from typing import Any
 
 from adaptcl.recipes.engine.cells import Cell, RunLayout
-from adaptcl.recipes.engine.errors import RecipeError, note, runs
-from adaptcl.recipes.engine.progress import progress
+from adaptcl.recipes.engine.errors import RecipeError, plural
 from adaptcl.recipes.engine.provenance import stable_hash
-from adaptcl.recipes.engine.settings import at_least, check_settings, setting
+from adaptcl.recipes.engine.settings import RUN_ONLY, at_least, check_settings, setting
 from adaptcl.recipes.engine.store import GridRun, RunStore, compute_one, distributed_follower
 
-#: where the cells run: ``local`` (this machine, submitit's LocalExecutor) or ``slurm``
-CLUSTERS = ("local", "slurm")
 #: a local job's time limit in minutes (submitit's own default is 2)
 LOCAL_TIMEOUT_MIN = 7 * 24 * 60
 #: the parent's polling interval in seconds
@@ -64,32 +44,27 @@ POLL_SECONDS = 0.2
 #: seconds to wait for cancelled local jobs to end (submitit: SIGINT, then SIGKILL after 1 s)
 CANCEL_WAIT_SECONDS = 15.0
 
-_RUN = {"identity": False, "sweep": False}
-
 
 @dataclass
 class JobOptions:
-    """How a grid's cells run: one after another in this process (the default), or as jobs.
-
-    The fields are the command line's ``--jobs``, ``--cluster`` and ``--cluster-*`` options.
-    A combination that cannot run is refused when the options are made (a SLURM option without
-    ``--cluster slurm``) or, before any work, by :meth:`check_config` (SLURM absent).
-    """
+    """How a grid's cells run (``--jobs``, ``--cluster``, ``--cluster-*``): one after another
+    in this process by default, or as jobs. A SLURM option without ``--cluster slurm`` is
+    refused here, what this machine cannot do by :meth:`check_config`."""
 
     jobs: int | None = setting(None, check=at_least(1), help="cells computed at once, each a "
                                "job of its own (submitit); --threads is divided between them "
                                "(default: 1 on this machine, every cell with --cluster slurm)",
-                               **_RUN)
-    cluster: str | None = setting(None, choices=(None, *CLUSTERS), help="where the jobs run: "
-                                  "local (this machine) or slurm (through submitit; default: "
-                                  "local when --jobs > 1)", **_RUN)
-    cluster_partition: str | None = setting(None, help="SLURM partition of the jobs", **_RUN)
+                               **RUN_ONLY)
+    cluster: str | None = setting(None, choices=(None, "local", "slurm"), help="where the jobs "
+                                  "run: local (this machine) or slurm (through submitit; "
+                                  "default: local when --jobs > 1)", **RUN_ONLY)
+    cluster_partition: str | None = setting(None, help="SLURM partition of the jobs", **RUN_ONLY)
     cluster_time: int | None = setting(None, check=at_least(1), help="time limit of each job "
-                                       "in minutes (SLURM; default: submitit's)", **_RUN)
-    cluster_gpus: int = setting(0, check=at_least(0), help="GPUs per job (SLURM)", **_RUN)
+                                       "in minutes (SLURM; default: submitit's)", **RUN_ONLY)
+    cluster_gpus: int = setting(0, check=at_least(0), help="GPUs per job (SLURM)", **RUN_ONLY)
     cluster_option: list[str] = setting(factory=list, help="KEY=VALUE passed to submitit's "
                                         "update_parameters, e.g. slurm_mem=16G (repeatable: "
-                                        "several values)", **_RUN)
+                                        "several values)", **RUN_ONLY)
 
     def __post_init__(self) -> None:
         try:
@@ -109,22 +84,17 @@ class JobOptions:
     @property
     def options(self) -> dict[str, Any]:
         """``--cluster-option`` as keyword arguments (integers and floats as numbers)."""
-        out: dict[str, Any] = {}
-        for text in self.cluster_option:
-            key, _, value = text.partition("=")
+        def value_of(text: str) -> Any:
             for kind in (int, float):
-                try:
-                    out[key.strip()] = kind(value)
-                    break
-                except ValueError:
-                    continue
-            else:
-                out[key.strip()] = value
-        return out
+                with contextlib.suppress(ValueError):
+                    return kind(text)
+            return text
+
+        return {key.strip(): value_of(value) for key, _, value in
+                (text.partition("=") for text in self.cluster_option)}
 
     @property
     def parallel(self) -> bool:
-        """Whether cells run as jobs (``--jobs > 1`` or an explicit ``--cluster``)."""
         return self.cluster is not None or (self.jobs or 1) > 1
 
     @property
@@ -138,13 +108,10 @@ class JobOptions:
         return max(1, cells) if self.where == "slurm" else 1
 
     def threads_per_job(self, threads: int | None, cells: int = 1) -> int:
-        """Torch threads of each job: ``--threads`` divided between the jobs running at once
-        on this machine (at least 1), all of ``--threads`` on SLURM (a node of its own);
-        ``threads=None`` (torch's default) divides the machine's CPUs."""
+        """Torch threads of each job: ``--threads`` (``None``: the machine's CPUs) divided
+        between the jobs running at once here (at least 1), all of it on SLURM."""
         total = int(threads) if threads else (os.cpu_count() or 1)
-        if self.where == "slurm":
-            return total
-        return max(1, total // self.max_jobs(cells))
+        return total if self.where == "slurm" else max(1, total // self.max_jobs(cells))
 
     def check_config(self, config: Any) -> None:
         """Refuse, before any work, what the jobs cannot do here: SLURM where it is absent,
@@ -165,8 +132,7 @@ class JobOptions:
                               "RANK/WORLD_SIZE set): start the run as one process")
 
     def executor(self, folder: str | os.PathLike, threads: int, name: str) -> Any:
-        """The submitit executor: ``AutoExecutor(cluster="local"|"slurm")`` with the run's
-        parameters (``--cluster-option`` last, so it wins)."""
+        """submitit's ``AutoExecutor`` with the run's parameters (``--cluster-option`` last)."""
         try:
             import submitit
         except ImportError as err:
@@ -218,15 +184,17 @@ def job_failure(job: Any) -> tuple[str, str]:
 
 def run_cell_job(recipe_class: type, sweep: Any, cell: Cell, identity_hash: str,
                  threads: int, reuse: bool, where: str) -> dict[str, Any]:
-    """One job: rebuild the recipe, compute ``cell`` and store its record (under its lock).
-
-    Returns ``{"status": "computed" | "reused" | "diverged", "superseded": [...],
-    "diverged": {...}}``; the record itself is read back from the store by the parent. A
-    changed identity (code, data or settings edited since the submission) is refused.
-    """
+    """One job: rebuild the recipe, compute ``cell`` and store its record (under its lock);
+    ``{"status", "superseded", "diverged"}`` (the parent reads the record from the store). A
+    changed identity (code, data or settings edited since the submission) is refused."""
     recipe = recipe_class(sweep)
     threads = recipe.ready(threads)
-    limit_blas_threads(threads)
+    try:  # the BLAS/OpenMP pools of numpy, scipy and scikit-learn take the job's share too
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover - scikit-learn requires it
+        pass
+    else:
+        threadpool_limits(limits=int(threads))
     identity = recipe.identity(cell)
     if stable_hash(identity) != identity_hash:
         raise RecipeError(f"{cell.label()}: its identity (settings, data or code) changed "
@@ -241,24 +209,10 @@ def run_cell_job(recipe_class: type, sweep: Any, cell: Cell, identity_hash: str,
     store = RunStore(recipe.config.output_dir)
     grid = GridRun(cells=[cell], identities={cell: identity})
     status = compute_one(store, grid, cell, compute, recipe.trains, reuse=reuse)
-    print(f"adaptcl: {cell.label()} {status} ({_threads(threads)})", file=sys.stderr, flush=True)
+    print(f"adaptcl: {cell.label()} {status} ({plural(threads, 'thread')})", file=sys.stderr,
+          flush=True)
     return {"status": status, "superseded": list(store.superseded),
             "diverged": grid.diverged.get(cell)}
-
-
-def limit_blas_threads(threads: int) -> None:
-    """Give the BLAS and OpenMP pools of numpy, scipy and scikit-learn (the evaluations) the
-    job's share of threads too, so N jobs do not each start a pool over every core
-    (``threadpoolctl``, which scikit-learn installs; without it the pools keep their size)."""
-    try:
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # pragma: no cover - scikit-learn requires it
-        return
-    threadpool_limits(limits=int(threads))
-
-
-def _threads(n: int) -> str:
-    return f"{n} thread" + ("" if n == 1 else "s")
 
 
 class JobRunner:
@@ -283,15 +237,15 @@ class JobRunner:
                                         self.reuse, self.options.where)
 
     def describe(self) -> str:
-        return (f"{self.max_jobs} at once ({self.options.where}), {_threads(self.threads)} "
-                f"each; logs under {self.folder.parent}")
+        return (f"{self.max_jobs} at once ({self.options.where}), "
+                f"{plural(self.threads, 'thread')} each; logs under {self.folder.parent}")
 
 
 @contextlib.contextmanager
 def _stderr_to(path: Path) -> Iterator[None]:
     """File descriptor 2 on ``path`` while the block starts processes: submitit's local job
-    controllers inherit it, so the traceback each prints when a job is cancelled (SIGINT) goes
-    to the jobs' folder, not before the command's one line on the terminal."""
+    controllers inherit it, so the traceback each prints when a job is cancelled goes to the
+    jobs' folder, not before the command's one line on the terminal."""
     path.parent.mkdir(parents=True, exist_ok=True)
     sys.stderr.flush()
     saved = os.dup(2)
@@ -306,10 +260,9 @@ def _stderr_to(path: Path) -> Iterator[None]:
 
 @contextlib.contextmanager
 def interruptible_children() -> Iterator[None]:
-    """Let the processes started inside take SIGINT, which is how submitit cancels a local job,
-    even when this one ignores it (started in the background: ``adaptcl tu ... &`` from a script
-    ignores SIGINT, and a child inherits an ignored signal). Python's own handler meanwhile, so
-    this process still stops on Ctrl-C; its handlers do not pass to children, ignoring does."""
+    """Let the processes started inside take SIGINT (how submitit cancels a local job) even when
+    this one ignores it (``adaptcl tu ... &`` from a script), since a child inherits an ignored
+    signal but not a handler; Python's own handler meanwhile, so Ctrl-C still stops this one."""
     if (threading.current_thread() is not threading.main_thread()
             or signal.getsignal(signal.SIGINT) is not signal.SIG_IGN):
         yield
@@ -322,14 +275,11 @@ def interruptible_children() -> Iterator[None]:
 
 
 def cancel_jobs(jobs: Sequence[Any], *, wait: bool) -> None:
-    """Cancel ``jobs``; with ``wait``, until their processes ended (local jobs, at most
-    :data:`CANCEL_WAIT_SECONDS`), so none is left computing once the command returns and
-    nothing they print follows the command's last line."""
+    """Cancel ``jobs``; with ``wait``, until their processes ended (at most
+    :data:`CANCEL_WAIT_SECONDS`), so nothing they print follows the command's last line."""
     for job in jobs:
-        try:
+        with contextlib.suppress(Exception):  # it may have ended meanwhile
             job.cancel(check=False)
-        except Exception:  # noqa: BLE001,S110  (it may have ended meanwhile)
-            pass
     deadline = time.monotonic() + CANCEL_WAIT_SECONDS
     while wait and time.monotonic() < deadline:
         try:
@@ -340,32 +290,19 @@ def cancel_jobs(jobs: Sequence[Any], *, wait: bool) -> None:
         time.sleep(0.1)
 
 
-def _postfix(running: int, grid: GridRun) -> str:
-    parts = [f"{running} running"]
-    if grid.failed:
-        parts.append(f"{len(grid.failed)} failed")
-    if grid.diverged:
-        parts.append(f"{len(grid.diverged)} diverged")
-    return ", ".join(parts)
-
-
-def run_jobs(recipe: str, store: RunStore, grid: GridRun, todo: Sequence[Cell],
-             runner: JobRunner, *, on_record: Callable[[GridRun], None] | None,
-             progress_bar: bool, start: float) -> None:
+def run_jobs(store: RunStore, grid: GridRun, todo: Sequence[Cell], runner: JobRunner,
+             bar: Any, *, on_record: Callable[[GridRun], None] | None, start: float) -> None:
     """Submit the cells of ``todo`` (at most ``runner.max_jobs`` at a time), collect each
     finished job's record from ``store`` into ``grid`` and call ``on_record``; a failed job
     goes to ``grid.failed`` (one line on stderr naming its log) and the others go on. On an
-    interrupt the running jobs are cancelled (their cells are recomputed by a rerun)."""
-    note(f"{runs(len(todo))} to compute as jobs: {runner.describe()}")
-    bar = progress(total=len(grid.cells), initial=len(grid.reused), desc=f"{recipe} runs",
-                   enabled=progress_bar, leave=True)
+    interrupt the running jobs are cancelled (a rerun computes their cells)."""
     pending, running = list(todo), {}
     shown = ""
 
     def show(refresh: bool = True) -> None:  # redraw on a change only (one line each in a log)
         nonlocal shown
-        if _postfix(len(running), grid) != shown:
-            shown = _postfix(len(running), grid)
+        if grid.progress_note(f"{len(running)} running") != shown:
+            shown = grid.progress_note(f"{len(running)} running")
             bar.set_postfix_str(shown, refresh=refresh)
 
     def submit_next() -> None:
@@ -393,17 +330,8 @@ def run_jobs(recipe: str, store: RunStore, grid: GridRun, todo: Sequence[Cell],
         cancel_jobs(list(running.values()), wait=runner.options.where == "local")
         raise
     finally:
-        bar.close()
-        remove_empty(runner.folder)
-
-
-def remove_empty(folder: Path) -> None:
-    """Remove submitit's ``jobs/%j`` folder (its local executor makes the template itself)
-    when nothing is in it."""
-    try:
-        folder.rmdir()
-    except OSError:  # not empty, or not there
-        pass
+        with contextlib.suppress(OSError):  # submitit's empty template folder ``jobs/%j``
+            runner.folder.rmdir()
 
 
 def _collect(store: RunStore, grid: GridRun, cell: Cell, job: Any) -> str:
@@ -426,7 +354,6 @@ def _collect(store: RunStore, grid: GridRun, cell: Cell, job: Any) -> str:
 
 
 def _failed(grid: GridRun, cell: Cell, job: Any, reason: str, log: str) -> str:
-    """Record ``cell`` as failed in ``grid`` and say so in one line naming its log."""
     grid.failed[cell] = {"error": reason, "log": log, "job_id": str(job.job_id)}
     print(f"adaptcl: {cell.label()} failed: {reason} (log: {log})", file=sys.stderr, flush=True)
     return "failed"

@@ -14,16 +14,17 @@ from adaptcl.recipes.engine.errors import RecipeError
 LOGGERS = ("none", "csv", "tensorboard")
 
 
-class MetricLogger:
-    """Training curves (loss, temperature, alignment, mean W, label confidence, eval metrics).
+def _check(kind: str) -> None:
+    if kind not in LOGGERS:
+        raise RecipeError(f"--logger must be one of {', '.join(LOGGERS)}, got {kind!r}")
 
-    ``kind``: ``none``, ``csv`` (``<log_dir>/metrics.csv``: step, name, value) or
-    ``tensorboard`` (``torch.utils.tensorboard.SummaryWriter`` event files in ``log_dir``).
-    """
+
+class MetricLogger:
+    """Scalar curves by step: ``none``, ``csv`` (``<log_dir>/metrics.csv``: step, name, value)
+    or ``tensorboard`` (event files in ``log_dir``); other values are skipped."""
 
     def __init__(self, kind: str, log_dir: str | os.PathLike) -> None:
-        if kind not in LOGGERS:
-            raise RecipeError(f"--logger must be one of {', '.join(LOGGERS)}, got {kind!r}")
+        _check(kind)
         self.kind, self.log_dir = kind, Path(log_dir)
         self._writer: Any = None
         self._csv: Any = None
@@ -53,10 +54,9 @@ class MetricLogger:
                 self._csv.write(f"{step},{name},{value!r}\n")
 
     def close(self) -> None:
-        if self._writer is not None:
-            self._writer.close()
-        if self._csv is not None:
-            self._csv.close()
+        for handle in (self._writer, self._csv):
+            if handle is not None:
+                handle.close()
 
     def __enter__(self) -> MetricLogger:
         return self
@@ -71,15 +71,11 @@ def lightning_logger(kind: str, log_dir: str | os.PathLike, name: str = ""):
     import logging
 
     logging.getLogger("pytorch_lightning").setLevel(logging.WARNING)
-    if kind not in LOGGERS:
-        raise RecipeError(f"--logger must be one of {', '.join(LOGGERS)}, got {kind!r}")
+    _check(kind)
     if kind == "none":
         return False
     # version "": the files go straight into log_dir (a cell's own folder), no version_N
-    if kind == "csv":
-        from pytorch_lightning.loggers import CSVLogger
+    from pytorch_lightning.loggers import CSVLogger, TensorBoardLogger
 
-        return CSVLogger(str(log_dir), name=name, version="")
-    from pytorch_lightning.loggers import TensorBoardLogger
-
-    return TensorBoardLogger(str(log_dir), name=name, version="")
+    return (CSVLogger if kind == "csv" else TensorBoardLogger)(str(log_dir), name=name,
+                                                              version="")

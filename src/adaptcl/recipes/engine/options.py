@@ -1,6 +1,6 @@
 """The settings most recipes take, declared once so every recipe spells them the same way
-(``--output-dir``, ``--seeds``, ``--threads``, ``--device``, ...). A recipe's config uses the
-ones it takes: ``seeds: list[int] = options.seeds([0, 1, 2])``."""
+(``--output-dir``, ``--seeds``, ``--threads``, ``--device``, ...): a recipe's config uses the
+ones it takes, ``seeds: list[int] = options.seeds([0, 1, 2])``."""
 
 from __future__ import annotations
 
@@ -10,14 +10,13 @@ from typing import Any
 
 from adaptcl.precision import PRECISIONS
 from adaptcl.recipes.engine.loggers import LOGGERS
-from adaptcl.recipes.engine.settings import at_least, setting
+from adaptcl.recipes.engine.settings import RUN_ONLY, at_least, setting
 from adaptcl.recipes.engine.torch_env import device_identity
 
 
 def loss_name(allowed: Sequence[str], aliases: Mapping[str, str] | None = None
               ) -> Callable[[str], str]:
-    """The canonical name of a loss (:func:`adaptcl.registry.canonical_loss_name`): a paper's
-    alias silently, an old spelling with its ``FutureWarning`` (a note on the command line)."""
+    """The canonical name of a loss (:func:`adaptcl.registry.canonical_loss_name`)."""
     from adaptcl.registry import canonical_loss_name
 
     return functools.partial(canonical_loss_name, allowed=allowed, aliases=aliases)
@@ -25,7 +24,7 @@ def loss_name(allowed: Sequence[str], aliases: Mapping[str, str] | None = None
 
 def losses(default: list[str], allowed: Sequence[str],
            aliases: Mapping[str, str] | None = None, what: str = "losses") -> Any:
-    """The losses a recipe compares (the ``loss`` axis), by their registry names."""
+    """The ``loss`` axis, by registry names."""
     from adaptcl.registry import loss_help
 
     return setting(factory=lambda: list(default), axis="loss",
@@ -34,17 +33,16 @@ def losses(default: list[str], allowed: Sequence[str],
 
 
 def data_root(what: str = "benchmark data folder") -> Any:
-    return setting(None, identity=False, sweep=False, help=f"{what} (default: $ADAPTCL_DATA)")
+    return setting(None, help=f"{what} (default: $ADAPTCL_DATA)", **RUN_ONLY)
 
 
 def output_dir(default: str) -> Any:
-    return setting(default, identity=False, sweep=False, folder=True,
-                   help="where results are written")
+    return setting(default, folder=True, help="where results are written", **RUN_ONLY)
 
 
 def work_folder(help: str) -> Any:
     """A folder a run writes besides the output folder (``None``: a default under it)."""
-    return setting(None, identity=False, sweep=False, folder=True, help=help)
+    return setting(None, folder=True, help=help, **RUN_ONLY)
 
 
 def seeds(default: list[int]) -> Any:
@@ -53,7 +51,7 @@ def seeds(default: list[int]) -> Any:
 
 
 def threads(default: int | None = 1) -> Any:
-    return setting(default, check=at_least(1), identity=False, sweep=False,
+    return setting(default, check=at_least(1), **RUN_ONLY,
                    help="torch CPU threads (recorded in the results; none: torch's default)")
 
 
@@ -68,17 +66,17 @@ def precision(help: str = "training precision: 32, bf16-mixed or 16-mixed (fp16 
 
 
 def devices() -> Any:
-    return setting(1, check=at_least(1), identity=False, sweep=False,
-                   help="processes of one run (Lightning; with --strategy ddp)")
+    return setting(1, check=at_least(1), help="processes of one run (Lightning; with --strategy "
+                   "ddp)", **RUN_ONLY)
 
 
 def strategy() -> Any:
-    return setting("auto", identity=False, sweep=False, help="Lightning strategy, e.g. ddp")
+    return setting("auto", help="Lightning strategy, e.g. ddp", **RUN_ONLY)
 
 
 def logger() -> Any:
-    return setting("none", choices=LOGGERS, identity=False, sweep=False,
-                   help="training curves through the framework's logger")
+    return setting("none", choices=LOGGERS, help="training curves through the framework's "
+                   "logger", **RUN_ONLY)
 
 
 def progress() -> Any:

@@ -12,11 +12,10 @@ from adaptcl.recipes.engine.files import save_figure_atomic
 
 def save_plot(path: str | os.PathLike, draw: Callable[[Any], None], *, title: str = "",
               figsize: tuple[float, float] = (9.0, 3.6), ncols: int = 1) -> str:
-    """Draw with ``draw(axes)`` and save atomically; every panel left empty says why.
+    """Draw with ``draw(axes)`` and save atomically; a panel left empty shows the reason
+    :func:`explain_empty` gave it (or a generic one)."""
+    import textwrap
 
-    ``draw`` receives the list of axes and may set ``ax._adaptcl_empty_reason`` (a string) on a
-    panel it could not fill; a panel with nothing drawn shows that reason (or a generic one).
-    """
     import matplotlib
 
     matplotlib.use("Agg")
@@ -29,25 +28,17 @@ def save_plot(path: str | os.PathLike, draw: Callable[[Any], None], *, title: st
     for ax in axes:
         if not ax.lines and not ax.collections and not ax.patches and not ax.images:
             reason = getattr(ax, "_adaptcl_empty_reason", None) or "no data recorded for this panel"
-            ax.text(0.5, 0.5, _fit(reason, ax, fontsize=9), ha="center", va="center",
-                    fontsize=9, transform=ax.transAxes)
+            # wrapped to the panel (matplotlib's wrap=True wraps at the figure's edge); an
+            # average character of the default sans-serif is ~0.55 em, with a margin
+            chars = int(0.85 * (ax.get_position().width * fig.get_figwidth()) * 72 / (0.55 * 9))
+            ax.text(0.5, 0.5, textwrap.fill(reason, width=max(10, chars)), ha="center",
+                    va="center", fontsize=9, transform=ax.transAxes)
         elif ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)
     if title:
         fig.suptitle(title)
     fig.tight_layout()
     return str(save_figure_atomic(fig, path))
-
-
-def _fit(text: str, ax: Any, *, fontsize: float) -> str:
-    """``text`` wrapped to the panel's width (matplotlib's ``wrap=True`` wraps at the figure's
-    edge, so a long reason ran into the next panel)."""
-    import textwrap
-
-    width_inches = ax.get_position().width * ax.figure.get_figwidth()
-    # an average character of the default sans-serif is ~0.55 em; keep a margin
-    chars = max(10, int(0.85 * width_inches * 72 / (0.55 * fontsize)))
-    return textwrap.fill(text, width=chars)
 
 
 def explain_empty(ax: Any, reason: str) -> None:
@@ -58,22 +49,19 @@ def explain_empty(ax: Any, reason: str) -> None:
 def draw_summaries(axes: list[Any], summaries: dict[str, Any], rows: list[str],
                    methods: list[str], baseline: str | None, metrics: list[str],
                    by: list[str], numeric: bool = True) -> None:
-    """Each metric's :func:`~adaptcl.recipes.engine.report.summarize` over ``rows`` (mean ±
-    std per method, one panel each) and, on a last panel when there is one, the head metric's
-    paired difference to ``baseline`` with its 95% CI; ``by`` names the x axis (the setting
-    the rows differ in). ``numeric=False``: the rows are categories (markers only).
-    """
+    """Each metric's summary over ``rows`` (mean ± std per method, a panel each) and, on a last
+    panel when there is one, the head metric's paired difference to ``baseline`` with its 95%
+    CI; ``by`` names the x axis; ``numeric=False``: the rows are categories (markers only)."""
     ticks = dict(xlabel=", ".join(by), xticks=list(range(len(rows))),
                  xticklabels=[r.split("=")[-1] if len(by) == 1 else r for r in rows])
-    # categories (datasets) are not a scale: markers only, slanted names
     style = {} if numeric else {"linestyle": "none"}
     if not numeric:
         for ax in axes:
             ax.tick_params(axis="x", labelrotation=25)
 
     def series(ax, names, point, marker, label) -> None:
-        """One error-bar line per name, side by side at each row; ``point(name, row)`` is
-        (value, error below, error above) or ``None`` (no point)."""
+        """An error-bar line per name, side by side at each row; ``point(name, row)`` is
+        ``(value, error below, error above)`` or ``None``."""
         for i, name in enumerate(names):
             points = [(x + (i - (len(names) - 1) / 2) * 0.12, p) for x, row in enumerate(rows)
                       if (p := point(name, row)) is not None]

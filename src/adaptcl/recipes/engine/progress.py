@@ -9,15 +9,13 @@ from typing import Any
 
 
 def on_terminal(enabled: bool = True) -> bool:
-    """Whether redrawn progress bars belong on stderr (``enabled`` and stderr is a terminal):
-    what a framework's own bar (Lightning's, the trainer's) is given."""
+    """Whether a framework's own redrawn bar belongs on stderr (``enabled`` and a terminal)."""
     return enabled and sys.stderr.isatty()
 
 
 class _NoBar:
     def __init__(self, iterable: Iterable | None = None) -> None:
-        self._iterable = iterable
-        self.n = 0
+        self._iterable, self.n, self.postfix = iterable, 0, ""
 
     def __iter__(self):
         return iter(self._iterable or ())
@@ -29,21 +27,18 @@ class _NoBar:
         pass
 
     def set_postfix_str(self, text: str = "", **kwargs: Any) -> None:
-        pass
+        self.postfix = text
 
     def close(self) -> None:
         pass
 
 
 class _Lines(_NoBar):
-    """Off a terminal: ``<desc>: 3/6 (<what it last said>)`` once per update, no redraws."""
+    """Off a terminal: ``adaptcl: <desc>: 3/6 (<postfix>)`` once per update, no redraws."""
 
     def __init__(self, desc: str, total: int | None, initial: int) -> None:
         super().__init__()
-        self.desc, self.total, self.n, self.postfix = desc, total, initial, ""
-
-    def set_postfix_str(self, text: str = "", **kwargs: Any) -> None:
-        self.postfix = text
+        self.desc, self.total, self.n = desc, total, initial
 
     def update(self, n: int = 1) -> None:
         self.n += n

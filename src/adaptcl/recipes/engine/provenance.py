@@ -1,4 +1,4 @@
-"""What produced a result: stable hashes, data fingerprints, the code version and the environment."""
+"""What produced a result: stable hashes, the code version and the environment."""
 
 from __future__ import annotations
 
@@ -25,9 +25,9 @@ def stable_hash(obj: Any, length: int = 16) -> str:
 
 
 def same_data(a: Any, b: Any) -> bool:
-    """Whether two data fingerprints agree on the data both results used. A fingerprint per
-    dataset (a mapping of names to fingerprints, as ``tu`` and ``moleculenet`` write) need only
-    agree on the datasets both hold; a single fingerprint must be equal."""
+    """Whether two data fingerprints agree on the data both results used: per-dataset ones
+    (``{name: fingerprint}``, as ``tu`` and ``moleculenet`` write) on the datasets both hold,
+    single ones exactly."""
     def per_dataset(fp: Any) -> bool:
         return isinstance(fp, dict) and bool(fp) and all(isinstance(v, dict) for v in fp.values())
 
@@ -37,12 +37,11 @@ def same_data(a: Any, b: Any) -> bool:
 
 
 def code_version(*modules: str) -> dict[str, Any]:
-    """The code that determines a result: adaptcl's version and a hash of ``modules``' sources."""
+    """adaptcl's version and a hash of ``modules``' sources (a package: every module in it)."""
     digest = hashlib.sha256()
     for name in sorted(modules):
-        module = importlib.import_module(name)
-        source = Path(getattr(module, "__file__", "") or "")
-        if source.name == "__init__.py":  # a package: every module in it
+        source = Path(getattr(importlib.import_module(name), "__file__", "") or "")
+        if source.name == "__init__.py":
             parts = sorted(source.parent.rglob("*.py"))
         else:
             parts = [source] if source.is_file() else []
@@ -53,9 +52,8 @@ def code_version(*modules: str) -> dict[str, Any]:
 
 
 def package_version(name: str = "adaptcl") -> str | None:
-    """The installed version of the distribution ``name`` (``None`` if it is not installed);
-    adaptcl's own falls back to ``adaptcl.__version__`` in a bare checkout. The one version
-    lookup of the recipes (environment records, framework versions in identities)."""
+    """The installed version of ``name`` (``None`` if absent; adaptcl's own falls back to
+    ``adaptcl.__version__`` in a bare checkout)."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
@@ -69,14 +67,12 @@ def package_version(name: str = "adaptcl") -> str | None:
 
 
 def package_versions(names: Sequence[str]) -> dict[str, str | None]:
-    """``{name: version or None}`` of each distribution in ``names``."""
     return {name: package_version(name) for name in names}
 
 
 def cpu_capability() -> str | None:
-    """The kernel path PyTorch dispatches to on this CPU (``default``, ``avx2``, ``avx512``, ...;
-    ``ATEN_CPU_CAPABILITY`` overrides it): float results of training are bit-exact only on the
-    same path, so every result records it."""
+    """The kernel path PyTorch dispatches to on this CPU (``default``, ``avx2``, ``avx512``;
+    ``ATEN_CPU_CAPABILITY`` overrides it): training is bit-exact only on the same path."""
     import torch
 
     getter = getattr(getattr(torch.backends, "cpu", None), "get_cpu_capability", None)
@@ -97,14 +93,13 @@ def _cpu_model() -> str:
 @functools.lru_cache(maxsize=1)
 def git_commit() -> str | None:
     """HEAD of the checkout adaptcl runs from (``+dirty`` with uncommitted changes to the
-    package), read once per process: :func:`run_grid` reads it before computing, so a result
-    names the commit its runs started from, not the one at the time it was written."""
+    package), read once per process: the grid reads it before computing, so a result names
+    the commit its runs started from."""
     here = Path(__file__).resolve().parents[1]
     try:
-        out = subprocess.run(["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True,
-                             text=True, timeout=5, check=False)
-        dirty = subprocess.run(["git", "-C", str(here), "status", "--porcelain", "--", "."],
-                               capture_output=True, text=True, timeout=5, check=False)
+        out, dirty = (subprocess.run(["git", "-C", str(here), *args], capture_output=True,
+                                     text=True, timeout=5, check=False)
+                      for args in (["rev-parse", "HEAD"], ["status", "--porcelain", "--", "."]))
     except (OSError, subprocess.SubprocessError):
         return None
     if out.returncode != 0:
@@ -118,26 +113,24 @@ def environment(*, frameworks: Sequence[str] = (), device: str | None = None,
     """What a reader needs to reproduce a result: versions, host, threads, time, commit, data."""
     import torch
 
-    env: dict[str, Any] = {
+    cuda = torch.cuda.is_available()
+    return {
         "adaptcl": package_version(), "python": platform.python_version(),
-        "torch": torch.__version__,
-        "frameworks": package_versions(frameworks),
+        "torch": torch.__version__, "frameworks": package_versions(frameworks),
         "platform": platform.platform(), "cpu": _cpu_model(), "cpu_count": os.cpu_count(),
         "cpu_capability": cpu_capability(),
         "torch_threads": torch.get_num_threads(), "device": device,
-        "cuda": torch.version.cuda if torch.cuda.is_available() else None,
-        "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "cuda": torch.version.cuda if cuda else None,
+        "gpu": torch.cuda.get_device_name(0) if cuda else None,
         "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "git_commit": git_commit(),
         "data_root": str(Path(data_root).resolve()) if data_root is not None else None,
         "data_fingerprint": data_fingerprint,
     }
-    return env
 
 
 def write_measurements(path: str | os.PathLike, measurements: Mapping[str, Any], *,
                        device: str | None = None) -> Path:
-    """Write a benchmark's measurements to ``path`` as strict JSON, atomically, under an
-    ``environment`` key saying what produced them (:func:`environment`), so a number in the
-    docs can always be traced to its machine."""
+    """A benchmark's measurements as strict JSON under an ``environment`` key
+    (:func:`environment`), so a number in the docs can be traced to its machine."""
     return write_json_atomic(path, {"environment": environment(device=device), **measurements})

@@ -1,42 +1,7 @@
-"""The :class:`Recipe` base: a recipe fills it in, the engine drives it.
-
-A recipe states what is specific to it and nothing else: its config (a dataclass of
-:func:`~adaptcl.recipes.engine.settings.setting` fields) and named presets, how to check its
-inputs (:meth:`Recipe.prepare`), one cell's computation (:meth:`Recipe.compute`), its tables
-(:meth:`Recipe.report_spec`) and its figure (:meth:`Recipe.draw`). The engine does the rest
-once for every recipe: the command line and config file, validation before any work or file,
-the grid (the recipe's axes times the sweep's points times the seeds), the run store and
-resume, jobs, progress, the environment record, summaries with paired confidence intervals,
-the result files and the exit code.
-
-Example:
-    >>> from dataclasses import dataclass, field
-    >>> import tempfile
-    >>> from adaptcl.recipes.engine.settings import setting, check_settings
-    >>> @dataclass
-    ... class ToyConfig:
-    ...     losses: list[str] = setting(factory=lambda: ["infonce", "macl"], axis="loss")
-    ...     seeds: list[int] = setting(factory=lambda: [0, 1], axis="seed")
-    ...     output_dir: str = setting(tempfile.mkdtemp(), identity=False, sweep=False)
-    ...     lr: float = setting(0.1)
-    ...     progress: bool = setting(False, identity=False)
-    ...     def __post_init__(self):
-    ...         check_settings(self)
-    >>> class Toy(Recipe):
-    ...     name, config_class = "toy", ToyConfig
-    ...     def rows(self):
-    ...         return ["toy"]
-    ...     def compute(self, cell):
-    ...         lr = self.config_of(cell).lr
-    ...         score = lr + 0.1 * (cell.loss == "macl") + 0.01 * cell.seed
-    ...         return {"metrics": {"accuracy": score}, "optimisation_steps": 1,
-    ...                 "train_seconds": 0.0}
-    ...     def report_spec(self):
-    ...         return ReportSpec(metrics=("accuracy",), baseline="infonce")
-    >>> result = Toy(Sweep.from_values(ToyConfig, {"lr": [0.1, 0.2]})).run()
-    >>> round(result["summary"]["accuracy"]["toy, lr=0.2"]["paired"]["macl"]["mean"], 6)
-    10.0
-"""
+"""The :class:`Recipe` base: a recipe states what is specific to it (its config and presets,
+:meth:`~Recipe.prepare`, :meth:`~Recipe.compute`, :meth:`~Recipe.report_spec`,
+:meth:`~Recipe.draw`) and the engine does the rest the same way for every recipe; see
+``docs/recipes/writing.md`` for a whole one."""
 
 from __future__ import annotations
 
@@ -77,17 +42,12 @@ class Figure:
 class Recipe:
     """One recipe: a few class attributes and the methods the engine calls in order.
 
-    Class attributes: ``name`` (the sub-command, and the recipe in every result file),
-    ``description`` (its one line in ``adaptcl --help``), ``config_class`` (the dataclass of
-    its settings), ``axes`` (the names of the row and column axes of its grid, whose values
-    the config's ``setting(axis=...)`` fields hold; a ``seed`` axis is always last),
-    ``presets`` (name -> the settings it sets; the first is the default), ``code`` (modules
-    whose source determines a result), ``frameworks`` (packages whose versions a result
-    records), ``example`` (shown under ``--help``) and ``figure``.
-
-    The methods to fill in are :meth:`prepare`, :meth:`setup`, :meth:`compute`,
-    :meth:`report_spec` and :meth:`draw`; :meth:`rows`, :meth:`methods`, :meth:`cells`,
-    :meth:`identity`, :meth:`trains` and :meth:`reuses` have defaults that fit most recipes.
+    ``name`` (the sub-command), ``description`` (its line in ``adaptcl --help``),
+    ``config_class``, ``axes`` (the row and column axes of its grid, whose values the config's
+    ``setting(axis=...)`` fields hold; a ``seed`` axis is always last), ``presets`` (name ->
+    settings; the first is the default), ``code`` (modules whose source determines a result),
+    ``frameworks`` (packages whose versions a result records), ``example`` (under ``--help``)
+    and ``figure``.
     """
 
     name: ClassVar[str] = ""
@@ -111,12 +71,11 @@ class Recipe:
         #: the config of the sweep's first point (every setting the points share)
         self.config = self.sweep.base
         self.preset = preset
-        #: how the grid's cells run (``--jobs``, ``--cluster``): in this process by default
         self.jobs = jobs or JobOptions()
         #: data fingerprints by row (dataset, task), filled in by :meth:`prepare`
         self.fingerprints: dict[str, Any] = {}
         self.data_root: Any = None
-        #: what :meth:`run` did (records, reused, computed, diverged), once it has run
+        #: what :meth:`run` did, once it has run
         self.grid: GridRun | None = None
         self._code: Any = None
 
@@ -135,26 +94,24 @@ class Recipe:
         ``FileNotFoundError`` become one-line user errors); fill :attr:`fingerprints`."""
 
     def setup(self) -> None:
-        """Work every cell shares, done once after :meth:`prepare` and the thread policy and
-        before the grid (a shared pre-trained encoder, say); by default nothing."""
+        """Work every cell shares, done once after :meth:`prepare` (a pre-trained encoder)."""
 
-    def _axis_values(self, axis: str) -> list[Any]:
+    def _axis_values(self, axis: str, method: str) -> list[Any]:
         field = axis_fields(self.config_class).get(axis)
         if field is None:
             raise NotImplementedError(f"{type(self).__name__} declares no setting with "
-                                      f"axis={axis!r}: define {'rows' if axis == self.axes[0] else 'methods'}()")
+                                      f"axis={axis!r}: define {method}()")
         return list(getattr(self.config, field))
 
     def rows(self) -> list[Any]:
         """The values of the first axis (the table's rows), from the config by default."""
-        return self._axis_values(self.axes[0])
+        return self._axis_values(self.axes[0], "rows")
 
     def methods(self) -> list[Any]:
         """The values of the second axis (the table's columns), from the config by default."""
-        return self._axis_values(self.axes[1])
+        return self._axis_values(self.axes[1], "methods")
 
     def seeds(self) -> list[int]:
-        """The seeds (the config's ``axis="seed"`` setting; ``[0]`` without one)."""
         field = axis_fields(self.config_class).get("seed")
         return list(getattr(self.config, field)) if field else [0]
 
@@ -180,12 +137,10 @@ class Recipe:
         return True
 
     def reuses(self) -> bool:
-        """Whether a stored record of the same identity is reused (default); ``False``
-        recomputes every cell (a recipe's ``--no-cache``), the old record set aside."""
+        """``False`` recomputes every cell (a recipe's ``--no-cache``), the old record set aside."""
         return True
 
     def report_spec(self) -> ReportSpec:
-        """What the tables show (:class:`~adaptcl.recipes.engine.report.ReportSpec`)."""
         raise NotImplementedError(f"{type(self).__name__} must define report_spec()")
 
     def draw(self, grid: GridRun, axes: list[Any]) -> None:
@@ -221,8 +176,8 @@ class Recipe:
         return 0
 
     def ready(self, threads: int | None) -> int | None:
-        """What every cell needs, in this process: :meth:`prepare` (its errors one-line),
-        the thread policy, the code version, :meth:`setup`. Returns the torch threads."""
+        """What every cell needs in this process: :meth:`prepare` (its errors one-line), the
+        thread policy, the code version, :meth:`setup`. Returns the torch threads."""
         with user_errors():
             self.prepare()
         threads = apply_thread_policy(threads)
@@ -248,11 +203,10 @@ class Recipe:
                 runner = JobRunner(self.jobs, self, threads=threads, cells=len(cells),
                                    reuse=self.reuses())
         write_text_atomic(self.layout.config, config_text(self.name, self.preset, self.sweep))
-        grid = run_grid(self.name, cfg.output_dir, cells, identity=self.identity,
-                        compute=self.compute, trains=self.trains, on_record=report.write,
-                        progress_bar=getattr(cfg, "progress", True), reuse=self.reuses(),
-                        jobs=runner)
-        self.grid = grid
+        self.grid = grid = run_grid(
+            self.name, cfg.output_dir, cells, identity=self.identity, compute=self.compute,
+            trains=self.trains, on_record=report.write, progress_bar=getattr(cfg, "progress", True),
+            reuse=self.reuses(), jobs=runner)
         if not grid.records and not grid.diverged:
             if grid.failed:
                 raise grid.failed_error()
@@ -260,17 +214,16 @@ class Recipe:
         result = report.write(grid)  # also when every cell diverged: the file says so
         if not grid.records:
             raise grid.failed_error() or grid.diverged_error()
-        figure = self.figure
-        if figure is not None and getattr(cfg, "plot", True):
-            result["plot"] = save_plot(self.layout.plot(figure.file),
-                                       lambda axes: self.draw(grid, axes), title=figure.title,
-                                       figsize=figure.figsize, ncols=figure.ncols)
+        if self.figure is not None and getattr(cfg, "plot", True):
+            result["plot"] = save_plot(self.layout.root / self.figure.file,
+                                       lambda axes: self.draw(grid, axes),
+                                       title=self.figure.title, figsize=self.figure.figsize,
+                                       ncols=self.figure.ncols)
         return result
 
     def make_report(self) -> Report:
-        spec = self.report_spec()
         device = getattr(self.config, "device", None)
-        return Report(self.name, self.config.output_dir, spec, axes=self.axes,
+        return Report(self.name, self.config.output_dir, self.report_spec(), axes=self.axes,
                       methods=self.methods(), config=self.config, preset=self.preset,
                       sweep=self.sweep.axes,
                       environment={"frameworks": self.frameworks,

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from adaptcl.recipes.engine.cells import RunLayout
-from adaptcl.recipes.engine.errors import RecipeError, runs
+from adaptcl.recipes.engine.errors import RecipeError, plural
 from adaptcl.recipes.engine.files import markdown_table, write_json_atomic, write_text_atomic
 from adaptcl.recipes.engine.provenance import environment
 from adaptcl.recipes.engine.settings import as_record, identity_settings
@@ -31,18 +31,16 @@ from adaptcl.recipes.engine.summary import (
 
 @dataclass(frozen=True)
 class ReportSpec:
-    """What a recipe's tables show (:meth:`~adaptcl.recipes.engine.recipe.Recipe.report_spec`).
+    """What a recipe's tables show.
 
-    ``metrics``: the record metrics summarised, headline first (a table each);
-    ``baseline``: the column the others are paired against; ``header``: the markdown above the
-    tables (or ``header(grid)``, for text that shows results); ``labels`` / ``row_labels``: the
-    display names of columns and rows; ``extra_columns(row)``: columns appended to each row (the
-    paper's numbers); ``details(grid)``: recipe fields added to ``results.json``; ``drop``:
-    record fields left out of its ``runs`` (long per-step histories); ``scale`` / ``digits``:
-    per metric (a number for all) — ``scale`` 100 turns accuracies into percentages.
-    ``by_method``: one table instead of one per metric, a row per column value and a column per
-    metric, with the paired difference on the headline metric (a recipe with one row, such as
-    the demo); ``metric_labels`` names its metric columns.
+    ``metrics``: the record metrics summarised, headline first (a table each); ``baseline``:
+    the column the others are paired against; ``header``: the markdown above the tables (or
+    ``header(grid)``); ``labels`` / ``row_labels``: display names of columns and rows;
+    ``extra_columns(row)``: columns appended to each row (the paper's numbers);
+    ``details(grid)``: fields added to ``results.json``; ``drop``: record fields left out of
+    its ``runs``; ``scale`` / ``digits``: per metric or for all (``scale`` 100: percentages).
+    ``by_method``: one table instead, a row per column value and a column per metric (named by
+    ``metric_labels``), with the paired difference on the headline metric (one-row recipes).
     """
 
     metrics: Sequence[str]
@@ -67,13 +65,9 @@ class ReportSpec:
 
 @dataclass
 class Report:
-    """The one result writer of a run.
-
-    ``recipe``: its name; ``spec``: what the tables show; ``axes``: the names of the grid's
-    axes (row, column); ``methods``: the columns in order; ``config``: the base config;
-    ``preset``: the preset named; ``sweep``: ``{field: [values]}`` of the swept settings;
-    ``environment``: keyword arguments of
-    :func:`~adaptcl.recipes.engine.provenance.environment`.
+    """The one result writer of a run: ``axes`` the grid's (row, column) names, ``methods``
+    the columns in order, ``config`` the base config, ``sweep`` ``{field: [values]}``,
+    ``environment`` keyword arguments of :func:`~adaptcl.recipes.engine.provenance.environment`.
     """
 
     recipe: str
@@ -88,42 +82,39 @@ class Report:
 
     def write(self, grid: GridRun) -> dict[str, Any]:
         spec, diverged = self.spec, list(grid.diverged)
-        summaries, tables, along = {}, {}, {}
+        summaries, tables, along, body = {}, {}, {}, ""
         for metric in spec.metrics:
+            scale, digits = spec.scale_of(metric), spec.digits_of(metric)
             summaries[metric] = summarize(grid.records, metric, methods=self.methods,
-                                          baseline=spec.baseline, scale=spec.scale_of(metric),
-                                          diverged=diverged)
-            tables[metric] = summary_table(summaries[metric], methods=self.methods,
-                                           baseline=spec.baseline, labels=spec.labels,
-                                           row_labels=spec.row_labels,
-                                           extra=spec.extra_columns,
-                                           digits=spec.digits_of(metric),
-                                           row_header=self.axes[0])
+                                          baseline=spec.baseline, scale=scale, diverged=diverged)
+            tables[metric] = summary_table(
+                summaries[metric], methods=self.methods, baseline=spec.baseline,
+                labels=spec.labels, row_labels=spec.row_labels, extra=spec.extra_columns,
+                digits=digits, row_header=self.axes[0])
             for axis, values in self.sweep.items():
                 along.setdefault(axis, {})[metric] = summarize_axis(
-                    grid.records, metric, axis, values, scale=spec.scale_of(metric),
-                    diverged=diverged)
+                    grid.records, metric, axis, values, scale=scale, diverged=diverged)
         if spec.by_method:
             tables = {"methods": self.methods_table(summaries)}
-            body = tables["methods"]
-        else:
-            body = "\n".join(f"## {name}\n\n{table}" for name, table in tables.items())
         for axis, per_metric in along.items():
             for metric, entries in per_metric.items():
                 body += (f"\n## {metric} along {axis}\n\n"
                          + axis_table(entries, axis, self.sweep[axis], labels=spec.labels,
                                       digits=spec.digits_of(metric), row_header=self.axes[0],
                                       column_header=self.axes[1]))
+        body = (tables["methods"] if spec.by_method else
+                "\n".join(f"## {name}\n\n{table}" for name, table in tables.items())) + body
         result: dict[str, Any] = {
             "recipe": self.recipe, "axes": list(self.axes), "preset": self.preset,
             "config": as_record(self.config),
-            "settings": as_record(identity_settings(self.config)), "sweep": {k: list(v) for k, v in self.sweep.items()},
+            "settings": as_record(identity_settings(self.config)),
+            "sweep": {k: list(v) for k, v in self.sweep.items()},
             "environment": environment(**self.environment), **grid.bookkeeping(),
             "summary": summaries, "summary_along": along, "baseline": spec.baseline,
             "tables": tables, "table_markdown": next(iter(tables.values())),
             "runs": [{"cell": c.as_dict(), **{k: v for k, v in r.items() if k not in spec.drop}}
-                     for c, r in grid.records.items()]}
-        result["other_stored_runs"] = _other_stored(self.out_dir, grid)
+                     for c, r in grid.records.items()],
+            "other_stored_runs": _other_stored(self.out_dir, grid)}
         if spec.details is not None:
             result.update(spec.details(grid))
         header = spec.header(grid) if callable(spec.header) else spec.header
@@ -159,37 +150,29 @@ class Report:
 
 def write_results(out_dir: str | os.PathLike, result: Mapping[str, Any], markdown: str, *,
                   diverged: str = "") -> dict[str, str]:
-    """Write ``results.json`` (``allow_nan=False``) and ``results.md`` atomically.
-
-    The markdown gets a DIVERGED banner (``diverged``: the line naming the runs), a FAILED banner
-    naming the runs whose job failed (``result["failed"]``, ``--jobs``), a PARTIAL banner when
-    ``result["partial"]``, a SUPERSEDED note when stored runs of another identity were set aside
-    (``result["superseded"]``), and an environment footer.
-    """
+    """Write ``results.json`` (strict JSON) and ``results.md`` atomically, the markdown under a
+    banner for what the table lacks (``diverged``: the line naming the runs; the ``failed``,
+    ``partial``, ``other_stored_runs`` and ``superseded`` of ``result``) and over an
+    environment footer."""
     layout = RunLayout(out_dir)
     env = result.get("environment") or {}
-    head = ""
-    if diverged:
-        head += f"> **DIVERGED**: {diverged}; left out of every mean (marked in the table).\n\n"
-    failed = result.get("failed") or []
-    if failed:
-        names = ", ".join(f["label"] for f in failed)
-        head += (f"> **FAILED**: {runs(len(failed))} failed ({names}; their logs are in "
-                 "results.json); rerun the same command to retry them.\n\n")
-    if result.get("partial"):
-        missing = result.get("missing") or []
-        head += (f"> **PARTIAL**: {len(missing)} of the planned runs are missing; rows average "
-                 "only the finished seeds (n in brackets).\n\n")
-    others = result.get("other_stored_runs") or 0
-    if others:
-        head += (f"> **NOT ALL STORED RUNS**: this table holds the runs of the command that wrote "
-                 f"it; {layout.runs} also holds {runs(others)} of other commands (other seeds, "
-                 "datasets or settings), left out here.\n\n")
+    failed, others = result.get("failed") or [], result.get("other_stored_runs") or 0
     superseded = result.get("superseded") or []
-    if superseded:
-        head += (f"> **RECOMPUTED**: {runs(len(superseded))} stored with another identity "
-                 "(settings, data or code) and were recomputed; the old records are under "
-                 f"{layout.runs / 'superseded'}.\n\n")
+    banners = [
+        (diverged, f"**DIVERGED**: {diverged}; left out of every mean (marked in the table)."),
+        (failed, f"**FAILED**: {plural(len(failed))} failed "
+                 f"({', '.join(f['label'] for f in failed)}; their logs are in results.json); "
+                 "rerun the same command to retry them."),
+        (result.get("partial"), f"**PARTIAL**: {len(result.get('missing') or [])} of the "
+                                "planned runs are missing; rows average only the finished "
+                                "seeds (n in brackets)."),
+        (others, f"**NOT ALL STORED RUNS**: this table holds the runs of the command that "
+                 f"wrote it; {layout.runs} also holds {plural(others)} of other commands "
+                 "(other seeds, datasets or settings), left out here."),
+        (superseded, f"**RECOMPUTED**: {plural(len(superseded))} stored with another identity "
+                     "(settings, data or code) and were recomputed; the old records are under "
+                     f"{layout.runs / 'superseded'}.")]
+    head = "".join(f"> {text}\n\n" for shown, text in banners if shown)
     foot = ""
     if env:
         foot = (f"\n_adaptcl {env.get('adaptcl')}, torch {env.get('torch')}, Python "
@@ -217,11 +200,9 @@ def _other_stored(out_dir: str | os.PathLike, grid: GridRun) -> int:
 
 
 def read_results(path: str | os.PathLike) -> tuple[dict[str, Any], str]:
-    """A result JSON that :func:`write_results` wrote, and the SHA-256 of its bytes (read once).
-
-    Raises :class:`~adaptcl.recipes.engine.errors.RecipeError` naming the file when it is
-    missing, unreadable, or not a recipe's result (no ``recipe``, ``config`` or ``summary``).
-    """
+    """A result JSON :func:`write_results` wrote and the SHA-256 of its bytes, or
+    :class:`~adaptcl.recipes.engine.errors.RecipeError` naming the file when it is missing,
+    unreadable or not a recipe's result."""
     path = Path(path)
     try:
         raw = path.read_bytes()

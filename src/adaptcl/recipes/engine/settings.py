@@ -1,33 +1,7 @@
-"""A recipe's settings: each field of its config declares once what the engine must know of it.
-
-A recipe's config is a dataclass whose fields are declared with :func:`setting`: the help text,
-the allowed values (matched case-insensitively) or a converter, the check of its numbers,
-whether it is part of a run's identity, whether it may take several values in one run, and for
-a list field the grid axis whose values it holds (``datasets`` -> ``dataset``). From these
-declarations alone the engine builds the command line and the config file
-(:mod:`~adaptcl.recipes.engine.command_line`), checks a config before any work
-(:func:`check_settings`), tells what enters a run's identity (:func:`identity_settings`) and
-expands a sweep into the configs of its points (:class:`Sweep`). No list elsewhere names a
-recipe's fields.
-
-Example:
-    >>> from dataclasses import dataclass
-    >>> @dataclass
-    ... class Toy:
-    ...     losses: list[str] = setting(factory=lambda: ["infonce"], axis="loss", help="losses")
-    ...     lr: float = setting(0.1, check=positive, help="learning rate")
-    ...     output_dir: str = setting("out", identity=False, sweep=False, help="results folder")
-    ...     def __post_init__(self):
-    ...         check_settings(self)
-    >>> sweep = Sweep.from_values(Toy, {"lr": [0.1, 0.2]})
-    >>> sweep.axes, [c.lr for c in map(sweep.config_at, sweep.points())]
-    ({'lr': [0.1, 0.2]}, [0.1, 0.2])
-    >>> identity_settings(sweep.config_at((("lr", 0.2),)))
-    {'lr': 0.2}
-    >>> Toy(lr=-1)
-    Traceback (most recent call last):
-    ...
-    ValueError: lr must be a positive number, got -1
+"""A recipe's settings: each field of its config declares once, through :func:`setting`, what
+the engine must know of it. From these declarations alone the engine builds the command line
+and config file, checks a config before any work (:func:`check_settings`), tells what enters a
+run's identity (:func:`identity_settings`) and expands a sweep into its points (:class:`Sweep`).
 """
 
 from __future__ import annotations
@@ -45,6 +19,8 @@ from adaptcl.recipes.engine.errors import check_seed, note
 
 #: a point of a sweep: ``((field, value), ...)`` in the config's field order
 Point = tuple[tuple[str, Any], ...]
+#: a setting of how a run goes, not of what it computes (where files go, threads)
+RUN_ONLY = {"identity": False, "sweep": False}
 
 
 class Check(NamedTuple):
@@ -89,22 +65,16 @@ def setting(default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MI
         default / factory: the default value, or a function making it (lists).
         help: the option's help text.
         choices: allowed values (strings match case-insensitively and become the canonical
-            spelling; shown in the help).
-        convert: the canonical form of a value (of each item of a list), raising
-            ``ValueError`` for a bad one (loss names through :mod:`adaptcl.registry`).
-        check: a bound every number (every item) must meet; ``None`` values pass.
-        identity: whether the field determines a run's result: ``True`` (part of every cell's
-            identity), ``False`` (bookkeeping: where files go, threads, progress bars), the
-            name of the part of a run it determines (``"pretrain"``: a recipe asks for
-            :func:`identity_settings` of that part), or a function of the value giving what
-            enters the identity (the device's type).
-        sweep: whether a scalar field may take several values in one run (each a point of the
-            grid); ``False`` for what cannot vary within a run (the output folder, threads).
-        axis: for a list field, the grid axis whose values it holds (``"dataset"``,
-            ``"loss"``, ``"seed"``): each item is a cell coordinate, repeats are dropped with a
-            note, and the list may not be empty.
-        folder: a folder the run writes (the output folder, a work or cache folder): refused
-            before any work when it is a file or not writable.
+            spelling).
+        convert: the canonical form of a value (of each item), ``ValueError`` for a bad one.
+        check: a bound every number (every item) must meet; ``None`` passes.
+        identity: whether the field determines a result: ``True``, ``False`` (bookkeeping),
+            the name of the part of a run it determines (``"pretrain"``, see
+            :func:`identity_settings`), or a function of the value giving what enters it.
+        sweep: whether a scalar may take several values in one run (each a point of the grid).
+        axis: for a list field, the grid axis it holds (``"dataset"``, ``"loss"``, ``"seed"``):
+            repeats are dropped with a note, and it may not be empty.
+        folder: a folder the run writes: refused before any work if it cannot be written.
     """
     spec = Spec(help=help, choices=tuple(choices) if choices is not None else None,
                 convert=convert, check=check, identity=identity, sweep=sweep, axis=axis,
@@ -123,19 +93,14 @@ def specs(config: Any) -> dict[str, Spec]:
 
 
 def is_list_field(config_class: type, name: str) -> bool:
-    hint = typing.get_type_hints(config_class)[name]
-    return typing.get_origin(hint) in (list, tuple)
-
-
-def is_bool_field(config_class: type, name: str) -> bool:
-    return typing.get_type_hints(config_class)[name] is bool
+    return typing.get_origin(typing.get_type_hints(config_class)[name]) in (list, tuple)
 
 
 def sweepable(config_class: type) -> list[str]:
     """The fields that may take several values: scalar, not boolean, declared ``sweep=True``."""
-    return [name for name, spec in specs(config_class).items()
-            if spec.sweep and not is_list_field(config_class, name)
-            and not is_bool_field(config_class, name)]
+    hints = typing.get_type_hints(config_class)
+    return [name for name, spec in specs(config_class).items() if spec.sweep
+            and typing.get_origin(hints[name]) not in (list, tuple) and hints[name] is not bool]
 
 
 def axis_fields(config_class: type) -> dict[str, str]:
@@ -143,23 +108,15 @@ def axis_fields(config_class: type) -> dict[str, str]:
     return {spec.axis: name for name, spec in specs(config_class).items() if spec.axis}
 
 
-def canonical_choice(value: Any, choices: Sequence[Any], what: str) -> Any:
-    """The spelling of ``value`` among ``choices`` (strings case-insensitively), or
-    ``ValueError`` naming ``what`` and listing the choices."""
-    for choice in choices:
+def _canonical(name: str, spec: Spec, value: Any) -> Any:
+    if spec.choices is None:
+        return value if value is None or spec.convert is None else spec.convert(value)
+    for choice in spec.choices:
         if value == choice or (isinstance(value, str) and isinstance(choice, str)
                                and value.casefold() == choice.casefold()):
             return choice
-    shown = ", ".join("none" if c is None else str(c) for c in choices)
-    raise ValueError(f"unknown {what} {value!r}; choose from {shown}")
-
-
-def _canonical(name: str, spec: Spec, value: Any) -> Any:
-    if value is None and spec.choices is None:
-        return None
-    if spec.choices is not None:
-        return canonical_choice(value, spec.choices, name.replace("_", " "))
-    return spec.convert(value) if spec.convert is not None else value
+    shown = ", ".join("none" if c is None else str(c) for c in spec.choices)
+    raise ValueError(f"unknown {name.replace('_', ' ')} {value!r}; choose from {shown}")
 
 
 def _unique(name: str, items: list[Any], canonical: list[Any]) -> list[Any]:
@@ -175,10 +132,6 @@ def _unique(name: str, items: list[Any], canonical: list[Any]) -> list[Any]:
     if repeats:
         note(f"--{name.replace('_', '-')}: {', '.join(repeats)}; running each once")
     return list(kept)
-
-
-def _numbers(value: Any) -> list[Any]:
-    return list(value) if isinstance(value, (list, tuple)) else [value]
 
 
 def _kinds(hint: Any) -> tuple[type, ...]:
@@ -197,8 +150,7 @@ def _kinds(hint: Any) -> tuple[type, ...]:
 
 def _check_type(name: str, hint: Any, value: Any) -> None:
     kinds = _kinds(hint)
-    items = value if isinstance(value, (list, tuple)) else [value]
-    for item in items:
+    for item in value if isinstance(value, (list, tuple)) else [value]:
         wrong = isinstance(item, bool) and bool not in kinds  # True is an int to Python
         if wrong or not isinstance(item, kinds):
             wanted = " or ".join("none" if k is type(None) else k.__name__ for k in kinds
@@ -210,18 +162,16 @@ def _check_type(name: str, hint: Any, value: Any) -> None:
 def check_settings(config: Any) -> None:
     """Canonicalise and check every field of ``config`` by its :class:`Spec`, in place.
 
-    Each value must have its field's type (an ``int`` setting takes no ``2.5``); choices and
-    converters give it its canonical spelling; an axis list drops repeats (with a note) and
-    may not be empty, and its seeds must be integers in ``[0, 2**32 - 1]``; every float must be
-    finite; every number must meet the field's ``check``. Raises ``ValueError`` naming the
-    field and the bad value.
+    Each value must have its field's type; choices and converters give it its canonical
+    spelling; an axis drops repeats (with a note) and may not be empty, seeds must be integers
+    in ``[0, 2**32 - 1]``; floats must be finite and numbers meet the field's ``check``.
+    Raises ``ValueError`` naming the field and the bad value.
     """
     hints = typing.get_type_hints(type(config))
     for name, spec in specs(config).items():
         value = getattr(config, name)
-        if spec.choices is None and spec.convert is None and not (
-                spec.axis == "seed"):  # converted or checked as seeds below
-            _check_type(name, hints[name], value)
+        if spec.choices is None and spec.convert is None and spec.axis != "seed":
+            _check_type(name, hints[name], value)  # (seeds are checked as seeds below)
         if isinstance(value, (list, tuple)):
             items = [_canonical(name, spec, item) for item in value]
             if spec.axis:
@@ -234,7 +184,7 @@ def check_settings(config: Any) -> None:
         else:
             value = _canonical(name, spec, value)
         setattr(config, name, value)
-        for item in _numbers(value):
+        for item in value if isinstance(value, list) else [value]:
             if isinstance(item, float) and not math.isfinite(item):
                 raise ValueError(f"{name} must be a finite number, got {item!r}")
             if spec.check is None or item is None:
@@ -247,9 +197,8 @@ def check_settings(config: Any) -> None:
 
 
 def as_record(values: Any) -> dict[str, Any]:
-    """A config (or ``{field: value}``) as JSON and YAML can hold it: paths as strings, tuples
-    as lists, anything else that is not a plain value (a callable given as ``model`` through
-    the Python API) by its ``repr``."""
+    """A config (or ``{field: value}``) as JSON and YAML hold it: paths as strings, tuples as
+    lists, anything else not plain (a callable given as ``model``) by its ``repr``."""
     if dataclasses.is_dataclass(values):
         values = {f.name: getattr(values, f.name) for f in dataclasses.fields(values)}
 
@@ -260,17 +209,15 @@ def as_record(values: Any) -> dict[str, Any]:
             return {str(k): plain(v) for k, v in value.items()}
         if value is None or isinstance(value, (bool, int, float, str)):
             return value
-        if hasattr(value, "__fspath__"):
-            return value.__fspath__()
-        return repr(value)
+        return value.__fspath__() if hasattr(value, "__fspath__") else repr(value)
 
     return {name: plain(value) for name, value in values.items()}
 
 
 def identity_settings(config: Any, part: str | None = None) -> dict[str, Any]:
-    """What of ``config`` enters a run's identity: every field declared ``identity=True``,
-    those of ``part`` (``identity="pretrain"``) when it is named (every part when it is not),
-    a function's value for those declared with one; never an axis (the cell holds it)."""
+    """What of ``config`` enters a run's identity: the fields declared ``identity=True``, those
+    of ``part`` (every part when it is ``None``), a function's value for those declared with
+    one; never an axis (the cell holds it)."""
     out = {}
     for name, spec in specs(config).items():
         rule = spec.identity
@@ -282,14 +229,10 @@ def identity_settings(config: Any, part: str | None = None) -> dict[str, Any]:
 
 
 class Sweep:
-    """A run's settings where the sweepable ones may hold several values: the settings as
-    given (``raw``: each swept field at its first value), the swept axes (``{field:
-    [values]}`` of those with more), the base config and one config per point.
-
-    The grid of a run is its axes (datasets, losses, seeds) times the sweep's :meth:`points`.
-    Each point's config is built from the settings as given, so a default a config derives
-    from another field (a temperature that depends on the method) is derived per point.
-    """
+    """A run's settings where sweepable ones may hold several values: ``raw`` (the settings as
+    given, each swept field at its first value), ``axes`` (``{field: [values]}`` of those with
+    more), the ``base`` config and one config per point. Each point's config is built from the
+    settings as given, so a default derived from another field is derived per point."""
 
     def __init__(self, config_class: type, raw: Mapping[str, Any],
                  axes: Mapping[str, Sequence[Any]] | None = None) -> None:
@@ -317,9 +260,8 @@ class Sweep:
 
     @classmethod
     def from_values(cls, config_class: type, values: Mapping[str, Any]) -> Sweep:
-        """From ``{field: value}`` where a sweepable scalar may be a list of values (the
-        command line and the config file give them so); a field not given takes its default,
-        an unknown one is refused."""
+        """From ``{field: value}`` where a sweepable scalar may be a list of values; a field not
+        given takes its default, an unknown one is refused."""
         defaults = {f.name: (f.default_factory() if f.default is dataclasses.MISSING  # type: ignore[misc]
                              else f.default) for f in dataclasses.fields(config_class)}
         unknown = [name for name in values if name not in defaults]
@@ -329,10 +271,9 @@ class Sweep:
         raw, axes = {}, {}
         for name, value in (defaults | dict(values)).items():
             if isinstance(value, (list, tuple)) and not is_list_field(config_class, name):
-                items = list(value)
-                if not items:
+                if not value:
                     raise ValueError(f"--{name.replace('_', '-')} needs a value")
-                items = _unique(name, items, items)
+                items = _unique(name, list(value), list(value))
                 raw[name] = items[0]
                 if len(items) > 1:
                     axes[name] = items
@@ -341,8 +282,7 @@ class Sweep:
         return cls(config_class, raw, axes)
 
     def points(self) -> list[Point]:
-        """Every combination of the swept values, first axis outermost (``[()]`` without a
-        sweep)."""
+        """Every combination of the swept values, first axis outermost (``[()]`` without)."""
         names = list(self.axes)
         return [tuple(zip(names, combo, strict=True))
                 for combo in itertools.product(*(self.axes[n] for n in names))]
@@ -357,18 +297,17 @@ class Sweep:
             raise ValueError(f"{where}: {err}") from None
 
     def config_at(self, point: Point) -> Any:
-        """The config of ``point`` (one of :meth:`points`)."""
         return self._configs[tuple(point)]
 
     def values(self) -> dict[str, Any]:
-        """``{field: value}`` as given, swept fields as their lists: what the run's config
-        file holds and :meth:`from_values` reads back to the same run."""
+        """``{field: value}`` as given, swept fields as lists: what :meth:`from_values` reads
+        back to the same run."""
         return self.raw | {name: list(values) for name, values in self.axes.items()}
 
 
 def config_text(recipe: str, preset: str | None, sweep: Sweep) -> str:
-    """The settings of a run as a config file: what ``--print-config`` prints, what a run
-    writes as ``config.yaml`` and what ``--config`` reads back to the same cells."""
+    """A run's settings as a config file: what ``--print-config`` prints, what a run writes as
+    ``config.yaml`` and ``--config`` reads back to the same cells."""
     import yaml
 
     head = (f"# adaptcl {recipe}: `adaptcl {recipe} --config <this file>` runs these settings "

@@ -1,26 +1,16 @@
 """The run store: each cell's record kept with the identity it was computed with.
 
-For each cell a recipe states its *identity* (everything that determines the result: the
-resolved settings, a fingerprint of the input data, the code version) and computes its
-*record*. A stored record is reused only when the stored identity equals the current one;
-otherwise the old record is moved aside (``runs/superseded/``, never mixed into a table) and
-the cell is recomputed. A record that is not a result is refused with
-:class:`~adaptcl.recipes.engine.errors.NonResultError` before it is stored. A cell whose
-training diverged (a NaN or infinite loss, metric or embedding:
-:class:`~adaptcl.recipes.engine.errors.DivergedError` or the core's
-:class:`~adaptcl.plugins.validation.NonFiniteError`) is recorded in :attr:`GridRun.diverged`,
-nothing is stored for it, and the other cells go on.
+A cell's *identity* is everything that determines its result (settings, data fingerprint, code
+version). A stored record is reused only under the same identity; otherwise it is moved aside
+(``runs/superseded/``) and the cell recomputed. A record that is no result is refused before it
+is stored; a cell whose training diverged is recorded in :attr:`GridRun.diverged`, nothing is
+stored for it, and the other cells go on.
 
-Several processes may share one output folder (local disk; locks are ``flock`` locks through
-:mod:`filelock`, which network file systems may not honour). A cell is computed and saved under
-its own lock (``runs/.locks/<cell>.lock``), so two processes never compute the same cell at
-once: the second waits, then reuses the record the first stored. Different cells run in
-parallel. Each process also registers the identity of every cell of its grid in
-``runs/.active/`` (:class:`ActiveRuns`); a process whose grid shares a cell with a live run of
-*other* settings is refused before it computes or supersedes anything.
-
-How the cells of a grid are run (one after another, or as jobs) is
-:mod:`~adaptcl.recipes.engine.jobs`; this module stores, reuses and computes one cell.
+Several processes may share one output folder (local disk: ``flock`` locks through
+:mod:`filelock`, which network file systems may not honour). A cell is computed under its own
+lock, so a second process waits, then reuses the record; each process registers its grid's
+identities in ``runs/.active/`` (:class:`ActiveRuns`), and one whose grid shares a cell with a
+live run of *other* settings is refused before it computes or supersedes anything.
 
 Example:
     >>> import tempfile
@@ -58,38 +48,34 @@ from adaptcl.recipes.engine.errors import (
     check_record,
     first_line,
     note,
-    runs,
+    plural,
 )
 from adaptcl.recipes.engine.files import note_corrupt, read_json, write_json_atomic
 from adaptcl.recipes.engine.provenance import stable_hash
 
 
-class RunStore:
-    """Records of finished cells under ``<out_dir>/runs``, each with the identity it was computed with.
+def _now() -> _dt.datetime:
+    return _dt.datetime.now(_dt.timezone.utc)
 
-    ``runs/<cell>.json`` (:meth:`RunLayout.record`) holds ``{"identity", "identity_hash",
-    "record"}``, written atomically. A record whose identity differs from the current one (or
-    that cannot be read) is moved to ``runs/superseded/<timestamp>/...`` and reported, never
-    reused.
-    """
+
+class RunStore:
+    """Records under ``<out_dir>/runs``: ``runs/<cell>.json`` holds ``{"identity",
+    "identity_hash", "record"}``, written atomically; one of another identity, or unreadable,
+    is moved to ``runs/superseded/<time>/`` and never reused."""
 
     def __init__(self, out_dir: str | os.PathLike) -> None:
         self.layout = RunLayout(out_dir)
-        self.root = self.layout.runs
         self.superseded: list[str] = []
         #: how many records of another identity (settings, data or code) were set aside
         self.stale = 0
-        self._stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S")
+        self._stamp = _now().strftime("%Y%m%dT%H%M%S")
 
     def path(self, cell: Cell) -> Path:
         return self.layout.record(cell)
 
     def load(self, cell: Cell, identity: Mapping[str, Any]) -> dict[str, Any] | None:
-        """The stored record of ``cell`` if it was computed with ``identity``; else ``None``.
-
-        A record of another identity is moved to ``runs/superseded/``; one that cannot be read
-        (truncated, not JSON, not a run record) too, and it is named on stderr in one line.
-        """
+        """The stored record of ``cell`` if computed with ``identity``, else ``None`` (an
+        unreadable one is also named on stderr)."""
         path = self.path(cell)
         if not path.is_file():
             return None
@@ -110,25 +96,19 @@ class RunStore:
         self.stale += self._set_aside(path) is not None
         return None
 
-    def lock_path(self, cell: Cell) -> Path:
-        return self.layout.lock(cell)
-
     @contextlib.contextmanager
-    def cell_lock(self, cell: Cell, *, waiting: Callable[[], None] | None = None
-                  ) -> Iterator[None]:
-        """Hold ``cell``'s lock (across processes) for the block; ``waiting()`` is called once
-        if another process holds it, before waiting for it. Lock files are left in place
-        (removing a lock file another process may be opening would let two hold it)."""
+    def cell_lock(self, cell: Cell, *, waiting: Callable[[], None]) -> Iterator[None]:
+        """Hold ``cell``'s lock across processes; ``waiting()`` first if another holds it. Lock
+        files stay (removing one another process may be opening would let two hold it)."""
         from filelock import FileLock, Timeout
 
-        path = self.lock_path(cell)
+        path = self.layout.lock(cell)
         path.parent.mkdir(parents=True, exist_ok=True)
         lock = FileLock(str(path))
         try:
             lock.acquire(timeout=0)
         except Timeout:
-            if waiting is not None:
-                waiting()
+            waiting()
             lock.acquire()
         try:
             yield
@@ -136,8 +116,7 @@ class RunStore:
             lock.release()
 
     def save(self, cell: Cell, identity: Mapping[str, Any], record: Mapping[str, Any]) -> Path:
-        """Store ``record``; a record already there (a forced recompute) is moved aside first,
-        so no record is ever overwritten."""
+        """Store ``record``, moving aside one already there (never overwritten)."""
         if self.path(cell).exists():
             self._set_aside(self.path(cell))
         return write_json_atomic(self.path(cell), {"identity": dict(identity),
@@ -146,7 +125,7 @@ class RunStore:
 
     def _set_aside(self, path: Path) -> Path | None:
         """Move ``path`` under ``runs/superseded/<time>/``; ``None`` if it is gone already."""
-        target = self.layout.superseded(self._stamp) / path.relative_to(self.root)
+        target = self.layout.superseded(self._stamp) / path.relative_to(self.layout.runs)
         target.parent.mkdir(parents=True, exist_ok=True)
         try:
             os.replace(path, target)
@@ -158,28 +137,22 @@ class RunStore:
 
 def distributed_follower() -> bool:
     """Whether this process is a non-zero rank of a distributed launch (``RANK``,
-    ``LOCAL_RANK`` or ``NODE_RANK`` set and not 0, as torchrun and Lightning's launcher set
-    them). Such a rank computes each cell together with rank 0 but owns no result: it takes no
-    lock and registers nothing (rank 0 does both for the whole group)."""
+    ``LOCAL_RANK`` or ``NODE_RANK`` set and not 0): it computes each cell with rank 0 but owns
+    no result, so it takes no lock and registers nothing."""
     for name in ("RANK", "LOCAL_RANK", "NODE_RANK"):
-        try:
+        with contextlib.suppress(ValueError):
             if int(os.environ.get(name, "0") or "0") != 0:
                 return True
-        except ValueError:
-            continue
     return False
 
 
 class ActiveRuns:
-    """The live runs of one store: ``runs/.active/<host>-<pid>-<token>.json``.
-
-    An entry holds the process (``pid``, ``host``, ``recipe``, ``argv``, ``started``) and the
-    identity hash of every cell of its grid (``cells``: label -> hash). Its process holds the
-    entry's ``.lock`` for as long as the grid runs, so an entry whose lock can be taken belongs
-    to a process that died (killed, power cut): it is stale and removed. Entries are read and
-    written under ``runs/.active/.registry.lock``, so of two runs that start together with
-    conflicting settings the second is refused.
-    """
+    """The live runs of one store: ``runs/.active/<host>-<pid>-<token>.json`` holds the process
+    and the identity hash of each cell of its grid (``cells``: label -> hash). Its process
+    holds the entry's ``.lock`` while the grid runs, so an entry whose lock can be taken is
+    stale (its process died) and removed. Entries are read and written under
+    ``runs/.active/.registry.lock``: of two conflicting runs that start together, the second
+    is refused."""
 
     def __init__(self, layout: RunLayout) -> None:
         self.dir = layout.active
@@ -215,8 +188,8 @@ class ActiveRuns:
         return entries
 
     def register(self, recipe: str, cells: Mapping[str, str]) -> None:
-        """Record this process's grid (cell label -> identity hash), or raise :class:`RecipeError`
-        naming the first cell a live run computes with other settings."""
+        """Record this grid (label -> identity hash), or :class:`RecipeError` naming the first
+        cell a live run computes with other settings."""
         from filelock import FileLock
 
         with self._registry():
@@ -235,8 +208,7 @@ class ActiveRuns:
             self.entry = write_json_atomic(self.dir / f"{name}.json", {
                 "pid": os.getpid(), "host": socket.gethostname(), "recipe": recipe,
                 "argv": " ".join(sys.argv)[:500],
-                "started": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-                "cells": dict(cells)})
+                "started": _now().isoformat(timespec="seconds"), "cells": dict(cells)})
 
     def owner(self, label: str) -> dict[str, Any] | None:
         """The live run (not this one) whose grid holds the cell ``label``, if any."""
@@ -259,22 +231,13 @@ def _describe(entry: Mapping[str, Any]) -> str:
             f"started {entry.get('started')}")
 
 
-def _json_number(value: float | None) -> float | str | None:
-    """A loss for a JSON file: finite floats as they are, NaN/inf as ``"nan"``/``"inf"``/``"-inf"``
-    (strict JSON has no NaN; the result writer refuses it), ``None`` when unknown."""
-    if value is None:
-        return None
-    value = float(value)
-    return value if math.isfinite(value) else str(value)
-
-
 @dataclass
 class GridRun:
-    """What :func:`run_grid` did: every record by cell, which were reused and which computed.
+    """What a grid's run did: every record by cell, which were reused and which computed.
 
-    ``diverged`` maps each cell whose training diverged to ``{"step", "loss", "message"}``: the
-    optimisation step (from 1) and its loss where known (else ``None``; the loss is a float, NaN
-    or inf as raised), and the error's one-line text. Those cells have no record.
+    ``diverged``: ``{cell: {"step", "loss", "message"}}`` (step from 1 and loss where known,
+    else ``None``); ``failed``: ``{cell: {"error", "log", "job_id"}}`` of cells whose job
+    failed (``--jobs``). Neither has a record.
     """
 
     cells: list[Cell]
@@ -285,36 +248,35 @@ class GridRun:
     seconds_this_invocation: float = 0.0
     identities: dict[Cell, Mapping[str, Any]] = field(default_factory=dict)
     diverged: dict[Cell, dict[str, Any]] = field(default_factory=dict)
-    #: cells whose job failed (``--jobs``/``--cluster``): ``{"error", "log", "job_id"}``
     failed: dict[Cell, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def complete(self) -> bool:
         return all(c in self.records for c in self.cells)
 
+    def reuse(self, cell: Cell, record: dict[str, Any]) -> None:
+        self.records[cell] = record
+        self.reused.append(cell)
+
     def in_grid_order(self) -> None:
-        """Records and lists in the order of :attr:`cells`, not the order jobs finished in
-        (``results.json`` is the same however the cells ran)."""
+        """Records and lists in the order of :attr:`cells`, whatever order jobs finished in."""
         order = {c: i for i, c in enumerate(self.cells)}
-        self.records = {c: self.records[c] for c in self.cells if c in self.records}
         self.computed.sort(key=order.__getitem__)
         self.reused.sort(key=order.__getitem__)
-        self.diverged = {c: self.diverged[c] for c in self.cells if c in self.diverged}
-        self.failed = {c: self.failed[c] for c in self.cells if c in self.failed}
+        for name in ("records", "diverged", "failed"):
+            held = getattr(self, name)
+            setattr(self, name, {c: held[c] for c in self.cells if c in held})
 
-    def code_versions(self) -> list[Any]:
-        """The distinct code versions (``identity["code"]``) of the cells with a record."""
-        seen: dict[str, Any] = {}
-        for cell in self.records:
-            code = (self.identities.get(cell) or {}).get("code")
-            if code is not None:
-                seen.setdefault(stable_hash(code), code)
-        return list(seen.values())
+    def progress_note(self, *head: str) -> str:
+        """The progress bar's note: ``head``, then how many failed and diverged so far."""
+        counts = [f"{len(self.failed)} failed"] * bool(self.failed) + [
+            f"{len(self.diverged)} diverged"] * bool(self.diverged)
+        return ", ".join([*head, *counts])
 
     def diverged_error(self) -> DivergedError | None:
-        """One :class:`DivergedError` naming every diverged cell (``None`` when none diverged),
-        e.g. ``2 of 8 runs diverged (NaN or inf; nothing stored for them): MUTAG/macl/seed0 at
-        step 7 (loss nan), MUTAG/macl/seed1``; its ``step``/``loss`` are the first cell's."""
+        """One :class:`DivergedError` naming every diverged cell (``None`` when none did), e.g.
+        ``2 of 8 runs diverged (...): MUTAG/macl/seed0 at step 7 (loss nan), MUTAG/macl/seed1``;
+        its ``step`` and ``loss`` are the first cell's."""
         if not self.diverged:
             return None
         parts = []
@@ -326,59 +288,61 @@ class GridRun:
                 text += f" (loss {info['loss']:.4g})"
             parts.append(text)
         first = next(iter(self.diverged.values()))
-        return DivergedError(f"{len(self.diverged)} of {runs(len(self.cells))} diverged (NaN or "
+        return DivergedError(f"{len(self.diverged)} of {plural(len(self.cells))} diverged (NaN or "
                              f"inf; nothing stored for them): {', '.join(parts)}",
                              step=first.get("step"), loss=first.get("loss"))
 
     def failed_error(self) -> CellsFailedError | None:
-        """One :class:`~adaptcl.recipes.engine.errors.CellsFailedError` naming every cell whose
-        job failed (``None`` when none did), diverged cells appended."""
+        """One error naming every cell whose job failed (``None`` when none did), then the
+        diverged ones."""
         if not self.failed:
             return None
         names = ", ".join(f"{c.label()} ({info['error']})" for c, info in self.failed.items())
         diverged = self.diverged_error()
         return CellsFailedError(
-            f"{len(self.failed)} of {runs(len(self.cells))} failed: {names}; their logs are named "
-            "above; rerun the same command to retry them (finished runs are reused)"
+            f"{len(self.failed)} of {plural(len(self.cells))} failed: {names}; their logs are "
+            "named above; rerun the same command to retry them (finished runs are reused)"
             + (f". Also: {diverged}" if diverged is not None else ""))
 
     def bookkeeping(self) -> dict[str, Any]:
-        """The part of a result file that says what this invocation did.
+        """What this invocation did, for the result file (cells as :meth:`Cell.as_dict`):
+        ``missing`` (planned, neither record nor divergence), ``failed``, ``diverged`` (the loss
+        JSON-safe: a finite float, ``"nan"``, ``"inf"``, ``"-inf"`` or ``None``), ..."""
+        def json_number(value: float | None) -> float | str | None:
+            return None if value is None else (float(value) if math.isfinite(float(value))
+                                               else str(float(value)))
 
-        ``missing``: planned cells with neither a record nor a divergence (never ran, or failed);
-        ``failed``: ``[{"cell", "error", "log", "job_id"}]``, cells whose job raised;
-        ``diverged``: ``[{"cell": {axis: value, ..., "seed": k}, "step", "loss", "message"}]``
-        in grid order, the loss JSON-safe (a finite float, ``"nan"``, ``"inf"``, ``"-inf"`` or
-        ``None``). Cells are written as :meth:`Cell.as_dict`.
-        """
+        codes: dict[str, Any] = {}  # the distinct code versions of the records
+        for cell in self.records:
+            if (code := (self.identities.get(cell) or {}).get("code")) is not None:
+                codes.setdefault(stable_hash(code), code)
         return {"complete": self.complete, "partial": not self.complete,
                 "reused": [c.as_dict() for c in self.reused],
                 "computed": [c.as_dict() for c in self.computed],
                 "missing": [c.as_dict() for c in self.cells
                             if c not in self.records and c not in self.diverged],
                 "diverged": [{"cell": c.as_dict(), "step": info.get("step"),
-                              "loss": _json_number(info.get("loss")),
+                              "loss": json_number(info.get("loss")),
                               "message": info.get("message")}
                              for c, info in self.diverged.items()],
                 "failed": [{"cell": c.as_dict(), "label": c.label()} | dict(info)
                            for c, info in self.failed.items()],
                 "superseded": list(self.superseded),
-                "code": self.code_versions(),
+                "code": list(codes.values()),
                 "total_train_seconds": sum(float(r.get("train_seconds") or 0.0)
                                            for r in self.records.values()),
                 "seconds_this_invocation": self.seconds_this_invocation}
 
 
 def collect(store: RunStore, grid: GridRun, *, reuse: bool = True) -> list[Cell]:
-    """Put every cell of ``grid`` whose record of the same identity is stored into
-    ``grid.records`` (``grid.reused``); return the others, to compute (``reuse=False``: every
-    cell; the stored records are set aside only when their cell is stored anew)."""
+    """Take every cell of ``grid`` whose record of the same identity is stored into
+    ``grid.records``; return the others, to compute (``reuse=False``: every cell; the stored
+    records are set aside only when their cell is stored anew)."""
     todo = []
     for cell in grid.cells:
         record = store.load(cell, grid.identities[cell]) if reuse else None
         if record is not None:
-            grid.records[cell] = record
-            grid.reused.append(cell)
+            grid.reuse(cell, record)
         else:
             todo.append(cell)
     grid.superseded = store.superseded
@@ -389,46 +353,32 @@ def compute_one(store: RunStore, grid: GridRun, cell: Cell,
                 compute: Callable[[Cell], dict[str, Any] | None],
                 trains: Callable[[Cell], bool] | bool, *, reuse: bool = True,
                 active: ActiveRuns | None = None, locked: bool = True) -> str:
-    """Compute and store one cell under its lock (``locked``), or reuse the record another
-    process stored meanwhile (``reuse``); what happened: ``"computed"``, ``"reused"``,
-    ``"diverged"`` or ``"none"`` (this process owns no result). Used by the sequential grid
-    and by each job of :mod:`~adaptcl.recipes.engine.jobs`."""
+    """Compute, check and store one cell under its lock (``locked``), or reuse the record
+    another process stored meanwhile (``reuse``): ``"computed"``, ``"reused"``,
+    ``"diverged"`` or ``"none"`` (this process owns no result: ``compute`` returned None)."""
+    training = trains(cell) if callable(trains) else trains
     lock = (store.cell_lock(cell, waiting=lambda: _waiting_note(active, cell)) if locked
             else contextlib.nullcontext())
     with lock:
-        if reuse and locked:  # another process may have stored it meanwhile
-            record = store.load(cell, grid.identities[cell])
-            if record is not None:
-                grid.records[cell] = record
-                grid.reused.append(cell)
-                return "reused"
-        if not _compute_cell(store, grid, cell, compute, trains):
-            return "none"
-    return "diverged" if cell in grid.diverged else "computed"
-
-
-def _compute_cell(store: RunStore, grid: GridRun, cell: Cell,
-                  compute: Callable[[Cell], dict[str, Any] | None],
-                  trains: Callable[[Cell], bool] | bool) -> bool:
-    """Compute, check and store one cell; a divergence goes to ``grid.diverged``. ``False``
-    when this process owns no result (``compute`` returned ``None``)."""
-    training = trains(cell) if callable(trains) else trains
-    try:
-        record = compute(cell)
-        if record is None:  # computed and stored by another process (rank 0 of DDP)
-            return False
-        check_record(cell.label(), record, trains=training)
-    except _diverged_errors() as err:
-        if not training:  # NaN from a frozen encoder is a broken input, not a divergence
-            raise err if isinstance(err, NonResultError) else NonResultError(
-                f"{cell.label()}: {err}") from err
-        grid.diverged[cell] = {"step": err.step, "loss": err.loss,
-                               "message": first_line(err) or type(err).__name__}
-        return True
-    store.save(cell, grid.identities[cell], record)
+        if reuse and locked and (record := store.load(cell, grid.identities[cell])) is not None:
+            grid.reuse(cell, record)  # another process stored it meanwhile
+            return "reused"
+        try:
+            record = compute(cell)
+            if record is None:  # computed and stored by another process (rank 0 of DDP)
+                return "none"
+            check_record(cell.label(), record, trains=training)
+        except _diverged_errors() as err:  # evaluated after compute, which may load the core
+            if not training:  # NaN from a frozen encoder is a broken input, not a divergence
+                raise err if isinstance(err, NonResultError) else NonResultError(
+                    f"{cell.label()}: {err}") from err
+            grid.diverged[cell] = {"step": err.step, "loss": err.loss,
+                                   "message": first_line(err) or type(err).__name__}
+            return "diverged"
+        store.save(cell, grid.identities[cell], record)
     grid.records[cell] = record
     grid.computed.append(cell)
-    return True
+    return "computed"
 
 
 def _diverged_errors() -> tuple[type[Exception], ...]:

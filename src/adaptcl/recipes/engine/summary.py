@@ -1,11 +1,10 @@
 """Summaries of a grid: mean ± std per table cell, paired differences with 95% t-intervals,
 and the markdown tables that show them.
 
-A row of a table is a value of the recipe's first axis (a dataset, a task) at one point of the
-sweep; a column is a value of its second axis (a loss, an init, an encoder). Every method is
-paired against the baseline over the seeds both have; every value of a swept setting is paired
-against its first value, same method, same row. One seed gives a value, never a spread or an
-interval.
+A row is a value of the recipe's first axis at one point of the sweep, a column a value of its
+second axis. Every method is paired against the baseline over the seeds both have; every value
+of a swept setting against its first value, same method and row. One seed gives a value, never
+a spread or an interval.
 """
 
 from __future__ import annotations
@@ -28,11 +27,8 @@ def mean_std(values: Sequence[float]) -> tuple[float, float]:
 
 def paired_difference(method: Mapping[int, float], baseline: Mapping[int, float]
                       ) -> dict[str, Any] | None:
-    """Mean of ``method - baseline`` over their common seeds with a 95% Student-t interval.
-
-    The interval uses the sample standard deviation of the differences (n - 1 degrees of
-    freedom); with one common seed there is a difference but no interval.
-    """
+    """Mean of ``method - baseline`` over their common seeds with a 95% Student-t interval
+    (sample standard deviation, n - 1 degrees of freedom; one common seed: no interval)."""
     seeds = sorted(set(method) & set(baseline))
     if not seeds:
         return None
@@ -71,14 +67,32 @@ def _stats(values: Mapping[int, float], lost: Sequence[int]) -> dict[str, Any]:
     return stats
 
 
-def _per_seed(records: Mapping[Cell, Mapping[str, Any]], metric: str, scale: float,
-              key: Callable[[Cell], Hashable]) -> dict[Hashable, dict[int, float]]:
-    out: dict[Hashable, dict[int, float]] = {}
+def _summarize(records: Mapping[Cell, Mapping[str, Any]], metric: str, scale: float,
+               diverged: Sequence[Cell], group: Callable[[Cell], Hashable],
+               member: Callable[[Cell], Any], groups: Sequence[Hashable],
+               members: Sequence[Any], baseline: Any, every: bool
+               ) -> dict[Hashable, tuple[dict, dict]]:
+    """Per group (``groups``, then those of the records): ``(stats, paired)`` by member, each
+    member's ``metric * scale`` by seed paired against ``baseline``'s; ``every``: a member with
+    neither value nor divergence has empty stats rather than none."""
+    seeds: dict[tuple, dict[int, float]] = {}
     for cell, record in records.items():
         value = record["metrics"].get(metric)
         if value is not None:
-            out.setdefault(key(cell), {})[cell.seed] = scale * float(value)
-    return {k: dict(sorted(v.items())) for k, v in out.items()}
+            seeds.setdefault((group(cell), member(cell)), {})[cell.seed] = scale * float(value)
+    out = {}
+    for key in dict.fromkeys([*groups, *(group(c) for c in [*records, *diverged])]):
+        stats, paired = {}, {}
+        base = dict(sorted(seeds.get((key, baseline), {}).items()))
+        for name in members:
+            values = dict(sorted(seeds.get((key, name), {}).items()))
+            lost = [c.seed for c in diverged if group(c) == key and member(c) == name]
+            if values or lost or every:
+                stats[name] = _stats(values, lost)
+            if name != baseline and values and base:
+                paired[name] = paired_difference(values, base)
+        out[key] = (stats, paired)
+    return out
 
 
 def summarize(records: Mapping[Cell, Mapping[str, Any]], metric: str, *,
@@ -89,23 +103,9 @@ def summarize(records: Mapping[Cell, Mapping[str, Any]], metric: str, *,
     ``{"methods": {method: {"mean", "std", "n", "seeds", "values"[, "diverged"]}},
     "paired": {method: paired difference to baseline}}`` of ``metrics[metric] * scale``.
     The seeds of ``diverged`` cells are listed per method, outside every mean."""
-    per_seed = _per_seed(records, metric, scale, lambda c: (row_label(c), c.column))
-    order = list(dict.fromkeys([*rows, *(row_label(c) for c in [*records, *diverged])]))
-    summary: dict[str, dict[str, Any]] = {}
-    for row in order:
-        entry: dict[str, Any] = {"methods": {}, "paired": {}}
-        for method in methods:
-            lost = [c.seed for c in diverged if row_label(c) == row and c.column == method]
-            values = per_seed.get((row, method), {})
-            if values or lost:
-                entry["methods"][method] = _stats(values, lost)
-        if baseline is not None and (row, baseline) in per_seed:
-            for method in methods:
-                if method != baseline and (row, method) in per_seed:
-                    entry["paired"][method] = paired_difference(per_seed[(row, method)],
-                                                                per_seed[(row, baseline)])
-        summary[row] = entry
-    return summary
+    rows_of = _summarize(records, metric, scale, diverged, row_label, lambda c: c.column, rows,
+                         methods, object() if baseline is None else baseline, every=False)
+    return {row: {"methods": stats, "paired": paired} for row, (stats, paired) in rows_of.items()}
 
 
 def summarize_axis(records: Mapping[Cell, Mapping[str, Any]], metric: str, axis: str,
@@ -116,22 +116,12 @@ def summarize_axis(records: Mapping[Cell, Mapping[str, Any]], metric: str, axis:
     def rest(cell: Cell) -> tuple:
         return (cell.row, cell.column, tuple((k, v) for k, v in cell.point if k != axis))
 
-    per_seed = _per_seed(records, metric, scale, lambda c: (rest(c), getattr(c, axis)))
-    groups = list(dict.fromkeys(rest(c) for c in [*records, *diverged]))
-    out = []
-    for row, method, other in groups:
-        entry: dict[str, Any] = {"row": row, "method": method, "point": dict(other),
-                                 "values": {}, "paired": {}}
-        first = per_seed.get(((row, method, other), values[0]))
-        for value in values:
-            seeds = per_seed.get(((row, method, other), value), {})
-            lost = [c.seed for c in diverged if rest(c) == (row, method, other)
-                    and getattr(c, axis) == value]
-            entry["values"][str(value)] = _stats(seeds, lost)
-            if value != values[0] and seeds and first:
-                entry["paired"][str(value)] = paired_difference(seeds, first)
-        out.append(entry)
-    return out
+    groups = _summarize(records, metric, scale, diverged, rest, lambda c: getattr(c, axis), (),
+                        values, values[0], every=True)
+    return [{"row": row, "method": method, "point": dict(other),
+             "values": {str(v): s for v, s in stats.items()},
+             "paired": {str(v): d for v, d in paired.items()}}
+            for (row, method, other), (stats, paired) in groups.items()]
 
 
 def format_mean_std(stats: Mapping[str, Any] | None, digits: int = 2) -> str:
@@ -159,8 +149,7 @@ def format_difference(diff: Mapping[str, Any] | None, digits: int = 2) -> str:
 
 
 def difference_header(name: str, against: str, diffs: Sequence[Mapping[str, Any] | None]) -> str:
-    """``name − against [95% CI]``; without ``[95% CI]`` when no difference has an interval
-    (one seed)."""
+    """``name − against [95% CI]``, without ``[95% CI]`` when no difference has an interval."""
     with_ci = any(d and d.get("ci95") is not None for d in diffs)
     return f"{name} − {against}" + (" [95% CI]" if with_ci else "")
 
@@ -170,7 +159,7 @@ def summary_table(summary: Mapping[str, Mapping[str, Any]], *, methods: Sequence
                   row_labels: Mapping[str, str] | None = None,
                   extra: Callable[[str], Mapping[str, str]] | None = None,
                   digits: int = 2, row_header: str = "dataset") -> str:
-    """Markdown: one row per summary row, ``mean ± std (n)`` per method, then each method minus
+    """Markdown: a row per summary row, ``mean ± std (n)`` per method, then each method minus
     the baseline (mean paired difference and its 95% t-interval), then ``extra(row)``."""
     labels = dict(labels or {})
     others = [m for m in methods if m != baseline] if baseline is not None else []
@@ -198,8 +187,7 @@ def axis_table(entries: Sequence[Mapping[str, Any]], axis: str, values: Sequence
     """Markdown of :func:`summarize_axis`: a row per (row, method, other settings), a column
     per value of ``axis``, then each value minus the first."""
     labels = dict(labels or {})
-    first = f"{axis}={values[0]}"
-    heads = {str(v): difference_header(f"{axis}={v}", first,
+    heads = {str(v): difference_header(f"{axis}={v}", f"{axis}={values[0]}",
                                        [e["paired"].get(str(v)) for e in entries])
              for v in values[1:]}
     rows = []

@@ -10,11 +10,10 @@ from adaptcl.recipes.engine.errors import RecipeError
 
 
 def apply_thread_policy(threads: int | None) -> int:
-    """Set torch's intra-op threads (``None``: leave torch's default); return the count in use.
+    """Set torch's intra-op threads (``None``: torch's default); return the count in use.
 
-    Recipes default to one thread: their models are small, so OpenMP synchronisation costs more
-    than a second thread saves, and a shared machine stays responsive. The count is recorded in
-    every result because it changes floating-point summation order.
+    Recipes default to one thread: their models are small, so a second thread costs more in
+    synchronisation than it saves. Every result records the count: it changes summation order.
     """
     import torch
 
@@ -47,28 +46,25 @@ def device_type(device: str) -> str:
 
 
 def device_identity(device: str) -> str:
-    """What of ``--device`` enters a run's identity: the type of the device it resolves to
-    (``auto`` on a machine without CUDA is ``cpu``)."""
+    """What of ``--device`` enters a run's identity: the type it resolves to."""
     return device_type(resolve_device(device))
 
 
 def check_lightning_precision(device: str, precision: str) -> None:
-    """Refuse ``16-mixed`` on the CPU for a Lightning training: Lightning would train in
-    bfloat16 instead and the result would carry the wrong label."""
-    if precision == "16-mixed" and device_type(resolve_device(device)) == "cpu":
+    """Refuse ``16-mixed`` on the CPU: Lightning would train in bfloat16 under that label."""
+    if precision == "16-mixed" and device_identity(device) == "cpu":
         raise RecipeError("--precision 16-mixed needs CUDA (on the CPU Lightning trains in "
                           "bfloat16 instead); use --precision bf16-mixed or 32")
 
 
 def grad_scaler(device: str, precision: str) -> Any:
-    """The gradient scaler fp16 needs (``16-mixed``); disabled (a pass-through) otherwise."""
+    """fp16's gradient scaler (``16-mixed``); a disabled pass-through otherwise."""
     import torch
 
     return torch.amp.GradScaler(device_type(device), enabled=precision == "16-mixed")
 
 
 def loader_options(device: str, workers: int = 0) -> dict[str, Any]:
-    """DataLoader options that help a GPU: pinned memory, persistent workers."""
     return {"num_workers": workers, "pin_memory": device_type(device) == "cuda",
             "persistent_workers": workers > 0}
 
