@@ -260,3 +260,18 @@ def test_python_dash_m_adaptcl_is_the_command_line():
                           "seeds"], capture_output=True, text=True, timeout=60, env=env)
     assert out.returncode == 2 and out.stderr.strip() == (
         "adaptcl compare: error: no result file no-such.json")
+
+
+def test_ci_runs_the_result_pins_again_on_other_cpu_kernels():
+    """A trained number is bit-exact on one CPU's kernels only: ``.ci/run`` runs ``make
+    test-pins``, the tests marked ``pins_result`` once more under ATen's scalar path and oneDNN
+    at AVX2, so a value pinned to this machine's kernels fails in CI, not on a user's CPU."""
+    ci = (REPO_ROOT / ".ci" / "run").read_text()
+    assert 'step "make test-pins" make test-pins' in ci.splitlines()
+    dry = subprocess.run(["make", "-n", "test-pins"], cwd=REPO_ROOT, capture_output=True,
+                         text=True, timeout=60, check=True).stdout.splitlines()[-1]
+    assert dry.startswith("ATEN_CPU_CAPABILITY=default ONEDNN_MAX_CPU_ISA=AVX2 ")
+    assert " -m pins_result" in dry
+    marked = [p for p in (REPO_ROOT / "tests").rglob("test_*.py")
+              if "@pytest.mark.pins_result" in p.read_text(encoding="utf-8")]
+    assert marked, "no test carries the pins_result marker: make test-pins would collect none"

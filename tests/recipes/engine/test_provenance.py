@@ -32,3 +32,13 @@ def test_the_environment_records_the_cpu_kernel_path_and_the_versions():
     assert env["frameworks"]["no-such-package"] is None and env["frameworks"]["numpy"]
     assert package_versions(["torch"])["torch"] == torch.__version__.split("+")[0] or \
         package_versions(["torch"])["torch"] == torch.__version__
+
+
+def test_the_environment_names_the_variables_that_chose_other_kernels(monkeypatch):
+    for name in ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA",
+                 "MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR"):
+        monkeypatch.delenv(name, raising=False)
+    assert environment()["kernel_overrides"] == {}
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    monkeypatch.setenv("MKL_ENABLE_INSTRUCTIONS", "")  # empty: not set
+    assert environment()["kernel_overrides"] == {"ONEDNN_MAX_CPU_ISA": "AVX2"}

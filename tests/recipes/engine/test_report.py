@@ -24,7 +24,8 @@ def _record(acc: float) -> dict:
     return {"metrics": {"acc": acc}, "optimisation_steps": 1, "train_seconds": 1.5}
 
 
-def test_result_files_record_environment_and_mark_partial(tmp_path):
+def test_result_files_record_environment_and_mark_partial(tmp_path, monkeypatch):
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")  # a kernel override is named beside the path
     cells = [Cell("d", "m", 0), Cell("d", "m", 1)]
     grid = run_grid("toy", tmp_path, cells[:1], identity=lambda c: {},
                     compute=lambda c: _record(0.5), progress_bar=False)
@@ -42,7 +43,9 @@ def test_result_files_record_environment_and_mark_partial(tmp_path):
     assert on_disk["environment"]["frameworks"]["numpy"]
     markdown = open(paths["markdown"]).read()
     assert markdown.startswith("> **PARTIAL**") and "sha256 abababababab" in markdown
-    assert f"(kernels: {on_disk['environment']['cpu_capability']})" in markdown
+    overrides = "".join(f", {k}={v}" for k, v in on_disk["environment"]["kernel_overrides"].items())
+    assert "ONEDNN_MAX_CPU_ISA=AVX2" in overrides
+    assert f"(kernels: {on_disk['environment']['cpu_capability']}{overrides})" in markdown
 
 
 def test_recomputed_runs_are_said_in_the_table(tmp_path):

@@ -79,6 +79,17 @@ def cpu_capability() -> str | None:
     return getter() if getter is not None else None
 
 
+# Variables that make ATen, oneDNN or MKL take another kernel path than the CPU's own: a result
+# computed under one of them is bit-exact only under the same setting.
+KERNEL_VARIABLES = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA",
+                    "MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR")
+
+
+def kernel_overrides() -> dict[str, str]:
+    """The kernel-choosing variables set in this process (see :data:`KERNEL_VARIABLES`)."""
+    return {name: os.environ[name] for name in KERNEL_VARIABLES if os.environ.get(name)}
+
+
 def _cpu_model() -> str:
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as handle:
@@ -118,7 +129,7 @@ def environment(*, frameworks: Sequence[str] = (), device: str | None = None,
         "adaptcl": package_version(), "python": platform.python_version(),
         "torch": torch.__version__, "frameworks": package_versions(frameworks),
         "platform": platform.platform(), "cpu": _cpu_model(), "cpu_count": os.cpu_count(),
-        "cpu_capability": cpu_capability(),
+        "cpu_capability": cpu_capability(), "kernel_overrides": kernel_overrides(),
         "torch_threads": torch.get_num_threads(), "device": device,
         "cuda": torch.version.cuda if cuda else None,
         "gpu": torch.cuda.get_device_name(0) if cuda else None,

@@ -174,10 +174,11 @@ def write_results(out_dir: str | os.PathLike, result: Mapping[str, Any], markdow
                      f"{layout.runs / 'superseded'}.")]
     head = "".join(f"> {text}\n\n" for shown, text in banners if shown)
     foot = ""
+    overrides = "".join(f", {k}={v}" for k, v in (env.get("kernel_overrides") or {}).items())
     if env:
         foot = (f"\n_adaptcl {env.get('adaptcl')}, torch {env.get('torch')}, Python "
                 f"{env.get('python')}; {env.get('cpu')} (kernels: "
-                f"{env.get('cpu_capability')}), torch threads {env.get('torch_threads')}, "
+                f"{env.get('cpu_capability')}{overrides}), torch threads {env.get('torch_threads')}, "
                 f"device {env.get('device')}; commit {env.get('git_commit')}; "
                 f"{env.get('timestamp')}; data {env.get('data_root')} "
                 f"({_short_fingerprint(env.get('data_fingerprint'))}); reused "
