@@ -67,6 +67,19 @@ def test_featureless_dataset_gets_constant_or_degree_features(shared_data, tmp_p
     assert cfg.augmentation("MUTAG") == "random2"
 
 
+@pytest.mark.parametrize("progress", [True, False])
+def test_processing_the_raw_files_is_said_only_with_progress(mutag_root, tmp_path, capsys,
+                                                             monkeypatch, progress):
+    """torch-geometric prints "Processing... Done!" outside pytest (it checks
+    ``PYTEST_CURRENT_TEST``): with ``--no-progress`` a log file gets none of it."""
+    monkeypatch.delenv("PYTEST_CURRENT_TEST")  # as in a real run; restored after the test
+    cfg = TUConfig(data_root=str(mutag_root), output_dir=str(tmp_path / "out"), progress=progress)
+    _, raw = tu_data.find_raw(mutag_root, "MUTAG")
+    graphs, _, _ = tu_data.load_tu_graphs(cfg, "MUTAG", raw, "fp")
+    assert len(graphs) == 188
+    assert ("Processing..." in capsys.readouterr().err) is progress
+
+
 def test_truncated_processed_dataset_is_named_and_rebuilt(mutag_root, tmp_path, capsys):
     cfg = TUConfig(data_root=str(mutag_root), output_dir=str(tmp_path / "out"))
     _, raw = tu_data.find_raw(mutag_root, "MUTAG")

@@ -4,6 +4,8 @@ writes ``processed/`` next to ``raw/``), loaded with node features."""
 from __future__ import annotations
 
 import collections
+import contextlib
+import io
 import os
 import shutil
 import tempfile
@@ -73,9 +75,13 @@ def load_tu_graphs(cfg: TUConfig, name: str, source: Path,
 
     work_dir = Path(cfg.work_dir) if cfg.work_dir else RunLayout(cfg.output_dir).folder("data")
     root = prepare_tu_root(source, name, work_dir, fingerprint)
-    dataset = load_or_rebuild(
-        root / name / "processed", lambda: TUDataset(str(root), name=name),
-        lambda: TUDataset(str(root), name=name), what=f"processed {name} dataset")
+
+    def build() -> Any:  # TUDataset takes no ``log=``: its "Processing... Done!" goes to stderr
+        with contextlib.nullcontext() if cfg.progress else contextlib.redirect_stderr(io.StringIO()):
+            return TUDataset(str(root), name=name)
+
+    dataset = load_or_rebuild(root / name / "processed", build, build,
+                              what=f"processed {name} dataset")
     if dataset.num_features > 0:
         feature, desc = None, f"node labels ({dataset.num_features}-dim one-hot)"
     elif cfg.node_features == "constant":
