@@ -58,7 +58,7 @@ tests_for() {
                tests/adapters/sentence_transformers/test_mixed_precision.py \
                tests/adapters/sentence_transformers/test_resume.py \
                tests/adapters/sentence_transformers/test_temperature_rules.py \
-               tests/recipes/test_simcse_training.py ;;
+               tests/adapters/sentence_transformers/test_train_simcse.py ;;
     graph) echo tests/adapters/graphcl/test_devices.py tests/adapters/graphcl/test_edge_attributes.py \
                 tests/adapters/graphcl/test_model.py tests/adapters/graphcl/test_train.py \
                 tests/adapters/graphcl/test_transforms.py tests/adapters/graphcl/test_workers.py \

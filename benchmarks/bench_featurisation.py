@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> dict[str, object]:
               "per_round": rates, "ratio": ratio, "per_round_ratio": ratios,
               "loadavg": os.getloadavg()[0]}
     if args.json:
-        from adaptcl.recipes.template.provenance import write_measurements
+        from adaptcl.recipes.engine.provenance import write_measurements
 
         write_measurements(args.json, result, device="cpu")
     return result

@@ -439,7 +439,7 @@ def render_step(records: list[dict[str, object]]) -> str:
 def environment(device: torch.device) -> dict[str, object]:
     """The recipes' environment record (versions, host, commit, threads) plus the GPU it ran on
     and whether TF32 matmuls were allowed."""
-    from adaptcl.recipes.template.provenance import environment as run_environment
+    from adaptcl.recipes.engine.provenance import environment as run_environment
 
     env = run_environment(device=str(device))
     env["tf32_matmul"] = torch.backends.cuda.matmul.allow_tf32
@@ -503,7 +503,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {"environment": env, "config": {k: (str(v) if isinstance(v, Path) else v)
                                              for k, v in vars(args).items()},
               "losses": losses, "simclr_step": step}
-    from adaptcl.recipes.template.files import write_json_atomic
+    from adaptcl.recipes.engine.files import write_json_atomic
 
     write_json_atomic(args.out, result)
     print(f"wrote {args.out}")

@@ -138,7 +138,7 @@ def main() -> int:
     if load:
         print(f"# load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} on {os.cpu_count()} CPUs")
     if args.json:
-        from adaptcl.recipes.template.provenance import write_measurements
+        from adaptcl.recipes.engine.provenance import write_measurements
 
         write_measurements(args.json, {"args": vars(args), "step_times_s": times,
                                        "step_ratios": ratios, "loss_times_s": loss_times,

@@ -399,7 +399,7 @@ def main(argv: list[str] | None = None) -> int:
           f"adaptcl.plugins fingerprint {core_fingerprint()}\n", flush=True)
     results = run(args)
     if args.json is not None:
-        from adaptcl.recipes.template.provenance import write_measurements
+        from adaptcl.recipes.engine.provenance import write_measurements
 
         write_measurements(args.json, results, device="cpu")
         print(f"\nwrote {args.json}")

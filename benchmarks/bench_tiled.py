@@ -189,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     print("\ntime ratio = tiled / materialised (median of per-round ratios; > 1 means tiling costs time);"
           "\nmem ratio = tiled peak / materialised peak (fresh subprocess each, peak RSS growth of one step).")
     if args.json:
-        from adaptcl.recipes.template.provenance import write_measurements
+        from adaptcl.recipes.engine.provenance import write_measurements
 
         write_measurements(args.json, report, device="cpu")
     return 0

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from pathlib import Path
@@ -54,15 +53,19 @@ html_static_path = ["_static"]
 
 def _write_cli_help() -> None:
     """`adaptcl <recipe> --help` for every recipe, so the recipe pages list the real options."""
+    import contextlib
+    import io
+
     from adaptcl import cli
 
     out = DOCS / "_generated"
     out.mkdir(exist_ok=True)
-    os.environ["COLUMNS"] = "100"  # argparse wraps at the terminal width: fix it for the build
+    os.environ["COLUMNS"] = "100"  # help wraps at the terminal width: fix it for the build
     for name in cli.RECIPES:
-        parser = cli.build_parser(selected=name)
-        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-        text = sub.choices[name].format_help()
+        printed = io.StringIO()
+        with contextlib.redirect_stdout(printed), contextlib.suppress(SystemExit):
+            cli.main([name, "--help"])
+        text = printed.getvalue()
         target = out / f"cli_{name}.txt"
         if not target.exists() or target.read_text() != text:
             target.write_text(text)

@@ -29,5 +29,6 @@ def python_blocks(path: Path) -> list[CodeBlock]:
 
 def run_block(block: CodeBlock, namespace: dict) -> None:
     """Execute one block in ``namespace``; a failure names the file and line it came from."""
-    code = compile(block.code, f"{block.path}:{block.line}", "exec")
+    # dont_inherit: the block runs as a reader runs it, not under this module's __future__ imports
+    code = compile(block.code, f"{block.path}:{block.line}", "exec", dont_inherit=True)
     exec(code, namespace)  # noqa: S102 - running the documented examples is the test

@@ -1,12 +1,8 @@
 """``adaptcl <recipe> ...``: one sub-command per recipe.
 
-Each recipe module exposes ``RECIPE``, a :class:`~adaptcl.recipes.template.recipe.Recipe`
-(its ``add_arguments(parser)``, ``main(args) -> int`` and ``example``, shown under ``--help``). Only the module of the sub-command being run is imported,
-and recipe modules import nothing heavy at module level, so ``--help`` is instant.
-
-Errors: a user error (a bad option, missing or malformed data, a run that produced no result:
-:class:`adaptcl.recipes.template.errors.RecipeError`) prints one line ``adaptcl <recipe>: error: ...``
-and exits 2; anything else is a crash and keeps its traceback (exit 1).
+Each recipe package's ``recipe`` module exposes ``RECIPE`` (:class:`adaptcl.recipes.engine.Recipe`,
+``main(argv, prog) -> int``); only the one being run is imported, so ``--help`` is fast. A user
+error prints one line ``adaptcl <recipe>: error: ...`` and exits 2; a crash keeps its traceback.
 """
 
 from __future__ import annotations
@@ -19,40 +15,22 @@ import signal
 import sys
 import threading
 import warnings
+from collections.abc import Callable
 
-from adaptcl.recipes.template.errors import RecipeError
-from adaptcl.recipes.template.jobs import CellsFailedError
-from adaptcl.recipes.template.store import distributed_follower
+from adaptcl import __version__
+from adaptcl.recipes.engine import CellsFailedError, RecipeError, RunStopped, distributed_follower
 
-# sub-command -> (module, one-line help)
-RECIPES: dict[str, tuple[str, str]] = {
-    "demo": ("adaptcl.recipes.demo", "short NT-Xent vs MACL run on bundled digits, table + plot"),
-    "images": ("adaptcl.recipes.images", "SimCLR/MoCo/SimSiam/Barlow Twins via Lightly on CIFAR-10 or a folder: kNN + linear probe"),
-    "simcse": ("adaptcl.recipes.simcse", "SimCSE on BERT/RoBERTa with a chosen loss, then STS"),
-    "sts": ("adaptcl.recipes.sts", "SentEval/SimCSE STS12-16, STS-B, SICK-R: cosine Spearman table"),
-    "transfer": ("adaptcl.recipes.transfer", "SentEval transfer tasks (MR..MRPC): logistic regression"),
-    "tu": ("adaptcl.recipes.tu", "GraphCL pre-training on TU datasets, SVM 10-fold CV, every loss"),
-    "moleculenet": ("adaptcl.recipes.moleculenet", "GraphCL/MACL pre-training on SMILES, MoleculeNet fine-tuning, ROC-AUC"),
-    "compare": ("adaptcl.recipes.compare", "one table and plot over a setting (a sweep) from result files of one recipe, paired CIs"),
+# sub-command -> one-line help (its module: adaptcl.recipes.<name>.recipe)
+RECIPES: dict[str, str] = {
+    "demo": "short NT-Xent vs MACL run on bundled digits, table + plot",
+    "images": "SimCLR/MoCo/SimSiam/Barlow Twins via Lightly on CIFAR-10 or a folder: kNN + linear probe",
+    "simcse": "SimCSE on BERT/RoBERTa with a chosen loss, then STS",
+    "sts": "SentEval/SimCSE STS12-16, STS-B, SICK-R: cosine Spearman table",
+    "transfer": "SentEval transfer tasks (MR..MRPC): logistic regression",
+    "tu": "GraphCL pre-training on TU datasets, SVM 10-fold CV, every loss",
+    "moleculenet": "GraphCL/MACL pre-training on SMILES, MoleculeNet fine-tuning, ROC-AUC",
+    "compare": "one table and plot over a setting from result files of one recipe, paired CIs",
 }
-
-
-class OneLineParser(argparse.ArgumentParser):
-    """argparse with one-line errors: ``adaptcl <recipe>: error: ...`` and exit status 2."""
-
-    def error(self, message: str):  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {message}\n")
-
-
-class RecipeParser(OneLineParser):
-    """A sub-command's parser: it reports its own unrecognised arguments, so the message names
-    the recipe (``adaptcl sts: error: unrecognized arguments: --logger``), not ``adaptcl``."""
-
-    def parse_known_args(self, args=None, namespace=None):  # type: ignore[override]
-        namespace, extras = super().parse_known_args(args, namespace)
-        if extras:
-            self.error(f"unrecognized arguments: {' '.join(extras)}")
-        return namespace, extras
 
 
 # What the file system says when the user's disk or folder cannot take the output: the user's
@@ -76,58 +54,8 @@ def storage_error(err: BaseException) -> str | None:
     return None
 
 
-class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
-    """Defaults in every valued option's help; the description and example kept as written."""
-
-    def _get_help_string(self, action: argparse.Action) -> str:
-        if action.default is None or action.nargs == 0:  # flags, and "unset" defaults
-            return action.help or ""
-        return super()._get_help_string(action)
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("adaptcl")
-    except PackageNotFoundError:  # pragma: no cover - a bare checkout
-        import adaptcl
-
-        return adaptcl.__version__
-
-
-def build_parser(selected: str | None = None) -> argparse.ArgumentParser:
-    """The CLI parser; only the ``selected`` recipe's module is imported (for its options)."""
-    parser = OneLineParser(prog="adaptcl", description=__doc__.splitlines()[0])
-    parser.add_argument("--version", action="version", version=f"adaptcl {_version()}")
-    sub = parser.add_subparsers(dest="recipe", metavar="<recipe>", required=True,
-                                parser_class=RecipeParser)
-    for name, (module, help_text) in RECIPES.items():
-        recipe_parser = sub.add_parser(name, help=help_text, description=help_text,
-                                       formatter_class=_HelpFormatter)
-        recipe_parser.set_defaults(_module=module)
-        if name == selected:
-            _add_arguments(recipe_parser, module)
-    return parser
-
-
-def _add_arguments(parser: argparse.ArgumentParser, module: str) -> None:
-    try:
-        recipe = importlib.import_module(module)
-    except ImportError as err:
-        # Keep the sub-command usable for --help; running it reports the missing extra.
-        parser.set_defaults(_import_error=err)
-        return
-    recipe = recipe.RECIPE
-    recipe.add_arguments(parser)
-    example = recipe.example
-    if example:
-        parser.epilog = "example:\n" + "\n".join(f"  {line}" for line in example.strip().splitlines())
-
-
 def _report(prog: str, message: str) -> None:
-    """Print a one-line error, on rank 0 only: the ranks of a distributed run (torchrun's
-    ``RANK``, Lightning's ``LOCAL_RANK``) meet the same error, and one line is enough."""
+    """A one-line error, on rank 0 only: every rank of a distributed run meets the same one."""
     if not distributed_follower():
         print(f"{prog}: error: {message}", file=sys.stderr)
 
@@ -141,51 +69,56 @@ def _raise_terminated(signum: int, frame: object) -> None:
     raise Terminated()
 
 
-def _stop_on_sigterm() -> bool:
-    """Make SIGTERM (``kill``, ``timeout``, a scheduler's stop) end the run as Ctrl-C does,
-    unless someone else already handles it (then it stays theirs). Whether it was set."""
-    if (threading.current_thread() is threading.main_thread()
-            and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL):
-        signal.signal(signal.SIGTERM, _raise_terminated)
-        return True
-    return False
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    selected = next((a for a in argv if not a.startswith("-")), None)
-    args = build_parser(selected if selected in RECIPES else None).parse_args(argv)
-    prog = f"adaptcl {args.recipe}"
-    error = getattr(args, "_import_error", None)
-    if error is not None:
-        print(f"{prog}: error: {error}", file=sys.stderr)
-        return 2
-
+    if not argv or argv[0].startswith("-") or argv[0] not in RECIPES:
+        parser = argparse.ArgumentParser(
+            prog="adaptcl", description=__doc__.splitlines()[0],
+            epilog="recipes:\n" + "\n".join(f"  {n:<12} {h}" for n, h in RECIPES.items())
+            + "\n\nadaptcl <recipe> --help shows a recipe's options.",
+            formatter_class=argparse.RawDescriptionHelpFormatter)
+        parser.add_argument("--version", action="version", version=f"adaptcl {__version__}")
+        parser.add_argument("recipe", metavar="<recipe>", choices=list(RECIPES), help="what to run")
+        if argv and not argv[0].startswith("-"):
+            parser.exit(2, f"adaptcl: error: unknown recipe {argv[0]!r}; choose from "
+                           f"{', '.join(RECIPES)}\n")
+        parser.parse_args(argv[:1])  # --help / --version exit here
+        parser.exit(2, "adaptcl: error: name a recipe; see adaptcl --help\n")
+    name, rest = argv[0], argv[1:]
+    prog = f"adaptcl {name}"
     # torch-geometric scripts modules at import; torch's deprecation of that is not the user's
     warnings.filterwarnings("ignore", message=r"`torch\.jit\.script` is deprecated",
                             category=FutureWarning)
-    stop_on_sigterm = _stop_on_sigterm()
+    # SIGTERM (kill, timeout, a scheduler) ends the run as Ctrl-C does, unless someone else
+    # already handles it (then it stays theirs)
+    on_sigterm = (threading.current_thread() is threading.main_thread()
+                  and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL)
+    if on_sigterm:
+        signal.signal(signal.SIGTERM, _raise_terminated)
     try:
-        return _run(args, prog)
+        return _handled(prog, lambda: int(importlib.import_module(
+            f"adaptcl.recipes.{name}.recipe").RECIPE.main(rest, prog) or 0))
     finally:
-        if stop_on_sigterm:  # the caller's process gets its default back
+        if on_sigterm:  # the caller's process gets its default back
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
-def _run(args: argparse.Namespace, prog: str) -> int:
+def _handled(prog: str, call: Callable[[], int]) -> int:
+    """``call()`` with every error a user meets as one line and its exit code."""
     try:
-        return int(importlib.import_module(args._module).RECIPE.main(args) or 0)
-    except RecipeError as err:
+        return call()
+    except (RecipeError, CellsFailedError) as err:  # a failed cell's traceback is in its log
         _report(prog, str(err))
-        return 2
-    except CellsFailedError as err:  # each cell's traceback is in its job's log, named above
-        _report(prog, str(err))
-        return 1
+        return 2 if isinstance(err, RecipeError) else 1
     except ImportError as err:
         if "pip install" not in str(err):  # a missing extra is the user's to fix; others crash
             raise
         _report(prog, str(err))
         return 2
+    except RunStopped as stop:  # every rank says it: the one that would speak may be gone
+        print(f"{prog}: {stop}; finished runs are kept{_kept(stop)}: rerun the same command to "
+              "resume", file=sys.stderr)
+        return 1
     except (OSError, RuntimeError) as err:
         message = storage_error(err)
         if message is None:
@@ -193,13 +126,17 @@ def _run(args: argparse.Namespace, prog: str) -> int:
         _report(prog, message)
         return 2
     except KeyboardInterrupt as stop:
-        out = getattr(args, "output_dir", None)
-        kept = f" under {out}/runs" if out else ""
         how = "terminated (SIGTERM)" if isinstance(stop, Terminated) else "interrupted"
         if not distributed_follower():  # every rank is stopped; one line says so
-            print(f"\n{prog}: {how}; finished runs are kept{kept}: rerun the same command to "
-                  "resume", file=sys.stderr)
+            print(f"\n{prog}: {how}; finished runs are kept{_kept(stop)}: rerun the same command "
+                  "to resume", file=sys.stderr)
         return 128 + (signal.SIGTERM if isinstance(stop, Terminated) else signal.SIGINT)
+
+
+def _kept(stop: BaseException) -> str:
+    """`` under <output dir>/runs``: where the recipe that stopped keeps its finished runs."""
+    output_dir = getattr(stop, "output_dir", None)  # set by the recipe that was running
+    return f" under {output_dir}/runs" if output_dir else ""
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -43,9 +43,11 @@ def build_tiny_model(directory: Path, architecture: str = "roberta", seed: int =
     tok.post_processor = processors.TemplateProcessing(
         single=f"{cls} $A {sep}", pair=f"{cls} $A {sep} $B {sep}",
         special_tokens=[(cls, tok.token_to_id(cls)), (sep, tok.token_to_id(sep))])
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token=cls, eos_token=sep,
-                                   cls_token=cls, sep_token=sep, pad_token=pad, unk_token=unk,
-                                   mask_token=mask, model_max_length=64)
+    # BERT's tokenizer has no BOS/EOS (transformers would warn, aligning the model's config)
+    ends = dict(bos_token=cls, eos_token=sep) if architecture == "roberta" else {}
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, **ends, cls_token=cls, sep_token=sep,
+                                   pad_token=pad, unk_token=unk, mask_token=mask,
+                                   model_max_length=64)
     fast.save_pretrained(directory)
     common = dict(vocab_size=tok.get_vocab_size(), hidden_size=32, num_hidden_layers=2,
                   num_attention_heads=2, intermediate_size=37, max_position_embeddings=80,

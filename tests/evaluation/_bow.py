@@ -37,6 +37,25 @@ class CountingEncoder:
         return hashed_bow(sentences, self.dim)
 
 
+class SwitchableEncoder(CountingEncoder):
+    """Hashed bag of words that can be broken (NaN, zeros or a constant vector)."""
+
+    def __init__(self, mode: str = "ok") -> None:
+        super().__init__()
+        self.mode = mode
+        self.model_id = "switchable"
+
+    def __call__(self, sentences):
+        out = super().__call__(sentences)
+        if self.mode == "nan":
+            out[::3] = np.nan
+        elif self.mode == "zero":
+            out[:] = 0.0
+        elif self.mode == "constant":
+            out[:] = 0.5
+        return out
+
+
 def nan_bow(sentences: list[str]) -> np.ndarray:
     """A broken encoder: the hashed bag of words with NaN in every third row."""
     out = hashed_bow(sentences)

@@ -221,7 +221,7 @@ def _train_on_digits(steps: int = 150, **loss_kwargs) -> list[tuple[float, float
     """A small MLP encoder, AMCL's two heads and its temperature network trained SimCLR-style
     on augmented scikit-learn digits (the demo's data and views): (tau+, tau-) per step."""
     from adaptcl.plugins import MultiHeadProjection
-    from adaptcl.recipes.demo_data import augment, load_digits_split
+    from adaptcl.recipes.demo.data import augment, load_digits_split
 
     images = load_digits_split(0.25, 0)[0]
     torch.manual_seed(0)

@@ -106,8 +106,8 @@ def test_non_finite_loss_raises_naming_the_run(per_step):
 
 def test_unknown_precision_is_rejected_by_name():
     model, opt = fresh_model()
-    with pytest.raises(ValueError, match=r"precision must be one of '32', 'bf16-mixed', "
-                                         r"'16-mixed', got 'fp8'"):
+    with pytest.raises(ValueError, match=r"precision must be one of 32, bf16-mixed, 16-mixed, "
+                                         r"got 'fp8'"):
         train_epoch(model, pair_loader(), opt, precision="fp8")
 
 

@@ -25,21 +25,21 @@ from adaptcl.adapters.lightly import (  # noqa: E402
     NTXentLoss,
     PairTemperature,
 )
-from adaptcl.adapters.lightning.factory import (  # noqa: E402
-    TrainingClock,
-    build_ssl_module,
-    build_trainer,
-)
+from adaptcl.adapters.lightning.factory import build_ssl_module  # noqa: E402
 from adaptcl.adapters.lightning.methods import METHOD_LOSSES  # noqa: E402
 from adaptcl.adapters.lightning.modules import (  # noqa: E402
     ASCLMoCoModule,
-    AtomicCheckpointIO,
     BarlowTwinsModule,
     MoCoV2Module,
     SimCLRModule,
     SimSiamModule,
     cifar_resnet,
     small_cnn,
+)
+from adaptcl.adapters.lightning.trainer import (  # noqa: E402
+    AtomicCheckpointIO,
+    TrainingClock,
+    build_trainer,
 )
 from adaptcl.plugins import AMCLBarlowTwinsLoss, AMCLSimSiamLoss  # noqa: E402
 
@@ -310,8 +310,8 @@ def test_trainer_by_device_name_writes_last_checkpoint_and_the_clock_resumes(tmp
     assert trainer.precision == "bf16-mixed" and trainer.logger is None
     assert any(isinstance(p, AtomicCheckpointIO) for p in [trainer.strategy.checkpoint_io])
     clock = TrainingClock()
-    clock.load_state_dict({"seconds": 12.5})
-    assert clock.state_dict() == {"seconds": 12.5}
+    clock.load_state_dict({"epoch_seconds": [12.5, 2.5]})
+    assert clock.state_dict() == {"epoch_seconds": [12.5, 2.5]} and clock.seconds == 15.0
 
 
 class _FixedViews(Dataset):

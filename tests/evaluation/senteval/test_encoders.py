@@ -13,9 +13,9 @@ from adaptcl.evaluation.senteval import sts
 from adaptcl.evaluation.senteval.encoders import (
     POOLERS,
     SentenceEncoder,
-    _folder_fingerprint,
     build_encoder,
     check_embeddings,
+    folder_fingerprint,
     hash_sentences,
     model_identifier,
 )
@@ -101,10 +101,10 @@ def test_cache_key_follows_model_weights_not_name_or_mtime(tmp_path):
     weights = model / "model.safetensors"
     weights.write_bytes(b"weights-one")
     stat = weights.stat()
-    before = _folder_fingerprint(model)
+    before = folder_fingerprint(model)
     weights.write_bytes(b"weights-two")  # same size, same mtime: only the content differs
     os.utime(weights, ns=(stat.st_atime_ns, stat.st_mtime_ns))
-    after = _folder_fingerprint(model)
+    after = folder_fingerprint(model)
     assert before != after
 
     def encoder(fingerprint):

@@ -12,10 +12,13 @@
   (``"dcl"``, also by GraphCL's name ``"graphcl"``, ``"infonce"``, ``"macl"``, ``"dystress"``,
   ``"temperature_schedule"``, ``"learnable_temperature"``, or any ``nn.Module``), and
   :func:`train_epoch` (``device=``, ``precision="32" | "bf16-mixed" | "16-mixed"``);
+  the loss names (:mod:`.names`, which imports no framework);
 * the same pre-training under PyTorch Lightning, on one device or several (``strategy="ddp"``,
   negatives gathered across ranks): :class:`~adaptcl.adapters.graphcl.lightning.GraphCLModule`
   in :mod:`adaptcl.adapters.graphcl.lightning`, imported from there (this package does not
   import Lightning).
+
+The names are imported from their module on first use (``pip install 'adaptcl[graph]'``).
 
 References: You et al., "Graph Contrastive Learning with Augmentations", NeurIPS 2020;
 Hu et al., "Strategies for Pre-training Graph Neural Networks", ICLR 2020; Huang et al.,
@@ -32,44 +35,51 @@ Example::
         loss = model(b0, b1)
 """
 
-from adaptcl.adapters import require
+from typing import TYPE_CHECKING
 
-require("torch_geometric", "graph")
+from adaptcl.adapters import lazy_exports
+from adaptcl.adapters.graphcl.names import LOSS_ALIASES, LOSS_NAMES
 
-from .encoders import MolGINEncoder, TUGINEncoder  # noqa: E402
-from .features import CappedOneHotDegree, ConstantFeatures  # noqa: E402
-from .model import (  # noqa: E402
-    LOSS_ALIASES,
-    LOSS_NAMES,
-    PRECISIONS,
-    GraphCL,
-    MolPropertyModel,
-    graphcl_loss,
-    projection_head,
-    train_epoch,
-)
-from .molecules import (  # noqa: E402
-    MoleculeDataset,
-    featurise_smiles,
-    load_moleculenet,
-    load_smiles_dataset,
-    murcko_scaffold,
-    read_moleculenet_csv,
-    scaffold_split,
-    smiles_to_data,
-)
-from .transforms import (  # noqa: E402
-    AttrMask,
-    EdgePerturb,
-    GraphAugmentation,
-    Identity,
-    NodeDrop,
-    RandomChoice,
-    Subgraph,
-    TwoViewDataset,
-    graphcl_augmentation,
-    worker_generator,
-)
+if TYPE_CHECKING:  # pragma: no cover - for type checkers; at run time __getattr__ imports them
+    from .encoders import MolGINEncoder, TUGINEncoder
+    from .features import CappedOneHotDegree, ConstantFeatures
+    from .model import GraphCL, MolPropertyModel, graphcl_loss, projection_head, train_epoch
+    from .molecules import (
+        MoleculeDataset,
+        featurise_smiles,
+        load_moleculenet,
+        load_smiles_dataset,
+        murcko_scaffold,
+        read_moleculenet_csv,
+        scaffold_split,
+        smiles_to_data,
+    )
+    from .transforms import (
+        AttrMask,
+        EdgePerturb,
+        GraphAugmentation,
+        Identity,
+        NodeDrop,
+        RandomChoice,
+        Subgraph,
+        TwoViewDataset,
+        graphcl_augmentation,
+        worker_generator,
+    )
+
+_EXPORTS = {
+    **dict.fromkeys(("MolGINEncoder", "TUGINEncoder"), "encoders"),
+    **dict.fromkeys(("CappedOneHotDegree", "ConstantFeatures"), "features"),
+    **dict.fromkeys(("GraphCL", "MolPropertyModel", "graphcl_loss", "projection_head",
+                     "train_epoch"), "model"),
+    **dict.fromkeys(("MoleculeDataset", "featurise_smiles", "load_moleculenet",
+                     "load_smiles_dataset", "murcko_scaffold", "read_moleculenet_csv",
+                     "scaffold_split", "smiles_to_data"), "molecules"),
+    **dict.fromkeys(("AttrMask", "EdgePerturb", "GraphAugmentation", "Identity", "NodeDrop",
+                     "RandomChoice", "Subgraph", "TwoViewDataset", "graphcl_augmentation",
+                     "worker_generator"), "transforms"),
+}
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 
 __all__ = [
     "AttrMask", "CappedOneHotDegree", "ConstantFeatures", "EdgePerturb", "GraphAugmentation",
@@ -77,7 +87,7 @@ __all__ = [
     "worker_generator",
     "TUGINEncoder", "MolGINEncoder", "GraphCL", "MolPropertyModel", "graphcl_loss", "LOSS_NAMES",
     "LOSS_ALIASES", "projection_head",
-    "train_epoch", "PRECISIONS",
+    "train_epoch",
     "MoleculeDataset", "featurise_smiles", "load_moleculenet", "load_smiles_dataset",
     "murcko_scaffold", "read_moleculenet_csv", "scaffold_split", "smiles_to_data",
 ]

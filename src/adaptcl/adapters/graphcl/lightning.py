@@ -7,7 +7,8 @@ way :mod:`adaptcl.adapters.lightning.modules` trains the image methods:
 
 - ``training_step`` is the step of :func:`~adaptcl.adapters.graphcl.train_epoch` (both hand
   it to :class:`~adaptcl.adapters.graphcl.steps.StepRecorder`): the loss of a
-  two-view batch ``(b0, b1)`` from :class:`~adaptcl.adapters.graphcl.TwoViewDataset`; at one
+  two-view batch ``(b0, b1)`` from :class:`~adaptcl.adapters.graphcl.TwoViewDataset` (or,
+  with ``step_loss``, any objective of a batch: supervised fine-tuning); at one
   device a batch of one graph is skipped (no negative). At one device, with the same seeds and
   data order, it trains to the weights and losses of ``train_epoch``. Under DDP every rank
   takes every step (Lightning cannot skip one on some ranks): a rank's batch of one graph
@@ -50,6 +51,7 @@ Example::
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from adaptcl.adapters import require
@@ -93,27 +95,39 @@ class GraphCLModule(pl.LightningModule):
             non-finite loss stops training before its optimiser step. Default: on the CPU,
             where reading is free; elsewhere they are read once at the end of the epoch
             (``history`` fills then), so no step waits for the host.
+        step_loss: the loss of one batch instead of GraphCL's ``model(b0, b1)``, as
+            :func:`~adaptcl.adapters.graphcl.train_epoch` takes it: ``step_loss(*views)``
+            gets the loader's batch (a single ``Batch``, or the tuple's items) and returns the
+            scalar loss (e.g. a masked BCE of ``model(batch)`` for fine-tuning a
+            :class:`~adaptcl.adapters.graphcl.MolPropertyModel`). ``model`` then needs no
+            ``loss_fn``; nothing is gathered across ranks.
 
     Batches are ``(b0, b1)`` pairs of torch_geometric ``Batch`` objects (graph ``k`` of each is
     a positive pair), as a ``DataLoader`` over a
-    :class:`~adaptcl.adapters.graphcl.TwoViewDataset` yields them.
+    :class:`~adaptcl.adapters.graphcl.TwoViewDataset` yields them (any batch with
+    ``step_loss``).
     """
 
     def __init__(self, model: nn.Module, *, lr: float = 1e-3, optimizer: str = "adam",
                  weight_decay: float = 0.0, gather_distributed: bool | None = None,
                  where: str = "GraphCL pre-training",
-                 sync_each_step: bool | None = None) -> None:
+                 sync_each_step: bool | None = None,
+                 step_loss: Callable[..., Tensor] | None = None) -> None:
         super().__init__()
-        if not isinstance(model, nn.Module) or not hasattr(model, "loss_fn"):
+        if not isinstance(model, nn.Module) or (step_loss is None
+                                                and not hasattr(model, "loss_fn")):
             raise TypeError("model must be a GraphCL model (an nn.Module with a loss_fn), got "
-                            f"{type(model).__name__}")
+                            f"{type(model).__name__}; give step_loss= for another objective")
+        if step_loss is not None and not callable(step_loss):
+            raise TypeError(f"step_loss must be callable, got {type(step_loss).__name__}")
         if gather_distributed not in (None, True, False):
             raise TypeError(f"gather_distributed must be None, True or False, got "
                             f"{gather_distributed!r}")
-        if gather_distributed and not hasattr(model.loss_fn, "gather_distributed"):
+        if gather_distributed and not hasattr(getattr(model, "loss_fn", None),
+                                              "gather_distributed"):
             raise ValueError("gather_distributed=True needs a loss with a gather_distributed "
                              f"attribute (the adaptcl.plugins losses); "
-                             f"{type(model.loss_fn).__name__} has none")
+                             f"{type(getattr(model, 'loss_fn', None)).__name__} has none")
         self.model = model
         self.lr = check_positive("lr", lr)
         self.optimizer_name = check_choice("optimizer", optimizer, OPTIMIZERS)
@@ -121,6 +135,7 @@ class GraphCLModule(pl.LightningModule):
         self.gather_distributed = gather_distributed
         self.where = str(where)
         self.sync_each_step = sync_each_step  # checked by the StepRecorder built below
+        self.step_loss = step_loss
         #: one record per optimisation step: step, epoch, loss and the loss's scalar stats
         self.history: list[dict[str, float]] = []
         #: mean loss per graph of each finished epoch (as ``train_epoch`` returns it)
@@ -136,13 +151,13 @@ class GraphCLModule(pl.LightningModule):
 
     # --- set-up ------------------------------------------------------------------------------
     def setup(self, stage: str) -> None:
-        loss_fn = self.model.loss_fn
+        loss_fn = getattr(self.model, "loss_fn", None)
         world = int(self.trainer.world_size) if self._trainer is not None else 1
         gather = self.gather_distributed if self.gather_distributed is not None else world > 1
         self._world = world
         if hasattr(loss_fn, "gather_distributed"):
-            loss_fn.gather_distributed = bool(gather)
-        elif world > 1:
+            loss_fn.gather_distributed = bool(gather) and self.step_loss is None
+        elif world > 1 and self.step_loss is None:
             pl.utilities.rank_zero_warn(
                 f"{type(loss_fn).__name__} has no gather_distributed: under {world} processes "
                 "each rank's anchors meet only its own batch's negatives")
@@ -154,7 +169,7 @@ class GraphCLModule(pl.LightningModule):
 
     def training_step(self, batch: Any, batch_idx: int) -> Tensor | None:
         views = two_views(batch)
-        if len(views) != 2:
+        if self.step_loss is None and len(views) != 2:
             raise ValueError("expected a batch (b0, b1) of two views, as a DataLoader over a "
                              f"TwoViewDataset yields; got {len(views)} item(s)")
         num_graphs = int(views[0].num_graphs)
@@ -168,7 +183,7 @@ class GraphCLModule(pl.LightningModule):
         # a scheduled temperature follows the optimisation steps taken so far (those of
         # ``history``, restored on resume; train_epoch counts the same steps)
         set_schedule_step(self.model, self._steps.step)
-        loss = self._steps.loss(self.model, views)
+        loss = self._steps.loss(self.step_loss or self.model, views)
         record = self._steps.record(loss, num_graphs, self.model,
                                     step=float(self._steps.step), epoch=float(self.current_epoch))
         for key, value in record.items():
@@ -184,7 +199,8 @@ class GraphCLModule(pl.LightningModule):
     def _gathers(self) -> bool:
         """Whether the loss meets the other ranks' projections (then a rank's batch of one
         graph still has negatives, and its step is taken)."""
-        return self._world > 1 and bool(getattr(self.model.loss_fn, "gather_distributed", False))
+        loss_fn = getattr(self.model, "loss_fn", None)
+        return self._world > 1 and bool(getattr(loss_fn, "gather_distributed", False))
 
     def on_train_epoch_start(self) -> None:
         self._steps = self._recorder()

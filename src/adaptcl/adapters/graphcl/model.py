@@ -21,7 +21,6 @@ Example::
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable
 
 from adaptcl.adapters import require
@@ -32,19 +31,16 @@ import torch  # noqa: E402
 from torch import Tensor, nn  # noqa: E402
 
 from adaptcl.plugins import advance_schedules  # noqa: E402
+from adaptcl.precision import autocast, check_precision  # noqa: E402
 from adaptcl.registry import canonical_loss_name, loss_help  # noqa: E402
 
 from ._graph import _data_device  # noqa: E402
+from .names import LOSS_ALIASES, LOSS_NAMES  # noqa: E402
 from .steps import StepRecorder, scalar_stats, two_views  # noqa: E402
 
-__all__ = ["GraphCL", "MolPropertyModel", "graphcl_loss", "LOSS_NAMES", "LOSS_ALIASES", "PRECISIONS",
+__all__ = ["GraphCL", "MolPropertyModel", "graphcl_loss", "LOSS_NAMES", "LOSS_ALIASES",
            "projection_head", "train_epoch"]
 
-#: the canonical loss names :func:`graphcl_loss` builds (:mod:`adaptcl.registry`)
-LOSS_NAMES = ("dcl", "infonce", "macl", "dystress", "temperature_schedule",
-              "learnable_temperature")
-#: GraphCL's own name for its loss: DCL in the cross-view form
-LOSS_ALIASES = {"graphcl": "dcl"}
 
 # default tau of each loss in GraphCL's TU setting (MACL's tau0 0.2 on TU, 0.1 on molecules)
 DEFAULT_TEMPERATURE = 0.2
@@ -213,11 +209,6 @@ class MolPropertyModel(nn.Module):
         return self.head(self.encoder(data))
 
 
-# Lightning's precision spellings -> the autocast dtype (None: no autocast)
-PRECISIONS: dict[str, torch.dtype | None] = {
-    "32": None, "bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}
-
-
 def train_epoch(model: nn.Module, loader, optimizer: torch.optim.Optimizer,
                 stats: dict[str, list] | None = None, *, where: str = "",
                 device: torch.device | str | None = None, precision: str = "32",
@@ -262,13 +253,8 @@ def train_epoch(model: nn.Module, loader, optimizer: torch.optim.Optimizer,
             once at the end of the epoch, so no step waits for the host.
         step_loss: the loss of one batch (default: ``model(b0, b1)``, GraphCL's objective).
 
-    >>> PRECISIONS["bf16-mixed"]
-    torch.bfloat16
     """
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision must be one of {', '.join(map(repr, PRECISIONS))}, "
-                         f"got {precision!r}")
-    autocast_dtype = PRECISIONS[precision]
+    check_precision(precision)
     steps = StepRecorder(where or ("GraphCL pre-training" if step_loss is None else "training"),
                          sync_each_step=sync_each_step)
     compute_loss = step_loss if step_loss is not None else model
@@ -279,13 +265,11 @@ def train_epoch(model: nn.Module, loader, optimizer: torch.optim.Optimizer,
             continue
         if device is not None:
             views = tuple(view.to(device, non_blocking=True) for view in views)
-        device_type = _data_device(views[0]).type
-        if autocast_dtype is torch.float16 and scaler is None:
-            scaler = torch.amp.GradScaler(device_type)
+        on = _data_device(views[0])
+        if precision == "16-mixed" and scaler is None:
+            scaler = torch.amp.GradScaler(on.type)
         optimizer.zero_grad()
-        autocast = (torch.autocast(device_type, dtype=autocast_dtype)
-                    if autocast_dtype is not None else contextlib.nullcontext())
-        with autocast:
+        with autocast(on, precision):
             loss = steps.loss(compute_loss, views)
         if scaler is not None:
             scaler.scale(loss).backward()

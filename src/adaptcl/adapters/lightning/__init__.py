@@ -27,15 +27,9 @@ from adaptcl.adapters import lazy_exports
 from adaptcl.adapters.lightning.methods import METHOD_LOSSES, METHODS, check_method_loss
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers; at run time __getattr__ imports them
-    from adaptcl.adapters.lightning.factory import (
-        TrainingClock,
-        build_ssl_module,
-        build_trainer,
-        ssl_transforms,
-    )
+    from adaptcl.adapters.lightning.factory import build_ssl_module, ssl_transforms
     from adaptcl.adapters.lightning.modules import (
         ASCLMoCoModule,
-        AtomicCheckpointIO,
         BarlowTwinsModule,
         MoCoV2Module,
         SimCLRModule,
@@ -46,13 +40,14 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers; at run time __getattr
         knn_correct,
         small_cnn,
     )
+    from adaptcl.adapters.lightning.trainer import AtomicCheckpointIO, TrainingClock, build_trainer
 
 _EXPORTS = {
-    **dict.fromkeys(("AtomicCheckpointIO", "SSLModule", "SimCLRModule", "MoCoV2Module",
+    **dict.fromkeys(("SSLModule", "SimCLRModule", "MoCoV2Module",
                      "SimSiamModule", "BarlowTwinsModule", "ASCLMoCoModule", "cifar_resnet",
                      "small_cnn", "extract_features", "knn_correct"), "modules"),
-    **dict.fromkeys(("TrainingClock", "build_ssl_module", "build_trainer", "ssl_transforms"),
-                    "factory"),
+    **dict.fromkeys(("build_ssl_module", "ssl_transforms"), "factory"),
+    **dict.fromkeys(("AtomicCheckpointIO", "TrainingClock", "build_trainer"), "trainer"),
 }
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 

@@ -9,9 +9,8 @@ What a script needs to go from "SimCLR with MACL on CIFAR-10" to ``trainer.fit``
 - :func:`ssl_transforms`: the two-view training transform of MACL App. B.3 (Lightly's
   ``SimCLRTransform`` without blur, or :class:`~adaptcl.adapters.lightly.ASCLTransform`) and
   the evaluation transform;
-- :func:`build_trainer`: Lightning's ``Trainer`` for a device string (``"cpu"``, ``"cuda"``,
-  ``"cuda:N"``), with ``last.ckpt`` written atomically after every epoch and
-  :class:`TrainingClock`, which sums training time over resumed invocations.
+- Lightning's ``Trainer`` for a device string and the clock of a run:
+  :mod:`adaptcl.adapters.lightning.trainer` (shared with GraphCL's Lightning module).
 
 References: MACL (Huang et al., ICML 2023, App. B.2-B.3), AMCL and ASCL (Feng & Patras,
 ICPR 2022).
@@ -26,8 +25,6 @@ Example:
 
 from __future__ import annotations
 
-import time
-from pathlib import Path
 from typing import Any
 
 from adaptcl.adapters import require
@@ -39,8 +36,7 @@ from adaptcl.adapters import lightly as L  # noqa: E402
 from adaptcl.adapters.lightning import modules as M  # noqa: E402
 from adaptcl.adapters.lightning.methods import METHOD_LOSSES, METHODS, check_method_loss  # noqa: E402
 
-__all__ = ["METHODS", "METHOD_LOSSES", "TrainingClock", "build_ssl_module", "build_trainer",
-           "ssl_transforms"]
+__all__ = ["METHODS", "METHOD_LOSSES", "build_ssl_module", "ssl_transforms"]
 
 _MODULES = {"simclr": M.SimCLRModule, "moco": M.MoCoV2Module, "simsiam": M.SimSiamModule,
             "barlowtwins": M.BarlowTwinsModule}
@@ -168,65 +164,3 @@ def ssl_transforms(method: str, input_size: int = 32,
     evaluation = T.Compose([T.Resize(input_size), T.CenterCrop(input_size), T.ToTensor(),
                             T.Normalize(mean=normalize["mean"], std=normalize["std"])])
     return train, evaluation
-
-
-class TrainingClock(pl.Callback):
-    """Sums the seconds spent in training epochs over every invocation of a resumed run.
-
-    Its state travels in Lightning's checkpoints, so ``seconds`` after a resumed ``fit`` is the
-    training time of the whole run, not only of the last invocation.
-
-    >>> TrainingClock().seconds
-    0.0
-    """
-
-    def __init__(self) -> None:
-        self.seconds, self._start = 0.0, 0.0
-
-    def on_train_epoch_start(self, trainer, pl_module) -> None:
-        self._start = time.perf_counter()
-
-    def on_train_epoch_end(self, trainer, pl_module) -> None:
-        # Lightning runs checkpoint callbacks last, so the saved state includes this epoch
-        self.seconds += time.perf_counter() - self._start
-
-    def state_dict(self) -> dict[str, float]:
-        return {"seconds": self.seconds}
-
-    def load_state_dict(self, state_dict: dict[str, float]) -> None:
-        self.seconds = float(state_dict["seconds"])
-
-
-def build_trainer(max_epochs: int, *, device: str = "cpu", devices: int = 1,
-                  strategy: str = "auto", precision: str = "32", logger: Any = False,
-                  ckpt_dir: str | Path | None = None, callbacks: list[Any] | None = None,
-                  progress: bool = True, val_every: int = 0) -> pl.Trainer:
-    """Lightning's ``Trainer`` for ``device`` (``"cpu"``, ``"cuda"`` or ``"cuda:N"``).
-
-    ``devices``/``strategy`` (e.g. 4 and ``"ddp"``; SyncBatchNorm on GPUs), ``precision``
-    and ``logger`` go to the Trainer as they are. With ``ckpt_dir``, ``last.ckpt`` is written
-    there after every training epoch (no version counter, through
-    :class:`~adaptcl.adapters.lightning.modules.AtomicCheckpointIO`), so ``fit(...,
-    ckpt_path=<ckpt_dir>/last.ckpt)`` resumes. ``val_every`` runs the validation loop (the
-    online kNN monitor) every that many epochs, 0 never.
-    """
-    from pytorch_lightning.callbacks import ModelCheckpoint
-
-    callbacks, plugins = list(callbacks or []), []
-    if ckpt_dir is not None:
-        callbacks.append(ModelCheckpoint(dirpath=str(ckpt_dir), filename="{epoch}",
-                                         save_last=True, every_n_epochs=1,
-                                         save_on_train_epoch_end=True,
-                                         enable_version_counter=False))
-        plugins.append(M.AtomicCheckpointIO())
-    accelerator = "gpu" if device.startswith("cuda") else "cpu"
-    chosen: Any = [int(device[5:])] if device.startswith("cuda:") else devices
-    return pl.Trainer(
-        max_epochs=max_epochs, accelerator=accelerator, devices=chosen, strategy=strategy,
-        precision=precision, logger=logger, enable_checkpointing=ckpt_dir is not None,
-        callbacks=callbacks, plugins=plugins, enable_progress_bar=progress,
-        enable_model_summary=False, num_sanity_val_steps=0, log_every_n_steps=1,
-        check_val_every_n_epoch=max(1, val_every), limit_val_batches=1.0 if val_every else 0,
-        # SyncBatchNorm needs GPU modules; CPU DDP keeps per-rank BN
-        sync_batchnorm=strategy.startswith("ddp") and accelerator == "gpu")
-

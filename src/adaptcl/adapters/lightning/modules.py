@@ -18,7 +18,7 @@ loss: pass any loss with Lightly's call signature (``lightly.loss.NTXentLoss``, 
   sync_batchnorm=True)``) when the loss is built with ``gather_distributed=True``;
 - resumes exactly where a checkpoint left off: ``history`` and ``knn_history`` travel in the
   checkpoint, queues are persistent buffers, and ``resumed_from`` records the checkpoint's
-  epoch/step and the epoch/step training restarted at. :class:`AtomicCheckpointIO` makes
+  epoch/step and the epoch/step training restarted at. :class:`~adaptcl.adapters.lightning.trainer.AtomicCheckpointIO` makes
   Lightning write checkpoints through a temporary file and ``os.replace``.
 
 Batches follow Lightly's convention: ``(views, targets, ...)`` with ``views = [x0, x1]`` from
@@ -47,7 +47,6 @@ from torch import Tensor, nn
 
 from adaptcl.adapters import require
 from adaptcl.adapters.lightning.methods import BACKBONES
-from adaptcl.io import atomic_write
 
 require("lightly", "vision")
 pl = require("pytorch_lightning", "vision")
@@ -78,7 +77,7 @@ from adaptcl.plugins.validation import (  # noqa: E402
 )
 
 __all__ = [
-    "AtomicCheckpointIO", "SSLModule", "SimCLRModule", "MoCoV2Module", "SimSiamModule", "BarlowTwinsModule",
+    "SSLModule", "SimCLRModule", "MoCoV2Module", "SimSiamModule", "BarlowTwinsModule",
     "ASCLMoCoModule", "cifar_resnet", "small_cnn", "extract_features", "knn_correct",
 ]
 
@@ -155,26 +154,6 @@ def knn_correct(features: Tensor, bank: Tensor, bank_targets: Tensor, targets: T
     predicted = knn_predict(features, bank, bank_targets, num_classes,
                             knn_k=min(knn_k, bank.shape[1]), knn_t=knn_t)
     return int((predicted[:, 0] == targets).sum())
-
-
-class AtomicCheckpointIO(pl.plugins.TorchCheckpointIO):
-    """``TorchCheckpointIO`` that never leaves a half-written checkpoint behind.
-
-    Lightning's own ``_atomic_save`` goes through an fsspec transaction whose temporary file is
-    created in the system temp folder and then *moved*; across file systems that move is a copy,
-    so a killed process can leave a truncated ``last.ckpt``. Here the checkpoint is written to a
-    temporary file in the destination folder, fsynced and renamed with ``os.replace``.
-
-    Examples:
-        >>> trainer = pl.Trainer(plugins=[AtomicCheckpointIO()],
-        ...                      callbacks=[ModelCheckpoint(dirpath=run_dir, save_last=True)])
-    """
-
-    def save_checkpoint(self, checkpoint: dict[str, Any], path: Any,
-                        storage_options: Any | None = None) -> None:
-        if storage_options is not None:
-            raise TypeError("AtomicCheckpointIO does not take storage_options")
-        atomic_write(path, lambda handle: torch.save(checkpoint, handle))
 
 
 class SSLModule(pl.LightningModule):

@@ -19,8 +19,9 @@ Organised by job:
   from the one the trainer resumes from); :mod:`.checkpoints` -- whether a trainer checkpoint
   can be resumed whole, :func:`last_complete_checkpoint`; :class:`LossStateCallback` also gives
   a scheduled temperature the trainer's step;
-- :mod:`.simcse` -- SimCSE's model and poolers, :func:`make_loss` by name, its data and the
-  trainer that logs the adaptive quantities; :mod:`.simcse_names` -- its pooler and loss names
+- :mod:`.simcse` -- SimCSE's model and poolers, :func:`make_loss` by name, its data, the
+  trainer that logs the adaptive quantities and :func:`train_simcse` (:class:`SimCSEConfig`),
+  one training run keeping the best STS-B dev checkpoint; :mod:`.simcse_names` -- its pooler and loss names
   (imports no framework);
 - :mod:`.citations` -- the BibTeX entries shown in the model card.
 
@@ -97,11 +98,13 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers; at run time __getattr
     )
     from adaptcl.adapters.sentence_transformers.simcse import (
         AdaptiveSentenceTransformerTrainer,
+        SimCSEConfig,
         SimCSEProjection,
         build_simcse_model,
         make_loss,
         stsb_dev_evaluator,
         supervised_dataset,
+        train_simcse,
         training_projection,
         unsupervised_dataset,
         validate_text_dataset,
@@ -122,9 +125,10 @@ _EXPORTS = {
     **dict.fromkeys(("MACL_CITATION", "ASCL_CITATION", "AMCL_CITATION", "INFONCE_CITATION",
                      "DYSTRESS_CITATION", "SUPCON_CITATION", "TEMPERATURE_SCHEDULE_CITATION",
                      "CLIP_CITATION"), "citations"),
-    **dict.fromkeys(("AdaptiveSentenceTransformerTrainer", "SimCSEProjection", "build_simcse_model",
-                     "make_loss", "stsb_dev_evaluator", "supervised_dataset", "training_projection",
-                     "unsupervised_dataset", "validate_text_dataset"), "simcse"),
+    **dict.fromkeys(("AdaptiveSentenceTransformerTrainer", "SimCSEConfig", "SimCSEProjection",
+                     "build_simcse_model", "make_loss", "stsb_dev_evaluator", "supervised_dataset",
+                     "train_simcse", "training_projection", "unsupervised_dataset",
+                     "validate_text_dataset"), "simcse"),
 }
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 
@@ -135,7 +139,7 @@ __all__ = [
     "LossStateCallback", "IncompleteCheckpointError", "last_complete_checkpoint",
     "verify_checkpoint", "MACL_CITATION", "ASCL_CITATION", "AMCL_CITATION", "INFONCE_CITATION",
     "DYSTRESS_CITATION", "SUPCON_CITATION", "TEMPERATURE_SCHEDULE_CITATION", "CLIP_CITATION",
-    "AdaptiveSentenceTransformerTrainer", "SimCSEProjection",
+    "AdaptiveSentenceTransformerTrainer", "SimCSEConfig", "SimCSEProjection",
     "build_simcse_model", "make_loss", "stsb_dev_evaluator", "supervised_dataset",
-    "training_projection", "unsupervised_dataset", "validate_text_dataset",
+    "train_simcse", "training_projection", "unsupervised_dataset", "validate_text_dataset",
 ]

@@ -15,20 +15,27 @@ EMNLP 2021. MACL's sentence setting: Huang et al., ICML 2023, Sec. 6.2 and App. 
 
 Any loss of :mod:`adaptcl.adapters.sentence_transformers` can be used (InfoNCE is SimCSE).
 :class:`AdaptiveSentenceTransformerTrainer` adds the adaptive quantities the loss computes to
-the trainer's logs; :func:`stsb_dev_evaluator` scores STS-B dev during training. The ``simcse``
-recipe trains with them (:mod:`adaptcl.recipes.simcse_training`).
+the trainer's logs; :func:`stsb_dev_evaluator` scores STS-B dev during training;
+:func:`train_simcse` drives the trainer with a :class:`SimCSEConfig` (STS-B dev every
+``eval_steps``, the best checkpoint kept, a plain sentence-transformers model saved to
+``final/`` with the loss's own state beside it). The ``simcse`` recipe trains with them.
 
 Example:
+    >>> from adaptcl.adapters.sentence_transformers.simcse_names import PAPER_CONFIGS
     >>> model = build_simcse_model("bert-base-uncased", pooler="cls", max_seq_length=32)
     >>> loss = make_loss("macl", model, projection=training_projection("cls", model))
-    >>> trainer = AdaptiveSentenceTransformerTrainer(
-    ...     model=model, train_dataset=unsupervised_dataset(sentences), loss=loss,
-    ...     evaluator=stsb_dev_evaluator(s1, s2, gold), callbacks=[LossStateCallback(loss)])
+    >>> result = train_simcse(model, unsupervised_dataset(sentences), loss,
+    ...                       SimCSEConfig(output_dir="out", **PAPER_CONFIGS["bert"]),
+    ...                       dev_evaluator=stsb_dev_evaluator(s1, s2, gold))
+    >>> result["final_model"], result["best_dev_spearman"], result["global_step"]
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -50,18 +57,25 @@ from sentence_transformers.sentence_transformer.modules import (  # noqa: E402
 from sentence_transformers.sentence_transformer.trainer import (  # noqa: E402
     SentenceTransformerTrainer,
 )
+from sentence_transformers.sentence_transformer.training_args import (  # noqa: E402
+    SentenceTransformerTrainingArguments,
+)
+from transformers import PrinterCallback  # noqa: E402
 
 from adaptcl.plugins import set_schedule_step  # noqa: E402
+from adaptcl.plugins.validation import NonFiniteError  # noqa: E402
 from adaptcl.registry import canonical_loss_name  # noqa: E402
 
 from .base import AdaptiveContrastiveLoss, embedding_dimension  # noqa: E402
+from .callbacks import LossStateCallback  # noqa: E402
 from .losses import AMCLLoss, ASCLLoss, DySTreSSLoss, InfoNCELoss, MACLLoss  # noqa: E402
 from .simcse_names import LOSSES, POOLERS, model_unavailable  # noqa: E402
 from .temperatures import LearnableTemperatureLoss, TemperatureScheduleLoss  # noqa: E402
 
-__all__ = ["LOSSES", "POOLERS", "AdaptiveSentenceTransformerTrainer", "SimCSEProjection",
-           "build_simcse_model", "make_loss", "stsb_dev_evaluator", "supervised_dataset",
-           "training_projection", "unsupervised_dataset", "validate_text_dataset"]
+__all__ = ["LOSSES", "POOLERS", "AdaptiveSentenceTransformerTrainer", "SimCSEConfig",
+           "SimCSEProjection", "build_simcse_model", "make_loss", "stsb_dev_evaluator",
+           "supervised_dataset", "train_simcse", "training_projection", "unsupervised_dataset",
+           "validate_text_dataset"]
 
 
 class SimCSEProjection(nn.Sequential):
@@ -237,3 +251,138 @@ class AdaptiveSentenceTransformerTrainer(SentenceTransformerTrainer):
         if stats and "loss" in logs:
             logs = {**logs, **{f"adaptcl/{k}": round(float(v), 6) for k, v in stats.items()}}
         super().log(logs, *args, **kwargs)
+
+
+@dataclass
+class SimCSEConfig:
+    """Training settings of :func:`train_simcse` (defaults: a CPU-sized run; the papers':
+    :data:`~adaptcl.adapters.sentence_transformers.simcse_names.PAPER_CONFIGS`).
+
+    ``extra_args`` go to ``SentenceTransformerTrainingArguments`` and override the arguments
+    :func:`train_simcse` builds (``report_to``, ``use_cpu``, ``bf16`` ...).
+    """
+
+    output_dir: str
+    batch_size: int = 64
+    learning_rate: float = 3e-5
+    epochs: float = 1.0
+    max_steps: int = -1
+    max_seq_length: int = 32
+    eval_steps: int = 125
+    warmup_ratio: float = 0.0
+    seed: int = 42
+    logging_steps: int = 10
+    save_total_limit: int = 1
+    extra_args: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 2:
+            raise ValueError(f"batch_size must be >= 2 (in-batch negatives), got {self.batch_size}")
+        if not self.learning_rate > 0:
+            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}")
+        if self.eval_steps < 1:
+            raise ValueError(f"eval_steps must be >= 1, got {self.eval_steps}")
+        if not 0 <= self.warmup_ratio < 1:
+            raise ValueError(f"warmup_ratio must be in [0, 1), got {self.warmup_ratio}")
+
+
+def _training_arguments(config: SimCSEConfig, metric: str | None, progress: bool = True
+                        ) -> SentenceTransformerTrainingArguments:
+    """The trainer's arguments: ``config``'s, STS-B dev (``metric``) every ``eval_steps`` with
+    the best checkpoint kept when there is a dev evaluator; ``config.extra_args`` win."""
+    evaluate = metric is not None
+    arguments: dict[str, Any] = dict(
+        output_dir=str(Path(config.output_dir) / "checkpoints"),
+        per_device_train_batch_size=config.batch_size,
+        learning_rate=config.learning_rate,
+        num_train_epochs=config.epochs,
+        max_steps=config.max_steps,
+        warmup_steps=config.warmup_ratio,  # transformers 5 reads a float < 1 as the ratio
+        seed=config.seed,
+        logging_steps=config.logging_steps,
+        eval_strategy="steps" if evaluate else "no",
+        eval_steps=config.eval_steps if evaluate else None,
+        save_strategy="steps" if evaluate else "no",
+        save_steps=config.eval_steps,
+        save_total_limit=config.save_total_limit,
+        load_best_model_at_end=evaluate,
+        metric_for_best_model=metric,
+        greater_is_better=True,
+        report_to="none",
+        dataloader_drop_last=True,  # a last batch of one pair gives 0, but the optimiser would still step
+        use_cpu=not torch.cuda.is_available(),
+        dataloader_pin_memory=torch.cuda.is_available(),  # pinning is for copies to a GPU
+        **({} if progress else {"disable_tqdm": True}),
+    )
+    return SentenceTransformerTrainingArguments(**{**arguments, **config.extra_args})
+
+
+def train_simcse(model: SentenceTransformer, train_dataset, loss: AdaptiveContrastiveLoss,
+                 config: SimCSEConfig, *, dev_evaluator: EmbeddingSimilarityEvaluator | None = None,
+                 resume_from_checkpoint: str | bool | None = None,
+                 tensorboard_dir: str | Path | None = None, progress: bool = True
+                 ) -> dict[str, Any]:
+    """Train with :class:`AdaptiveSentenceTransformerTrainer`; keep the best STS-B dev checkpoint.
+
+    Saves a plain sentence-transformers model to ``config.output_dir/final`` (loadable with
+    ``SentenceTransformer(path)``) and the loss's own trainable state next to it (on the main
+    process only under ``torchrun``). ``resume_from_checkpoint`` is the trainer's (a checkpoint
+    folder, ``True`` for the newest in ``config.output_dir/checkpoints``); under ``torchrun``
+    rank 0's value is every rank's. ``tensorboard_dir``: write the trainer's logs (loss,
+    learning rate, the loss's adaptive quantities under ``train/adaptcl/...``, dev scores under
+    ``eval/...``) as TensorBoard event files there, through transformers' own
+    ``TensorBoardCallback``. ``progress=False``: no progress bar and no printed log dicts
+    (``disable_tqdm=True`` alone would have transformers' ``PrinterCallback`` print every log);
+    the logs still reach ``history`` and the loggers.
+
+    Raises :class:`~adaptcl.plugins.validation.NonFiniteError` with the optimisation ``step``
+    when the loss meets NaN/inf embeddings (training diverged); that step computed no loss
+    (``loss`` is ``None``), the message names the last logged one.
+
+    Returns:
+        dict with ``final_model`` path, ``best_dev_spearman`` (when an evaluator is given),
+        ``global_step``, ``world_size``, the logged ``history`` (loss and adaptive quantities
+        per log step) and the loss's name and config.
+    """
+    validate_text_dataset(train_dataset)
+    metric = f"eval_{dev_evaluator.name}_spearman_cosine" if dev_evaluator is not None else None
+    callbacks: list[Any] = [LossStateCallback(loss)]
+    if tensorboard_dir is not None:
+        # transformers 5 dropped TrainingArguments(logging_dir=); the callback takes its writer
+        from torch.utils.tensorboard import SummaryWriter
+        from transformers.integrations import TensorBoardCallback
+
+        callbacks.append(TensorBoardCallback(SummaryWriter(log_dir=str(tensorboard_dir))))
+    args = _training_arguments(config, metric, progress)
+    if args.world_size > 1:  # every rank resumes from the checkpoint rank 0 found
+        from accelerate.utils import broadcast_object_list
+
+        resume_from_checkpoint = broadcast_object_list([resume_from_checkpoint], from_process=0)[0]
+    trainer = AdaptiveSentenceTransformerTrainer(
+        model=model, args=args, train_dataset=train_dataset,
+        loss=loss, evaluator=dev_evaluator, callbacks=callbacks)
+    if not progress:
+        trainer.remove_callback(PrinterCallback)
+    try:
+        trainer.train(resume_from_checkpoint=resume_from_checkpoint)
+    except NonFiniteError as err:  # the loss met NaN embeddings: the weights diverged
+        step = trainer.state.global_step + 1  # its loss was never computed: loss stays None
+        logged = [h for h in trainer.state.log_history if "loss" in h]
+        before = (f"; the last logged loss was {logged[-1]['loss']:.4g} at step "
+                  f"{logged[-1]['step']}" if logged else "")
+        raise NonFiniteError(f"{config.output_dir}: {err} at step {step}{before}",
+                             step=step) from None
+    final = Path(config.output_dir) / "final"
+    if trainer.is_world_process_zero():  # one writer under torchrun
+        model.save(str(final))
+        loss.save_loss_state(final)
+    log = trainer.state.log_history
+    history = [h for h in log if "loss" in h or metric in h]
+    scores = [h[metric] for h in log if metric in h]
+    return {"final_model": str(final), "best_dev_spearman": max(scores) if scores else None,
+            "world_size": int(trainer.args.world_size),
+            "best_checkpoint": trainer.state.best_model_checkpoint,
+            "global_step": trainer.state.global_step, "history": history,
+            "config": asdict(config), "loss": type(loss).__name__,
+            "loss_config": loss.get_config_dict(),
+            "finite": all(math.isfinite(h.get("loss", 0.0)) for h in history)}

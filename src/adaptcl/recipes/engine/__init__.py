@@ -1,0 +1,37 @@
+"""The experiment engine: what every recipe shares, in layers that import only downward
+(errors, files, provenance, torch_env, progress, loggers, plots; settings, options; cells;
+store; jobs; grid; summary, report; command_line; recipe). Every module imports only the
+standard library at import time, so ``--help`` stays fast.
+"""
+
+from adaptcl.recipes.engine.cells import Cell, RunLayout
+from adaptcl.recipes.engine.errors import (
+    CellsFailedError,
+    DivergedError,
+    NonResultError,
+    RecipeError,
+    RunStopped,
+    note,
+    require_steps,
+    trained_embeddings,
+    user_errors,
+)
+from adaptcl.recipes.engine.recipe import Figure, Recipe
+from adaptcl.recipes.engine.report import ReportSpec
+from adaptcl.recipes.engine.settings import (
+    Sweep,
+    at_least,
+    check_settings,
+    fraction,
+    non_negative,
+    open_fraction,
+    positive,
+    setting,
+)
+from adaptcl.recipes.engine.store import GridRun, distributed_follower
+
+__all__ = ["Cell", "CellsFailedError", "DivergedError", "Figure", "GridRun", "NonResultError",
+           "Recipe", "RecipeError", "ReportSpec", "RunLayout", "RunStopped", "Sweep", "at_least",
+           "check_settings", "distributed_follower", "fraction", "non_negative", "note",
+           "open_fraction", "positive", "require_steps", "setting", "trained_embeddings",
+           "user_errors"]

@@ -1,0 +1,101 @@
+"""Running a grid: every cell whose stored record is missing or stale is computed, here one
+after another or as jobs (:mod:`~adaptcl.recipes.engine.jobs`); the others are reused."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from adaptcl.recipes.engine.cells import Cell
+from adaptcl.recipes.engine.errors import check_seed, note, plural
+from adaptcl.recipes.engine.jobs import JobRunner, run_jobs
+from adaptcl.recipes.engine.progress import progress
+from adaptcl.recipes.engine.provenance import git_commit, stable_hash
+from adaptcl.recipes.engine.store import (
+    ActiveRuns,
+    GridRun,
+    RunStore,
+    collect,
+    compute_one,
+    distributed_follower,
+)
+
+
+def run_grid(recipe: str, out_dir: str | os.PathLike, cells: Sequence[Cell], *,
+             identity: Callable[[Cell], Mapping[str, Any]],
+             compute: Callable[[Cell], dict[str, Any] | None] | None,
+             trains: Callable[[Cell], bool] | bool = True,
+             on_record: Callable[[GridRun], None] | None = None,
+             progress_bar: bool = True, reuse: bool = True,
+             jobs: JobRunner | None = None) -> GridRun:
+    """Compute every cell whose stored record is missing or stale; reuse the others.
+
+    ``identity(cell)``: everything that determines the cell's result (JSON-able);
+    ``compute(cell)``: its record (``metrics``, ``optimisation_steps``, ``train_seconds``, ...),
+    or ``None`` on a process that owns no result (a non-zero rank); ``compute=None`` only
+    collects. A diverged cell goes to :attr:`GridRun.diverged` and the grid goes on; any other
+    :class:`~adaptcl.recipes.engine.errors.NonResultError` stops it. ``on_record(grid)`` after
+    each cell computed or diverged, while there is a record (to rewrite partial result files).
+    A cell listed twice runs once (with a note); a bad seed is refused before any work.
+    ``reuse=False`` recomputes every cell (the old record moves aside once the new one is
+    stored). ``jobs``: each cell to compute runs as a submitit job (a failed one goes to
+    :attr:`GridRun.failed`). Records and lists are in the order of ``cells``.
+    """
+    unique = list(dict.fromkeys(cells))
+    if len(unique) < len(cells):
+        repeated = [c.label() for c in unique if list(cells).count(c) > 1]
+        note(f"{plural(len(repeated))} listed more than once ({', '.join(repeated[:3])}"
+             f"{', ...' if len(repeated) > 3 else ''}); running each once")
+    for cell in unique:
+        check_seed(cell.seed, cell.label())
+    git_commit()  # the commit the runs start from (cached for the result's environment)
+    store = RunStore(out_dir)
+    grid = GridRun(cells=unique, identities={cell: identity(cell) for cell in unique})
+    start = time.perf_counter()
+    active = None if distributed_follower() else ActiveRuns(store.layout)
+    if active is not None:  # before anything is superseded or computed
+        active.register(recipe, {c.label(): stable_hash(grid.identities[c]) for c in grid.cells})
+    bar = None
+    try:
+        todo = collect(store, grid, reuse=reuse)
+        if store.stale:
+            note(f"{plural(store.stale)} stored with another identity (settings, data or "
+                 f"code) will be computed again; the old records are kept under "
+                 f"{store.layout.runs / 'superseded'}")
+        if todo and jobs is not None:
+            note(f"{plural(len(todo))} to compute as jobs: {jobs.describe()}")
+        if todo and (jobs is not None or compute is not None):
+            bar = progress(total=len(grid.cells), initial=len(grid.reused),
+                           desc=f"{recipe} runs", enabled=progress_bar, leave=True)
+            if jobs is not None:
+                run_jobs(store, grid, todo, jobs, bar, on_record=on_record, start=start)
+            else:
+                _run_here(store, grid, todo, compute, trains, bar, on_record=on_record,
+                          start=start, active=active, reuse=reuse)
+    finally:
+        if bar is not None:
+            bar.close()
+        if active is not None:
+            active.unregister()
+    grid.in_grid_order()
+    grid.seconds_this_invocation = time.perf_counter() - start
+    return grid
+
+
+def _run_here(store: RunStore, grid: GridRun, todo: Sequence[Cell],
+              compute: Callable[[Cell], dict[str, Any] | None],
+              trains: Callable[[Cell], bool] | bool, bar: Any, *,
+              on_record: Callable[[GridRun], None] | None, start: float,
+              active: ActiveRuns | None, reuse: bool) -> None:
+    """The cells of ``todo`` one after another in this process, each under its lock."""
+    for cell in todo:
+        bar.set_postfix_str(grid.progress_note(cell.label()))
+        status = compute_one(store, grid, cell, compute, trains, reuse=reuse, active=active,
+                             locked=active is not None)
+        grid.seconds_this_invocation = time.perf_counter() - start
+        if status in ("computed", "diverged") and on_record is not None and grid.records:
+            on_record(grid)
+        bar.update(1)
+    bar.set_postfix_str(grid.progress_note())

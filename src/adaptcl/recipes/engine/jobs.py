@@ -1,0 +1,359 @@
+"""Cells as jobs: several at once on this machine, or on a SLURM cluster, through submitit
+(``--jobs N``: submitit's ``LocalExecutor``; ``--cluster slurm``: its ``AutoExecutor``, same
+code path). submitit starts, watches and cancels the processes; the parent keeps at most N
+submitted (the local executor starts every submitted job at once) and collects what they
+stored. Each job (:func:`run_cell_job`) rebuilds the recipe from its settings, checks the
+cell's identity is the one the parent planned, and computes and stores ONE cell as the parent
+would. See ``docs/recipes/scale.md``.
+
+Example:
+    >>> opts = JobOptions(jobs=4)
+    >>> opts.parallel, opts.threads_per_job(8), opts.threads_per_job(1)
+    (True, 2, 1)
+    >>> JobOptions(cluster_option=["slurm_mem=16G"])
+    Traceback (most recent call last):
+    ...
+    adaptcl.recipes.engine.errors.RecipeError: --cluster-option only applies with --cluster slurm
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import shutil
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from adaptcl.recipes.engine.cells import Cell, RunLayout
+from adaptcl.recipes.engine.errors import RecipeError, plural
+from adaptcl.recipes.engine.provenance import stable_hash
+from adaptcl.recipes.engine.settings import RUN_ONLY, at_least, check_settings, setting
+from adaptcl.recipes.engine.store import GridRun, RunStore, compute_one, distributed_follower
+
+#: a local job's time limit in minutes (submitit's own default is 2)
+LOCAL_TIMEOUT_MIN = 7 * 24 * 60
+#: the parent's polling interval in seconds
+POLL_SECONDS = 0.2
+#: seconds to wait for cancelled local jobs to end (submitit: SIGINT, then SIGKILL after 1 s)
+CANCEL_WAIT_SECONDS = 15.0
+
+
+@dataclass
+class JobOptions:
+    """How a grid's cells run (``--jobs``, ``--cluster``, ``--cluster-*``): one after another
+    in this process by default, or as jobs. A SLURM option without ``--cluster slurm`` is
+    refused here, what this machine cannot do by :meth:`check_config`."""
+
+    jobs: int | None = setting(None, check=at_least(1), help="cells computed at once, each a "
+                               "job of its own (submitit); --threads is divided between them "
+                               "(default: 1 on this machine, every cell with --cluster slurm)",
+                               **RUN_ONLY)
+    cluster: str | None = setting(None, choices=(None, "local", "slurm"), help="where the jobs "
+                                  "run: local (this machine) or slurm (through submitit; "
+                                  "default: local when --jobs > 1)", **RUN_ONLY)
+    cluster_partition: str | None = setting(None, help="SLURM partition of the jobs", **RUN_ONLY)
+    cluster_time: int | None = setting(None, check=at_least(1), help="time limit of each job "
+                                       "in minutes (SLURM; default: submitit's)", **RUN_ONLY)
+    cluster_gpus: int = setting(0, check=at_least(0), help="GPUs per job (SLURM)", **RUN_ONLY)
+    cluster_option: list[str] = setting(factory=list, help="KEY=VALUE passed to submitit's "
+                                        "update_parameters, e.g. slurm_mem=16G (repeatable: "
+                                        "several values)", **RUN_ONLY)
+
+    def __post_init__(self) -> None:
+        try:
+            check_settings(self)
+        except ValueError as err:
+            raise RecipeError(str(err)) from None
+        for text in self.cluster_option:
+            key, sep, _ = text.partition("=")
+            if not sep or not key.strip():
+                raise RecipeError(f"--cluster-option: expected KEY=VALUE, got {text!r}")
+        slurm_only = [f"--{f.name.replace('_', '-')}" for f in dataclasses.fields(self)
+                      if f.name.startswith("cluster_") and getattr(self, f.name)]
+        if slurm_only and self.cluster != "slurm":
+            verb = "applies" if len(slurm_only) == 1 else "apply"
+            raise RecipeError(f"{', '.join(slurm_only)} only {verb} with --cluster slurm")
+
+    @property
+    def options(self) -> dict[str, Any]:
+        """``--cluster-option`` as keyword arguments (integers and floats as numbers)."""
+        def value_of(text: str) -> Any:
+            for kind in (int, float):
+                with contextlib.suppress(ValueError):
+                    return kind(text)
+            return text
+
+        return {key.strip(): value_of(value) for key, _, value in
+                (text.partition("=") for text in self.cluster_option)}
+
+    @property
+    def parallel(self) -> bool:
+        return self.cluster is not None or (self.jobs or 1) > 1
+
+    @property
+    def where(self) -> str:
+        return self.cluster or "local"
+
+    def max_jobs(self, cells: int) -> int:
+        """How many jobs are submitted at once."""
+        if self.jobs is not None:
+            return int(self.jobs)
+        return max(1, cells) if self.where == "slurm" else 1
+
+    def threads_per_job(self, threads: int | None, cells: int = 1) -> int:
+        """Torch threads of each job: ``--threads`` (``None``: the machine's CPUs) divided
+        between the jobs running at once here (at least 1), all of it on SLURM."""
+        total = int(threads) if threads else (os.cpu_count() or 1)
+        return total if self.where == "slurm" else max(1, total // self.max_jobs(cells))
+
+    def check_config(self, config: Any) -> None:
+        """Refuse, before any work, what the jobs cannot do here: SLURM where it is absent,
+        several devices per cell, a distributed launch."""
+        if not self.parallel:
+            return
+        if self.cluster == "slurm" and shutil.which("sbatch") is None:
+            raise RecipeError("--cluster slurm: SLURM is not available on this machine (no "
+                              "sbatch on PATH); run it on a SLURM login node, or use --jobs N "
+                              "to run the cells here")
+        devices = getattr(config, "devices", 1)
+        if isinstance(devices, int) and devices > 1:
+            raise RecipeError(f"--devices {devices} with --jobs/--cluster: a cell on several "
+                              "devices is one distributed run; run it without --jobs, or use "
+                              "--devices 1 and --jobs for many cells")
+        if distributed_follower() or os.environ.get("WORLD_SIZE", "1") not in ("", "1"):
+            raise RecipeError("--jobs/--cluster under a distributed launcher (torchrun, "
+                              "RANK/WORLD_SIZE set): start the run as one process")
+
+    def executor(self, folder: str | os.PathLike, threads: int, name: str) -> Any:
+        """submitit's ``AutoExecutor`` with the run's parameters (``--cluster-option`` last)."""
+        try:
+            import submitit
+        except ImportError as err:
+            raise ImportError("--jobs and --cluster run cells through submitit: "
+                              "pip install 'adaptcl[cluster]'") from err
+        try:
+            executor = submitit.AutoExecutor(folder=str(folder), cluster=self.where)
+        except RuntimeError as err:  # no srun here: not a SLURM login node
+            raise RecipeError(f"--cluster {self.where}: {err}") from err
+        params: dict[str, Any] = {"name": f"adaptcl-{name}", "stderr_to_stdout": False}
+        if self.where == "local":
+            params["timeout_min"] = LOCAL_TIMEOUT_MIN
+        else:
+            params.update(cpus_per_task=int(threads), tasks_per_node=1, nodes=1,
+                          timeout_min=self.cluster_time,
+                          gpus_per_node=self.cluster_gpus or None,
+                          slurm_partition=self.cluster_partition)
+        params.update(self.options)
+        try:
+            executor.update_parameters(**params)
+        except (NameError, ValueError, AssertionError) as err:
+            raise RecipeError(f"--cluster-option: {str(err).splitlines()[0]}") from err
+        return executor
+
+
+def job_failure(job: Any) -> tuple[str, str]:
+    """``(reason, log path)`` of a failed submitit job: the last line of its traceback (or of
+    submitit's message when it never ran, e.g. killed) and its stderr file."""
+    try:
+        error = job.exception()
+    except Exception as err:  # noqa: BLE001  (the job's state could not be read)
+        error = err
+    text = str(error or "the job ended without a result")
+    if "with trace:" in text:  # submitit's FailedJobError: the trace between two rules
+        trace = text.split("----------------------\n", 2)[1]
+        lines = [line for line in trace.splitlines() if line.strip()]
+        reason = lines[-1].strip() if lines else text.splitlines()[0]
+    elif type(error).__name__ == "UncompletedJobError":  # no result: its process was stopped
+        reason = ("its process ended without a result (killed, or out of memory or time); "
+                  f"submitit: {text.strip().splitlines()[0]}")
+    else:
+        reason = f"{type(error).__name__}: {text.strip().splitlines()[0] if text.strip() else ''}"
+    try:
+        log = str(job.paths.stderr)
+    except Exception:  # noqa: BLE001
+        log = "(no log)"
+    return reason, log
+
+
+def run_cell_job(recipe_class: type, sweep: Any, cell: Cell, identity_hash: str,
+                 threads: int, reuse: bool, where: str) -> dict[str, Any]:
+    """One job: rebuild the recipe, compute ``cell`` and store its record (under its lock);
+    ``{"status", "superseded", "diverged"}`` (the parent reads the record from the store). A
+    changed identity (code, data or settings edited since the submission) is refused."""
+    recipe = recipe_class(sweep)
+    threads = recipe.ready(threads)
+    try:  # the BLAS/OpenMP pools of numpy, scipy and scikit-learn take the job's share too
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # pragma: no cover - scikit-learn requires it
+        pass
+    else:
+        threadpool_limits(limits=int(threads))
+    identity = recipe.identity(cell)
+    if stable_hash(identity) != identity_hash:
+        raise RecipeError(f"{cell.label()}: its identity (settings, data or code) changed "
+                          "since the run was submitted; rerun the command")
+    job_id = os.environ.get("SLURM_JOB_ID") or os.environ.get("SUBMITIT_LOCAL_JOB_ID")
+    execution = {"threads": threads, "cluster": where, "job_id": job_id}
+
+    def compute(c: Any) -> dict[str, Any] | None:
+        record = recipe.compute(c)
+        return None if record is None else dict(record) | {"execution": execution}
+
+    store = RunStore(recipe.config.output_dir)
+    grid = GridRun(cells=[cell], identities={cell: identity})
+    status = compute_one(store, grid, cell, compute, recipe.trains, reuse=reuse)
+    print(f"adaptcl: {cell.label()} {status} ({plural(threads, 'thread')})", file=sys.stderr,
+          flush=True)
+    return {"status": status, "superseded": list(store.superseded),
+            "diverged": grid.diverged.get(cell)}
+
+
+class JobRunner:
+    """What :func:`~adaptcl.recipes.engine.grid.run_grid` needs to run cells as jobs: the
+    executor, how many at once, and how to submit one cell of ``recipe``."""
+
+    def __init__(self, options: JobOptions, recipe: Any, *, threads: int | None, cells: int,
+                 reuse: bool = True) -> None:
+        self.options = options
+        self.max_jobs = options.max_jobs(cells)
+        self.threads = options.threads_per_job(threads, cells)
+        self.recipe_class, self.sweep, self.reuse = type(recipe), recipe.sweep, reuse
+        self.folder = RunLayout(recipe.config.output_dir).jobs
+        self.executor = options.executor(self.folder, self.threads, recipe.name)
+
+    def submit(self, cell: Any, identity: Mapping[str, Any]) -> Any:
+        local = self.options.where == "local"
+        with interruptible_children(), (_stderr_to(self.folder.parent / "controllers.log")
+                                         if local else contextlib.nullcontext()):
+            return self.executor.submit(run_cell_job, self.recipe_class, self.sweep,
+                                        cell, stable_hash(identity), self.threads,
+                                        self.reuse, self.options.where)
+
+    def describe(self) -> str:
+        return (f"{self.max_jobs} at once ({self.options.where}), "
+                f"{plural(self.threads, 'thread')} each; logs under {self.folder.parent}")
+
+
+@contextlib.contextmanager
+def _stderr_to(path: Path) -> Iterator[None]:
+    """File descriptor 2 on ``path`` while the block starts processes: submitit's local job
+    controllers inherit it, so the traceback each prints when a job is cancelled goes to the
+    jobs' folder, not before the command's one line on the terminal."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(path, "ab") as log:
+        os.dup2(log.fileno(), 2)
+    try:
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+@contextlib.contextmanager
+def interruptible_children() -> Iterator[None]:
+    """Let the processes started inside take SIGINT (how submitit cancels a local job) even when
+    this one ignores it (``adaptcl tu ... &`` from a script), since a child inherits an ignored
+    signal but not a handler; Python's own handler meanwhile, so Ctrl-C still stops this one."""
+    if (threading.current_thread() is not threading.main_thread()
+            or signal.getsignal(signal.SIGINT) is not signal.SIG_IGN):
+        yield
+        return
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def cancel_jobs(jobs: Sequence[Any], *, wait: bool) -> None:
+    """Cancel ``jobs``; with ``wait``, until their processes ended (at most
+    :data:`CANCEL_WAIT_SECONDS`), so nothing they print follows the command's last line."""
+    for job in jobs:
+        with contextlib.suppress(Exception):  # it may have ended meanwhile
+            job.cancel(check=False)
+    deadline = time.monotonic() + CANCEL_WAIT_SECONDS
+    while wait and time.monotonic() < deadline:
+        try:
+            if all(job.done() for job in jobs):
+                return
+        except Exception:  # noqa: BLE001  (a job's state could not be read: stop waiting)
+            return
+        time.sleep(0.1)
+
+
+def run_jobs(store: RunStore, grid: GridRun, todo: Sequence[Cell], runner: JobRunner,
+             bar: Any, *, on_record: Callable[[GridRun], None] | None, start: float) -> None:
+    """Submit the cells of ``todo`` (at most ``runner.max_jobs`` at a time), collect each
+    finished job's record from ``store`` into ``grid`` and call ``on_record``; a failed job
+    goes to ``grid.failed`` (one line on stderr naming its log) and the others go on. On an
+    interrupt the running jobs are cancelled (a rerun computes their cells)."""
+    pending, running = list(todo), {}
+    shown = ""
+
+    def show(refresh: bool = True) -> None:  # redraw on a change only (one line each in a log)
+        nonlocal shown
+        if grid.progress_note(f"{len(running)} running") != shown:
+            shown = grid.progress_note(f"{len(running)} running")
+            bar.set_postfix_str(shown, refresh=refresh)
+
+    def submit_next() -> None:
+        while pending and len(running) < runner.max_jobs:
+            cell = pending.pop(0)
+            running[cell] = runner.submit(cell, grid.identities[cell])
+
+    try:
+        while pending or running:
+            submit_next()
+            show()
+            done = [cell for cell, job in running.items() if job.done()]
+            statuses = [_collect(store, grid, cell, running.pop(cell)) for cell in done]
+            submit_next()  # the next ones start before the parent writes the partial table
+            grid.seconds_this_invocation = time.perf_counter() - start
+            if done:
+                show(refresh=False)
+                bar.update(len(done))
+            if ({"computed", "diverged"} & set(statuses) and on_record is not None
+                    and grid.records):
+                on_record(grid)
+            if not done:
+                time.sleep(POLL_SECONDS)
+    except BaseException:
+        cancel_jobs(list(running.values()), wait=runner.options.where == "local")
+        raise
+    finally:
+        with contextlib.suppress(OSError):  # submitit's empty template folder ``jobs/%j``
+            runner.folder.rmdir()
+
+
+def _collect(store: RunStore, grid: GridRun, cell: Cell, job: Any) -> str:
+    try:
+        result = job.result()
+    except Exception:  # noqa: BLE001  (the cell's own error, in its log)
+        return _failed(grid, cell, job, *job_failure(job))
+    grid.superseded.extend(result.get("superseded") or [])
+    status = result["status"]
+    if status == "diverged":
+        grid.diverged[cell] = result["diverged"]
+        return status
+    record = store.load(cell, grid.identities[cell])
+    if record is None:
+        return _failed(grid, cell, job, f"job {job.job_id} ended ({status}) but no record is "
+                       "stored", str(job.paths.stderr))
+    grid.records[cell] = record
+    (grid.reused if status == "reused" else grid.computed).append(cell)
+    return status
+
+
+def _failed(grid: GridRun, cell: Cell, job: Any, reason: str, log: str) -> str:
+    grid.failed[cell] = {"error": reason, "log": log, "job_id": str(job.job_id)}
+    print(f"adaptcl: {cell.label()} failed: {reason} (log: {log})", file=sys.stderr, flush=True)
+    return "failed"

@@ -1,0 +1,316 @@
+"""A recipe's settings: each field of its config declares once, through :func:`setting`, what
+the engine must know of it. From these declarations alone the engine builds the command line
+and config file, checks a config before any work (:func:`check_settings`), tells what enters a
+run's identity (:func:`identity_settings`) and expands a sweep into its points (:class:`Sweep`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import math
+import os
+import types
+import typing
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple
+
+from adaptcl.recipes.engine.errors import check_seed, note
+
+#: a point of a sweep: ``((field, value), ...)`` in the config's field order
+Point = tuple[tuple[str, Any], ...]
+#: a setting of how a run goes, not of what it computes (where files go, threads)
+RUN_ONLY = {"identity": False, "sweep": False}
+
+
+class Check(NamedTuple):
+    """A bound on a number (each item of a list): ``what`` it must be, and the test."""
+
+    what: str
+    ok: Callable[[Any], bool]
+
+
+positive = Check("a positive number", lambda v: v > 0)
+non_negative = Check("a number >= 0", lambda v: v >= 0)
+fraction = Check("a number in [0, 1)", lambda v: 0 <= v < 1)
+open_fraction = Check("a number in (0, 1)", lambda v: 0 < v < 1)
+
+
+def at_least(low: float) -> Check:
+    return Check(f"a number >= {low:g}", lambda v: v >= low)
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    """What the engine knows of one config field (see :func:`setting`)."""
+
+    help: str = ""
+    choices: tuple[Any, ...] | None = None
+    convert: Callable[[Any], Any] | None = None
+    check: Check | None = None
+    identity: bool | str | Callable[[Any], Any] = True
+    sweep: bool = True
+    axis: str | None = None
+    folder: bool = False
+
+
+def setting(default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MISSING,
+            help: str = "", choices: Sequence[Any] | None = None,
+            convert: Callable[[Any], Any] | None = None, check: Check | None = None,
+            identity: bool | str | Callable[[Any], Any] = True, sweep: bool = True,
+            axis: str | None = None, folder: bool = False) -> Any:
+    """A config field and its :class:`Spec`.
+
+    Args:
+        default / factory: the default value, or a function making it (lists).
+        help: the option's help text.
+        choices: allowed values (strings match case-insensitively and become the canonical
+            spelling).
+        convert: the canonical form of a value (of each item), ``ValueError`` for a bad one.
+        check: a bound every number (every item) must meet; ``None`` passes.
+        identity: whether the field determines a result: ``True``, ``False`` (bookkeeping),
+            the name of the part of a run it determines (``"pretrain"``, see
+            :func:`identity_settings`), or a function of the value giving what enters it.
+        sweep: whether a scalar may take several values in one run (each a point of the grid).
+        axis: for a list field, the grid axis it holds (``"dataset"``, ``"loss"``, ``"seed"``):
+            repeats are dropped with a note, and it may not be empty.
+        folder: a folder the run writes: refused before any work if it cannot be written.
+    """
+    spec = Spec(help=help, choices=tuple(choices) if choices is not None else None,
+                convert=convert, check=check, identity=identity, sweep=sweep, axis=axis,
+                folder=folder)
+    return dataclasses.field(default=default, default_factory=factory,
+                             metadata={"adaptcl": spec})
+
+
+def spec_of(field: dataclasses.Field) -> Spec:
+    return field.metadata.get("adaptcl") or Spec()
+
+
+def specs(config: Any) -> dict[str, Spec]:
+    """``{field name: Spec}`` of a config class or instance, in field order."""
+    return {f.name: spec_of(f) for f in dataclasses.fields(config)}
+
+
+def is_list_field(config_class: type, name: str) -> bool:
+    return typing.get_origin(typing.get_type_hints(config_class)[name]) in (list, tuple)
+
+
+def sweepable(config_class: type) -> list[str]:
+    """The fields that may take several values: scalar, not boolean, declared ``sweep=True``."""
+    hints = typing.get_type_hints(config_class)
+    return [name for name, spec in specs(config_class).items() if spec.sweep
+            and typing.get_origin(hints[name]) not in (list, tuple) and hints[name] is not bool]
+
+
+def axis_fields(config_class: type) -> dict[str, str]:
+    """``{axis: field}`` of the list fields holding a grid axis (``{"dataset": "datasets"}``)."""
+    return {spec.axis: name for name, spec in specs(config_class).items() if spec.axis}
+
+
+def _canonical(name: str, spec: Spec, value: Any) -> Any:
+    if spec.choices is None:
+        return value if value is None or spec.convert is None else spec.convert(value)
+    for choice in spec.choices:
+        if value == choice or (isinstance(value, str) and isinstance(choice, str)
+                               and value.casefold() == choice.casefold()):
+            return choice
+    shown = ", ".join("none" if c is None else str(c) for c in spec.choices)
+    raise ValueError(f"unknown {name.replace('_', ' ')} {value!r}; choose from {shown}")
+
+
+def _unique(name: str, items: list[Any], canonical: list[Any]) -> list[Any]:
+    """``canonical`` without repeats (first occurrence's order), with one note naming them."""
+    kept: dict[Any, Any] = {}
+    repeats = []
+    for text, value in zip(items, canonical, strict=True):
+        if value in kept:
+            repeats.append(f"{text!r} repeats {kept[value]!r}" if text != kept[value]
+                           else f"{text!r} is given more than once")
+        else:
+            kept[value] = text
+    if repeats:
+        note(f"--{name.replace('_', '-')}: {', '.join(repeats)}; running each once")
+    return list(kept)
+
+
+def _kinds(hint: Any) -> tuple[type, ...]:
+    """The types a value (an item of a list) of a field annotated ``hint`` may have."""
+    if typing.get_origin(hint) in (list, tuple):
+        return _kinds(typing.get_args(hint)[0])
+    args = typing.get_args(hint)
+    if args and typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return tuple(k for a in args for k in _kinds(a))
+    if hint is float:
+        return (int, float)
+    if hint is str:  # a path given through the Python API is a path
+        return (str, os.PathLike)
+    return (hint,) if isinstance(hint, type) else (object,)
+
+
+def _check_type(name: str, hint: Any, value: Any) -> None:
+    kinds = _kinds(hint)
+    for item in value if isinstance(value, (list, tuple)) else [value]:
+        wrong = isinstance(item, bool) and bool not in kinds  # True is an int to Python
+        if wrong or not isinstance(item, kinds):
+            wanted = " or ".join("none" if k is type(None) else k.__name__ for k in kinds
+                                 if (k is not int or float not in kinds)
+                                 and k is not os.PathLike)
+            raise ValueError(f"{name} must be {wanted}, got {item!r}")
+
+
+def check_settings(config: Any) -> None:
+    """Canonicalise and check every field of ``config`` by its :class:`Spec`, in place.
+
+    Each value must have its field's type; choices and converters give it its canonical
+    spelling; an axis drops repeats (with a note) and may not be empty, seeds must be integers
+    in ``[0, 2**32 - 1]``; floats must be finite and numbers meet the field's ``check``.
+    Raises ``ValueError`` naming the field and the bad value.
+    """
+    hints = typing.get_type_hints(type(config))
+    for name, spec in specs(config).items():
+        value = getattr(config, name)
+        if spec.choices is None and spec.convert is None and spec.axis != "seed":
+            _check_type(name, hints[name], value)  # (seeds are checked as seeds below)
+        if isinstance(value, (list, tuple)):
+            items = [_canonical(name, spec, item) for item in value]
+            if spec.axis:
+                items = _unique(name, list(value), items)
+                if not items:
+                    raise ValueError(f"{name} must not be empty")
+                if spec.axis == "seed":
+                    items = [check_seed(s, f"--{name}") for s in items]
+            value = items
+        else:
+            value = _canonical(name, spec, value)
+        setattr(config, name, value)
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, float) and not math.isfinite(item):
+                raise ValueError(f"{name} must be a finite number, got {item!r}")
+            if spec.check is None or item is None:
+                continue
+            if (isinstance(item, bool) or not isinstance(item, (int, float))
+                    or not spec.check.ok(item)):
+                shown = f"each value of {name}" if isinstance(value, list) else name
+                raise ValueError(f"{shown} must be {spec.check.what}, got "
+                                 f"{value if isinstance(value, list) else item!r}")
+
+
+def as_record(values: Any) -> dict[str, Any]:
+    """A config (or ``{field: value}``) as JSON and YAML hold it: paths as strings, tuples as
+    lists, anything else not plain (a callable given as ``model``) by its ``repr``."""
+    if dataclasses.is_dataclass(values):
+        values = {f.name: getattr(values, f.name) for f in dataclasses.fields(values)}
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, (list, tuple)):
+            return [plain(v) for v in value]
+        if isinstance(value, Mapping):
+            return {str(k): plain(v) for k, v in value.items()}
+        if value is None or isinstance(value, (bool, int, float, str)):
+            return value
+        return value.__fspath__() if hasattr(value, "__fspath__") else repr(value)
+
+    return {name: plain(value) for name, value in values.items()}
+
+
+def identity_settings(config: Any, part: str | None = None) -> dict[str, Any]:
+    """What of ``config`` enters a run's identity: the fields declared ``identity=True``, those
+    of ``part`` (every part when it is ``None``), a function's value for those declared with
+    one; never an axis (the cell holds it)."""
+    out = {}
+    for name, spec in specs(config).items():
+        rule = spec.identity
+        if spec.axis or rule is False or (isinstance(rule, str) and part not in (None, rule)):
+            continue
+        value = getattr(config, name)
+        out[name] = rule(value) if callable(rule) else value
+    return out
+
+
+class Sweep:
+    """A run's settings where sweepable ones may hold several values: ``raw`` (the settings as
+    given, each swept field at its first value), ``axes`` (``{field: [values]}`` of those with
+    more), the ``base`` config and one config per point. Each point's config is built from the
+    settings as given, so a default derived from another field is derived per point."""
+
+    def __init__(self, config_class: type, raw: Mapping[str, Any],
+                 axes: Mapping[str, Sequence[Any]] | None = None) -> None:
+        self.config_class = config_class
+        self.raw = dict(raw)
+        self.axes = {name: list(values) for name, values in (axes or {}).items()}
+        allowed = sweepable(config_class)
+        for name in self.axes:
+            if name not in allowed:
+                raise ValueError(f"--{name.replace('_', '-')} takes one value: it cannot vary "
+                                 "within one run")
+        points = self.points()
+        self.base = self._build(points[0])
+        # the axes as the first config spelled them (canonical, no repeats): the other points
+        # and the config file take them so, and a repeat is noted once
+        self.raw.update({name: list(getattr(self.base, name))
+                         for name in axis_fields(config_class).values()})
+        self._configs = {points[0]: self.base} | {p: self._build(p) for p in points[1:]}
+
+    @classmethod
+    def of(cls, config: Any) -> Sweep:
+        """The run of one config (no swept setting)."""
+        return cls(type(config), {f.name: getattr(config, f.name)
+                                  for f in dataclasses.fields(config)})
+
+    @classmethod
+    def from_values(cls, config_class: type, values: Mapping[str, Any]) -> Sweep:
+        """From ``{field: value}`` where a sweepable scalar may be a list of values; a field not
+        given takes its default, an unknown one is refused."""
+        defaults = {f.name: (f.default_factory() if f.default is dataclasses.MISSING  # type: ignore[misc]
+                             else f.default) for f in dataclasses.fields(config_class)}
+        unknown = [name for name in values if name not in defaults]
+        if unknown:
+            raise ValueError(f"unknown setting{'s' if len(unknown) > 1 else ''} "
+                             f"{', '.join(unknown)} for this recipe")
+        raw, axes = {}, {}
+        for name, value in (defaults | dict(values)).items():
+            if isinstance(value, (list, tuple)) and not is_list_field(config_class, name):
+                if not value:
+                    raise ValueError(f"--{name.replace('_', '-')} needs a value")
+                items = _unique(name, list(value), list(value))
+                raw[name] = items[0]
+                if len(items) > 1:
+                    axes[name] = items
+            else:
+                raw[name] = value
+        return cls(config_class, raw, axes)
+
+    def points(self) -> list[Point]:
+        """Every combination of the swept values, first axis outermost (``[()]`` without)."""
+        names = list(self.axes)
+        return [tuple(zip(names, combo, strict=True))
+                for combo in itertools.product(*(self.axes[n] for n in names))]
+
+    def _build(self, point: Point) -> Any:
+        try:
+            return self.config_class(**(self.raw | dict(point)))
+        except ValueError as err:
+            if not point:
+                raise
+            where = ", ".join(f"{k}={v}" for k, v in point)
+            raise ValueError(f"{where}: {err}") from None
+
+    def config_at(self, point: Point) -> Any:
+        return self._configs[tuple(point)]
+
+    def values(self) -> dict[str, Any]:
+        """``{field: value}`` as given, swept fields as lists: what :meth:`from_values` reads
+        back to the same run."""
+        return self.raw | {name: list(values) for name, values in self.axes.items()}
+
+
+def config_text(recipe: str, preset: str | None, sweep: Sweep) -> str:
+    """A run's settings as a config file: what ``--print-config`` prints, what a run writes as
+    ``config.yaml`` and ``--config`` reads back to the same cells."""
+    import yaml
+
+    head = (f"# adaptcl {recipe}: `adaptcl {recipe} --config <this file>` runs these settings "
+            "again\n")
+    body = {"recipe": recipe, "preset": preset, **as_record(sweep.values())}
+    return head + yaml.safe_dump(body, sort_keys=False)

@@ -1,0 +1,111 @@
+"""One cell of ``adaptcl images``: one loss and seed trained by Lightning (resumed from the
+``last.ckpt`` an interrupted run left), then the frozen backbone scored by kNN and a linear probe."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader
+
+from adaptcl.adapters.lightning.factory import build_ssl_module, ssl_transforms
+from adaptcl.adapters.lightning.trainer import TrainingClock, build_trainer
+from adaptcl.evaluation.images import evaluate_backbone
+from adaptcl.plugins.validation import NonFiniteError
+from adaptcl.recipes.common.lightning import fit, resume_checkpoint
+from adaptcl.recipes.common.schedule import schedule_steps
+from adaptcl.recipes.engine.cells import Cell
+from adaptcl.recipes.engine.errors import DivergedError, NonResultError, require_steps
+from adaptcl.recipes.engine.loggers import lightning_logger
+from adaptcl.recipes.engine.progress import on_terminal
+from adaptcl.recipes.engine.torch_env import loader_options, resolve_device, seed_everything
+from adaptcl.recipes.images.config import ImagesConfig
+from adaptcl.recipes.images.data import ImageSplits
+
+
+def build_module(cfg: ImagesConfig, loss: str, num_classes: int, steps_per_epoch: int) -> Any:
+    """The Lightning module of ``cfg.method`` trained with ``loss`` (the adapter's factory)."""
+    return build_ssl_module(
+        cfg.method, loss, backbone=cfg.backbone, width=cfg.width, hidden_dim=cfg.hidden_dim,
+        output_dim=cfg.output_dim, temperature=cfg.temperature,
+        macl_temperature=cfg.macl_temperature, alpha=cfg.alpha, a0=cfg.a0,
+        num_heads=cfg.num_heads, beta=cfg.beta, kappa=cfg.kappa, negative_term=cfg.negative_term,
+        amcl_objective=cfg.amcl_objective, queue_size=cfg.queue_size,
+        num_neighbors=cfg.num_neighbors, sharpen_temperature=cfg.sharpen_temperature,
+        gather_distributed=cfg.strategy.startswith("ddp"), optimizer=cfg.optimizer, lr=cfg.lr,
+        weight_decay=cfg.weight_decay, num_classes=num_classes, knn_k=cfg.knn_k, knn_t=cfg.knn_t,
+        max_temperature=cfg.max_temperature,
+        period=schedule_steps(cfg.schedule_period, steps_per_epoch))
+
+
+def lightning_trainer(cfg: ImagesConfig, log_dir: Path, ckpt_dir: Path | None = None,
+                      clock: TrainingClock | None = None) -> Any:
+    """Lightning's Trainer of the run's settings (the online kNN every ``knn_every`` epochs)."""
+    return build_trainer(cfg.epochs, device=resolve_device(cfg.device), devices=cfg.devices,
+                         strategy=cfg.strategy, precision=cfg.precision,
+                         logger=lightning_logger(cfg.logger, log_dir), ckpt_dir=ckpt_dir,
+                         callbacks=[clock] if clock is not None else None,
+                         progress=on_terminal(cfg.progress), val_every=cfg.knn_every)
+
+
+def loaders(cfg: ImagesConfig, splits: ImageSplits, seed: int) -> tuple[Any, Any, Any]:
+    """(two-view training loader, kNN bank loader, test loader), the order drawn from ``seed``;
+    an image folder is normalised with ImageNet's statistics, CIFAR-10 with its own."""
+    normalize = None
+    if splits.source.startswith("image folder"):
+        from lightly.transforms.utils import IMAGENET_NORMALIZE
+
+        normalize = IMAGENET_NORMALIZE
+    train_tf, eval_tf = ssl_transforms(cfg.method, cfg.input_size, normalize)
+    options = loader_options(resolve_device(cfg.device), cfg.num_workers)
+    train = DataLoader(splits.train.with_transform(train_tf), batch_size=cfg.batch_size,
+                       shuffle=True, drop_last=True,
+                       generator=torch.Generator().manual_seed(seed), **options)
+    bank, test = (DataLoader(part.with_transform(eval_tf), batch_size=max(cfg.batch_size, 256),
+                             shuffle=False, **options) for part in (splits.train, splits.test))
+    return train, bank, test
+
+
+def train_and_score(cfg: ImagesConfig, splits: ImageSplits, cell: Cell, ckpt_dir: Path,
+                    log_dir: Path) -> dict[str, Any] | None:
+    """Train (or resume) and evaluate one cell; ``None`` on a non-zero rank."""
+    resume = resume_checkpoint(ckpt_dir)
+    seed_everything(cell.seed)
+    train, bank, test = loaders(cfg, splits, cell.seed)
+    module = build_module(cfg, cell.loss, splits.num_classes, len(train))
+    if cfg.knn_every:
+        module.set_knn_bank_loader(bank)
+    clock = TrainingClock()
+    trainer = lightning_trainer(cfg, log_dir, ckpt_dir=ckpt_dir, clock=clock)
+    try:
+        fit(trainer, module, train_dataloaders=train,
+                    val_dataloaders=test if cfg.knn_every else None,
+                    ckpt_path=str(resume) if resume is not None else None)
+    except NonFiniteError as err:  # the loss met NaN embeddings: the weights diverged
+        step = trainer.global_step + 1  # its loss was never computed: loss stays None
+        last = module.history[-1] if module.history else None
+        before = (f"; the last loss was {last['loss']:.4g} at step {int(last['step']) + 1}"
+                  if last else "")
+        raise DivergedError(f"{cell.label()}: {err} at step {step}{before}", step=step) from None
+    if not trainer.is_global_zero:
+        return None
+    history = module.history
+    require_steps(len(history), cell.label())
+    start = time.perf_counter()
+    try:
+        metrics = evaluate_backbone(module, bank, test, splits.num_classes, cfg=cfg,
+                                    seed=cell.seed, where=cell.label())
+    except NonFiniteError as err:  # features of a trained backbone went NaN: it diverged
+        raise DivergedError(str(err)) from None
+    except ValueError as err:  # constant features: a collapsed backbone is no result
+        raise NonResultError(str(err)) from None
+    last = history[-1]
+    return {"metrics": metrics, "optimisation_steps": len(history),
+            "losses": [h["loss"] for h in history], "method": cfg.method,
+            "final_temperature": last.get("temperature"),
+            "final_alignment": last.get("alignment"), "train_seconds": clock.seconds,
+            "eval_seconds": time.perf_counter() - start, "resumed_from": module.resumed_from,
+            "checkpoint_dir": str(ckpt_dir), "history": history,
+            "online_knn": module.knn_history}

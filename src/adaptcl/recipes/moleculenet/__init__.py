@@ -1,0 +1,1 @@
+"""``adaptcl moleculenet``: GraphCL on molecules (config, data, pre-training and fine-tuning, the recipe)."""

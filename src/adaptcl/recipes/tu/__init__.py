@@ -1,0 +1,1 @@
+"""``adaptcl tu``: GraphCL on TU datasets (config, data, one cell's training, the recipe)."""

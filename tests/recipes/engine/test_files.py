@@ -1,0 +1,56 @@
+"""Files a recipe writes and reads: strict JSON, derived files and checkpoints rebuilt when
+corrupt, an output folder refused before any work."""
+
+from __future__ import annotations
+
+import pytest
+
+from adaptcl.recipes.engine.files import (
+    check_output_dir,
+    load_or_rebuild,
+    torch_load_checked,
+    write_json_atomic,
+)
+
+
+def test_json_results_refuse_nan(tmp_path):
+    with pytest.raises(ValueError, match="refusing to write"):
+        write_json_atomic(tmp_path / "r.json", {"acc": float("nan")})
+    assert not (tmp_path / "r.json").exists()
+
+
+def test_corrupt_derived_file_is_named_and_rebuilt(tmp_path, capsys):
+    import torch
+
+    path = tmp_path / "data.pt"
+    torch.save({"x": torch.arange(10)}, path)
+    path.write_bytes(path.read_bytes()[:40])  # killed mid-write
+
+    def rebuild():
+        torch.save({"x": torch.arange(3)}, path)
+        return torch.load(path)
+
+    value = load_or_rebuild(path, lambda: torch.load(path), rebuild, what="cache")
+    assert value["x"].tolist() == [0, 1, 2]
+    assert f"cache at {path} is corrupt or truncated" in capsys.readouterr().err
+
+
+def test_corrupt_checkpoint_is_named_kept_aside_and_not_loaded(tmp_path, capsys):
+    import torch
+
+    path = tmp_path / "last.ckpt"
+    assert torch_load_checked(path, what="checkpoint") is None  # missing: start afresh
+    torch.save({"epoch": 3}, path)
+    assert torch_load_checked(path, what="checkpoint", weights_only=True) == {"epoch": 3}
+    path.write_bytes(path.read_bytes()[:30])
+    assert torch_load_checked(path, what="checkpoint", weights_only=True) is None
+    assert f"checkpoint at {path} is corrupt" in capsys.readouterr().err
+    assert not path.exists() and (tmp_path / "last.ckpt.corrupt").is_file()
+
+
+def test_an_output_folder_inside_a_file_is_refused_creating_nothing(tmp_path):
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(NotADirectoryError, match="is inside .* which is a file"):
+        check_output_dir(tmp_path / "f" / "out")
+    assert check_output_dir(tmp_path / "new" / "out") == tmp_path / "new" / "out"
+    assert not (tmp_path / "new").exists()

@@ -1,0 +1,250 @@
+"""``adaptcl``: every recipe's sub-command; every mistake one line ``adaptcl <recipe>: error:
+...`` and exit 2 before any work or file write; a full disk, Ctrl-C or SIGTERM one line too;
+crashes keep their traceback; ``--help`` fast."""
+
+from __future__ import annotations
+
+import errno
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from adaptcl import cli
+from adaptcl.recipes.demo.recipe import DemoRecipe
+from tests.recipes._process import SRC
+
+RECIPES = ("demo", "images", "simcse", "sts", "transfer", "tu", "moleculenet")
+
+
+def _one_line_error_in_a_process(argv: list[str], expected_start: str) -> None:
+    """:func:`_one_line_error` for a command run in a process of its own (offline): transformers
+    binds its log handler, huggingface_hub reads ``HF_HUB_OFFLINE``, when first imported."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "adaptcl", *argv], capture_output=True,
+                          text=True, timeout=300,
+                          env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+    ours = [line for line in done.stderr.splitlines() if line.startswith("adaptcl ")]
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert ours == [ours[0]] and ours[0].startswith(expected_start), done.stderr
+
+
+
+def _one_line_error(capsys, argv: list[str], expected: str) -> str:
+    try:
+        code = cli.main(argv)
+    except SystemExit as exit_:  # argparse's own refusals
+        code = exit_.code
+    err = capsys.readouterr().err
+    # third-party progress bars (the model-loading of transformers) may precede our one line
+    lines = [line for line in err.splitlines() if line.startswith("adaptcl ")
+             or "error" in line.lower()]
+    assert code == 2, err
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith(f"adaptcl {argv[0]}: error: "), err
+    assert expected in lines[0], err
+    return lines[0]
+
+
+@pytest.mark.parametrize("recipe", RECIPES)
+def test_output_dir_that_is_a_file_is_refused_before_any_work(recipe, tmp_path, capsys):
+    afile = tmp_path / "afile"
+    afile.write_text("not a folder")
+    extra = ["--model", "m:f"] if recipe in ("sts", "transfer") else []
+    _one_line_error(capsys, [recipe, "--output-dir", str(afile), *extra], "is a file, not a folder")
+    _one_line_error(capsys, [recipe, "--output-dir", str(afile / "sub"), *extra],
+                    f"is inside '{afile}', which is a file")
+    assert afile.read_text() == "not a folder"
+
+
+def test_unwritable_output_dir_is_refused_before_any_work(tmp_path, capsys, monkeypatch):
+    # the tests run as root, for whom permissions do not apply: ask the check's own question
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda path, mode: (Path(path) != locked
+                                                           and real_access(path, mode)))
+    _one_line_error(capsys, ["demo", "--output-dir", str(locked)], "is not writable")
+    _one_line_error(capsys, ["demo", "--output-dir", str(locked / "new")],
+                    f"its parent '{locked}' is not writable")
+    assert list(locked.iterdir()) == []
+
+
+def test_full_disk_while_writing_is_one_line_and_keeps_nothing_half_written(tmp_path, capsys,
+                                                                           monkeypatch):
+    from adaptcl.recipes.engine import files
+
+    real = files.atomic_write
+
+    def full(path, write, **kwargs):  # the disk fills up when the first run record is written
+        if str(path).endswith("seed0.json"):
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real(path, write, **kwargs)
+
+    monkeypatch.setattr(files, "atomic_write", full)
+    line = _one_line_error(capsys, ["demo", "--epochs", "1", "--seeds", "0", "--no-progress",
+                                    "--output-dir", str(tmp_path / "out")], "the disk is full")
+    assert "seed0.json" in line and "rerun the same command" in line
+    assert not list((tmp_path / "out").rglob("*.json"))
+
+
+@pytest.mark.parametrize("err, expected", [
+    (OSError(errno.EROFS, "Read-only file system", "/x/y.json"),
+     "the file system is read-only writing /x/y.json"),
+    (OSError(errno.EDQUOT, "Disk quota exceeded"), "the disk quota is exceeded"),
+    (RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 64 vs 0"),
+     "writing a checkpoint failed (is the disk full?)"),
+    (RuntimeError("PytorchStreamWriter failed writing file data/0: file write failed"),
+     "writing a checkpoint failed"),
+])
+def test_storage_errors_are_named(err, expected):
+    assert expected in cli.storage_error(err)
+
+
+@pytest.mark.parametrize("err", [OSError(errno.ENOENT, "No such file"), RuntimeError("boom"),
+                                 ValueError("x")])
+def test_other_errors_stay_crashes(err):
+    assert cli.storage_error(err) is None
+
+
+def test_unknown_option_names_the_recipe(capsys):
+    _one_line_error(capsys, ["sts", "--logger", "csv"], "unrecognized arguments: --logger csv")
+    _one_line_error(capsys, ["demo", "--data-root", "x"], "unrecognized arguments: --data-root x")
+
+
+def test_ctrl_c_is_one_line_with_how_to_resume(tmp_path, capsys, monkeypatch):
+    def interrupted(self):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(DemoRecipe, "run", interrupted)
+    code = cli.main(["demo", "--output-dir", str(tmp_path)])
+    err = capsys.readouterr().err.strip()
+    assert code == 130
+    assert err == (f"adaptcl demo: interrupted; finished runs are kept under {tmp_path}/runs: "
+                   "rerun the same command to resume")
+
+
+def test_sigterm_is_one_line_too_and_the_callers_handler_comes_back(tmp_path, capsys,
+                                                                     monkeypatch):
+    """SIGTERM during a run stops it as Ctrl-C does (exit 143); a caller of ``cli.main`` gets
+    its own SIGTERM handling back afterwards."""
+    import os
+    import signal
+
+    def terminated(self):
+        os.kill(os.getpid(), signal.SIGTERM)  # as `kill` or a scheduler would
+        raise AssertionError("SIGTERM did not stop the run")
+
+    monkeypatch.setattr(DemoRecipe, "run", terminated)
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    code = cli.main(["demo", "--output-dir", str(tmp_path)])
+    assert code == 143 and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    assert capsys.readouterr().err.strip() == (
+        f"adaptcl demo: terminated (SIGTERM); finished runs are kept under {tmp_path}/runs: "
+        "rerun the same command to resume")
+
+
+def test_an_interrupted_distributed_run_says_so_on_rank_0_only(tmp_path, capsys, monkeypatch):
+    def interrupted(self):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(DemoRecipe, "run", interrupted)
+    monkeypatch.setenv("LOCAL_RANK", "1")  # as Lightning's launcher starts rank 1
+    assert cli.main(["demo", "--output-dir", str(tmp_path)]) == 130
+    assert capsys.readouterr().err == ""
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    assert cli.main(["demo", "--output-dir", str(tmp_path)]) == 130
+    assert "adaptcl demo: interrupted" in capsys.readouterr().err
+
+
+def test_a_crash_keeps_its_traceback(tmp_path, monkeypatch):
+    def crash(self):
+        raise RuntimeError("a bug of ours")
+
+    monkeypatch.setattr(DemoRecipe, "run", crash)
+    with pytest.raises(RuntimeError, match="a bug of ours"):
+        cli.main(["demo", "--output-dir", str(tmp_path)])
+
+
+def test_version_comes_from_package_metadata(capsys):
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as info:
+        cli.main(["--version"])
+    assert info.value.code == 0
+    assert capsys.readouterr().out.strip() == f"adaptcl {version('adaptcl')}"
+
+
+@pytest.mark.parametrize("recipe", ["tu", "moleculenet", "images", "demo"])
+def test_help_is_fast_shows_defaults_and_an_example(recipe):
+    env = dict(os.environ, PYTHONPATH=str(SRC))
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "adaptcl.cli", recipe, "--help"], env=env,
+                          capture_output=True, text=True, timeout=60)
+    elapsed = time.perf_counter() - start
+    assert proc.returncode == 0, proc.stderr
+    assert elapsed < 3.0, f"adaptcl {recipe} --help took {elapsed:.1f} s"
+    assert "(default: " in proc.stdout and "example:" in proc.stdout
+    for option in ("--output-dir", "--seeds", "--threads", "--device", "--precision", "--logger"):
+        assert option in proc.stdout
+
+
+def test_help_imports_no_heavy_module():
+    code = ("import sys, contextlib, io\nfrom adaptcl import cli\n"
+            "for r in ('tu', 'moleculenet', 'images', 'demo', 'simcse', 'sts', 'transfer'):\n"
+            "    with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):\n"
+            "        cli.main([r, '--help'])\n"
+            "heavy = sorted(m for m in ('torch', 'torch_geometric', 'lightly', 'sklearn', "
+            "'transformers', 'matplotlib') if m in sys.modules)\n"
+            "print(heavy)\n")
+    proc = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, PYTHONPATH=str(SRC)),
+                          capture_output=True, text=True, timeout=60)
+    assert proc.stdout.strip() == "[]", proc.stderr
+
+
+@pytest.mark.parametrize("recipe", cli.RECIPES)
+def test_help_of_every_recipe_returns_in_under_3_s(recipe):
+    env = dict(os.environ, PYTHONPATH=str(SRC))
+    start = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "adaptcl.cli", recipe, "--help"], env=env,
+                          capture_output=True, text=True, timeout=10)  # a slow one fails fast
+    assert proc.returncode == 0, proc.stderr
+    assert time.perf_counter() - start < 3.0
+
+
+def test_missing_extra_is_a_one_line_error(monkeypatch, capsys, tmp_path):
+    import adaptcl.recipes.tu.recipe as tu
+
+    def missing(*args, **kwargs):
+        raise ImportError("'torch_geometric' is required here; install it with "
+                          "`pip install 'adaptcl[graph]'`")
+
+    monkeypatch.setattr(tu.TURecipe, "run", missing)
+    assert cli.main(["tu", "--output-dir", str(tmp_path), "--no-progress"]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("adaptcl tu: error: 'torch_geometric' is required")
+
+
+def test_recipe_error_from_main_is_one_line_and_exit_2(capsys, tmp_path):
+    code = cli.main(["tu", "--data-root", str(tmp_path / "nowhere"), "--output-dir",
+                     str(tmp_path / "out"), "--no-progress"])
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("adaptcl tu: error: data root")
+    assert not (tmp_path / "out").exists()  # validated before any file is written
+
+
+def test_only_rank_zero_speaks(tmp_path, capsys, monkeypatch):
+    afile = tmp_path / "afile"
+    afile.write_text("")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert cli.main(["demo", "--output-dir", str(afile)]) == 2
+    assert capsys.readouterr().err == ""
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    assert cli.main(["demo", "--output-dir", str(afile)]) == 2
+    assert "is a file" in capsys.readouterr().err
