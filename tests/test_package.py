@@ -268,8 +268,11 @@ def test_ci_runs_the_result_pins_again_on_other_cpu_kernels():
     at AVX2, so a value pinned to this machine's kernels fails in CI, not on a user's CPU."""
     ci = (REPO_ROOT / ".ci" / "run").read_text()
     assert 'step "make test-pins" make test-pins' in ci.splitlines()
-    dry = subprocess.run(["make", "-n", "test-pins"], cwd=REPO_ROOT, capture_output=True,
-                         text=True, timeout=60, check=True).stdout.splitlines()[-1]
+    # --no-print-directory: under `make test` this make is a sub-make, which would print
+    # "make[1]: Leaving directory ..." after the command (as in CI)
+    dry = subprocess.run(["make", "--no-print-directory", "-n", "test-pins"], cwd=REPO_ROOT,
+                         capture_output=True, text=True, timeout=60,
+                         check=True).stdout.splitlines()[-1]
     assert dry.startswith("ATEN_CPU_CAPABILITY=default ONEDNN_MAX_CPU_ISA=AVX2 ")
     assert " -m pins_result" in dry
     marked = [p for p in (REPO_ROOT / "tests").rglob("test_*.py")
