@@ -8,11 +8,20 @@ data tests with a reason; on CI (``CI`` set) a missing folder is an error, never
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+
+# torch.compile's kernel cache is not keyed on ATEN_CPU_CAPABILITY: C++ generated for this CPU's
+# vector ISA and read back under `ATEN_CPU_CAPABILITY=default` fails to build ("'at::vec' has
+# not been declared"; torch 2.14). A run on another capability gets a cache of its own, as it
+# would on another machine.
+if os.environ.get("ATEN_CPU_CAPABILITY") and "TORCHINDUCTOR_CACHE_DIR" not in os.environ:
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = os.path.join(
+        tempfile.gettempdir(), f"torchinductor-adaptcl-{os.environ['ATEN_CPU_CAPABILITY']}")
 
 
 def _shared_data() -> Path | None:
