@@ -251,7 +251,7 @@ def _open_clip_loss_module():
     dependencies, which the loss does not need); skipped where open_clip is not installed."""
     spec = importlib.util.find_spec("open_clip")
     if spec is None or not spec.submodule_search_locations:
-        pytest.skip("open_clip is not installed (pip install open_clip_torch; not a dependency)")
+        pytest.skip("open_clip is not installed (pip install open_clip_torch; the dev extra has it)")
     path = Path(next(iter(spec.submodule_search_locations))) / "loss.py"
     module_spec = importlib.util.spec_from_file_location("_open_clip_loss", path)
     module = importlib.util.module_from_spec(module_spec)
