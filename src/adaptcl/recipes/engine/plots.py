@@ -60,15 +60,17 @@ def draw_summaries(axes: list[Any], summaries: dict[str, Any], rows: list[str],
             ax.tick_params(axis="x", labelrotation=25)
 
     def series(ax, names, point, marker, label) -> None:
-        """An error-bar line per name, side by side at each row; ``point(name, row)`` is
-        ``(value, error below, error above)`` or ``None``."""
+        """An error-bar line per name, side by side at each row, in the name's colour in every
+        panel (the difference panel has no baseline); ``point(name, row)`` is ``(value, error
+        below, error above)`` or ``None``."""
         for i, name in enumerate(names):
             points = [(x + (i - (len(names) - 1) / 2) * 0.12, p) for x, row in enumerate(rows)
                       if (p := point(name, row)) is not None]
             if points:
                 ax.errorbar([x for x, _ in points], [p[0] for _, p in points],
                             yerr=[[p[1] for _, p in points], [p[2] for _, p in points]],
-                            marker=marker, capsize=3, label=label(name), **style)
+                            marker=marker, capsize=3, label=label(name),
+                            color=f"C{methods.index(name) % 10}", **style)
 
     for ax, metric in zip(axes, metrics, strict=False):
         def spread(method, row, metric=metric):
