@@ -19,7 +19,7 @@ from .amcl_temperature import omega
 from .base import REDUCTIONS, Loss, Stats, loss_stats, reduce
 from .candidates import autocast_off, compute_dtype, normalize
 from .heads import as_heads
-from .validation import check_bool, check_choice, check_embeddings, check_non_negative
+from .validation import check_bool, check_choice, check_embedding_tensor, check_non_negative
 
 
 def _amcl_simsiam(p0: Tensor, p1: Tensor, z0: Tensor, z1: Tensor, net: nn.Module, beta: float,
@@ -31,7 +31,7 @@ def _amcl_simsiam(p0: Tensor, p1: Tensor, z0: Tensor, z1: Tensor, net: nn.Module
     total, taus = 0.0, []
     for h in range(p0.shape[0]):
         for name, t in (("p0", p0[h]), ("p1", p1[h]), ("z0", z0[h]), ("z1", z1[h])):
-            check_embeddings(name, t, check_finite=check_finite)
+            check_embedding_tensor(name, t, check_finite=check_finite)
         dtype = compute_dtype(p0[h], p1[h], z0[h], z1[h])
         a0, a1 = normalize(p0[h], dtype), normalize(p1[h], dtype)
         t0, t1 = normalize(z0[h], dtype).detach(), normalize(z1[h], dtype).detach()
@@ -98,8 +98,8 @@ def _amcl_barlow_twins(z0: Tensor, z1: Tensor, net: nn.Module, beta: float, lamb
     total, taus = 0.0, []
     eye = torch.eye(dim, dtype=torch.bool, device=z0.device)
     for h in range(z0.shape[0]):
-        check_embeddings("z0", z0[h], check_finite=check_finite)
-        check_embeddings("z1", z1[h], check_finite=check_finite)
+        check_embedding_tensor("z0", z0[h], check_finite=check_finite)
+        check_embedding_tensor("z1", z1[h], check_finite=check_finite)
         with autocast_off(z0):
             dtype = compute_dtype(z0, z1)
             a, b = z0[h].to(dtype), z1[h].to(dtype)

@@ -33,7 +33,7 @@ from torch import Tensor
 
 from . import distributed
 from .distributed import GatherFn
-from .validation import check_choice, check_embeddings, check_labels, check_pair
+from .validation import check_choice, check_embedding_tensor, check_labels, check_pair
 
 FORMS = ("nt_xent", "cross_view", "cross_view_symmetric", "queue")
 
@@ -258,7 +258,7 @@ def build_candidates(
     check_choice("form", form, FORMS)
     check_pair(z0, z1, check_finite=check_finite)
     if negatives is not None:
-        check_embeddings("negatives", negatives, dim=z0.shape[1], check_finite=check_finite)
+        check_embedding_tensor("negatives", negatives, dim=z0.shape[1], check_finite=check_finite)
     if form == "queue" and negatives is None:
         raise ValueError("form='queue' needs a `negatives` tensor of shape [K, dim]")
 

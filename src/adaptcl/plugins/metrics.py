@@ -15,7 +15,7 @@ from torch import Tensor
 
 from .candidates import build_candidates, normalize
 from .kernel import negative_lse
-from .validation import check_embeddings, check_pair, check_positive
+from .validation import check_embedding_tensor, check_pair, check_positive
 
 
 def _labels(labels: Tensor, n: int) -> Tensor:
@@ -36,7 +36,7 @@ def alignment(z0: Tensor, z1: Tensor, alpha: float = 2.0) -> Tensor:
 @torch.no_grad()
 def uniformity(z: Tensor, t: float = 2.0) -> Tensor:
     """``log E exp(-t ||f(x) - f(y)||^2)`` over distinct pairs (lower is more uniform)."""
-    check_embeddings("z", z)
+    check_embedding_tensor("z", z)
     check_positive("t", t)
     if z.shape[0] < 2:
         raise ValueError("uniformity needs at least 2 embeddings")
@@ -54,7 +54,7 @@ def alignment_magnitude(z0: Tensor, z1: Tensor) -> Tensor:
 @torch.no_grad()
 def tolerance(z: Tensor, labels: Tensor) -> Tensor:
     """Wang & Liu's tolerance ``E_{x,y} [cos(x, y) * 1(l(x) = l(y))]`` over distinct pairs."""
-    check_embeddings("z", z)
+    check_embedding_tensor("z", z)
     labels = _labels(labels, z.shape[0]).to(z.device)
     if z.shape[0] < 2:
         raise ValueError("tolerance needs at least 2 embeddings")

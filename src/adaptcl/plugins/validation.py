@@ -83,7 +83,7 @@ def check_shared(*, gather_distributed: bool, gather_fn, check_finite: bool,
     return gather_distributed, gather_fn, check_finite, tile_size
 
 
-def check_embeddings(name: str, x: Tensor, *, dim: int | None = None, check_finite: bool = True) -> None:
+def check_embedding_tensor(name: str, x: Tensor, *, dim: int | None = None, check_finite: bool = True) -> None:
     """Validate a ``[N, D]`` floating-point embedding tensor."""
     if not isinstance(x, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
@@ -149,8 +149,8 @@ def check_labels(name: str, labels: Tensor, length: int | None, device: torch.de
 
 
 def check_pair(z0: Tensor, z1: Tensor, *, check_finite: bool = True) -> None:
-    check_embeddings("z0", z0, check_finite=check_finite)
-    check_embeddings("z1", z1, check_finite=check_finite)
+    check_embedding_tensor("z0", z0, check_finite=check_finite)
+    check_embedding_tensor("z1", z1, check_finite=check_finite)
     if z0.shape != z1.shape:
         raise ValueError(f"z0 and z1 must have the same shape, got {tuple(z0.shape)} and {tuple(z1.shape)}")
     if z0.device != z1.device:

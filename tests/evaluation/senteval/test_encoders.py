@@ -14,7 +14,7 @@ from adaptcl.evaluation.senteval.encoders import (
     POOLERS,
     SentenceEncoder,
     build_encoder,
-    check_embeddings,
+    checked_sentence_embeddings,
     folder_fingerprint,
     hash_sentences,
     model_identifier,
@@ -68,16 +68,16 @@ def test_hf_poolers_on_minilm(minilm_path, tmp_path, one_thread):
                  for p in ("avg", "avg_top2")]}) == 2
 
 
-def test_check_embeddings_accepts_finite_varied_and_rejects_bad_shapes():
+def test_checked_sentence_embeddings_accepts_finite_varied_and_rejects_bad_shapes():
     good = hashed_bow(["a b", "c d"])
-    assert check_embeddings(good, "m", "d") is good
+    assert checked_sentence_embeddings(good, "m", "d") is good
     with pytest.raises(ValueError, match="encoder 'm' on 'd': no embeddings") as empty:
-        check_embeddings(np.zeros((2, 0), np.float32), "m", "d")
+        checked_sentence_embeddings(np.zeros((2, 0), np.float32), "m", "d")
     assert not isinstance(empty.value, NonFiniteError)
     with pytest.raises(ValueError, match=r"embeddings of shape \(3,\); expected \(n, dim\)"):
-        check_embeddings(np.ones(3, np.float32), "m", "d")
+        checked_sentence_embeddings(np.ones(3, np.float32), "m", "d")
     with pytest.raises(NonFiniteError, match="1 embeddings contain NaN or inf"):
-        check_embeddings(np.array([[1.0, np.inf], [0.0, 1.0]]), "m", "d")
+        checked_sentence_embeddings(np.array([[1.0, np.inf], [0.0, 1.0]]), "m", "d")
 
 
 def test_callable_without_model_id_is_never_cached(tmp_path):

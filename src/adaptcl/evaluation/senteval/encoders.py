@@ -55,7 +55,7 @@ from typing import Any
 import numpy as np
 
 from adaptcl.adapters.sentence_transformers.simcse_names import POOLERS, model_unavailable
-from adaptcl.evaluation.checks import check_embeddings as check_array
+from adaptcl.evaluation.checks import check_embeddings
 from adaptcl.io import atomic_write, fingerprint_files
 from adaptcl.precision import autocast, check_precision
 
@@ -95,7 +95,7 @@ def hash_sentences(sentences: Sequence[str]) -> str:
     return digest.hexdigest()
 
 
-def check_embeddings(array: np.ndarray, source: str, dataset: str) -> np.ndarray:
+def checked_sentence_embeddings(array: np.ndarray, source: str, dataset: str) -> np.ndarray:
     """Return ``array`` if it is a finite ``(n, dim)`` matrix that is not one vector repeated.
 
     NaN/inf anywhere, or the same vector for every sentence (an all-zero or constant encoder),
@@ -107,16 +107,17 @@ def check_embeddings(array: np.ndarray, source: str, dataset: str) -> np.ndarray
     if array.ndim != 2:
         raise ValueError(f"{where}: embeddings of shape {array.shape}; expected (n, dim)")
     if array.shape[0]:
-        check_array(array, where)
+        check_embeddings(array, where)
     return array
 
 
 def encode_checked(encoder: Any, sentences: Sequence[str], dataset: str) -> np.ndarray:
     """``encoder.encode(sentences, dataset=dataset)`` as float32, checked by
-    :func:`check_embeddings` (for any object with that method, not only a ``SentenceEncoder``)."""
+    :func:`checked_sentence_embeddings` (for any object with that method, not only a
+    ``SentenceEncoder``)."""
     array = np.asarray(encoder.encode(list(sentences), dataset=dataset), dtype=np.float32)
     source = getattr(encoder, "model_id", None) or type(encoder).__name__
-    return check_embeddings(array, str(source), dataset)
+    return checked_sentence_embeddings(array, str(source), dataset)
 
 
 def folder_fingerprint(path: Path) -> str:
@@ -266,7 +267,7 @@ class SentenceEncoder:
             array = np.load(io.BytesIO(data), allow_pickle=False)
             if list(array.shape) != list(meta["shape"]) or array.shape[0] != n:
                 raise ValueError(f"shape {array.shape} does not match {n} sentences")
-            check_embeddings(array, self.model_id, meta.get("dataset", "?"))
+            checked_sentence_embeddings(array, self.model_id, meta.get("dataset", "?"))
         except (OSError, ValueError, KeyError, TypeError, EOFError) as err:
             log.warning("embedding cache %s is unusable (%s); re-encoding", path, err)
             return None
@@ -289,7 +290,8 @@ class SentenceEncoder:
                 log.info("%s: %d embeddings from cache %s", dataset, len(sentences), path)
                 return cached
         start = time.perf_counter()
-        array = check_embeddings(self._encode_all(sentences, dataset), self.model_id, dataset)
+        array = checked_sentence_embeddings(self._encode_all(sentences, dataset), self.model_id,
+                                            dataset)
         log.info("%s: encoded %d sentences in %.1f s", dataset, len(sentences),
                  time.perf_counter() - start)
         if path is not None:

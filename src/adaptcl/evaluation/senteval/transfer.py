@@ -49,7 +49,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from adaptcl.evaluation.senteval.encoders import check_embeddings, encode_checked, import_extra
+from adaptcl.evaluation.senteval.encoders import (
+    checked_sentence_embeddings,
+    encode_checked,
+    import_extra,
+)
 
 if TYPE_CHECKING:
     import torch
@@ -410,8 +414,8 @@ def senteval_engine(encoder, root: Path, probe: Probe, batch_size: int):
     def batcher(params, batch):
         sentences = [" ".join(w.decode("utf-8") if isinstance(w, bytes) else w for w in s)
                      for s in batch]
-        return check_embeddings(encoder._encode_all(sentences, "senteval"), encoder.model_id,
-                                "senteval")
+        return checked_sentence_embeddings(encoder._encode_all(sentences, "senteval"),
+                                           encoder.model_id, "senteval")
 
     params = {"task_path": str(root.parent), "usepytorch": probe.classifier == "torch",
               "kfold": probe.k, "seed": probe.seed, "batch_size": batch_size,
