@@ -12,7 +12,6 @@ Example:
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -62,16 +61,6 @@ class Cell:
     def as_dict(self) -> dict[str, Any]:
         """``{axis: value, ..., swept field: value, ..., "seed": k}`` (JSON)."""
         return {**dict(self.axes), **dict(self.point), "seed": self.seed}
-
-    @classmethod
-    def from_dict(cls, values: Mapping[str, Any], axes: Sequence[str]) -> Cell:
-        """The cell of :meth:`as_dict` whose named axes are ``axes``."""
-        rest = [k for k in values if k not in axes and k != "seed"]
-        return cls(tuple((a, values[a]) for a in axes), int(values["seed"]),
-                   tuple((k, values[k]) for k in rest))
-
-    def at_point(self, point: Point) -> Cell:
-        return Cell(self.axes, self.seed, tuple(point))
 
 
 class RunLayout:
