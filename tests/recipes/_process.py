@@ -1,4 +1,5 @@
-"""What the recipe tests that start processes share: the checkout's ``src`` first on the path."""
+"""What the recipe tests that start processes share: the checkout's ``src`` first on the path,
+and the processes a process started (from /proc)."""
 
 from __future__ import annotations
 
@@ -14,3 +15,16 @@ def env_with_src(**extra: str) -> dict[str, str]:
     subprocess imports the code under test, not another install) and ``extra`` set."""
     path = os.pathsep.join([str(SRC), *filter(None, [os.environ.get("PYTHONPATH")])])
     return dict(os.environ, PYTHONPATH=path, **extra)
+
+
+def children(pids: list[int]) -> list[int]:
+    """The processes whose parent is one of ``pids`` (from /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (FileNotFoundError, ProcessLookupError, IndexError):
+            continue
+        if int(fields[1]) in pids:
+            found.append(int(stat.parent.name))
+    return found

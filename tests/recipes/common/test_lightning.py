@@ -68,18 +68,6 @@ def test_the_death_of_another_rank_is_a_run_stopped_naming_it():
         fit(alone, None)
 
 
-def _children(pid: int) -> list[int]:
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (FileNotFoundError, ProcessLookupError, IndexError):
-            continue
-        if int(fields[1]) == pid:
-            found.append(int(stat.parent.name))
-    return found
-
-
 def _cmdline(pid: int) -> bytes:
     try:
         return Path(f"/proc/{pid}/cmdline").read_bytes()
@@ -90,7 +78,7 @@ def _cmdline(pid: int) -> bytes:
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
 def test_a_killed_rank_stops_the_other_with_one_line(shared_data, tmp_path):
-    from tests.recipes._process import env_with_src
+    from tests.recipes._process import children, env_with_src
 
     out = tmp_path / "out"
     proc = subprocess.Popen(
@@ -107,7 +95,7 @@ def test_a_killed_rank_stops_the_other_with_one_line(shared_data, tmp_path):
     while not (rank1 and any("GLOBAL_RANK: 1, MEMBER: 2/2" in line for line in lines)):
         assert proc.poll() is None and time.monotonic() < deadline, "".join(lines)[-2000:]
         time.sleep(0.5)
-        rank1 = [c for c in _children(proc.pid) if b"adaptcl" in _cmdline(c)]
+        rank1 = [c for c in children([proc.pid]) if b"adaptcl" in _cmdline(c)]
     # both ranks in the training loop: 5000 epochs take many minutes on any CPU (200 took
     # under 15 s on CI's), so the kill lands in training, not before it nor after the run
     time.sleep(10)

@@ -14,6 +14,7 @@ from adaptcl import cli
 from adaptcl.recipes.engine import options
 from adaptcl.recipes.engine.errors import RecipeError
 from adaptcl.recipes.engine.jobs import JobOptions
+from tests.recipes._process import children, env_with_src
 from tests.recipes.engine._toy import ToyConfig, ToyRecipe, cell
 
 pytest.importorskip("submitit")
@@ -243,19 +244,6 @@ def test_tu_with_two_jobs_is_bitwise_the_sequential_run(shared_data, tmp_path, c
     assert "MUTAG/dcl/seed0" in seq
 
 
-def _children(pids: list[int]) -> list[int]:
-    """The processes whose parent is one of ``pids`` (from /proc)."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (FileNotFoundError, ProcessLookupError, IndexError):
-            continue
-        if int(fields[1]) in pids:
-            found.append(int(stat.parent.name))
-    return found
-
-
 def _alive(pid: int) -> bool:
     """Whether process ``pid`` still runs (a zombie awaiting its reaper does not)."""
     try:
@@ -273,15 +261,12 @@ def test_sigterm_to_the_parent_cancels_its_jobs_and_keeps_what_finished(shared_d
     one line says what happened, exit status 143. Started as ``adaptcl ... &`` from a script
     starts it, with SIGINT ignored: submitit cancels a local job with SIGINT, so the jobs
     must not inherit that."""
-    import os
     import signal
     import subprocess
     import sys
 
     out = tmp_path / "out"
-    src = Path(__file__).resolve().parents[3] / "src"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(src), os.environ.get("PYTHONPATH",
-                                                                               "")]))
+    env = env_with_src()
     proc = subprocess.Popen(
         [sys.executable, "-m", "adaptcl", "tu", "--data-root", str(shared_data), "--datasets",
          "MUTAG", "--seeds", "0", "1", "2", "3", "--epochs", "50", "--jobs", "2",
@@ -294,10 +279,10 @@ def test_sigterm_to_the_parent_cancels_its_jobs_and_keeps_what_finished(shared_d
         assert proc.poll() is None and time.monotonic() < deadline, "no two jobs started"
         time.sleep(0.2)
     controllers = [int(p.name) for p in (out / "jobs").iterdir() if p.name.isdigit()]
-    while len(_children(controllers)) < 2:  # each controller runs its cell in a child
+    while len(children(controllers)) < 2:  # each controller runs its cell in a child
         assert time.monotonic() < deadline, "the jobs' cells did not start"
         time.sleep(0.2)
-    jobs = controllers + _children(controllers)
+    jobs = controllers + children(controllers)
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 143, err[-3000:]
