@@ -99,8 +99,20 @@ def main(argv: list[str] | None = None) -> int:
         return _handled(prog, lambda: int(importlib.import_module(
             f"adaptcl.recipes.{name}.recipe").RECIPE.main(rest, prog) or 0))
     finally:
+        _close_process_group()
         if on_sigterm:  # the caller's process gets its default back
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+def _close_process_group() -> None:
+    """Destroy torch.distributed's default group if the run started one (Lightning's DDP, or
+    torchrun): PyTorch asks each process to before it exits, and gloo's threads left running
+    abort the interpreter's shutdown now and then (SIGABRT, "terminate called without an
+    active exception"), after the results are written. The CLI owns the process, so it closes
+    the group; a recipe run from Python leaves it to its caller."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def _handled(prog: str, call: Callable[[], int]) -> int:

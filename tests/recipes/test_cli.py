@@ -171,6 +171,26 @@ def test_a_crash_keeps_its_traceback(tmp_path, monkeypatch):
         cli.main(["demo", "--output-dir", str(tmp_path)])
 
 
+def test_the_cli_closes_the_process_group_its_run_started(tmp_path, monkeypatch):
+    """A distributed run (Lightning's DDP starts a gloo group in the recipe's process) ends with
+    the group destroyed: left to the interpreter's shutdown, gloo's threads abort it now and
+    then (SIGABRT, exit -6) after the results are written."""
+    import torch.distributed as dist
+
+    def run(self):  # what a cell under `--devices 2 --strategy ddp` leaves behind
+        dist.init_process_group("gloo", init_method=f"file://{tmp_path}/init", rank=0,
+                                world_size=1)
+        return {}  # a rank that owns no result: main returns 0
+
+    monkeypatch.setattr(DemoRecipe, "run", run)
+    try:
+        assert cli.main(["demo", "--output-dir", str(tmp_path / "out")]) == 0
+        assert not dist.is_initialized()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
 def test_version_comes_from_package_metadata(capsys):
     from importlib.metadata import version
 
