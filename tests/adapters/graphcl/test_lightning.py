@@ -276,6 +276,10 @@ SCRIPT = textwrap.dedent('''
                          callbacks=[Record()], logger=False, enable_checkpointing=False,
                          enable_progress_bar=False, enable_model_summary=False)
     trainer.fit(module, DataLoader(views, batch_size=4, shuffle=True))
+    # as every distributed script should before it exits: gloo's threads left running abort
+    # the interpreter's shutdown now and then (SIGABRT, "terminate called without an active
+    # exception")
+    torch.distributed.destroy_process_group()
 ''')
 
 

@@ -94,6 +94,10 @@ SCRIPT = textwrap.dedent('''
                          enable_progress_bar=False, enable_model_summary=False,
                          num_sanity_val_steps=0, limit_val_batches=0)
     trainer.fit(module, DataLoader(TwoViews(), batch_size=8, shuffle=True))
+    # as every distributed script should before it exits: gloo's threads left running abort
+    # the interpreter's shutdown now and then (SIGABRT, "terminate called without an active
+    # exception")
+    torch.distributed.destroy_process_group()
 ''')
 
 
