@@ -46,7 +46,10 @@ def test_several_values_of_a_setting_make_a_sweep():
     (("--threads", "1", "2"), "adaptcl toy: error: --threads takes one value (it cannot vary "
                               "within one run), got 1 2"),
     (("--output-dir", "a", "b"), "adaptcl toy: error: --output-dir takes one value"),
-    (("--jobs", "2", "3"), "adaptcl toy: error: --jobs takes one value, got 2 3"),
+    (("--threads", "1", "1"), "adaptcl toy: error: --threads takes one value (it cannot vary "
+                              "within one run), got 1 1"),
+    (("--jobs", "2", "3"), "adaptcl toy: error: --jobs takes one value (it cannot vary within "
+                          "one run), got 2 3"),
     (("--lr",), "adaptcl toy: error: --lr needs a value"),
 ])
 def test_what_cannot_vary_within_a_run_says_so(argv, message, capsys):

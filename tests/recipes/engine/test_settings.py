@@ -108,8 +108,11 @@ def test_a_sweep_is_every_combination_and_each_point_derives_its_own_defaults():
 
 
 def test_a_sweep_refuses_what_cannot_vary_a_bad_point_and_an_unknown_setting(capsys):
-    with pytest.raises(ValueError, match="--output-dir takes one value: it cannot vary"):
+    with pytest.raises(ValueError, match=r"--output-dir takes one value \(it cannot vary within "
+                                         r"one run\), got a b"):
         Sweep.from_values(Config, {"output_dir": ["a", "b"]})
+    with pytest.raises(ValueError, match="--output-dir takes one value .*, got a a"):
+        Sweep.from_values(Config, {"output_dir": ["a", "a"]})  # a repeat too: as the CLI says
     with pytest.raises(ValueError, match=r"lr=-1: lr must be a positive number, got -1"):
         Sweep.from_values(Config, {"lr": [0.1, -1]})
     with pytest.raises(ValueError, match="unknown setting epochs for this recipe"):

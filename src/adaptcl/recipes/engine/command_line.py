@@ -24,7 +24,7 @@ from typing import Annotated, Any
 
 from adaptcl.recipes.engine.errors import RecipeError, user_errors
 from adaptcl.recipes.engine.jobs import JobOptions
-from adaptcl.recipes.engine.settings import Sweep, is_list_field, spec_of, sweepable
+from adaptcl.recipes.engine.settings import Sweep, field_defaults, one_value, spec_of, sweepable
 
 
 @dataclasses.dataclass
@@ -172,9 +172,7 @@ def parse(recipe: Any, argv: Sequence[str], prog: str) -> Invocation:
         first.add_argument(name)
     first.add_argument("--print-config", action="store_true")
     meta, _ = first.parse_known_args(list(argv))
-    defaults = {f.name: (f.default if f.default is not dataclasses.MISSING
-                         else f.default_factory())  # type: ignore[misc]
-                for f in (*dataclasses.fields(config_class), *dataclasses.fields(JobOptions))}
+    defaults = field_defaults(config_class) | field_defaults(JobOptions)
     preset = meta.preset if meta.preset is not None else next(iter(presets), None)
     from_file: dict[str, Any] = {}
     if meta.config is not None:
@@ -207,30 +205,14 @@ def parse(recipe: Any, argv: Sequence[str], prog: str) -> Invocation:
 
 
 def _invocation(recipe: Any, parsed: Any, preset: str | None, print_config: bool) -> Invocation:
-    """The settings and job options of a parsed view; one value for what cannot vary."""
-    config_class = recipe.config_class
-    swept = set(sweepable(config_class))
-    values: dict[str, Any] = {}
-    for f in dataclasses.fields(config_class):
-        value = getattr(parsed, f.name)
-        if isinstance(value, list) and not is_list_field(config_class, f.name):
-            if not value:
-                raise RecipeError(f"{_option(f.name)} needs a value")
-            if len(value) > 1 and f.name not in swept:
-                raise RecipeError(f"{_option(f.name)} takes one value (it cannot vary within "
-                                  f"one run), got {' '.join(map(str, value))}")
-            value = value if len(value) > 1 else value[0]
-        values[f.name] = value
-    options = {}
-    for f in dataclasses.fields(JobOptions):
-        value = getattr(parsed, f.name)
-        if f.name != "cluster_option" and isinstance(value, list):
-            if len(value) != 1:
-                raise RecipeError(f"{_option(f.name)} takes one value, got "
-                                  f"{' '.join(map(str, value)) or 'none'}")
-            value = value[0]
-        options[f.name] = value
+    """The settings and job options of a parsed view (a scalar's values as a list: a sweep, or
+    one value for what cannot vary)."""
+    values = {f.name: getattr(parsed, f.name) for f in dataclasses.fields(recipe.config_class)}
     with user_errors():
-        sweep = Sweep.from_values(config_class, values)
+        sweep = Sweep.from_values(recipe.config_class, values)
+        options = {f.name: getattr(parsed, f.name) if f.name == "cluster_option"
+                   or not isinstance(getattr(parsed, f.name), list)
+                   else one_value(f.name, getattr(parsed, f.name))
+                   for f in dataclasses.fields(JobOptions)}
     return Invocation(sweep=sweep, jobs=JobOptions(**options), preset=preset,
                       print_config=print_config)

@@ -134,6 +134,23 @@ def _unique(name: str, items: list[Any], canonical: list[Any]) -> list[Any]:
     return list(kept)
 
 
+def field_defaults(config_class: type) -> dict[str, Any]:
+    """``{field: default}`` of a config class (a factory's value for a list)."""
+    return {f.name: f.default_factory() if f.default is dataclasses.MISSING  # type: ignore[misc]
+            else f.default for f in dataclasses.fields(config_class)}
+
+
+def one_value(name: str, values: Sequence[Any]) -> Any:
+    """The one value given to an option that cannot vary within one run, or ``ValueError``."""
+    option = "--" + name.replace("_", "-")
+    if not values:
+        raise ValueError(f"{option} needs a value")
+    if len(values) > 1:
+        raise ValueError(f"{option} takes one value (it cannot vary within one run), got "
+                         f"{' '.join('none' if v is None else str(v) for v in values)}")
+    return values[0]
+
+
 def _kinds(hint: Any) -> tuple[type, ...]:
     """The types a value (an item of a list) of a field annotated ``hint`` may have."""
     if typing.get_origin(hint) in (list, tuple):
@@ -240,10 +257,9 @@ class Sweep:
         self.raw = dict(raw)
         self.axes = {name: list(values) for name, values in (axes or {}).items()}
         allowed = sweepable(config_class)
-        for name in self.axes:
+        for name, values in self.axes.items():
             if name not in allowed:
-                raise ValueError(f"--{name.replace('_', '-')} takes one value: it cannot vary "
-                                 "within one run")
+                one_value(name, values)
         points = self.points()
         self.base = self._build(points[0])
         # the axes as the first config spelled them (canonical, no repeats): the other points
@@ -262,19 +278,17 @@ class Sweep:
     def from_values(cls, config_class: type, values: Mapping[str, Any]) -> Sweep:
         """From ``{field: value}`` where a sweepable scalar may be a list of values; a field not
         given takes its default, an unknown one is refused."""
-        defaults = {f.name: (f.default_factory() if f.default is dataclasses.MISSING  # type: ignore[misc]
-                             else f.default) for f in dataclasses.fields(config_class)}
-        unknown = [name for name in values if name not in defaults]
+        known = field_defaults(config_class)
+        unknown = [name for name in values if name not in known]
         if unknown:
             raise ValueError(f"unknown setting{'s' if len(unknown) > 1 else ''} "
                              f"{', '.join(unknown)} for this recipe")
-        raw, axes = {}, {}
-        for name, value in (defaults | dict(values)).items():
+        raw, axes, allowed = {}, {}, sweepable(config_class)
+        for name, value in (known | dict(values)).items():
             if isinstance(value, (list, tuple)) and not is_list_field(config_class, name):
-                if not value:
-                    raise ValueError(f"--{name.replace('_', '-')} needs a value")
-                items = _unique(name, list(value), list(value))
-                raw[name] = items[0]
+                # several values of what cannot vary (repeats too) are refused by __init__
+                items = _unique(name, list(value), list(value)) if name in allowed else list(value)
+                raw[name] = one_value(name, items[:1])
                 if len(items) > 1:
                     axes[name] = items
             else:
