@@ -210,9 +210,10 @@ def _invocation(recipe: Any, parsed: Any, preset: str | None, print_config: bool
     values = {f.name: getattr(parsed, f.name) for f in dataclasses.fields(recipe.config_class)}
     with user_errors():
         sweep = Sweep.from_values(recipe.config_class, values)
-        options = {f.name: getattr(parsed, f.name) if f.name == "cluster_option"
-                   or not isinstance(getattr(parsed, f.name), list)
-                   else one_value(f.name, getattr(parsed, f.name))
-                   for f in dataclasses.fields(JobOptions)}
+        options = {}
+        for f in dataclasses.fields(JobOptions):  # each a scalar, but --cluster-option's list
+            value = getattr(parsed, f.name)
+            single = isinstance(value, list) and f.name != "cluster_option"
+            options[f.name] = one_value(f.name, value) if single else value
     return Invocation(sweep=sweep, jobs=JobOptions(**options), preset=preset,
                       print_config=print_config)
