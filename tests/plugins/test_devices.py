@@ -10,6 +10,8 @@ CUDA, the same losses run under ``torch.cuda.set_sync_debug_mode("error")``.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -25,14 +27,23 @@ def _inputs(device, needs_queue, n=6, d=8):
     return z0.requires_grad_(), z1.requires_grad_(), (queue if needs_queue else None)
 
 
-def _run(name, device, tile, check_finite=True):
-    """Forward and backward of the table's loss ``name`` (``tile`` only where it takes one)."""
+def _prepared(name, device, tile, check_finite=True):
+    """The table's loss ``name`` (``tile`` only where it takes one) and its inputs, on ``device``."""
     case = LOSSES[name]
     fn = case.build(tile_size=tile, check_finite=check_finite).to(device)
-    x = case.inputs(device=device)
+    return fn, case.inputs(device=device)
+
+
+def _step(fn, x):
+    """Forward and backward: what a training step asks of a loss."""
     loss = fn(*x)
     loss.backward()
-    return fn, loss, x[0]
+    return loss
+
+
+def _run(name, device, tile, check_finite=True):
+    fn, x = _prepared(name, device, tile, check_finite)
+    return fn, _step(fn, x), x[0]
 
 
 @pytest.mark.parametrize("tile", [None, 4])
@@ -132,13 +143,64 @@ def test_stats_follow_the_input_device(device):
     assert {v.device.type for v in fn.last_stats.values()} == {torch.device(device).type}
 
 
+class CrossDeviceCopyDetector(HostSyncDetector):
+    """:class:`HostSyncDetector` plus every copy from one device to another: what
+    ``torch.cuda.set_sync_debug_mode("error")`` refuses besides the host reads (a copy from
+    pageable host memory to the GPU waits for it). On the ``meta`` device the CPU machine
+    sees the same copies (``.to("meta")`` of a CPU tensor)."""
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = func.overloadpacket.__name__
+        source = args[0].device if args and isinstance(args[0], torch.Tensor) else None
+        if name == "_to_copy" and kwargs.get("device") not in (None, source):
+            self.calls.append(f"_to_copy {source} -> {kwargs['device']}")
+        elif name == "copy_" and isinstance(args[1], torch.Tensor) and args[1].device != source:
+            self.calls.append(f"copy_ {args[1].device} -> {source}")
+        return super().__torch_dispatch__(func, types, args, kwargs)
+
+
+@contextmanager
+def _cuda_sync_debug_error():
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        yield
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+
+def _assert_steps_do_not_synchronise(device, guard) -> None:
+    """Every loss of the table, tiled and not: the module and its inputs are built and moved to
+    ``device`` first (a copy from the host synchronises; it is the test's, not the loss's),
+    then forward + backward run inside ``guard``, which must not object."""
+    for name in LOSSES:
+        for tile in (None, 4):
+            fn, x = _prepared(name, device, tile, check_finite=True)
+            with guard() as detector:
+                _step(fn, x)
+            if detector is not None:
+                assert detector.calls == [], f"{name} (tile {tile}) synchronises: {detector.calls}"
+
+
 def test_cuda_forward_and_backward_do_not_synchronise(device):
     if torch.device(device).type != "cuda":
         pytest.skip("needs CUDA: torch.cuda.set_sync_debug_mode")
-    for name in LOSSES:
-        for tile in (None, 4):
-            torch.cuda.set_sync_debug_mode("error")
-            try:
-                _run(name, device, tile, check_finite=True)
-            finally:
-                torch.cuda.set_sync_debug_mode("default")
+    _assert_steps_do_not_synchronise(device, _cuda_sync_debug_error)
+
+
+def test_the_cuda_sync_check_runs_on_the_meta_device_without_host_copies():
+    """The CUDA test's own procedure on the meta device, with the copies and host reads
+    recorded instead of refused: it passes only because the inputs are moved before the
+    check starts (on CUDA the check first raised in the test's input helper, and so never
+    reached a loss)."""
+    _assert_steps_do_not_synchronise("meta", CrossDeviceCopyDetector)
+
+
+def test_cross_device_copy_detector_catches_inputs_moved_inside_it():
+    """What the CUDA test did first: build the inputs inside the checked region."""
+    with CrossDeviceCopyDetector() as detector:
+        LOSSES["macl"].inputs(device="meta")
+    assert detector.calls and all(c.startswith("_to_copy cpu -> meta") for c in detector.calls)
+    with CrossDeviceCopyDetector() as detector:
+        torch.zeros(3, device="meta").copy_(torch.ones(3))
+    assert detector.calls == ["copy_ cpu -> meta"]

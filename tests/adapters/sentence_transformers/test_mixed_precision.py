@@ -43,6 +43,7 @@ from sentence_transformers import (  # noqa: E402
 )
 from sentence_transformers.sentence_transformer.losses import AdaptiveLayerLoss  # noqa: E402
 from sentence_transformers.sentence_transformer.modules import Pooling, Transformer  # noqa: E402
+from sentence_transformers.util import batch_to_device  # noqa: E402
 
 from adaptcl.adapters import sentence_transformers as st_losses  # noqa: E402
 from tests.adapters._tiny_models import CORPUS, build_tiny_model  # noqa: E402
@@ -97,6 +98,13 @@ def _dataset() -> Dataset:
     return Dataset.from_dict({"anchor": CORPUS, "positive": [s.replace(" .", " !") for s in CORPUS]})
 
 
+def _features(model: SentenceTransformer) -> list[dict]:
+    """The dataset's two columns tokenised and on the model's device, as the trainer's
+    ``compute_loss`` hands them to a loss."""
+    return [batch_to_device(dict(model.tokenize(list(_dataset()[column]))), model.device)
+            for column in ("anchor", "positive")]
+
+
 class _Probe:
     """Records the dtype BERT's first linear layer produced and what the core loss returned."""
 
@@ -127,7 +135,6 @@ def _make_loss(loss_name: str, model) -> torch.nn.Module:
 def _trainer_step(model, loss_name: str, output_dir, **precision):
     loss = _make_loss(loss_name, model)
     probe = _Probe(model, loss)
-    before = [p.detach().clone() for p in _parameters(model, loss)]
     args = SentenceTransformerTrainingArguments(
         output_dir=str(output_dir), per_device_train_batch_size=len(CORPUS), max_steps=1,
         learning_rate=LR, optim="sgd", weight_decay=0.0, lr_scheduler_type="constant",
@@ -135,6 +142,9 @@ def _trainer_step(model, loss_name: str, output_dir, **precision):
         use_cpu=next(model.parameters()).device.type == "cpu", **precision)
     trainer = SentenceTransformerTrainer(model=model, args=args, train_dataset=_dataset(),
                                          loss=loss)
+    # the parameters as the trainer will train them: its prepare_loss moved the loss to the
+    # model's device (a snapshot taken before would sit on the CPU while they train on CUDA)
+    before = [p.detach().clone() for p in _parameters(model, trainer.loss)]
     if trainer.accelerator.scaler is not None:  # fp16 on CUDA: a first step that does not
         # overflow at accelerate's default scale of 2**16 (the optimiser takes it in train())
         trainer.accelerator.scaler = torch.amp.GradScaler("cuda", init_scale=2.0**8)
@@ -194,7 +204,7 @@ def test_fp16_step_is_finite_and_close_to_float32(tiny_bert_path, tmp_path, loss
     before = [p.detach().clone() for p in params]
     optimizer = torch.optim.SGD(params, lr=LR)
     scaler = torch.amp.GradScaler("cpu", init_scale=2.0**8)
-    features = [model.tokenize(list(_dataset()[column])) for column in ("anchor", "positive")]
+    features = _features(model)
     model.train()
     with torch.autocast(device_type="cpu", dtype=torch.float16):
         loss = loss_fn(features, None)
@@ -248,10 +258,22 @@ def test_cached_loss_keeps_caching_under_bf16_trainer(tiny_bert_path, tmp_path, 
     # A genuine loss modifier on top of accelerate's wrapper (still on the model) is told apart:
     # AdaptiveLayerLoss patches the forward for its own call, so the loss embeds in one pass.
     assert "forward" in vars(model) and "_original_forward" in vars(model)
-    features = [dict(model.tokenize(list(_dataset()[c]))) for c in ("anchor", "positive")]
+    features = _features(model)
     counter.calls.clear()
     with pytest.warns(UserWarning, match="not compatible"):
         modifier = AdaptiveLayerLoss(model, st_losses.MACLLoss(model, mini_batch_size=2),
                                      n_layers_per_step=1)
     modifier(features, None).backward()
     assert counter.calls and set(counter.calls) == {(8, True)}
+
+
+def test_the_tokenised_columns_and_amcls_heads_are_on_the_models_device(tiny_bert_path):
+    """Without CUDA, on the ``meta`` device (the CUDA cases failed on both): the features a
+    test hands a loss directly are on the model's device, and AMCL builds its heads and
+    temperature network where the model is, as ``SoftmaxLoss`` builds its classifier."""
+    model = _model(tiny_bert_path, torch.device("cpu")).to("meta")
+    for column in _features(model):
+        assert {t.device.type for t in column.values() if torch.is_tensor(t)} == {"meta"}
+    loss = _make_loss("amcl", model)
+    own = [p for name, p in loss.named_parameters() if not name.startswith("model.")]
+    assert own and {p.device.type for p in own} == {"meta"}

@@ -169,6 +169,18 @@ class AdaptiveContrastiveLoss(CachedLossMixin, nn.Module):
         if model is not None:
             model.register_load_state_dict_post_hook(_ModelLoadWatch(self))
         self.register_load_state_dict_post_hook(_loss_state_loaded)
+        self._follow_model_device()
+
+    def _follow_model_device(self) -> None:
+        """Move the loss's own modules (core, projection, AMCL's heads) to the model's device, as
+        sentence-transformers' losses build theirs (``SoftmaxLoss``: ``device=model.device``):
+        the loss then runs outside the trainer too (which moves it there in ``prepare_loss``).
+        They are built on the CPU first, so their initial values do not depend on the device."""
+        device = getattr(self.model, "device", None)
+        if isinstance(device, torch.device):
+            for name, child in self.named_children():
+                if name != "model":
+                    child.to(device)
 
     def _check_model(self, model: Any) -> None:
         if model is not None and not isinstance(model, nn.Module):

@@ -232,6 +232,7 @@ class AMCLLoss(AdaptiveContrastiveLoss):
                          mini_batch_size=mini_batch_size, mini_batch_num_tokens=mini_batch_num_tokens,
                          show_progress_bar=show_progress_bar)
         self.heads = plugins.MultiHeadProjection(dim, hidden, projection_dim, num_heads=num_heads)
+        self._follow_model_device()
         self.config = {"num_heads": num_heads, "projection_dim": projection_dim, "hidden_dim": hidden,
                        "beta": beta, "eta": eta, "iota": iota, "negative_term": negative_term,
                        "kappa": kappa, "objective": objective}
