@@ -16,6 +16,7 @@ import sys
 import threading
 import warnings
 from collections.abc import Callable
+from typing import Any
 
 from adaptcl import __version__
 from adaptcl.recipes.engine import CellsFailedError, RecipeError, RunStopped, distributed_follower
@@ -66,7 +67,37 @@ class Terminated(KeyboardInterrupt):
 
 
 def _raise_terminated(signum: int, frame: object) -> None:
+    _quiet_children.hold()
     raise Terminated()
+
+
+class _QuietChildren:
+    """SIGCHLD left alone while a SIGTERM stops the run.
+
+    ``kill``, ``timeout`` and schedulers send SIGTERM to the whole process group, so DataLoader
+    workers die of it beside the run; torch's SIGCHLD handler (``torch.utils.data._utils.
+    signal_handling``) then raises "DataLoader worker (pid N) is killed by signal: Terminated"
+    wherever the run is unwinding, which replaces the stop and cuts its cleanup short. Once the
+    run is stopping nothing waits for a worker, so their deaths are part of the stop: the
+    handler is set aside on SIGTERM (a pending SIGCHLD then finds none) and put back when the
+    CLI returns.
+    """
+
+    def __init__(self) -> None:
+        self._held: Any = None
+
+    def hold(self) -> None:
+        if self._held is None and hasattr(signal, "SIGCHLD"):
+            self._held = signal.getsignal(signal.SIGCHLD)
+            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+
+    def release(self) -> None:
+        if self._held is not None:
+            signal.signal(signal.SIGCHLD, self._held)
+            self._held = None
+
+
+_quiet_children = _QuietChildren()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -102,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         _close_process_group()
         if on_sigterm:  # the caller's process gets its default back
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            _quiet_children.release()
 
 
 def _close_process_group() -> None:

@@ -149,6 +149,42 @@ def test_sigterm_is_one_line_too_and_the_callers_handler_comes_back(tmp_path, ca
         "rerun the same command to resume")
 
 
+
+def test_sigterm_is_not_replaced_by_the_death_of_loader_workers(tmp_path, capsys, monkeypatch):
+    """SIGTERM sent to the process group kills DataLoader workers too, and torch's SIGCHLD
+    handler raises "DataLoader worker ... is killed by signal" while the stop unwinds: the
+    handler is set aside during the stop (the stop stays one line, its cleanup runs whole) and
+    the caller's comes back afterwards. The images recipe with real workers:
+    tests/recipes/images/test_devices_and_workers.py."""
+    import os
+    import signal
+    import subprocess
+
+    def worker_died(signum, frame):  # what torch's handler does once a worker is gone
+        raise RuntimeError("DataLoader worker (pid 1) is killed by signal: Terminated.")
+
+    cleaned = []
+
+    def terminated(self):
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            raise AssertionError("SIGTERM did not stop the run")
+        finally:
+            subprocess.run(["true"], check=True)  # a child exits while the stop unwinds
+            cleaned.append(True)
+
+    monkeypatch.setattr(DemoRecipe, "run", terminated)
+    previous = signal.signal(signal.SIGCHLD, worker_died)
+    try:
+        code = cli.main(["demo", "--output-dir", str(tmp_path)])
+        assert signal.getsignal(signal.SIGCHLD) is worker_died
+    finally:
+        signal.signal(signal.SIGCHLD, previous)
+    assert code == 143 and cleaned == [True]
+    assert capsys.readouterr().err.strip() == (
+        f"adaptcl demo: terminated (SIGTERM); finished runs are kept under {tmp_path}/runs: "
+        "rerun the same command to resume")
+
 def test_an_interrupted_distributed_run_says_so_on_rank_0_only(tmp_path, capsys, monkeypatch):
     def interrupted(self):
         raise KeyboardInterrupt

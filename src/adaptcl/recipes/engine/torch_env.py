@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 from typing import Any
 
@@ -64,7 +65,28 @@ def grad_scaler(device: str, precision: str) -> Any:
     return torch.amp.GradScaler(device_type(device), enabled=precision == "16-mixed")
 
 
+#: the most DataLoader workers :func:`loader_workers` picks for one process
+MAX_AUTO_WORKERS = 16
+
+
+def loader_workers(device: str, workers: int | None, devices: int = 1) -> int:
+    """The DataLoader workers of a run: ``workers`` when given; ``None`` (auto) picks 0 on the
+    CPU (the model and the loader share its cores, as ever) and, on CUDA, the CPUs this
+    process may run on (``os.sched_getaffinity``) shared among the ``devices`` processes, one
+    left to each for itself (Lightning's ``suggested_max_num_workers``), at most
+    :data:`MAX_AUTO_WORKERS`."""
+    if workers is not None:
+        return workers
+    if device_type(device) != "cuda":
+        return 0
+    cpus = (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
+            else os.cpu_count() or 1)
+    return max(1, min(MAX_AUTO_WORKERS, cpus // max(1, devices) - 1))
+
+
 def loader_options(device: str, workers: int = 0) -> dict[str, Any]:
+    """``DataLoader`` keywords: ``workers`` processes, kept alive across epochs when there are
+    any; pinned memory on CUDA (faster, asynchronous copies to the device)."""
     return {"num_workers": workers, "pin_memory": device_type(device) == "cuda",
             "persistent_workers": workers > 0}
 

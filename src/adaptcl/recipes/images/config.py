@@ -97,8 +97,9 @@ class ImagesConfig:
     linear_epochs: int = setting(100, check=non_negative, help="linear probe epochs (0: none)")
     linear_batch_size: int = setting(128, check=positive, help="linear probe batch")
     linear_lr: float = setting(0.02, check=positive, help="linear probe SGD learning rate")
-    num_workers: int = setting(0, check=non_negative, identity=False, sweep=False,
-                               help="DataLoader worker processes")
+    num_workers: int | None = setting(None, check=non_negative, identity=False, sweep=False,
+                                      help="DataLoader worker processes (none: 0 on the CPU; "
+                                      "on CUDA from the CPUs available, at most 16)")
     threads: int | None = options.threads()
     device: str = options.device()
     devices: int = options.devices()

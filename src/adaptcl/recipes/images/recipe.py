@@ -102,7 +102,8 @@ class ImagesRecipe(Recipe):
                   "t-interval.\n\n")
         data = {self.data_label(c): self.splits_of(c).describe() for c in points}
         return ReportSpec(metrics=("knn_top1", "linear_top1") if linear else ("knn_top1",),
-                          baseline=cfg.losses[0], header=header,
+                          baseline=cfg.losses[0],
+                          header=lambda grid: header + epoch_times(grid.records),
                           details=lambda grid: {"data": data})
 
     def draw(self, grid: GridRun, axes: list[Any]) -> None:
@@ -129,6 +130,23 @@ class ImagesRecipe(Recipe):
                       else f"no kNN point: --epochs {cfg.epochs} < --knn-every {cfg.knn_every}")
         methods = ", ".join(dict.fromkeys(self.config_of(c).method for c in grid.records))
         axes[0].figure.suptitle(f"{methods} on {self.rows()[0]} (preset {self.preset})")
+
+
+def epoch_times(records: dict[Cell, dict[str, Any]]) -> str:
+    """The markdown note of the seconds per training epoch of each column (the loss, and the
+    swept settings), mean over its epochs and seeds, with the loader workers used; records
+    written before epochs were timed are left out."""
+    seconds: dict[str, list[float]] = {}
+    workers: set[int] = set()
+    for cell, record in records.items():
+        if record.get("epoch_seconds"):
+            seconds.setdefault("/".join(cell.parts()[1:-1]), []).extend(record["epoch_seconds"])
+            workers.add(record.get("loader_workers", 0))
+    if not seconds:
+        return ""
+    times = ", ".join(f"{name} {sum(v) / len(v):.3g}" for name, v in seconds.items())
+    return (f"Seconds per training epoch (mean over epochs and seeds): {times}; DataLoader "
+            f"workers: {', '.join(map(str, sorted(workers)))}.\n\n")
 
 
 RECIPE = ImagesRecipe

@@ -20,7 +20,12 @@ from adaptcl.recipes.engine.cells import Cell
 from adaptcl.recipes.engine.errors import DivergedError, NonResultError, require_steps
 from adaptcl.recipes.engine.loggers import lightning_logger
 from adaptcl.recipes.engine.progress import on_terminal
-from adaptcl.recipes.engine.torch_env import loader_options, resolve_device, seed_everything
+from adaptcl.recipes.engine.torch_env import (
+    loader_options,
+    loader_workers,
+    resolve_device,
+    seed_everything,
+)
 from adaptcl.recipes.images.config import ImagesConfig
 from adaptcl.recipes.images.data import ImageSplits
 
@@ -59,7 +64,8 @@ def loaders(cfg: ImagesConfig, splits: ImageSplits, seed: int) -> tuple[Any, Any
 
         normalize = IMAGENET_NORMALIZE
     train_tf, eval_tf = ssl_transforms(cfg.method, cfg.input_size, normalize)
-    options = loader_options(resolve_device(cfg.device), cfg.num_workers)
+    device = resolve_device(cfg.device)
+    options = loader_options(device, loader_workers(device, cfg.num_workers, cfg.devices))
     train = DataLoader(splits.train.with_transform(train_tf), batch_size=cfg.batch_size,
                        shuffle=True, drop_last=True,
                        generator=torch.Generator().manual_seed(seed), **options)
@@ -95,8 +101,10 @@ def train_and_score(cfg: ImagesConfig, splits: ImageSplits, cell: Cell, ckpt_dir
     require_steps(len(history), cell.label())
     start = time.perf_counter()
     try:
-        metrics = evaluate_backbone(module, bank, test, splits.num_classes, cfg=cfg,
-                                    seed=cell.seed, where=cell.label())
+        # on the run's device: after fit, Lightning's teardown has left the module on the CPU
+        metrics = evaluate_backbone(module.backbone, bank, test, splits.num_classes,
+                                    device=resolve_device(cfg.device), cfg=cfg, seed=cell.seed,
+                                    where=cell.label())
     except NonFiniteError as err:  # features of a trained backbone went NaN: it diverged
         raise DivergedError(str(err)) from None
     except ValueError as err:  # constant features: a collapsed backbone is no result
@@ -106,6 +114,7 @@ def train_and_score(cfg: ImagesConfig, splits: ImageSplits, cell: Cell, ckpt_dir
             "losses": [h["loss"] for h in history], "method": cfg.method,
             "final_temperature": last.get("temperature"),
             "final_alignment": last.get("alignment"), "train_seconds": clock.seconds,
+            "epoch_seconds": list(clock.epoch_seconds), "loader_workers": train.num_workers,
             "eval_seconds": time.perf_counter() - start, "resumed_from": module.resumed_from,
             "checkpoint_dir": str(ckpt_dir), "history": history,
             "online_knn": module.knn_history}
