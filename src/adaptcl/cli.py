@@ -84,12 +84,16 @@ class _QuietChildren:
     """
 
     def __init__(self) -> None:
-        self._held: Any = None
+        self._held: Callable[..., Any] | None = None
 
     def hold(self) -> None:
+        """Set a Python SIGCHLD handler aside (SIG_DFL: children are still reaped by whoever
+        waits for them); one set from C, or none, raises nothing into the run."""
         if self._held is None and hasattr(signal, "SIGCHLD"):
-            self._held = signal.getsignal(signal.SIGCHLD)
-            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            handler = signal.getsignal(signal.SIGCHLD)
+            if callable(handler):
+                self._held = handler
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
 
     def release(self) -> None:
         if self._held is not None:

@@ -169,11 +169,11 @@ def _cuda_sync_debug_error():
         torch.cuda.set_sync_debug_mode("default")
 
 
-def _assert_steps_do_not_synchronise(device, guard) -> None:
-    """Every loss of the table, tiled and not: the module and its inputs are built and moved to
-    ``device`` first (a copy from the host synchronises; it is the test's, not the loss's),
-    then forward + backward run inside ``guard``, which must not object."""
-    for name in LOSSES:
+def _assert_steps_do_not_synchronise(device, guard, names=tuple(LOSSES)) -> None:
+    """The table's losses ``names``, tiled and not: the module and its inputs are built and
+    moved to ``device`` first (a copy from the host synchronises; it is the test's, not the
+    loss's), then forward + backward run inside ``guard``, which must not object."""
+    for name in names:
         for tile in (None, 4):
             fn, x = _prepared(name, device, tile, check_finite=True)
             with guard() as detector:
@@ -188,12 +188,13 @@ def test_cuda_forward_and_backward_do_not_synchronise(device):
     _assert_steps_do_not_synchronise(device, _cuda_sync_debug_error)
 
 
-def test_the_cuda_sync_check_runs_on_the_meta_device_without_host_copies():
+@pytest.mark.parametrize("name", list(LOSSES))
+def test_the_cuda_sync_check_runs_on_the_meta_device_without_host_copies(name):
     """The CUDA test's own procedure on the meta device, with the copies and host reads
     recorded instead of refused: it passes only because the inputs are moved before the
     check starts (on CUDA the check first raised in the test's input helper, and so never
-    reached a loss)."""
-    _assert_steps_do_not_synchronise("meta", CrossDeviceCopyDetector)
+    reached a loss), and because no loss copies a tensor of its own from the host."""
+    _assert_steps_do_not_synchronise("meta", CrossDeviceCopyDetector, names=[name])
 
 
 def test_cross_device_copy_detector_catches_inputs_moved_inside_it():

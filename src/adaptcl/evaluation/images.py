@@ -1,8 +1,8 @@
 """Evaluation of a frozen image backbone: weighted kNN and a linear probe (the ``images`` recipe's).
 
 :func:`evaluate_backbone` extracts the features of the un-augmented training and test images
-once, on the device it is given, and scores them there with Lightly's weighted kNN (:func:`knn_accuracy`) and, if asked, a linear
-classifier (:func:`linear_probe`, MACL App. B.3).
+once, on the device it is given, and scores them there with Lightly's weighted kNN
+(:func:`knn_accuracy`) and, if asked, a linear classifier (:func:`linear_probe`, MACL App. B.3).
 """
 
 from __future__ import annotations

@@ -26,6 +26,7 @@ TINY = dict(train_limit=128, test_limit=64, batch_size=64, width=0.0625, hidden_
             output_dim=16, linear_epochs=0, knn_every=0, progress=False, threads=1)
 
 
+@pytest.mark.slow
 def test_evaluation_runs_on_the_configured_device_not_where_teardown_left_the_module(
         shared_data, tmp_path, monkeypatch):
     """``--device`` resolved to ``meta`` (standing for CUDA: Lightning trains on the CPU
@@ -82,12 +83,13 @@ def test_the_table_notes_the_seconds_per_epoch_of_each_loss():
     assert epoch_times({cell("amcl", 0): {}}) == ""
 
 
+@pytest.mark.slow
 def test_sigterm_with_loader_workers_is_one_line_and_exit_143(shared_data, tmp_path):
     """``timeout``, ``kill -- -PGID`` or a scheduler sends SIGTERM to the whole process group:
     the DataLoader workers die of it too, and the run still stops with one line and 143."""
     out = tmp_path / "out"
     argv = [sys.executable, "-m", "adaptcl", "images", "--data-root", str(shared_data),
-            "--losses", "infonce", "--seeds", "0", "--epochs", "100", "--train-limit", "256",
+            "--losses", "infonce", "--seeds", "0", "--epochs", "100", "--train-limit", "128",
             "--test-limit", "64", "--batch-size", "64", "--width", "0.0625", "--hidden-dim",
             "32", "--output-dim", "16", "--linear-epochs", "0", "--knn-every", "0",
             "--threads", "1", "--num-workers", "2", "--no-progress", "--output-dir", str(out)]

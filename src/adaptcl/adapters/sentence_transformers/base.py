@@ -172,10 +172,9 @@ class AdaptiveContrastiveLoss(CachedLossMixin, nn.Module):
         self._follow_model_device()
 
     def _follow_model_device(self) -> None:
-        """Move the loss's own modules (core, projection, AMCL's heads) to the model's device, as
-        sentence-transformers' losses build theirs (``SoftmaxLoss``: ``device=model.device``):
-        the loss then runs outside the trainer too (which moves it there in ``prepare_loss``).
-        They are built on the CPU first, so their initial values do not depend on the device."""
+        """The loss's own modules (built on the CPU: the same initial values on every device) to
+        the model's device, as ``SoftmaxLoss`` builds its classifier, so the loss runs outside
+        the trainer too (whose ``prepare_loss`` moves it there)."""
         device = getattr(self.model, "device", None)
         if isinstance(device, torch.device):
             for name, child in self.named_children():
