@@ -9,7 +9,8 @@
 #
 # Both are git-ignored; carry them (the device tool's `carry`), then on the GPU machine:
 #   python3 -m pip install -q --no-index --no-deps --target /tmp/site .gpu-wheels/*.whl
-#   PYTHONPATH=/tmp/site python3 tools/gpu_check.py --data-root .gpu-data --out "$OUT"
+#   PYTHONPATH=/tmp/site python3 tools/gpu_check.py --data-root .gpu-data --out "$OUT" \
+#       --work-dir /tmp/gpu-check
 #
 # Usage: tools/gpu_bundle.sh [DATA_ROOT]   (default $ADAPTCL_DATA, else ../shared/data)
 # PYTHON (default python3) runs pip; PY_VERSION (default 3.12) is the target's Python.

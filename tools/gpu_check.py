@@ -29,7 +29,7 @@ Exit status: 0 when every part ran to its end with exit 0 or was skipped, 1 othe
 Examples::
 
     python tools/gpu_check.py                           # on a CUDA machine: about 5 minutes
-    python tools/gpu_check.py --out $OUT --data-root .gpu-data
+    python tools/gpu_check.py --out $OUT --work-dir /tmp/gpu-check --data-root .gpu-data
     python tools/gpu_check.py --device cpu --tiny       # the same machinery on CPU, in seconds
 """
 
@@ -239,7 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     records = []
     for part in plan(args, args.work_dir):
         left = args.budget - (time.monotonic() - t0)
-        print(f"gpu_check: {part.name} ...", flush=True)
+        if part.skip is None:
+            print(f"gpu_check: {part.name} ...", flush=True)
         record = run_part(part, log=log, env=child_env(args), cwd=REPO, budget_left_s=left)
         if record["status"] != SKIPPED:
             record["results"] = parse_part(part, record)

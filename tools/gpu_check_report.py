@@ -2,7 +2,7 @@
 markdown report of them all.
 
 * ``pytest``: its junit XML (counts, and each failure's test id with the first line of its
-  message); without one (a timed-out run), the counts of the last summary line in the log;
+  message);
 * ``bench``: ``bench_gpu.py``'s JSON: one row per loss case and SimCLR step;
 * ``recipe``: the recipe's ``results.json``: every summary mean (metric, dataset, method),
   the failed cells, and for ``images`` the time per epoch (``results.json``'s own if a run
@@ -12,13 +12,11 @@ markdown report of them all.
 from __future__ import annotations
 
 import json
-import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Any
 
 MIB = 2**20
-_COUNT = re.compile(r"(\d+) (passed|failed|skipped|errors?|deselected|xfailed|xpassed)")
 
 
 def parse_part(part, record: dict[str, Any]) -> dict[str, Any]:
@@ -34,12 +32,6 @@ def parse_part(part, record: dict[str, Any]) -> dict[str, Any]:
 
 
 def parse_pytest(junit: Path, record: dict[str, Any]) -> dict[str, Any]:
-    if not junit.is_file():
-        counts = {m[1].rstrip("s") if m[1].startswith("error") else m[1]: int(m[0])
-                  for m in _COUNT.findall(record.get("log_tail", ""))}
-        if counts:
-            return {"counts": counts, "source": "the log's summary line (no junit XML)"}
-        raise FileNotFoundError(2, "missing", str(junit))
     suites = ET.parse(junit).getroot()
     suite = suites if suites.tag == "testsuite" else suites.find("testsuite")
     counts = {k: int(suite.get(k + "s", suite.get(k, 0))) for k in ("failure", "error", "skipped")}
@@ -139,7 +131,7 @@ def render(report: dict[str, Any]) -> str:
     out += ["", "## Parts", "", "| part | status | exit status | wall s | limit s |",
             "| --- | --- | ---: | ---: | ---: |"]
     out += [f"| {p['name']} | {p['status']} | {_cell(p['exit_status'])} | {p['wall_s']:.1f} "
-            f"| {p['limit_s']:.0f} |" for p in report["parts"]]
+            f"| {p['limit_s']:g} |" for p in report["parts"]]
     for part in report["parts"]:
         out += ["", f"## {part['name']}: {part['title']}", "", "```bash", part["command"], "```",
                 "", f"**{part['status']}**" + (f": {part['reason']}" if part.get("reason") else ""),
@@ -159,9 +151,7 @@ def _kind(results: dict[str, Any]) -> str:
 
 def _render_pytest(results: dict[str, Any]) -> list[str]:
     counts = ", ".join(f"{n} {k}" for k, n in results["counts"].items())
-    seconds = f" in {results['seconds']:.0f} s" if results.get("seconds") is not None else ""
-    out = ["", f"Tests: {counts}{seconds}" + (f" ({results['source']})"
-                                               if results.get("source") else "") + "."]
+    out = ["", f"Tests: {counts} in {results['seconds']:.0f} s."]
     if results.get("failures"):
         out += ["", "Failed:", ""]
         out += [f"- `{f['test']}`: {f['message']}" for f in results["failures"]]
