@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-pins bench lint docs floors mutate clean
+.PHONY: setup demo test test-pins bench gpu-check lint docs floors mutate clean
 
 setup: $(STAMP)
 
@@ -38,6 +38,16 @@ test-pins: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_losses.py
 	$(BIN)/python benchmarks/bench_tiled.py
+
+# The GPU check (docs/gpu.md): CUDA tests, GPU benchmark and every recipe on the GPU, each under
+# its own time limit, 8 minutes in all; report in results/gpu-check/ (report.md, report.json).
+# Meant for a CUDA machine holding the project and its wheels, so it needs no venv: the venv's
+# Python when there is one, else $(PYTHON). GPU_CHECK_ARGS="--device cpu --tiny": the CPU path.
+GPU_CHECK_ARGS ?=
+GPU_CHECK_PYTHON ?= $(if $(wildcard $(BIN)/python),$(BIN)/python,$(PYTHON))
+
+gpu-check:
+	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(GPU_CHECK_PYTHON) tools/gpu_check.py $(GPU_CHECK_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests benchmarks

@@ -40,6 +40,8 @@ Examples::
     python benchmarks/bench_gpu.py                      # everything (tens of minutes on an H100)
     python benchmarks/bench_gpu.py --quick              # batches 4096 16384, dim 128: minutes
     python benchmarks/bench_gpu.py --batches 65536 262144 --dims 512 --dtypes bf16 --out r.json
+    python benchmarks/bench_gpu.py --batches 65536 262144 --dims 128 --dtypes bf16 --tiled-only \
+        --step-batch 0                                  # the tiled losses alone
 """
 
 from __future__ import annotations
@@ -465,6 +467,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="JSON file with every number")
     parser.add_argument("--quick", action="store_true",
                         help="batches 4096 16384, dim 128, 3 repeats after 1 warm-up")
+    parser.add_argument("--tiled-only", action="store_true",
+                        help="time the tiled losses alone (their cases at large batches)")
     parser.add_argument("--device", default="cuda",
                         help="cuda (default; exits 0 without CUDA) or cpu (smoke test only)")
     args = parser.parse_args(argv)
@@ -485,7 +489,7 @@ def main(argv: list[str] | None = None) -> int:
               "(run it on a GPU machine, or pass --device cpu to exercise the script).")
         return 0
     env = environment(device)
-    candidates = available_candidates()
+    candidates = [c for c in available_candidates() if c.tiled or not args.tiled_only]
     print(f"bench_gpu.py on {env.get('gpu') or 'cpu'}: torch {env['torch']}, batches "
           f"{args.batches}, dims {args.dims}, dtypes {args.dtypes}, {args.repeats} repeats "
           f"after {args.warmup} warm-up, tile {args.tile_size}; losses: "
