@@ -115,6 +115,8 @@ def test_other_errors_stay_crashes(err):
 def test_unknown_option_names_the_recipe(capsys):
     _one_line_error(capsys, ["sts", "--logger", "csv"], "unrecognized arguments: --logger csv")
     _one_line_error(capsys, ["demo", "--data-root", "x"], "unrecognized arguments: --data-root x")
+    line = _one_line_error(capsys, ["tu", "--loss", "macl"], "unrecognized arguments: --loss macl")
+    assert line.endswith("(did you mean --losses?)"), line
 
 
 def test_ctrl_c_is_one_line_with_how_to_resume(tmp_path, capsys, monkeypatch):

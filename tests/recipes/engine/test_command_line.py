@@ -59,12 +59,36 @@ def test_what_cannot_vary_within_a_run_says_so(argv, message, capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (("--lr", "x"), "adaptcl toy: error: argument --lr: invalid value 'x'"),
+    (("--lr", "x"), "adaptcl toy: error: argument --lr: invalid float value 'x'"),
+    (("--lr=",), "adaptcl toy: error: argument --lr: invalid float value ''"),
     (("--nope", "1"), "adaptcl toy: error: unrecognized arguments: --nope 1"),
-    (("--seeds", "a"), "adaptcl toy: error: argument --seeds: invalid value 'a'"),
+    (("--seeds", "a"), "adaptcl toy: error: argument --seeds: invalid int value 'a'"),
+    (("--threads", "two"), "adaptcl toy: error: argument --threads: invalid int value 'two'"),
+    (("--preset",), "adaptcl toy: error: argument --preset: expected one argument"),
+    (("--no-progress", "x"), "adaptcl toy: error: unrecognized arguments: x"),
 ])
 def test_a_bad_option_is_one_line_and_exit_2(argv, message, capsys):
-    assert _one_line(capsys, *argv).startswith(message)
+    assert _one_line(capsys, *argv) == message
+
+
+@pytest.mark.parametrize("argv, message", [
+    (("--loss", "macl"), "unrecognized arguments: --loss macl (did you mean --losses?)"),
+    (("--loss=macl",), "unrecognized arguments: --loss=macl (did you mean --losses?)"),
+    (("--temp", "1"), "unrecognized arguments: --temp 1"),  # nothing alike: no guess
+    (("--widt", "3"), "unrecognized arguments: --widt 3 (did you mean --width?)"),
+    (("--no-progres",), "unrecognized arguments: --no-progres (did you mean --no-progress?)"),
+    (("--seed", "1", "--losse", "a"), "unrecognized arguments: --seed 1 --losse a (--seed: did "
+                                      "you mean --seeds?; --losse: did you mean --losses?)"),
+])
+def test_an_unknown_option_names_the_closest_one(argv, message, capsys):
+    assert _one_line(capsys, *argv) == f"{PROG}: error: {message}"
+
+
+def test_the_command_line_uses_no_private_tyro_module():
+    import adaptcl.recipes.engine.command_line as module
+
+    source = open(module.__file__, encoding="utf-8").read()
+    assert "tyro._" not in source and "from tyro import _" not in source
 
 
 def test_a_bad_setting_is_one_line_naming_it():

@@ -8,19 +8,24 @@ refusal is one line (``adaptcl <recipe>: error: ...``, exit 2).
 Why tyro: of the libraries that build a command line from dataclasses it alone keeps this
 project's GNU flag style (``--batch-size``, ``--no-progress``, space-separated lists) with
 ``--help`` in a fraction of a second; jsonargparse spells ``--batch_size`` with JSON lists and
-Hydra ``key=value``. tyro prints its errors in a box: :func:`_one_line` makes them one line.
+Hydra ``key=value``. Only tyro's public API is used (``tyro.cli``, ``tyro.conf``,
+``tyro.constructors``), and the parse errors are ours, one line each (tyro would print boxes):
+every value is read by our own converter (:func:`_item`: a bad one is kept as
+:class:`_Invalid` and named after parsing), and tyro hands back what it does not recognise
+(``return_unknown_args``), which :func:`_unrecognized` names with the closest option.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import functools
 import types
 import typing
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NamedTuple
 
 from adaptcl.recipes.engine.errors import RecipeError, user_errors
 from adaptcl.recipes.engine.jobs import JobOptions
@@ -38,33 +43,15 @@ class Invocation:
     print_config: bool = False
 
 
-class _OneLine(Exception):
-    """A parse error, turned into one line by :func:`parse`."""
+class _Invalid(NamedTuple):
+    """A value that is not of its option's type, named after parsing (:func:`_check_values`)."""
+
+    text: str
+    kind: str
 
 
 def _option(name: str) -> str:
     return "--" + name.replace("_", "-")
-
-
-def _one_line(event: Any) -> None:
-    """tyro's parse-error hook: the error as one line (tyro would print a box)."""
-    from tyro import _errors as errors
-
-    argument = getattr(event, "argument", None)
-    option = (_option(argument.field.intern_name) if argument is not None
-              and getattr(argument, "field", None) is not None else None)
-    if isinstance(event, errors.UnrecognizedArgs):
-        raise _OneLine(f"unrecognized arguments: {' '.join(event.tokens)}")
-    if isinstance(event, errors.InvalidChoice):
-        raise _OneLine(f"argument {option}: invalid choice {event.value!r} (choose from "
-                       f"{', '.join(event.choices)})")
-    if isinstance(event, errors.BadValue):
-        raise _OneLine(f"argument {option}: {event.reason}")
-    message = str(getattr(event, "message", "") or type(event).__name__)
-    if "Could not find valid parse for arguments:" in message:
-        given = message.split(":", 1)[1].strip().strip("[]")
-        message = f"invalid value {given}"
-    raise _OneLine(f"argument {option}: {message}" if option else message)
 
 
 def _unwrap(hint: Any) -> tuple[Any, bool, bool]:
@@ -82,20 +69,28 @@ def _unwrap(hint: Any) -> tuple[Any, bool, bool]:
 
 @functools.cache
 def _item(kind: type, optional: bool) -> Any:
-    """An option's item type for tyro: ``kind``, or when ``optional`` also ``none`` (any case)."""
+    """An option's item type for tyro, read by our converter: ``kind(text)`` (or, when
+    ``optional``, ``none`` in any case), an :class:`_Invalid` where that fails, so that tyro
+    never refuses a value itself."""
     import tyro
 
-    if not optional:
-        return kind
+    name = getattr(kind, "__name__", "VALUE")
 
     def parse(args: list[str]) -> Any:
-        return None if args[0].lower() == "none" else kind(args[0])
+        if optional and args[0].lower() == "none":
+            return None
+        try:
+            return kind(args[0])
+        except (TypeError, ValueError):
+            return _Invalid(args[0], name)
 
+    numbers = (int, float) if kind is float else (kind,)  # a float setting's default may be 1
     spec = tyro.constructors.PrimitiveConstructorSpec(
-        nargs=1, metavar=getattr(kind, "__name__", "VALUE").upper() + "|none",
-        instance_from_str=parse, is_instance=lambda v: v is None or isinstance(v, kind),
-        str_from_instance=lambda v: ["none" if v is None else str(v)])
-    return Annotated[kind | None, spec]
+        nargs=1, metavar=name.upper() + ("|none" if optional else ""),
+        instance_from_str=parse, str_from_instance=lambda v: ["none" if v is None else str(v)],
+        is_instance=lambda v: (optional and v is None) or (
+            isinstance(v, numbers) and not isinstance(v, bool)))
+    return Annotated[kind | None if optional else kind, spec]  # type: ignore[operator]
 
 
 def _view(config_class: type, defaults: Mapping[str, Any], presets: Sequence[str]) -> type:
@@ -163,15 +158,17 @@ def parse(recipe: Any, argv: Sequence[str], prog: str) -> Invocation:
     """The :class:`Invocation` of ``argv`` for the recipe class ``recipe``; ``--help`` prints
     and exits 0, a bad option or setting is a one-line :class:`RecipeError`."""
     import tyro
-    from tyro import _errors as errors
 
     config_class, presets = recipe.config_class, dict(recipe.presets)
     # --preset, --config and --print-config first: they set the defaults
-    first = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    first = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
     for name in ("--preset", "--config"):
         first.add_argument(name)
     first.add_argument("--print-config", action="store_true")
-    meta, _ = first.parse_known_args(list(argv))
+    try:
+        meta, _ = first.parse_known_args(list(argv))
+    except argparse.ArgumentError as err:
+        raise RecipeError(str(err)) from None
     defaults = field_defaults(config_class) | field_defaults(JobOptions)
     preset = meta.preset if meta.preset is not None else next(iter(presets), None)
     from_file: dict[str, Any] = {}
@@ -195,13 +192,47 @@ def parse(recipe: Any, argv: Sequence[str], prog: str) -> Invocation:
     epilog = ("\n\nexample:\n" + "\n".join(f"  {line}" for line in
                                            recipe.example.strip().splitlines())
               if recipe.example else "")
-    try:
-        with errors.on_parse_error(_one_line):
-            parsed = tyro.cli(_view(config_class, defaults, list(presets)), args=list(argv),
-                              prog=prog, description=f"{recipe.description}\n\n{usage}{epilog}")
-    except _OneLine as err:  # the CLI prints it as its one line, exit 2
-        raise RecipeError(str(err)) from None
+    view = _view(config_class, defaults, list(presets))
+    parsed, unknown = tyro.cli(view, args=list(argv), prog=prog, return_unknown_args=True,
+                               description=f"{recipe.description}\n\n{usage}{epilog}")
+    if unknown:
+        raise RecipeError(_unrecognized(unknown, view))
+    _check_values(parsed)
     return _invocation(recipe, parsed, preset, meta.print_config)
+
+
+def _unrecognized(tokens: Sequence[str], view: type) -> str:
+    """``unrecognized arguments: ...``, with the closest option to each unknown one."""
+    hints = typing.get_type_hints(view)
+    known = ["--help"]
+    for f in dataclasses.fields(view):
+        known.append(_option(f.name))
+        if hints[f.name] is bool and f.name != "print_config":
+            known.append(_option("no_" + f.name))
+    guesses = []
+    for token in (t.split("=", 1)[0] for t in tokens if t.startswith("--") and len(t) > 2):
+        # an option it begins (--temp: --temperature), else the most alike (--loss: --losses)
+        close = sorted((k for k in known if k.startswith(token)), key=len) \
+            or difflib.get_close_matches(token, known, n=1, cutoff=0.75)
+        if close:
+            guesses.append((token, close[0]))
+    hint = ""
+    if len(guesses) == 1:
+        hint = f" (did you mean {guesses[0][1]}?)"
+    elif guesses:
+        hint = " (" + "; ".join(f"{n}: did you mean {c}?" for n, c in guesses) + ")"
+    return f"unrecognized arguments: {' '.join(tokens)}{hint}"
+
+
+def _check_values(parsed: Any) -> None:
+    """Refuse the first value our converter could not read, naming its option."""
+    for f in dataclasses.fields(parsed):
+        value = getattr(parsed, f.name)
+        bad = next((v for v in value if isinstance(v, _Invalid)), None) \
+            if isinstance(value, list) else None
+        if bad is not None:
+            raise RecipeError(f"argument {_option(f.name)}: invalid {bad.kind} value "
+                              f"{bad.text!r}")
 
 
 def _invocation(recipe: Any, parsed: Any, preset: str | None, print_config: bool) -> Invocation:
