@@ -23,13 +23,22 @@ import difflib
 import functools
 import types
 import typing
+import warnings
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Annotated, Any, NamedTuple
 
+from adaptcl.recipes.engine.config_file import read_config_file
 from adaptcl.recipes.engine.errors import RecipeError, user_errors
 from adaptcl.recipes.engine.jobs import JobOptions
-from adaptcl.recipes.engine.settings import Sweep, field_defaults, one_value, spec_of, sweepable
+from adaptcl.recipes.engine.settings import (
+    Sweep,
+    check_given,
+    field_defaults,
+    grid_size,
+    one_value,
+    spec_of,
+    sweepable,
+)
 
 
 @dataclasses.dataclass
@@ -134,26 +143,6 @@ def _view(config_class: type, defaults: Mapping[str, Any], presets: Sequence[str
     return view
 
 
-def read_config_file(path: str, recipe: str) -> dict[str, Any]:
-    """The settings of a run's ``config.yaml``, or one line naming what is wrong with it."""
-    import yaml
-
-    try:
-        loaded = yaml.safe_load(Path(path).expanduser().read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise RecipeError(f"--config {path}: no such file") from None
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise RecipeError(f"--config {path} is not a readable YAML file ({first})") from None
-    if not isinstance(loaded, dict):
-        raise RecipeError(f"--config {path}: expected settings by name, got "
-                          f"{type(loaded).__name__}")
-    if loaded.get("recipe", recipe) != recipe:
-        raise RecipeError(f"--config {path} is a config of adaptcl {loaded['recipe']}, not of "
-                          f"adaptcl {recipe}")
-    return {k: v for k, v in loaded.items() if k != "recipe"}
-
-
 def parse(recipe: Any, argv: Sequence[str], prog: str) -> Invocation:
     """The :class:`Invocation` of ``argv`` for the recipe class ``recipe``; ``--help`` prints
     and exits 0, a bad option or setting is a one-line :class:`RecipeError`."""
@@ -173,7 +162,7 @@ def parse(recipe: Any, argv: Sequence[str], prog: str) -> Invocation:
     preset = meta.preset if meta.preset is not None else next(iter(presets), None)
     from_file: dict[str, Any] = {}
     if meta.config is not None:
-        from_file = read_config_file(meta.config, recipe.name)
+        from_file = read_config_file(meta.config, recipe.name, config_class)
         if meta.preset is None and from_file.get("preset") is not None:
             preset = from_file["preset"]
     from_file.pop("preset", None)
@@ -186,6 +175,12 @@ def parse(recipe: Any, argv: Sequence[str], prog: str) -> Invocation:
     if unknown:
         raise RecipeError(f"--config {meta.config}: unknown setting{'s' * (len(unknown) > 1)} "
                           f"{', '.join(unknown)} for adaptcl {recipe.name}")
+    try:  # each of the file's settings on its own, so that its errors name the file
+        with warnings.catch_warnings():  # (an old loss spelling is noted once, below)
+            warnings.simplefilter("ignore", FutureWarning)
+            check_given(config_class, from_file)
+    except ValueError as err:
+        raise RecipeError(f"--config {meta.config}: {err}") from None
     defaults.update(from_file)
     usage = ("A setting given several values (--temperature 0.1 0.2) is run at each: an axis "
              "of the grid beside the datasets, losses and seeds.")
@@ -240,11 +235,12 @@ def _invocation(recipe: Any, parsed: Any, preset: str | None, print_config: bool
     one value for what cannot vary)."""
     values = {f.name: getattr(parsed, f.name) for f in dataclasses.fields(recipe.config_class)}
     with user_errors():
-        sweep = Sweep.from_values(recipe.config_class, values)
         options = {}
         for f in dataclasses.fields(JobOptions):  # each a scalar, but --cluster-option's list
             value = getattr(parsed, f.name)
             single = isinstance(value, list) and f.name != "cluster_option"
             options[f.name] = one_value(f.name, value) if single else value
-    return Invocation(sweep=sweep, jobs=JobOptions(**options), preset=preset,
-                      print_config=print_config)
+        jobs = JobOptions(**options)
+        jobs.check_cells(*grid_size(recipe.config_class, values))  # before building a point
+        sweep = Sweep.from_values(recipe.config_class, values)
+    return Invocation(sweep=sweep, jobs=jobs, preset=preset, print_config=print_config)
