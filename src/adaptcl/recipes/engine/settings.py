@@ -119,8 +119,10 @@ def _canonical(name: str, spec: Spec, value: Any) -> Any:
     raise ValueError(f"unknown {name.replace('_', ' ')} {value!r}; choose from {shown}")
 
 
-def _unique(name: str, items: list[Any], canonical: list[Any]) -> list[Any]:
-    """``canonical`` without repeats (first occurrence's order), with one note naming them."""
+def drop_repeats(name: str, items: list[Any], canonical: list[Any]) -> list[Any]:
+    """``canonical`` (the canonical form of each of ``items``, the values given to the setting
+    ``name``) without repeats, in first occurrence's order, with one note naming them (a recipe
+    that finds the canonical form itself, as ``tu`` a dataset's folder, says it so too)."""
     kept: dict[Any, Any] = {}
     repeats = []
     for text, value in zip(items, canonical, strict=True):
@@ -206,7 +208,7 @@ def _checked(name: str, spec: Spec, hint: Any, value: Any, unique: bool = True) 
     if isinstance(value, (list, tuple)):
         items = [_canonical(name, spec, item) for item in value]
         if spec.axis:
-            items = _unique(name, list(value), items) if unique else items
+            items = drop_repeats(name, list(value), items) if unique else items
             if not items:
                 raise ValueError(f"{name} must not be empty")
             if spec.axis == "seed":
@@ -313,7 +315,8 @@ class Sweep:
         for name, value in (known | dict(values)).items():
             if isinstance(value, (list, tuple)) and not is_list_field(config_class, name):
                 # several values of what cannot vary (repeats too) are refused by __init__
-                items = _unique(name, list(value), list(value)) if name in allowed else list(value)
+                items = (drop_repeats(name, list(value), list(value)) if name in allowed
+                         else list(value))
                 raw[name] = one_value(name, items[:1])
                 if len(items) > 1:
                     axes[name] = items
