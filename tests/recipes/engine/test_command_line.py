@@ -221,8 +221,11 @@ def test_a_moved_run_folder_runs_where_it_now_is(tmp_path, monkeypatch):
     assert ToyRecipe.main(["--config", "moved/config.yaml"], PROG) == 0
     again = json.loads((tmp_path / "moved/results.json").read_text())
     assert not (tmp_path / "runs/a").exists() and len(again["reused"]) == 1
-    printed = _parse("--config", "moved/config.yaml")  # --print-config: absolute folders
-    assert printed.sweep.base.output_dir == "moved"
+    assert _parse("--config", "moved/config.yaml").sweep.base.output_dir == "moved"
+    old = tmp_path / "old"  # a config.yaml written before: output_dir from the current folder
+    old.mkdir()
+    (old / "config.yaml").write_text("recipe: toy\noutput_dir: old\n")
+    assert _parse("--config", "old/config.yaml").sweep.base.output_dir == "old"
 
 
 def test_a_rerun_with_other_settings_keeps_the_folders_config_and_results(tmp_path, capsys):

@@ -82,8 +82,19 @@ def read_config_file(path: str, recipe: str, config_class: type) -> dict[str, An
     for f in dataclasses.fields(config_class):
         value = settings.get(f.name)
         if spec_of(f).folder and isinstance(value, str):
-            settings[f.name] = os.path.normpath(file.parent / Path(value).expanduser())
+            settings[f.name] = _folder(file.parent, Path(value).expanduser())
     return settings
+
+
+def _folder(base: Path, given: Path) -> str:
+    """A config file's folder setting, relative to the file's folder ``base``; a config.yaml
+    written before that rule names its own folder from the current one, and means it."""
+    try:
+        if not given.is_absolute() and os.path.samefile(given, base):
+            return os.path.normpath(base)
+    except OSError:  # either is missing
+        pass
+    return os.path.normpath(base / given)
 
 
 def _determining(settings: Any, config_class: type) -> dict[str, Any] | None:
