@@ -46,7 +46,9 @@ _TORCH_WRITE_FAILURE = re.compile(r"PytorchStreamWriter failed|inline_container\
 def storage_error(err: BaseException) -> str | None:
     """The one-line message for an output that the disk or the folder refused, else ``None``."""
     if isinstance(err, OSError) and err.errno in _STORAGE_ERRNOS:
-        where = f" writing {err.filename}" if err.filename else ""
+        # a copy or a rename names its destination second (shutil.copyfile, os.replace)
+        path = err.filename2 or err.filename
+        where = f" writing {path}" if path else ""
         return (f"{_STORAGE_ERRNOS[err.errno]}{where} ({err.strerror or err}); finished runs "
                 "are kept, so rerun the same command once there is room")
     if isinstance(err, RuntimeError) and _TORCH_WRITE_FAILURE.search(str(err)):

@@ -97,6 +97,8 @@ def test_full_disk_while_writing_is_one_line_and_keeps_nothing_half_written(tmp_
     (OSError(errno.EROFS, "Read-only file system", "/x/y.json"),
      "the file system is read-only writing /x/y.json"),
     (OSError(errno.EDQUOT, "Disk quota exceeded"), "the disk quota is exceeded"),
+    (OSError(errno.ENOSPC, "No space left on device", "/data/a.txt", None, "/work/a.txt"),
+     "the disk is full writing /work/a.txt (No space left"),  # a copy: its destination
     (RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 64 vs 0"),
      "writing a checkpoint failed (is the disk full?)"),
     (RuntimeError("PytorchStreamWriter failed writing file data/0: file write failed"),
@@ -115,6 +117,8 @@ def test_other_errors_stay_crashes(err):
 def test_unknown_option_names_the_recipe(capsys):
     _one_line_error(capsys, ["sts", "--logger", "csv"], "unrecognized arguments: --logger csv")
     _one_line_error(capsys, ["demo", "--data-root", "x"], "unrecognized arguments: --data-root x")
+    line = _one_line_error(capsys, ["tu", "--loss", "macl"], "unrecognized arguments: --loss macl")
+    assert line.endswith("(did you mean --losses?)"), line
 
 
 def test_ctrl_c_is_one_line_with_how_to_resume(tmp_path, capsys, monkeypatch):

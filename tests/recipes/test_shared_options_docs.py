@@ -44,7 +44,8 @@ def test_the_docs_table_lists_every_shared_option():
                              "--print-config", "--threads", "--device", "--precision",
                              "--logger", "--devices", "--strategy", "--no-progress",
                              "--no-plot", "--jobs", "--cluster", "--cluster-partition",
-                             "--cluster-time", "--cluster-gpus", "--cluster-option"}
+                             "--cluster-time", "--cluster-gpus", "--cluster-option",
+                             "--max-cells"}
 
 
 @pytest.mark.parametrize("option", sorted(_table()))

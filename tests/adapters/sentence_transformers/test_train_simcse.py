@@ -47,6 +47,18 @@ def test_unsupervised_simcse_trains_and_saves_a_plain_model(tmp_path, tiny_rober
         assert '"alpha": 2.0' in card and "huang2023macl" in card
 
 
+@pytest.mark.parametrize("progress", [False, True])
+def test_no_progress_draws_not_even_the_model_cards_bar(tmp_path, tiny_bert, capfd, progress):
+    model = build_simcse_model(str(tiny_bert), "cls", max_seq_length=16)
+    loss = make_loss("infonce", model, projection=training_projection("cls", model))
+    train_simcse(model, unsupervised_dataset(CORPUS), loss,
+                 SimCSEConfig(output_dir=str(tmp_path), batch_size=4, max_steps=1,
+                              logging_steps=1), progress=progress)
+    err = capfd.readouterr().err
+    assert ("Computing widget examples" in err) is progress, err  # the bar is the card's own
+    assert model.model_card_data.widget  # the card's examples computed all the same
+
+
 def test_supervised_simcse_with_hard_negatives(tmp_path, tiny_bert):
     model = build_simcse_model(str(tiny_bert), "cls", max_seq_length=16)
     training_projection("cls", model, keep_mlp=True)  # supervised SimCSE keeps its MLP

@@ -4,6 +4,7 @@ per setting, several values where a setting may vary, presets, config files, one
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 import yaml
@@ -59,12 +60,36 @@ def test_what_cannot_vary_within_a_run_says_so(argv, message, capsys):
 
 
 @pytest.mark.parametrize("argv, message", [
-    (("--lr", "x"), "adaptcl toy: error: argument --lr: invalid value 'x'"),
+    (("--lr", "x"), "adaptcl toy: error: argument --lr: invalid float value 'x'"),
+    (("--lr=",), "adaptcl toy: error: argument --lr: invalid float value ''"),
     (("--nope", "1"), "adaptcl toy: error: unrecognized arguments: --nope 1"),
-    (("--seeds", "a"), "adaptcl toy: error: argument --seeds: invalid value 'a'"),
+    (("--seeds", "a"), "adaptcl toy: error: argument --seeds: invalid int value 'a'"),
+    (("--threads", "two"), "adaptcl toy: error: argument --threads: invalid int value 'two'"),
+    (("--preset",), "adaptcl toy: error: argument --preset: expected one argument"),
+    (("--no-progress", "x"), "adaptcl toy: error: unrecognized arguments: x"),
 ])
 def test_a_bad_option_is_one_line_and_exit_2(argv, message, capsys):
-    assert _one_line(capsys, *argv).startswith(message)
+    assert _one_line(capsys, *argv) == message
+
+
+@pytest.mark.parametrize("argv, message", [
+    (("--loss", "macl"), "unrecognized arguments: --loss macl (did you mean --losses?)"),
+    (("--loss=macl",), "unrecognized arguments: --loss=macl (did you mean --losses?)"),
+    (("--temp", "1"), "unrecognized arguments: --temp 1"),  # nothing alike: no guess
+    (("--widt", "3"), "unrecognized arguments: --widt 3 (did you mean --width?)"),
+    (("--no-progres",), "unrecognized arguments: --no-progres (did you mean --no-progress?)"),
+    (("--seed", "1", "--losse", "a"), "unrecognized arguments: --seed 1 --losse a (--seed: did "
+                                      "you mean --seeds?; --losse: did you mean --losses?)"),
+])
+def test_an_unknown_option_names_the_closest_one(argv, message, capsys):
+    assert _one_line(capsys, *argv) == f"{PROG}: error: {message}"
+
+
+def test_the_command_line_uses_no_private_tyro_module():
+    import adaptcl.recipes.engine.command_line as module
+
+    source = open(module.__file__, encoding="utf-8").read()
+    assert "tyro._" not in source and "from tyro import _" not in source
 
 
 def test_a_bad_setting_is_one_line_naming_it():
@@ -94,7 +119,7 @@ def test_print_config_then_config_runs_the_same_settings(tmp_path, capsys):
     assert ToyRecipe.main(["--config", str(tmp_path / "c.yaml"), "--no-progress"], PROG) == 0
     first = json.loads((out / "results.json").read_text())
     assert len(first["computed"]) == 4 and (out / "config.yaml").read_text() == printed.replace(
-        "progress: true", "progress: false")
+        "progress: true", "progress: false").replace(f"output_dir: {out}", "output_dir: .")
     assert ToyRecipe.main(["--config", str(out / "config.yaml")], PROG) == 0
     again = json.loads((out / "results.json").read_text())
     assert len(again["reused"]) == 4 and again["computed"] == []  # every identity equal
@@ -125,3 +150,99 @@ def test_help_lists_every_option_presets_and_the_example(capsys):
                  "--config FILE", "--print-config", "--jobs", "--cluster", "adaptcl toy --lr "
                  "0.1 0.2", "several values"):
         assert text in out, text
+
+
+def _bomb(levels: int) -> str:
+    """A sweep of ``lr`` as nested YAML aliases: ``levels`` levels of 9 (9**levels values)."""
+    lines = ["recipe: toy", "lr:", "- &a [" + ", ".join(["0.1"] * 9) + "]"]
+    names = "abcdefghijklmnop"
+    for i in range(1, levels):
+        lines.append(f"- &{names[i]} [" + ", ".join([f"*{names[i - 1]}"] * 9) + "]")
+    return "\n".join(lines) + "\n"
+
+
+def test_a_yaml_alias_bomb_is_refused_before_it_expands(tmp_path):
+    path = tmp_path / "bomb.yaml"
+    path.write_text(_bomb(9))  # 9**9 values once expanded; under 1 KB written
+    assert len(path.read_bytes()) < 1024
+    start = time.perf_counter()
+    with pytest.raises(RecipeError) as info:
+        _parse("--config", str(path))
+    assert time.perf_counter() - start < 1.0
+    assert str(info.value) == (f"--config {path}: line 4: YAML aliases (*a) are not read (nested "
+                               "ones expand to gigabytes); write the values out")
+    path.write_text("recipe: toy\nlr: &x 0.2\n")  # an anchor alone is harmless
+    assert _parse("--config", str(path)).sweep.base.lr == 0.2
+
+
+def test_a_huge_sweep_is_counted_and_refused_before_it_is_built(capsys):
+    values = [str(0.001 * (i + 1)) for i in range(1000)]
+    widths = [str(i + 1) for i in range(1000)]
+    start = time.perf_counter()
+    message = _one_line(capsys, "--lr", *values, "--width", *widths, "--seeds", "0")
+    assert time.perf_counter() - start < 2.0
+    assert message == ("adaptcl toy: error: the grid has 1,000,000 cells (losses 1 x seeds 1 x "
+                       "lr 1,000 x width 1,000), more than --max-cells 10,000: give fewer values, "
+                       "or --max-cells 1000000 to run them all")
+    allowed = _parse("--lr", *values[:200], "--width", *widths[:60], "--seeds", "0",
+                     "--max-cells", "12000")
+    assert len(allowed.sweep.points()) == 12000 and allowed.jobs.max_cells == 12000
+
+
+def test_the_python_api_counts_the_cells_of_its_grid_too(tmp_path):
+    from adaptcl.recipes.engine import Sweep
+    from adaptcl.recipes.engine.jobs import JobOptions
+    from tests.recipes.engine._toy import ToyConfig
+
+    sweep = Sweep.from_values(ToyConfig, {"lr": [0.1, 0.2, 0.3], "seeds": [0, 1],
+                                          "output_dir": str(tmp_path)})
+    with pytest.raises(RecipeError, match=r"^the grid has 6 cells, more than --max-cells 5:"):
+        ToyRecipe(sweep, jobs=JobOptions(max_cells=5)).run()
+    assert not tmp_path.joinpath("config.yaml").exists()  # refused before any write
+
+
+def test_a_bad_value_in_a_config_file_names_the_file(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("recipe: toy\nlr: [0.1, 0.2]\nwidth: two\n")
+    with pytest.raises(RecipeError) as info:
+        _parse("--config", str(path))
+    assert str(info.value) == f"--config {path}: width must be int, got 'two'"
+    path.write_text("recipe: toy\nlr: [0.1, -1]\n")
+    with pytest.raises(RecipeError, match=rf"^--config {path}: each value of lr must be a "
+                                          r"positive number, got \[0.1, -1\]$"):
+        _parse("--config", str(path))
+
+
+def test_a_moved_run_folder_runs_where_it_now_is(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert ToyRecipe.main(["--output-dir", "runs/a", "--seeds", "0", "--no-progress"], PROG) == 0
+    assert "output_dir: .\n" in (tmp_path / "runs/a/config.yaml").read_text()
+    (tmp_path / "runs/a").rename(tmp_path / "moved")
+    assert ToyRecipe.main(["--config", "moved/config.yaml"], PROG) == 0
+    again = json.loads((tmp_path / "moved/results.json").read_text())
+    assert not (tmp_path / "runs/a").exists() and len(again["reused"]) == 1
+    assert _parse("--config", "moved/config.yaml").sweep.base.output_dir == "moved"
+    old = tmp_path / "old"  # a config.yaml written before: output_dir from the current folder
+    old.mkdir()
+    (old / "config.yaml").write_text("recipe: toy\noutput_dir: old\n")
+    assert _parse("--config", "old/config.yaml").sweep.base.output_dir == "old"
+
+
+def test_a_rerun_with_other_settings_keeps_the_folders_config_and_results(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert ToyRecipe.main(["--output-dir", str(out), "--lr", "0.1", "0.2", "--seeds", "0",
+                           "--no-progress"], PROG) == 0
+    assert ToyRecipe.main(["--config", str(out / "config.yaml"), "--threads", "2"], PROG) == 0
+    assert not (out / "history").exists()  # the same cells (threads: no result): nothing kept
+    config, results = (out / "config.yaml").read_text(), (out / "results.json").read_text()
+    capsys.readouterr()
+    assert ToyRecipe.main(["--config", str(out / "config.yaml"), "--width", "8"], PROG) == 0
+    assert capsys.readouterr().err.count(f"moved to {out / 'history' / '1'}") == 1
+    kept = out / "history" / "1"
+    assert (kept / "config.yaml").read_text() == config
+    assert json.loads((kept / "results.json").read_text()) == json.loads(results)
+    assert (kept / "results.md").exists() and "width: 8" in (out / "config.yaml").read_text()
+    assert ToyRecipe.main(["--config", str(kept / "config.yaml"), "--output-dir", str(out)],
+                          PROG) == 0
+    assert "width: 8" in (out / "history" / "2" / "config.yaml").read_text()  # kept in turn
+    assert (out / "config.yaml").read_text() == config

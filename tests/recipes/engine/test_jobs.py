@@ -36,7 +36,7 @@ def _toy(argv: list[str]) -> int:
 
 @pytest.mark.parametrize("argv, message", [
     (["--jobs", "0"], "adaptcl toy: error: jobs must be a number >= 1, got 0"),
-    (["--jobs", "two"], "adaptcl toy: error: argument --jobs: invalid value 'two'"),
+    (["--jobs", "two"], "adaptcl toy: error: argument --jobs: invalid int value 'two'"),
     (["--cluster", "pbs"], "adaptcl toy: error: unknown cluster 'pbs'; choose from none, "
                            "local, slurm"),
     (["--cluster-option", "mem"], "adaptcl toy: error: --cluster-option: expected KEY=VALUE, "

@@ -55,6 +55,25 @@ def test_a_full_disk_while_copying_the_raw_data_is_one_line_and_leaves_no_partia
     assert not [p for p in (out / "data").rglob("*") if p.name.startswith(".raw.")]
 
 
+def test_a_full_disk_under_the_work_folder_names_the_work_folder_not_the_data(
+        shared_data, tmp_path, capsys, monkeypatch):
+    import errno
+    import os
+
+    def full(out_fd, in_fd, offset, count):  # what the kernel says when the copy fills the disk
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "sendfile", full)  # shutil.copyfile's fast path on Linux
+    work = tmp_path / "work"
+    code = cli.main(["tu", "--data-root", str(shared_data), "--datasets", "MUTAG", "--seeds", "0",
+                     "--output-dir", str(tmp_path / "out"), "--work-dir", str(work),
+                     "--no-progress"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1, err
+    assert err[0].startswith(f"adaptcl tu: error: the disk is full writing {work}{os.sep}"), err
+    assert str(shared_data) not in err[0], err
+
+
 def test_a_work_folder_that_cannot_be_written_is_refused_before_any_work(shared_data, tmp_path,
                                                                          capsys, monkeypatch):
     import os

@@ -51,6 +51,15 @@ def test_prepare_copies_raw_and_never_writes_to_source(shared_data, tmp_path):
         tu_data.find_raw(shared_data, "NOT-A-DATASET")
 
 
+def test_one_dataset_named_twice_runs_once_and_says_so(shared_data, tmp_path, capsys):
+    recipe = TURecipe(TUConfig(datasets=["MUTAG", "mutag", "PROTEINS"], data_root=str(shared_data),
+                               output_dir=str(tmp_path / "out")))
+    recipe.prepare()
+    assert recipe.rows() == ["MUTAG", "PROTEINS"]
+    assert capsys.readouterr().err == ("adaptcl: note: --datasets: 'mutag' repeats 'MUTAG'; "
+                                       "running each once\n")
+
+
 def test_featureless_dataset_gets_constant_or_degree_features(shared_data, tmp_path):
     cfg = TUConfig(datasets=["IMDB-BINARY"], data_root=str(shared_data),
                    output_dir=str(tmp_path / "out"), work_dir=str(tmp_path / "work"))

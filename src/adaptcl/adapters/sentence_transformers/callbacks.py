@@ -1,10 +1,14 @@
 """``LossStateCallback``: the loss's own trainable state in every checkpoint of
 ``SentenceTransformerTrainer``, restored from the checkpoint the trainer resumes from, and the
-trainer's step for a scheduled temperature."""
+trainer's step for a scheduled temperature; :func:`quiet_model_card`, the model card's own
+progress bar off."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +30,7 @@ from .base import (  # noqa: E402
 )
 from .checkpoints import RECORD, read_trainer_state, recorded_loss_state  # noqa: E402
 
-__all__ = ["LossStateCallback"]
+__all__ = ["LossStateCallback", "quiet_model_card"]
 
 
 class LossStateCallback(TrainerCallback, ExportableState):
@@ -145,3 +149,21 @@ class LossStateCallback(TrainerCallback, ExportableState):
         if state.is_world_process_zero:
             self.loss.save_loss_state(args.output_dir)
         return control
+
+
+@contextlib.contextmanager
+def quiet_model_card() -> Iterator[None]:
+    """No "Computing widget examples" bar while a trainer is built: sentence-transformers'
+    model-card callback draws it with a plain ``tqdm`` of its own module when the trainer
+    starts, outside transformers' ``disable_tqdm`` and logging switches. The card is the same."""
+    from sentence_transformers.base import model_card
+
+    bar = getattr(model_card, "tqdm", None)
+    if bar is None:  # another version draws no bar there
+        yield
+        return
+    model_card.tqdm = functools.partial(bar, disable=True)
+    try:
+        yield
+    finally:
+        model_card.tqdm = bar

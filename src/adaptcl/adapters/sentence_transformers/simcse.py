@@ -32,6 +32,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
@@ -67,7 +68,7 @@ from adaptcl.plugins.validation import NonFiniteError  # noqa: E402
 from adaptcl.registry import canonical_loss_name  # noqa: E402
 
 from .base import AdaptiveContrastiveLoss, embedding_dimension  # noqa: E402
-from .callbacks import LossStateCallback  # noqa: E402
+from .callbacks import LossStateCallback, quiet_model_card  # noqa: E402
 from .losses import AMCLLoss, ASCLLoss, DySTreSSLoss, InfoNCELoss, MACLLoss  # noqa: E402
 from .simcse_names import LOSSES, POOLERS, model_unavailable  # noqa: E402
 from .temperatures import LearnableTemperatureLoss, TemperatureScheduleLoss  # noqa: E402
@@ -331,9 +332,9 @@ def train_simcse(model: SentenceTransformer, train_dataset, loss: AdaptiveContra
     rank 0's value is every rank's. ``tensorboard_dir``: write the trainer's logs (loss,
     learning rate, the loss's adaptive quantities under ``train/adaptcl/...``, dev scores under
     ``eval/...``) as TensorBoard event files there, through transformers' own
-    ``TensorBoardCallback``. ``progress=False``: no progress bar and no printed log dicts
-    (``disable_tqdm=True`` alone would have transformers' ``PrinterCallback`` print every log);
-    the logs still reach ``history`` and the loggers.
+    ``TensorBoardCallback``. ``progress=False``: no progress bar (the model card's own
+    included) and no printed log dicts (``disable_tqdm=True`` alone would have transformers'
+    ``PrinterCallback`` print every log); the logs still reach ``history`` and the loggers.
 
     Raises :class:`~adaptcl.plugins.validation.NonFiniteError` with the optimisation ``step``
     when the loss meets NaN/inf embeddings (training diverged); that step computed no loss
@@ -358,9 +359,10 @@ def train_simcse(model: SentenceTransformer, train_dataset, loss: AdaptiveContra
         from accelerate.utils import broadcast_object_list
 
         resume_from_checkpoint = broadcast_object_list([resume_from_checkpoint], from_process=0)[0]
-    trainer = AdaptiveSentenceTransformerTrainer(
-        model=model, args=args, train_dataset=train_dataset,
-        loss=loss, evaluator=dev_evaluator, callbacks=callbacks)
+    with contextlib.nullcontext() if progress else quiet_model_card():  # its own bar
+        trainer = AdaptiveSentenceTransformerTrainer(
+            model=model, args=args, train_dataset=train_dataset,
+            loss=loss, evaluator=dev_evaluator, callbacks=callbacks)
     if not progress:
         trainer.remove_callback(PrinterCallback)
     try:

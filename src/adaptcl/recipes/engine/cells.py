@@ -69,7 +69,8 @@ class RunLayout:
     ``runs/<cell>.json`` the records (``runs/superseded/<time>/``, ``runs/.locks/``,
     ``runs/.active/``), ``results.json`` / ``.md``, ``config.yaml``, ``<kind>/<cell>/`` a
     cell's logs, checkpoints or models, ``<kind>/`` what cells share (``data``, ``cache``),
-    ``jobs/<id>/`` the logs of ``--jobs``.
+    ``jobs/<id>/`` the logs of ``--jobs``, ``history/<n>/`` the config and results of an earlier
+    run of the folder with other settings.
     """
 
     def __init__(self, out_dir: str | os.PathLike) -> None:
@@ -77,6 +78,7 @@ class RunLayout:
         self.runs = self.root / "runs"
         self.active = self.runs / ".active"
         self.config = self.root / "config.yaml"
+        self.history_root = self.root / "history"
         #: where submitit keeps each job's pickles and logs: ``jobs/<job id>/``
         self.jobs = self.root / "jobs" / "%j"
 
@@ -90,6 +92,9 @@ class RunLayout:
 
     def superseded(self, stamp: str) -> Path:
         return self.runs / "superseded" / stamp
+
+    def history(self, n: int) -> Path:
+        return self.history_root / str(n)
 
     def cell_folder(self, kind: str, cell: Cell) -> Path:
         return self.root.joinpath(kind, *cell.parts())

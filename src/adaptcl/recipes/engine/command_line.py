@@ -8,23 +8,37 @@ refusal is one line (``adaptcl <recipe>: error: ...``, exit 2).
 Why tyro: of the libraries that build a command line from dataclasses it alone keeps this
 project's GNU flag style (``--batch-size``, ``--no-progress``, space-separated lists) with
 ``--help`` in a fraction of a second; jsonargparse spells ``--batch_size`` with JSON lists and
-Hydra ``key=value``. tyro prints its errors in a box: :func:`_one_line` makes them one line.
+Hydra ``key=value``. Only tyro's public API is used (``tyro.cli``, ``tyro.conf``,
+``tyro.constructors``), and the parse errors are ours, one line each (tyro would print boxes):
+every value is read by our own converter (:func:`_item`: a bad one is kept as
+:class:`_Invalid` and named after parsing), and tyro hands back what it does not recognise
+(``return_unknown_args``), which :func:`_unrecognized` names with the closest option.
 """
 
 from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import functools
 import types
 import typing
+import warnings
 from collections.abc import Mapping, Sequence
-from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NamedTuple
 
+from adaptcl.recipes.engine.config_file import read_config_file
 from adaptcl.recipes.engine.errors import RecipeError, user_errors
 from adaptcl.recipes.engine.jobs import JobOptions
-from adaptcl.recipes.engine.settings import Sweep, field_defaults, one_value, spec_of, sweepable
+from adaptcl.recipes.engine.settings import (
+    Sweep,
+    check_given,
+    field_defaults,
+    grid_size,
+    one_value,
+    spec_of,
+    sweepable,
+)
 
 
 @dataclasses.dataclass
@@ -38,33 +52,15 @@ class Invocation:
     print_config: bool = False
 
 
-class _OneLine(Exception):
-    """A parse error, turned into one line by :func:`parse`."""
+class _Invalid(NamedTuple):
+    """A value that is not of its option's type, named after parsing (:func:`_check_values`)."""
+
+    text: str
+    kind: str
 
 
 def _option(name: str) -> str:
     return "--" + name.replace("_", "-")
-
-
-def _one_line(event: Any) -> None:
-    """tyro's parse-error hook: the error as one line (tyro would print a box)."""
-    from tyro import _errors as errors
-
-    argument = getattr(event, "argument", None)
-    option = (_option(argument.field.intern_name) if argument is not None
-              and getattr(argument, "field", None) is not None else None)
-    if isinstance(event, errors.UnrecognizedArgs):
-        raise _OneLine(f"unrecognized arguments: {' '.join(event.tokens)}")
-    if isinstance(event, errors.InvalidChoice):
-        raise _OneLine(f"argument {option}: invalid choice {event.value!r} (choose from "
-                       f"{', '.join(event.choices)})")
-    if isinstance(event, errors.BadValue):
-        raise _OneLine(f"argument {option}: {event.reason}")
-    message = str(getattr(event, "message", "") or type(event).__name__)
-    if "Could not find valid parse for arguments:" in message:
-        given = message.split(":", 1)[1].strip().strip("[]")
-        message = f"invalid value {given}"
-    raise _OneLine(f"argument {option}: {message}" if option else message)
 
 
 def _unwrap(hint: Any) -> tuple[Any, bool, bool]:
@@ -82,20 +78,28 @@ def _unwrap(hint: Any) -> tuple[Any, bool, bool]:
 
 @functools.cache
 def _item(kind: type, optional: bool) -> Any:
-    """An option's item type for tyro: ``kind``, or when ``optional`` also ``none`` (any case)."""
+    """An option's item type for tyro, read by our converter: ``kind(text)`` (or, when
+    ``optional``, ``none`` in any case), an :class:`_Invalid` where that fails, so that tyro
+    never refuses a value itself."""
     import tyro
 
-    if not optional:
-        return kind
+    name = getattr(kind, "__name__", "VALUE")
 
     def parse(args: list[str]) -> Any:
-        return None if args[0].lower() == "none" else kind(args[0])
+        if optional and args[0].lower() == "none":
+            return None
+        try:
+            return kind(args[0])
+        except (TypeError, ValueError):
+            return _Invalid(args[0], name)
 
+    numbers = (int, float) if kind is float else (kind,)  # a float setting's default may be 1
     spec = tyro.constructors.PrimitiveConstructorSpec(
-        nargs=1, metavar=getattr(kind, "__name__", "VALUE").upper() + "|none",
-        instance_from_str=parse, is_instance=lambda v: v is None or isinstance(v, kind),
-        str_from_instance=lambda v: ["none" if v is None else str(v)])
-    return Annotated[kind | None, spec]
+        nargs=1, metavar=name.upper() + ("|none" if optional else ""),
+        instance_from_str=parse, str_from_instance=lambda v: ["none" if v is None else str(v)],
+        is_instance=lambda v: (optional and v is None) or (
+            isinstance(v, numbers) and not isinstance(v, bool)))
+    return Annotated[kind | None if optional else kind, spec]  # type: ignore[operator]
 
 
 def _view(config_class: type, defaults: Mapping[str, Any], presets: Sequence[str]) -> type:
@@ -139,44 +143,26 @@ def _view(config_class: type, defaults: Mapping[str, Any], presets: Sequence[str
     return view
 
 
-def read_config_file(path: str, recipe: str) -> dict[str, Any]:
-    """The settings of a run's ``config.yaml``, or one line naming what is wrong with it."""
-    import yaml
-
-    try:
-        loaded = yaml.safe_load(Path(path).expanduser().read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise RecipeError(f"--config {path}: no such file") from None
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as err:
-        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise RecipeError(f"--config {path} is not a readable YAML file ({first})") from None
-    if not isinstance(loaded, dict):
-        raise RecipeError(f"--config {path}: expected settings by name, got "
-                          f"{type(loaded).__name__}")
-    if loaded.get("recipe", recipe) != recipe:
-        raise RecipeError(f"--config {path} is a config of adaptcl {loaded['recipe']}, not of "
-                          f"adaptcl {recipe}")
-    return {k: v for k, v in loaded.items() if k != "recipe"}
-
-
 def parse(recipe: Any, argv: Sequence[str], prog: str) -> Invocation:
     """The :class:`Invocation` of ``argv`` for the recipe class ``recipe``; ``--help`` prints
     and exits 0, a bad option or setting is a one-line :class:`RecipeError`."""
     import tyro
-    from tyro import _errors as errors
 
     config_class, presets = recipe.config_class, dict(recipe.presets)
     # --preset, --config and --print-config first: they set the defaults
-    first = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
+    first = argparse.ArgumentParser(add_help=False, allow_abbrev=False, exit_on_error=False)
     for name in ("--preset", "--config"):
         first.add_argument(name)
     first.add_argument("--print-config", action="store_true")
-    meta, _ = first.parse_known_args(list(argv))
+    try:
+        meta, _ = first.parse_known_args(list(argv))
+    except argparse.ArgumentError as err:
+        raise RecipeError(str(err)) from None
     defaults = field_defaults(config_class) | field_defaults(JobOptions)
     preset = meta.preset if meta.preset is not None else next(iter(presets), None)
     from_file: dict[str, Any] = {}
     if meta.config is not None:
-        from_file = read_config_file(meta.config, recipe.name)
+        from_file = read_config_file(meta.config, recipe.name, config_class)
         if meta.preset is None and from_file.get("preset") is not None:
             preset = from_file["preset"]
     from_file.pop("preset", None)
@@ -189,19 +175,59 @@ def parse(recipe: Any, argv: Sequence[str], prog: str) -> Invocation:
     if unknown:
         raise RecipeError(f"--config {meta.config}: unknown setting{'s' * (len(unknown) > 1)} "
                           f"{', '.join(unknown)} for adaptcl {recipe.name}")
+    try:  # each of the file's settings on its own, so that its errors name the file
+        with warnings.catch_warnings():  # (an old loss spelling is noted once, below)
+            warnings.simplefilter("ignore", FutureWarning)
+            check_given(config_class, from_file)
+    except ValueError as err:
+        raise RecipeError(f"--config {meta.config}: {err}") from None
     defaults.update(from_file)
     usage = ("A setting given several values (--temperature 0.1 0.2) is run at each: an axis "
              "of the grid beside the datasets, losses and seeds.")
     epilog = ("\n\nexample:\n" + "\n".join(f"  {line}" for line in
                                            recipe.example.strip().splitlines())
               if recipe.example else "")
-    try:
-        with errors.on_parse_error(_one_line):
-            parsed = tyro.cli(_view(config_class, defaults, list(presets)), args=list(argv),
-                              prog=prog, description=f"{recipe.description}\n\n{usage}{epilog}")
-    except _OneLine as err:  # the CLI prints it as its one line, exit 2
-        raise RecipeError(str(err)) from None
+    view = _view(config_class, defaults, list(presets))
+    parsed, unknown = tyro.cli(view, args=list(argv), prog=prog, return_unknown_args=True,
+                               description=f"{recipe.description}\n\n{usage}{epilog}")
+    if unknown:
+        raise RecipeError(_unrecognized(unknown, view))
+    _check_values(parsed)
     return _invocation(recipe, parsed, preset, meta.print_config)
+
+
+def _unrecognized(tokens: Sequence[str], view: type) -> str:
+    """``unrecognized arguments: ...``, with the closest option to each unknown one."""
+    hints = typing.get_type_hints(view)
+    known = ["--help"]
+    for f in dataclasses.fields(view):
+        known.append(_option(f.name))
+        if hints[f.name] is bool and f.name != "print_config":
+            known.append(_option("no_" + f.name))
+    guesses = []
+    for token in (t.split("=", 1)[0] for t in tokens if t.startswith("--") and len(t) > 2):
+        # an option it begins (--temp: --temperature), else the most alike (--loss: --losses)
+        close = sorted((k for k in known if k.startswith(token)), key=len) \
+            or difflib.get_close_matches(token, known, n=1, cutoff=0.75)
+        if close:
+            guesses.append((token, close[0]))
+    hint = ""
+    if len(guesses) == 1:
+        hint = f" (did you mean {guesses[0][1]}?)"
+    elif guesses:
+        hint = " (" + "; ".join(f"{n}: did you mean {c}?" for n, c in guesses) + ")"
+    return f"unrecognized arguments: {' '.join(tokens)}{hint}"
+
+
+def _check_values(parsed: Any) -> None:
+    """Refuse the first value our converter could not read, naming its option."""
+    for f in dataclasses.fields(parsed):
+        value = getattr(parsed, f.name)
+        bad = next((v for v in value if isinstance(v, _Invalid)), None) \
+            if isinstance(value, list) else None
+        if bad is not None:
+            raise RecipeError(f"argument {_option(f.name)}: invalid {bad.kind} value "
+                              f"{bad.text!r}")
 
 
 def _invocation(recipe: Any, parsed: Any, preset: str | None, print_config: bool) -> Invocation:
@@ -209,11 +235,12 @@ def _invocation(recipe: Any, parsed: Any, preset: str | None, print_config: bool
     one value for what cannot vary)."""
     values = {f.name: getattr(parsed, f.name) for f in dataclasses.fields(recipe.config_class)}
     with user_errors():
-        sweep = Sweep.from_values(recipe.config_class, values)
         options = {}
         for f in dataclasses.fields(JobOptions):  # each a scalar, but --cluster-option's list
             value = getattr(parsed, f.name)
             single = isinstance(value, list) and f.name != "cluster_option"
             options[f.name] = one_value(f.name, value) if single else value
-    return Invocation(sweep=sweep, jobs=JobOptions(**options), preset=preset,
-                      print_config=print_config)
+        jobs = JobOptions(**options)
+        jobs.check_cells(*grid_size(recipe.config_class, values))  # before building a point
+        sweep = Sweep.from_values(recipe.config_class, values)
+    return Invocation(sweep=sweep, jobs=jobs, preset=preset, print_config=print_config)

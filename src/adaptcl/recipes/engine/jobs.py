@@ -39,6 +39,8 @@ from adaptcl.recipes.engine.store import GridRun, RunStore, compute_one, distrib
 
 #: a local job's time limit in minutes (submitit's own default is 2)
 LOCAL_TIMEOUT_MIN = 7 * 24 * 60
+#: the largest grid run without --max-cells (a grid is counted before anything is built)
+MAX_CELLS = 10_000
 #: the parent's polling interval in seconds
 POLL_SECONDS = 0.2
 #: seconds to wait for cancelled local jobs to end (submitit: SIGINT, then SIGKILL after 1 s)
@@ -65,6 +67,8 @@ class JobOptions:
     cluster_option: list[str] = setting(factory=list, help="KEY=VALUE passed to submitit's "
                                         "update_parameters, e.g. slurm_mem=16G (repeatable: "
                                         "several values)", **RUN_ONLY)
+    max_cells: int = setting(MAX_CELLS, check=at_least(1), help="refuse a grid of more cells "
+                             "than this (counted before anything is built)", **RUN_ONLY)
 
     def __post_init__(self) -> None:
         try:
@@ -92,6 +96,14 @@ class JobOptions:
 
         return {key.strip(): value_of(value) for key, _, value in
                 (text.partition("=") for text in self.cluster_option)}
+
+    def check_cells(self, count: int, factors: str = "") -> None:
+        """Refuse a grid of ``count`` cells (``factors``: how they multiply) above
+        ``--max-cells``, in one line naming the count and the option."""
+        if count > self.max_cells:
+            raise RecipeError(f"the grid has {count:,} cells{factors}, more than --max-cells "
+                              f"{self.max_cells:,}: give fewer values, or --max-cells {count} "
+                              "to run them all")
 
     @property
     def parallel(self) -> bool:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from adaptcl.recipes.engine.cells import Cell, RunLayout
+from adaptcl.recipes.engine.config_file import keep_previous_run
 from adaptcl.recipes.engine.errors import RunStopped, user_errors, warnings_as_notes
 from adaptcl.recipes.engine.files import check_output_dir, write_text_atomic
 from adaptcl.recipes.engine.grid import run_grid
@@ -25,7 +26,7 @@ from adaptcl.recipes.engine.settings import (
     identity_settings,
     specs,
 )
-from adaptcl.recipes.engine.store import GridRun
+from adaptcl.recipes.engine.store import GridRun, distributed_follower
 from adaptcl.recipes.engine.torch_env import apply_thread_policy, resolve_device
 
 
@@ -197,12 +198,17 @@ class Recipe:
         self.ready(threads)  # before any job: a job's setup() only loads
         report = self.make_report()
         cells = self.cells()
+        self.jobs.check_cells(len(cells))
         runner = None
         if self.jobs.parallel:
             with user_errors():
                 runner = JobRunner(self.jobs, self, threads=threads, cells=len(cells),
                                    reuse=self.reuses())
-        write_text_atomic(self.layout.config, config_text(self.name, self.preset, self.sweep))
+        text = config_text(self.name, self.preset, self.sweep, folder=cfg.output_dir)
+        if not distributed_follower():  # another run's settings and results: kept aside
+            keep_previous_run(self.layout, self.config_class, text, outputs=[
+                self.layout.root / self.figure.file] if self.figure is not None else [])
+        write_text_atomic(self.layout.config, text)
         self.grid = grid = run_grid(
             self.name, cfg.output_dir, cells, identity=self.identity, compute=self.compute,
             trains=self.trains, on_record=report.write, progress_bar=getattr(cfg, "progress", True),

@@ -119,8 +119,10 @@ def _canonical(name: str, spec: Spec, value: Any) -> Any:
     raise ValueError(f"unknown {name.replace('_', ' ')} {value!r}; choose from {shown}")
 
 
-def _unique(name: str, items: list[Any], canonical: list[Any]) -> list[Any]:
-    """``canonical`` without repeats (first occurrence's order), with one note naming them."""
+def drop_repeats(name: str, items: list[Any], canonical: list[Any]) -> list[Any]:
+    """``canonical`` (the canonical form of each of ``items``, the values given to the setting
+    ``name``) without repeats, in first occurrence's order, with one note naming them (a recipe
+    that finds the canonical form itself, as ``tu`` a dataset's folder, says it so too)."""
     kept: dict[Any, Any] = {}
     repeats = []
     for text, value in zip(items, canonical, strict=True):
@@ -186,31 +188,45 @@ def check_settings(config: Any) -> None:
     """
     hints = typing.get_type_hints(type(config))
     for name, spec in specs(config).items():
-        value = getattr(config, name)
-        if spec.choices is None and spec.convert is None and spec.axis != "seed":
-            _check_type(name, hints[name], value)  # (seeds are checked as seeds below)
-        if isinstance(value, (list, tuple)):
-            items = [_canonical(name, spec, item) for item in value]
-            if spec.axis:
-                items = _unique(name, list(value), items)
-                if not items:
-                    raise ValueError(f"{name} must not be empty")
-                if spec.axis == "seed":
-                    items = [check_seed(s, f"--{name}") for s in items]
-            value = items
-        else:
-            value = _canonical(name, spec, value)
-        setattr(config, name, value)
-        for item in value if isinstance(value, list) else [value]:
-            if isinstance(item, float) and not math.isfinite(item):
-                raise ValueError(f"{name} must be a finite number, got {item!r}")
-            if spec.check is None or item is None:
-                continue
-            if (isinstance(item, bool) or not isinstance(item, (int, float))
-                    or not spec.check.ok(item)):
-                shown = f"each value of {name}" if isinstance(value, list) else name
-                raise ValueError(f"{shown} must be {spec.check.what}, got "
-                                 f"{value if isinstance(value, list) else item!r}")
+        setattr(config, name, _checked(name, spec, hints[name], getattr(config, name)))
+
+
+def check_given(config_class: type, values: Mapping[str, Any]) -> None:
+    """Check each of ``values`` (a config file's settings; a swept one a list of values) as
+    :func:`check_settings` checks its field, one field at a time: ``ValueError`` naming it."""
+    hints, known = typing.get_type_hints(config_class), specs(config_class)
+    for name, value in values.items():
+        if name in known:
+            _checked(name, known[name], hints[name], value, unique=False)
+
+
+def _checked(name: str, spec: Spec, hint: Any, value: Any, unique: bool = True) -> Any:
+    """``value`` of the field ``name`` checked, in its canonical form (see
+    :func:`check_settings`); ``unique=False`` keeps an axis' repeats (and says nothing)."""
+    if spec.choices is None and spec.convert is None and spec.axis != "seed":
+        _check_type(name, hint, value)  # (seeds are checked as seeds below)
+    if isinstance(value, (list, tuple)):
+        items = [_canonical(name, spec, item) for item in value]
+        if spec.axis:
+            items = drop_repeats(name, list(value), items) if unique else items
+            if not items:
+                raise ValueError(f"{name} must not be empty")
+            if spec.axis == "seed":
+                items = [check_seed(s, f"--{name}") for s in items]
+        value = items
+    else:
+        value = _canonical(name, spec, value)
+    for item in value if isinstance(value, list) else [value]:
+        if isinstance(item, float) and not math.isfinite(item):
+            raise ValueError(f"{name} must be a finite number, got {item!r}")
+        if spec.check is None or item is None:
+            continue
+        if (isinstance(item, bool) or not isinstance(item, (int, float))
+                or not spec.check.ok(item)):
+            shown = f"each value of {name}" if isinstance(value, list) else name
+            raise ValueError(f"{shown} must be {spec.check.what}, got "
+                             f"{value if isinstance(value, list) else item!r}")
+    return value
 
 
 def as_record(values: Any) -> dict[str, Any]:
@@ -243,6 +259,18 @@ def identity_settings(config: Any, part: str | None = None) -> dict[str, Any]:
         value = getattr(config, name)
         out[name] = rule(value) if callable(rule) else value
     return out
+
+
+def grid_size(config_class: type, values: Mapping[str, Any]) -> tuple[int, str]:
+    """The cells ``values`` (``{field: value}``, a swept one a list) ask for, counted before
+    any config is built: the product of the axes' and the swept settings' numbers of values (a
+    repeat once), and how they multiply (`` (losses 2 x seeds 3 x lr 1,000)``)."""
+    axes, swept = set(axis_fields(config_class).values()), set(sweepable(config_class))
+    sizes = [(name, len({repr(v) for v in value})) for name, value in values.items()
+             if isinstance(value, (list, tuple)) and (name in axes or name in swept)]
+    sizes = [(name, n) for name, n in sizes if name in axes or n > 1]
+    shown = " x ".join(f"{name} {n:,}" for name, n in sizes)
+    return math.prod(n for _, n in sizes), f" ({shown})" if shown else ""
 
 
 class Sweep:
@@ -287,7 +315,8 @@ class Sweep:
         for name, value in (known | dict(values)).items():
             if isinstance(value, (list, tuple)) and not is_list_field(config_class, name):
                 # several values of what cannot vary (repeats too) are refused by __init__
-                items = _unique(name, list(value), list(value)) if name in allowed else list(value)
+                items = (drop_repeats(name, list(value), list(value)) if name in allowed
+                         else list(value))
                 raw[name] = one_value(name, items[:1])
                 if len(items) > 1:
                     axes[name] = items
@@ -319,12 +348,32 @@ class Sweep:
         return self.raw | {name: list(values) for name, values in self.axes.items()}
 
 
-def config_text(recipe: str, preset: str | None, sweep: Sweep) -> str:
+def config_text(recipe: str, preset: str | None, sweep: Sweep,
+                folder: str | os.PathLike | None = None) -> str:
     """A run's settings as a config file: what ``--print-config`` prints, what a run writes as
-    ``config.yaml`` and ``--config`` reads back to the same cells."""
+    ``config.yaml`` and ``--config`` reads back to the same cells.
+
+    A folder setting is written relative to ``folder``, the run folder holding the file (the
+    output folder itself is ``.``), where it was given relative or lies inside it, so that a
+    moved run folder runs where it is; absolute otherwise, and everywhere when ``folder`` is
+    ``None`` (``--print-config``: the text may be saved anywhere)."""
     import yaml
 
+    values = as_record(sweep.values())
+    for name, spec in specs(sweep.config_class).items():
+        if spec.folder and isinstance(values.get(name), str):
+            values[name] = _folder_text(values[name], folder)
     head = (f"# adaptcl {recipe}: `adaptcl {recipe} --config <this file>` runs these settings "
-            "again\n")
-    body = {"recipe": recipe, "preset": preset, **as_record(sweep.values())}
+            "again (a relative folder is relative to this file's folder)\n")
+    body = {"recipe": recipe, "preset": preset, **values}
     return head + yaml.safe_dump(body, sort_keys=False)
+
+
+def _folder_text(value: str, folder: str | os.PathLike | None) -> str:
+    path = os.path.abspath(os.path.expanduser(value))
+    if folder is None:
+        return path
+    base = os.path.abspath(os.path.expanduser(folder))
+    inside = os.path.commonpath([path, base]) == base
+    return os.path.relpath(path, base) if inside or not os.path.isabs(
+        os.path.expanduser(value)) else path

@@ -14,6 +14,7 @@ from adaptcl.io import fingerprint_files, resolve_data_root
 from adaptcl.recipes.common.devices import devices_identity
 from adaptcl.recipes.common.graph_report import draw_pretraining_curves, paper_columns
 from adaptcl.recipes.engine import Cell, Figure, GridRun, Recipe, ReportSpec
+from adaptcl.recipes.engine.settings import drop_repeats
 from adaptcl.recipes.engine.torch_env import check_lightning_precision
 from adaptcl.recipes.tu.config import PRESETS, TUConfig
 from adaptcl.recipes.tu.data import check_folds, find_raw, graph_label_counts, load_tu_graphs
@@ -57,8 +58,11 @@ class TURecipe(Recipe):
             check_lightning_precision(self.config.device, config.precision)
         self.data_root = resolve_data_root(self.config.data_root)
         self.sources: dict[str, Path] = {}
-        for name in self.config.datasets:
-            canonical, raw = find_raw(self.data_root, name)
+        found = [find_raw(self.data_root, name) for name in self.config.datasets]
+        raws = dict(found)  # a name's canonical spelling and folder: MUTAG mutag run once, noted
+        for canonical in drop_repeats("datasets", list(self.config.datasets),
+                                      [name for name, _ in found]):
+            raw = raws[canonical]
             counts = graph_label_counts(raw, canonical)
             for config in configs:
                 check_folds(canonical, counts, config.folds, config.inner_folds)

@@ -1,0 +1,132 @@
+"""A run's config file: ``config.yaml``, written into the run folder and read back by
+``--config``.
+
+Reading refuses YAML aliases before anything is built (a kilobyte of nested anchors expands to
+gigabytes), and resolves a relative folder (``output_dir: .``) against the file's own folder, so
+a run folder that moved runs where it now is. Writing keeps what the folder held before when the
+settings that determine the results change: the old ``config.yaml`` and result files move to
+``history/<n>/`` (the old run records stay under ``runs/``, superseded where recomputed).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from adaptcl.recipes.engine.cells import RunLayout
+from adaptcl.recipes.engine.errors import RecipeError, note
+from adaptcl.recipes.engine.settings import spec_of
+
+
+class _AliasFound(Exception):
+    def __init__(self, event: Any) -> None:
+        super().__init__()
+        self.event = event
+
+
+@functools.cache
+def _loader() -> type:
+    """PyYAML's safe loader, stopping at the first alias (``*name``) before it is composed."""
+    import yaml
+
+    class NoAliases(yaml.SafeLoader):
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.AliasEvent):
+                raise _AliasFound(self.peek_event())
+            return super().compose_node(parent, index)
+
+    return NoAliases
+
+
+def load_yaml(text: str) -> Any:
+    """``text`` as PyYAML's ``safe_load`` reads it, but refusing any alias (``ValueError``)."""
+    import yaml
+
+    try:
+        return yaml.load(text, Loader=_loader())  # noqa: S506 (a safe loader)
+    except _AliasFound as found:
+        event = found.event
+        raise ValueError(f"line {event.start_mark.line + 1}: YAML aliases (*{event.anchor}) are "
+                         "not read (nested ones expand to gigabytes); write the values out"
+                         ) from None
+
+
+def read_config_file(path: str, recipe: str, config_class: type) -> dict[str, Any]:
+    """The settings of a config file (a run's ``config.yaml``), each relative folder resolved
+    against the file's folder, or one line naming the file and what is wrong with it."""
+    import yaml
+
+    file = Path(path).expanduser()
+    try:
+        loaded = load_yaml(file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise RecipeError(f"--config {path}: no such file") from None
+    except ValueError as err:  # an alias (UnicodeDecodeError is a ValueError too)
+        if isinstance(err, UnicodeDecodeError):
+            raise RecipeError(f"--config {path} is not a readable YAML file ({err})") from None
+        raise RecipeError(f"--config {path}: {err}") from None
+    except (OSError, yaml.YAMLError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise RecipeError(f"--config {path} is not a readable YAML file ({first})") from None
+    if not isinstance(loaded, dict):
+        raise RecipeError(f"--config {path}: expected settings by name, got "
+                          f"{type(loaded).__name__}")
+    if loaded.get("recipe", recipe) != recipe:
+        raise RecipeError(f"--config {path} is a config of adaptcl {loaded['recipe']}, not of "
+                          f"adaptcl {recipe}")
+    settings = {k: v for k, v in loaded.items() if k != "recipe"}
+    for f in dataclasses.fields(config_class):
+        value = settings.get(f.name)
+        if spec_of(f).folder and isinstance(value, str):
+            settings[f.name] = _folder(file.parent, Path(value).expanduser())
+    return settings
+
+
+def _folder(base: Path, given: Path) -> str:
+    """A config file's folder setting, relative to the file's folder ``base``; a config.yaml
+    written before that rule names its own folder from the current one, and means it."""
+    try:
+        if not given.is_absolute() and os.path.samefile(given, base):
+            return os.path.normpath(base)
+    except OSError:  # either is missing
+        pass
+    return os.path.normpath(base / given)
+
+
+def _determining(settings: Any, config_class: type) -> dict[str, Any] | None:
+    """The settings of a config file that determine results (``None``: not a mapping)."""
+    if not isinstance(settings, dict):
+        return None
+    return {f.name: settings.get(f.name) for f in dataclasses.fields(config_class)
+            if spec_of(f).identity is not False}
+
+
+def keep_previous_run(layout: RunLayout, config_class: type, text: str,
+                      outputs: Sequence[Path] = ()) -> Path | None:
+    """Before ``text`` becomes the folder's ``config.yaml``: if the folder holds the config of a
+    run whose result-determining settings differ, move it, ``results.json`` / ``.md`` and
+    ``outputs`` (a plot) to ``history/<n>/`` with one note; returns that folder."""
+    import yaml
+
+    if not layout.config.exists():
+        return None
+    try:
+        before = load_yaml(layout.config.read_text(encoding="utf-8"))
+    except (OSError, ValueError, yaml.YAMLError):  # unreadable: kept all the same
+        before = None
+    if before is not None and (_determining(before, config_class)
+                               == _determining(load_yaml(text), config_class)):
+        return None
+    taken = [int(p.name) for p in layout.history_root.glob("*") if p.name.isdigit()]
+    folder = layout.history(max(taken, default=0) + 1)
+    folder.mkdir(parents=True)
+    for path in (layout.config, layout.results("json"), layout.results("md"), *outputs):
+        if path.exists():
+            os.replace(path, folder / path.name)
+    note(f"{layout.config} held other settings: it and its results moved to {folder} (the "
+         "stored runs stay under runs/)")
+    return folder
