@@ -34,7 +34,7 @@ from .distributed import GatherFn
 from .heads import as_heads
 from .kernel import no_negatives_output
 from .tiled import streamed_pair_lse, streamed_sum, streamed_top_columns, top_columns
-from .validation import check_choice, check_int, check_non_negative
+from .validation import UNFUSED_BACKENDS, check_choice, check_int, check_non_negative
 
 NEGATIVE_TERMS = ("topk", "softmax")
 OBJECTIVES = ("nt_xent", "infonce")
@@ -132,14 +132,17 @@ class AMCLLoss(ContrastiveLoss):
         >>> loss = loss_fn(z0, z1)
     """
 
+    tile_backends = UNFUSED_BACKENDS  # no fused kernel: "auto" is the PyTorch path
+
     def __init__(self, temperature_net: nn.Module, beta: float = 1e-3, *,
                  negative_term: str = "softmax", kappa: int = 1, objective: str = "nt_xent",
                  form: str = "nt_xent", gather_distributed: bool = False,
                  gather_fn: GatherFn | None = None, check_finite: bool = True,
-                 tile_size: int | None = None, reduction: str = "mean",
-                 bound_warning_steps: int | None = 100) -> None:
+                 tile_size: int | None = None, tile_backend: str = "auto",
+                 reduction: str = "mean", bound_warning_steps: int | None = 100) -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
-                         check_finite=check_finite, tile_size=tile_size, reduction=reduction)
+                         check_finite=check_finite, tile_size=tile_size,
+                         tile_backend=tile_backend, reduction=reduction)
         options = _amcl_options(temperature_net, beta, negative_term, kappa, objective,
                                 self.tile_size)
         self.temperature_net = options.pop("temperature_net")
@@ -317,7 +320,8 @@ def amcl(z0: Tensor, z1: Tensor, temperature_net: nn.Module, beta: float = 1e-3,
          negatives: Tensor | None = None, negative_term: str = "softmax", kappa: int = 1,
          objective: str = "nt_xent", form: str = "nt_xent", gather_distributed: bool = False,
          gather_fn: GatherFn | None = None, check_finite: bool = True,
-         tile_size: int | None = None, reduction: str = "mean") -> Tensor:
+         tile_size: int | None = None, tile_backend: str = "auto",
+         reduction: str = "mean") -> Tensor:
     """Functional AMCL; arguments as :class:`AMCLLoss`.
 
     Examples:
@@ -330,7 +334,8 @@ def amcl(z0: Tensor, z1: Tensor, temperature_net: nn.Module, beta: float = 1e-3,
     def build(a: Tensor, b: Tensor, neg: Tensor | None) -> list[Candidates]:
         return functional_candidates(a, b, neg, form=form, gather_distributed=gather_distributed,
                                      gather_fn=gather_fn, check_finite=check_finite,
-                                     tile_size=tile_size, reduction=reduction)
+                                     tile_size=tile_size, tile_backend=tile_backend,
+                                     tile_backends=UNFUSED_BACKENDS, reduction=reduction)
 
     return reduce(_amcl(z0, z1, negatives, build, net, **options, tile_size=tile_size)[0],
                   reduction)
