@@ -24,7 +24,9 @@ import pytest
 import torch
 
 from adaptcl.plugins import (
+    AMCLLoss,
     ASCLLoss,
+    ConstantTemperature,
     DCLLoss,
     DualTemperatureLoss,
     DySTreSSLoss,
@@ -32,6 +34,7 @@ from adaptcl.plugins import (
     InfoNCELoss,
     LearnableTemperatureLoss,
     MACLLoss,
+    PairTemperature,
     TemperatureScheduleLoss,
     fused,
 )
@@ -110,6 +113,30 @@ def test_kernel_equals_the_float64_materialised_loss(name, no_torch_tiles):
     _check(make, bank=bank)
 
 
+def _pair_net() -> PairTemperature:
+    """The same AMCL temperature network at every call (the reference and the kernel share it)."""
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        return PairTemperature(D, eta=0.05, iota=2.0)
+
+
+AMCL = {
+    "amcl_pair_temperature_nt_xent": (lambda **t: AMCLLoss(_pair_net(), beta=1e-2, **t), 0),
+    "amcl_constant_infonce_bank": (
+        lambda **t: AMCLLoss(ConstantTemperature(0.2), beta=1e-2, objective="infonce",
+                             form="cross_view", **t), BANK),
+}
+
+
+@pytest.mark.parametrize("name", list(AMCL))
+def test_kernel_amcl_pair_log_sum_exp(name, monkeypatch):
+    def fail(*args):
+        raise AssertionError("the PyTorch pair loop ran instead of the kernel")
+    monkeypatch.setattr(tiled_module._StreamedPairLSE, "apply", fail)
+    make, bank = AMCL[name]
+    _check(make, bank=bank)
+
+
 LABELLED = {
     "infonce": lambda **t: InfoNCELoss(0.1, **t),
     "macl": lambda **t: MACLLoss(0.1, 0.5, reweight=False, form="cross_view", **t),
@@ -179,6 +206,8 @@ def test_triton_refuses_in_one_line_what_the_kernel_does_not_cover():
         hard(z0.float(), z1.float())
     with pytest.raises(ValueError, match=r"cannot run here: the dtypes are torch.float64"):
         InfoNCELoss(0.1, tile_size=8, tile_backend="triton")(z0, z1)
+    with pytest.raises(ValueError, match=r"covers AMCL's negative_term='softmax' only"):
+        AMCLLoss(_pair_net(), negative_term="topk", tile_size=8, tile_backend="triton")
 
 
 def test_compiled_loss_on_the_kernel_is_one_graph(no_torch_tiles):

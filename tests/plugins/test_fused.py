@@ -18,7 +18,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from adaptcl.plugins import DySTreSSLoss, InfoNCELoss, MACLLoss, NCELoss, fused
+from adaptcl.plugins import (
+    AMCLLoss,
+    DySTreSSLoss,
+    InfoNCELoss,
+    MACLLoss,
+    NCELoss,
+    PairTemperature,
+    fused,
+)
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -90,11 +98,13 @@ def test_gpu_kernel_equals_the_pytorch_tiles_at_a_large_batch(form):
     z0, z1 = (torch.randn(6000, 128, device="cuda", generator=g) for _ in range(2))
     labels = torch.randint(0, 50, (6000,), device="cuda", generator=g)
     bank = torch.randn(3000, 128, device="cuda", generator=g)
+    net = PairTemperature(128).cuda()
     for make, args, pairs in (
             (lambda **t: MACLLoss(0.1, 0.5, form=form, **t), (), {}),
             (lambda **t: InfoNCELoss(0.1, form=form, **t), (bank,), {}),
             (lambda **t: DySTreSSLoss(0.1, 0.2, form=form, detach_temperature=False, **t), (),
-             {"labels": labels})):
+             {"labels": labels}),
+            (lambda **t: AMCLLoss(net, beta=1e-3, form=form, **t), (), {})):
         results = []
         for backend in ("triton", "torch"):
             a, b = z0.clone().requires_grad_(True), z1.clone().requires_grad_(True)

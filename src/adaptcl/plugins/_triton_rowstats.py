@@ -143,6 +143,23 @@ def _store_block(X, idx, d, n, D, value):
              mask=(idx[:, None] < n) & (d[None, :] < D))
 
 
+@triton.jit
+def _online_lse(m_run, s_run, logits):
+    """One column block into the running max ``m_run`` and sum ``s_run`` of ``exp(l - m)``
+    per row (``-inf`` entries add nothing; the shift is 0 while a row has seen nothing)."""
+    m_new = tl.maximum(m_run, tl.max(logits, axis=1))
+    shift = tl.where(m_new == float("-inf"), 0.0, m_new)
+    s_new = s_run * tl.exp(m_run - shift) + tl.sum(tl.exp(logits - shift[:, None]), axis=1)
+    return m_new, s_new
+
+
+@triton.jit
+def _finish_lse(m_run, s_run):
+    """``log sum exp`` of the rows; ``-inf`` where every column was masked (``s_run = 0``)."""
+    shift = tl.where(m_run == float("-inf"), 0.0, m_run)
+    return tl.where(s_run > 0, shift + tl.log(tl.where(s_run > 0, s_run, 1.0)), float("-inf"))
+
+
 def _configs(interpret: bool, bwd: bool) -> list[triton.Config]:
     """One small block under the interpreter; Hopper/Ampere candidates on a GPU."""
     if interpret:
@@ -189,16 +206,9 @@ def row_stats_fwd(A, K, POS, SELF, RLAB, KLAB, LSE, SUM_UL, SUM_U, M, N, D,
             u = _same_class(rows, cols, M, N, RLAB, KLAB, keep)
             sum_ul += tl.sum(u * logits, axis=1)
             sum_u += tl.sum(u, axis=1)
-        logits = tl.where(keep, logits, float("-inf"))
-        m_new = tl.maximum(m_run, tl.max(logits, axis=1))
-        shift = tl.where(m_new == float("-inf"), 0.0, m_new)
-        s_run = s_run * tl.exp(m_run - shift) + tl.sum(tl.exp(logits - shift[:, None]), axis=1)
-        m_run = m_new
-    shift = tl.where(m_run == float("-inf"), 0.0, m_run)
+        m_run, s_run = _online_lse(m_run, s_run, tl.where(keep, logits, float("-inf")))
     ok = rows < M
-    # a row with every column masked has s_run = 0: lse = -inf (its gradient is 0)
-    lse = tl.where(s_run > 0, shift + tl.log(tl.where(s_run > 0, s_run, 1.0)), float("-inf"))
-    tl.store(LSE + rows, lse, mask=ok)
+    tl.store(LSE + rows, _finish_lse(m_run, s_run), mask=ok)
     if HAS_LAB:
         tl.store(SUM_UL + rows, sum_ul, mask=ok)
         tl.store(SUM_U + rows, sum_u, mask=ok)

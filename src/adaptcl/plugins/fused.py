@@ -19,10 +19,15 @@ What the kernel covers (everything else keeps the PyTorch tiled path, the refere
 * multi-positive targets from labels (:class:`~adaptcl.plugins.targets.LabelTargets`, which
   exposes ``kernel_labels()``);
 * DySTreSS's pair temperature ``s / tau(s)`` (its term exposes ``kernel_term()``);
+* AMCL's softmax term ``logsumexp_j s_ij / tau(r_ij) - beta Omega(tau(r_ij))`` with the pair
+  temperatures of a :class:`~adaptcl.plugins.PairTemperature` or
+  :class:`~adaptcl.plugins.ConstantTemperature` (``_triton_pairlse.py``: the same structure,
+  two products per tile, four gradients);
 * float32, bfloat16 and float16 inputs (float32 accumulation; TF32 for float32 only where
   ``torch.backends.cuda.matmul.allow_tf32`` allows it).
 
-Not covered: a hardness bias, ASCL's soft targets, float64, mixed dtypes.
+Not covered: a hardness bias, ASCL's soft targets, AMCL's top-kappa term, float64, mixed
+dtypes.
 
 ``tile_backend``: ``"torch"`` is the PyTorch loop; ``"triton"`` the kernel (on CPU tensors
 only under Triton's interpreter, ``TRITON_INTERPRET=1``), refusing in one line where it cannot
@@ -58,6 +63,13 @@ def kernels() -> ModuleType:
     from . import _triton_rowstats
 
     return _triton_rowstats
+
+
+def pair_kernels() -> ModuleType:
+    """AMCL's pair kernels (``_triton_pairlse.py``), imported on first use."""
+    from . import _triton_pairlse
+
+    return _triton_pairlse
 
 
 def _interpreter_ready() -> bool:
@@ -98,13 +110,18 @@ def use_kernel(backend: str, a: Tensor, k: Tensor, masks: tuple[Tensor | None, .
                weights: object = None, bias: object = None, term: object = None) -> bool:
     """Whether ``backend`` runs this case on the kernel; ``"triton"`` refuses (``ValueError``,
     one line) a case the kernel cannot run. ``"auto"`` takes the kernel on CUDA only."""
+    return _choose(backend, a, lambda: unsupported(a, k, masks, weights, bias, term))
+
+
+def _choose(backend: str, a: Tensor, why) -> bool:
+    """``backend``'s choice, ``why()`` saying what keeps the kernel from this case (or None)."""
     if backend == "torch" or backend == "auto" and a.device.type != "cuda":
         return False
-    why = unsupported(a, k, masks, weights, bias, term)
-    if backend == "triton" and why is not None:
-        raise ValueError(f"tile_backend='triton' cannot run here: {why}; use tile_backend='auto' "
-                         f"or 'torch'")
-    return why is None
+    reason = why()
+    if backend == "triton" and reason is not None:
+        raise ValueError(f"tile_backend='triton' cannot run here: {reason}; use "
+                         f"tile_backend='auto' or 'torch'")
+    return reason is None
 
 
 # --------------------------------------------------------------------------------------------
@@ -215,3 +232,109 @@ def fused_row_stats(a: Tensor, k: Tensor, masks: tuple[Tensor | None, ...], weig
     lse, sum_ul, sum_u = row_stats_op(a.contiguous(), k.contiguous(), positive_index, self_index,
                                       labels, key_labels, kind, list(params), bool(detach))
     return lse, sum_ul, sum_u.detach()
+
+
+# --------------------------------------------------------------------------------------------
+# AMCL's pair log-sum-exp
+# --------------------------------------------------------------------------------------------
+
+
+def pair_unsupported(a: Tensor, k: Tensor, pa: Tensor, pk: Tensor,
+                     masks: tuple[Tensor | None, ...], pair: object) -> str | None:
+    """Why the pair kernel cannot compute this case, or ``None``."""
+    why = unsupported(a, k, masks, None, None, None)
+    if why is None and (pa.dtype != a.dtype or pk.dtype != a.dtype):
+        why = f"the temperature features are {pa.dtype} and {pk.dtype}, not {a.dtype}"
+    if why is None and (not hasattr(pair, "kernel_pair") or pair.kernel_pair() is None):
+        net = getattr(pair, "net", pair)
+        why = f"it has no pair temperature of {type(net).__name__}"
+    return why
+
+
+def use_pair_kernel(backend: str, a: Tensor, k: Tensor, pa: Tensor, pk: Tensor,
+                    masks: tuple[Tensor | None, ...], pair: object) -> bool:
+    """:func:`use_kernel` for AMCL's pair log-sum-exp."""
+    return _choose(backend, a, lambda: pair_unsupported(a, k, pa, pk, masks, pair))
+
+
+def _pair_args(a, k, pa, pk, positive_index, self_index, params):
+    """The kernels' leading arguments and scalars: ``params = (squash kind, t0, t1, t2, beta,
+    dim)``."""
+    kind, t0, t1, t2, beta, dim = params
+    scalars = (a.shape[0], k.shape[0], a.shape[1], pa.shape[1], beta, 0.5 * dim, t0, t1, t2)
+    flags = {"HAS_POS": positive_index is not None, "HAS_SELF": self_index is not None,
+             "SQUASH": int(kind), "PRECISION": _precision(a)}
+    return scalars, flags
+
+
+@torch.library.custom_op("adaptcl::pair_lse", mutates_args=())
+def pair_lse_op(a: Tensor, k: Tensor, pa: Tensor, pk: Tensor, positive_index: Tensor | None,
+                self_index: Tensor | None, params: list[float]) -> tuple[Tensor, Tensor]:
+    """``(lse [A], per-row sum of tau [A])`` of AMCL's ``s / tau(r) - beta Omega(tau(r))``."""
+    lse = torch.empty(a.shape[0], dtype=torch.float32, device=a.device)
+    tau_sum = torch.zeros_like(lse)
+    if a.shape[0] == 0:
+        return lse, tau_sum
+    scalars, flags = _pair_args(a, k, pa, pk, positive_index, self_index, params)
+    pair_kernels().pair_lse_fwd[lambda m: (_cdiv(a.shape[0], m["BM"]),)](
+        a, k, pa, pk, _or(positive_index, lse), _or(self_index, lse), lse, tau_sum, *scalars,
+        **flags)
+    return lse, tau_sum
+
+
+@pair_lse_op.register_fake
+def _(a, k, pa, pk, positive_index, self_index, params):
+    lse = a.new_empty(a.shape[0], dtype=torch.float32)
+    return lse, torch.empty_like(lse)
+
+
+@torch.library.custom_op("adaptcl::pair_lse_backward", mutates_args=())
+def pair_lse_backward_op(a: Tensor, k: Tensor, pa: Tensor, pk: Tensor, lse: Tensor, g: Tensor,
+                         positive_index: Tensor | None, self_index: Tensor | None,
+                         params: list[float]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``(dA, dK, dPA, dPK)`` of :func:`pair_lse_op` (four launches, one per gradient)."""
+    outs = [torch.zeros_like(x) for x in (a, k, pa, pk)]
+    if a.shape[0] == 0 or k.shape[0] == 0:
+        return tuple(outs)
+    lib = pair_kernels()
+    scalars, flags = _pair_args(a, k, pa, pk, positive_index, self_index, params)
+    args = (a, k, pa, pk, _or(positive_index, lse), _or(self_index, lse), lse,
+            g.float().contiguous())
+    launches = ((lib.pair_lse_dq, "BM", False), (lib.pair_lse_dk, "BN", False),
+                (lib.pair_lse_dq, "BM", True), (lib.pair_lse_dk, "BN", True))
+    for out, (kernel, block, features) in zip(outs, launches, strict=True):
+        n, width = out.shape
+        kernel[lambda m, n=n, b=block, w=width: (_cdiv(n, m[b]), _cdiv(w, m["BDO"]))](
+            *args, out, *scalars, FEATURES=features, **flags)
+    return tuple(outs)
+
+
+@pair_lse_backward_op.register_fake
+def _(a, k, pa, pk, lse, g, positive_index, self_index, params):
+    return tuple(torch.empty_like(x) for x in (a, k, pa, pk))
+
+
+def _pair_setup_context(ctx, inputs, output):
+    a, k, pa, pk, positive_index, self_index, params = inputs
+    ctx.save_for_backward(a, k, pa, pk, output[0], positive_index, self_index)
+    ctx.params = params
+
+
+def _pair_backward(ctx, g, _g_tau_sum):
+    a, k, pa, pk, lse, positive_index, self_index = ctx.saved_tensors
+    g = torch.zeros_like(lse) if g is None else g
+    grads = pair_lse_backward_op(a, k, pa, pk, lse, g, positive_index, self_index, ctx.params)
+    return (*grads, None, None, None)
+
+
+pair_lse_op.register_autograd(_pair_backward, setup_context=_pair_setup_context)
+
+
+def fused_pair_lse(a: Tensor, k: Tensor, pa: Tensor, pk: Tensor,
+                   masks: tuple[Tensor | None, ...], pair: object) -> tuple[Tensor, Tensor]:
+    """The kernel's ``(lse [A], sum of tau over every pair)``, as
+    :func:`~adaptcl.plugins.tiled.streamed_pair_lse` returns them."""
+    positive_index, self_index = (tuple(masks) + (None, None))[:2]
+    lse, tau_sum = pair_lse_op(a.contiguous(), k.contiguous(), pa.contiguous(), pk.contiguous(),
+                               positive_index, self_index, [float(x) for x in pair.kernel_pair()])
+    return lse, tau_sum.sum().detach()

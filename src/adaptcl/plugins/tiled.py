@@ -439,9 +439,12 @@ class _StreamedPairLSE(torch.autograd.Function):
 
 
 def streamed_pair_lse(a: Tensor, k: Tensor, pa: Tensor, pk: Tensor, tile: int, masks: Masks,
-                      pair: PairTerm) -> tuple[Tensor, Tensor]:
-    """``(logsumexp_j pair.term(s_ij, r_ij) [A], sum of pair.statistic over all pairs)``."""
+                      pair: PairTerm, backend: str = "auto") -> tuple[Tensor, Tensor]:
+    """``(logsumexp_j pair.term(s_ij, r_ij) [A], sum of pair.statistic over all pairs)``
+    (``backend`` as in :func:`streamed_row_stats`; the kernel needs ``pair.kernel_pair()``)."""
     with autocast_off(a):
+        if fused.use_pair_kernel(backend, a, k, pa, pk, masks, pair):
+            return fused.fused_pair_lse(a, k, pa, pk, masks, pair)
         return _StreamedPairLSE.apply(a, k, pa, pk, tile, masks, pair)
 
 
