@@ -61,6 +61,14 @@ def test_triton_on_cpu_tensors_without_the_interpreter_refuses_in_one_line(monke
     assert expected in str(err.value)
 
 
+def test_the_interpreter_switched_on_after_triton_was_imported_is_refused(monkeypatch):
+    pytest.importorskip("triton")  # imported here without the interpreter, as torch._dynamo does
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    z0, z1 = _pair()
+    with pytest.raises(ValueError, match=r"TRITON_INTERPRET=1 was set after Triton was imported"):
+        MACLLoss(0.1, 0.5, tile_size=8, tile_backend="triton")(z0, z1)
+
+
 def test_auto_on_the_cpu_is_the_pytorch_loop_bit_for_bit():
     z0, z1 = _pair()
     labels = torch.tensor([0, 1, 0, 2, 1, 0, 3, 3, 2, 0, 1, 4, 0])
