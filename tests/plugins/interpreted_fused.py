@@ -107,6 +107,16 @@ CASES = {
 }
 
 
+def _two_rank_gather(x):
+    """A gradient-carrying gather over two ranks in one process: this rank's rows (with their
+    graph) and another rank's (built from them, so they carry gradient too)."""
+    return [x, x.flip(0) * 0.5 + 0.25]
+
+
+CASES["macl_gathered_nt_xent"] = (lambda **t: MACLLoss(0.1, 0.5, gather_fn=_two_rank_gather,
+                                                       **t), 0)
+
+
 @pytest.mark.parametrize("name", list(CASES))
 def test_kernel_equals_the_float64_materialised_loss(name, no_torch_tiles):
     make, bank = CASES[name]
