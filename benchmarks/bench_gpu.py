@@ -3,8 +3,10 @@
 What it measures, in one run, on one CUDA device:
 
 * **losses**: adaptcl's ``InfoNCELoss``, ``MACLLoss``, ``DCLLoss`` (NT-Xent form, 2N anchors),
-  ``ASCLLoss`` (in-batch soft labels), ``InfoNCELoss(form="cross_view")`` and the tiled
-  ``MACLLoss`` / cross-view ``InfoNCELoss`` (``tile_size``) against Lightly's ``NTXentLoss``,
+  ``ASCLLoss`` (in-batch soft labels), ``InfoNCELoss(form="cross_view")``, the tiled
+  ``MACLLoss`` / cross-view ``InfoNCELoss`` (``tile_size``) on the PyTorch tile loop
+  (``tile_backend="torch"``) and, on CUDA with Triton, the same two on the fused kernel
+  (``tile_backend="triton"``, :mod:`adaptcl.plugins.fused`), against Lightly's ``NTXentLoss``,
   ``MACLLoss`` and ``DCLLoss``, sentence-transformers' ``MultipleNegativesRankingLoss`` and,
   when the ``inf_cl`` package imports, Inf-CL's tiled ``cal_flash_loss``; at every batch of
   ``--batches`` (materialised losses up to 262,144; larger batches run the tiled losses only),
@@ -79,11 +81,12 @@ class Candidate:
     tiled: bool = False
 
 
-def _plugin(cls_name: str, tiled: bool = False, **kwargs) -> Callable[[int], LossFn]:
+def _plugin(cls_name: str, tiled: bool = False, backend: str = "torch",
+            **kwargs) -> Callable[[int], LossFn]:
     def make(tile_size: int) -> LossFn:
         import adaptcl.plugins as plugins
 
-        extra = {"tile_size": tile_size} if tiled else {}
+        extra = {"tile_size": tile_size, "tile_backend": backend} if tiled else {}
         return getattr(plugins, cls_name)(check_finite=False, **kwargs, **extra)
 
     return make
@@ -118,6 +121,8 @@ def _inf_cl(_tile_size: int) -> LossFn:
 OURS_INFONCE, OURS_MACL, OURS_DCL = "adaptcl InfoNCE", "adaptcl MACL", "adaptcl DCL"
 OURS_ASCL, OURS_CROSS = "adaptcl ASCL (in-batch)", "adaptcl InfoNCE cross-view"
 OURS_TILED_MACL, OURS_TILED_CROSS = "adaptcl MACL tiled", "adaptcl InfoNCE cross-view tiled"
+OURS_KERNEL_MACL = "adaptcl MACL kernel"
+OURS_KERNEL_CROSS = "adaptcl InfoNCE cross-view kernel"
 LIGHTLY_NTXENT, LIGHTLY_MACL, LIGHTLY_DCL = "lightly NTXentLoss", "lightly MACLLoss", "lightly DCLLoss"
 ST_MNRL, INF_CL = "sentence-transformers MNRL", "inf-cl cal_flash_loss"
 
@@ -141,13 +146,28 @@ CANDIDATES = [
     Candidate(INF_CL, _inf_cl, tiled=True),
 ]
 
+# The fused Triton kernel of the tiled losses, beside the PyTorch tile loop and inf-cl (CUDA with
+# Triton only: the kernel's peer for MACL is our tile loop, for cross-view InfoNCE inf-cl).
+KERNEL_CANDIDATES = [
+    Candidate(OURS_KERNEL_MACL, _plugin("MACLLoss", tiled=True, backend="triton",
+                                        temperature=TEMPERATURE, alpha=0.5), OURS_TILED_MACL,
+              tiled=True),
+    Candidate(OURS_KERNEL_CROSS, _plugin("InfoNCELoss", tiled=True, backend="triton",
+                                         temperature=TEMPERATURE, form="cross_view"), INF_CL,
+              tiled=True),
+]
 
-def available_candidates() -> list[Candidate]:
-    """Every candidate whose library imports (Inf-CL is optional and CUDA-only)."""
+
+def available_candidates(device: torch.device | None = None) -> list[Candidate]:
+    """Every candidate whose library imports (Inf-CL is optional and CUDA-only), and the kernel
+    rows on a CUDA ``device`` where Triton imports."""
     needs = {LIGHTLY_NTXENT: "lightly", LIGHTLY_MACL: "lightly", LIGHTLY_DCL: "lightly",
              ST_MNRL: "sentence_transformers", INF_CL: "inf_cl"}
-    return [c for c in CANDIDATES
-            if c.name not in needs or importlib.util.find_spec(needs[c.name]) is not None]
+    out = [c for c in CANDIDATES
+           if c.name not in needs or importlib.util.find_spec(needs[c.name]) is not None]
+    if device is not None and device.type == "cuda" and importlib.util.find_spec("triton"):
+        out += KERNEL_CANDIDATES
+    return out
 
 
 # ------------------------------------------------------------------------------ measuring
@@ -489,7 +509,7 @@ def main(argv: list[str] | None = None) -> int:
               "(run it on a GPU machine, or pass --device cpu to exercise the script).")
         return 0
     env = environment(device)
-    candidates = [c for c in available_candidates() if c.tiled or not args.tiled_only]
+    candidates = [c for c in available_candidates(device) if c.tiled or not args.tiled_only]
     print(f"bench_gpu.py on {env.get('gpu') or 'cpu'}: torch {env['torch']}, batches "
           f"{args.batches}, dims {args.dims}, dtypes {args.dtypes}, {args.repeats} repeats "
           f"after {args.warmup} warm-up, tile {args.tile_size}; losses: "

@@ -159,3 +159,17 @@ def test_an_error_in_any_case_makes_the_exit_code_1(bench, monkeypatch, tmp_path
     assert code == 1
     assert "ERROR in broken" in capsys.readouterr().err
     assert json.loads(out.read_text())["losses"][0]["status"] == "error"
+
+
+def test_kernel_rows_join_on_cuda_with_triton_beside_the_tile_loop_and_inf_cl(bench):
+    names = {c.name for c in bench.available_candidates(torch.device("cpu"))}
+    assert bench.OURS_KERNEL_CROSS not in names and bench.OURS_TILED_CROSS in names
+    cuda = {c.name: c for c in bench.available_candidates(torch.device("cuda"))}
+    if importlib.util.find_spec("triton") is None:
+        assert bench.OURS_KERNEL_CROSS not in cuda
+        return
+    kernel, loop = cuda[bench.OURS_KERNEL_CROSS], cuda[bench.OURS_TILED_CROSS]
+    assert kernel.tiled and kernel.peer == bench.INF_CL
+    assert cuda[bench.OURS_KERNEL_MACL].peer == bench.OURS_TILED_MACL
+    assert kernel.make(64).tile_backend == "triton" and loop.make(64).tile_backend == "torch"
+    assert max(bench.DEFAULT_BATCHES) == 1048576 > bench.MATERIALISED_MAX_BATCH

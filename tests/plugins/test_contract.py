@@ -601,8 +601,8 @@ def test_a_subclass_gets_the_documented_shared_defaults():
             return 1 - c.positive_sim, {}
 
     loss_fn = Plain()
-    assert (loss_fn.reduction, loss_fn.tile_size, loss_fn.gather_distributed,
-            loss_fn.check_finite) == ("mean", None, False, True)
+    assert (loss_fn.reduction, loss_fn.tile_size, loss_fn.tile_backend,
+            loss_fn.gather_distributed, loss_fn.check_finite) == ("mean", None, "auto", False, True)
     z0, z1 = _x()[:2]
     torch.testing.assert_close(loss_fn(z0, z1), (1 - (F_normalize(z0) * F_normalize(z1)).sum(1)).mean())
 

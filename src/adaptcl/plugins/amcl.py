@@ -76,6 +76,13 @@ class _PairTerm:
     def statistic(self, r: Tensor) -> Tensor:
         return self.net.squash(r)
 
+    def kernel_pair(self) -> tuple[float, ...] | None:
+        """``(squash kind, t0, t1, t2, beta, dim)`` for the fused kernel
+        (:mod:`~adaptcl.plugins.fused`), or ``None`` for a network it does not know."""
+        if not hasattr(self.net, "kernel_squash"):
+            return None
+        return (*self.net.kernel_squash(), self.beta, self.dim)
+
 
 
 class AMCLLoss(ContrastiveLoss):
@@ -102,6 +109,9 @@ class AMCLLoss(ContrastiveLoss):
             :class:`PairTemperature` and :class:`ConstantTemperature` do): a pair's
             temperature is ``squash(<features(a), features(b)>)``, recomputed inside a tile.
             A ``ValueError`` otherwise.
+        tile_backend: as in :class:`~adaptcl.plugins.InfoNCELoss`; the fused kernel covers
+            ``negative_term="softmax"`` with a :class:`PairTemperature` or
+            :class:`ConstantTemperature` (``"topk"`` keeps the PyTorch path).
         bound_warning_steps: warn once per loss instance (``RuntimeWarning``,
             :data:`~adaptcl.plugins.amcl_temperature.BOUND_WARNING`) when the mean positive or
             the mean pair temperature of a :class:`PairTemperature` has stayed at ``eta`` or
@@ -136,12 +146,13 @@ class AMCLLoss(ContrastiveLoss):
                  negative_term: str = "softmax", kappa: int = 1, objective: str = "nt_xent",
                  form: str = "nt_xent", gather_distributed: bool = False,
                  gather_fn: GatherFn | None = None, check_finite: bool = True,
-                 tile_size: int | None = None, reduction: str = "mean",
-                 bound_warning_steps: int | None = 100) -> None:
+                 tile_size: int | None = None, tile_backend: str = "auto",
+                 reduction: str = "mean", bound_warning_steps: int | None = 100) -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
-                         check_finite=check_finite, tile_size=tile_size, reduction=reduction)
+                         check_finite=check_finite, tile_size=tile_size,
+                         tile_backend=tile_backend, reduction=reduction)
         options = _amcl_options(temperature_net, beta, negative_term, kappa, objective,
-                                self.tile_size)
+                                self.tile_size, self.tile_backend)
         self.temperature_net = options.pop("temperature_net")
         for name, value in options.items():
             setattr(self, name, value)
@@ -183,7 +194,8 @@ class AMCLLoss(ContrastiveLoss):
     def compute(self, z0: Tensor, z1: Tensor, negatives: Tensor | None) -> tuple[Tensor, Stats]:
         return _amcl(z0, z1, negatives, self.candidates, self.temperature_net, beta=self.beta,
                      negative_term=self.negative_term, kappa=self.kappa,
-                     objective=self.objective, tile_size=self.tile_size)
+                     objective=self.objective, tile_size=self.tile_size,
+                     tile_backend=self.tile_backend)
 
     def extra_repr(self) -> str:
         return (f"beta={self.beta}, negative_term={self.negative_term!r}, kappa={self.kappa}, "
@@ -196,8 +208,12 @@ def _tileable(net: nn.Module) -> bool:
 
 
 def _amcl_options(temperature_net: nn.Module, beta: float, negative_term: str, kappa: int,
-                  objective: str, tile_size: int | None) -> dict:
+                  objective: str, tile_size: int | None, tile_backend: str = "auto") -> dict:
     """AMCL's hyper-parameters checked once for the module and the functional form."""
+    if tile_backend == "triton" and negative_term == "topk":
+        raise ValueError("tile_backend='triton' covers AMCL's negative_term='softmax' only (the "
+                         "top-kappa columns are chosen on the PyTorch path): use "
+                         "tile_backend='auto' or 'torch'")
     if not hasattr(temperature_net, "pairwise"):
         raise TypeError("temperature_net must be a PairTemperature or ConstantTemperature")
     if tile_size is not None and not _tileable(temperature_net):
@@ -246,7 +262,7 @@ def _top_pairs(c: Candidates, net: nn.Module, tau_pos: Tensor, kappa: int, infon
 
 
 def _softmax_term(c: Candidates, net: nn.Module, beta: float, dim: int,
-                  tile_size: int | None) -> tuple[Tensor, Tensor]:
+                  tile_size: int | None, tile_backend: str = "auto") -> tuple[Tensor, Tensor]:
     """``logsumexp_n pair_term(s_n, tau_n)`` over each anchor's negatives, and the mean pair
     temperature over all ``A x C`` pairs."""
     if tile_size is None:
@@ -256,12 +272,13 @@ def _softmax_term(c: Candidates, net: nn.Module, beta: float, dim: int,
     pa, pk = net.features(c.anchors), net.features(c.keys)
     dtype = c.anchors.dtype
     neg, tau_sum = streamed_pair_lse(c.anchors, c.keys, pa.to(dtype), pk.to(dtype), tile_size,
-                                     c.excluded, _PairTerm(net, beta, dim))
+                                     c.excluded, _PairTerm(net, beta, dim), tile_backend)
     return neg, tau_sum / (c.num_anchors * c.keys.shape[0])
 
 
 def _head_loss(c: Candidates, net: nn.Module, dim: int, *, beta: float, negative_term: str,
-               kappa: int, objective: str, tile_size: int | None) -> tuple[Tensor, Tensor, Tensor]:
+               kappa: int, objective: str, tile_size: int | None,
+               tile_backend: str = "auto") -> tuple[Tensor, Tensor, Tensor]:
     """Per-anchor loss ``-s_pos / tau_pos + beta Omega(tau_pos) + negative term`` of one head
     and direction, with the mean positive and pair temperatures (detached)."""
     tau_pos = net.pairwise(c.anchors, c.positive_keys)
@@ -273,7 +290,7 @@ def _head_loss(c: Candidates, net: nn.Module, dim: int, *, beta: float, negative
         pos = c.positive_sim / tau_pos
         reg_pos = beta * omega(tau_pos, dim)
         if negative_term == "softmax":
-            neg, tau_mean = _softmax_term(c, net, beta, dim, tile_size)
+            neg, tau_mean = _softmax_term(c, net, beta, dim, tile_size, tile_backend)
             if infonce:
                 neg = torch.logaddexp(neg, pos - reg_pos)
         else:
@@ -285,7 +302,7 @@ def _head_loss(c: Candidates, net: nn.Module, dim: int, *, beta: float, negative
 
 def _amcl(z0: Tensor, z1: Tensor, negatives: Tensor | None, build, net: nn.Module, *,
           beta: float, negative_term: str, kappa: int, objective: str,
-          tile_size: int | None) -> tuple[Tensor, Stats]:
+          tile_size: int | None, tile_backend: str = "auto") -> tuple[Tensor, Stats]:
     """AMCL's per-anchor losses (summed over heads) and statistics; ``build(z0, z1, neg)``
     makes one head's candidates."""
     z0, z1 = as_heads("z0", z0), as_heads("z1", z1)
@@ -302,7 +319,8 @@ def _amcl(z0: Tensor, z1: Tensor, negatives: Tensor | None, build, net: nn.Modul
         losses = []
         for c in cands:
             loss, tau_pos, tau = _head_loss(c, net, dim, beta=beta, negative_term=negative_term,
-                                            kappa=kappa, objective=objective, tile_size=tile_size)
+                                            kappa=kappa, objective=objective, tile_size=tile_size,
+                                            tile_backend=tile_backend)
             losses.append(loss)
             taus_pos.append(tau_pos)
             taus_neg.append(tau)
@@ -317,22 +335,26 @@ def amcl(z0: Tensor, z1: Tensor, temperature_net: nn.Module, beta: float = 1e-3,
          negatives: Tensor | None = None, negative_term: str = "softmax", kappa: int = 1,
          objective: str = "nt_xent", form: str = "nt_xent", gather_distributed: bool = False,
          gather_fn: GatherFn | None = None, check_finite: bool = True,
-         tile_size: int | None = None, reduction: str = "mean") -> Tensor:
+         tile_size: int | None = None, tile_backend: str = "auto",
+         reduction: str = "mean") -> Tensor:
     """Functional AMCL; arguments as :class:`AMCLLoss`.
 
     Examples:
         >>> net = PairTemperature(dim=32)
         >>> loss = amcl(torch.randn(2, 16, 32), torch.randn(2, 16, 32), net, kappa=2)
     """
-    options = _amcl_options(temperature_net, beta, negative_term, kappa, objective, tile_size)
+    options = _amcl_options(temperature_net, beta, negative_term, kappa, objective, tile_size,
+                            tile_backend)
     net = options.pop("temperature_net")
 
     def build(a: Tensor, b: Tensor, neg: Tensor | None) -> list[Candidates]:
         return functional_candidates(a, b, neg, form=form, gather_distributed=gather_distributed,
                                      gather_fn=gather_fn, check_finite=check_finite,
-                                     tile_size=tile_size, reduction=reduction)
+                                     tile_size=tile_size, tile_backend=tile_backend,
+                                     reduction=reduction)
 
-    return reduce(_amcl(z0, z1, negatives, build, net, **options, tile_size=tile_size)[0],
+    return reduce(_amcl(z0, z1, negatives, build, net, **options, tile_size=tile_size,
+                        tile_backend=tile_backend)[0],
                   reduction)
 
 

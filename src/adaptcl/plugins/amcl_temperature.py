@@ -78,6 +78,10 @@ class PairTemperature(nn.Module):
         sig = torch.sigmoid(-r.clamp(-self.clamp, self.clamp))
         return sig * (1 - sig) * (-self.iota) * ((r >= -self.clamp) & (r <= self.clamp))
 
+    def kernel_squash(self) -> tuple[int, float, float, float]:
+        """:meth:`squash` for the fused kernel: ``(1, iota, eta, clamp)``."""
+        return 1, self.iota, self.eta, self.clamp
+
     def features(self, x: Tensor) -> Tensor:
         """``phi(x)`` in the network's dtype, outside autocast: a pair's temperature is
         ``squash(<features(a), features(b)>)``, which is what lets the tiled path recompute it
@@ -113,6 +117,10 @@ class ConstantTemperature(nn.Module):
 
     def squash_grad(self, r: Tensor) -> Tensor:
         return torch.zeros_like(r)
+
+    def kernel_squash(self) -> tuple[int, float, float, float]:
+        """:meth:`squash` for the fused kernel: ``(0, temperature, 0, 0)``."""
+        return 0, self.temperature, 0.0, 0.0
 
     def features(self, x: Tensor) -> Tensor:
         """No features: every pair has the same temperature."""

@@ -51,7 +51,7 @@ from .kernel import (
     row_logsumexp,
 )
 from .tiled import Masks, mask_tile, streamed_row_stats, streamed_softmax_stats, top_columns
-from .validation import check_choice, check_int, check_positive
+from .validation import UNFUSED_BACKENDS, check_choice, check_int, check_positive
 
 MODES = ("ascl", "ahcl", "hard")
 ASCL_FORMS = ("queue", "cross_view")
@@ -151,14 +151,14 @@ class _TileTargets:
 
 def _tiled_ascl(c: Candidates, temperature: float, tile_size: int, *, mode: str,
                 num_neighbors: int, sharpen_temperature: float,
-                bias: HardnessBias | None) -> tuple[KernelOutput, Tensor]:
+                bias: HardnessBias | None, backend: str) -> tuple[KernelOutput, Tensor]:
     """Streamed: a first gradient-free pass gathers the normaliser and entropy of the sharpened
     distribution (and the top-K columns for ``"hard"`` / ``"ahcl"``), the second streams
     ``lse_neg`` and, for ``"ascl"``, ``sum_j u_ij l_ij`` and ``sum_j u_ij``."""
     a, pos = scaled_anchors(c, temperature)
     n = c.num_negatives
     if num_neighbors == 0:
-        lse = streamed_row_stats(a, c.keys, tile_size, c.excluded, bias=bias)[0]
+        lse = streamed_row_stats(a, c.keys, tile_size, c.excluded, bias=bias, backend=backend)[0]
         out = kernel_from_lse(lse, pos, soft_targets=(torch.ones_like(pos), torch.zeros_like(pos)))
         return out, torch.zeros_like(pos).detach()
     _check_neighbours(num_neighbors, n)
@@ -170,13 +170,13 @@ def _tiled_ascl(c: Candidates, temperature: float, tile_size: int, *, mode: str,
     if mode == "ascl":
         targets = _TileTargets(pk, sharpen_temperature, log_norm, confidence * num_neighbors)
         lse, sum_ul, sum_u = streamed_row_stats(a, c.keys, tile_size, c.excluded, targets,
-                                                bias=bias)
+                                                bias=bias, backend=backend)
         total = 1 + sum_u
         weighted = sum_ul / total
     else:
         fill = _fill(mode, confidence)
         total = 1 + fill * num_neighbors
-        lse = streamed_row_stats(a, c.keys, tile_size, c.excluded, bias=bias)[0]
+        lse = streamed_row_stats(a, c.keys, tile_size, c.excluded, bias=bias, backend=backend)[0]
         with autocast_off(a):
             top_logits = torch.einsum("ad,akd->ak", a, c.keys[top])
         weighted = (fill / total) * top_logits.sum(dim=1)
@@ -184,8 +184,8 @@ def _tiled_ascl(c: Candidates, temperature: float, tile_size: int, *, mode: str,
 
 
 def _ascl(c: Candidates, *, temperature: float, sharpen_temperature: float, num_neighbors: int,
-          mode: str, tile_size: int | None, hardness: tuple[str, float] | None = None
-          ) -> tuple[Tensor, Stats]:
+          mode: str, tile_size: int | None, hardness: tuple[str, float] | None = None,
+          tile_backend: str = "auto") -> tuple[Tensor, Stats]:
     """ASCL's per-anchor losses and statistics on one direction's candidates."""
     bias = None if hardness is None else HardnessBias(c, *hardness)
     if c.num_negatives == 0:
@@ -194,7 +194,8 @@ def _ascl(c: Candidates, *, temperature: float, sharpen_temperature: float, num_
     elif tile_size is not None:
         out, confidence = _tiled_ascl(c, temperature, tile_size, mode=mode,
                                       num_neighbors=num_neighbors,
-                                      sharpen_temperature=sharpen_temperature, bias=bias)
+                                      sharpen_temperature=sharpen_temperature, bias=bias,
+                                      backend=tile_backend)
     else:
         with torch.no_grad(), autocast_off(c.anchors):
             y_pos, y_neg, confidence = _soft_targets(
@@ -229,7 +230,8 @@ def ascl(z0: Tensor, z1: Tensor, temperature: float = 0.1, sharpen_temperature: 
          form: str = "queue", hardness_mode: str | None = None, hardness_strength: float = 0.0,
          negative_owners: Tensor | None = None, gather_distributed: bool = False,
          gather_fn: GatherFn | None = None, check_finite: bool = True,
-         tile_size: int | None = None, reduction: str = "mean") -> Tensor:
+         tile_size: int | None = None, tile_backend: str = "auto",
+         reduction: str = "mean") -> Tensor:
     """Functional ASCL; arguments as :class:`ASCLLoss`.
 
     Examples:
@@ -241,10 +243,11 @@ def ascl(z0: Tensor, z1: Tensor, temperature: float = 0.1, sharpen_temperature: 
     (c,) = functional_candidates(z0, z1, negatives, form=form,
                                  gather_distributed=gather_distributed, gather_fn=gather_fn,
                                  check_finite=check_finite, tile_size=tile_size,
-                                 reduction=reduction, forms=ASCL_FORMS,
+                                 tile_backend=tile_backend, reduction=reduction, forms=ASCL_FORMS,
                                  negative_owners=negative_owners)
     hardness = hardness_spec(options.pop("hardness_mode"), options.pop("hardness_strength"))
-    return reduce(_ascl(c, **options, tile_size=tile_size, hardness=hardness)[0], reduction)
+    return reduce(_ascl(c, **options, tile_size=tile_size, hardness=hardness,
+                        tile_backend=tile_backend)[0], reduction)
 
 
 
@@ -288,10 +291,10 @@ class ASCLLoss(ContrastiveLoss):
                  hardness_mode: str | None = None, hardness_strength: float = 0.0,
                  gather_distributed: bool = False, gather_fn: GatherFn | None = None,
                  check_finite: bool = True, tile_size: int | None = None,
-                 reduction: str = "mean") -> None:
+                 tile_backend: str = "auto", reduction: str = "mean") -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
-                         check_finite=check_finite, tile_size=tile_size, reduction=reduction,
-                         forms=ASCL_FORMS)
+                         check_finite=check_finite, tile_size=tile_size,
+                         tile_backend=tile_backend, reduction=reduction, forms=ASCL_FORMS)
         for name, value in _check_ascl(temperature, sharpen_temperature, num_neighbors,
                                        mode, hardness_mode, hardness_strength).items():
             setattr(self, name, value)
@@ -306,7 +309,8 @@ class ASCLLoss(ContrastiveLoss):
         return _ascl(c, temperature=self.temperature,
                      sharpen_temperature=self.sharpen_temperature,
                      num_neighbors=self.num_neighbors, mode=self.mode, tile_size=self.tile_size,
-                     hardness=hardness_spec(self.hardness_mode, self.hardness_strength))
+                     hardness=hardness_spec(self.hardness_mode, self.hardness_strength),
+                     tile_backend=self.tile_backend)
 
 
 def _ascl_byol(targets_view: list[Candidates], neighbours: list[Candidates], *,
@@ -352,7 +356,8 @@ def _check_byol(sharpen_temperature: float, num_neighbors: int, mode: str) -> di
 def ascl_byol(predictions: Tensor, targets: Tensor, sharpen_temperature: float = 0.05,
               num_neighbors: int = 1, mode: str = "ascl", *, gather_distributed: bool = False,
               gather_fn: GatherFn | None = None, check_finite: bool = True,
-              tile_size: int | None = None, reduction: str = "mean") -> Tensor:
+              tile_size: int | None = None, tile_backend: str = "auto",
+              reduction: str = "mean") -> Tensor:
     """Functional ASCL-BYOL; arguments as :class:`ASCLBYOLLoss`."""
     options = _check_byol(sharpen_temperature, num_neighbors, mode)
 
@@ -360,6 +365,7 @@ def ascl_byol(predictions: Tensor, targets: Tensor, sharpen_temperature: float =
         return functional_candidates(z0, z1, None, form="cross_view",
                                      gather_distributed=gather_distributed, gather_fn=gather_fn,
                                      check_finite=check_finite, tile_size=tile_size,
+                                     tile_backend=tile_backend, tile_backends=UNFUSED_BACKENDS,
                                      reduction=reduction)
 
     views = _byol_candidates(predictions, targets, None, build)
@@ -385,13 +391,16 @@ class ASCLBYOLLoss(ContrastiveLoss):
         >>> loss = loss_fn(torch.randn(8, 32), torch.randn(8, 32))
     """
 
+    tile_backends = UNFUSED_BACKENDS  # no fused kernel: "auto" is the PyTorch path
+
     def __init__(self, sharpen_temperature: float = 0.05, num_neighbors: int = 1,
                  mode: str = "ascl", *, gather_distributed: bool = False,
                  gather_fn: GatherFn | None = None, check_finite: bool = True,
-                 tile_size: int | None = None, reduction: str = "mean") -> None:
+                 tile_size: int | None = None, tile_backend: str = "auto",
+                 reduction: str = "mean") -> None:
         super().__init__(form="cross_view", gather_distributed=gather_distributed,
                          gather_fn=gather_fn, check_finite=check_finite, tile_size=tile_size,
-                         reduction=reduction, forms=("cross_view",))
+                         tile_backend=tile_backend, reduction=reduction, forms=("cross_view",))
         for name, value in _check_byol(sharpen_temperature, num_neighbors, mode).items():
             setattr(self, name, value)
 

@@ -21,7 +21,7 @@ from .kernel import (
 )
 from .targets import LabelTargets
 from .tiled import TileTerm
-from .validation import check_choice, check_shared
+from .validation import TILE_BACKENDS, check_choice, check_shared
 
 Stats = dict[str, Tensor]
 REDUCTIONS = ("mean", "sum", "none")
@@ -74,12 +74,14 @@ def run_kernel(
     tile_size: int | None = None,
     term: TileTerm | None = None,
     hardness: tuple[str, float] | None = None,
+    tile_backend: str = "auto",
 ) -> tuple[Tensor, Stats]:
     """Apply the kernel to every direction with one temperature rule: ``([A] losses, stats)``.
 
     ``log_weights(cands, log_w)`` may return per-anchor log weights from the direction's
     candidates and its detached ``log W`` (they are detached anyway). ``tile_size`` streams
-    the similarity matrix in tiles (:mod:`adaptcl.plugins.tiled`) instead of materialising it.
+    the similarity matrix in tiles (:mod:`adaptcl.plugins.tiled`) instead of materialising it,
+    on ``tile_backend`` (the fused kernel or the PyTorch loop, :mod:`adaptcl.plugins.fused`).
     Anchors without negatives give 0 (:func:`~adaptcl.plugins.kernel.no_negatives_output`).
 
     The per-pair parts: ``term`` maps cosines to logits (a per-pair temperature; ``temperature``
@@ -96,7 +98,7 @@ def run_kernel(
         weight_fn = None if log_weights is None else (lambda lw, c=c: log_weights(c, lw))
         soft = None
         if c.labels is None and hardness is None and term is None:
-            lse, pos = negative_lse(c, temperature, tile_size)
+            lse, pos = negative_lse(c, temperature, tile_size, tile_backend)
         else:
             targets = None
             if c.labels is not None:
@@ -104,7 +106,8 @@ def run_kernel(
                 targets = LabelTargets(c)
             bias = None if hardness is None else HardnessBias(c, *hardness)
             lse, pos, sums = row_statistics(c, temperature, tile_size, term=term,
-                                            weights=targets, bias=bias)
+                                            weights=targets, bias=bias,
+                                            tile_backend=tile_backend)
             if sums is not None:
                 total = 1 + sums[1]
                 soft = (1 / total, sums[0] / total)
@@ -145,7 +148,8 @@ def in_row_blocks(rows_fn: Callable[[int, int], Tensor], num_rows: int,
 def functional_candidates(z0: Tensor, z1: Tensor, negatives: Tensor | None, *, form: str,
                           gather_distributed: bool, gather_fn: GatherFn | None,
                           check_finite: bool, tile_size: int | None, reduction: str,
-                          forms: tuple[str, ...] = FORMS,
+                          forms: tuple[str, ...] = FORMS, tile_backend: str = "auto",
+                          tile_backends: tuple[str, ...] = TILE_BACKENDS,
                           **pairs: Tensor | None) -> list[Candidates]:
     """What a functional form does before its formula: check the shared keywords exactly as
     :class:`ContrastiveLoss` does, then build the candidates (``pairs``: ``labels``,
@@ -153,7 +157,8 @@ def functional_candidates(z0: Tensor, z1: Tensor, negatives: Tensor | None, *, f
     check_choice("form", form, forms)
     check_choice("reduction", reduction, REDUCTIONS)
     check_shared(gather_distributed=gather_distributed, gather_fn=gather_fn,
-                 check_finite=check_finite, tile_size=tile_size)
+                 check_finite=check_finite, tile_size=tile_size, tile_backend=tile_backend,
+                 tile_backends=tile_backends)
     return build_candidates(z0, z1, form, negatives, gather_distributed=gather_distributed,
                             gather_fn=gather_fn, check_finite=check_finite, **pairs)
 
@@ -192,8 +197,10 @@ class ContrastiveLoss(Loss):
     survey losses) takes the same keywords, checked here by one function:
     ``gather_distributed`` (a bool), ``gather_fn`` (a gradient-carrying gather such as
     ``lightly.utils.dist.gather``, or None), ``check_finite`` (a bool), ``tile_size`` (None or
-    an int >= 1) and ``reduction`` (``"mean"``, ``"sum"`` or ``"none"`` for per-anchor losses,
-    as in ``torch.nn``). Inputs of mixed float32/float64 dtypes are computed in float64.
+    an int >= 1), ``tile_backend`` (``"auto"``, ``"triton"`` or ``"torch"``: the fused kernel
+    or the PyTorch loop for the tiles, :mod:`~adaptcl.plugins.fused`; a loss without a kernel
+    path restricts ``tile_backends``) and ``reduction`` (``"mean"``, ``"sum"`` or ``"none"``
+    for per-anchor losses, as in ``torch.nn``). Inputs of mixed float32/float64 dtypes are computed in float64.
     Anchors with no negatives (a batch of one pair, an empty queue) contribute 0 with a zero
     gradient, as in Lightly and sentence-transformers.
 
@@ -210,19 +217,23 @@ class ContrastiveLoss(Loss):
     takes_labels: bool = False
     #: ``forward`` takes ``negative_owners`` (read by the hardness term)
     takes_owners: bool = False
+    #: the ``tile_backend`` values this loss accepts (no ``"triton"``: no fused kernel path)
+    tile_backends: tuple[str, ...] = TILE_BACKENDS
 
     def __init__(self, *, form: str, gather_distributed: bool = False,
                  gather_fn: GatherFn | None = None, check_finite: bool = True,
                  tile_size: int | None = None, reduction: str = "mean",
-                 forms: tuple[str, ...] = FORMS) -> None:
+                 forms: tuple[str, ...] = FORMS, tile_backend: str = "auto") -> None:
         # One validation path for the keywords every loss shares (a subclass restricts
         # ``forms`` to those it defines).
         form = check_choice("form", form, forms)
         super().__init__(reduction=reduction)
         self.form = form
-        (self.gather_distributed, self.gather_fn, self.check_finite,
-         self.tile_size) = check_shared(gather_distributed=gather_distributed, gather_fn=gather_fn,
-                                        check_finite=check_finite, tile_size=tile_size)
+        (self.gather_distributed, self.gather_fn, self.check_finite, self.tile_size,
+         self.tile_backend) = check_shared(gather_distributed=gather_distributed,
+                                           gather_fn=gather_fn, check_finite=check_finite,
+                                           tile_size=tile_size, tile_backend=tile_backend,
+                                           tile_backends=self.tile_backends)
 
     @property
     def gathers(self) -> bool:
@@ -267,5 +278,7 @@ class ContrastiveLoss(Loss):
 
     def extra_repr(self) -> str:
         tiled = "" if self.tile_size is None else f", tile_size={self.tile_size}"
+        if self.tile_backend != "auto":
+            tiled += f", tile_backend={self.tile_backend!r}"
         reduction = "" if self.reduction == "mean" else f", reduction={self.reduction!r}"
         return f"form={self.form!r}, gather_distributed={self.gather_distributed}{tiled}{reduction}"

@@ -117,6 +117,12 @@ class _PairTemperatureTerm:
         # d(s / tau(s)) / ds = 1 / tau - s tau'(s) / tau^2
         return (tau - s * d_tau) / (tau * tau)
 
+    def kernel_term(self) -> tuple[int, tuple[float, float, float, float], bool]:
+        """``(shape code, (tau_min, tau_max, threshold, width), detach)``: the same term for
+        the fused kernel (:mod:`~adaptcl.plugins.fused`; shape 1 cosine, 2 piecewise)."""
+        return (SHAPES.index(self.shape) + 1, (self.min, self.max, self.threshold, self.width),
+                self.detach)
+
 
 def _dystress_options(min_temperature: float, max_temperature: float, shape: str,
                       threshold: float, width: float, detach_temperature: bool,
@@ -141,13 +147,13 @@ def _dystress_options(min_temperature: float, max_temperature: float, shape: str
 def _dystress(cands: list[Candidates], *, min_temperature: float, max_temperature: float,
               shape: str, threshold: float, width: float, detach_temperature: bool,
               positive_in_denominator: bool, hardness_mode: str | None, hardness_strength: float,
-              tile_size: int | None) -> tuple[Tensor, Stats]:
+              tile_size: int | None, tile_backend: str = "auto") -> tuple[Tensor, Stats]:
     """DySTreSS's per-anchor losses and statistics on prepared candidates."""
     term = _PairTemperatureTerm(min_temperature, max_temperature, shape, threshold, width,
                                 detach_temperature)
     tau_positive = term.temperature(cands[0].positive_sim.detach())
     return run_kernel(cands, tau_positive, positive_in_denominator=positive_in_denominator,
-                      tile_size=tile_size, term=term,
+                      tile_size=tile_size, tile_backend=tile_backend, term=term,
                       hardness=hardness_spec(hardness_mode, hardness_strength))
 
 
@@ -194,9 +200,11 @@ class DySTreSSLoss(ContrastiveLoss):
                  hardness_mode: str | None = None, hardness_strength: float = 0.0,
                  form: str = "nt_xent", gather_distributed: bool = False,
                  gather_fn: GatherFn | None = None, check_finite: bool = True,
-                 tile_size: int | None = None, reduction: str = "mean") -> None:
+                 tile_size: int | None = None,
+                 tile_backend: str = "auto", reduction: str = "mean") -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
-                         check_finite=check_finite, tile_size=tile_size, reduction=reduction)
+                         check_finite=check_finite, tile_size=tile_size,
+                         tile_backend=tile_backend, reduction=reduction)
         options = _dystress_options(min_temperature, max_temperature, shape, threshold, width,
                                     detach_temperature, positive_in_denominator, hardness_mode,
                                     hardness_strength)
@@ -215,7 +223,8 @@ class DySTreSSLoss(ContrastiveLoss):
 
     def compute_from_candidates(self, cands: list[Candidates]) -> tuple[Tensor, Stats]:
         """DySTreSS's per-anchor losses on prepared candidates (adapters that build their own)."""
-        return _dystress(cands, **self._options(), tile_size=self.tile_size)
+        return _dystress(cands, **self._options(), tile_size=self.tile_size,
+                         tile_backend=self.tile_backend)
 
     def extra_repr(self) -> str:
         shape = (f"shape='piecewise', threshold={self.threshold}, width={self.width}"
@@ -237,7 +246,8 @@ def dystress(z0: Tensor, z1: Tensor, min_temperature: float = 0.1, max_temperatu
              negative_labels: Tensor | None = None, negative_owners: Tensor | None = None,
              form: str = "nt_xent", gather_distributed: bool = False,
              gather_fn: GatherFn | None = None, check_finite: bool = True,
-             tile_size: int | None = None, reduction: str = "mean") -> Tensor:
+             tile_size: int | None = None,
+             tile_backend: str = "auto", reduction: str = "mean") -> Tensor:
     """Functional DySTreSS; arguments as :class:`DySTreSSLoss` (and its ``forward``).
 
     Examples:
@@ -249,7 +259,9 @@ def dystress(z0: Tensor, z1: Tensor, min_temperature: float = 0.1, max_temperatu
     cands = functional_candidates(z0, z1, negatives, form=form,
                                   gather_distributed=gather_distributed, gather_fn=gather_fn,
                                   check_finite=check_finite, tile_size=tile_size,
+                                  tile_backend=tile_backend,
                                   reduction=reduction, labels=labels,
                                   negative_labels=negative_labels,
                                   negative_owners=negative_owners)
-    return reduce(_dystress(cands, **options, tile_size=tile_size)[0], reduction)
+    return reduce(_dystress(cands, **options, tile_size=tile_size,
+                            tile_backend=tile_backend)[0], reduction)

@@ -26,10 +26,10 @@ from .validation import check_positive
 
 
 def _info_nce(cands: list[Candidates], temperature: float, positive_in_denominator: bool,
-              tile_size: int | None, hardness: tuple[str, float] | None = None
-              ) -> tuple[Tensor, Stats]:
+              tile_size: int | None, hardness: tuple[str, float] | None = None,
+              tile_backend: str = "auto") -> tuple[Tensor, Stats]:
     return run_kernel(cands, temperature, positive_in_denominator=positive_in_denominator,
-                      tile_size=tile_size, hardness=hardness)
+                      tile_size=tile_size, hardness=hardness, tile_backend=tile_backend)
 
 
 def info_nce(z0: Tensor, z1: Tensor, temperature: float = 0.1, *, negatives: Tensor | None = None,
@@ -38,7 +38,8 @@ def info_nce(z0: Tensor, z1: Tensor, temperature: float = 0.1, *, negatives: Ten
              labels: Tensor | None = None, negative_labels: Tensor | None = None,
              negative_owners: Tensor | None = None, gather_distributed: bool = False,
              gather_fn: GatherFn | None = None, check_finite: bool = True,
-             tile_size: int | None = None, reduction: str = "mean") -> Tensor:
+             tile_size: int | None = None,
+             tile_backend: str = "auto", reduction: str = "mean") -> Tensor:
     """InfoNCE / NT-Xent of the pairs ``(z0[i], z1[i])``; arguments as :class:`InfoNCELoss`
     (and its ``forward``: ``labels`` give SupCon's multi-positive targets).
 
@@ -55,23 +56,26 @@ def info_nce(z0: Tensor, z1: Tensor, temperature: float = 0.1, *, negatives: Ten
     cands = functional_candidates(z0, z1, negatives, form=form,
                                   gather_distributed=gather_distributed, gather_fn=gather_fn,
                                   check_finite=check_finite, tile_size=tile_size,
+                                  tile_backend=tile_backend,
                                   reduction=reduction, labels=labels,
                                   negative_labels=negative_labels, negative_owners=negative_owners)
     return reduce(_info_nce(cands, temperature, bool(positive_in_denominator), tile_size,
-                            hardness)[0], reduction)
+                            hardness, tile_backend)[0], reduction)
 
 
 def dcl(z0: Tensor, z1: Tensor, temperature: float = 0.1, *, negatives: Tensor | None = None,
         form: str = "nt_xent", hardness_mode: str | None = None, hardness_strength: float = 0.0,
         negative_owners: Tensor | None = None, gather_distributed: bool = False,
         gather_fn: GatherFn | None = None, check_finite: bool = True,
-        tile_size: int | None = None, reduction: str = "mean") -> Tensor:
+        tile_size: int | None = None,
+        tile_backend: str = "auto", reduction: str = "mean") -> Tensor:
     """Decoupled contrastive loss: InfoNCE with the positive removed from the denominator."""
     return info_nce(z0, z1, temperature, negatives=negatives, form=form,
                     positive_in_denominator=False, hardness_mode=hardness_mode,
                     hardness_strength=hardness_strength, negative_owners=negative_owners,
                     gather_distributed=gather_distributed, gather_fn=gather_fn,
-                    check_finite=check_finite, tile_size=tile_size, reduction=reduction)
+                    check_finite=check_finite, tile_size=tile_size,
+                    tile_backend=tile_backend, reduction=reduction)
 
 
 class InfoNCELoss(ContrastiveLoss):
@@ -99,6 +103,9 @@ class InfoNCELoss(ContrastiveLoss):
         tile_size: stream the similarity matrix in ``tile_size x tile_size`` tiles with an exact
             recomputing backward (Inf-CL, Cheng et al. 2024; :mod:`adaptcl.plugins.tiled`):
             memory linear in the batch. ``None`` (default) materialises it.
+        tile_backend: what computes the tiles: ``"auto"`` (default; the fused Triton kernel on
+            CUDA where it covers the case, else the PyTorch loop), ``"triton"`` (the kernel, or
+            a one-line refusal) or ``"torch"`` (the loop); see :mod:`adaptcl.plugins.fused`.
         reduction: ``"mean"`` (default), ``"sum"`` or ``"none"`` (per-anchor losses).
 
     ``forward(z0, z1, negatives=None, *, labels=None, negative_labels=None,
@@ -120,9 +127,11 @@ class InfoNCELoss(ContrastiveLoss):
                  positive_in_denominator: bool = True, hardness_mode: str | None = None,
                  hardness_strength: float = 0.0, gather_distributed: bool = False,
                  gather_fn: GatherFn | None = None, check_finite: bool = True,
-                 tile_size: int | None = None, reduction: str = "mean") -> None:
+                 tile_size: int | None = None,
+                 tile_backend: str = "auto", reduction: str = "mean") -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
-                         check_finite=check_finite, tile_size=tile_size, reduction=reduction)
+                         check_finite=check_finite, tile_size=tile_size,
+                         tile_backend=tile_backend, reduction=reduction)
         self.temperature = check_positive("temperature", temperature)
         self.positive_in_denominator = bool(positive_in_denominator)
         self.hardness_mode, self.hardness_strength = check_hardness(hardness_mode,
@@ -135,7 +144,8 @@ class InfoNCELoss(ContrastiveLoss):
     def compute_from_candidates(self, cands: list[Candidates]) -> tuple[Tensor, Stats]:
         """InfoNCE's per-anchor losses on prepared candidates (adapters that build their own)."""
         return _info_nce(cands, self.temperature, self.positive_in_denominator, self.tile_size,
-                         hardness_spec(self.hardness_mode, self.hardness_strength))
+                         hardness_spec(self.hardness_mode, self.hardness_strength),
+                         self.tile_backend)
 
     def extra_repr(self) -> str:
         hardness = ("" if self.hardness_mode is None else
@@ -163,15 +173,17 @@ class DCLLoss(InfoNCELoss):
                  hardness_mode: str | None = None, hardness_strength: float = 0.0,
                  gather_distributed: bool = False, gather_fn: GatherFn | None = None,
                  check_finite: bool = True, tile_size: int | None = None,
+                 tile_backend: str = "auto",
                  reduction: str = "mean") -> None:
         super().__init__(temperature, form=form, positive_in_denominator=False,
                          hardness_mode=hardness_mode, hardness_strength=hardness_strength,
                          gather_distributed=gather_distributed, gather_fn=gather_fn,
-                         check_finite=check_finite, tile_size=tile_size, reduction=reduction)
+                         check_finite=check_finite, tile_size=tile_size,
+                         tile_backend=tile_backend, reduction=reduction)
 
 
-def _flat_nce(cands: list[Candidates], temperature: float,
-              tile_size: int | None) -> tuple[Tensor, Stats]:
+def _flat_nce(cands: list[Candidates], temperature: float, tile_size: int | None,
+              tile_backend: str = "auto") -> tuple[Tensor, Stats]:
     losses, plains = [], []
     for c in cands:
         if c.num_negatives == 0:
@@ -179,7 +191,7 @@ def _flat_nce(cands: list[Candidates], temperature: float,
             losses.append(out.loss)
             plains.append(out.plain)
             continue
-        lse, pos = negative_lse(c, temperature, tile_size)
+        lse, pos = negative_lse(c, temperature, tile_size, tile_backend)
         r = lse - pos
         losses.append(torch.exp(r - r.detach()))
         plains.append(F.softplus(r.detach()))
@@ -191,15 +203,16 @@ def _flat_nce(cands: list[Candidates], temperature: float,
 def flat_nce(z0: Tensor, z1: Tensor, temperature: float = 0.1, *,
              negatives: Tensor | None = None, form: str = "nt_xent",
              gather_distributed: bool = False, gather_fn: GatherFn | None = None,
-             check_finite: bool = True, tile_size: int | None = None,
+             check_finite: bool = True, tile_size: int | None = None, tile_backend: str = "auto",
              reduction: str = "mean") -> Tensor:
     """FlatNCE of the pairs ``(z0[i], z1[i])``; arguments as :class:`FlatNCELoss`."""
     check_positive("temperature", temperature)
     cands = functional_candidates(z0, z1, negatives, form=form,
                                   gather_distributed=gather_distributed, gather_fn=gather_fn,
                                   check_finite=check_finite, tile_size=tile_size,
+                                  tile_backend=tile_backend,
                                   reduction=reduction)
-    return reduce(_flat_nce(cands, temperature, tile_size)[0], reduction)
+    return reduce(_flat_nce(cands, temperature, tile_size, tile_backend)[0], reduction)
 
 
 class FlatNCELoss(ContrastiveLoss):
@@ -218,39 +231,46 @@ class FlatNCELoss(ContrastiveLoss):
     def __init__(self, temperature: float = 0.1, *, form: str = "nt_xent",
                  gather_distributed: bool = False, gather_fn: GatherFn | None = None,
                  check_finite: bool = True, tile_size: int | None = None,
+                 tile_backend: str = "auto",
                  reduction: str = "mean") -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
-                         check_finite=check_finite, tile_size=tile_size, reduction=reduction)
+                         check_finite=check_finite, tile_size=tile_size,
+                         tile_backend=tile_backend, reduction=reduction)
         self.temperature = check_positive("temperature", temperature)
 
     def compute(self, z0: Tensor, z1: Tensor, negatives: Tensor | None) -> tuple[Tensor, Stats]:
-        return _flat_nce(self.candidates(z0, z1, negatives), self.temperature, self.tile_size)
+        return _flat_nce(self.candidates(z0, z1, negatives), self.temperature, self.tile_size,
+                         self.tile_backend)
 
 
 def _dual_temperature(cands: list[Candidates], temperature: float, temperature_beta: float,
-                      tile_size: int | None) -> tuple[Tensor, Stats]:
+                      tile_size: int | None, tile_backend: str = "auto") -> tuple[Tensor, Stats]:
     def log_weights(c: Candidates, log_w_alpha: Tensor) -> Tensor:
         with torch.no_grad():
-            lse, pos = negative_lse(c, temperature_beta, tile_size)
+            lse, pos = negative_lse(c, temperature_beta, tile_size, tile_backend)
             log_w_beta = F.logsigmoid(lse - pos)
         return log_w_beta - log_w_alpha
 
-    return run_kernel(cands, temperature, log_weights=log_weights, tile_size=tile_size)
+    return run_kernel(cands, temperature, log_weights=log_weights, tile_size=tile_size,
+                      tile_backend=tile_backend)
 
 
 def dual_temperature(z0: Tensor, z1: Tensor, temperature: float = 0.1,
                      temperature_beta: float = 1.0, *, negatives: Tensor | None = None,
                      form: str = "nt_xent", gather_distributed: bool = False,
                      gather_fn: GatherFn | None = None, check_finite: bool = True,
-                     tile_size: int | None = None, reduction: str = "mean") -> Tensor:
+                     tile_size: int | None = None,
+                     tile_backend: str = "auto", reduction: str = "mean") -> Tensor:
     """Dual temperature InfoNCE; arguments as :class:`DualTemperatureLoss`."""
     check_positive("temperature", temperature)
     check_positive("temperature_beta", temperature_beta)
     cands = functional_candidates(z0, z1, negatives, form=form,
                                   gather_distributed=gather_distributed, gather_fn=gather_fn,
                                   check_finite=check_finite, tile_size=tile_size,
+                                  tile_backend=tile_backend,
                                   reduction=reduction)
-    return reduce(_dual_temperature(cands, temperature, temperature_beta, tile_size)[0], reduction)
+    return reduce(_dual_temperature(cands, temperature, temperature_beta, tile_size,
+                                    tile_backend)[0], reduction)
 
 
 class DualTemperatureLoss(ContrastiveLoss):
@@ -269,12 +289,14 @@ class DualTemperatureLoss(ContrastiveLoss):
     def __init__(self, temperature: float = 0.1, temperature_beta: float = 1.0, *,
                  form: str = "nt_xent", gather_distributed: bool = False,
                  gather_fn: GatherFn | None = None, check_finite: bool = True,
-                 tile_size: int | None = None, reduction: str = "mean") -> None:
+                 tile_size: int | None = None,
+                 tile_backend: str = "auto", reduction: str = "mean") -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
-                         check_finite=check_finite, tile_size=tile_size, reduction=reduction)
+                         check_finite=check_finite, tile_size=tile_size,
+                         tile_backend=tile_backend, reduction=reduction)
         self.temperature = check_positive("temperature", temperature)
         self.temperature_beta = check_positive("temperature_beta", temperature_beta)
 
     def compute(self, z0: Tensor, z1: Tensor, negatives: Tensor | None) -> tuple[Tensor, Stats]:
         return _dual_temperature(self.candidates(z0, z1, negatives), self.temperature,
-                                 self.temperature_beta, self.tile_size)
+                                 self.temperature_beta, self.tile_size, self.tile_backend)

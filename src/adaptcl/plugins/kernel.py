@@ -129,23 +129,23 @@ def contrastive_kernel(
                            soft_targets=soft_targets, log_weights=log_weights)
 
 
-def negative_lse(c: Candidates, temperature: Tensor | float,
-                 tile_size: int | None = None) -> tuple[Tensor, Tensor]:
+def negative_lse(c: Candidates, temperature: Tensor | float, tile_size: int | None = None,
+                 tile_backend: str = "auto") -> tuple[Tensor, Tensor]:
     """``(logsumexp over each anchor's negatives [A], positive logit [A])`` of one direction.
 
     The one place that chooses between materialising the ``[A, C]`` logits (``tile_size=None``)
-    and streaming them in tiles (:func:`~adaptcl.plugins.tiled.tiled_negative_lse`); same
-    values and gradients either way.
+    and streaming them in tiles (:func:`~adaptcl.plugins.tiled.tiled_negative_lse`, on the
+    ``tile_backend`` of :mod:`~adaptcl.plugins.fused`); same values and gradients either way.
     """
     if tile_size is not None:
-        return tiled_negative_lse(c, temperature, tile_size)
+        return tiled_negative_lse(c, temperature, tile_size, tile_backend)
     neg, pos = rows_logits(c, temperature)
     return row_logsumexp(neg, inplace=True), pos
 
 
 def row_statistics(c: Candidates, temperature: Tensor | float, tile_size: int | None, *,
                    term: TileTerm | None = None, weights: TileWeights | None = None,
-                   bias: TileBias | None = None
+                   bias: TileBias | None = None, tile_backend: str = "auto"
                    ) -> tuple[Tensor, Tensor, tuple[Tensor, Tensor] | None]:
     """``(lse_neg [A], positive logit [A], (sum_j u_ij l_ij, sum_j u_ij) or None)`` of one
     direction with any of the parts a method may change per pair:
@@ -156,8 +156,9 @@ def row_statistics(c: Candidates, temperature: Tensor | float, tile_size: int | 
     * ``bias``: a detached term added to the logits inside the log-sum-exp only (hardness).
 
     The one place where these paths choose between materialising the ``[A, C]`` logits
-    (``tile_size=None``) and streaming them (:func:`~adaptcl.plugins.tiled.streamed_row_stats`);
-    the weights, bias and term objects are the same on both, so are the values and gradients.
+    (``tile_size=None``) and streaming them (:func:`~adaptcl.plugins.tiled.streamed_row_stats`
+    on ``tile_backend``); the weights, bias and term objects are the same on both, so are the
+    values and gradients.
     Without any of the three, :func:`negative_lse` computes the same quantities.
     """
     if term is None:
@@ -168,7 +169,7 @@ def row_statistics(c: Candidates, temperature: Tensor | float, tile_size: int | 
             pos = term.logits(c.positive_sim)
     if tile_size is not None:
         lse, sum_ul, sum_u = streamed_row_stats(a, c.keys, tile_size, c.excluded, weights,
-                                                bias=bias, term=term)
+                                                bias=bias, term=term, backend=tile_backend)
         return lse, pos, None if weights is None else (sum_ul, sum_u)
     with autocast_off(a):
         logits = a @ c.keys.T

@@ -99,7 +99,7 @@ def bounded_scale(logit_scale: Tensor, low: float, high: float) -> Tensor:
 
 def _learnable(z0: Tensor, z1: Tensor, negatives: Tensor | None, build, logit_scale: Tensor, *,
                min_temperature: float, max_temperature: float, positive_in_denominator: bool,
-               tile_size: int | None) -> tuple[Tensor, Stats]:
+               tile_size: int | None, tile_backend: str = "auto") -> tuple[Tensor, Stats]:
     """Per-anchor losses (summed over heads) at ``tau = exp(-clamp(s))``, and the statistics;
     ``build(z0, z1, negatives)`` makes one head's candidates."""
     heads = logit_scale.numel()
@@ -121,12 +121,13 @@ def _learnable(z0: Tensor, z1: Tensor, negatives: Tensor | None, build, logit_sc
     tau = torch.exp(-bounded_scale(logit_scale, low, high)).reshape(-1)
     if not multi:
         return run_kernel(build(z0, z1, negatives), tau[0],
-                          positive_in_denominator=positive_in_denominator, tile_size=tile_size)
+                          positive_in_denominator=positive_in_denominator, tile_size=tile_size,
+                          tile_backend=tile_backend)
     total, per_head = 0.0, []
     for h in range(heads):
         losses, stats = run_kernel(build(z0[h], z1[h], None if negatives is None else negatives[h]),
                                    tau[h], positive_in_denominator=positive_in_denominator,
-                                   tile_size=tile_size)
+                                   tile_size=tile_size, tile_backend=tile_backend)
         total = total + losses
         per_head.append(stats)
     # heads add up (AMCL's l = sum_c l_c): so do their unweighted losses; the rest is a mean
@@ -179,9 +180,11 @@ class LearnableTemperatureLoss(ContrastiveLoss):
                  max_temperature: float = 1.0, num_heads: int = 1, form: str = "nt_xent",
                  positive_in_denominator: bool = True, gather_distributed: bool = False,
                  gather_fn: GatherFn | None = None, check_finite: bool = True,
-                 tile_size: int | None = None, reduction: str = "mean") -> None:
+                 tile_size: int | None = None,
+                 tile_backend: str = "auto", reduction: str = "mean") -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
-                         check_finite=check_finite, tile_size=tile_size, reduction=reduction)
+                         check_finite=check_finite, tile_size=tile_size,
+                         tile_backend=tile_backend, reduction=reduction)
         options = _learnable_options(min_temperature, max_temperature, positive_in_denominator)
         for name, value in options.items():
             setattr(self, name, value)
@@ -215,7 +218,7 @@ class LearnableTemperatureLoss(ContrastiveLoss):
                           min_temperature=self.min_temperature,
                           max_temperature=self.max_temperature,
                           positive_in_denominator=self.positive_in_denominator,
-                          tile_size=self.tile_size)
+                          tile_size=self.tile_size, tile_backend=self.tile_backend)
 
     def extra_repr(self) -> str:
         return (f"num_heads={self.num_heads}, min_temperature={self.min_temperature}, "
@@ -228,7 +231,8 @@ def learnable_temperature(z0: Tensor, z1: Tensor, logit_scale: Tensor, *,
                           negatives: Tensor | None = None, form: str = "nt_xent",
                           positive_in_denominator: bool = True, gather_distributed: bool = False,
                           gather_fn: GatherFn | None = None, check_finite: bool = True,
-                          tile_size: int | None = None, reduction: str = "mean") -> Tensor:
+                          tile_size: int | None = None, tile_backend: str = "auto",
+                          reduction: str = "mean") -> Tensor:
     """Functional learnable temperature at ``tau = exp(-clamp(logit_scale))``; arguments as
     :class:`LearnableTemperatureLoss`, with the parameter ``s`` passed in (0-d, or one per head
     for ``[heads, N, D]`` inputs), as open_clip's ``ClipLoss`` takes ``logit_scale``.
@@ -251,8 +255,9 @@ def learnable_temperature(z0: Tensor, z1: Tensor, logit_scale: Tensor, *,
     def build(a: Tensor, b: Tensor, neg: Tensor | None) -> list[Candidates]:
         return functional_candidates(a, b, neg, form=form, gather_distributed=gather_distributed,
                                      gather_fn=gather_fn, check_finite=check_finite,
-                                     tile_size=tile_size, reduction=reduction)
+                                     tile_size=tile_size, tile_backend=tile_backend,
+                                     reduction=reduction)
 
     per_anchor, _ = _learnable(z0, z1, negatives, build, logit_scale, **options,
-                               tile_size=tile_size)
+                               tile_size=tile_size, tile_backend=tile_backend)
     return reduce(per_anchor, reduction)

@@ -96,7 +96,7 @@ def _macl(cands: list[Candidates], *, temperature: float, alpha: float, a0: floa
           reweight: bool, adaptive: bool, temperature_form: str, weight_form: str,
           min_temperature: float, positive_in_denominator: bool, hardness_mode: str | None,
           hardness_strength: float, tile_size: int | None,
-          all_reduce: bool) -> tuple[Tensor, Stats]:
+          all_reduce: bool, tile_backend: str = "auto") -> tuple[Tensor, Stats]:
     """MACL's per-anchor losses and statistics on prepared candidates."""
     a = alignment_magnitude(cands, all_reduce=all_reduce)
     tau = _batch_temperature(a, temperature=temperature, alpha=alpha, a0=a0, adaptive=adaptive,
@@ -109,7 +109,7 @@ def _macl(cands: list[Candidates], *, temperature: float, alpha: float, a0: floa
 
     per_anchor, stats = run_kernel(cands, tau, positive_in_denominator=positive_in_denominator,
                                    log_weights=log_weights if reweight else None,
-                                   tile_size=tile_size,
+                                   tile_size=tile_size, tile_backend=tile_backend,
                                    hardness=hardness_spec(hardness_mode, hardness_strength))
     stats["alignment"] = a
     return per_anchor, stats
@@ -170,9 +170,11 @@ class MACLLoss(ContrastiveLoss):
                  hardness_mode: str | None = None, hardness_strength: float = 0.0,
                  gather_distributed: bool = False, gather_fn: GatherFn | None = None,
                  check_finite: bool = True, tile_size: int | None = None,
+                 tile_backend: str = "auto",
                  reduction: str = "mean") -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
-                         check_finite=check_finite, tile_size=tile_size, reduction=reduction)
+                         check_finite=check_finite, tile_size=tile_size,
+                         tile_backend=tile_backend, reduction=reduction)
         options = _macl_options(temperature, alpha, a0, reweight, adaptive, temperature_form,
                                 weight_form, min_temperature, positive_in_denominator,
                                 hardness_mode, hardness_strength)
@@ -199,7 +201,8 @@ class MACLLoss(ContrastiveLoss):
 
     def compute_from_candidates(self, cands: list[Candidates]) -> tuple[Tensor, Stats]:
         """MACL's per-anchor losses on prepared candidates (adapters that build their own)."""
-        return _macl(cands, **self._options(), tile_size=self.tile_size, all_reduce=self.gathers)
+        return _macl(cands, **self._options(), tile_size=self.tile_size, all_reduce=self.gathers,
+                     tile_backend=self.tile_backend)
 
     def extra_repr(self) -> str:
         return (f"temperature={self.temperature}, alpha={self.alpha}, a0={self.a0}, "
@@ -216,7 +219,7 @@ def macl(z0: Tensor, z1: Tensor, temperature: float = 0.1, alpha: float = 0.5, a
          hardness_strength: float = 0.0, labels: Tensor | None = None,
          negative_labels: Tensor | None = None, negative_owners: Tensor | None = None,
          gather_distributed: bool = False, gather_fn: GatherFn | None = None,
-         check_finite: bool = True, tile_size: int | None = None,
+         check_finite: bool = True, tile_size: int | None = None, tile_backend: str = "auto",
          reduction: str = "mean") -> Tensor:
     """Functional MACL; arguments as :class:`MACLLoss` (and its ``forward``).
 
@@ -229,9 +232,10 @@ def macl(z0: Tensor, z1: Tensor, temperature: float = 0.1, alpha: float = 0.5, a
     cands = functional_candidates(z0, z1, negatives, form=form,
                                   gather_distributed=gather_distributed, gather_fn=gather_fn,
                                   check_finite=check_finite, tile_size=tile_size,
+                                  tile_backend=tile_backend,
                                   reduction=reduction, labels=labels,
                                   negative_labels=negative_labels, negative_owners=negative_owners)
-    per_anchor, _ = _macl(cands, **options, tile_size=tile_size,
+    per_anchor, _ = _macl(cands, **options, tile_size=tile_size, tile_backend=tile_backend,
                           all_reduce=gather_distributed or gather_fn is not None)
     return reduce(per_anchor, reduction)
 

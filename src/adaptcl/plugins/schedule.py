@@ -97,10 +97,11 @@ def _schedule_options(min_temperature: float, max_temperature: float, period: in
 
 def _temperature_schedule(cands: list[Candidates], temperature: float, *,
                           positive_in_denominator: bool,
-                          tile_size: int | None) -> tuple[Tensor, Stats]:
+                          tile_size: int | None,
+                          tile_backend: str = "auto") -> tuple[Tensor, Stats]:
     """InfoNCE (or DCL) at the step's temperature: the kernel of :class:`InfoNCELoss`."""
     return run_kernel(cands, temperature, positive_in_denominator=positive_in_denominator,
-                      tile_size=tile_size)
+                      tile_size=tile_size, tile_backend=tile_backend)
 
 
 class TemperatureScheduleLoss(ContrastiveLoss):
@@ -139,9 +140,11 @@ class TemperatureScheduleLoss(ContrastiveLoss):
                  period: int = 400, *, step: int = 0, form: str = "nt_xent",
                  positive_in_denominator: bool = True, gather_distributed: bool = False,
                  gather_fn: GatherFn | None = None, check_finite: bool = True,
-                 tile_size: int | None = None, reduction: str = "mean") -> None:
+                 tile_size: int | None = None,
+                 tile_backend: str = "auto", reduction: str = "mean") -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
-                         check_finite=check_finite, tile_size=tile_size, reduction=reduction)
+                         check_finite=check_finite, tile_size=tile_size,
+                         tile_backend=tile_backend, reduction=reduction)
         options = _schedule_options(min_temperature, max_temperature, period,
                                     positive_in_denominator)
         for name, value in options.items():
@@ -198,7 +201,8 @@ class TemperatureScheduleLoss(ContrastiveLoss):
         """Per-anchor losses on prepared candidates (adapters that build their own)."""
         return _temperature_schedule(cands, self.temperature,
                                      positive_in_denominator=self.positive_in_denominator,
-                                     tile_size=self.tile_size)
+                                     tile_size=self.tile_size,
+                                     tile_backend=self.tile_backend)
 
     def extra_repr(self) -> str:
         return (f"min_temperature={self.min_temperature}, max_temperature="
@@ -212,7 +216,8 @@ def temperature_schedule(z0: Tensor, z1: Tensor, min_temperature: float = 0.1,
                          negatives: Tensor | None = None, form: str = "nt_xent",
                          positive_in_denominator: bool = True, gather_distributed: bool = False,
                          gather_fn: GatherFn | None = None, check_finite: bool = True,
-                         tile_size: int | None = None, reduction: str = "mean") -> Tensor:
+                         tile_size: int | None = None, tile_backend: str = "auto",
+                         reduction: str = "mean") -> Tensor:
     """Functional temperature schedule at ``step``; arguments as :class:`TemperatureScheduleLoss`.
 
     Examples:
@@ -227,10 +232,10 @@ def temperature_schedule(z0: Tensor, z1: Tensor, min_temperature: float = 0.1,
     cands = functional_candidates(z0, z1, negatives, form=form,
                                   gather_distributed=gather_distributed, gather_fn=gather_fn,
                                   check_finite=check_finite, tile_size=tile_size,
-                                  reduction=reduction)
+                                  tile_backend=tile_backend, reduction=reduction)
     per_anchor, _ = _temperature_schedule(
         cands, tau, positive_in_denominator=options["positive_in_denominator"],
-        tile_size=tile_size)
+        tile_size=tile_size, tile_backend=tile_backend)
     return reduce(per_anchor, reduction)
 
 

@@ -32,7 +32,7 @@ from .base import (
 )
 from .candidates import Candidates, rows_logits
 from .distributed import GatherFn
-from .validation import check_choice, check_positive
+from .validation import UNFUSED_BACKENDS, check_choice, check_positive
 
 MINING = ("all", "hardest")
 
@@ -48,10 +48,11 @@ def _survey(cands: list[Candidates], per_anchor: Callable[[Candidates], Tensor],
 def _functional(per_anchor: Callable[[Candidates], Tensor], z0: Tensor, z1: Tensor,
                 negatives: Tensor | None, *, form: str, gather_distributed: bool,
                 gather_fn: GatherFn | None, check_finite: bool, tile_size: int | None,
-                reduction: str) -> Tensor:
+                tile_backend: str, reduction: str) -> Tensor:
     cands = functional_candidates(z0, z1, negatives, form=form,
                                   gather_distributed=gather_distributed, gather_fn=gather_fn,
                                   check_finite=check_finite, tile_size=tile_size,
+                                  tile_backend=tile_backend, tile_backends=UNFUSED_BACKENDS,
                                   reduction=reduction)
     return reduce(_survey(cands, per_anchor, tile_size)[0], reduction)
 
@@ -107,36 +108,42 @@ def margin_contrastive(z0: Tensor, z1: Tensor, margin: float = 1.0, *, squared: 
                        negatives: Tensor | None = None, form: str = "cross_view",
                        gather_distributed: bool = False, gather_fn: GatherFn | None = None,
                        check_finite: bool = True, tile_size: int | None = None,
+                       tile_backend: str = "auto",
                        reduction: str = "mean") -> Tensor:
     """Functional margin contrastive loss; arguments as :class:`MarginContrastiveLoss`."""
     margin = check_positive("margin", margin)
     return _functional(lambda c: _margin_rows(c, margin, bool(squared)), z0, z1, negatives,
                        form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
-                       check_finite=check_finite, tile_size=tile_size, reduction=reduction)
+                       check_finite=check_finite, tile_size=tile_size,
+                       tile_backend=tile_backend, reduction=reduction)
 
 
 def triplet(z0: Tensor, z1: Tensor, margin: float = 0.5, *, mining: str = "all",
             negatives: Tensor | None = None, form: str = "cross_view",
             gather_distributed: bool = False, gather_fn: GatherFn | None = None,
             check_finite: bool = True, tile_size: int | None = None,
+            tile_backend: str = "auto",
             reduction: str = "mean") -> Tensor:
     """Functional triplet loss; arguments as :class:`TripletLoss`."""
     margin = check_positive("margin", margin)
     mining = check_choice("mining", mining, MINING)
     return _functional(lambda c: _triplet_rows(c, margin, mining), z0, z1, negatives, form=form,
                        gather_distributed=gather_distributed, gather_fn=gather_fn,
-                       check_finite=check_finite, tile_size=tile_size, reduction=reduction)
+                       check_finite=check_finite, tile_size=tile_size,
+                       tile_backend=tile_backend, reduction=reduction)
 
 
 def nce(z0: Tensor, z1: Tensor, temperature: float = 0.1, *, negatives: Tensor | None = None,
         form: str = "cross_view", gather_distributed: bool = False,
         gather_fn: GatherFn | None = None, check_finite: bool = True,
-        tile_size: int | None = None, reduction: str = "mean") -> Tensor:
+        tile_size: int | None = None, tile_backend: str = "auto",
+        reduction: str = "mean") -> Tensor:
     """Functional NCE; arguments as :class:`NCELoss`."""
     temperature = check_positive("temperature", temperature)
     return _functional(lambda c: _nce_rows(c, temperature), z0, z1, negatives, form=form,
                        gather_distributed=gather_distributed, gather_fn=gather_fn,
-                       check_finite=check_finite, tile_size=tile_size, reduction=reduction)
+                       check_finite=check_finite, tile_size=tile_size,
+                       tile_backend=tile_backend, reduction=reduction)
 
 
 
@@ -153,12 +160,16 @@ class MarginContrastiveLoss(ContrastiveLoss):
         >>> loss = loss_fn(torch.randn(8, 32), torch.randn(8, 32))
     """
 
+    tile_backends = UNFUSED_BACKENDS  # no fused kernel: "auto" is the PyTorch path
+
     def __init__(self, margin: float = 1.0, *, squared: bool = True, form: str = "cross_view",
                  gather_distributed: bool = False, gather_fn: GatherFn | None = None,
                  check_finite: bool = True, tile_size: int | None = None,
+                 tile_backend: str = "auto",
                  reduction: str = "mean") -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
-                         check_finite=check_finite, tile_size=tile_size, reduction=reduction)
+                         check_finite=check_finite, tile_size=tile_size,
+                         tile_backend=tile_backend, reduction=reduction)
         self.margin = check_positive("margin", margin)
         self.squared = bool(squared)
 
@@ -179,12 +190,16 @@ class TripletLoss(ContrastiveLoss):
         >>> loss = loss_fn(torch.randn(8, 32), torch.randn(8, 32))
     """
 
+    tile_backends = UNFUSED_BACKENDS  # no fused kernel: "auto" is the PyTorch path
+
     def __init__(self, margin: float = 0.5, *, mining: str = "all", form: str = "cross_view",
                  gather_distributed: bool = False, gather_fn: GatherFn | None = None,
                  check_finite: bool = True, tile_size: int | None = None,
+                 tile_backend: str = "auto",
                  reduction: str = "mean") -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
-                         check_finite=check_finite, tile_size=tile_size, reduction=reduction)
+                         check_finite=check_finite, tile_size=tile_size,
+                         tile_backend=tile_backend, reduction=reduction)
         self.margin = check_positive("margin", margin)
         self.mining = check_choice("mining", mining, MINING)
 
@@ -207,12 +222,16 @@ class NCELoss(ContrastiveLoss):
         >>> loss = loss_fn(torch.randn(8, 32), torch.randn(8, 32))
     """
 
+    tile_backends = UNFUSED_BACKENDS  # no fused kernel: "auto" is the PyTorch path
+
     def __init__(self, temperature: float = 0.1, *, form: str = "cross_view",
                  gather_distributed: bool = False, gather_fn: GatherFn | None = None,
                  check_finite: bool = True, tile_size: int | None = None,
+                 tile_backend: str = "auto",
                  reduction: str = "mean") -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
-                         check_finite=check_finite, tile_size=tile_size, reduction=reduction)
+                         check_finite=check_finite, tile_size=tile_size,
+                         tile_backend=tile_backend, reduction=reduction)
         self.temperature = check_positive("temperature", temperature)
 
     def compute(self, z0: Tensor, z1: Tensor, negatives: Tensor | None) -> tuple[Tensor, Stats]:

@@ -81,3 +81,8 @@ class LabelTargets:
     def tile(self, r0: int, r1: int, keys: Tensor, masks: Masks, c0: int, c1: int) -> Tensor:
         u = same_class(self.c, r0, r1, c0, c1).to(keys.dtype)
         return mask_tile(u, masks, c0, c1, fill=0.0)
+
+    def kernel_labels(self) -> tuple[Tensor, Tensor]:
+        """``(labels [A], key_labels [C])``: what the fused kernel compares per tile
+        (:mod:`~adaptcl.plugins.fused`) to build the same targets."""
+        return self.c.labels, self.c.key_labels

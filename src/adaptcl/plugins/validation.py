@@ -66,11 +66,19 @@ def check_bool(name: str, value: bool) -> bool:
     return value
 
 
-def check_shared(*, gather_distributed: bool, gather_fn, check_finite: bool,
-                 tile_size: int | None) -> tuple[bool, object, bool, int | None]:
-    """The keywords every loss shares, checked the same way for all of them.
+TILE_BACKENDS = ("auto", "triton", "torch")
+# the tile backends of a loss without a fused kernel path (``"auto"`` is then the PyTorch loop)
+UNFUSED_BACKENDS = ("auto", "torch")
 
-    Returns ``(gather_distributed, gather_fn, check_finite, tile_size)``.
+
+def check_shared(*, gather_distributed: bool, gather_fn, check_finite: bool,
+                 tile_size: int | None, tile_backend: str = "auto",
+                 tile_backends: tuple[str, ...] = TILE_BACKENDS
+                 ) -> tuple[bool, object, bool, int | None, str]:
+    """The keywords every loss shares, checked the same way for all of them (``tile_backends``:
+    the tile backends the loss has, :mod:`~adaptcl.plugins.fused`).
+
+    Returns ``(gather_distributed, gather_fn, check_finite, tile_size, tile_backend)``.
     """
     check_bool("gather_distributed", gather_distributed)
     if gather_distributed and not torch.distributed.is_available():
@@ -80,7 +88,8 @@ def check_shared(*, gather_distributed: bool, gather_fn, check_finite: bool,
     check_bool("check_finite", check_finite)
     if tile_size is not None:
         check_int("tile_size", tile_size, minimum=1)
-    return gather_distributed, gather_fn, check_finite, tile_size
+    check_choice("tile_backend", tile_backend, tile_backends)
+    return gather_distributed, gather_fn, check_finite, tile_size, tile_backend
 
 
 def check_embedding_tensor(name: str, x: Tensor, *, dim: int | None = None, check_finite: bool = True) -> None:

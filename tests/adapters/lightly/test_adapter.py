@@ -431,3 +431,10 @@ def test_package_keeps_every_public_name_and_lightlys_layout():
         assert issubclass(cls, memory_bank.MemoryBankLoss), name
     assert isinstance(ASCLLoss().criterion, torch.nn.Module)
     assert isinstance(AMCLLoss(dim=4).criterion, torch.nn.Module)
+
+
+def test_tile_backend_reaches_the_core():
+    assert NTXentLoss(tile_size=8, tile_backend="torch").criterion.tile_backend == "torch"
+    assert MACLLoss(tile_size=8).criterion.tile_backend == "auto"
+    with pytest.raises(ValueError, match="tile_backend must be one of"):
+        NTXentLoss(tile_backend="cuda")

@@ -65,6 +65,8 @@ class NTXentLoss(MemoryBankLoss):
         memory_bank_labels: keep the class of every bank entry, for ``labels`` with a bank.
         check_finite: raise on NaN/inf embeddings (costs one host-device synchronisation).
         tile_size: stream the similarity matrix in tiles (memory linear in the batch).
+        tile_backend: ``"auto"``, ``"triton"`` or ``"torch"``: the fused kernel or the PyTorch
+            loop for the tiles (:mod:`adaptcl.plugins.fused`).
 
     ``loss_fn(out0, out1, labels)`` with the class of each pair (``[N]`` integers or one-hot
     rows) is supervised contrastive learning (SupCon's ``L_out``, Khosla et al. 2020): every
@@ -82,11 +84,12 @@ class NTXentLoss(MemoryBankLoss):
     def __init__(self, temperature: float = 0.5, memory_bank_size: BankSize = 0,
                  gather_distributed: bool = False, *, form: str = "nt_xent",
                  persistent_memory_bank: bool = False, memory_bank_labels: bool = False,
-                 check_finite: bool = True, tile_size: int | None = None) -> None:
+                 check_finite: bool = True, tile_size: int | None = None,
+                 tile_backend: str = "auto") -> None:
         super().__init__(functools.partial(plugins.InfoNCELoss, temperature), memory_bank_size,
                          gather_distributed, form=form,
                          persistent_memory_bank=persistent_memory_bank,
-                         check_finite=check_finite, tile_size=tile_size,
+                         check_finite=check_finite, tile_size=tile_size, tile_backend=tile_backend,
                          memory_bank_labels=memory_bank_labels)
 
     temperature = core_attribute("temperature", check_positive)
@@ -106,7 +109,7 @@ class DCLLoss(MemoryBankLoss):
         temperature: similarities are scaled by its inverse (> 0).
         weight_fn: ``None`` or a function of the two normalised views returning ``[N]`` weights.
         gather_distributed: gather negatives from every GPU before the loss.
-        memory_bank_size, form, persistent_memory_bank, check_finite, tile_size: as in
+        memory_bank_size, form, persistent_memory_bank, check_finite, tile_size, tile_backend: as in
             :class:`NTXentLoss`.
 
     Examples:
@@ -119,7 +122,8 @@ class DCLLoss(MemoryBankLoss):
                  weight_fn: Callable[[Tensor, Tensor], Tensor] | None = None,
                  gather_distributed: bool = False, *, memory_bank_size: BankSize = 0,
                  form: str = "nt_xent", persistent_memory_bank: bool = False,
-                 check_finite: bool = True, tile_size: int | None = None) -> None:
+                 check_finite: bool = True, tile_size: int | None = None,
+                 tile_backend: str = "auto") -> None:
         if weight_fn is not None and not callable(weight_fn):
             raise TypeError(
                 f"weight_fn must be callable or None, got {type(weight_fn).__name__} (Lightly's "
@@ -128,7 +132,7 @@ class DCLLoss(MemoryBankLoss):
         super().__init__(functools.partial(plugins.DCLLoss, temperature), memory_bank_size,
                          gather_distributed, form=form,
                          persistent_memory_bank=persistent_memory_bank,
-                         check_finite=check_finite, tile_size=tile_size)
+                         check_finite=check_finite, tile_size=tile_size, tile_backend=tile_backend)
         self.weight_fn = weight_fn
 
     temperature = core_attribute("temperature", check_positive)
@@ -193,11 +197,11 @@ class FlatNCELoss(MemoryBankLoss):
     def __init__(self, temperature: float = 0.1, memory_bank_size: BankSize = 0,
                  gather_distributed: bool = False, *, form: str = "nt_xent",
                  persistent_memory_bank: bool = False, check_finite: bool = True,
-                 tile_size: int | None = None) -> None:
+                 tile_size: int | None = None, tile_backend: str = "auto") -> None:
         super().__init__(functools.partial(plugins.FlatNCELoss, temperature), memory_bank_size,
                          gather_distributed, form=form,
                          persistent_memory_bank=persistent_memory_bank,
-                         check_finite=check_finite, tile_size=tile_size)
+                         check_finite=check_finite, tile_size=tile_size, tile_backend=tile_backend)
 
     temperature = core_attribute("temperature", check_positive)
 
@@ -216,12 +220,13 @@ class DualTemperatureLoss(MemoryBankLoss):
     def __init__(self, temperature: float = 0.1, temperature_beta: float = 1.0,
                  memory_bank_size: BankSize = 0, gather_distributed: bool = False,
                  *, form: str = "nt_xent", persistent_memory_bank: bool = False,
-                 check_finite: bool = True, tile_size: int | None = None) -> None:
+                 check_finite: bool = True, tile_size: int | None = None,
+                 tile_backend: str = "auto") -> None:
         super().__init__(functools.partial(plugins.DualTemperatureLoss, temperature,
                                            temperature_beta), memory_bank_size,
                          gather_distributed, form=form,
                          persistent_memory_bank=persistent_memory_bank,
-                         check_finite=check_finite, tile_size=tile_size)
+                         check_finite=check_finite, tile_size=tile_size, tile_backend=tile_backend)
 
     temperature = core_attribute("temperature", check_positive)
     temperature_beta = core_attribute("temperature_beta", check_positive)
@@ -255,8 +260,8 @@ class MACLLoss(MemoryBankLoss):
         reweight, adaptive, temperature_form, weight_form, min_temperature: ablation switches
             of :class:`adaptcl.plugins.MACLLoss`; ``min_temperature`` defaults to a tenth of
             ``temperature`` and follows it when ``temperature`` is set later.
-        form, persistent_memory_bank, memory_bank_labels, check_finite, tile_size: as in
-            :class:`NTXentLoss` (``labels`` need ``reweight=False``).
+        form, persistent_memory_bank, memory_bank_labels, check_finite, tile_size, tile_backend:
+            as in :class:`NTXentLoss` (``labels`` need ``reweight=False``).
 
     Examples:
         >>> # from lightly.loss import MACLLoss
@@ -273,14 +278,14 @@ class MACLLoss(MemoryBankLoss):
                  min_temperature: float | None = None, form: str = "nt_xent",
                  persistent_memory_bank: bool = False, memory_bank_labels: bool = False,
                  A_0: float | None = None, check_finite: bool = True,
-                 tile_size: int | None = None) -> None:
+                 tile_size: int | None = None, tile_backend: str = "auto") -> None:
         core = functools.partial(
             plugins.MACLLoss, temperature, alpha, a0 if A_0 is None else A_0,
             reweight=reweight, adaptive=adaptive, temperature_form=temperature_form,
             weight_form=weight_form, min_temperature=min_temperature)
         super().__init__(core, memory_bank_size, gather_distributed, form=form,
                          persistent_memory_bank=persistent_memory_bank,
-                         check_finite=check_finite, tile_size=tile_size,
+                         check_finite=check_finite, tile_size=tile_size, tile_backend=tile_backend,
                          memory_bank_labels=memory_bank_labels)
         self._floor_follows_temperature = min_temperature is None
 
@@ -331,12 +336,13 @@ class ASCLLoss(MemoryBankLoss):
                  num_neighbors: int = 1, mode: str = "ascl",
                  memory_bank_size: BankSize = 0, gather_distributed: bool = False,
                  *, persistent_memory_bank: bool = False, check_finite: bool = True,
-                 tile_size: int | None = None) -> None:
+                 tile_size: int | None = None, tile_backend: str = "auto") -> None:
         core = functools.partial(plugins.ASCLLoss, temperature, sharpen_temperature,
                                  num_neighbors, mode)
         super().__init__(core, memory_bank_size, gather_distributed, form="cross_view",
                          persistent_memory_bank=persistent_memory_bank,
-                         check_finite=check_finite, tile_size=tile_size, forms=("cross_view",))
+                         check_finite=check_finite, tile_size=tile_size,
+                         tile_backend=tile_backend, forms=("cross_view",))
 
     temperature = core_attribute("temperature", check_positive)
     sharpen_temperature = core_attribute("sharpen_temperature", check_positive)
@@ -369,7 +375,7 @@ class AMCLLoss(MultiHeadBankLoss):
         num_heads: number of heads C (the bank keeps one queue per head).
         form: in-batch candidate set without a memory bank.
         temperature_net: a custom temperature module (e.g. ``plugins.ConstantTemperature``).
-        persistent_memory_bank, check_finite, tile_size: as in :class:`NTXentLoss`.
+        persistent_memory_bank, check_finite, tile_size, tile_backend: as in :class:`NTXentLoss`.
         bound_warning_steps: warn once when the learned temperatures sit at a bound this many
             training steps in a row (``None`` disables); see :class:`adaptcl.plugins.AMCLLoss`.
 
@@ -386,7 +392,8 @@ class AMCLLoss(MultiHeadBankLoss):
                  gather_distributed: bool = False, *, num_heads: int = 1,
                  form: str = "nt_xent", temperature_net: nn.Module | None = None,
                  persistent_memory_bank: bool = False, check_finite: bool = True,
-                 tile_size: int | None = None, bound_warning_steps: int | None = 100) -> None:
+                 tile_size: int | None = None,
+                 tile_backend: str = "auto", bound_warning_steps: int | None = 100) -> None:
         check_int("dim", dim, 1)
         net = (_amcl.PairTemperature(dim, eta=eta, iota=iota) if temperature_net is None
                else temperature_net)
@@ -396,7 +403,7 @@ class AMCLLoss(MultiHeadBankLoss):
                                  bound_warning_steps=bound_warning_steps)
         super().__init__(core, memory_bank_size, gather_distributed, num_heads=num_heads,
                          form=form, persistent_memory_bank=persistent_memory_bank,
-                         check_finite=check_finite, tile_size=tile_size)
+                         check_finite=check_finite, tile_size=tile_size, tile_backend=tile_backend)
 
     @property
     def temperature_net(self) -> nn.Module:

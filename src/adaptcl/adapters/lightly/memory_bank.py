@@ -109,6 +109,7 @@ class MemoryBankLoss(nn.Module):
         check_finite: raise ``ValueError`` on NaN/inf embeddings (one reduction and one
             host-device synchronisation per call; turn off in tuned training loops).
         tile_size: stream the similarity matrix in tiles (see :mod:`adaptcl.plugins.tiled`).
+        tile_backend: what computes the tiles (see :mod:`adaptcl.plugins.fused`).
         forms: the in-batch forms this loss supports.
         bank_width: bank entries per row (heads of a multi-head loss).
         memory_bank_labels: keep the class of every bank entry (a second Lightly bank of
@@ -121,12 +122,13 @@ class MemoryBankLoss(nn.Module):
                  memory_bank_size: int | Sequence[int] = 0,
                  gather_distributed: bool = False, *, form: str = "nt_xent",
                  persistent_memory_bank: bool = False, check_finite: bool = True,
-                 tile_size: int | None = None, forms: tuple[str, ...] = IN_BATCH_FORMS,
+                 tile_size: int | None = None,
+                 tile_backend: str = "auto", forms: tuple[str, ...] = IN_BATCH_FORMS,
                  bank_width: int = 1, memory_bank_labels: bool = False) -> None:
         super().__init__()
         # the core's checks, made before Lightly's bank sees gather_distributed
         check_shared(gather_distributed=gather_distributed, gather_fn=None,
-                     check_finite=check_finite, tile_size=tile_size)
+                     check_finite=check_finite, tile_size=tile_size, tile_backend=tile_backend)
         check_bool("persistent_memory_bank", persistent_memory_bank)
         check_bool("memory_bank_labels", memory_bank_labels)
         if form == "queue":
@@ -148,7 +150,7 @@ class MemoryBankLoss(nn.Module):
         self.criterion = make_core(
             form=self.form, gather_distributed=gather_distributed,
             gather_fn=lightly_gather if gather_distributed else None,
-            check_finite=check_finite, tile_size=tile_size,
+            check_finite=check_finite, tile_size=tile_size, tile_backend=tile_backend,
         )
         # A one-entry-per-row bank holds unit rows (Lightly's initial ones and _bank_rows'):
         # the core uses them as they are, as Lightly does, so an entry equals the key it was

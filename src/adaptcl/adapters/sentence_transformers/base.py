@@ -129,7 +129,7 @@ class AdaptiveContrastiveLoss(CachedLossMixin, nn.Module):
     across ranks too) and, as in ``MultipleNegativesRankingLoss``, touches the anchor -> candidates
     direction only: the reverse direction of ``symmetric=True`` runs without it.
 
-    The subclasses also take ``tile_size`` (passed to the core loss): see
+    The subclasses also take ``tile_size`` and ``tile_backend`` (passed to the core loss): see
     :mod:`adaptcl.plugins.tiled`.
     """
 
@@ -296,6 +296,8 @@ class AdaptiveContrastiveLoss(CachedLossMixin, nn.Module):
             config["symmetric"] = True
         if getattr(self.core, "tile_size", None) is not None:
             config["tile_size"] = self.core.tile_size
+        if getattr(self.core, "tile_backend", "auto") != "auto":
+            config["tile_backend"] = self.core.tile_backend
         if self.mini_batch_size is not None:
             config["mini_batch_size"] = self.mini_batch_size
         if self.mini_batch_num_tokens is not None:

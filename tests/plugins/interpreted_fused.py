@@ -1,0 +1,234 @@
+"""The fused Triton kernel of the tiled losses (``tile_backend="triton"``) under Triton's
+interpreter, against the float64 materialised losses.
+
+Not collected by a plain ``pytest`` run (the name has no ``test_`` prefix): Triton fixes
+whether its kernels, its own library included, are compiled or interpreted when it is first
+imported, and ``import torch._dynamo`` imports it, so the interpreter cannot be switched on
+inside a pytest process that has run other tests. ``tests/plugins/test_fused.py`` runs this
+file in a fresh process with ``TRITON_INTERPRET=1``; run it by hand the same way::
+
+    TRITON_INTERPRET=1 PYTHONPATH=src python -m pytest tests/plugins/interpreted_fused.py
+
+Every kernel test replaces the PyTorch tile loop with a failure, so a silent fallback cannot
+pass.
+
+The interpreter runs each program in NumPy: shapes are tiny and not multiples of the
+interpreter's 16-wide blocks (13 pairs, dimension 20: two feature chunks, a partial column
+block). Values and gradients agree with the float64 reference to float32 accuracy; bfloat16
+inputs to bfloat16 accuracy. Large shapes are the ``gpu`` tests at the end.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from adaptcl.plugins import (
+    AMCLLoss,
+    ASCLLoss,
+    ConstantTemperature,
+    DCLLoss,
+    DualTemperatureLoss,
+    DySTreSSLoss,
+    FlatNCELoss,
+    InfoNCELoss,
+    LearnableTemperatureLoss,
+    MACLLoss,
+    PairTemperature,
+    TemperatureScheduleLoss,
+    fused,
+)
+from adaptcl.plugins import tiled as tiled_module
+from adaptcl.plugins.tiled import streamed_row_stats
+
+pytest.importorskip("triton")
+if not fused.interpreting():
+    pytest.skip("run with TRITON_INTERPRET=1 (tests/plugins/test_fused.py does)",
+                allow_module_level=True)
+
+N, D, BANK = 13, 20, 7
+RTOL, ATOL = 2e-4, 2e-5
+
+
+@pytest.fixture
+def no_torch_tiles(monkeypatch):
+    """The PyTorch tile loop fails if called: the kernel must have computed the result."""
+    def fail(*args):
+        raise AssertionError("the PyTorch tile loop ran instead of the kernel")
+    monkeypatch.setattr(tiled_module._StreamedRowStats, "apply", fail)
+
+
+def _inputs(seed: int = 0, bank: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    z = [torch.randn(N, D, generator=g, dtype=torch.float64) for _ in range(2)]
+    if bank:
+        z.append(torch.randn(bank, D, generator=g, dtype=torch.float64))
+    return z
+
+
+def _run(loss_fn, inputs, dtype, **pairs):
+    leaves = [x.to(dtype).requires_grad_(True) for x in inputs]
+    loss = loss_fn(*leaves, **pairs)
+    params = [p for p in loss_fn.parameters() if p.requires_grad]
+    return loss.detach(), torch.autograd.grad(loss, leaves + params)
+
+
+def _check(make, *, bank: int = 0, seed: int = 0, **pairs):
+    """``make(**tile options)``'s value and gradients (inputs and parameters) on the kernel in
+    float32 against the materialised loss in float64."""
+    inputs = _inputs(seed, bank)
+    reference = make(tile_size=None).double()
+    value, grads = _run(reference, inputs, torch.float64, **pairs)
+    kernel = make(tile_size=8, tile_backend="triton")
+    got, got_grads = _run(kernel, inputs, torch.float32, **pairs)
+    torch.testing.assert_close(got.double(), value, rtol=RTOL, atol=ATOL)
+    for a, b in zip(got_grads, grads, strict=True):
+        assert b.abs().sum() > 0
+        torch.testing.assert_close(a.double(), b, rtol=RTOL, atol=ATOL)
+
+
+CASES = {
+    "infonce_nt_xent": (lambda **t: InfoNCELoss(0.1, **t), 0),
+    "infonce_cross_view_bank": (lambda **t: InfoNCELoss(0.2, form="cross_view", **t), BANK),
+    "infonce_symmetric": (lambda **t: InfoNCELoss(0.1, form="cross_view_symmetric", **t), 0),
+    "infonce_queue": (lambda **t: InfoNCELoss(0.1, form="queue", **t), 19),
+    "dcl_nt_xent": (lambda **t: DCLLoss(0.1, **t), 0),
+    "flat_nce": (lambda **t: FlatNCELoss(0.1, form="cross_view", **t), 0),
+    "dual_temperature": (lambda **t: DualTemperatureLoss(0.1, 1.0, **t), 0),
+    "ascl_hard_queue": (lambda **t: ASCLLoss(0.1, 0.05, 2, mode="hard", **t), 19),
+    "macl_nt_xent": (lambda **t: MACLLoss(0.1, 0.5, **t), 0),
+    "macl_cross_view_bank": (lambda **t: MACLLoss(0.2, 0.5, form="cross_view", **t), BANK),
+    "schedule": (lambda **t: TemperatureScheduleLoss(0.1, 1.0, 40, step=7, **t), 0),
+    "learned_temperature": (lambda **t: LearnableTemperatureLoss(0.07, **t), 0),
+    "dystress_cosine": (lambda **t: DySTreSSLoss(0.1, 0.2, **t), 0),
+    "dystress_piecewise_attached": (
+        lambda **t: DySTreSSLoss(0.1, 0.2, shape="piecewise", threshold=0.1, width=0.7,
+                                 detach_temperature=False, form="cross_view", **t), BANK),
+}
+
+
+def _two_rank_gather(x):
+    """A gradient-carrying gather over two ranks in one process: this rank's rows (with their
+    graph) and another rank's (built from them, so they carry gradient too)."""
+    return [x, x.flip(0) * 0.5 + 0.25]
+
+
+CASES["macl_gathered_nt_xent"] = (lambda **t: MACLLoss(0.1, 0.5, gather_fn=_two_rank_gather,
+                                                       **t), 0)
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_kernel_equals_the_float64_materialised_loss(name, no_torch_tiles):
+    make, bank = CASES[name]
+    _check(make, bank=bank)
+
+
+def _pair_net() -> PairTemperature:
+    """The same AMCL temperature network at every call (the reference and the kernel share it)."""
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        return PairTemperature(D, eta=0.05, iota=2.0)
+
+
+AMCL = {
+    "amcl_pair_temperature_nt_xent": (lambda **t: AMCLLoss(_pair_net(), beta=1e-2, **t), 0),
+    "amcl_constant_infonce_bank": (
+        lambda **t: AMCLLoss(ConstantTemperature(0.2), beta=1e-2, objective="infonce",
+                             form="cross_view", **t), BANK),
+}
+
+
+@pytest.mark.parametrize("name", list(AMCL))
+def test_kernel_amcl_pair_log_sum_exp(name, monkeypatch):
+    def fail(*args):
+        raise AssertionError("the PyTorch pair loop ran instead of the kernel")
+    monkeypatch.setattr(tiled_module._StreamedPairLSE, "apply", fail)
+    make, bank = AMCL[name]
+    _check(make, bank=bank)
+
+
+LABELLED = {
+    "infonce": lambda **t: InfoNCELoss(0.1, **t),
+    "macl": lambda **t: MACLLoss(0.1, 0.5, reweight=False, form="cross_view", **t),
+    "dystress": lambda **t: DySTreSSLoss(0.1, 0.2, detach_temperature=False, **t),
+}
+
+
+@pytest.mark.parametrize("name", list(LABELLED))
+def test_kernel_multi_positive_labels_with_classless_bank_keys(name, no_torch_tiles):
+    labels = torch.tensor([0, 1, 0, 2, 1, 0, 3, 3, 2, 0, 1, 4, 0])
+    negative_labels = torch.tensor([-1, 0, 2, -1, 1, -1, 0])
+    _check(LABELLED[name], bank=BANK, labels=labels, negative_labels=negative_labels)
+
+
+def _row_stats_reference(a, k, masks, g):
+    """Float64 materialised ``lse`` of the masked ``a @ k.T`` and its gradients for ``g``."""
+    a64, k64 = (x.double().requires_grad_(True) for x in (a, k))
+    logits = a64 @ k64.T
+    rows = torch.arange(a.shape[0])
+    for idx in masks:
+        logits = logits.index_put((rows, idx), torch.tensor(float("-inf"), dtype=torch.float64))
+    lse = torch.logsumexp(logits, dim=1)
+    return (lse.detach(), *torch.autograd.grad((lse * g.double()).sum(), (a64, k64)))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_kernel_takes_half_precision_inputs(dtype, no_torch_tiles):
+    g = torch.Generator().manual_seed(3)
+    a = (torch.randn(21, D, generator=g) / 2).to(dtype).requires_grad_(True)
+    k = (torch.randn(35, D, generator=g) / 2).to(dtype).requires_grad_(True)
+    masks = (torch.randint(0, 35, (21,), generator=g), torch.randint(0, 35, (21,), generator=g))
+    up = torch.randn(21, generator=g)
+    lse = streamed_row_stats(a, k, 8, masks, backend="triton")[0]
+    ga, gk = torch.autograd.grad((lse * up).sum(), (a, k))
+    assert lse.dtype == torch.float32 and ga.dtype == dtype and gk.dtype == dtype
+    ref, ref_a, ref_k = _row_stats_reference(a.detach(), k.detach(), masks, up)
+    torch.testing.assert_close(lse.double(), ref, rtol=1e-5, atol=1e-5)  # float32 accumulation
+    for got, expected in ((ga, ref_a), (gk, ref_k)):  # the tile's weights round to ``dtype``
+        torch.testing.assert_close(got.double(), expected, rtol=0, atol=2e-2 * expected.abs().max())
+
+
+def test_a_fully_masked_row_gives_minus_infinity_and_no_gradient(no_torch_tiles):
+    g = torch.Generator().manual_seed(4)
+    a = torch.randn(18, D, generator=g).requires_grad_(True)
+    k = torch.randn(2, D, generator=g).requires_grad_(True)
+    # row 5 excludes both columns; every other row keeps at least one
+    positive, own = torch.zeros(18, dtype=torch.long), torch.zeros(18, dtype=torch.long)
+    own[5] = 1
+    lse = streamed_row_stats(a, k, 8, (positive, own), backend="triton")[0]
+    assert lse[5] == float("-inf")
+    finite = torch.ones(18, dtype=torch.bool)
+    finite[5] = False
+    ga, gk = torch.autograd.grad(lse[finite].sum(), (a, k))
+    ref, ref_a, ref_k = _row_stats_reference(a.detach()[finite], k.detach(),
+                                             (positive[finite], own[finite]), torch.ones(17))
+    torch.testing.assert_close(lse[finite].double(), ref, rtol=RTOL, atol=ATOL)
+    assert torch.all(ga[5] == 0)
+    torch.testing.assert_close(ga[finite].double(), ref_a, rtol=RTOL, atol=ATOL)
+    torch.testing.assert_close(gk.double(), ref_k, rtol=RTOL, atol=ATOL)
+
+
+def test_triton_refuses_in_one_line_what_the_kernel_does_not_cover():
+    z0, z1 = _inputs()
+    hard = InfoNCELoss(0.1, tile_size=8, tile_backend="triton", hardness_mode="all_negatives",
+                       hardness_strength=1.0)
+    with pytest.raises(ValueError, match=r"tile_backend='triton' cannot run here: .*HardnessBias"):
+        hard(z0.float(), z1.float())
+    with pytest.raises(ValueError, match=r"cannot run here: the dtypes are torch.float64"):
+        InfoNCELoss(0.1, tile_size=8, tile_backend="triton")(z0, z1)
+    with pytest.raises(ValueError, match=r"covers AMCL's negative_term='softmax' only"):
+        AMCLLoss(_pair_net(), negative_term="topk", tile_size=8, tile_backend="triton")
+
+
+def test_compiled_loss_on_the_kernel_is_one_graph(no_torch_tiles):
+    torch._dynamo.reset()
+    loss_fn = InfoNCELoss(0.1, form="cross_view", tile_size=8, tile_backend="triton")
+    compiled = torch.compile(loss_fn, backend="aot_eager", fullgraph=True, dynamic=False)
+    z0, z1 = (x.float().requires_grad_(True) for x in _inputs(seed=5))
+    value = compiled(z0, z1)
+    grads = torch.autograd.grad(value, (z0, z1))
+    expected = loss_fn(z0, z1)
+    torch.testing.assert_close(value, expected)
+    for got, ref in zip(grads, torch.autograd.grad(expected, (z0, z1)), strict=True):
+        torch.testing.assert_close(got, ref)
+    torch._dynamo.reset()

@@ -1,0 +1,132 @@
+"""The fused Triton kernel of the tiled losses (:mod:`adaptcl.plugins.fused`).
+
+The kernel's values and gradients are tested under Triton's interpreter in
+``interpreted_fused.py``, run here in a fresh process with ``TRITON_INTERPRET=1``: Triton
+fixes interpreted or compiled when it is first imported (``import torch._dynamo`` imports it),
+so the variable cannot be switched on inside this process, and setting it here would turn every
+later Triton kernel of the process into an interpreted one. The tests below need no kernel (the
+choice of backend, the refusals) or a GPU (``gpu``: the compiled kernel at a large batch).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from adaptcl.plugins import (
+    AMCLLoss,
+    DySTreSSLoss,
+    InfoNCELoss,
+    MACLLoss,
+    NCELoss,
+    PairTemperature,
+    fused,
+)
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+
+
+def _pair(n: int = 13, d: int = 20, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.randn(n, d, generator=g), torch.randn(n, d, generator=g)
+
+
+@pytest.mark.slow
+def test_kernels_under_the_interpreter_equal_the_float64_reference():
+    pytest.importorskip("triton")
+    env = {**os.environ, "TRITON_INTERPRET": "1",
+           "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT),
+                                          os.environ.get("PYTHONPATH", "")])}
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                          "-W", "ignore::RuntimeWarning", str(HERE / "interpreted_fused.py")],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
+    assert " passed" in run.stdout and "skipped" not in run.stdout, run.stdout[-2000:]
+
+
+def test_triton_on_cpu_tensors_without_the_interpreter_refuses_in_one_line(monkeypatch):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    z0, z1 = _pair()
+    with pytest.raises(ValueError, match=r"tile_backend='triton' cannot run here: ") as err:
+        InfoNCELoss(0.1, tile_size=8, tile_backend="triton")(z0, z1)
+    assert "\n" not in str(err.value)
+    expected = ("Triton is not installed" if not fused._HAS_TRITON else
+                "the tensors are on the CPU and TRITON_INTERPRET=1 is not set")
+    assert expected in str(err.value)
+
+
+def test_the_interpreter_switched_on_after_triton_was_imported_is_refused(monkeypatch):
+    pytest.importorskip("triton")  # imported here without the interpreter, as torch._dynamo does
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    z0, z1 = _pair()
+    with pytest.raises(ValueError, match=r"TRITON_INTERPRET=1 was set after Triton was imported"):
+        MACLLoss(0.1, 0.5, tile_size=8, tile_backend="triton")(z0, z1)
+
+
+def test_auto_on_the_cpu_is_the_pytorch_loop_bit_for_bit():
+    z0, z1 = _pair()
+    labels = torch.tensor([0, 1, 0, 2, 1, 0, 3, 3, 2, 0, 1, 4, 0])
+    for make, pairs in ((lambda **t: MACLLoss(0.1, 0.5, **t), {}),
+                        (lambda **t: DySTreSSLoss(0.1, 0.2, form="cross_view", **t),
+                         {"labels": labels})):
+        a, b = (x.clone().requires_grad_(True) for x in (z0, z1))
+        auto = make(tile_size=8)(a, b, **pairs)
+        c, d = (x.clone().requires_grad_(True) for x in (z0, z1))
+        loop = make(tile_size=8, tile_backend="torch")(c, d, **pairs)
+        assert torch.equal(auto, loop)
+        for got, ref in zip(torch.autograd.grad(auto, (a, b)), torch.autograd.grad(loop, (c, d)),
+                            strict=True):
+            assert torch.equal(got, ref)
+
+
+def test_tile_backend_is_validated_and_losses_without_a_kernel_take_no_triton():
+    with pytest.raises(ValueError, match=r"tile_backend must be one of \('auto', 'triton', "):
+        InfoNCELoss(tile_backend="cuda")
+    with pytest.raises(ValueError, match=r"tile_backend must be one of \('auto', 'torch'\)"):
+        NCELoss(tile_backend="triton")
+    assert "tile_backend='torch'" in repr(InfoNCELoss(tile_size=8, tile_backend="torch"))
+    assert "tile_backend" not in repr(InfoNCELoss(tile_size=8))
+
+
+# --------------------------------------------------------------------------------------------
+# Large shapes: the compiled kernel on a GPU
+# --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("form", ["nt_xent", "cross_view"])
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_gpu_kernel_equals_the_pytorch_tiles_at_a_large_batch(form):
+    g = torch.Generator(device="cuda").manual_seed(0)
+    z0, z1 = (torch.randn(6000, 128, device="cuda", generator=g) for _ in range(2))
+    labels = torch.randint(0, 50, (6000,), device="cuda", generator=g)
+    bank = torch.randn(3000, 128, device="cuda", generator=g)
+    net = PairTemperature(128).cuda()
+    for make, args, pairs in (
+            (lambda **t: MACLLoss(0.1, 0.5, form=form, **t), (), {}),
+            (lambda **t: InfoNCELoss(0.1, form=form, **t), (bank,), {}),
+            (lambda **t: DySTreSSLoss(0.1, 0.2, form=form, detach_temperature=False, **t), (),
+             {"labels": labels}),
+            (lambda **t: AMCLLoss(net, beta=1e-3, form=form, **t), (), {})):
+        results = []
+        for backend in ("triton", "torch"):
+            a, b = z0.clone().requires_grad_(True), z1.clone().requires_grad_(True)
+            loss = make(tile_size=2048, tile_backend=backend)(a, b, *args, **pairs)
+            results.append((loss, *torch.autograd.grad(loss, (a, b))))
+        for got, ref in zip(*results, strict=True):
+            torch.testing.assert_close(got, ref, rtol=1e-3, atol=1e-6)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_gpu_auto_takes_the_kernel_and_compiles():
+    z0, z1 = (torch.randn(4096, 128, device="cuda") for _ in range(2))
+    loss_fn = MACLLoss(0.1, 0.5, tile_size=1024)
+    assert fused.use_kernel("auto", z0, z1)
+    compiled = torch.compile(loss_fn, fullgraph=True)
+    torch.testing.assert_close(compiled(z0, z1), loss_fn(z0, z1), rtol=1e-4, atol=1e-6)
