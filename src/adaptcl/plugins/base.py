@@ -65,6 +65,15 @@ def loss_stats(per_anchor: Tensor, cands: list[Candidates] | None = None, *,
     return stats
 
 
+def note_tile(stats: Stats, auto_tile: int | None) -> Stats:
+    """``stats`` with ``auto_tile_size`` (the tile, a float32 0-d tensor) when the logits
+    budget switched the call to its tiled path (:func:`~adaptcl.plugins.budget.plan_tiles`)."""
+    if auto_tile is not None:
+        stats["auto_tile_size"] = torch.full((), float(auto_tile), dtype=torch.float32,
+                                             device=stats["loss"].device)
+    return stats
+
+
 def run_kernel(
     cands: list[Candidates],
     temperature: Tensor | float,
@@ -145,7 +154,7 @@ def in_row_blocks(rows_fn: Callable[[int, int], Tensor], num_rows: int,
 def functional_candidates(z0: Tensor, z1: Tensor, negatives: Tensor | None, *, form: str,
                           gather_distributed: bool, gather_fn: GatherFn | None,
                           check_finite: bool, tile_size: int | None, reduction: str,
-                          forms: tuple[str, ...] = FORMS,
+                          max_logits_bytes: int | None = None, forms: tuple[str, ...] = FORMS,
                           **pairs: Tensor | None) -> list[Candidates]:
     """What a functional form does before its formula: check the shared keywords exactly as
     :class:`ContrastiveLoss` does, then build the candidates (``pairs``: ``labels``,
@@ -153,7 +162,8 @@ def functional_candidates(z0: Tensor, z1: Tensor, negatives: Tensor | None, *, f
     check_choice("form", form, forms)
     check_choice("reduction", reduction, REDUCTIONS)
     check_shared(gather_distributed=gather_distributed, gather_fn=gather_fn,
-                 check_finite=check_finite, tile_size=tile_size)
+                 check_finite=check_finite, tile_size=tile_size,
+                 max_logits_bytes=max_logits_bytes)
     return build_candidates(z0, z1, form, negatives, gather_distributed=gather_distributed,
                             gather_fn=gather_fn, check_finite=check_finite, **pairs)
 
@@ -192,7 +202,10 @@ class ContrastiveLoss(Loss):
     survey losses) takes the same keywords, checked here by one function:
     ``gather_distributed`` (a bool), ``gather_fn`` (a gradient-carrying gather such as
     ``lightly.utils.dist.gather``, or None), ``check_finite`` (a bool), ``tile_size`` (None or
-    an int >= 1) and ``reduction`` (``"mean"``, ``"sum"`` or ``"none"`` for per-anchor losses,
+    an int >= 1), ``max_logits_bytes`` (None or an int >= 1: the budget beyond which the
+    materialised logits give way to the exact tiled path, :mod:`~adaptcl.plugins.budget`;
+    ``None`` reads it from the free memory on CUDA and never switches elsewhere) and
+    ``reduction`` (``"mean"``, ``"sum"`` or ``"none"`` for per-anchor losses,
     as in ``torch.nn``). Inputs of mixed float32/float64 dtypes are computed in float64.
     Anchors with no negatives (a batch of one pair, an empty queue) contribute 0 with a zero
     gradient, as in Lightly and sentence-transformers.
@@ -214,15 +227,16 @@ class ContrastiveLoss(Loss):
     def __init__(self, *, form: str, gather_distributed: bool = False,
                  gather_fn: GatherFn | None = None, check_finite: bool = True,
                  tile_size: int | None = None, reduction: str = "mean",
-                 forms: tuple[str, ...] = FORMS) -> None:
+                 max_logits_bytes: int | None = None, forms: tuple[str, ...] = FORMS) -> None:
         # One validation path for the keywords every loss shares (a subclass restricts
         # ``forms`` to those it defines).
         form = check_choice("form", form, forms)
         super().__init__(reduction=reduction)
         self.form = form
         (self.gather_distributed, self.gather_fn, self.check_finite,
-         self.tile_size) = check_shared(gather_distributed=gather_distributed, gather_fn=gather_fn,
-                                        check_finite=check_finite, tile_size=tile_size)
+         self.tile_size, self.max_logits_bytes) = check_shared(
+            gather_distributed=gather_distributed, gather_fn=gather_fn, check_finite=check_finite,
+            tile_size=tile_size, max_logits_bytes=max_logits_bytes)
 
     @property
     def gathers(self) -> bool:
@@ -267,5 +281,7 @@ class ContrastiveLoss(Loss):
 
     def extra_repr(self) -> str:
         tiled = "" if self.tile_size is None else f", tile_size={self.tile_size}"
+        if self.max_logits_bytes is not None:
+            tiled += f", max_logits_bytes={self.max_logits_bytes}"
         reduction = "" if self.reduction == "mean" else f", reduction={self.reduction!r}"
         return f"form={self.form!r}, gather_distributed={self.gather_distributed}{tiled}{reduction}"

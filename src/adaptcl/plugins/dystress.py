@@ -52,7 +52,15 @@ import math
 import torch
 from torch import Tensor
 
-from .base import ContrastiveLoss, Stats, functional_candidates, reduce, run_kernel
+from .base import (
+    ContrastiveLoss,
+    Stats,
+    functional_candidates,
+    note_tile,
+    reduce,
+    run_kernel,
+)
+from .budget import LOGIT_COPIES, plan_tiles
 from .candidates import Candidates
 from .distributed import GatherFn
 from .hardness import check_hardness, hardness_spec
@@ -141,14 +149,19 @@ def _dystress_options(min_temperature: float, max_temperature: float, shape: str
 def _dystress(cands: list[Candidates], *, min_temperature: float, max_temperature: float,
               shape: str, threshold: float, width: float, detach_temperature: bool,
               positive_in_denominator: bool, hardness_mode: str | None, hardness_strength: float,
-              tile_size: int | None) -> tuple[Tensor, Stats]:
+              tile_size: int | None, max_logits_bytes: int | None = None
+              ) -> tuple[Tensor, Stats]:
     """DySTreSS's per-anchor losses and statistics on prepared candidates."""
+    # the per-pair temperatures add a fourth [A, C] matrix to the materialised peak
+    tile_size, auto = plan_tiles("DySTreSS", cands, tile_size, max_logits_bytes,
+                                 copies=LOGIT_COPIES + 1)
     term = _PairTemperatureTerm(min_temperature, max_temperature, shape, threshold, width,
                                 detach_temperature)
     tau_positive = term.temperature(cands[0].positive_sim.detach())
-    return run_kernel(cands, tau_positive, positive_in_denominator=positive_in_denominator,
-                      tile_size=tile_size, term=term,
-                      hardness=hardness_spec(hardness_mode, hardness_strength))
+    losses, stats = run_kernel(cands, tau_positive, positive_in_denominator=positive_in_denominator,
+                               tile_size=tile_size, term=term,
+                               hardness=hardness_spec(hardness_mode, hardness_strength))
+    return losses, note_tile(stats, auto)
 
 
 class DySTreSSLoss(ContrastiveLoss):
@@ -168,8 +181,8 @@ class DySTreSSLoss(ContrastiveLoss):
             temperatures).
         hardness_mode, hardness_strength: the hardness term of :mod:`adaptcl.plugins.hardness`
             (off by default).
-        form, gather_distributed, gather_fn, check_finite, tile_size, reduction: as in
-            :class:`~adaptcl.plugins.InfoNCELoss`.
+        form, gather_distributed, gather_fn, check_finite, tile_size, reduction,
+            max_logits_bytes: as in :class:`~adaptcl.plugins.InfoNCELoss`.
 
     ``forward(z0, z1, negatives=None, *, labels=None, negative_labels=None,
     negative_owners=None)``: ``labels`` give multi-positive (SupCon) targets
@@ -194,9 +207,11 @@ class DySTreSSLoss(ContrastiveLoss):
                  hardness_mode: str | None = None, hardness_strength: float = 0.0,
                  form: str = "nt_xent", gather_distributed: bool = False,
                  gather_fn: GatherFn | None = None, check_finite: bool = True,
-                 tile_size: int | None = None, reduction: str = "mean") -> None:
+                 tile_size: int | None = None, reduction: str = "mean",
+                 max_logits_bytes: int | None = None) -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
-                         check_finite=check_finite, tile_size=tile_size, reduction=reduction)
+                         check_finite=check_finite, tile_size=tile_size, reduction=reduction,
+                         max_logits_bytes=max_logits_bytes)
         options = _dystress_options(min_temperature, max_temperature, shape, threshold, width,
                                     detach_temperature, positive_in_denominator, hardness_mode,
                                     hardness_strength)
@@ -215,7 +230,8 @@ class DySTreSSLoss(ContrastiveLoss):
 
     def compute_from_candidates(self, cands: list[Candidates]) -> tuple[Tensor, Stats]:
         """DySTreSS's per-anchor losses on prepared candidates (adapters that build their own)."""
-        return _dystress(cands, **self._options(), tile_size=self.tile_size)
+        return _dystress(cands, **self._options(), tile_size=self.tile_size,
+                         max_logits_bytes=self.max_logits_bytes)
 
     def extra_repr(self) -> str:
         shape = (f"shape='piecewise', threshold={self.threshold}, width={self.width}"
@@ -237,7 +253,8 @@ def dystress(z0: Tensor, z1: Tensor, min_temperature: float = 0.1, max_temperatu
              negative_labels: Tensor | None = None, negative_owners: Tensor | None = None,
              form: str = "nt_xent", gather_distributed: bool = False,
              gather_fn: GatherFn | None = None, check_finite: bool = True,
-             tile_size: int | None = None, reduction: str = "mean") -> Tensor:
+             tile_size: int | None = None, reduction: str = "mean",
+             max_logits_bytes: int | None = None) -> Tensor:
     """Functional DySTreSS; arguments as :class:`DySTreSSLoss` (and its ``forward``).
 
     Examples:
@@ -249,7 +266,8 @@ def dystress(z0: Tensor, z1: Tensor, min_temperature: float = 0.1, max_temperatu
     cands = functional_candidates(z0, z1, negatives, form=form,
                                   gather_distributed=gather_distributed, gather_fn=gather_fn,
                                   check_finite=check_finite, tile_size=tile_size,
-                                  reduction=reduction, labels=labels,
-                                  negative_labels=negative_labels,
+                                  reduction=reduction, max_logits_bytes=max_logits_bytes,
+                                  labels=labels, negative_labels=negative_labels,
                                   negative_owners=negative_owners)
-    return reduce(_dystress(cands, **options, tile_size=tile_size)[0], reduction)
+    return reduce(_dystress(cands, **options, tile_size=tile_size,
+                            max_logits_bytes=max_logits_bytes)[0], reduction)

@@ -17,7 +17,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .base import ContrastiveLoss, Stats, functional_candidates, loss_stats, reduce, run_kernel
+from .base import (
+    ContrastiveLoss,
+    Stats,
+    functional_candidates,
+    loss_stats,
+    note_tile,
+    reduce,
+    run_kernel,
+)
+from .budget import plan_tiles
 from .candidates import Candidates
 from .distributed import GatherFn
 from .hardness import check_hardness, hardness_spec
@@ -26,10 +35,13 @@ from .validation import check_positive
 
 
 def _info_nce(cands: list[Candidates], temperature: float, positive_in_denominator: bool,
-              tile_size: int | None, hardness: tuple[str, float] | None = None
-              ) -> tuple[Tensor, Stats]:
-    return run_kernel(cands, temperature, positive_in_denominator=positive_in_denominator,
-                      tile_size=tile_size, hardness=hardness)
+              tile_size: int | None, hardness: tuple[str, float] | None = None, *,
+              max_logits_bytes: int | None = None) -> tuple[Tensor, Stats]:
+    tile_size, auto = plan_tiles("InfoNCE" if positive_in_denominator else "DCL", cands,
+                                 tile_size, max_logits_bytes)
+    losses, stats = run_kernel(cands, temperature, positive_in_denominator=positive_in_denominator,
+                               tile_size=tile_size, hardness=hardness)
+    return losses, note_tile(stats, auto)
 
 
 def info_nce(z0: Tensor, z1: Tensor, temperature: float = 0.1, *, negatives: Tensor | None = None,
@@ -38,7 +50,8 @@ def info_nce(z0: Tensor, z1: Tensor, temperature: float = 0.1, *, negatives: Ten
              labels: Tensor | None = None, negative_labels: Tensor | None = None,
              negative_owners: Tensor | None = None, gather_distributed: bool = False,
              gather_fn: GatherFn | None = None, check_finite: bool = True,
-             tile_size: int | None = None, reduction: str = "mean") -> Tensor:
+             tile_size: int | None = None, reduction: str = "mean",
+             max_logits_bytes: int | None = None) -> Tensor:
     """InfoNCE / NT-Xent of the pairs ``(z0[i], z1[i])``; arguments as :class:`InfoNCELoss`
     (and its ``forward``: ``labels`` give SupCon's multi-positive targets).
 
@@ -55,23 +68,26 @@ def info_nce(z0: Tensor, z1: Tensor, temperature: float = 0.1, *, negatives: Ten
     cands = functional_candidates(z0, z1, negatives, form=form,
                                   gather_distributed=gather_distributed, gather_fn=gather_fn,
                                   check_finite=check_finite, tile_size=tile_size,
-                                  reduction=reduction, labels=labels,
-                                  negative_labels=negative_labels, negative_owners=negative_owners)
+                                  reduction=reduction, max_logits_bytes=max_logits_bytes,
+                                  labels=labels, negative_labels=negative_labels,
+                                  negative_owners=negative_owners)
     return reduce(_info_nce(cands, temperature, bool(positive_in_denominator), tile_size,
-                            hardness)[0], reduction)
+                            hardness, max_logits_bytes=max_logits_bytes)[0], reduction)
 
 
 def dcl(z0: Tensor, z1: Tensor, temperature: float = 0.1, *, negatives: Tensor | None = None,
         form: str = "nt_xent", hardness_mode: str | None = None, hardness_strength: float = 0.0,
         negative_owners: Tensor | None = None, gather_distributed: bool = False,
         gather_fn: GatherFn | None = None, check_finite: bool = True,
-        tile_size: int | None = None, reduction: str = "mean") -> Tensor:
+        tile_size: int | None = None, reduction: str = "mean",
+        max_logits_bytes: int | None = None) -> Tensor:
     """Decoupled contrastive loss: InfoNCE with the positive removed from the denominator."""
     return info_nce(z0, z1, temperature, negatives=negatives, form=form,
                     positive_in_denominator=False, hardness_mode=hardness_mode,
                     hardness_strength=hardness_strength, negative_owners=negative_owners,
                     gather_distributed=gather_distributed, gather_fn=gather_fn,
-                    check_finite=check_finite, tile_size=tile_size, reduction=reduction)
+                    check_finite=check_finite, tile_size=tile_size, reduction=reduction,
+                    max_logits_bytes=max_logits_bytes)
 
 
 class InfoNCELoss(ContrastiveLoss):
@@ -99,6 +115,13 @@ class InfoNCELoss(ContrastiveLoss):
         tile_size: stream the similarity matrix in ``tile_size x tile_size`` tiles with an exact
             recomputing backward (Inf-CL, Cheng et al. 2024; :mod:`adaptcl.plugins.tiled`):
             memory linear in the batch. ``None`` (default) materialises it.
+        max_logits_bytes: the bytes the materialised logits may take (about three float32
+            ``[A, C]`` matrices at the peak); beyond it the loss takes its exact tiled path,
+            says so once (a :class:`~adaptcl.plugins.budget.LogitsBudgetWarning`) and in
+            ``last_stats["auto_tile_size"]``. ``None`` (default): a share of the free memory on
+            CUDA, no switch on the CPU. With ``tile_size`` too, that tile is used when over the
+            budget and the logits are materialised below it. See
+            :mod:`adaptcl.plugins.budget`.
         reduction: ``"mean"`` (default), ``"sum"`` or ``"none"`` (per-anchor losses).
 
     ``forward(z0, z1, negatives=None, *, labels=None, negative_labels=None,
@@ -111,6 +134,7 @@ class InfoNCELoss(ContrastiveLoss):
         >>> loss = loss_fn(z0, z1)
         >>> supcon = loss_fn(z0, z1, labels=torch.tensor([0, 1, 0, 1, 2, 2, 3, 0]))
         >>> big = InfoNCELoss(temperature=0.1, tile_size=4096)  # batches far beyond memory
+        >>> capped = InfoNCELoss(temperature=0.1, max_logits_bytes=2**30)  # tiles beyond 1 GiB
     """
 
     takes_labels = True
@@ -120,9 +144,11 @@ class InfoNCELoss(ContrastiveLoss):
                  positive_in_denominator: bool = True, hardness_mode: str | None = None,
                  hardness_strength: float = 0.0, gather_distributed: bool = False,
                  gather_fn: GatherFn | None = None, check_finite: bool = True,
-                 tile_size: int | None = None, reduction: str = "mean") -> None:
+                 tile_size: int | None = None, reduction: str = "mean",
+                 max_logits_bytes: int | None = None) -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
-                         check_finite=check_finite, tile_size=tile_size, reduction=reduction)
+                         check_finite=check_finite, tile_size=tile_size, reduction=reduction,
+                         max_logits_bytes=max_logits_bytes)
         self.temperature = check_positive("temperature", temperature)
         self.positive_in_denominator = bool(positive_in_denominator)
         self.hardness_mode, self.hardness_strength = check_hardness(hardness_mode,
@@ -135,7 +161,8 @@ class InfoNCELoss(ContrastiveLoss):
     def compute_from_candidates(self, cands: list[Candidates]) -> tuple[Tensor, Stats]:
         """InfoNCE's per-anchor losses on prepared candidates (adapters that build their own)."""
         return _info_nce(cands, self.temperature, self.positive_in_denominator, self.tile_size,
-                         hardness_spec(self.hardness_mode, self.hardness_strength))
+                         hardness_spec(self.hardness_mode, self.hardness_strength),
+                         max_logits_bytes=self.max_logits_bytes)
 
     def extra_repr(self) -> str:
         hardness = ("" if self.hardness_mode is None else
@@ -163,15 +190,17 @@ class DCLLoss(InfoNCELoss):
                  hardness_mode: str | None = None, hardness_strength: float = 0.0,
                  gather_distributed: bool = False, gather_fn: GatherFn | None = None,
                  check_finite: bool = True, tile_size: int | None = None,
-                 reduction: str = "mean") -> None:
+                 reduction: str = "mean", max_logits_bytes: int | None = None) -> None:
         super().__init__(temperature, form=form, positive_in_denominator=False,
                          hardness_mode=hardness_mode, hardness_strength=hardness_strength,
                          gather_distributed=gather_distributed, gather_fn=gather_fn,
-                         check_finite=check_finite, tile_size=tile_size, reduction=reduction)
+                         check_finite=check_finite, tile_size=tile_size, reduction=reduction,
+                         max_logits_bytes=max_logits_bytes)
 
 
-def _flat_nce(cands: list[Candidates], temperature: float,
-              tile_size: int | None) -> tuple[Tensor, Stats]:
+def _flat_nce(cands: list[Candidates], temperature: float, tile_size: int | None, *,
+              max_logits_bytes: int | None = None) -> tuple[Tensor, Stats]:
+    tile_size, auto = plan_tiles("FlatNCE", cands, tile_size, max_logits_bytes)
     losses, plains = [], []
     for c in cands:
         if c.num_negatives == 0:
@@ -184,22 +213,23 @@ def _flat_nce(cands: list[Candidates], temperature: float,
         losses.append(torch.exp(r - r.detach()))
         plains.append(F.softplus(r.detach()))
     per_anchor = torch.cat(losses)
-    return per_anchor, loss_stats(per_anchor, cands, temperature=temperature,
-                                  plain_loss=torch.cat(plains))
+    return per_anchor, note_tile(loss_stats(per_anchor, cands, temperature=temperature,
+                                            plain_loss=torch.cat(plains)), auto)
 
 
 def flat_nce(z0: Tensor, z1: Tensor, temperature: float = 0.1, *,
              negatives: Tensor | None = None, form: str = "nt_xent",
              gather_distributed: bool = False, gather_fn: GatherFn | None = None,
              check_finite: bool = True, tile_size: int | None = None,
-             reduction: str = "mean") -> Tensor:
+             reduction: str = "mean", max_logits_bytes: int | None = None) -> Tensor:
     """FlatNCE of the pairs ``(z0[i], z1[i])``; arguments as :class:`FlatNCELoss`."""
     check_positive("temperature", temperature)
     cands = functional_candidates(z0, z1, negatives, form=form,
                                   gather_distributed=gather_distributed, gather_fn=gather_fn,
                                   check_finite=check_finite, tile_size=tile_size,
-                                  reduction=reduction)
-    return reduce(_flat_nce(cands, temperature, tile_size)[0], reduction)
+                                  reduction=reduction, max_logits_bytes=max_logits_bytes)
+    return reduce(_flat_nce(cands, temperature, tile_size,
+                            max_logits_bytes=max_logits_bytes)[0], reduction)
 
 
 class FlatNCELoss(ContrastiveLoss):
@@ -218,39 +248,47 @@ class FlatNCELoss(ContrastiveLoss):
     def __init__(self, temperature: float = 0.1, *, form: str = "nt_xent",
                  gather_distributed: bool = False, gather_fn: GatherFn | None = None,
                  check_finite: bool = True, tile_size: int | None = None,
-                 reduction: str = "mean") -> None:
+                 reduction: str = "mean", max_logits_bytes: int | None = None) -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
-                         check_finite=check_finite, tile_size=tile_size, reduction=reduction)
+                         check_finite=check_finite, tile_size=tile_size, reduction=reduction,
+                         max_logits_bytes=max_logits_bytes)
         self.temperature = check_positive("temperature", temperature)
 
     def compute(self, z0: Tensor, z1: Tensor, negatives: Tensor | None) -> tuple[Tensor, Stats]:
-        return _flat_nce(self.candidates(z0, z1, negatives), self.temperature, self.tile_size)
+        return _flat_nce(self.candidates(z0, z1, negatives), self.temperature, self.tile_size,
+                         max_logits_bytes=self.max_logits_bytes)
 
 
 def _dual_temperature(cands: list[Candidates], temperature: float, temperature_beta: float,
-                      tile_size: int | None) -> tuple[Tensor, Stats]:
+                      tile_size: int | None, *,
+                      max_logits_bytes: int | None = None) -> tuple[Tensor, Stats]:
+    tile_size, auto = plan_tiles("DualTemperature", cands, tile_size, max_logits_bytes)
+
     def log_weights(c: Candidates, log_w_alpha: Tensor) -> Tensor:
         with torch.no_grad():
             lse, pos = negative_lse(c, temperature_beta, tile_size)
             log_w_beta = F.logsigmoid(lse - pos)
         return log_w_beta - log_w_alpha
 
-    return run_kernel(cands, temperature, log_weights=log_weights, tile_size=tile_size)
+    losses, stats = run_kernel(cands, temperature, log_weights=log_weights, tile_size=tile_size)
+    return losses, note_tile(stats, auto)
 
 
 def dual_temperature(z0: Tensor, z1: Tensor, temperature: float = 0.1,
                      temperature_beta: float = 1.0, *, negatives: Tensor | None = None,
                      form: str = "nt_xent", gather_distributed: bool = False,
                      gather_fn: GatherFn | None = None, check_finite: bool = True,
-                     tile_size: int | None = None, reduction: str = "mean") -> Tensor:
+                     tile_size: int | None = None, reduction: str = "mean",
+                     max_logits_bytes: int | None = None) -> Tensor:
     """Dual temperature InfoNCE; arguments as :class:`DualTemperatureLoss`."""
     check_positive("temperature", temperature)
     check_positive("temperature_beta", temperature_beta)
     cands = functional_candidates(z0, z1, negatives, form=form,
                                   gather_distributed=gather_distributed, gather_fn=gather_fn,
                                   check_finite=check_finite, tile_size=tile_size,
-                                  reduction=reduction)
-    return reduce(_dual_temperature(cands, temperature, temperature_beta, tile_size)[0], reduction)
+                                  reduction=reduction, max_logits_bytes=max_logits_bytes)
+    return reduce(_dual_temperature(cands, temperature, temperature_beta, tile_size,
+                                    max_logits_bytes=max_logits_bytes)[0], reduction)
 
 
 class DualTemperatureLoss(ContrastiveLoss):
@@ -269,12 +307,15 @@ class DualTemperatureLoss(ContrastiveLoss):
     def __init__(self, temperature: float = 0.1, temperature_beta: float = 1.0, *,
                  form: str = "nt_xent", gather_distributed: bool = False,
                  gather_fn: GatherFn | None = None, check_finite: bool = True,
-                 tile_size: int | None = None, reduction: str = "mean") -> None:
+                 tile_size: int | None = None, reduction: str = "mean",
+                 max_logits_bytes: int | None = None) -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
-                         check_finite=check_finite, tile_size=tile_size, reduction=reduction)
+                         check_finite=check_finite, tile_size=tile_size, reduction=reduction,
+                         max_logits_bytes=max_logits_bytes)
         self.temperature = check_positive("temperature", temperature)
         self.temperature_beta = check_positive("temperature_beta", temperature_beta)
 
     def compute(self, z0: Tensor, z1: Tensor, negatives: Tensor | None) -> tuple[Tensor, Stats]:
         return _dual_temperature(self.candidates(z0, z1, negatives), self.temperature,
-                                 self.temperature_beta, self.tile_size)
+                                 self.temperature_beta, self.tile_size,
+                                 max_logits_bytes=self.max_logits_bytes)

@@ -53,7 +53,15 @@ import math
 import torch
 from torch import Tensor, nn
 
-from .base import ContrastiveLoss, Stats, functional_candidates, reduce, run_kernel
+from .base import (
+    ContrastiveLoss,
+    Stats,
+    functional_candidates,
+    note_tile,
+    reduce,
+    run_kernel,
+)
+from .budget import plan_tiles
 from .candidates import Candidates
 from .distributed import GatherFn
 from .validation import check_int, check_positive
@@ -97,10 +105,13 @@ def _schedule_options(min_temperature: float, max_temperature: float, period: in
 
 def _temperature_schedule(cands: list[Candidates], temperature: float, *,
                           positive_in_denominator: bool,
-                          tile_size: int | None) -> tuple[Tensor, Stats]:
+                          tile_size: int | None, max_logits_bytes: int | None = None
+                          ) -> tuple[Tensor, Stats]:
     """InfoNCE (or DCL) at the step's temperature: the kernel of :class:`InfoNCELoss`."""
-    return run_kernel(cands, temperature, positive_in_denominator=positive_in_denominator,
-                      tile_size=tile_size)
+    tile_size, auto = plan_tiles("TemperatureSchedule", cands, tile_size, max_logits_bytes)
+    losses, stats = run_kernel(cands, temperature, positive_in_denominator=positive_in_denominator,
+                               tile_size=tile_size)
+    return losses, note_tile(stats, auto)
 
 
 class TemperatureScheduleLoss(ContrastiveLoss):
@@ -118,7 +129,7 @@ class TemperatureScheduleLoss(ContrastiveLoss):
         step: the step to start at (>= 0); a driver sets it later (:attr:`step`).
 
     ``form``, ``positive_in_denominator``, ``gather_distributed``, ``gather_fn``,
-    ``check_finite``, ``tile_size`` and ``reduction`` are as in
+    ``check_finite``, ``tile_size``, ``max_logits_bytes`` and ``reduction`` are as in
     :class:`~adaptcl.plugins.InfoNCELoss`. Every rank computes the same temperature from the
     same step, so gathering needs no communication beyond the candidates.
 
@@ -139,9 +150,11 @@ class TemperatureScheduleLoss(ContrastiveLoss):
                  period: int = 400, *, step: int = 0, form: str = "nt_xent",
                  positive_in_denominator: bool = True, gather_distributed: bool = False,
                  gather_fn: GatherFn | None = None, check_finite: bool = True,
-                 tile_size: int | None = None, reduction: str = "mean") -> None:
+                 tile_size: int | None = None, reduction: str = "mean",
+                 max_logits_bytes: int | None = None) -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
-                         check_finite=check_finite, tile_size=tile_size, reduction=reduction)
+                         check_finite=check_finite, tile_size=tile_size, reduction=reduction,
+                         max_logits_bytes=max_logits_bytes)
         options = _schedule_options(min_temperature, max_temperature, period,
                                     positive_in_denominator)
         for name, value in options.items():
@@ -198,7 +211,8 @@ class TemperatureScheduleLoss(ContrastiveLoss):
         """Per-anchor losses on prepared candidates (adapters that build their own)."""
         return _temperature_schedule(cands, self.temperature,
                                      positive_in_denominator=self.positive_in_denominator,
-                                     tile_size=self.tile_size)
+                                     tile_size=self.tile_size,
+                                     max_logits_bytes=self.max_logits_bytes)
 
     def extra_repr(self) -> str:
         return (f"min_temperature={self.min_temperature}, max_temperature="
@@ -212,7 +226,8 @@ def temperature_schedule(z0: Tensor, z1: Tensor, min_temperature: float = 0.1,
                          negatives: Tensor | None = None, form: str = "nt_xent",
                          positive_in_denominator: bool = True, gather_distributed: bool = False,
                          gather_fn: GatherFn | None = None, check_finite: bool = True,
-                         tile_size: int | None = None, reduction: str = "mean") -> Tensor:
+                         tile_size: int | None = None, reduction: str = "mean",
+                         max_logits_bytes: int | None = None) -> Tensor:
     """Functional temperature schedule at ``step``; arguments as :class:`TemperatureScheduleLoss`.
 
     Examples:
@@ -227,10 +242,10 @@ def temperature_schedule(z0: Tensor, z1: Tensor, min_temperature: float = 0.1,
     cands = functional_candidates(z0, z1, negatives, form=form,
                                   gather_distributed=gather_distributed, gather_fn=gather_fn,
                                   check_finite=check_finite, tile_size=tile_size,
-                                  reduction=reduction)
+                                  reduction=reduction, max_logits_bytes=max_logits_bytes)
     per_anchor, _ = _temperature_schedule(
         cands, tau, positive_in_denominator=options["positive_in_denominator"],
-        tile_size=tile_size)
+        tile_size=tile_size, max_logits_bytes=max_logits_bytes)
     return reduce(per_anchor, reduction)
 
 

@@ -66,11 +66,25 @@ def check_bool(name: str, value: bool) -> bool:
     return value
 
 
+def check_max_logits_bytes(value: int | None) -> int | None:
+    """``None`` or an int >= 1: the bytes the materialised logits may take
+    (:mod:`~adaptcl.plugins.budget`)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"max_logits_bytes must be an int (bytes) or None, got "
+                        f"{type(value).__name__}")
+    if value < 1:
+        raise ValueError(f"max_logits_bytes must be >= 1 (bytes) or None, got {value}")
+    return value
+
+
 def check_shared(*, gather_distributed: bool, gather_fn, check_finite: bool,
-                 tile_size: int | None) -> tuple[bool, object, bool, int | None]:
+                 tile_size: int | None, max_logits_bytes: int | None = None
+                 ) -> tuple[bool, object, bool, int | None, int | None]:
     """The keywords every loss shares, checked the same way for all of them.
 
-    Returns ``(gather_distributed, gather_fn, check_finite, tile_size)``.
+    Returns ``(gather_distributed, gather_fn, check_finite, tile_size, max_logits_bytes)``.
     """
     check_bool("gather_distributed", gather_distributed)
     if gather_distributed and not torch.distributed.is_available():
@@ -80,7 +94,8 @@ def check_shared(*, gather_distributed: bool, gather_fn, check_finite: bool,
     check_bool("check_finite", check_finite)
     if tile_size is not None:
         check_int("tile_size", tile_size, minimum=1)
-    return gather_distributed, gather_fn, check_finite, tile_size
+    check_max_logits_bytes(max_logits_bytes)
+    return gather_distributed, gather_fn, check_finite, tile_size, max_logits_bytes
 
 
 def check_embedding_tensor(name: str, x: Tensor, *, dim: int | None = None, check_finite: bool = True) -> None:
