@@ -116,11 +116,9 @@ def plan_tiles(method: str, cands: list[Candidates], tile_size: int | None,
     ``method`` on ``cands`` (see the module docstring for the rules). ``tileable=False``
     (a loss whose configuration has no tiled path) never switches; ``row_blocks``: the tile
     is a number of anchor rows against every column (:func:`auto_tile_size`)."""
-    if tile_size is not None and max_logits_bytes is None:
+    if not tileable or (tile_size is not None and max_logits_bytes is None):
         return tile_size, None
     device = cands[0].anchors.device
-    if not tileable or (max_logits_bytes is None and device.type != "cuda"):
-        return tile_size, None
     peak = logits_peak_bytes(cands, heads=heads, copies=copies)
     budget = max_logits_bytes if max_logits_bytes is not None else device_budget(device, peak)
     if budget is None or peak <= budget:
@@ -130,22 +128,28 @@ def plan_tiles(method: str, cands: list[Candidates], tile_size: int | None,
     else:
         columns = max(c.keys.shape[0] for c in cands) if row_blocks else None
         tile = auto_tile_size(budget, device.type, columns, copies)
-    _say_once(method, str(device), budget, tile, peak if isinstance(peak, int) else 0)
+    _say_once(method, str(device), budget, max_logits_bytes is None, tile,
+              peak if isinstance(peak, int) else 0)
     return tile, tile
 
 
 @torch.compiler.assume_constant_result
-def _say_once(method: str, device: str, budget: int, tile: int, peak: int) -> bool:
+def _say_once(method: str, device: str, budget: int, by_default: bool, tile: int,
+              peak: int) -> bool:
+    """The warning, once per process for each loss, device, budget and tile (a constant
+    under ``torch.compile``: it runs while tracing)."""
     key = (method, device, budget, tile)
     if key not in _SAID:
         _SAID.add(key)
         need = f"about {peak / 2**20:,.0f} MiB" if peak else "more"
+        given = (f"{CUDA_BUDGET_FRACTION:.0%} of the free memory, the default budget" if by_default
+                 else "max_logits_bytes")
         warnings.warn(
             f"{method}: the materialised logits would take {need} on {device}, over the "
-            f"budget max_logits_bytes={budget:,}; computing the exact tiled path with "
+            f"budget of {budget:,} bytes ({given}); computing the exact tiled path with "
             f"tile_size={tile} instead (same value and gradient to float rounding; "
             f"last_stats['auto_tile_size'] says so on each call). Pass tile_size= to choose "
-            f"the tile or a larger max_logits_bytes= to materialise. Said once.",
+            f"the tile or a larger max_logits_bytes= to materialise (shown once per process).",
             LogitsBudgetWarning, stacklevel=2)
     return True
 
