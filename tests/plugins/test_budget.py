@@ -145,6 +145,21 @@ def test_the_cpu_default_never_switches_warns_or_adds_a_statistic():
     assert budget.logits_peak_bytes(huge) == 3 * 4 * (2 * 65536) ** 2
 
 
+def test_the_estimate_counts_directions_heads_labels_and_float64():
+    def direction(rows, cols, dtype=torch.float32, labels=None):
+        a, k = torch.empty(rows, 8, device="meta", dtype=dtype), torch.empty(cols, 8, device="meta")
+        return Candidates(anchors=a, keys=k, positive_sim=a[:, 0], labels=labels)
+
+    one = 3 * 4 * 100 * 300
+    assert budget.logits_peak_bytes([direction(100, 300)]) == one
+    assert budget.logits_peak_bytes([direction(100, 300), direction(100, 300)]) == 2 * one
+    assert budget.logits_peak_bytes([direction(100, 300)], heads=4, copies=12) == 4 * 4 * one
+    labelled = direction(100, 300, labels=torch.empty(100, device="meta", dtype=torch.long))
+    assert budget.logits_peak_bytes([labelled]) == 4 * 4 * 100 * 300  # the targets' matrix
+    assert budget.logits_peak_bytes([direction(100, 300, torch.float64)]) == 2 * one
+    assert budget.logits_peak_bytes([direction(100, 300, torch.bfloat16)]) == one
+
+
 def test_the_default_budget_comes_from_the_device(monkeypatch):
     """Without ``max_logits_bytes`` the budget is ``device_budget``'s (CUDA's free memory):
     faked here so a CPU loss sees a small device."""
