@@ -55,11 +55,11 @@ def test_over_budget_a_module_takes_its_tiled_path(name):
     tiled = case.build(tile_size=budget.MIN_TILE)
     t_value, t_grads = _value_and_grads(tiled, x)
     assert torch.equal(value, t_value)  # the tiled path itself, not merely a close number
-    assert all(torch.equal(g, t) for g, t in zip(grads, t_grads))
+    assert all(torch.equal(g, t) for g, t in zip(grads, t_grads, strict=True))
     materialised = case.build()
     m_value, m_grads = _value_and_grads(materialised, x)
     torch.testing.assert_close(value, m_value, **TOL)
-    for g, m in zip(grads, m_grads):
+    for g, m in zip(grads, m_grads, strict=True):
         torch.testing.assert_close(g, m, **TOL)
     assert "auto_tile_size" not in tiled.last_stats
     assert "auto_tile_size" not in materialised.last_stats
@@ -85,7 +85,7 @@ def test_the_issue_example_tiles_a_1024_pair_batch_and_gives_the_materialised_va
     assert capped.last_stats["auto_tile_size"].item() == 256
     m_value, m_grads = _value_and_grads(InfoNCELoss(temperature=0.1, form=form), (z0, z1))
     torch.testing.assert_close(value, m_value, **TOL)
-    for a, b in zip(grads, m_grads):
+    for a, b in zip(grads, m_grads, strict=True):
         torch.testing.assert_close(a, b, **TOL)
 
 
@@ -256,5 +256,5 @@ def test_the_cuda_default_switches_when_free_memory_is_short(monkeypatch):
     assert "auto_tile_size" in fn.last_stats
     m_value, m_grads = _value_and_grads(MACLLoss(0.1, 0.5, max_logits_bytes=2**40), x)
     torch.testing.assert_close(value, m_value, **TOL)
-    for a, b in zip(grads, m_grads):
+    for a, b in zip(grads, m_grads, strict=True):
         torch.testing.assert_close(a, b, **TOL)

@@ -54,11 +54,13 @@ class _ScalarTemperatureLoss(AdaptiveContrastiveLoss):
     def __init__(self, model: nn.Module | None, core_cls: type[nn.Module], *core_args: Any,
                  temperature: float | None, scale: float | None, similarity_fct: Callable | None,
                  core_kwargs: dict[str, Any], gather_across_devices: bool, check_finite: bool,
-                 tile_size: int | None, **base_kwargs: Any) -> None:
+                 tile_size: int | None, max_logits_bytes: int | None = None,
+                 **base_kwargs: Any) -> None:
         self._check_model(model)
         _check_similarity_fct(similarity_fct)
         core = core_cls(_resolve_temperature(temperature, scale), *core_args, form="cross_view",
                         check_finite=check_finite, tile_size=tile_size,
+                        max_logits_bytes=max_logits_bytes,
                         **_gather_kwargs(gather_across_devices), **core_kwargs)
         super().__init__(model, core, gather_across_devices=gather_across_devices, **base_kwargs)
 
@@ -96,6 +98,7 @@ class InfoNCELoss(_ScalarTemperatureLoss):
                  hardness_strength: float = 0.0, use_labels: bool = False,
                  projection: nn.Module | None = None,
                  gather_across_devices: bool = False, tile_size: int | None = None,
+                 max_logits_bytes: int | None = None,
                  mini_batch_size: int | None = None, mini_batch_num_tokens: int | None = None,
                  check_finite: bool = True, show_progress_bar: bool = False) -> None:
         super().__init__(model, plugins.InfoNCELoss, temperature=temperature, scale=scale,
@@ -103,7 +106,8 @@ class InfoNCELoss(_ScalarTemperatureLoss):
                          core_kwargs={"hardness_mode": hardness_mode,
                                       "hardness_strength": hardness_strength},
                          gather_across_devices=gather_across_devices,
-                         check_finite=check_finite, tile_size=tile_size, projection=projection,
+                         check_finite=check_finite, tile_size=tile_size,
+                         max_logits_bytes=max_logits_bytes, projection=projection,
                          mini_batch_size=mini_batch_size, mini_batch_num_tokens=mini_batch_num_tokens,
                          symmetric=_symmetric_from_directions(directions, partition_mode, symmetric),
                          show_progress_bar=show_progress_bar, use_labels=use_labels)
@@ -138,6 +142,7 @@ class MACLLoss(_ScalarTemperatureLoss):
                  hardness_strength: float = 0.0, use_labels: bool = False,
                  projection: nn.Module | None = None,
                  gather_across_devices: bool = False, tile_size: int | None = None,
+                 max_logits_bytes: int | None = None,
                  mini_batch_size: int | None = None, mini_batch_num_tokens: int | None = None,
                  check_finite: bool = True, show_progress_bar: bool = False) -> None:
         super().__init__(model, plugins.MACLLoss, alpha, a0, temperature=temperature, scale=scale,
@@ -148,7 +153,9 @@ class MACLLoss(_ScalarTemperatureLoss):
                                       "hardness_mode": hardness_mode,
                                       "hardness_strength": hardness_strength},
                          gather_across_devices=gather_across_devices, check_finite=check_finite,
-                         tile_size=tile_size, projection=projection, mini_batch_size=mini_batch_size,
+                         tile_size=tile_size,
+                         max_logits_bytes=max_logits_bytes,
+                         projection=projection, mini_batch_size=mini_batch_size,
                          mini_batch_num_tokens=mini_batch_num_tokens,
                          symmetric=_symmetric_from_directions(directions, partition_mode, symmetric),
                          show_progress_bar=show_progress_bar, use_labels=use_labels)
@@ -179,7 +186,8 @@ class ASCLLoss(_ScalarTemperatureLoss):
                  sharpen_temperature: float = 0.025, num_neighbors: int = 1, mode: str = "ascl",
                  hardness_mode: str | None = None, hardness_strength: float = 0.0,
                  projection: nn.Module | None = None, gather_across_devices: bool = False,
-                 tile_size: int | None = None, mini_batch_size: int | None = None,
+                 tile_size: int | None = None,
+                 max_logits_bytes: int | None = None, mini_batch_size: int | None = None,
                  mini_batch_num_tokens: int | None = None, check_finite: bool = True,
                  show_progress_bar: bool = False) -> None:
         super().__init__(model, plugins.ASCLLoss, sharpen_temperature, num_neighbors, mode,
@@ -187,7 +195,9 @@ class ASCLLoss(_ScalarTemperatureLoss):
                          core_kwargs={"hardness_mode": hardness_mode,
                                       "hardness_strength": hardness_strength},
                          gather_across_devices=gather_across_devices, check_finite=check_finite,
-                         tile_size=tile_size, projection=projection, mini_batch_size=mini_batch_size,
+                         tile_size=tile_size,
+                         max_logits_bytes=max_logits_bytes,
+                         projection=projection, mini_batch_size=mini_batch_size,
                          mini_batch_num_tokens=mini_batch_num_tokens, show_progress_bar=show_progress_bar)
 
     def get_config_dict(self) -> dict[str, Any]:
@@ -214,7 +224,8 @@ class AMCLLoss(AdaptiveContrastiveLoss):
                  hidden_dim: int | None = None, beta: float = 1e-3, eta: float = 1e-5,
                  iota: float = 2.0, negative_term: str = "softmax", kappa: int = 1,
                  objective: str = "infonce", gather_across_devices: bool = False,
-                 tile_size: int | None = None, mini_batch_size: int | None = None,
+                 tile_size: int | None = None,
+                 max_logits_bytes: int | None = None, mini_batch_size: int | None = None,
                  mini_batch_num_tokens: int | None = None, check_finite: bool = True,
                  show_progress_bar: bool = False, bound_warning_steps: int | None = 100) -> None:
         self._check_model(model)
@@ -226,7 +237,9 @@ class AMCLLoss(AdaptiveContrastiveLoss):
         core = plugins.AMCLLoss(plugins.PairTemperature(projection_dim, eta=eta, iota=iota),
                                 beta=beta, negative_term=negative_term, kappa=kappa,
                                 objective=objective, form="cross_view", check_finite=check_finite,
-                                tile_size=tile_size, bound_warning_steps=bound_warning_steps,
+                                tile_size=tile_size,
+                                max_logits_bytes=max_logits_bytes,
+                                bound_warning_steps=bound_warning_steps,
                                 **_gather_kwargs(gather_across_devices))
         super().__init__(model, core, gather_across_devices=gather_across_devices,
                          mini_batch_size=mini_batch_size, mini_batch_num_tokens=mini_batch_num_tokens,
@@ -286,6 +299,7 @@ class DySTreSSLoss(AdaptiveContrastiveLoss):
                  hardness_mode: str | None = None, hardness_strength: float = 0.0,
                  use_labels: bool = False, projection: nn.Module | None = None,
                  gather_across_devices: bool = False, tile_size: int | None = None,
+                 max_logits_bytes: int | None = None,
                  mini_batch_size: int | None = None, mini_batch_num_tokens: int | None = None,
                  check_finite: bool = True, show_progress_bar: bool = False) -> None:
         self._check_model(model)
@@ -295,6 +309,7 @@ class DySTreSSLoss(AdaptiveContrastiveLoss):
                                     hardness_mode=hardness_mode,
                                     hardness_strength=hardness_strength, form="cross_view",
                                     check_finite=check_finite, tile_size=tile_size,
+                                    max_logits_bytes=max_logits_bytes,
                                     **_gather_kwargs(gather_across_devices))
         super().__init__(model, core, projection=projection,
                          gather_across_devices=gather_across_devices,
