@@ -129,6 +129,21 @@ def test_an_explicit_tile_size_is_the_tile_used_over_budget_and_off_below_it():
     assert "auto_tile_size" not in under.last_stats
 
 
+def test_an_amcl_network_that_cannot_be_tiled_stays_materialised():
+    from adaptcl.plugins import AMCLLoss, ConstantTemperature
+
+    class Untileable(ConstantTemperature):  # no per-tile features: only the whole matrix
+        features = squash = squash_grad = property()
+
+    fn = AMCLLoss(Untileable(0.2), max_logits_bytes=TINY)
+    x = _inputs("infonce")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        value = fn(*x)
+    assert "auto_tile_size" not in fn.last_stats
+    assert torch.equal(value, AMCLLoss(ConstantTemperature(0.2))(*x))
+
+
 def test_the_cpu_default_never_switches_warns_or_adds_a_statistic():
     x = _inputs("macl", n=600)  # 1,200 x 1,200 logits: 17 MiB, over any small budget
     with warnings.catch_warnings():

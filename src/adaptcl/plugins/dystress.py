@@ -52,14 +52,7 @@ import math
 import torch
 from torch import Tensor
 
-from .base import (
-    ContrastiveLoss,
-    Stats,
-    functional_candidates,
-    note_tile,
-    reduce,
-    run_kernel,
-)
+from .base import ContrastiveLoss, Stats, functional_candidates, note_tile, reduce, run_kernel
 from .budget import LOGIT_COPIES, plan_tiles
 from .candidates import Candidates
 from .distributed import GatherFn

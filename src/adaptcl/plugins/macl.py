@@ -25,14 +25,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .base import (
-    ContrastiveLoss,
-    Stats,
-    functional_candidates,
-    note_tile,
-    reduce,
-    run_kernel,
-)
+from .base import ContrastiveLoss, Stats, functional_candidates, note_tile, reduce, run_kernel
 from .budget import plan_tiles
 from .candidates import Candidates, alignment_magnitude
 from .distributed import GatherFn

@@ -53,14 +53,7 @@ import math
 import torch
 from torch import Tensor, nn
 
-from .base import (
-    ContrastiveLoss,
-    Stats,
-    functional_candidates,
-    note_tile,
-    reduce,
-    run_kernel,
-)
+from .base import ContrastiveLoss, Stats, functional_candidates, note_tile, reduce, run_kernel
 from .budget import plan_tiles
 from .candidates import Candidates
 from .distributed import GatherFn

@@ -62,6 +62,17 @@ def _assert_same(a, b, tol=TOL):
         torch.testing.assert_close(a[1][name], b[1][name], **tol, msg=name)
 
 
+def _plain(tiny_bert, name, dtype):
+    """``(model, features, plain loss, its (value, gradients))`` in eval mode, seeded."""
+    model = _model(tiny_bert).to(dtype)
+    model.eval()
+    columns = [ANCHORS, POSITIVES, NEGATIVES] if name != "infonce_symmetric" else [ANCHORS, POSITIVES]
+    features = _features(model, columns)
+    torch.manual_seed(1)
+    plain = LOSSES[name](model).to(dtype)
+    return model, features, plain, _run(plain, features)
+
+
 CASES = [(name, torch.float32) for name in LOSSES if name != "amcl"] + [
     (name, torch.float64) for name in LOSSES]
 
@@ -75,13 +86,7 @@ def test_cached_equals_uncached(tiny_bert, name, dtype):
     the encoder gradients (in float64 both paths agree to 1e-12).
     """
     tol = TOL if dtype == torch.float32 else {"rtol": 1e-9, "atol": 1e-9}
-    model = _model(tiny_bert).to(dtype)
-    model.eval()
-    columns = [ANCHORS, POSITIVES, NEGATIVES] if name != "infonce_symmetric" else [ANCHORS, POSITIVES]
-    features = _features(model, columns)
-    torch.manual_seed(1)
-    plain = LOSSES[name](model).to(dtype)
-    reference = _run(plain, features)
+    model, features, plain, reference = _plain(tiny_bert, name, dtype)
     torch.manual_seed(1)
     cached = LOSSES[name](model, mini_batch_size=3).to(dtype)
     cached.load_state_dict(plain.state_dict())
@@ -187,13 +192,7 @@ def test_max_logits_bytes_reaches_the_core_and_the_model_card(tiny_bert, name, m
 
     # AMCL in float64, as above: its pair temperatures amplify float32 rounding
     dtype = torch.float64 if name == "amcl" else torch.float32
-    model = _model(tiny_bert).to(dtype)
-    model.eval()
-    columns = [ANCHORS, POSITIVES, NEGATIVES] if name != "infonce_symmetric" else [ANCHORS, POSITIVES]
-    features = _features(model, columns)
-    torch.manual_seed(1)
-    plain = LOSSES[name](model).to(dtype)
-    reference = _run(plain, features)
+    model, features, plain, reference = _plain(tiny_bert, name, dtype)
     torch.manual_seed(1)
     capped = LOSSES[name](model, max_logits_bytes=1).to(dtype)
     capped.load_state_dict(plain.state_dict())
