@@ -8,9 +8,8 @@ FlatNCE, Dual temperature and the learned temperature (NT-Xent and cross-view fo
 hardness term adds nothing), one more with multi-positive ``labels`` (4.2) and for DySTreSS's
 pair temperatures (4.2), ASCL 6.6, ASCL-BYOL 6.7 (two matrices), AMCL 11.3 per head
 (``"softmax"``) and 5.3 (``"topk"``), the survey losses 6.4-8.2. Each loss passes its count
-(rounded up) to :func:`plan_tiles`. The tiled path
-(:mod:`adaptcl.plugins.tiled`) computes the same value and gradient in memory linear in the
-batch. :func:`plan_tiles` compares the materialised estimate, :func:`logits_peak_bytes`, with a
+(rounded up) to :func:`plan_tiles`. The tiled path (:mod:`adaptcl.plugins.tiled`) computes the
+same value and gradient in memory linear in the batch. :func:`plan_tiles` compares the materialised estimate, :func:`logits_peak_bytes`, with a
 budget and picks the path:
 
 * ``tile_size=T`` alone: always tiled with ``T`` (the user chose; unchanged behaviour);
@@ -44,7 +43,9 @@ from .candidates import Candidates
 LOGIT_COPIES = 3
 #: ``[tile, tile]`` float32 temporaries of one tiled step (logits, weights, term, slope)
 TILE_TEMPORARIES = 4
-#: the share of free CUDA memory the materialised logits may take by default
+#: the share of free CUDA memory the materialised logits may take by default: the estimate is
+#: the loss's own peak; the rest of the step (the encoder's backward, the allocator's
+#: fragmentation) needs room beside it, and tiling where the logits would fit costs 1-17 %
 CUDA_BUDGET_FRACTION = 0.5
 #: largest automatic tile per device type (others: the CPU's)
 MAX_TILE = {"cpu": 2048, "cuda": 16384}
