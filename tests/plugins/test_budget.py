@@ -237,6 +237,20 @@ def test_invalid_budgets_are_refused_in_one_line_naming_the_argument(bad, error)
         assert "\n" not in str(raised.value)
 
 
+@pytest.mark.parametrize("name", ["infonce", "macl", "dystress", "ascl_queue", "amcl_softmax",
+                                  "learnable", "nce"])
+def test_deciding_and_switching_never_synchronise(name):
+    from .test_devices import HostSyncDetector
+
+    case = LOSSES[name]
+    fn = case.build(max_logits_bytes=TINY, check_finite=False)
+    x = _inputs(name)
+    with HostSyncDetector() as detector, pytest.warns(LogitsBudgetWarning):
+        fn(*x).backward()
+    assert detector.calls == [], detector.calls
+    assert "auto_tile_size" in fn.last_stats
+
+
 def test_the_budget_shows_in_repr():
     assert "max_logits_bytes=1048576" in repr(InfoNCELoss(0.1, max_logits_bytes=2**20))
     assert "max_logits_bytes" not in repr(InfoNCELoss(0.1))
