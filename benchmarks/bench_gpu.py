@@ -86,7 +86,9 @@ def _plugin(cls_name: str, tiled: bool = False, backend: str = "torch",
     def make(tile_size: int) -> LossFn:
         import adaptcl.plugins as plugins
 
-        extra = {"tile_size": tile_size, "tile_backend": backend} if tiled else {}
+        # the untiled rows time the materialised path: a budget no device reaches keeps the
+        # logits budget (adaptcl.plugins.budget) from switching them to the tiled path
+        extra = {"tile_size": tile_size, "tile_backend": backend} if tiled else {"max_logits_bytes": 2**62}
         return getattr(plugins, cls_name)(check_finite=False, **kwargs, **extra)
 
     return make

@@ -225,7 +225,7 @@ BAD = {float: math.nan, bool: "yes", int: 1.5, str: "no-such-choice",
 # keywords that take any value on purpose (bool() of it) or are not checked arguments
 UNCHECKED = {"positive_in_denominator", "squared", "reweight", "adaptive", "negatives",
              "temperature_net", "gather_fn", "dim", "clamp"}
-INT_NONE = {"tile_size", "bound_warning_steps"}  # None-default ints
+INT_NONE = {"tile_size", "bound_warning_steps", "max_logits_bytes"}  # None-default ints
 FLOAT_NONE = {"min_temperature"}
 STR_NONE = {"hardness_mode"}
 TENSOR_NONE = {"labels", "negative_labels", "negative_owners"}  # integer tensors

@@ -23,7 +23,9 @@ their modules, are also importable from here) with ``reduction="mean" | "sum" | 
 (per-anchor losses), and a module that validates its arguments once, calls the same code and
 keeps what it last computed in ``loss.last_stats``. Two-view modules are called like Lightly's
 losses, ``loss(z0, z1)``, plus an optional ``negatives=`` tensor; all share the keywords
-``gather_distributed``, ``gather_fn``, ``check_finite``, ``tile_size`` and ``reduction``.
+``gather_distributed``, ``gather_fn``, ``check_finite``, ``tile_size``, ``max_logits_bytes``
+(the budget beyond which a materialised loss takes its exact tiled path,
+:mod:`~adaptcl.plugins.budget`) and ``reduction``.
 """
 
 from .amcl import AMCLLoss
@@ -36,6 +38,7 @@ from .amcl_noncontrastive import (
 from .amcl_temperature import ConstantTemperature, PairTemperature, omega
 from .ascl import ASCLBYOLLoss, ASCLLoss, ascl_byol, soft_labels
 from .base import ContrastiveLoss
+from .budget import LogitsBudgetWarning
 from .candidates import FORMS, Candidates, build_candidates
 from .dystress import DySTreSSLoss, dystress_temperature
 from .hardness import HARDNESS_MODES
@@ -73,7 +76,7 @@ from .survey import MarginContrastiveLoss, NCELoss, TripletLoss, margin_contrast
 
 __all__ = [
     "FORMS", "Candidates", "build_candidates", "KernelOutput", "contrastive_kernel",
-    "ContrastiveLoss",
+    "ContrastiveLoss", "LogitsBudgetWarning",
     "InfoNCELoss", "DCLLoss", "FlatNCELoss", "DualTemperatureLoss", "info_nce", "dcl",
     "flat_nce", "dual_temperature",
     "MACLLoss", "macl", "macl_temperature",

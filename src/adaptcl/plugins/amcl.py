@@ -28,7 +28,8 @@ import torch
 from torch import Tensor, nn
 
 from .amcl_temperature import BoundMonitor, PairTemperature, omega
-from .base import ContrastiveLoss, Stats, functional_candidates, loss_stats, reduce
+from .base import ContrastiveLoss, Stats, functional_candidates, loss_stats, note_tile, reduce
+from .budget import plan_tiles
 from .candidates import Candidates, autocast_off
 from .distributed import GatherFn
 from .heads import as_heads
@@ -38,6 +39,10 @@ from .validation import check_choice, check_int, check_non_negative
 
 NEGATIVE_TERMS = ("topk", "softmax")
 OBJECTIVES = ("nt_xent", "infonce")
+#: ``[A, C]`` matrices of one head's materialised path at its peak, by negative term
+#: (measured, :mod:`~adaptcl.plugins.budget`): cosines, pair temperatures, the pair term and
+#: their gradients
+AMCL_COPIES = {"softmax": 12, "topk": 6}
 
 #: The paper's stated settings for SimCLR / MoCo on the smaller datasets (Sec. 5, Fig. 5,
 #: Appendix A): 3 heads, the top-kappa term with kappa = 100 in the NT-Xent form (Table 2.1),
@@ -112,6 +117,10 @@ class AMCLLoss(ContrastiveLoss):
         tile_backend: as in :class:`~adaptcl.plugins.InfoNCELoss`; the fused kernel covers
             ``negative_term="softmax"`` with a :class:`PairTemperature` or
             :class:`ConstantTemperature` (``"topk"`` keeps the PyTorch path).
+        max_logits_bytes: beyond this many bytes of materialised pair matrices (all heads),
+            take the tiled path, as :class:`~adaptcl.plugins.InfoNCELoss`
+            (:mod:`adaptcl.plugins.budget`); a temperature network that cannot be tiled stays
+            materialised.
         bound_warning_steps: warn once per loss instance (``RuntimeWarning``,
             :data:`~adaptcl.plugins.amcl_temperature.BOUND_WARNING`) when the mean positive or
             the mean pair temperature of a :class:`PairTemperature` has stayed at ``eta`` or
@@ -147,10 +156,12 @@ class AMCLLoss(ContrastiveLoss):
                  form: str = "nt_xent", gather_distributed: bool = False,
                  gather_fn: GatherFn | None = None, check_finite: bool = True,
                  tile_size: int | None = None, tile_backend: str = "auto",
-                 reduction: str = "mean", bound_warning_steps: int | None = 100) -> None:
+                 reduction: str = "mean", bound_warning_steps: int | None = 100,
+                 max_logits_bytes: int | None = None) -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
                          check_finite=check_finite, tile_size=tile_size,
-                         tile_backend=tile_backend, reduction=reduction)
+                         tile_backend=tile_backend, reduction=reduction,
+                         max_logits_bytes=max_logits_bytes)
         options = _amcl_options(temperature_net, beta, negative_term, kappa, objective,
                                 self.tile_size, self.tile_backend)
         self.temperature_net = options.pop("temperature_net")
@@ -195,7 +206,8 @@ class AMCLLoss(ContrastiveLoss):
         return _amcl(z0, z1, negatives, self.candidates, self.temperature_net, beta=self.beta,
                      negative_term=self.negative_term, kappa=self.kappa,
                      objective=self.objective, tile_size=self.tile_size,
-                     tile_backend=self.tile_backend)
+                     tile_backend=self.tile_backend,
+                     max_logits_bytes=self.max_logits_bytes)
 
     def extra_repr(self) -> str:
         return (f"beta={self.beta}, negative_term={self.negative_term!r}, kappa={self.kappa}, "
@@ -302,7 +314,7 @@ def _head_loss(c: Candidates, net: nn.Module, dim: int, *, beta: float, negative
 
 def _amcl(z0: Tensor, z1: Tensor, negatives: Tensor | None, build, net: nn.Module, *,
           beta: float, negative_term: str, kappa: int, objective: str,
-          tile_size: int | None, tile_backend: str = "auto") -> tuple[Tensor, Stats]:
+          tile_size: int | None, max_logits_bytes: int | None = None, tile_backend: str = "auto") -> tuple[Tensor, Stats]:
     """AMCL's per-anchor losses (summed over heads) and statistics; ``build(z0, z1, neg)``
     makes one head's candidates."""
     z0, z1 = as_heads("z0", z0), as_heads("z1", z1)
@@ -313,9 +325,13 @@ def _amcl(z0: Tensor, z1: Tensor, negatives: Tensor | None, build, net: nn.Modul
         if negatives.shape[0] != z0.shape[0]:
             raise ValueError("negatives must have one [K, D] set per head")
     dim = z0.shape[-1]
-    total, taus_pos, taus_neg, align = 0.0, [], [], []
+    total, taus_pos, taus_neg, align, auto = 0.0, [], [], [], None
     for h in range(z0.shape[0]):
         cands = build(z0[h], z1[h], None if negatives is None else negatives[h])
+        if h == 0:  # every head's pair matrices live until the backward
+            tile_size, auto = plan_tiles("AMCL", cands, tile_size, max_logits_bytes,
+                                         heads=z0.shape[0], copies=AMCL_COPIES[negative_term],
+                                         tileable=_tileable(net))
         losses = []
         for c in cands:
             loss, tau_pos, tau = _head_loss(c, net, dim, beta=beta, negative_term=negative_term,
@@ -326,9 +342,9 @@ def _amcl(z0: Tensor, z1: Tensor, negatives: Tensor | None, build, net: nn.Modul
             taus_neg.append(tau)
         total = total + torch.cat(losses)
         align.append(cands[0].positive_sim.detach().mean())
-    return total, loss_stats(total, temperature=torch.stack(taus_pos),
-                             negative_temperature=torch.stack(taus_neg),
-                             alignment=torch.stack(align))
+    return total, note_tile(loss_stats(total, temperature=torch.stack(taus_pos),
+                                       negative_temperature=torch.stack(taus_neg),
+                                       alignment=torch.stack(align)), auto)
 
 
 def amcl(z0: Tensor, z1: Tensor, temperature_net: nn.Module, beta: float = 1e-3, *,
@@ -336,7 +352,8 @@ def amcl(z0: Tensor, z1: Tensor, temperature_net: nn.Module, beta: float = 1e-3,
          objective: str = "nt_xent", form: str = "nt_xent", gather_distributed: bool = False,
          gather_fn: GatherFn | None = None, check_finite: bool = True,
          tile_size: int | None = None, tile_backend: str = "auto",
-         reduction: str = "mean") -> Tensor:
+         reduction: str = "mean",
+         max_logits_bytes: int | None = None) -> Tensor:
     """Functional AMCL; arguments as :class:`AMCLLoss`.
 
     Examples:
@@ -351,11 +368,12 @@ def amcl(z0: Tensor, z1: Tensor, temperature_net: nn.Module, beta: float = 1e-3,
         return functional_candidates(a, b, neg, form=form, gather_distributed=gather_distributed,
                                      gather_fn=gather_fn, check_finite=check_finite,
                                      tile_size=tile_size, tile_backend=tile_backend,
-                                     reduction=reduction)
+                                     reduction=reduction,
+                                     max_logits_bytes=max_logits_bytes)
 
     return reduce(_amcl(z0, z1, negatives, build, net, **options, tile_size=tile_size,
-                        tile_backend=tile_backend)[0],
-                  reduction)
+                        tile_backend=tile_backend,
+                        max_logits_bytes=max_logits_bytes)[0], reduction)
 
 
 __all__ = ["AMCLLoss", "AMCL_PAPER", "AMCL_PAPER_BETA_RANGE", "amcl", "pair_term"]

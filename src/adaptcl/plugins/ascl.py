@@ -31,8 +31,10 @@ from .base import (
     functional_candidates,
     in_row_blocks,
     loss_stats,
+    note_tile,
     reduce,
 )
+from .budget import plan_tiles
 from .candidates import (
     MASKED,
     Candidates,
@@ -55,6 +57,9 @@ from .validation import UNFUSED_BACKENDS, check_choice, check_int, check_positiv
 
 MODES = ("ascl", "ahcl", "hard")
 ASCL_FORMS = ("queue", "cross_view")
+#: the materialised path's ``[A, C]`` matrices at its peak (measured,
+#: :mod:`~adaptcl.plugins.budget`): InfoNCE's, the key similarities and the soft targets
+ASCL_COPIES = 7
 
 
 # --------------------------------------------------------------------------------------------
@@ -185,8 +190,10 @@ def _tiled_ascl(c: Candidates, temperature: float, tile_size: int, *, mode: str,
 
 def _ascl(c: Candidates, *, temperature: float, sharpen_temperature: float, num_neighbors: int,
           mode: str, tile_size: int | None, hardness: tuple[str, float] | None = None,
-          tile_backend: str = "auto") -> tuple[Tensor, Stats]:
+          tile_backend: str = "auto",
+          max_logits_bytes: int | None = None) -> tuple[Tensor, Stats]:
     """ASCL's per-anchor losses and statistics on one direction's candidates."""
+    tile_size, auto = plan_tiles("ASCL", [c], tile_size, max_logits_bytes, copies=ASCL_COPIES)
     bias = None if hardness is None else HardnessBias(c, *hardness)
     if c.num_negatives == 0:
         # nothing to contrast against and no neighbour to label: 0, as InfoNCE
@@ -210,8 +217,8 @@ def _ascl(c: Candidates, *, temperature: float, sharpen_temperature: float, num_
                 biased = neg + bias.tile(0, neg.shape[0], c.keys, c.excluded, 0, neg.shape[1])
                 lse = row_logsumexp(c.mask_(biased), inplace=True)
             out = kernel_from_lse(lse, pos, soft_targets=(y_pos, weighted))
-    return out.loss, loss_stats(out.loss, [c], outputs=[out], temperature=temperature,
-                                confidence=confidence)
+    return out.loss, note_tile(loss_stats(out.loss, [c], outputs=[out], temperature=temperature,
+                                          confidence=confidence), auto)
 
 
 def _check_ascl(temperature: float, sharpen_temperature: float, num_neighbors: int,
@@ -231,7 +238,8 @@ def ascl(z0: Tensor, z1: Tensor, temperature: float = 0.1, sharpen_temperature: 
          negative_owners: Tensor | None = None, gather_distributed: bool = False,
          gather_fn: GatherFn | None = None, check_finite: bool = True,
          tile_size: int | None = None, tile_backend: str = "auto",
-         reduction: str = "mean") -> Tensor:
+         reduction: str = "mean",
+         max_logits_bytes: int | None = None) -> Tensor:
     """Functional ASCL; arguments as :class:`ASCLLoss`.
 
     Examples:
@@ -243,11 +251,12 @@ def ascl(z0: Tensor, z1: Tensor, temperature: float = 0.1, sharpen_temperature: 
     (c,) = functional_candidates(z0, z1, negatives, form=form,
                                  gather_distributed=gather_distributed, gather_fn=gather_fn,
                                  check_finite=check_finite, tile_size=tile_size,
-                                 tile_backend=tile_backend, reduction=reduction, forms=ASCL_FORMS,
-                                 negative_owners=negative_owners)
+                                 tile_backend=tile_backend, reduction=reduction, max_logits_bytes=max_logits_bytes,
+                                 forms=ASCL_FORMS, negative_owners=negative_owners)
     hardness = hardness_spec(options.pop("hardness_mode"), options.pop("hardness_strength"))
     return reduce(_ascl(c, **options, tile_size=tile_size, hardness=hardness,
-                        tile_backend=tile_backend)[0], reduction)
+                        tile_backend=tile_backend,
+                        max_logits_bytes=max_logits_bytes)[0], reduction)
 
 
 
@@ -273,7 +282,7 @@ class ASCLLoss(ContrastiveLoss):
         hardness_mode, hardness_strength: the hardness term of :mod:`adaptcl.plugins.hardness`
             (sentence-transformers' semantics; it enters the denominator only, the soft
             targets weigh the plain logits). Off by default.
-        gather_distributed / gather_fn / check_finite / reduction: as in
+        gather_distributed / gather_fn / check_finite / reduction / max_logits_bytes: as in
             :class:`~adaptcl.plugins.InfoNCELoss`.
 
     ``last_stats["confidence"]`` holds the mean label confidence c.
@@ -291,10 +300,11 @@ class ASCLLoss(ContrastiveLoss):
                  hardness_mode: str | None = None, hardness_strength: float = 0.0,
                  gather_distributed: bool = False, gather_fn: GatherFn | None = None,
                  check_finite: bool = True, tile_size: int | None = None,
-                 tile_backend: str = "auto", reduction: str = "mean") -> None:
+                 tile_backend: str = "auto", reduction: str = "mean", max_logits_bytes: int | None = None) -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
                          check_finite=check_finite, tile_size=tile_size,
-                         tile_backend=tile_backend, reduction=reduction, forms=ASCL_FORMS)
+                         tile_backend=tile_backend, reduction=reduction,
+                         max_logits_bytes=max_logits_bytes, forms=ASCL_FORMS)
         for name, value in _check_ascl(temperature, sharpen_temperature, num_neighbors,
                                        mode, hardness_mode, hardness_strength).items():
             setattr(self, name, value)
@@ -310,13 +320,17 @@ class ASCLLoss(ContrastiveLoss):
                      sharpen_temperature=self.sharpen_temperature,
                      num_neighbors=self.num_neighbors, mode=self.mode, tile_size=self.tile_size,
                      hardness=hardness_spec(self.hardness_mode, self.hardness_strength),
-                     tile_backend=self.tile_backend)
+                     tile_backend=self.tile_backend,
+                     max_logits_bytes=self.max_logits_bytes)
 
 
 def _ascl_byol(targets_view: list[Candidates], neighbours: list[Candidates], *,
                sharpen_temperature: float, num_neighbors: int, mode: str,
-               tile_size: int | None) -> tuple[Tensor, Stats]:
+               tile_size: int | None, max_logits_bytes: int | None = None
+               ) -> tuple[Tensor, Stats]:
     (c,), (near_all,) = targets_view, neighbours
+    tile_size, auto = plan_tiles("ASCL-BYOL", [c, near_all], tile_size, max_logits_bytes,
+                                 copies=4, row_blocks=True)
     n = near_all.num_negatives
     k = num_neighbors if n > 0 else 0  # a batch of one has no neighbour: plain BYOL
 
@@ -330,7 +344,7 @@ def _ascl_byol(targets_view: list[Candidates], neighbours: list[Candidates], *,
         return torch.stack([2 - 2 * agreement, confidence])
 
     out = in_row_blocks(rows, c.num_anchors, tile_size)
-    return out[0], loss_stats(out[0], [c], confidence=out[1])
+    return out[0], note_tile(loss_stats(out[0], [c], confidence=out[1]), auto)
 
 
 def _byol_candidates(predictions: Tensor, targets: Tensor, negatives: Tensor | None,
@@ -357,7 +371,8 @@ def ascl_byol(predictions: Tensor, targets: Tensor, sharpen_temperature: float =
               num_neighbors: int = 1, mode: str = "ascl", *, gather_distributed: bool = False,
               gather_fn: GatherFn | None = None, check_finite: bool = True,
               tile_size: int | None = None, tile_backend: str = "auto",
-              reduction: str = "mean") -> Tensor:
+              reduction: str = "mean",
+              max_logits_bytes: int | None = None) -> Tensor:
     """Functional ASCL-BYOL; arguments as :class:`ASCLBYOLLoss`."""
     options = _check_byol(sharpen_temperature, num_neighbors, mode)
 
@@ -366,10 +381,11 @@ def ascl_byol(predictions: Tensor, targets: Tensor, sharpen_temperature: float =
                                      gather_distributed=gather_distributed, gather_fn=gather_fn,
                                      check_finite=check_finite, tile_size=tile_size,
                                      tile_backend=tile_backend, tile_backends=UNFUSED_BACKENDS,
-                                     reduction=reduction)
+                                     reduction=reduction, max_logits_bytes=max_logits_bytes)
 
     views = _byol_candidates(predictions, targets, None, build)
-    return reduce(_ascl_byol(*views, **options, tile_size=tile_size)[0], reduction)
+    return reduce(_ascl_byol(*views, **options, tile_size=tile_size,
+                             max_logits_bytes=max_logits_bytes)[0], reduction)
 
 
 class ASCLBYOLLoss(ContrastiveLoss):
@@ -383,7 +399,8 @@ class ASCLBYOLLoss(ContrastiveLoss):
 
     The shared keywords work as in the contrastive losses: ``gather_distributed`` /
     ``gather_fn`` make every rank's samples neighbours (``j`` runs over the gathered batch),
-    ``tile_size`` processes that many samples at a time under activation checkpointing. The
+    ``tile_size`` processes that many samples at a time under activation checkpointing (and
+    ``max_logits_bytes`` so many as fit the budget, as in :class:`~adaptcl.plugins.InfoNCELoss`). The
     functional form is :func:`ascl_byol`.
 
     Examples:
@@ -397,10 +414,12 @@ class ASCLBYOLLoss(ContrastiveLoss):
                  mode: str = "ascl", *, gather_distributed: bool = False,
                  gather_fn: GatherFn | None = None, check_finite: bool = True,
                  tile_size: int | None = None, tile_backend: str = "auto",
-                 reduction: str = "mean") -> None:
+                 reduction: str = "mean",
+                 max_logits_bytes: int | None = None) -> None:
         super().__init__(form="cross_view", gather_distributed=gather_distributed,
                          gather_fn=gather_fn, check_finite=check_finite, tile_size=tile_size,
-                         tile_backend=tile_backend, reduction=reduction, forms=("cross_view",))
+                         tile_backend=tile_backend, reduction=reduction, max_logits_bytes=max_logits_bytes,
+                         forms=("cross_view",))
         for name, value in _check_byol(sharpen_temperature, num_neighbors, mode).items():
             setattr(self, name, value)
 
@@ -414,4 +433,4 @@ class ASCLBYOLLoss(ContrastiveLoss):
                                  lambda z0, z1: self.candidates(z0, z1, None))
         return _ascl_byol(*views, sharpen_temperature=self.sharpen_temperature,
                           num_neighbors=self.num_neighbors, mode=self.mode,
-                          tile_size=self.tile_size)
+                          tile_size=self.tile_size, max_logits_bytes=self.max_logits_bytes)

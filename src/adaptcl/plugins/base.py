@@ -65,6 +65,15 @@ def loss_stats(per_anchor: Tensor, cands: list[Candidates] | None = None, *,
     return stats
 
 
+def note_tile(stats: Stats, auto_tile: int | None) -> Stats:
+    """``stats`` with ``auto_tile_size`` (the tile, a float32 0-d tensor) when the logits
+    budget switched the call to its tiled path (:func:`~adaptcl.plugins.budget.plan_tiles`)."""
+    if auto_tile is not None:
+        stats["auto_tile_size"] = torch.full((), float(auto_tile), dtype=torch.float32,
+                                             device=stats["loss"].device)
+    return stats
+
+
 def run_kernel(
     cands: list[Candidates],
     temperature: Tensor | float,
@@ -148,7 +157,7 @@ def in_row_blocks(rows_fn: Callable[[int, int], Tensor], num_rows: int,
 def functional_candidates(z0: Tensor, z1: Tensor, negatives: Tensor | None, *, form: str,
                           gather_distributed: bool, gather_fn: GatherFn | None,
                           check_finite: bool, tile_size: int | None, reduction: str,
-                          forms: tuple[str, ...] = FORMS, tile_backend: str = "auto",
+                          max_logits_bytes: int | None = None, forms: tuple[str, ...] = FORMS, tile_backend: str = "auto",
                           tile_backends: tuple[str, ...] = TILE_BACKENDS,
                           **pairs: Tensor | None) -> list[Candidates]:
     """What a functional form does before its formula: check the shared keywords exactly as
@@ -158,7 +167,8 @@ def functional_candidates(z0: Tensor, z1: Tensor, negatives: Tensor | None, *, f
     check_choice("reduction", reduction, REDUCTIONS)
     check_shared(gather_distributed=gather_distributed, gather_fn=gather_fn,
                  check_finite=check_finite, tile_size=tile_size, tile_backend=tile_backend,
-                 tile_backends=tile_backends)
+                 tile_backends=tile_backends,
+                 max_logits_bytes=max_logits_bytes)
     return build_candidates(z0, z1, form, negatives, gather_distributed=gather_distributed,
                             gather_fn=gather_fn, check_finite=check_finite, **pairs)
 
@@ -199,7 +209,10 @@ class ContrastiveLoss(Loss):
     ``lightly.utils.dist.gather``, or None), ``check_finite`` (a bool), ``tile_size`` (None or
     an int >= 1), ``tile_backend`` (``"auto"``, ``"triton"`` or ``"torch"``: the fused kernel
     or the PyTorch loop for the tiles, :mod:`~adaptcl.plugins.fused`; a loss without a kernel
-    path restricts ``tile_backends``) and ``reduction`` (``"mean"``, ``"sum"`` or ``"none"``
+    path restricts ``tile_backends``), ``max_logits_bytes`` (None or an int >= 1: the budget beyond which the
+    materialised logits give way to the exact tiled path, :mod:`~adaptcl.plugins.budget`;
+    ``None`` reads it from the free memory on CUDA and never switches elsewhere) and
+    ``reduction`` (``"mean"``, ``"sum"`` or ``"none"``
     for per-anchor losses, as in ``torch.nn``). Inputs of mixed float32/float64 dtypes are computed in float64.
     Anchors with no negatives (a batch of one pair, an empty queue) contribute 0 with a zero
     gradient, as in Lightly and sentence-transformers.
@@ -223,17 +236,17 @@ class ContrastiveLoss(Loss):
     def __init__(self, *, form: str, gather_distributed: bool = False,
                  gather_fn: GatherFn | None = None, check_finite: bool = True,
                  tile_size: int | None = None, reduction: str = "mean",
-                 forms: tuple[str, ...] = FORMS, tile_backend: str = "auto") -> None:
+                 max_logits_bytes: int | None = None, forms: tuple[str, ...] = FORMS, tile_backend: str = "auto") -> None:
         # One validation path for the keywords every loss shares (a subclass restricts
         # ``forms`` to those it defines).
         form = check_choice("form", form, forms)
         super().__init__(reduction=reduction)
         self.form = form
         (self.gather_distributed, self.gather_fn, self.check_finite, self.tile_size,
-         self.tile_backend) = check_shared(gather_distributed=gather_distributed,
-                                           gather_fn=gather_fn, check_finite=check_finite,
-                                           tile_size=tile_size, tile_backend=tile_backend,
-                                           tile_backends=self.tile_backends)
+         self.tile_backend, self.max_logits_bytes) = check_shared(
+            gather_distributed=gather_distributed, gather_fn=gather_fn, check_finite=check_finite,
+            tile_size=tile_size, tile_backend=tile_backend, tile_backends=self.tile_backends,
+            max_logits_bytes=max_logits_bytes)
 
     @property
     def gathers(self) -> bool:
@@ -280,5 +293,7 @@ class ContrastiveLoss(Loss):
         tiled = "" if self.tile_size is None else f", tile_size={self.tile_size}"
         if self.tile_backend != "auto":
             tiled += f", tile_backend={self.tile_backend!r}"
+        if self.max_logits_bytes is not None:
+            tiled += f", max_logits_bytes={self.max_logits_bytes}"
         reduction = "" if self.reduction == "mean" else f", reduction={self.reduction!r}"
         return f"form={self.form!r}, gather_distributed={self.gather_distributed}{tiled}{reduction}"

@@ -52,7 +52,8 @@ import math
 import torch
 from torch import Tensor
 
-from .base import ContrastiveLoss, Stats, functional_candidates, reduce, run_kernel
+from .base import ContrastiveLoss, Stats, functional_candidates, note_tile, reduce, run_kernel
+from .budget import LOGIT_COPIES, plan_tiles
 from .candidates import Candidates
 from .distributed import GatherFn
 from .hardness import check_hardness, hardness_spec
@@ -147,14 +148,19 @@ def _dystress_options(min_temperature: float, max_temperature: float, shape: str
 def _dystress(cands: list[Candidates], *, min_temperature: float, max_temperature: float,
               shape: str, threshold: float, width: float, detach_temperature: bool,
               positive_in_denominator: bool, hardness_mode: str | None, hardness_strength: float,
-              tile_size: int | None, tile_backend: str = "auto") -> tuple[Tensor, Stats]:
+              tile_size: int | None, tile_backend: str = "auto", max_logits_bytes: int | None = None
+              ) -> tuple[Tensor, Stats]:
     """DySTreSS's per-anchor losses and statistics on prepared candidates."""
+    # the per-pair temperatures add a fourth [A, C] matrix to the materialised peak
+    tile_size, auto = plan_tiles("DySTreSS", cands, tile_size, max_logits_bytes,
+                                 copies=LOGIT_COPIES + 1)
     term = _PairTemperatureTerm(min_temperature, max_temperature, shape, threshold, width,
                                 detach_temperature)
     tau_positive = term.temperature(cands[0].positive_sim.detach())
-    return run_kernel(cands, tau_positive, positive_in_denominator=positive_in_denominator,
-                      tile_size=tile_size, tile_backend=tile_backend, term=term,
-                      hardness=hardness_spec(hardness_mode, hardness_strength))
+    losses, stats = run_kernel(cands, tau_positive, positive_in_denominator=positive_in_denominator,
+                               tile_size=tile_size, tile_backend=tile_backend, term=term,
+                               hardness=hardness_spec(hardness_mode, hardness_strength))
+    return losses, note_tile(stats, auto)
 
 
 class DySTreSSLoss(ContrastiveLoss):
@@ -174,8 +180,8 @@ class DySTreSSLoss(ContrastiveLoss):
             temperatures).
         hardness_mode, hardness_strength: the hardness term of :mod:`adaptcl.plugins.hardness`
             (off by default).
-        form, gather_distributed, gather_fn, check_finite, tile_size, reduction: as in
-            :class:`~adaptcl.plugins.InfoNCELoss`.
+        form, gather_distributed, gather_fn, check_finite, tile_size, reduction,
+            max_logits_bytes: as in :class:`~adaptcl.plugins.InfoNCELoss`.
 
     ``forward(z0, z1, negatives=None, *, labels=None, negative_labels=None,
     negative_owners=None)``: ``labels`` give multi-positive (SupCon) targets
@@ -201,10 +207,12 @@ class DySTreSSLoss(ContrastiveLoss):
                  form: str = "nt_xent", gather_distributed: bool = False,
                  gather_fn: GatherFn | None = None, check_finite: bool = True,
                  tile_size: int | None = None,
-                 tile_backend: str = "auto", reduction: str = "mean") -> None:
+                 tile_backend: str = "auto", reduction: str = "mean",
+                 max_logits_bytes: int | None = None) -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
                          check_finite=check_finite, tile_size=tile_size,
-                         tile_backend=tile_backend, reduction=reduction)
+                         tile_backend=tile_backend, reduction=reduction,
+                         max_logits_bytes=max_logits_bytes)
         options = _dystress_options(min_temperature, max_temperature, shape, threshold, width,
                                     detach_temperature, positive_in_denominator, hardness_mode,
                                     hardness_strength)
@@ -224,7 +232,8 @@ class DySTreSSLoss(ContrastiveLoss):
     def compute_from_candidates(self, cands: list[Candidates]) -> tuple[Tensor, Stats]:
         """DySTreSS's per-anchor losses on prepared candidates (adapters that build their own)."""
         return _dystress(cands, **self._options(), tile_size=self.tile_size,
-                         tile_backend=self.tile_backend)
+                         tile_backend=self.tile_backend,
+                         max_logits_bytes=self.max_logits_bytes)
 
     def extra_repr(self) -> str:
         shape = (f"shape='piecewise', threshold={self.threshold}, width={self.width}"
@@ -247,7 +256,8 @@ def dystress(z0: Tensor, z1: Tensor, min_temperature: float = 0.1, max_temperatu
              form: str = "nt_xent", gather_distributed: bool = False,
              gather_fn: GatherFn | None = None, check_finite: bool = True,
              tile_size: int | None = None,
-             tile_backend: str = "auto", reduction: str = "mean") -> Tensor:
+             tile_backend: str = "auto", reduction: str = "mean",
+             max_logits_bytes: int | None = None) -> Tensor:
     """Functional DySTreSS; arguments as :class:`DySTreSSLoss` (and its ``forward``).
 
     Examples:
@@ -260,8 +270,9 @@ def dystress(z0: Tensor, z1: Tensor, min_temperature: float = 0.1, max_temperatu
                                   gather_distributed=gather_distributed, gather_fn=gather_fn,
                                   check_finite=check_finite, tile_size=tile_size,
                                   tile_backend=tile_backend,
-                                  reduction=reduction, labels=labels,
-                                  negative_labels=negative_labels,
+                                  reduction=reduction, max_logits_bytes=max_logits_bytes,
+                                  labels=labels, negative_labels=negative_labels,
                                   negative_owners=negative_owners)
     return reduce(_dystress(cands, **options, tile_size=tile_size,
-                            tile_backend=tile_backend)[0], reduction)
+                            tile_backend=tile_backend,
+                            max_logits_bytes=max_logits_bytes)[0], reduction)

@@ -17,7 +17,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .base import ContrastiveLoss, Stats, functional_candidates, loss_stats, reduce, run_kernel
+from .base import (
+    ContrastiveLoss,
+    Stats,
+    functional_candidates,
+    loss_stats,
+    note_tile,
+    reduce,
+    run_kernel,
+)
+from .budget import plan_tiles
 from .candidates import Candidates
 from .distributed import GatherFn
 from .hardness import check_hardness, hardness_spec
@@ -27,9 +36,13 @@ from .validation import check_positive
 
 def _info_nce(cands: list[Candidates], temperature: float, positive_in_denominator: bool,
               tile_size: int | None, hardness: tuple[str, float] | None = None,
-              tile_backend: str = "auto") -> tuple[Tensor, Stats]:
-    return run_kernel(cands, temperature, positive_in_denominator=positive_in_denominator,
-                      tile_size=tile_size, hardness=hardness, tile_backend=tile_backend)
+              tile_backend: str = "auto", *,
+              max_logits_bytes: int | None = None) -> tuple[Tensor, Stats]:
+    tile_size, auto = plan_tiles("InfoNCE" if positive_in_denominator else "DCL", cands,
+                                 tile_size, max_logits_bytes)
+    losses, stats = run_kernel(cands, temperature, positive_in_denominator=positive_in_denominator,
+                               tile_size=tile_size, hardness=hardness, tile_backend=tile_backend)
+    return losses, note_tile(stats, auto)
 
 
 def info_nce(z0: Tensor, z1: Tensor, temperature: float = 0.1, *, negatives: Tensor | None = None,
@@ -39,7 +52,8 @@ def info_nce(z0: Tensor, z1: Tensor, temperature: float = 0.1, *, negatives: Ten
              negative_owners: Tensor | None = None, gather_distributed: bool = False,
              gather_fn: GatherFn | None = None, check_finite: bool = True,
              tile_size: int | None = None,
-             tile_backend: str = "auto", reduction: str = "mean") -> Tensor:
+             tile_backend: str = "auto", reduction: str = "mean",
+             max_logits_bytes: int | None = None) -> Tensor:
     """InfoNCE / NT-Xent of the pairs ``(z0[i], z1[i])``; arguments as :class:`InfoNCELoss`
     (and its ``forward``: ``labels`` give SupCon's multi-positive targets).
 
@@ -57,10 +71,11 @@ def info_nce(z0: Tensor, z1: Tensor, temperature: float = 0.1, *, negatives: Ten
                                   gather_distributed=gather_distributed, gather_fn=gather_fn,
                                   check_finite=check_finite, tile_size=tile_size,
                                   tile_backend=tile_backend,
-                                  reduction=reduction, labels=labels,
-                                  negative_labels=negative_labels, negative_owners=negative_owners)
+                                  reduction=reduction, max_logits_bytes=max_logits_bytes,
+                                  labels=labels, negative_labels=negative_labels,
+                                  negative_owners=negative_owners)
     return reduce(_info_nce(cands, temperature, bool(positive_in_denominator), tile_size,
-                            hardness, tile_backend)[0], reduction)
+                            hardness, tile_backend, max_logits_bytes=max_logits_bytes)[0], reduction)
 
 
 def dcl(z0: Tensor, z1: Tensor, temperature: float = 0.1, *, negatives: Tensor | None = None,
@@ -68,14 +83,16 @@ def dcl(z0: Tensor, z1: Tensor, temperature: float = 0.1, *, negatives: Tensor |
         negative_owners: Tensor | None = None, gather_distributed: bool = False,
         gather_fn: GatherFn | None = None, check_finite: bool = True,
         tile_size: int | None = None,
-        tile_backend: str = "auto", reduction: str = "mean") -> Tensor:
+        tile_backend: str = "auto", reduction: str = "mean",
+        max_logits_bytes: int | None = None) -> Tensor:
     """Decoupled contrastive loss: InfoNCE with the positive removed from the denominator."""
     return info_nce(z0, z1, temperature, negatives=negatives, form=form,
                     positive_in_denominator=False, hardness_mode=hardness_mode,
                     hardness_strength=hardness_strength, negative_owners=negative_owners,
                     gather_distributed=gather_distributed, gather_fn=gather_fn,
                     check_finite=check_finite, tile_size=tile_size,
-                    tile_backend=tile_backend, reduction=reduction)
+                    tile_backend=tile_backend, reduction=reduction,
+                    max_logits_bytes=max_logits_bytes)
 
 
 class InfoNCELoss(ContrastiveLoss):
@@ -106,6 +123,13 @@ class InfoNCELoss(ContrastiveLoss):
         tile_backend: what computes the tiles: ``"auto"`` (default; the fused Triton kernel on
             CUDA where it covers the case, else the PyTorch loop), ``"triton"`` (the kernel, or
             a one-line refusal) or ``"torch"`` (the loop); see :mod:`adaptcl.plugins.fused`.
+        max_logits_bytes: the bytes the materialised logits may take (about three float32
+            ``[A, C]`` matrices at the peak); beyond it the loss takes its exact tiled path,
+            says so once (a :class:`~adaptcl.plugins.budget.LogitsBudgetWarning`) and in
+            ``last_stats["auto_tile_size"]``. ``None`` (default): a share of the free memory on
+            CUDA, no switch on the CPU. With ``tile_size`` too, that tile is used when over the
+            budget and the logits are materialised below it. See
+            :mod:`adaptcl.plugins.budget`.
         reduction: ``"mean"`` (default), ``"sum"`` or ``"none"`` (per-anchor losses).
 
     ``forward(z0, z1, negatives=None, *, labels=None, negative_labels=None,
@@ -118,6 +142,7 @@ class InfoNCELoss(ContrastiveLoss):
         >>> loss = loss_fn(z0, z1)
         >>> supcon = loss_fn(z0, z1, labels=torch.tensor([0, 1, 0, 1, 2, 2, 3, 0]))
         >>> big = InfoNCELoss(temperature=0.1, tile_size=4096)  # batches far beyond memory
+        >>> capped = InfoNCELoss(temperature=0.1, max_logits_bytes=2**30)  # tiles beyond 1 GiB
     """
 
     takes_labels = True
@@ -128,10 +153,12 @@ class InfoNCELoss(ContrastiveLoss):
                  hardness_strength: float = 0.0, gather_distributed: bool = False,
                  gather_fn: GatherFn | None = None, check_finite: bool = True,
                  tile_size: int | None = None,
-                 tile_backend: str = "auto", reduction: str = "mean") -> None:
+                 tile_backend: str = "auto", reduction: str = "mean",
+                 max_logits_bytes: int | None = None) -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
                          check_finite=check_finite, tile_size=tile_size,
-                         tile_backend=tile_backend, reduction=reduction)
+                         tile_backend=tile_backend, reduction=reduction,
+                         max_logits_bytes=max_logits_bytes)
         self.temperature = check_positive("temperature", temperature)
         self.positive_in_denominator = bool(positive_in_denominator)
         self.hardness_mode, self.hardness_strength = check_hardness(hardness_mode,
@@ -145,7 +172,8 @@ class InfoNCELoss(ContrastiveLoss):
         """InfoNCE's per-anchor losses on prepared candidates (adapters that build their own)."""
         return _info_nce(cands, self.temperature, self.positive_in_denominator, self.tile_size,
                          hardness_spec(self.hardness_mode, self.hardness_strength),
-                         self.tile_backend)
+                         self.tile_backend,
+                         max_logits_bytes=self.max_logits_bytes)
 
     def extra_repr(self) -> str:
         hardness = ("" if self.hardness_mode is None else
@@ -174,16 +202,19 @@ class DCLLoss(InfoNCELoss):
                  gather_distributed: bool = False, gather_fn: GatherFn | None = None,
                  check_finite: bool = True, tile_size: int | None = None,
                  tile_backend: str = "auto",
-                 reduction: str = "mean") -> None:
+                 reduction: str = "mean", max_logits_bytes: int | None = None) -> None:
         super().__init__(temperature, form=form, positive_in_denominator=False,
                          hardness_mode=hardness_mode, hardness_strength=hardness_strength,
                          gather_distributed=gather_distributed, gather_fn=gather_fn,
                          check_finite=check_finite, tile_size=tile_size,
-                         tile_backend=tile_backend, reduction=reduction)
+                         tile_backend=tile_backend, reduction=reduction,
+                         max_logits_bytes=max_logits_bytes)
 
 
 def _flat_nce(cands: list[Candidates], temperature: float, tile_size: int | None,
-              tile_backend: str = "auto") -> tuple[Tensor, Stats]:
+              tile_backend: str = "auto", *,
+              max_logits_bytes: int | None = None) -> tuple[Tensor, Stats]:
+    tile_size, auto = plan_tiles("FlatNCE", cands, tile_size, max_logits_bytes)
     losses, plains = [], []
     for c in cands:
         if c.num_negatives == 0:
@@ -196,23 +227,24 @@ def _flat_nce(cands: list[Candidates], temperature: float, tile_size: int | None
         losses.append(torch.exp(r - r.detach()))
         plains.append(F.softplus(r.detach()))
     per_anchor = torch.cat(losses)
-    return per_anchor, loss_stats(per_anchor, cands, temperature=temperature,
-                                  plain_loss=torch.cat(plains))
+    return per_anchor, note_tile(loss_stats(per_anchor, cands, temperature=temperature,
+                                            plain_loss=torch.cat(plains)), auto)
 
 
 def flat_nce(z0: Tensor, z1: Tensor, temperature: float = 0.1, *,
              negatives: Tensor | None = None, form: str = "nt_xent",
              gather_distributed: bool = False, gather_fn: GatherFn | None = None,
              check_finite: bool = True, tile_size: int | None = None, tile_backend: str = "auto",
-             reduction: str = "mean") -> Tensor:
+             reduction: str = "mean", max_logits_bytes: int | None = None) -> Tensor:
     """FlatNCE of the pairs ``(z0[i], z1[i])``; arguments as :class:`FlatNCELoss`."""
     check_positive("temperature", temperature)
     cands = functional_candidates(z0, z1, negatives, form=form,
                                   gather_distributed=gather_distributed, gather_fn=gather_fn,
                                   check_finite=check_finite, tile_size=tile_size,
                                   tile_backend=tile_backend,
-                                  reduction=reduction)
-    return reduce(_flat_nce(cands, temperature, tile_size, tile_backend)[0], reduction)
+                                  reduction=reduction, max_logits_bytes=max_logits_bytes)
+    return reduce(_flat_nce(cands, temperature, tile_size, tile_backend,
+                            max_logits_bytes=max_logits_bytes)[0], reduction)
 
 
 class FlatNCELoss(ContrastiveLoss):
@@ -232,27 +264,33 @@ class FlatNCELoss(ContrastiveLoss):
                  gather_distributed: bool = False, gather_fn: GatherFn | None = None,
                  check_finite: bool = True, tile_size: int | None = None,
                  tile_backend: str = "auto",
-                 reduction: str = "mean") -> None:
+                 reduction: str = "mean", max_logits_bytes: int | None = None) -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
                          check_finite=check_finite, tile_size=tile_size,
-                         tile_backend=tile_backend, reduction=reduction)
+                         tile_backend=tile_backend, reduction=reduction,
+                         max_logits_bytes=max_logits_bytes)
         self.temperature = check_positive("temperature", temperature)
 
     def compute(self, z0: Tensor, z1: Tensor, negatives: Tensor | None) -> tuple[Tensor, Stats]:
         return _flat_nce(self.candidates(z0, z1, negatives), self.temperature, self.tile_size,
-                         self.tile_backend)
+                         self.tile_backend,
+                         max_logits_bytes=self.max_logits_bytes)
 
 
 def _dual_temperature(cands: list[Candidates], temperature: float, temperature_beta: float,
-                      tile_size: int | None, tile_backend: str = "auto") -> tuple[Tensor, Stats]:
+                      tile_size: int | None, *,
+                      max_logits_bytes: int | None = None, tile_backend: str = "auto") -> tuple[Tensor, Stats]:
+    tile_size, auto = plan_tiles("DualTemperature", cands, tile_size, max_logits_bytes)
+
     def log_weights(c: Candidates, log_w_alpha: Tensor) -> Tensor:
         with torch.no_grad():
             lse, pos = negative_lse(c, temperature_beta, tile_size, tile_backend)
             log_w_beta = F.logsigmoid(lse - pos)
         return log_w_beta - log_w_alpha
 
-    return run_kernel(cands, temperature, log_weights=log_weights, tile_size=tile_size,
+    losses, stats = run_kernel(cands, temperature, log_weights=log_weights, tile_size=tile_size,
                       tile_backend=tile_backend)
+    return losses, note_tile(stats, auto)
 
 
 def dual_temperature(z0: Tensor, z1: Tensor, temperature: float = 0.1,
@@ -260,7 +298,8 @@ def dual_temperature(z0: Tensor, z1: Tensor, temperature: float = 0.1,
                      form: str = "nt_xent", gather_distributed: bool = False,
                      gather_fn: GatherFn | None = None, check_finite: bool = True,
                      tile_size: int | None = None,
-                     tile_backend: str = "auto", reduction: str = "mean") -> Tensor:
+                     tile_backend: str = "auto", reduction: str = "mean",
+                     max_logits_bytes: int | None = None) -> Tensor:
     """Dual temperature InfoNCE; arguments as :class:`DualTemperatureLoss`."""
     check_positive("temperature", temperature)
     check_positive("temperature_beta", temperature_beta)
@@ -268,9 +307,10 @@ def dual_temperature(z0: Tensor, z1: Tensor, temperature: float = 0.1,
                                   gather_distributed=gather_distributed, gather_fn=gather_fn,
                                   check_finite=check_finite, tile_size=tile_size,
                                   tile_backend=tile_backend,
-                                  reduction=reduction)
+                                  reduction=reduction, max_logits_bytes=max_logits_bytes)
     return reduce(_dual_temperature(cands, temperature, temperature_beta, tile_size,
-                                    tile_backend)[0], reduction)
+                                    tile_backend,
+                                    max_logits_bytes=max_logits_bytes)[0], reduction)
 
 
 class DualTemperatureLoss(ContrastiveLoss):
@@ -290,13 +330,16 @@ class DualTemperatureLoss(ContrastiveLoss):
                  form: str = "nt_xent", gather_distributed: bool = False,
                  gather_fn: GatherFn | None = None, check_finite: bool = True,
                  tile_size: int | None = None,
-                 tile_backend: str = "auto", reduction: str = "mean") -> None:
+                 tile_backend: str = "auto", reduction: str = "mean",
+                 max_logits_bytes: int | None = None) -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
                          check_finite=check_finite, tile_size=tile_size,
-                         tile_backend=tile_backend, reduction=reduction)
+                         tile_backend=tile_backend, reduction=reduction,
+                         max_logits_bytes=max_logits_bytes)
         self.temperature = check_positive("temperature", temperature)
         self.temperature_beta = check_positive("temperature_beta", temperature_beta)
 
     def compute(self, z0: Tensor, z1: Tensor, negatives: Tensor | None) -> tuple[Tensor, Stats]:
         return _dual_temperature(self.candidates(z0, z1, negatives), self.temperature,
-                                 self.temperature_beta, self.tile_size, self.tile_backend)
+                                 self.temperature_beta, self.tile_size, self.tile_backend,
+                                 max_logits_bytes=self.max_logits_bytes)

@@ -57,7 +57,16 @@ import math
 import torch
 from torch import Tensor, nn
 
-from .base import ContrastiveLoss, Stats, functional_candidates, loss_stats, reduce, run_kernel
+from .base import (
+    ContrastiveLoss,
+    Stats,
+    functional_candidates,
+    loss_stats,
+    note_tile,
+    reduce,
+    run_kernel,
+)
+from .budget import plan_tiles
 from .candidates import Candidates
 from .distributed import GatherFn
 from .heads import as_heads
@@ -99,7 +108,8 @@ def bounded_scale(logit_scale: Tensor, low: float, high: float) -> Tensor:
 
 def _learnable(z0: Tensor, z1: Tensor, negatives: Tensor | None, build, logit_scale: Tensor, *,
                min_temperature: float, max_temperature: float, positive_in_denominator: bool,
-               tile_size: int | None, tile_backend: str = "auto") -> tuple[Tensor, Stats]:
+               tile_size: int | None, tile_backend: str = "auto", max_logits_bytes: int | None = None
+               ) -> tuple[Tensor, Stats]:
     """Per-anchor losses (summed over heads) at ``tau = exp(-clamp(s))``, and the statistics;
     ``build(z0, z1, negatives)`` makes one head's candidates."""
     heads = logit_scale.numel()
@@ -120,13 +130,19 @@ def _learnable(z0: Tensor, z1: Tensor, negatives: Tensor | None, build, logit_sc
     low, high = scale_bounds(min_temperature, max_temperature)
     tau = torch.exp(-bounded_scale(logit_scale, low, high)).reshape(-1)
     if not multi:
-        return run_kernel(build(z0, z1, negatives), tau[0],
-                          positive_in_denominator=positive_in_denominator, tile_size=tile_size,
+        cands = build(z0, z1, negatives)
+        tile_size, auto = plan_tiles("LearnableTemperature", cands, tile_size, max_logits_bytes)
+        losses, stats = run_kernel(cands, tau[0], positive_in_denominator=positive_in_denominator,
+                                   tile_size=tile_size,
                           tile_backend=tile_backend)
+        return losses, note_tile(stats, auto)
     total, per_head = 0.0, []
     for h in range(heads):
-        losses, stats = run_kernel(build(z0[h], z1[h], None if negatives is None else negatives[h]),
-                                   tau[h], positive_in_denominator=positive_in_denominator,
+        cands = build(z0[h], z1[h], None if negatives is None else negatives[h])
+        if h == 0:  # every head's matrices live until the backward
+            tile_size, auto = plan_tiles("LearnableTemperature", cands, tile_size,
+                                         max_logits_bytes, heads=heads)
+        losses, stats = run_kernel(cands, tau[h], positive_in_denominator=positive_in_denominator,
                                    tile_size=tile_size, tile_backend=tile_backend)
         total = total + losses
         per_head.append(stats)
@@ -135,7 +151,7 @@ def _learnable(z0: Tensor, z1: Tensor, negatives: Tensor | None, build, logit_sc
     for key in per_head[0].keys() - {"loss", "temperature"}:
         values = torch.stack([stats[key] for stats in per_head])
         extra[key] = values.sum() if key == "plain_loss" else values.mean()
-    return total, loss_stats(total, temperature=tau, **extra)
+    return total, note_tile(loss_stats(total, temperature=tau, **extra), auto)
 
 
 class LearnableTemperatureLoss(ContrastiveLoss):
@@ -157,7 +173,7 @@ class LearnableTemperatureLoss(ContrastiveLoss):
             ``[N, D]`` (``[1, N, D]`` is accepted).
 
     ``form``, ``positive_in_denominator``, ``gather_distributed``, ``gather_fn``,
-    ``check_finite``, ``tile_size`` and ``reduction`` are as in
+    ``check_finite``, ``tile_size``, ``max_logits_bytes`` and ``reduction`` are as in
     :class:`~adaptcl.plugins.InfoNCELoss`. Gathered candidates carry no temperature (it is
     folded into the local anchors), so each rank's gradient wrt ``s`` is that of its own
     anchors' terms and DDP's average over ranks is the full batch's gradient.
@@ -181,10 +197,12 @@ class LearnableTemperatureLoss(ContrastiveLoss):
                  positive_in_denominator: bool = True, gather_distributed: bool = False,
                  gather_fn: GatherFn | None = None, check_finite: bool = True,
                  tile_size: int | None = None,
-                 tile_backend: str = "auto", reduction: str = "mean") -> None:
+                 tile_backend: str = "auto", reduction: str = "mean",
+                 max_logits_bytes: int | None = None) -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
                          check_finite=check_finite, tile_size=tile_size,
-                         tile_backend=tile_backend, reduction=reduction)
+                         tile_backend=tile_backend, reduction=reduction,
+                         max_logits_bytes=max_logits_bytes)
         options = _learnable_options(min_temperature, max_temperature, positive_in_denominator)
         for name, value in options.items():
             setattr(self, name, value)
@@ -218,7 +236,7 @@ class LearnableTemperatureLoss(ContrastiveLoss):
                           min_temperature=self.min_temperature,
                           max_temperature=self.max_temperature,
                           positive_in_denominator=self.positive_in_denominator,
-                          tile_size=self.tile_size, tile_backend=self.tile_backend)
+                          tile_size=self.tile_size, tile_backend=self.tile_backend, max_logits_bytes=self.max_logits_bytes)
 
     def extra_repr(self) -> str:
         return (f"num_heads={self.num_heads}, min_temperature={self.min_temperature}, "
@@ -232,7 +250,8 @@ def learnable_temperature(z0: Tensor, z1: Tensor, logit_scale: Tensor, *,
                           positive_in_denominator: bool = True, gather_distributed: bool = False,
                           gather_fn: GatherFn | None = None, check_finite: bool = True,
                           tile_size: int | None = None, tile_backend: str = "auto",
-                          reduction: str = "mean") -> Tensor:
+                          reduction: str = "mean",
+                          max_logits_bytes: int | None = None) -> Tensor:
     """Functional learnable temperature at ``tau = exp(-clamp(logit_scale))``; arguments as
     :class:`LearnableTemperatureLoss`, with the parameter ``s`` passed in (0-d, or one per head
     for ``[heads, N, D]`` inputs), as open_clip's ``ClipLoss`` takes ``logit_scale``.
@@ -256,8 +275,9 @@ def learnable_temperature(z0: Tensor, z1: Tensor, logit_scale: Tensor, *,
         return functional_candidates(a, b, neg, form=form, gather_distributed=gather_distributed,
                                      gather_fn=gather_fn, check_finite=check_finite,
                                      tile_size=tile_size, tile_backend=tile_backend,
-                                     reduction=reduction)
+                                     reduction=reduction,
+                                     max_logits_bytes=max_logits_bytes)
 
     per_anchor, _ = _learnable(z0, z1, negatives, build, logit_scale, **options,
-                               tile_size=tile_size, tile_backend=tile_backend)
+                               tile_size=tile_size, tile_backend=tile_backend, max_logits_bytes=max_logits_bytes)
     return reduce(per_anchor, reduction)

@@ -25,7 +25,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .base import ContrastiveLoss, Stats, functional_candidates, reduce, run_kernel
+from .base import ContrastiveLoss, Stats, functional_candidates, note_tile, reduce, run_kernel
+from .budget import plan_tiles
 from .candidates import Candidates, alignment_magnitude
 from .distributed import GatherFn
 from .hardness import check_hardness, hardness_spec
@@ -96,8 +97,9 @@ def _macl(cands: list[Candidates], *, temperature: float, alpha: float, a0: floa
           reweight: bool, adaptive: bool, temperature_form: str, weight_form: str,
           min_temperature: float, positive_in_denominator: bool, hardness_mode: str | None,
           hardness_strength: float, tile_size: int | None,
-          all_reduce: bool, tile_backend: str = "auto") -> tuple[Tensor, Stats]:
+          all_reduce: bool, tile_backend: str = "auto", max_logits_bytes: int | None = None) -> tuple[Tensor, Stats]:
     """MACL's per-anchor losses and statistics on prepared candidates."""
+    tile_size, auto = plan_tiles("MACL", cands, tile_size, max_logits_bytes)
     a = alignment_magnitude(cands, all_reduce=all_reduce)
     tau = _batch_temperature(a, temperature=temperature, alpha=alpha, a0=a0, adaptive=adaptive,
                              temperature_form=temperature_form, min_temperature=min_temperature)
@@ -112,7 +114,7 @@ def _macl(cands: list[Candidates], *, temperature: float, alpha: float, a0: floa
                                    tile_size=tile_size, tile_backend=tile_backend,
                                    hardness=hardness_spec(hardness_mode, hardness_strength))
     stats["alignment"] = a
-    return per_anchor, stats
+    return per_anchor, note_tile(stats, auto)
 
 
 class MACLLoss(ContrastiveLoss):
@@ -144,6 +146,8 @@ class MACLLoss(ContrastiveLoss):
             :mod:`adaptcl.plugins.tiled`). Exact: A is a mean over the row-wise positives, the
             detached temperature is folded into the anchors and ``V = exp(lse_all - lse_neg)``
             needs only ``lse_neg`` and the positive logit. ``None`` (default) materialises.
+        max_logits_bytes: beyond this many bytes of materialised logits, take the tiled path
+            (as :class:`~adaptcl.plugins.InfoNCELoss`; :mod:`adaptcl.plugins.budget`).
 
     ``forward(z0, z1, negatives=None, *, labels=None, negative_labels=None,
     negative_owners=None)``: ``labels`` give multi-positive (SupCon) targets with MACL's
@@ -171,10 +175,11 @@ class MACLLoss(ContrastiveLoss):
                  gather_distributed: bool = False, gather_fn: GatherFn | None = None,
                  check_finite: bool = True, tile_size: int | None = None,
                  tile_backend: str = "auto",
-                 reduction: str = "mean") -> None:
+                 reduction: str = "mean", max_logits_bytes: int | None = None) -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
                          check_finite=check_finite, tile_size=tile_size,
-                         tile_backend=tile_backend, reduction=reduction)
+                         tile_backend=tile_backend, reduction=reduction,
+                         max_logits_bytes=max_logits_bytes)
         options = _macl_options(temperature, alpha, a0, reweight, adaptive, temperature_form,
                                 weight_form, min_temperature, positive_in_denominator,
                                 hardness_mode, hardness_strength)
@@ -202,7 +207,8 @@ class MACLLoss(ContrastiveLoss):
     def compute_from_candidates(self, cands: list[Candidates]) -> tuple[Tensor, Stats]:
         """MACL's per-anchor losses on prepared candidates (adapters that build their own)."""
         return _macl(cands, **self._options(), tile_size=self.tile_size, all_reduce=self.gathers,
-                     tile_backend=self.tile_backend)
+                     tile_backend=self.tile_backend,
+                     max_logits_bytes=self.max_logits_bytes)
 
     def extra_repr(self) -> str:
         return (f"temperature={self.temperature}, alpha={self.alpha}, a0={self.a0}, "
@@ -220,7 +226,7 @@ def macl(z0: Tensor, z1: Tensor, temperature: float = 0.1, alpha: float = 0.5, a
          negative_labels: Tensor | None = None, negative_owners: Tensor | None = None,
          gather_distributed: bool = False, gather_fn: GatherFn | None = None,
          check_finite: bool = True, tile_size: int | None = None, tile_backend: str = "auto",
-         reduction: str = "mean") -> Tensor:
+         reduction: str = "mean", max_logits_bytes: int | None = None) -> Tensor:
     """Functional MACL; arguments as :class:`MACLLoss` (and its ``forward``).
 
     Examples:
@@ -233,10 +239,12 @@ def macl(z0: Tensor, z1: Tensor, temperature: float = 0.1, alpha: float = 0.5, a
                                   gather_distributed=gather_distributed, gather_fn=gather_fn,
                                   check_finite=check_finite, tile_size=tile_size,
                                   tile_backend=tile_backend,
-                                  reduction=reduction, labels=labels,
-                                  negative_labels=negative_labels, negative_owners=negative_owners)
+                                  reduction=reduction, max_logits_bytes=max_logits_bytes,
+                                  labels=labels, negative_labels=negative_labels,
+                                  negative_owners=negative_owners)
     per_anchor, _ = _macl(cands, **options, tile_size=tile_size, tile_backend=tile_backend,
-                          all_reduce=gather_distributed or gather_fn is not None)
+                          all_reduce=gather_distributed or gather_fn is not None,
+                          max_logits_bytes=max_logits_bytes)
     return reduce(per_anchor, reduction)
 
 

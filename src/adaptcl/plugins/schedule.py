@@ -53,7 +53,8 @@ import math
 import torch
 from torch import Tensor, nn
 
-from .base import ContrastiveLoss, Stats, functional_candidates, reduce, run_kernel
+from .base import ContrastiveLoss, Stats, functional_candidates, note_tile, reduce, run_kernel
+from .budget import plan_tiles
 from .candidates import Candidates
 from .distributed import GatherFn
 from .validation import check_int, check_positive
@@ -98,10 +99,13 @@ def _schedule_options(min_temperature: float, max_temperature: float, period: in
 def _temperature_schedule(cands: list[Candidates], temperature: float, *,
                           positive_in_denominator: bool,
                           tile_size: int | None,
-                          tile_backend: str = "auto") -> tuple[Tensor, Stats]:
+                          tile_backend: str = "auto", max_logits_bytes: int | None = None
+                          ) -> tuple[Tensor, Stats]:
     """InfoNCE (or DCL) at the step's temperature: the kernel of :class:`InfoNCELoss`."""
-    return run_kernel(cands, temperature, positive_in_denominator=positive_in_denominator,
-                      tile_size=tile_size, tile_backend=tile_backend)
+    tile_size, auto = plan_tiles("TemperatureSchedule", cands, tile_size, max_logits_bytes)
+    losses, stats = run_kernel(cands, temperature, positive_in_denominator=positive_in_denominator,
+                               tile_size=tile_size, tile_backend=tile_backend)
+    return losses, note_tile(stats, auto)
 
 
 class TemperatureScheduleLoss(ContrastiveLoss):
@@ -119,7 +123,7 @@ class TemperatureScheduleLoss(ContrastiveLoss):
         step: the step to start at (>= 0); a driver sets it later (:attr:`step`).
 
     ``form``, ``positive_in_denominator``, ``gather_distributed``, ``gather_fn``,
-    ``check_finite``, ``tile_size`` and ``reduction`` are as in
+    ``check_finite``, ``tile_size``, ``max_logits_bytes`` and ``reduction`` are as in
     :class:`~adaptcl.plugins.InfoNCELoss`. Every rank computes the same temperature from the
     same step, so gathering needs no communication beyond the candidates.
 
@@ -141,10 +145,12 @@ class TemperatureScheduleLoss(ContrastiveLoss):
                  positive_in_denominator: bool = True, gather_distributed: bool = False,
                  gather_fn: GatherFn | None = None, check_finite: bool = True,
                  tile_size: int | None = None,
-                 tile_backend: str = "auto", reduction: str = "mean") -> None:
+                 tile_backend: str = "auto", reduction: str = "mean",
+                 max_logits_bytes: int | None = None) -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
                          check_finite=check_finite, tile_size=tile_size,
-                         tile_backend=tile_backend, reduction=reduction)
+                         tile_backend=tile_backend, reduction=reduction,
+                         max_logits_bytes=max_logits_bytes)
         options = _schedule_options(min_temperature, max_temperature, period,
                                     positive_in_denominator)
         for name, value in options.items():
@@ -202,7 +208,8 @@ class TemperatureScheduleLoss(ContrastiveLoss):
         return _temperature_schedule(cands, self.temperature,
                                      positive_in_denominator=self.positive_in_denominator,
                                      tile_size=self.tile_size,
-                                     tile_backend=self.tile_backend)
+                                     tile_backend=self.tile_backend,
+                                     max_logits_bytes=self.max_logits_bytes)
 
     def extra_repr(self) -> str:
         return (f"min_temperature={self.min_temperature}, max_temperature="
@@ -217,7 +224,8 @@ def temperature_schedule(z0: Tensor, z1: Tensor, min_temperature: float = 0.1,
                          positive_in_denominator: bool = True, gather_distributed: bool = False,
                          gather_fn: GatherFn | None = None, check_finite: bool = True,
                          tile_size: int | None = None, tile_backend: str = "auto",
-                         reduction: str = "mean") -> Tensor:
+                         reduction: str = "mean",
+                         max_logits_bytes: int | None = None) -> Tensor:
     """Functional temperature schedule at ``step``; arguments as :class:`TemperatureScheduleLoss`.
 
     Examples:
@@ -232,10 +240,10 @@ def temperature_schedule(z0: Tensor, z1: Tensor, min_temperature: float = 0.1,
     cands = functional_candidates(z0, z1, negatives, form=form,
                                   gather_distributed=gather_distributed, gather_fn=gather_fn,
                                   check_finite=check_finite, tile_size=tile_size,
-                                  tile_backend=tile_backend, reduction=reduction)
+                                  tile_backend=tile_backend, reduction=reduction, max_logits_bytes=max_logits_bytes)
     per_anchor, _ = _temperature_schedule(
         cands, tau, positive_in_denominator=options["positive_in_denominator"],
-        tile_size=tile_size, tile_backend=tile_backend)
+        tile_size=tile_size, tile_backend=tile_backend, max_logits_bytes=max_logits_bytes)
     return reduce(per_anchor, reduction)
 
 

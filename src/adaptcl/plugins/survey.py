@@ -9,7 +9,8 @@ Representation Learning" (EECS 442 project report; see ``002_748363f490ab5580.tx
 All take two views ``(z0, z1)`` (normalised inside) and use in-batch cross-view negatives by
 default, so they slot into the same pipelines as the InfoNCE family; they share its keywords
 (``gather_distributed``, ``gather_fn``, ``check_finite``, ``tile_size``: with a tile size the
-anchors are processed that many at a time under activation checkpointing). An anchor with no
+anchors are processed that many at a time under activation checkpointing;
+``max_logits_bytes``: beyond that budget the rows are so processed in blocks that fit it). An anchor with no
 negatives (a batch of one pair) contributes only its positive term: the margin loss keeps
 ``1/2 d(a, p)^2``, the triplet and NCE losses give 0.
 """
@@ -28,33 +29,42 @@ from .base import (
     functional_candidates,
     in_row_blocks,
     loss_stats,
+    note_tile,
     reduce,
 )
+from .budget import plan_tiles
 from .candidates import Candidates, rows_logits
 from .distributed import GatherFn
 from .validation import UNFUSED_BACKENDS, check_choice, check_positive
 
 MINING = ("all", "hardest")
+#: ``[A, C]`` matrices of the materialised path at its peak (measured, 6.4 to 8.2:
+#: :mod:`~adaptcl.plugins.budget`)
+SURVEY_COPIES = 9
 
 
 def _survey(cands: list[Candidates], per_anchor: Callable[[Candidates], Tensor],
-            tile_size: int | None) -> tuple[Tensor, Stats]:
-    """A loss defined per anchor on the cosine matrix, over every direction."""
+            tile_size: int | None, max_logits_bytes: int | None = None
+            ) -> tuple[Tensor, Stats]:
+    """A loss defined per anchor on the cosine matrix, over every direction (``tile_size``
+    rows at a time under checkpointing: a budget picks row blocks of the whole width)."""
+    tile_size, auto = plan_tiles("survey loss", cands, tile_size, max_logits_bytes,
+                                 copies=SURVEY_COPIES, row_blocks=True)
     losses = torch.cat([in_row_blocks(lambda r0, r1, c=c: per_anchor(c.rows(r0, r1)),
                                       c.num_anchors, tile_size) for c in cands])
-    return losses, loss_stats(losses, cands)
+    return losses, note_tile(loss_stats(losses, cands), auto)
 
 
 def _functional(per_anchor: Callable[[Candidates], Tensor], z0: Tensor, z1: Tensor,
                 negatives: Tensor | None, *, form: str, gather_distributed: bool,
                 gather_fn: GatherFn | None, check_finite: bool, tile_size: int | None,
-                tile_backend: str, reduction: str) -> Tensor:
+                tile_backend: str, reduction: str, max_logits_bytes: int | None) -> Tensor:
     cands = functional_candidates(z0, z1, negatives, form=form,
                                   gather_distributed=gather_distributed, gather_fn=gather_fn,
                                   check_finite=check_finite, tile_size=tile_size,
                                   tile_backend=tile_backend, tile_backends=UNFUSED_BACKENDS,
-                                  reduction=reduction)
-    return reduce(_survey(cands, per_anchor, tile_size)[0], reduction)
+                                  reduction=reduction, max_logits_bytes=max_logits_bytes)
+    return reduce(_survey(cands, per_anchor, tile_size, max_logits_bytes)[0], reduction)
 
 
 def _distances(c: Candidates) -> tuple[Tensor, Tensor]:
@@ -109,13 +119,14 @@ def margin_contrastive(z0: Tensor, z1: Tensor, margin: float = 1.0, *, squared: 
                        gather_distributed: bool = False, gather_fn: GatherFn | None = None,
                        check_finite: bool = True, tile_size: int | None = None,
                        tile_backend: str = "auto",
-                       reduction: str = "mean") -> Tensor:
+                       reduction: str = "mean", max_logits_bytes: int | None = None) -> Tensor:
     """Functional margin contrastive loss; arguments as :class:`MarginContrastiveLoss`."""
     margin = check_positive("margin", margin)
     return _functional(lambda c: _margin_rows(c, margin, bool(squared)), z0, z1, negatives,
                        form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
                        check_finite=check_finite, tile_size=tile_size,
-                       tile_backend=tile_backend, reduction=reduction)
+                       tile_backend=tile_backend, reduction=reduction,
+                       max_logits_bytes=max_logits_bytes)
 
 
 def triplet(z0: Tensor, z1: Tensor, margin: float = 0.5, *, mining: str = "all",
@@ -123,27 +134,30 @@ def triplet(z0: Tensor, z1: Tensor, margin: float = 0.5, *, mining: str = "all",
             gather_distributed: bool = False, gather_fn: GatherFn | None = None,
             check_finite: bool = True, tile_size: int | None = None,
             tile_backend: str = "auto",
-            reduction: str = "mean") -> Tensor:
+            reduction: str = "mean", max_logits_bytes: int | None = None) -> Tensor:
     """Functional triplet loss; arguments as :class:`TripletLoss`."""
     margin = check_positive("margin", margin)
     mining = check_choice("mining", mining, MINING)
     return _functional(lambda c: _triplet_rows(c, margin, mining), z0, z1, negatives, form=form,
                        gather_distributed=gather_distributed, gather_fn=gather_fn,
                        check_finite=check_finite, tile_size=tile_size,
-                       tile_backend=tile_backend, reduction=reduction)
+                       tile_backend=tile_backend, reduction=reduction,
+                       max_logits_bytes=max_logits_bytes)
 
 
 def nce(z0: Tensor, z1: Tensor, temperature: float = 0.1, *, negatives: Tensor | None = None,
         form: str = "cross_view", gather_distributed: bool = False,
         gather_fn: GatherFn | None = None, check_finite: bool = True,
         tile_size: int | None = None, tile_backend: str = "auto",
-        reduction: str = "mean") -> Tensor:
+        reduction: str = "mean",
+        max_logits_bytes: int | None = None) -> Tensor:
     """Functional NCE; arguments as :class:`NCELoss`."""
     temperature = check_positive("temperature", temperature)
     return _functional(lambda c: _nce_rows(c, temperature), z0, z1, negatives, form=form,
                        gather_distributed=gather_distributed, gather_fn=gather_fn,
                        check_finite=check_finite, tile_size=tile_size,
-                       tile_backend=tile_backend, reduction=reduction)
+                       tile_backend=tile_backend, reduction=reduction,
+                       max_logits_bytes=max_logits_bytes)
 
 
 
@@ -166,16 +180,18 @@ class MarginContrastiveLoss(ContrastiveLoss):
                  gather_distributed: bool = False, gather_fn: GatherFn | None = None,
                  check_finite: bool = True, tile_size: int | None = None,
                  tile_backend: str = "auto",
-                 reduction: str = "mean") -> None:
+                 reduction: str = "mean", max_logits_bytes: int | None = None) -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
                          check_finite=check_finite, tile_size=tile_size,
-                         tile_backend=tile_backend, reduction=reduction)
+                         tile_backend=tile_backend, reduction=reduction,
+                         max_logits_bytes=max_logits_bytes)
         self.margin = check_positive("margin", margin)
         self.squared = bool(squared)
 
     def compute(self, z0: Tensor, z1: Tensor, negatives: Tensor | None) -> tuple[Tensor, Stats]:
         return _survey(self.candidates(z0, z1, negatives),
-                       lambda c: _margin_rows(c, self.margin, self.squared), self.tile_size)
+                       lambda c: _margin_rows(c, self.margin, self.squared), self.tile_size,
+                       self.max_logits_bytes)
 
 
 class TripletLoss(ContrastiveLoss):
@@ -196,16 +212,18 @@ class TripletLoss(ContrastiveLoss):
                  gather_distributed: bool = False, gather_fn: GatherFn | None = None,
                  check_finite: bool = True, tile_size: int | None = None,
                  tile_backend: str = "auto",
-                 reduction: str = "mean") -> None:
+                 reduction: str = "mean", max_logits_bytes: int | None = None) -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
                          check_finite=check_finite, tile_size=tile_size,
-                         tile_backend=tile_backend, reduction=reduction)
+                         tile_backend=tile_backend, reduction=reduction,
+                         max_logits_bytes=max_logits_bytes)
         self.margin = check_positive("margin", margin)
         self.mining = check_choice("mining", mining, MINING)
 
     def compute(self, z0: Tensor, z1: Tensor, negatives: Tensor | None) -> tuple[Tensor, Stats]:
         return _survey(self.candidates(z0, z1, negatives),
-                       lambda c: _triplet_rows(c, self.margin, self.mining), self.tile_size)
+                       lambda c: _triplet_rows(c, self.margin, self.mining), self.tile_size,
+                       self.max_logits_bytes)
 
 
 class NCELoss(ContrastiveLoss):
@@ -228,15 +246,17 @@ class NCELoss(ContrastiveLoss):
                  gather_distributed: bool = False, gather_fn: GatherFn | None = None,
                  check_finite: bool = True, tile_size: int | None = None,
                  tile_backend: str = "auto",
-                 reduction: str = "mean") -> None:
+                 reduction: str = "mean", max_logits_bytes: int | None = None) -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
                          check_finite=check_finite, tile_size=tile_size,
-                         tile_backend=tile_backend, reduction=reduction)
+                         tile_backend=tile_backend, reduction=reduction,
+                         max_logits_bytes=max_logits_bytes)
         self.temperature = check_positive("temperature", temperature)
 
     def compute(self, z0: Tensor, z1: Tensor, negatives: Tensor | None) -> tuple[Tensor, Stats]:
         return _survey(self.candidates(z0, z1, negatives),
-                       lambda c: _nce_rows(c, self.temperature), self.tile_size)
+                       lambda c: _nce_rows(c, self.temperature), self.tile_size,
+                       self.max_logits_bytes)
 
 
 __all__ = ["MarginContrastiveLoss", "TripletLoss", "NCELoss", "margin_contrastive", "triplet",

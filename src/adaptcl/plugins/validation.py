@@ -71,14 +71,28 @@ TILE_BACKENDS = ("auto", "triton", "torch")
 UNFUSED_BACKENDS = ("auto", "torch")
 
 
+def check_max_logits_bytes(value: int | None) -> int | None:
+    """``None`` or an int >= 1: the bytes the materialised logits may take
+    (:mod:`~adaptcl.plugins.budget`)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"max_logits_bytes must be an int (bytes) or None, got "
+                        f"{type(value).__name__}")
+    if value < 1:
+        raise ValueError(f"max_logits_bytes must be >= 1 (bytes) or None, got {value}")
+    return value
+
+
 def check_shared(*, gather_distributed: bool, gather_fn, check_finite: bool,
                  tile_size: int | None, tile_backend: str = "auto",
-                 tile_backends: tuple[str, ...] = TILE_BACKENDS
-                 ) -> tuple[bool, object, bool, int | None, str]:
+                 tile_backends: tuple[str, ...] = TILE_BACKENDS,
+                 max_logits_bytes: int | None = None
+                 ) -> tuple[bool, object, bool, int | None, str, int | None]:
     """The keywords every loss shares, checked the same way for all of them (``tile_backends``:
     the tile backends the loss has, :mod:`~adaptcl.plugins.fused`).
 
-    Returns ``(gather_distributed, gather_fn, check_finite, tile_size, tile_backend)``.
+    Returns ``(gather_distributed, gather_fn, check_finite, tile_size, tile_backend, max_logits_bytes)``.
     """
     check_bool("gather_distributed", gather_distributed)
     if gather_distributed and not torch.distributed.is_available():
@@ -89,7 +103,8 @@ def check_shared(*, gather_distributed: bool, gather_fn, check_finite: bool,
     if tile_size is not None:
         check_int("tile_size", tile_size, minimum=1)
     check_choice("tile_backend", tile_backend, tile_backends)
-    return gather_distributed, gather_fn, check_finite, tile_size, tile_backend
+    check_max_logits_bytes(max_logits_bytes)
+    return gather_distributed, gather_fn, check_finite, tile_size, tile_backend, max_logits_bytes
 
 
 def check_embedding_tensor(name: str, x: Tensor, *, dim: int | None = None, check_finite: bool = True) -> None:

@@ -303,6 +303,22 @@ def test_tile_size_passes_through_the_loss_factory(name):
     torch.testing.assert_close(tiled(z0, z1), graphcl_loss(name)(z0, z1), rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("name", ["graphcl", "macl"])
+def test_max_logits_bytes_passes_through_the_loss_factory(name, monkeypatch):
+    from adaptcl.plugins import LogitsBudgetWarning, budget
+
+    monkeypatch.setattr(budget, "_SAID", set())  # said once a process: not yet here
+
+    torch.manual_seed(0)
+    z0, z1 = torch.randn(90, 16, requires_grad=True), torch.randn(90, 16, requires_grad=True)
+    capped = graphcl_loss(name, max_logits_bytes=1)
+    assert capped.max_logits_bytes == 1
+    with pytest.warns(LogitsBudgetWarning):
+        value = capped(z0, z1)
+    assert capped.last_stats["auto_tile_size"].item() == 64
+    torch.testing.assert_close(value, graphcl_loss(name)(z0, z1), rtol=1e-5, atol=1e-6)
+
+
 def test_property_model_starts_from_a_graphcl_encoder_and_gives_one_logit_per_task():
     torch.manual_seed(0)
     pretrained = GraphCL(MolGINEncoder(num_layers=2, emb_dim=16), loss_fn="macl")

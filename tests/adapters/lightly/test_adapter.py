@@ -410,6 +410,31 @@ def test_tile_size_passes_through_and_matches_the_materialised_loss(make):
         torch.testing.assert_close(ga, gb, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("name", ["NTXentLoss", "DCLLoss", "FlatNCELoss", "DualTemperatureLoss",
+                                  "MACLLoss", "ASCLLoss", "DySTreSSLoss", "TemperatureScheduleLoss",
+                                  "LearnableTemperatureLoss", "AMCLLoss"])
+def test_max_logits_bytes_passes_through_and_switches_to_the_tiled_path(name, monkeypatch):
+    import adaptcl.adapters.lightly as package
+    from adaptcl.plugins import LogitsBudgetWarning, budget
+
+    monkeypatch.setattr(budget, "_SAID", set())  # said once a process: not yet here
+
+    cls = getattr(package, name)
+    args = (8,) if name == "AMCLLoss" else ()  # AMCL's projection dimension
+    torch.manual_seed(0)
+    z0 = torch.randn(*((2,) if name == "AMCLLoss" else ()), 70, 8, requires_grad=True)
+    z1 = torch.randn(z0.shape, requires_grad=True)
+    capped, full = cls(*args, max_logits_bytes=1), cls(*args)
+    full.load_state_dict(capped.state_dict())  # AMCL's temperature network, ASCL's queue
+    assert capped.criterion.max_logits_bytes == 1
+    with pytest.warns(LogitsBudgetWarning):
+        a = capped(z0, z1)
+    assert capped.last_stats["auto_tile_size"].item() == 64
+    b = full(z0, z1)
+    torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    assert "auto_tile_size" not in full.last_stats
+
+
 def test_package_keeps_every_public_name_and_lightlys_layout():
     import adaptcl.adapters.lightly as package
     from adaptcl.adapters.lightly import ascl_moco, heads, loss, memory_bank, transforms

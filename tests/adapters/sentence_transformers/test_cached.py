@@ -62,6 +62,17 @@ def _assert_same(a, b, tol=TOL):
         torch.testing.assert_close(a[1][name], b[1][name], **tol, msg=name)
 
 
+def _plain(tiny_bert, name, dtype):
+    """``(model, features, plain loss, its (value, gradients))`` in eval mode, seeded."""
+    model = _model(tiny_bert).to(dtype)
+    model.eval()
+    columns = [ANCHORS, POSITIVES, NEGATIVES] if name != "infonce_symmetric" else [ANCHORS, POSITIVES]
+    features = _features(model, columns)
+    torch.manual_seed(1)
+    plain = LOSSES[name](model).to(dtype)
+    return model, features, plain, _run(plain, features)
+
+
 CASES = [(name, torch.float32) for name in LOSSES if name != "amcl"] + [
     (name, torch.float64) for name in LOSSES]
 
@@ -75,13 +86,7 @@ def test_cached_equals_uncached(tiny_bert, name, dtype):
     the encoder gradients (in float64 both paths agree to 1e-12).
     """
     tol = TOL if dtype == torch.float32 else {"rtol": 1e-9, "atol": 1e-9}
-    model = _model(tiny_bert).to(dtype)
-    model.eval()
-    columns = [ANCHORS, POSITIVES, NEGATIVES] if name != "infonce_symmetric" else [ANCHORS, POSITIVES]
-    features = _features(model, columns)
-    torch.manual_seed(1)
-    plain = LOSSES[name](model).to(dtype)
-    reference = _run(plain, features)
+    model, features, plain, reference = _plain(tiny_bert, name, dtype)
     torch.manual_seed(1)
     cached = LOSSES[name](model, mini_batch_size=3).to(dtype)
     cached.load_state_dict(plain.state_dict())
@@ -175,3 +180,24 @@ def test_mini_batch_size_validation(argument, bad, error):
 def test_tile_size_is_validated_by_the_core():
     with pytest.raises(ValueError, match="tile_size"):
         st_losses.MACLLoss(None, tile_size=0)
+    with pytest.raises(ValueError, match="^max_logits_bytes must be >= 1"):
+        st_losses.MACLLoss(None, max_logits_bytes=0)
+
+
+@pytest.mark.parametrize("name", list(LOSSES))
+def test_max_logits_bytes_reaches_the_core_and_the_model_card(tiny_bert, name, monkeypatch):
+    from adaptcl.plugins import LogitsBudgetWarning, budget
+
+    monkeypatch.setattr(budget, "_SAID", set())  # said once a process: not yet here
+
+    # AMCL in float64, as above: its pair temperatures amplify float32 rounding
+    dtype = torch.float64 if name == "amcl" else torch.float32
+    model, features, plain, reference = _plain(tiny_bert, name, dtype)
+    torch.manual_seed(1)
+    capped = LOSSES[name](model, max_logits_bytes=1).to(dtype)
+    capped.load_state_dict(plain.state_dict())
+    with pytest.warns(LogitsBudgetWarning):
+        _assert_same(_run(capped, features), reference)
+    assert capped.core.max_logits_bytes == 1 and "auto_tile_size" in capped.last_stats
+    assert capped.get_config_dict()["max_logits_bytes"] == 1
+    assert "max_logits_bytes" not in plain.get_config_dict()

@@ -101,7 +101,8 @@ class MemoryBankLoss(nn.Module):
 
     Args:
         make_core: builds the core loss from the keyword arguments ``form``,
-            ``gather_distributed``, ``gather_fn``, ``check_finite`` and ``tile_size``.
+            ``gather_distributed``, ``gather_fn``, ``check_finite``, ``tile_size`` and
+            ``max_logits_bytes``.
         memory_bank_size: ``(num_features, dim)`` of the memory bank, 0 disables it.
         gather_distributed: gather candidates (or, with a bank, keys) from every rank.
         form: in-batch candidate set without a bank (one of ``forms``).
@@ -110,6 +111,7 @@ class MemoryBankLoss(nn.Module):
             host-device synchronisation per call; turn off in tuned training loops).
         tile_size: stream the similarity matrix in tiles (see :mod:`adaptcl.plugins.tiled`).
         tile_backend: what computes the tiles (see :mod:`adaptcl.plugins.fused`).
+        max_logits_bytes: the logits budget (see :mod:`adaptcl.plugins.budget`).
         forms: the in-batch forms this loss supports.
         bank_width: bank entries per row (heads of a multi-head loss).
         memory_bank_labels: keep the class of every bank entry (a second Lightly bank of
@@ -123,12 +125,14 @@ class MemoryBankLoss(nn.Module):
                  gather_distributed: bool = False, *, form: str = "nt_xent",
                  persistent_memory_bank: bool = False, check_finite: bool = True,
                  tile_size: int | None = None,
+                 max_logits_bytes: int | None = None,
                  tile_backend: str = "auto", forms: tuple[str, ...] = IN_BATCH_FORMS,
                  bank_width: int = 1, memory_bank_labels: bool = False) -> None:
         super().__init__()
         # the core's checks, made before Lightly's bank sees gather_distributed
         check_shared(gather_distributed=gather_distributed, gather_fn=None,
-                     check_finite=check_finite, tile_size=tile_size, tile_backend=tile_backend)
+                     check_finite=check_finite, tile_size=tile_size, tile_backend=tile_backend,
+                     max_logits_bytes=max_logits_bytes)
         check_bool("persistent_memory_bank", persistent_memory_bank)
         check_bool("memory_bank_labels", memory_bank_labels)
         if form == "queue":
@@ -150,7 +154,7 @@ class MemoryBankLoss(nn.Module):
         self.criterion = make_core(
             form=self.form, gather_distributed=gather_distributed,
             gather_fn=lightly_gather if gather_distributed else None,
-            check_finite=check_finite, tile_size=tile_size, tile_backend=tile_backend,
+            check_finite=check_finite, tile_size=tile_size, tile_backend=tile_backend, max_logits_bytes=max_logits_bytes,
         )
         # A one-entry-per-row bank holds unit rows (Lightly's initial ones and _bank_rows'):
         # the core uses them as they are, as Lightly does, so an entry equals the key it was

@@ -60,8 +60,8 @@ class TemperatureScheduleLoss(MemoryBankLoss):
         gather_distributed: gather negatives from every GPU before the loss.
         step: the step to start at.
         positive_in_denominator: ``False`` gives DCL at the scheduled temperature.
-        form, persistent_memory_bank, check_finite, tile_size, tile_backend: as
-            in :class:`NTXentLoss`.
+        form, persistent_memory_bank, check_finite, tile_size, tile_backend,
+            max_logits_bytes: as in :class:`NTXentLoss`.
 
     Examples:
         >>> loss_fn = TemperatureScheduleLoss(0.1, 1.0, period=400)
@@ -77,13 +77,14 @@ class TemperatureScheduleLoss(MemoryBankLoss):
                  gather_distributed: bool = False, *, step: int = 0,
                  positive_in_denominator: bool = True, form: str = "nt_xent",
                  persistent_memory_bank: bool = False, check_finite: bool = True,
-                 tile_size: int | None = None, tile_backend: str = "auto") -> None:
+                 tile_size: int | None = None, max_logits_bytes: int | None = None, tile_backend: str = "auto") -> None:
         core = functools.partial(plugins.TemperatureScheduleLoss, min_temperature,
                                  max_temperature, period, step=step,
                                  positive_in_denominator=positive_in_denominator)
         super().__init__(core, memory_bank_size, gather_distributed, form=form,
                          persistent_memory_bank=persistent_memory_bank,
-                         check_finite=check_finite, tile_size=tile_size, tile_backend=tile_backend)
+                         check_finite=check_finite, tile_size=tile_size, tile_backend=tile_backend,
+                         max_logits_bytes=max_logits_bytes)
 
     step = core_attribute("step")  # the core validates it
 
@@ -123,8 +124,8 @@ class LearnableTemperatureLoss(MultiHeadBankLoss):
         num_heads: one learned temperature per head; ``forward`` then takes ``[C, N, D]`` and
             the bank keeps one queue per head.
         positive_in_denominator: ``False`` gives DCL at the learned temperature.
-        form, persistent_memory_bank, check_finite, tile_size, tile_backend: as
-            in :class:`NTXentLoss`.
+        form, persistent_memory_bank, check_finite, tile_size, tile_backend,
+            max_logits_bytes: as in :class:`NTXentLoss`.
 
     Examples:
         >>> loss_fn = LearnableTemperatureLoss(0.07)
@@ -140,14 +141,16 @@ class LearnableTemperatureLoss(MultiHeadBankLoss):
                  num_heads: int = 1, positive_in_denominator: bool = True,
                  form: str = "nt_xent", persistent_memory_bank: bool = False,
                  check_finite: bool = True, tile_size: int | None = None,
-                 tile_backend: str = "auto") -> None:
+                 tile_backend: str = "auto",
+                 max_logits_bytes: int | None = None) -> None:
         core = functools.partial(plugins.LearnableTemperatureLoss, temperature,
                                  min_temperature=min_temperature,
                                  max_temperature=max_temperature, num_heads=num_heads,
                                  positive_in_denominator=positive_in_denominator)
         super().__init__(core, memory_bank_size, gather_distributed, num_heads=num_heads,
                          form=form, persistent_memory_bank=persistent_memory_bank,
-                         check_finite=check_finite, tile_size=tile_size, tile_backend=tile_backend)
+                         check_finite=check_finite, tile_size=tile_size, tile_backend=tile_backend,
+                         max_logits_bytes=max_logits_bytes)
 
     @property
     def logit_scale(self) -> Tensor:

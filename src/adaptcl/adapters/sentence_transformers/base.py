@@ -129,8 +129,8 @@ class AdaptiveContrastiveLoss(CachedLossMixin, nn.Module):
     across ranks too) and, as in ``MultipleNegativesRankingLoss``, touches the anchor -> candidates
     direction only: the reverse direction of ``symmetric=True`` runs without it.
 
-    The subclasses also take ``tile_size`` and ``tile_backend`` (passed to the core loss): see
-    :mod:`adaptcl.plugins.tiled`.
+    The subclasses also take ``tile_size`` and ``tile_backend`` and ``max_logits_bytes`` (passed to the core loss):
+    see :mod:`adaptcl.plugins.tiled` and :mod:`adaptcl.plugins.budget`.
     """
 
     citation_text = INFONCE_CITATION
@@ -298,6 +298,8 @@ class AdaptiveContrastiveLoss(CachedLossMixin, nn.Module):
             config["tile_size"] = self.core.tile_size
         if getattr(self.core, "tile_backend", "auto") != "auto":
             config["tile_backend"] = self.core.tile_backend
+        if getattr(self.core, "max_logits_bytes", None) is not None:
+            config["max_logits_bytes"] = self.core.max_logits_bytes
         if self.mini_batch_size is not None:
             config["mini_batch_size"] = self.mini_batch_size
         if self.mini_batch_num_tokens is not None:

@@ -54,11 +54,13 @@ class _ScalarTemperatureLoss(AdaptiveContrastiveLoss):
     def __init__(self, model: nn.Module | None, core_cls: type[nn.Module], *core_args: Any,
                  temperature: float | None, scale: float | None, similarity_fct: Callable | None,
                  core_kwargs: dict[str, Any], gather_across_devices: bool, check_finite: bool,
-                 tile_size: int | None, tile_backend: str, **base_kwargs: Any) -> None:
+                 tile_size: int | None, tile_backend: str, max_logits_bytes: int | None = None,
+                 **base_kwargs: Any) -> None:
         self._check_model(model)
         _check_similarity_fct(similarity_fct)
         core = core_cls(_resolve_temperature(temperature, scale), *core_args, form="cross_view",
                         check_finite=check_finite, tile_size=tile_size, tile_backend=tile_backend,
+                        max_logits_bytes=max_logits_bytes,
                         **_gather_kwargs(gather_across_devices), **core_kwargs)
         super().__init__(model, core, gather_across_devices=gather_across_devices, **base_kwargs)
 
@@ -97,6 +99,7 @@ class InfoNCELoss(_ScalarTemperatureLoss):
                  projection: nn.Module | None = None,
                  gather_across_devices: bool = False, tile_size: int | None = None,
                  tile_backend: str = "auto",
+                 max_logits_bytes: int | None = None,
                  mini_batch_size: int | None = None, mini_batch_num_tokens: int | None = None,
                  check_finite: bool = True, show_progress_bar: bool = False) -> None:
         super().__init__(model, plugins.InfoNCELoss, temperature=temperature, scale=scale,
@@ -105,7 +108,8 @@ class InfoNCELoss(_ScalarTemperatureLoss):
                                       "hardness_strength": hardness_strength},
                          gather_across_devices=gather_across_devices,
                          check_finite=check_finite, tile_size=tile_size,
-                         tile_backend=tile_backend, projection=projection,
+                         tile_backend=tile_backend,
+                         max_logits_bytes=max_logits_bytes, projection=projection,
                          mini_batch_size=mini_batch_size, mini_batch_num_tokens=mini_batch_num_tokens,
                          symmetric=_symmetric_from_directions(directions, partition_mode, symmetric),
                          show_progress_bar=show_progress_bar, use_labels=use_labels)
@@ -141,6 +145,7 @@ class MACLLoss(_ScalarTemperatureLoss):
                  projection: nn.Module | None = None,
                  gather_across_devices: bool = False, tile_size: int | None = None,
                  tile_backend: str = "auto",
+                 max_logits_bytes: int | None = None,
                  mini_batch_size: int | None = None, mini_batch_num_tokens: int | None = None,
                  check_finite: bool = True, show_progress_bar: bool = False) -> None:
         super().__init__(model, plugins.MACLLoss, alpha, a0, temperature=temperature, scale=scale,
@@ -153,6 +158,7 @@ class MACLLoss(_ScalarTemperatureLoss):
                          gather_across_devices=gather_across_devices, check_finite=check_finite,
                          tile_size=tile_size,
                          tile_backend=tile_backend,
+                         max_logits_bytes=max_logits_bytes,
                          projection=projection, mini_batch_size=mini_batch_size,
                          mini_batch_num_tokens=mini_batch_num_tokens,
                          symmetric=_symmetric_from_directions(directions, partition_mode, symmetric),
@@ -185,6 +191,7 @@ class ASCLLoss(_ScalarTemperatureLoss):
                  hardness_mode: str | None = None, hardness_strength: float = 0.0,
                  projection: nn.Module | None = None, gather_across_devices: bool = False,
                  tile_size: int | None = None,
+                 max_logits_bytes: int | None = None,
                  tile_backend: str = "auto", mini_batch_size: int | None = None,
                  mini_batch_num_tokens: int | None = None, check_finite: bool = True,
                  show_progress_bar: bool = False) -> None:
@@ -195,6 +202,7 @@ class ASCLLoss(_ScalarTemperatureLoss):
                          gather_across_devices=gather_across_devices, check_finite=check_finite,
                          tile_size=tile_size,
                          tile_backend=tile_backend,
+                         max_logits_bytes=max_logits_bytes,
                          projection=projection, mini_batch_size=mini_batch_size,
                          mini_batch_num_tokens=mini_batch_num_tokens, show_progress_bar=show_progress_bar)
 
@@ -223,6 +231,7 @@ class AMCLLoss(AdaptiveContrastiveLoss):
                  iota: float = 2.0, negative_term: str = "softmax", kappa: int = 1,
                  objective: str = "infonce", gather_across_devices: bool = False,
                  tile_size: int | None = None,
+                 max_logits_bytes: int | None = None,
                  tile_backend: str = "auto", mini_batch_size: int | None = None,
                  mini_batch_num_tokens: int | None = None, check_finite: bool = True,
                  show_progress_bar: bool = False, bound_warning_steps: int | None = 100) -> None:
@@ -236,7 +245,9 @@ class AMCLLoss(AdaptiveContrastiveLoss):
                                 beta=beta, negative_term=negative_term, kappa=kappa,
                                 objective=objective, form="cross_view", check_finite=check_finite,
                                 tile_size=tile_size,
-                                tile_backend=tile_backend, bound_warning_steps=bound_warning_steps,
+                                tile_backend=tile_backend,
+                                max_logits_bytes=max_logits_bytes,
+                                bound_warning_steps=bound_warning_steps,
                                 **_gather_kwargs(gather_across_devices))
         super().__init__(model, core, gather_across_devices=gather_across_devices,
                          mini_batch_size=mini_batch_size, mini_batch_num_tokens=mini_batch_num_tokens,
@@ -298,6 +309,7 @@ class DySTreSSLoss(AdaptiveContrastiveLoss):
                  use_labels: bool = False, projection: nn.Module | None = None,
                  gather_across_devices: bool = False, tile_size: int | None = None,
                  tile_backend: str = "auto",
+                 max_logits_bytes: int | None = None,
                  mini_batch_size: int | None = None, mini_batch_num_tokens: int | None = None,
                  check_finite: bool = True, show_progress_bar: bool = False) -> None:
         self._check_model(model)
@@ -308,6 +320,7 @@ class DySTreSSLoss(AdaptiveContrastiveLoss):
                                     hardness_strength=hardness_strength, form="cross_view",
                                     check_finite=check_finite, tile_size=tile_size,
                                     tile_backend=tile_backend,
+                                    max_logits_bytes=max_logits_bytes,
                                     **_gather_kwargs(gather_across_devices))
         super().__init__(model, core, projection=projection,
                          gather_across_devices=gather_across_devices,

@@ -78,6 +78,7 @@ class TemperatureScheduleLoss(AdaptiveContrastiveLoss):
                  period: int = SCHEDULE_PAPER["period"], step: int = 0, symmetric: bool = False,
                  projection: nn.Module | None = None, gather_across_devices: bool = False,
                  tile_size: int | None = None,
+                 max_logits_bytes: int | None = None,
                  tile_backend: str = "auto", mini_batch_size: int | None = None,
                  mini_batch_num_tokens: int | None = None, check_finite: bool = True,
                  show_progress_bar: bool = False) -> None:
@@ -86,6 +87,7 @@ class TemperatureScheduleLoss(AdaptiveContrastiveLoss):
                                                step=step, form="cross_view",
                                                check_finite=check_finite, tile_size=tile_size,
                                                tile_backend=tile_backend,
+                                               max_logits_bytes=max_logits_bytes,
                                                **_gather_kwargs(gather_across_devices))
         super().__init__(model, core, projection=projection,
                          gather_across_devices=gather_across_devices,
@@ -145,6 +147,7 @@ class LearnableTemperatureLoss(_ScalarTemperatureLoss):
                  symmetric: bool = False, projection: nn.Module | None = None,
                  gather_across_devices: bool = False, tile_size: int | None = None,
                  tile_backend: str = "auto",
+                 max_logits_bytes: int | None = None,
                  mini_batch_size: int | None = None, mini_batch_num_tokens: int | None = None,
                  check_finite: bool = True, show_progress_bar: bool = False) -> None:
         super().__init__(model, plugins.LearnableTemperatureLoss, temperature=temperature,
@@ -152,7 +155,8 @@ class LearnableTemperatureLoss(_ScalarTemperatureLoss):
                          core_kwargs={"min_temperature": min_temperature,
                                       "max_temperature": max_temperature},
                          gather_across_devices=gather_across_devices, check_finite=check_finite,
-                         tile_size=tile_size, tile_backend=tile_backend, projection=projection,
+                         tile_size=tile_size, tile_backend=tile_backend,
+                         max_logits_bytes=max_logits_bytes, projection=projection,
                          mini_batch_size=mini_batch_size,
                          mini_batch_num_tokens=mini_batch_num_tokens, symmetric=symmetric,
                          show_progress_bar=show_progress_bar)

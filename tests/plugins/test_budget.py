@@ -1,0 +1,289 @@
+"""The logits budget (:mod:`adaptcl.plugins.budget`): a materialised loss whose logits would
+exceed ``max_logits_bytes`` takes its exact tiled path, says so once and in ``last_stats``.
+
+Every loss of the shared table that takes ``tile_size`` is run three ways on one batch:
+with a budget far below its logits (it must switch: the same bits as the explicit tiled path
+at the tile the budget chose, value and input gradients, and the materialised value to float
+rounding), with the explicit tile, and materialised. The CPU default (no budget) must not
+switch, warn or add a statistic; the CUDA default reads the device's free memory, faked here.
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+
+import pytest
+import torch
+
+from adaptcl.plugins import InfoNCELoss, LogitsBudgetWarning, MACLLoss, budget, info_nce
+from adaptcl.plugins.candidates import Candidates
+
+from ._helpers import LOSSES, names
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+METHODS = names(shared=True, tileable=True)
+TOL = {"rtol": 1e-5, "atol": 1e-5}
+TINY = 1  # byte: every batch is over it, the tile is budget.MIN_TILE
+
+
+@pytest.fixture(autouse=True)
+def _fresh_warnings(monkeypatch):
+    """Each test starts with nothing said yet and no cached CUDA budget."""
+    monkeypatch.setattr(budget, "_SAID", set())
+    monkeypatch.setattr(budget, "_CUDA_BUDGETS", {})
+
+
+def _value_and_grads(fn, x):
+    loss = fn(*x)
+    return loss.detach(), torch.autograd.grad(loss, x[:2], materialize_grads=True)
+
+
+def _inputs(name, n=100):
+    # 100 pairs: 200 anchors in the NT-Xent form, more than three tiles of MIN_TILE = 64
+    return LOSSES[name].inputs(n=n, seed=7, k=150)
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_over_budget_a_module_takes_its_tiled_path(name):
+    case, x = LOSSES[name], _inputs(name)
+    capped = case.build(max_logits_bytes=TINY)
+    with pytest.warns(LogitsBudgetWarning, match=r"tile_size=64 instead"):
+        value, grads = _value_and_grads(capped, x)
+    assert capped.last_stats["auto_tile_size"].item() == budget.MIN_TILE
+    tiled = case.build(tile_size=budget.MIN_TILE)
+    t_value, t_grads = _value_and_grads(tiled, x)
+    assert torch.equal(value, t_value)  # the tiled path itself, not merely a close number
+    assert all(torch.equal(g, t) for g, t in zip(grads, t_grads, strict=True))
+    materialised = case.build()
+    m_value, m_grads = _value_and_grads(materialised, x)
+    torch.testing.assert_close(value, m_value, **TOL)
+    for g, m in zip(grads, m_grads, strict=True):
+        torch.testing.assert_close(g, m, **TOL)
+    assert "auto_tile_size" not in tiled.last_stats
+    assert "auto_tile_size" not in materialised.last_stats
+
+
+@pytest.mark.parametrize("name", METHODS)
+def test_over_budget_a_functional_form_takes_its_tiled_path(name):
+    case, x = LOSSES[name], _inputs(name)
+    with pytest.warns(LogitsBudgetWarning):
+        capped = case.functional(*x, max_logits_bytes=TINY)
+    assert torch.equal(capped, case.functional(*x, tile_size=budget.MIN_TILE))
+    torch.testing.assert_close(capped, case.functional(*x), **TOL)
+
+
+@pytest.mark.parametrize("form", ["nt_xent", "cross_view"])
+def test_the_issue_example_tiles_a_1024_pair_batch_and_gives_the_materialised_value(form):
+    g = torch.Generator().manual_seed(0)
+    z0, z1 = (torch.randn(1024, 64, generator=g).requires_grad_() for _ in range(2))
+    capped = InfoNCELoss(temperature=0.1, max_logits_bytes=2**20, form=form)
+    with pytest.warns(LogitsBudgetWarning):
+        value, grads = _value_and_grads(capped, (z0, z1))
+    # [tile, tile] float32 temporaries within 1 MiB: 4 * 4 * 256^2 bytes
+    assert capped.last_stats["auto_tile_size"].item() == 256
+    m_value, m_grads = _value_and_grads(InfoNCELoss(temperature=0.1, form=form), (z0, z1))
+    torch.testing.assert_close(value, m_value, **TOL)
+    for a, b in zip(grads, m_grads, strict=True):
+        torch.testing.assert_close(a, b, **TOL)
+
+
+def test_the_switch_is_said_once_and_in_last_stats_on_every_call():
+    x = _inputs("macl")
+    fn = MACLLoss(0.1, 0.5, max_logits_bytes=TINY)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")  # not the filters' once-per-location: our own once
+        for _ in range(3):
+            fn(*x)
+            assert fn.last_stats["auto_tile_size"].item() == budget.MIN_TILE
+        MACLLoss(0.1, 0.5, max_logits_bytes=TINY)(*x)  # another instance: still once a process
+    said = [w for w in caught if issubclass(w.category, LogitsBudgetWarning)]
+    assert len(said) == 1, [str(w.message) for w in caught]
+    message = str(said[0].message)
+    assert "\n" not in message
+    assert message.startswith("MACL: the materialised logits would take about")
+    assert "max_logits_bytes" in message and "tile_size=64" in message
+
+
+def test_under_budget_the_loss_stays_materialised_bit_for_bit():
+    x = _inputs("infonce")
+    roomy = InfoNCELoss(0.1, max_logits_bytes=2**40)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        value = roomy(*x)
+    assert torch.equal(value, InfoNCELoss(0.1)(*x))
+    assert "auto_tile_size" not in roomy.last_stats
+
+
+def test_an_explicit_tile_size_is_the_tile_used_over_budget_and_off_below_it():
+    x = _inputs("infonce")
+    # alone, tile_size always tiles (unchanged); with a budget it tiles only over the budget
+    over = InfoNCELoss(0.1, tile_size=48, max_logits_bytes=TINY)
+    with pytest.warns(LogitsBudgetWarning, match="tile_size=48"):
+        value = over(*x)
+    assert over.last_stats["auto_tile_size"].item() == 48
+    assert torch.equal(value, InfoNCELoss(0.1, tile_size=48)(*x))
+    under = InfoNCELoss(0.1, tile_size=48, max_logits_bytes=2**40)
+    assert torch.equal(under(*x), InfoNCELoss(0.1)(*x))
+    assert "auto_tile_size" not in under.last_stats
+
+
+def test_an_amcl_network_that_cannot_be_tiled_stays_materialised():
+    from adaptcl.plugins import AMCLLoss, ConstantTemperature
+
+    class Untileable(ConstantTemperature):  # no per-tile features: only the whole matrix
+        features = squash = squash_grad = property()
+
+    fn = AMCLLoss(Untileable(0.2), max_logits_bytes=TINY)
+    x = _inputs("infonce")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        value = fn(*x)
+    assert "auto_tile_size" not in fn.last_stats
+    assert torch.equal(value, AMCLLoss(ConstantTemperature(0.2))(*x))
+
+
+def test_the_cpu_default_never_switches_warns_or_adds_a_statistic():
+    x = _inputs("macl", n=600)  # 1,200 x 1,200 logits: 17 MiB, over any small budget
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fn = MACLLoss(0.1, 0.5)
+        value = fn(*x)
+        roomy = MACLLoss(0.1, 0.5, max_logits_bytes=2**40)(*x)
+    assert torch.equal(value, roomy)
+    assert "auto_tile_size" not in fn.last_stats
+    # and at the 65,536-pair batch that needs 206 GB materialised, shapes only (meta tensors)
+    meta = torch.empty(2 * 65536, 128, device="meta")
+    huge = [Candidates(anchors=meta, keys=meta, positive_sim=meta[:, 0])]
+    assert budget.plan_tiles("InfoNCE", huge, None, None) == (None, None)
+    assert budget.logits_peak_bytes(huge) == 3 * 4 * (2 * 65536) ** 2
+
+
+def test_the_estimate_counts_directions_heads_labels_and_float64():
+    def direction(rows, cols, dtype=torch.float32, labels=None):
+        a, k = torch.empty(rows, 8, device="meta", dtype=dtype), torch.empty(cols, 8, device="meta")
+        return Candidates(anchors=a, keys=k, positive_sim=a[:, 0], labels=labels)
+
+    one = 3 * 4 * 100 * 300
+    assert budget.logits_peak_bytes([direction(100, 300)]) == one
+    assert budget.logits_peak_bytes([direction(100, 300), direction(100, 300)]) == 2 * one
+    assert budget.logits_peak_bytes([direction(100, 300)], heads=4, copies=12) == 4 * 4 * one
+    labelled = direction(100, 300, labels=torch.empty(100, device="meta", dtype=torch.long))
+    assert budget.logits_peak_bytes([labelled]) == 4 * 4 * 100 * 300  # the targets' matrix
+    assert budget.logits_peak_bytes([direction(100, 300, torch.float64)]) == 2 * one
+    assert budget.logits_peak_bytes([direction(100, 300, torch.bfloat16)]) == one
+
+
+def test_the_default_budget_comes_from_the_device(monkeypatch):
+    """Without ``max_logits_bytes`` the budget is ``device_budget``'s (CUDA's free memory):
+    faked here so a CPU loss sees a small device."""
+    monkeypatch.setattr(budget, "device_budget", lambda device, peak: 2**20)
+    x = _inputs("infonce", n=300)  # 600 x 600 logits, 4.3 MB materialised
+    fn = InfoNCELoss(0.1)
+    with pytest.warns(LogitsBudgetWarning, match=r"the default budget"):
+        value = fn(*x)
+    assert fn.last_stats["auto_tile_size"].item() == 256
+    assert torch.equal(value, InfoNCELoss(0.1, tile_size=256)(*x))
+
+
+def test_the_cuda_budget_is_half_the_free_memory_read_once_per_shape(monkeypatch):
+    calls = []
+
+    def mem_get_info(index):
+        calls.append(index)
+        return 10 * 2**30, 80 * 2**30
+
+    monkeypatch.setattr(torch.cuda, "mem_get_info", mem_get_info)
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda index: 6 * 2**30)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda index: 4 * 2**30)
+    cuda1 = torch.device("cuda", 1)
+    # free 10 GiB + 2 GiB the caching allocator holds unused, half of it
+    assert budget.device_budget(cuda1, peak=123) == 6 * 2**30
+    assert budget.device_budget(cuda1, peak=123) == 6 * 2**30
+    assert calls == [1]  # the same shape reads the driver once
+    budget.device_budget(cuda1, peak=456)
+    assert calls == [1, 1]
+    assert budget.device_budget(torch.device("cpu"), peak=123) is None
+    assert budget.device_budget(torch.device("meta"), peak=123) is None
+
+
+@pytest.mark.parametrize("budget_bytes, device, tile", [
+    (2**62, "cuda", 16384), (2**62, "cpu", 2048),
+    (2**30, "cuda", 8192),       # 4 float32 [8192, 8192] temporaries = 1 GiB
+    (2**30 - 1, "cuda", 4096),
+    (2**20, "cpu", 256), (TINY, "cpu", 64), (TINY, "cuda", 64),
+])
+def test_the_automatic_tile_is_the_largest_that_fits_capped_by_device(budget_bytes, device,
+                                                                       tile):
+    assert budget.auto_tile_size(budget_bytes, device) == tile
+
+
+def test_row_block_losses_pick_rows_of_the_whole_width():
+    # the survey losses: 9 float32 [rows, 10,000] blocks within 48 MB -> 128 rows
+    assert budget.auto_tile_size(48 * 10**6, "cpu", columns=10_000, copies=9) == 128
+
+
+@pytest.mark.parametrize("bad, error", [
+    (0, ValueError), (-1, ValueError), (1.5, TypeError), (2.0**20, TypeError),
+    (True, TypeError), ("1MB", TypeError),
+])
+def test_invalid_budgets_are_refused_in_one_line_naming_the_argument(bad, error):
+    x = _inputs("infonce", n=4)
+    for call in (lambda: InfoNCELoss(0.1, max_logits_bytes=bad),
+                 lambda: info_nce(*x, max_logits_bytes=bad)):
+        with pytest.raises(error, match=r"^max_logits_bytes must be ") as raised:
+            call()
+        assert "\n" not in str(raised.value)
+
+
+@pytest.mark.parametrize("name", ["infonce", "macl", "dystress", "ascl_queue", "amcl_softmax",
+                                  "learnable", "nce"])
+def test_deciding_and_switching_never_synchronise(name):
+    from .test_devices import HostSyncDetector
+
+    case = LOSSES[name]
+    fn = case.build(max_logits_bytes=TINY, check_finite=False)
+    x = _inputs(name)
+    with HostSyncDetector() as detector, pytest.warns(LogitsBudgetWarning):
+        fn(*x).backward()
+    assert detector.calls == [], detector.calls
+    assert "auto_tile_size" in fn.last_stats
+
+
+def test_the_budget_shows_in_repr():
+    assert "max_logits_bytes=1048576" in repr(InfoNCELoss(0.1, max_logits_bytes=2**20))
+    assert "max_logits_bytes" not in repr(InfoNCELoss(0.1))
+
+
+def test_compiled_fullgraph_loss_switches_and_says_it_once():
+    torch._dynamo.reset()
+    x = _inputs("infonce", n=80)
+    eager = InfoNCELoss(0.1, max_logits_bytes=TINY)
+    compiled = torch.compile(InfoNCELoss(0.1, max_logits_bytes=TINY), fullgraph=True,
+                             backend="eager")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            value = compiled(*x)
+        expected = eager(*x)
+    said = [w for w in caught if issubclass(w.category, LogitsBudgetWarning)]
+    assert len(said) == 1
+    torch.testing.assert_close(value, expected, rtol=1e-6, atol=1e-6)
+    torch._dynamo.reset()
+
+
+@pytest.mark.gpu
+def test_the_cuda_default_switches_when_free_memory_is_short(monkeypatch):
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    monkeypatch.setattr(budget, "CUDA_BUDGET_FRACTION", 1e-6)  # a device that looks full
+    x = tuple(t.detach().cuda().requires_grad_() for t in _inputs("macl"))
+    fn = MACLLoss(0.1, 0.5)
+    with pytest.warns(LogitsBudgetWarning, match=re.escape("the default budget")):
+        value, grads = _value_and_grads(fn, x)
+    assert "auto_tile_size" in fn.last_stats
+    m_value, m_grads = _value_and_grads(MACLLoss(0.1, 0.5, max_logits_bytes=2**40), x)
+    torch.testing.assert_close(value, m_value, **TOL)
+    for a, b in zip(grads, m_grads, strict=True):
+        torch.testing.assert_close(a, b, **TOL)
