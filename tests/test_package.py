@@ -94,6 +94,8 @@ else:
     ("adaptcl.recipes.simcse.train", "sentence_transformers", "text"),
     ("adaptcl.adapters.graphcl:GraphCL", "torch_geometric", "graph"),
     ("adaptcl.adapters.graphcl.lightning", "pytorch_lightning", "graph"),
+    ("adaptcl.adapters.open_clip:MACLClipLoss", "open_clip", "clip"),
+    ("adaptcl.adapters.open_clip.factory", "open_clip", "clip"),
 ])
 def test_adapter_without_its_extra_names_the_pip_install_command(module, blocked, extra):
     out = subprocess.run([sys.executable, "-c", ADAPTER_WITHOUT_EXTRA, blocked, module],

@@ -25,7 +25,7 @@ from .kernel import negative_lse, no_negatives_output
 from .validation import check_positive
 
 
-def _info_nce(cands: list[Candidates], temperature: float, positive_in_denominator: bool,
+def _info_nce(cands: list[Candidates], temperature: float | Tensor, positive_in_denominator: bool,
               tile_size: int | None, hardness: tuple[str, float] | None = None
               ) -> tuple[Tensor, Stats]:
     return run_kernel(cands, temperature, positive_in_denominator=positive_in_denominator,
@@ -132,9 +132,13 @@ class InfoNCELoss(ContrastiveLoss):
                 **pairs: Tensor) -> tuple[Tensor, Stats]:
         return self.compute_from_candidates(self.candidates(z0, z1, negatives, **pairs))
 
-    def compute_from_candidates(self, cands: list[Candidates]) -> tuple[Tensor, Stats]:
-        """InfoNCE's per-anchor losses on prepared candidates (adapters that build their own)."""
-        return _info_nce(cands, self.temperature, self.positive_in_denominator, self.tile_size,
+    def compute_from_candidates(self, cands: list[Candidates], *,
+                                temperature: Tensor | None = None) -> tuple[Tensor, Stats]:
+        """InfoNCE's per-anchor losses on prepared candidates (adapters that build their own);
+        ``temperature`` replaces :attr:`temperature` for this call (a 0-d tensor keeps its
+        gradient: the open_clip adapter's ``1 / logit_scale``)."""
+        return _info_nce(cands, self.temperature if temperature is None else temperature,
+                         self.positive_in_denominator, self.tile_size,
                          hardness_spec(self.hardness_mode, self.hardness_strength))
 
     def extra_repr(self) -> str:
