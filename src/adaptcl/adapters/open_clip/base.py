@@ -97,6 +97,8 @@ class AdaptiveClipLoss(open_clip_loss.ClipLoss):
     #: the loss's temperature comes from ``logit_scale``; False: ``logit_scale`` is ignored
     #: (with a warning on the first call) and gets a zero gradient
     uses_logit_scale: bool = True
+    #: why ``logit_scale`` is ignored (the warning's text), for losses that ignore it
+    ignored_scale: str = ""
 
     def __init__(self, local_loss: bool = False, gather_with_grad: bool = False,
                  cache_labels: bool = False, rank: int = 0, world_size: int = 1,
@@ -191,9 +193,6 @@ class AdaptiveClipLoss(open_clip_loss.ClipLoss):
                 loss = loss + 0.0 * unused.to(loss.dtype)
         self.last_stats = stats
         return {"contrastive_loss": loss} if output_dict else loss
-
-    #: why ``logit_scale`` is ignored (the warning's text), for losses that ignore it
-    ignored_scale: str = ""
 
     def extra_repr(self) -> str:
         parts = [f"local_loss={self.local_loss}", f"gather_with_grad={self.gather_with_grad}"]
