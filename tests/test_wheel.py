@@ -54,5 +54,6 @@ def test_wheel_needs_only_torch_and_states_true_extra_floors(wheel):
                   'transformers>=5.0; extra == "text"',
                   'lightly>=1.5.21; extra == "vision"',
                   'pytorch-lightning>=2.4; extra == "vision"',
-                  'torch-geometric>=2.4; extra == "graph"'):
+                  'torch-geometric>=2.4; extra == "graph"',
+                  'open_clip_torch>=3.3; extra == "clip"'):
         assert floor in requires

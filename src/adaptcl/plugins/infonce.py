@@ -34,7 +34,7 @@ from .kernel import negative_lse, no_negatives_output
 from .validation import check_positive
 
 
-def _info_nce(cands: list[Candidates], temperature: float, positive_in_denominator: bool,
+def _info_nce(cands: list[Candidates], temperature: float | Tensor, positive_in_denominator: bool,
               tile_size: int | None, hardness: tuple[str, float] | None = None,
               tile_backend: str = "auto", *,
               max_logits_bytes: int | None = None) -> tuple[Tensor, Stats]:
@@ -168,12 +168,15 @@ class InfoNCELoss(ContrastiveLoss):
                 **pairs: Tensor) -> tuple[Tensor, Stats]:
         return self.compute_from_candidates(self.candidates(z0, z1, negatives, **pairs))
 
-    def compute_from_candidates(self, cands: list[Candidates]) -> tuple[Tensor, Stats]:
-        """InfoNCE's per-anchor losses on prepared candidates (adapters that build their own)."""
-        return _info_nce(cands, self.temperature, self.positive_in_denominator, self.tile_size,
+    def compute_from_candidates(self, cands: list[Candidates], *,
+                                temperature: Tensor | None = None) -> tuple[Tensor, Stats]:
+        """InfoNCE's per-anchor losses on prepared candidates (adapters that build their own);
+        ``temperature`` replaces :attr:`temperature` for this call (a 0-d tensor keeps its
+        gradient: the open_clip adapter's ``1 / logit_scale``)."""
+        return _info_nce(cands, self.temperature if temperature is None else temperature,
+                         self.positive_in_denominator, self.tile_size,
                          hardness_spec(self.hardness_mode, self.hardness_strength),
-                         self.tile_backend,
-                         max_logits_bytes=self.max_logits_bytes)
+                         self.tile_backend, max_logits_bytes=self.max_logits_bytes)
 
     def extra_repr(self) -> str:
         hardness = ("" if self.hardness_mode is None else
@@ -278,8 +281,8 @@ class FlatNCELoss(ContrastiveLoss):
 
 
 def _dual_temperature(cands: list[Candidates], temperature: float, temperature_beta: float,
-                      tile_size: int | None, *,
-                      max_logits_bytes: int | None = None, tile_backend: str = "auto") -> tuple[Tensor, Stats]:
+                      tile_size: int | None, tile_backend: str = "auto", *,
+                      max_logits_bytes: int | None = None) -> tuple[Tensor, Stats]:
     tile_size, auto = plan_tiles("DualTemperature", cands, tile_size, max_logits_bytes)
 
     def log_weights(c: Candidates, log_w_alpha: Tensor) -> Tensor:

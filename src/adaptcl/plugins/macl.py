@@ -36,18 +36,20 @@ TEMPERATURE_FORMS = ("linear", "exp")
 WEIGHT_FORMS = ("inverse", "w_prime")
 
 
-def macl_temperature(alignment: Tensor, temperature: float, alpha: float, a0: float = 0.0, *,
-                     temperature_form: str = "linear",
-                     min_temperature: float | None = None) -> Tensor:
+def macl_temperature(alignment: Tensor, temperature: float | Tensor, alpha: float,
+                     a0: float = 0.0, *, temperature_form: str = "linear",
+                     min_temperature: float | Tensor | None = None) -> Tensor:
     """MACL's alignment-adaptive temperature, clamped below at ``min_temperature``.
 
     Args:
         alignment: the alignment magnitude A (mean positive cosine), 0-d tensor.
-        temperature: tau0.
+        temperature: tau0; a python number, or a 0-d tensor that keeps its gradient (CLIP's
+            ``1 / logit_scale``: the adaptive factor is detached, tau0 is not).
         alpha: scaling factor (linear) or base (exp, > 0).
         a0: initial alignment threshold A0 (linear form only).
         temperature_form: ``"linear"`` (ICML 2023 Eq. 7) or ``"exp"`` (tau0 * alpha**A).
-        min_temperature: positive floor; default ``temperature / 10``.
+        min_temperature: positive floor (a number or a 0-d tensor); default
+            ``temperature / 10``.
     """
     floor = temperature / 10 if min_temperature is None else min_temperature
     a = alignment.detach()
@@ -85,17 +87,21 @@ def _macl_options(temperature: float, alpha: float, a0: float, reweight: bool, a
     }
 
 
-def _batch_temperature(alignment: Tensor, *, temperature: float, alpha: float, a0: float,
-                       adaptive: bool, temperature_form: str, min_temperature: float) -> Tensor:
+def _batch_temperature(alignment: Tensor, *, temperature: float | Tensor, alpha: float,
+                       a0: float, adaptive: bool, temperature_form: str,
+                       min_temperature: float | Tensor) -> Tensor:
     if not adaptive:
+        if isinstance(temperature, Tensor):  # a tau0 that keeps its gradient
+            return temperature.to(alignment.dtype)
         return torch.full_like(alignment, temperature)
     return macl_temperature(alignment, temperature, alpha, a0, temperature_form=temperature_form,
                             min_temperature=min_temperature)
 
 
-def _macl(cands: list[Candidates], *, temperature: float, alpha: float, a0: float,
+def _macl(cands: list[Candidates], *, temperature: float | Tensor, alpha: float, a0: float,
           reweight: bool, adaptive: bool, temperature_form: str, weight_form: str,
-          min_temperature: float, positive_in_denominator: bool, hardness_mode: str | None,
+          min_temperature: float | Tensor, positive_in_denominator: bool,
+          hardness_mode: str | None,
           hardness_strength: float, tile_size: int | None,
           all_reduce: bool, tile_backend: str = "auto", max_logits_bytes: int | None = None) -> tuple[Tensor, Stats]:
     """MACL's per-anchor losses and statistics on prepared candidates."""
@@ -204,11 +210,23 @@ class MACLLoss(ContrastiveLoss):
                 **pairs: Tensor) -> tuple[Tensor, Stats]:
         return self.compute_from_candidates(self.candidates(z0, z1, negatives, **pairs))
 
-    def compute_from_candidates(self, cands: list[Candidates]) -> tuple[Tensor, Stats]:
-        """MACL's per-anchor losses on prepared candidates (adapters that build their own)."""
-        return _macl(cands, **self._options(), tile_size=self.tile_size, all_reduce=self.gathers,
-                     tile_backend=self.tile_backend,
-                     max_logits_bytes=self.max_logits_bytes)
+    def compute_from_candidates(self, cands: list[Candidates], *,
+                                temperature: Tensor | None = None,
+                                min_temperature: Tensor | float | None = None
+                                ) -> tuple[Tensor, Stats]:
+        """MACL's per-anchor losses on prepared candidates (adapters that build their own).
+
+        ``temperature`` replaces tau0 for this call: a 0-d tensor whose gradient is kept (the
+        open_clip adapter's ``1 / logit_scale``); its floor is then ``min_temperature``, by
+        default ``temperature / 10``.
+        """
+        options = self._options()
+        if temperature is not None:
+            options["temperature"] = temperature
+            options["min_temperature"] = (temperature / 10 if min_temperature is None
+                                          else min_temperature)
+        return _macl(cands, **options, tile_size=self.tile_size, all_reduce=self.gathers,
+                     tile_backend=self.tile_backend, max_logits_bytes=self.max_logits_bytes)
 
     def extra_repr(self) -> str:
         return (f"temperature={self.temperature}, alpha={self.alpha}, a0={self.a0}, "
