@@ -1,0 +1,71 @@
+"""``adaptcl clip`` end to end on a tiny setting: the result files, a second run that reuses
+every stored cell, a changed setting that recomputes, and determinism."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("open_clip")
+pytest.importorskip("pytorch_lightning")
+
+from adaptcl import cli  # noqa: E402
+from adaptcl.recipes.clip.config import ClipConfig  # noqa: E402
+from adaptcl.recipes.clip.recipe import ClipRecipe  # noqa: E402
+
+TINY = ["--train-limit", "64", "--test-limit", "40", "--retrieval-limit", "20",
+        "--batch-size", "32", "--epochs", "1", "--warmup-steps", "1", "--patch-size", "16",
+        "--vision-width", "32", "--text-width", "32", "--head-width", "16",
+        "--vision-layers", "1", "--text-layers", "1", "--embed-dim", "16", "--templates", "3",
+        "--context-length", "12", "--threads", "1", "--device", "cpu", "--no-progress"]
+
+TINY_CONFIG = dict(train_limit=64, test_limit=40, retrieval_limit=20, batch_size=32, epochs=1,
+                   warmup_steps=1, patch_size=16, vision_width=32, text_width=32, head_width=16,
+                   vision_layers=1, text_layers=1, embed_dim=16, templates=3, context_length=12,
+                   threads=1, device="cpu", progress=False)
+
+
+def test_a_tiny_run_writes_its_table_and_a_rerun_reuses_every_cell(shared_data, tmp_path,
+                                                                  capsys):
+    out = tmp_path / "clip"
+    argv = ["clip", "--data-root", str(shared_data), "--output-dir", str(out),
+            "--losses", "infonce", "--targets", "pairs", "labels", "--seeds", "0", "1", *TINY]
+    assert cli.main(argv) == 0
+    result = json.loads((out / "results.json").read_text())
+    assert not result["partial"] and len(result["computed"]) == 4 and not result["reused"]
+    runs = {(r["cell"]["loss"], r["cell"]["seed"]): r for r in result["runs"]}
+    assert set(runs) == {(c, s) for c in ("infonce", "infonce+labels") for s in (0, 1)}
+    for (column, _), run in runs.items():
+        assert run["targets"] == ("labels" if column.endswith("+labels") else "pairs")
+        assert run["optimisation_steps"] == 2  # 64 pairs, batch 32, one epoch
+        assert set(run["metrics"]) == {"zero_shot_top1", "i2t_r1", "t2i_r1"}
+        assert all(0 <= v <= 1 for v in run["metrics"].values())
+        assert 0.01 <= run["final_temperature"] <= 1.0  # logit_scale clamped to [0, ln 100]
+    markdown = (out / "results.md").read_text()
+    assert "## zero_shot_top1" in markdown and "infonce+labels" in markdown
+    assert "paired over seeds with a 95% t-interval" in markdown
+    assert "clip" in (out / "config.yaml").read_text()
+    capsys.readouterr()
+
+    assert cli.main(argv) == 0  # the same command: every cell is reused, none computed
+    again = json.loads((out / "results.json").read_text())
+    assert len(again["reused"]) == 4 and not again["computed"]
+    assert {(r["cell"]["loss"], r["cell"]["seed"]): r["metrics"] for r in again["runs"]} == {
+        k: r["metrics"] for k, r in runs.items()}
+
+    # --targets pairs alone is a subset of the stored grid: reused, not recomputed
+    assert cli.main([*argv[:argv.index("--targets")], "--targets", "pairs",
+                     *argv[argv.index("--seeds"):]]) == 0
+    subset = json.loads((out / "results.json").read_text())
+    assert len(subset["reused"]) == 2 and not subset["computed"]
+
+
+def test_the_same_cell_trains_to_the_same_numbers(shared_data, tmp_path):
+    def metrics(folder: str) -> dict:
+        cfg = ClipConfig(data_root=str(shared_data), output_dir=str(tmp_path / folder),
+                         losses=["infonce"], targets=["pairs"], seeds=[3], **TINY_CONFIG)
+        return ClipRecipe(cfg).run()["runs"][0]
+
+    first, second = metrics("a"), metrics("b")
+    assert first["metrics"] == second["metrics"] and first["losses"] == second["losses"]
