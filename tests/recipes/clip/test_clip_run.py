@@ -69,3 +69,27 @@ def test_the_same_cell_trains_to_the_same_numbers(shared_data, tmp_path):
 
     first, second = metrics("a"), metrics("b")
     assert first["metrics"] == second["metrics"] and first["losses"] == second["losses"]
+
+
+def test_a_cell_resumes_from_the_checkpoint_an_interrupted_run_left(shared_data, tmp_path):
+    """The training of one cell stopped after its first epoch (``last.ckpt`` written) goes on
+    from there: the second call trains only the second epoch."""
+    from adaptcl.recipes.clip.data import CaptionTokens, load_clip_data, templates_of
+    from adaptcl.recipes.clip.train import train_and_score
+    from adaptcl.recipes.engine.cells import Cell
+
+    one, two = (ClipConfig(data_root=str(shared_data), losses=["macl"], targets=["labels"],
+                           **(TINY_CONFIG | {"epochs": epochs})) for epochs in (1, 2))
+    data = load_clip_data(shared_data, one)
+    tokens = CaptionTokens(data.classnames, templates_of(one), one.context_length)
+    cell = Cell((("dataset", "cifar10"), ("loss", "macl+labels")), 0)
+    ckpt, logs = tmp_path / "ckpt", tmp_path / "logs"
+    first = train_and_score(one, data, tokens, cell, ckpt, logs)
+    assert first["resumed_from"] is None and first["optimisation_steps"] == 2
+    assert (ckpt / "last.ckpt").is_file()
+    second = train_and_score(two, data, tokens, cell, ckpt, logs)
+    assert second["resumed_from"] == {"checkpoint_epoch": 0, "checkpoint_global_step": 2,
+                                      "start_epoch": 1, "start_global_step": 2}
+    assert second["optimisation_steps"] == 4  # the first epoch's history came with it
+    assert second["losses"][:2] == first["losses"]
+    assert second["loss_options"] == {"alpha": 0.5, "a0": 0.0, "reweight": False}

@@ -42,6 +42,7 @@ class ClipRecipe(Recipe):
             templates_of,
         )
 
+        self.check_targets()
         self.data_root = resolve_data_root(self.config.data_root)
         self._data: dict[Any, Any] = {}
         self._tokens: dict[Any, Any] = {}
