@@ -42,6 +42,8 @@ def test_a_tiny_run_writes_its_table_and_a_rerun_reuses_every_cell(shared_data, 
         assert set(run["metrics"]) == {"zero_shot_top1", "i2t_r1", "t2i_r1"}
         assert all(0 <= v <= 1 for v in run["metrics"].values())
         assert 0.01 <= run["final_temperature"] <= 1.0  # logit_scale clamped to [0, ln 100]
+    for seed in (0, 1):  # the same initialisation and batches; the targets change the loss
+        assert runs[("infonce+labels", seed)]["losses"][0] != runs[("infonce", seed)]["losses"][0]
     markdown = (out / "results.md").read_text()
     assert "## zero_shot_top1" in markdown and "infonce+labels" in markdown
     assert "paired over seeds with a 95% t-interval" in markdown
@@ -93,3 +95,36 @@ def test_a_cell_resumes_from_the_checkpoint_an_interrupted_run_left(shared_data,
     assert second["optimisation_steps"] == 4  # the first epoch's history came with it
     assert second["losses"][:2] == first["losses"]
     assert second["loss_options"] == {"alpha": 0.5, "a0": 0.0, "reweight": False}
+
+
+def test_the_presets_build_their_open_clip_towers():
+    import torch
+
+    from adaptcl.recipes.clip.config import PRESETS
+    from adaptcl.recipes.clip.model import build_clip
+
+    for name, preset in PRESETS.items():
+        cfg = ClipConfig(**preset)
+        model = build_clip(cfg)
+        tokens = torch.zeros(2, cfg.context_length, dtype=torch.long)
+        tokens[:, 0], tokens[:, 1] = 49406, 49407  # start, end of text
+        image, text, scale = model(torch.zeros(2, 3, 32, 32), tokens)
+        assert image.shape == text.shape == (2, cfg.embed_dim), name
+        assert float(scale) == pytest.approx(1 / cfg.init_temperature, rel=1e-5)
+        assert model.visual.patch_size == (cfg.patch_size, cfg.patch_size)
+        assert len(model.transformer.resblocks) == cfg.text_layers
+
+
+def test_the_learned_logit_scale_is_clamped_after_every_step_as_open_clip_does():
+    import math
+
+    import torch
+
+    from adaptcl.recipes.clip.model import ClipModule, build_clip
+
+    module = ClipModule(build_clip(ClipConfig(**TINY_CONFIG)), torch.nn.Identity(),
+                        multi_positive=False, lr=1e-3, weight_decay=0.1, warmup_steps=1)
+    for value, clamped in ((6.0, math.log(100)), (-0.5, 0.0), (3.0, 3.0)):
+        module.model.logit_scale.data.fill_(value)
+        module.on_train_batch_end(None, None, 0)
+        assert float(module.model.logit_scale) == pytest.approx(clamped)
