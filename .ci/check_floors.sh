@@ -22,7 +22,7 @@ cd "$(dirname "$0")/.."
 root=$(pwd)
 PYTHON=${PYTHON:-python3}
 TORCH_SPEC=${TORCH_SPEC:-torch==2.14.1 torchvision==0.29.1}
-EXTRAS=${EXTRAS:-vision text graph}
+EXTRAS=${EXTRAS:-vision text graph clip}
 PYTEST_ARGS=${PYTEST_ARGS:-}
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 # the molecule tests read MoleculeNet files from the shared data folder (as in `make test`)
@@ -65,6 +65,9 @@ tests_for() {
                 tests/adapters/graphcl/test_molecules.py tests/adapters/graphcl/test_mixed_precision.py \
                 tests/adapters/graphcl/test_lightning.py tests/adapters/graphcl/test_steps.py \
                 tests/adapters/graphcl/test_temperature_rules.py ;;
+    clip) echo tests/adapters/open_clip/test_losses.py tests/adapters/open_clip/test_validation.py \
+               tests/adapters/open_clip/test_distributed.py tests/adapters/open_clip/test_dropin.py \
+               tests/plugins/test_logit_scale.py ;;
     *) echo "unknown extra $1" >&2; return 1 ;;
   esac
 }
@@ -75,6 +78,7 @@ imports_for() {
     vision) echo "import adaptcl.adapters.lightly, adaptcl.adapters.lightning.modules, adaptcl.adapters.lightning.factory, lightly, pytorch_lightning" ;;
     text) echo "import adaptcl.adapters.sentence_transformers.losses, adaptcl.adapters.sentence_transformers.simcse, adaptcl.adapters.sentence_transformers.callbacks, sentence_transformers, transformers, datasets, accelerate" ;;
     graph) echo "import adaptcl.adapters.graphcl, adaptcl.adapters.graphcl.molecules, adaptcl.adapters.graphcl.lightning, torch_geometric, ogb, rdkit, pytorch_lightning" ;;
+    clip) echo "import adaptcl.adapters.open_clip.factory, open_clip, open_clip_train.train" ;;
   esac
 }
 
@@ -84,6 +88,7 @@ modules_for() {
     vision) echo "lightly|pytorch_lightning|torchvision" ;;
     text) echo "sentence_transformers|transformers|datasets|accelerate|tokenizers|huggingface_hub" ;;
     graph) echo "torch_geometric|ogb|rdkit|pytorch_lightning" ;;
+    clip) echo "open_clip|open_clip_train" ;;
   esac
 }
 

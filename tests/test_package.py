@@ -204,7 +204,8 @@ def test_version_is_read_from_installed_metadata():
 # The frameworks of each extra that `make floors` installs at its lowest allowed versions.
 FLOOR_EXTRAS = {"vision": ("lightly", "pytorch_lightning"),
                 "text": ("sentence_transformers", "transformers", "datasets", "accelerate"),
-                "graph": ("torch_geometric", "ogb", "rdkit", "pytorch_lightning")}
+                "graph": ("torch_geometric", "ogb", "rdkit", "pytorch_lightning"),
+                "clip": ("open_clip",)}
 
 
 def _floors_function(name: str, extra: str) -> list[str]:
