@@ -95,6 +95,11 @@ def test_a_cell_resumes_from_the_checkpoint_an_interrupted_run_left(shared_data,
     assert second["optimisation_steps"] == 4  # the first epoch's history came with it
     assert second["losses"][:2] == first["losses"]
     assert second["loss_options"] == {"alpha": 0.5, "a0": 0.0, "reweight": False}
+    # MACL's own temperature, tau0 * (1 + alpha * A) with tau0 = 1 / logit_scale, is recorded
+    last = second["history"][-1]
+    assert last["loss_temperature"] == second["final_loss_temperature"]
+    assert last["loss_temperature"] == pytest.approx(
+        last["temperature"] * (1 + 0.5 * last["alignment"]), rel=1e-4)
 
 
 def test_the_presets_build_their_open_clip_towers():

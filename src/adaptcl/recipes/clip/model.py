@@ -82,8 +82,9 @@ class ClipModule(pl.LightningModule):
         record = {"step": float(self.global_step), "epoch": float(self.current_epoch),
                   "loss": float(loss.detach()), "temperature": float(1 / logit_scale.detach())}
         for key, value in dict(getattr(self.criterion, "last_stats", {}) or {}).items():
-            if key not in record and isinstance(value, Tensor) and value.numel() == 1:
-                record[key] = float(value.detach())
+            if key != "loss" and isinstance(value, Tensor) and value.numel() == 1:
+                # the loss's own temperature (MACL's tau, DySTreSS's mean positive one)
+                record["loss_" + key if key in record else key] = float(value.detach())
         self.log("train_loss", loss.detach(), prog_bar=True, batch_size=len(images))
         self.log("train_temperature", record["temperature"], batch_size=len(images))
         self.history.append(record)

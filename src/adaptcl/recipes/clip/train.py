@@ -103,6 +103,7 @@ def train_and_score(cfg: ClipConfig, data: ClipData, tokens: CaptionTokens, cell
             "loss_options": loss_options(loss_name, targets, cfg),
             "losses": [h["loss"] for h in history],
             "final_temperature": float(1 / module.model.logit_scale.detach().exp()),
+            "final_loss_temperature": last.get("loss_temperature"),
             "final_alignment": last.get("alignment"), "train_seconds": clock.seconds,
             "eval_seconds": time.perf_counter() - start, "resumed_from": module.resumed_from,
             "checkpoint_dir": str(ckpt_dir), "history": history}
