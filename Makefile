@@ -54,7 +54,7 @@ docs: $(DOCS_STAMP)
 	HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 $(BIN)/python -m sphinx -W --keep-going -q -b html docs docs/_build/html
 
 # Dependency floors: one venv per extra with the lowest versions pyproject.toml allows, then
-# that extra's adapter tests (.ci/check_floors.sh; EXTRAS="vision text graph" by default).
+# that extra's adapter tests (.ci/check_floors.sh; EXTRAS="vision text graph clip" by default).
 floors:
 	TORCH_SPEC="$(TORCH_SPEC)" PYTHON=$(PYTHON) bash .ci/check_floors.sh
 

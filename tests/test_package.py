@@ -118,13 +118,15 @@ def test_graph_adapter_imports_without_lightning():
 
 FRAMEWORK_FREE = r"""
 BLOCKED = {"torch", "numpy", "lightly", "sentence_transformers", "transformers", "torch_geometric",
-           "pytorch_lightning", "lightning"}
+           "pytorch_lightning", "lightning", "open_clip"}
 """ + BLOCKER + r"""
 import adaptcl.adapters.lightning, adaptcl.adapters.sentence_transformers
 from adaptcl.adapters.lightning.methods import METHOD_LOSSES
 from adaptcl.adapters.sentence_transformers.simcse_names import LOSSES, POOLERS
+from adaptcl.adapters.open_clip import LOSS_NAMES as CLIP_LOSS_NAMES
 import adaptcl.io
-print("OK", adaptcl.adapters.lightning.METHODS, adaptcl.adapters.sentence_transformers.POOLERS)
+print("OK", adaptcl.adapters.lightning.METHODS, adaptcl.adapters.sentence_transformers.POOLERS,
+      CLIP_LOSS_NAMES)
 """
 
 
@@ -135,16 +137,20 @@ def test_framework_packages_list_their_names_without_torch_or_the_framework():
                          timeout=120)
     assert out.returncode == 0, out.stderr
     assert "OK ('simclr'" in out.stdout and "'avg_top2')" in out.stdout
+    assert "('infonce', 'dcl', 'macl', 'dystress', 'temperature_schedule')" in out.stdout
 
 
 @pytest.mark.parametrize("package", ["adaptcl.adapters.lightning",
-                                     "adaptcl.adapters.sentence_transformers"])
+                                     "adaptcl.adapters.sentence_transformers",
+                                     "adaptcl.adapters.open_clip"])
 def test_lazy_package_exports_every_public_name_from_its_module(package):
     """``__all__`` of a lazily importing package: each name resolves, to the object its module
     defines, and the package's dir() lists it; an unknown name is an AttributeError."""
     import importlib
 
-    pytest.importorskip("sentence_transformers" if "sentence" in package else "pytorch_lightning")
+    pytest.importorskip({"adaptcl.adapters.sentence_transformers": "sentence_transformers",
+                         "adaptcl.adapters.open_clip": "open_clip"}.get(package,
+                                                                        "pytorch_lightning"))
     module = importlib.import_module(package)
     assert set(module.__all__) == set(module._EXPORTS) | {
         n for n in module.__all__ if n not in module._EXPORTS and n in vars(module)}

@@ -7,7 +7,6 @@ import os
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 from adaptcl.plugins import (
     AMCLLoss,
@@ -19,7 +18,7 @@ from adaptcl.plugins import (
     PairTemperature,
 )
 
-from .._distributed import free_port
+from .._distributed import spawn_results
 
 WORLD = 2
 N, D = 6, 8
@@ -105,12 +104,7 @@ def _worker(rank: int, port: int, results):
 
 @pytest.fixture(scope="module")
 def distributed_results():
-    if not dist.is_available():
-        pytest.skip("torch.distributed is not available in this build")
-    manager = mp.Manager()
-    results = manager.dict()
-    mp.spawn(_worker, args=(free_port(), results), nprocs=WORLD, join=True)
-    return dict(results)
+    return spawn_results(_worker, WORLD)
 
 
 @pytest.mark.slow

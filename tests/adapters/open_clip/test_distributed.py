@@ -20,7 +20,6 @@ import os
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 import torch.nn.functional as F
 
 open_clip_loss = pytest.importorskip("open_clip.loss")
@@ -31,7 +30,7 @@ from adaptcl.adapters.open_clip import (  # noqa: E402
     MACLClipLoss,
 )
 
-from ..._distributed import free_port  # noqa: E402
+from ..._distributed import spawn_results  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:DySTreSSClipLoss ignores logit_scale")
 
@@ -95,12 +94,7 @@ def _worker(rank: int, port: int, results) -> None:
 
 @pytest.fixture(scope="module")
 def ranks():
-    if not dist.is_available():
-        pytest.skip("torch.distributed is not available in this build")
-    manager = mp.Manager()
-    results = manager.dict()
-    mp.spawn(_worker, args=(free_port(), results), nprocs=WORLD, join=True)
-    return dict(results)
+    return spawn_results(_worker, WORLD)
 
 
 def _close(a, b) -> None:

@@ -292,3 +292,18 @@ def test_factory_passes_method_keywords_and_refuses_unknown_names():
         build_clip_loss("amcl")
     with pytest.raises(TypeError, match="alpha"):
         build_clip_loss("infonce", alpha=0.5)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_on_cuda_equals_cliploss_tiled_too_and_mixes_a_cpu_scale():
+    image, text = (x.float().cuda() for x in _inputs(17, n=64))
+    for tile in (None, 16):
+        _assert_steps_close(_step(InfoNCEClipLoss(tile_size=tile), image, text),
+                            _step(ClipLoss(), image, text), rtol=1e-5, atol=1e-6)
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        got = InfoNCEClipLoss()(image.bfloat16(), text.bfloat16(), torch.tensor(14.0).cuda())
+    assert got.dtype == torch.float32 and torch.isfinite(got)
+    cpu_scale = InfoNCEClipLoss()(image, text, torch.tensor(14.0))  # a CPU scalar mixes in
+    torch.testing.assert_close(cpu_scale.cpu(), ClipLoss()(
+        *(F.normalize(x, dim=-1) for x in (image, text)), 14.0).cpu(), rtol=1e-5, atol=1e-6)

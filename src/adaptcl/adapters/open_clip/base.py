@@ -4,7 +4,8 @@ semantics around a core loss of :mod:`adaptcl.plugins`.
 Each loss subclasses open_clip's own ``ClipLoss`` (as open_clip's ``CoCaLoss`` and
 ``DistillClipLoss`` do), so ``isinstance(loss, ClipLoss)`` holds and ``get_ground_truth`` with
 ``cache_labels`` is open_clip's; only ``forward`` differs: the similarity step of
-:mod:`.candidates`, then the core's kernel (materialised, or tiled with ``tile_size``).
+:mod:`adaptcl.adapters.open_clip.candidates`, then the core's kernel (materialised, or tiled
+with ``tile_size``).
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ def _scalar(name: str, value: Tensor | float, device: torch.device) -> Tensor | 
             raise ValueError(f"{name} must be a scalar (a one-element floating-point tensor or "
                              f"a number), got a {value.dtype} tensor of shape "
                              f"{tuple(value.shape)}")
-        if value.ndim and value.device != device:
+        if value.device != device and value.device.type != "cpu":  # a CPU scalar mixes in
             raise ValueError(f"{name} is on {value.device} but the features are on {device}")
         return value.reshape(())
     if isinstance(value, bool) or not isinstance(value, (int, float)):

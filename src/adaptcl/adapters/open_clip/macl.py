@@ -42,9 +42,9 @@ class MACLClipLoss(AdaptiveClipLoss):
         local_loss, gather_with_grad, cache_labels, rank, world_size, use_horovod: as in
             ``ClipLoss`` (``use_horovod`` with ``local_loss`` on several ranks is refused: the
             alignment is averaged with torch.distributed).
-        alpha, a0, reweight, adaptive, temperature_form, weight_form,
-            positive_in_denominator: as in :class:`adaptcl.plugins.MACLLoss` (reweighting by
-            ``sg(1 / W)``, Eq. 11, is on by default as there).
+        alpha, a0, reweight, adaptive, temperature_form, weight_form, positive_in_denominator: as
+            in :class:`adaptcl.plugins.MACLLoss` (reweighting by ``sg(1 / W)``, Eq. 11, is on
+            by default as there).
         min_temperature: an absolute floor of tau; ``None`` (default): ``tau0 / 10``.
         tile_size, check_finite: as in :class:`~adaptcl.adapters.open_clip.InfoNCEClipLoss`.
 

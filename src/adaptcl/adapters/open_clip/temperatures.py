@@ -40,10 +40,10 @@ class DySTreSSClipLoss(AdaptiveClipLoss):
     Args:
         local_loss, gather_with_grad, cache_labels, rank, world_size, use_horovod: as in
             ``ClipLoss``.
-        min_temperature, max_temperature, shape, threshold, width, detach_temperature,
-            positive_in_denominator: as in :class:`adaptcl.plugins.DySTreSSLoss` (the
-            authors' SimCLR defaults, 0.1 and 0.2; CLIP's learned tau ends near 0.01, so
-            consider lower values).
+        min_temperature, max_temperature: tau_min and tau_max (the authors' SimCLR defaults, 0.1
+            and 0.2; CLIP's learned tau ends near 0.01, so consider lower values).
+        shape, threshold, width, detach_temperature, positive_in_denominator: as in
+            :class:`adaptcl.plugins.DySTreSSLoss`.
         tile_size, check_finite: as in :class:`~adaptcl.adapters.open_clip.InfoNCEClipLoss`.
 
     ``labels`` give multi-positive targets. ``last_stats["temperature"]`` is the mean
