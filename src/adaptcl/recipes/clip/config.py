@@ -26,7 +26,7 @@ DATA_SETTINGS = ("npz_variant", "train_limit", "test_limit")
 #: ``cpu``: the defaults (the 4,000 exact-pixel training images, a 2-layer ViT with 8x8
 #: patches and a 2-layer text transformer of width 64: minutes on one CPU thread);
 #: ``paper``: a larger CLIP on the 15,000 (JPEG-decoded) training and 10,000 test images,
-#: open_clip's ViT-B-style patch 4 at width 256 and 6 layers, batch 512: a GPU job
+#: a ViT of 4x4 patches, width 256 and 6 layers, a text transformer 6 x 256, batch 512: a GPU job
 PRESETS: dict[str, dict[str, Any]] = {
     "cpu": {},
     "paper": {"train_limit": None, "test_limit": None, "npz_variant": "jpeg", "epochs": 100,
