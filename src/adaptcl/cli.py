@@ -30,6 +30,7 @@ RECIPES: dict[str, str] = {
     "transfer": "SentEval transfer tasks (MR..MRPC): logistic regression",
     "tu": "GraphCL pre-training on TU datasets, SVM 10-fold CV, every loss",
     "moleculenet": "GraphCL/MACL pre-training on SMILES, MoleculeNet fine-tuning, ROC-AUC",
+    "clip": "CLIP from scratch (small open_clip towers) on CIFAR-10 with prompt captions: zero-shot + R@1",
     "compare": "one table and plot over a setting from result files of one recipe, paired CIs",
 }
 

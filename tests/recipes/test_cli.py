@@ -17,7 +17,7 @@ from adaptcl import cli
 from adaptcl.recipes.demo.recipe import DemoRecipe
 from tests.recipes._process import SRC
 
-RECIPES = ("demo", "images", "simcse", "sts", "transfer", "tu", "moleculenet")
+RECIPES = ("demo", "images", "clip", "simcse", "sts", "transfer", "tu", "moleculenet")
 
 
 def _one_line_error_in_a_process(argv: list[str], expected_start: str) -> None:
@@ -240,7 +240,7 @@ def test_version_comes_from_package_metadata(capsys):
     assert capsys.readouterr().out.strip() == f"adaptcl {version('adaptcl')}"
 
 
-@pytest.mark.parametrize("recipe", ["tu", "moleculenet", "images", "demo"])
+@pytest.mark.parametrize("recipe", ["tu", "moleculenet", "images", "clip", "demo"])
 def test_help_is_fast_shows_defaults_and_an_example(recipe):
     env = dict(os.environ, PYTHONPATH=str(SRC))
     start = time.perf_counter()
@@ -256,7 +256,7 @@ def test_help_is_fast_shows_defaults_and_an_example(recipe):
 
 def test_help_imports_no_heavy_module():
     code = ("import sys, contextlib, io\nfrom adaptcl import cli\n"
-            "for r in ('tu', 'moleculenet', 'images', 'demo', 'simcse', 'sts', 'transfer'):\n"
+            "for r in ('tu', 'moleculenet', 'images', 'clip', 'demo', 'simcse', 'sts', 'transfer'):\n"
             "    with contextlib.suppress(SystemExit), contextlib.redirect_stdout(io.StringIO()):\n"
             "        cli.main([r, '--help'])\n"
             "heavy = sorted(m for m in ('torch', 'torch_geometric', 'lightly', 'sklearn', "

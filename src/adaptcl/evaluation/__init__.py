@@ -9,6 +9,8 @@ linear-probe benchmarks in ``lightly.utils.benchmarking``):
   (:mod:`~adaptcl.evaluation.senteval.sts`) and the transfer tasks' logistic-regression probe
   (:mod:`~adaptcl.evaluation.senteval.transfer`);
 * :mod:`adaptcl.evaluation.images`: weighted kNN and a linear probe on image-backbone features;
+* :mod:`adaptcl.evaluation.clip`: zero-shot top-1 (CLIP's prompt ensembling) and image/text
+  R@1 of a CLIP model;
 * :mod:`adaptcl.evaluation.graphs`: the SVM cross-validation of graph embeddings and the
   multi-task ROC-AUC of molecule fine-tuning;
 * :mod:`adaptcl.evaluation.checks`: the refusal of NaN/inf or constant embeddings that every

@@ -17,13 +17,16 @@ import numpy as np
 import torch
 from torch.utils.data import Dataset
 
+from adaptcl.recipes.common.cifar import (
+    load_npz_arrays,
+    npz_dir_of,
+    npz_train_test,
+    stratified_indices,
+)
 from adaptcl.recipes.images.config import ImagesConfig
 
-#: npz file groups, best first: the exact-pixel copies, then the larger JPEG-decoded copies.
-NPZ_PATTERNS = {
-    "lossless": {"train": "cifar10_train_lossless_*.npz", "test": "cifar10_test_lossless_*.npz"},
-    "jpeg": {"train": "cifar10_train_jpeg_part*.npz", "test": "cifar10_test_jpeg_part*.npz"},
-}
+__all__ = ["ArrayImageDataset", "ImageSplits", "TransformedDataset", "check_batch",
+           "load_image_splits", "load_npz_arrays", "load_splits"]
 
 
 class ArrayImageDataset(Dataset):
@@ -111,26 +114,12 @@ class ImageSplits:
                 "test_size": len(self.test)}
 
 
-def load_npz_arrays(paths: Sequence[str | os.PathLike]) -> tuple[np.ndarray, np.ndarray]:
-    """Concatenate ``images`` and ``labels`` of several ``.npz`` files (sorted by name)."""
-    if not paths:
-        raise FileNotFoundError("no .npz files given")
-    images, labels = [], []
-    for path in sorted(map(Path, paths)):
-        with np.load(path) as data:
-            if "images" not in data or "labels" not in data:
-                raise ValueError(f"{path} must hold arrays 'images' and 'labels'")
-            images.append(data["images"])
-            labels.append(data["labels"])
-    return np.concatenate(images), np.concatenate(labels)
-
-
 def _cifar_splits(train: tuple[np.ndarray, np.ndarray], test: tuple[np.ndarray, np.ndarray],
                   limits: tuple[int | None, int | None], seed: int, source: str) -> ImageSplits:
     """CIFAR-10 from (images, labels) arrays, each split cut to its class-stratified limit."""
     parts = []
     for (images, labels), limit in zip((train, test), limits, strict=True):
-        chosen = _stratified(labels, limit, seed)
+        chosen = stratified_indices(labels, limit, seed)
         parts.append(ArrayImageDataset(images, labels) if chosen is None
                      else ArrayImageDataset(images[chosen], labels[chosen]))
     return ImageSplits(*parts, 10, source)
@@ -139,17 +128,8 @@ def _cifar_splits(train: tuple[np.ndarray, np.ndarray], test: tuple[np.ndarray, 
 def _npz_splits(npz_dir: Path, npz_variant: str, limits: tuple[int | None, int | None],
                 seed: int) -> ImageSplits:
     """The npz copy of ``npz_variant``; ``auto``: the exact pixels if they cover both limits."""
-    for variant in [npz_variant] if npz_variant != "auto" else ["lossless", "jpeg"]:
-        files = {split: sorted(npz_dir.glob(pat)) for split, pat in NPZ_PATTERNS[variant].items()}
-        if not files["train"] or not files["test"]:
-            continue
-        train, test = load_npz_arrays(files["train"]), load_npz_arrays(files["test"])
-        big_enough = all(limit is not None and limit <= len(part[0])
-                         for limit, part in zip(limits, (train, test), strict=True))
-        if npz_variant == "auto" and variant == "lossless" and not big_enough:
-            continue
-        return _cifar_splits(train, test, limits, seed, f"npz ({variant}) at {npz_dir}")
-    raise FileNotFoundError(f"no {npz_variant} CIFAR-10 npz train/test pair in {npz_dir}")
+    train, test, variant = npz_train_test(npz_dir, npz_variant, limits)
+    return _cifar_splits(train, test, limits, seed, f"npz ({variant}) at {npz_dir}")
 
 
 def _folder_splits(root: Path, test_dir: Path, limits: tuple[int | None, int | None],
@@ -162,7 +142,7 @@ def _folder_splits(root: Path, test_dir: Path, limits: tuple[int | None, int | N
                          f"{train.classes} vs {test.classes}")
     parts = []
     for folder, limit in zip((train, test), limits, strict=True):
-        chosen = _stratified(np.asarray(folder.targets), limit, seed)
+        chosen = stratified_indices(np.asarray(folder.targets), limit, seed)
         parts.append(TransformedDataset(folder if chosen is None else torch.utils.data.Subset(
             folder, chosen.tolist()), None))
     return ImageSplits(*parts, len(train.classes), f"image folder at {root}", name=root.name)
@@ -188,8 +168,7 @@ def load_image_splits(data_root: str | os.PathLike, source: str = "auto",
     limits = (train_limit, test_limit)
     tv_dir = next((d for d in (root, root / "cifar10") if (d / "cifar-10-batches-py").is_dir()),
                   None)
-    npz_dir = next((d for d in (root, root / "cifar10")
-                    if d.is_dir() and any(d.glob("cifar10_*.npz"))), None)
+    npz_dir = npz_dir_of(root)
     test_dir = next((root / d for d in ("test", "val") if (root / d).is_dir()), None)
     if source in ("auto", "torchvision") and (tv_dir is not None or download and npz_dir is None
                                               and not (root / "train").is_dir()):
@@ -212,20 +191,6 @@ def load_image_splits(data_root: str | os.PathLike, source: str = "auto",
     raise FileNotFoundError(f"no image data under {root}: expected cifar-10-batches-py, "
                             "cifar10_*.npz (here or in cifar10/), or train/ and test/ (or val/) "
                             "class folders")
-
-
-def _stratified(labels: np.ndarray, limit: int | None, seed: int) -> np.ndarray | None:
-    """``limit`` indices drawn round-robin over the classes (class-balanced), sorted; ``None``
-    (every item) when ``limit`` is ``None`` or not below the number of items."""
-    if limit is None or limit >= len(labels):
-        return None
-    if limit <= 0:
-        raise ValueError(f"subset size must be positive, got {limit}")
-    rng = np.random.default_rng(seed)
-    per_class = [rng.permutation(np.flatnonzero(labels == c)) for c in np.unique(labels)]
-    order = [idx[i] for i in range(max(len(p) for p in per_class)) for idx in per_class
-             if i < len(idx)]
-    return np.sort(np.asarray(order[:limit]))
 
 
 def load_splits(data_root: Path, cfg: ImagesConfig) -> ImageSplits:

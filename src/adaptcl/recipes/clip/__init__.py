@@ -1,0 +1,1 @@
+"""``adaptcl clip``: CLIP from scratch on CIFAR-10 with prompt captions (docs/recipes/clip.md)."""
