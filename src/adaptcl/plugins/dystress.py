@@ -28,7 +28,16 @@ What the authors' code does, and what this module follows:
   (``logits / get_temp(logits.detach())``), the CIFAR script and the SimCSE code: the gradient
   of ``s / tau(s)`` is ``1 / tau`` there. Their DCL variant (``TSDCLLoss``) does not detach,
   so its gradient also flows through ``tau(s)``. ``detach_temperature=True`` (default)
-  follows the former, ``False`` the latter.
+  follows the former, ``False`` the latter in this one respect only.
+* **the DCL formula.** ``positive_in_denominator=False`` is the corrected DCL: one
+  log-sum-exp over all the anchor's negatives (same-view and cross-view together), as
+  Lightly's ``DCLLoss`` since 1.5.21; with equal temperatures it equals Lightly 1.6's
+  ``DCLLoss`` to float64 precision (about 1e-15). It is *not* the value of the authors'
+  ``TSDCLLoss``, which adds two separate log-sum-exp terms (over the same-view and over the
+  cross-view negatives), the DCL formula Lightly corrected in 1.5.21: the two differ by
+  50-90 % on random batches. ``DySTreSSLoss(positive_in_denominator=False,
+  detach_temperature=False)`` is therefore their DCL's temperature rule and gradient path on
+  the corrected DCL, not a reproduction of their DCL numbers.
 * **which pairs.** Every pair, the positive included: the NT-Xent and SimCSE code divide the
   whole logit matrix (positive column too) by the per-pair temperatures, and the CIFAR script
   applies the same function to the positives and to the negatives.
@@ -163,9 +172,11 @@ class DySTreSSLoss(ContrastiveLoss):
         threshold, width: the piecewise shape's threshold ``t`` and half-period ``w``
             (defaults 0.4 and 0.7, the authors' SimCSE run); unused by ``"cosine"``.
         detach_temperature: compute tau from detached cosines (default, the authors' NT-Xent
-            and SimCSE code); ``False`` lets the gradient flow through tau (their DCL code).
+            and SimCSE code); ``False`` lets the gradient flow through tau (as their DCL
+            code, ``TSDCLLoss``, does).
         positive_in_denominator: ``False`` gives the DCL form (GraphCL's loss with per-pair
-            temperatures).
+            temperatures): the corrected DCL of Lightly's ``DCLLoss`` (one log-sum-exp over
+            all negatives), not ``TSDCLLoss``'s two separate log-sum-exps (module docstring).
         hardness_mode, hardness_strength: the hardness term of :mod:`adaptcl.plugins.hardness`
             (off by default).
         form, gather_distributed, gather_fn, check_finite, tile_size, reduction: as in

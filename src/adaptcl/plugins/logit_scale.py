@@ -29,8 +29,17 @@ one backward (a symmetric loss, gradient accumulation) are fine: the graph keeps
 and the bounds' mask, never ``s`` itself. The forward pass also bounds ``s`` out of place (a
 no-op on a clamped value), so the functional form's argument, and ``s`` under
 ``torch.compile`` (which skips the in-place clamp), are bounded too.
-Call :meth:`LearnableTemperatureLoss.clamp_` to clamp right after ``optimizer.step()``
-exactly as open_clip does (before saving a checkpoint, say).
+
+What a read between two steps shows. open_clip clamps right after ``optimizer.step()``, so its
+``logit_scale`` is never seen out of bounds; here the raw parameter stays where the step put it
+until the next forward pass. Every read of the value is the clamped one instead:
+``state_dict()`` holds the clamped ``s`` (a state-dict hook clamps a copy; the parameter itself
+is not touched, so reading never changes training), :attr:`LearnableTemperatureLoss.temperature`
+is ``exp(-clamped s)`` and ``last_stats`` is what the forward used. A checkpoint written between
+steps is therefore open_clip's, and resuming from it continues the same trajectory (the next
+forward would have clamped to that value). Only the :attr:`~LearnableTemperatureLoss.logit_scale`
+parameter, read directly, shows the raw value; call :meth:`LearnableTemperatureLoss.clamp_` right
+after ``optimizer.step()`` to clamp it in place exactly when open_clip does.
 
 Where the parameter goes. It is a parameter of the loss module: keep the loss inside the
 module that is optimised (a LightningModule's ``self.criterion``, a GraphCL model's
@@ -61,7 +70,7 @@ from .base import ContrastiveLoss, Stats, functional_candidates, loss_stats, red
 from .candidates import Candidates
 from .distributed import GatherFn
 from .heads import as_heads
-from .validation import check_int, check_positive
+from .validation import check_int, check_positive, check_temperature_range
 
 __all__ = ["LearnableTemperatureLoss", "learnable_temperature", "OPEN_CLIP_TEMPERATURE",
            "scale_bounds", "bounded_scale"]
@@ -75,10 +84,7 @@ OPEN_CLIP_TEMPERATURE: dict[str, float] = {"temperature": 0.07, "min_temperature
 def _learnable_options(min_temperature: float, max_temperature: float,
                        positive_in_denominator: bool) -> dict:
     """The bounds checked once for the module and the functional form."""
-    low = check_positive("min_temperature", min_temperature)
-    high = check_positive("max_temperature", max_temperature)
-    if high < low:
-        raise ValueError(f"max_temperature must be >= min_temperature, got {high} < {low}")
+    low, high = check_temperature_range(min_temperature, max_temperature)
     return {"min_temperature": low, "max_temperature": high,
             "positive_in_denominator": bool(positive_in_denominator)}
 
@@ -195,6 +201,7 @@ class LearnableTemperatureLoss(ContrastiveLoss):
         shape = () if num_heads == 1 else (num_heads,)
         #: s = log(1 / tau), open_clip's ``logit_scale`` (one per head)
         self.logit_scale = nn.Parameter(torch.full(shape, math.log(1.0 / temperature)))
+        self.register_state_dict_post_hook(_clamped_in_state_dict)
 
     @property
     def temperature(self) -> Tensor:
@@ -221,6 +228,17 @@ class LearnableTemperatureLoss(ContrastiveLoss):
         return (f"num_heads={self.num_heads}, min_temperature={self.min_temperature}, "
                 f"max_temperature={self.max_temperature}, positive_in_denominator="
                 f"{self.positive_in_denominator}, {super().extra_repr()}")
+
+
+def _clamped_in_state_dict(module: LearnableTemperatureLoss, state_dict: dict, prefix: str,
+                           local_metadata: dict) -> None:
+    """``state_dict`` post-hook: the saved ``s`` is the clamped one, as open_clip's after its
+    ``clamp_`` (a copy; ``keep_vars=True`` keeps the parameter itself)."""
+    key = prefix + "logit_scale"
+    value = state_dict.get(key)
+    if value is not None and not isinstance(value, nn.Parameter):
+        state_dict[key] = value.clamp(*scale_bounds(module.min_temperature,
+                                                    module.max_temperature))
 
 
 def learnable_temperature(z0: Tensor, z1: Tensor, logit_scale: Tensor, *,

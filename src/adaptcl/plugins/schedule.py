@@ -56,7 +56,7 @@ from torch import Tensor, nn
 from .base import ContrastiveLoss, Stats, functional_candidates, reduce, run_kernel
 from .candidates import Candidates
 from .distributed import GatherFn
-from .validation import check_int, check_positive
+from .validation import check_int, check_temperature_range
 
 __all__ = ["TemperatureScheduleLoss", "temperature_schedule", "cosine_temperature",
            "set_schedule_step", "advance_schedules", "SCHEDULE_PAPER"]
@@ -86,10 +86,7 @@ def cosine_temperature(step: int, min_temperature: float, max_temperature: float
 def _schedule_options(min_temperature: float, max_temperature: float, period: int,
                       positive_in_denominator: bool) -> dict:
     """The schedule's hyper-parameters checked once for the module and the functional form."""
-    low = check_positive("min_temperature", min_temperature)
-    high = check_positive("max_temperature", max_temperature)
-    if high < low:
-        raise ValueError(f"max_temperature must be >= min_temperature, got {high} < {low}")
+    low, high = check_temperature_range(min_temperature, max_temperature)
     return {"min_temperature": low, "max_temperature": high,
             "period": check_int("period", period, 1),
             "positive_in_denominator": bool(positive_in_denominator)}
