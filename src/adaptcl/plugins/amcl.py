@@ -24,20 +24,26 @@ temperatures can degenerate to a bound: the docs' AMCL page.
 
 from __future__ import annotations
 
+from typing import Literal, get_args
+
 import torch
 from torch import Tensor, nn
 
 from .amcl_temperature import BoundMonitor, PairTemperature, omega
-from .base import ContrastiveLoss, Stats, functional_candidates, loss_stats, reduce
-from .candidates import Candidates, autocast_off
+from .base import ContrastiveLoss, Reduction, Stats, functional_candidates, loss_stats, reduce
+from .candidates import Candidates, Form, autocast_off
 from .distributed import GatherFn
 from .heads import as_heads
 from .kernel import no_negatives_output
 from .tiled import streamed_pair_lse, streamed_sum, streamed_top_columns, top_columns
 from .validation import check_choice, check_int, check_non_negative
 
-NEGATIVE_TERMS = ("topk", "softmax")
-OBJECTIVES = ("nt_xent", "infonce")
+#: the negative term of Table 2: the kappa hardest negatives, or the soft-max over all
+NegativeTerm = Literal["topk", "softmax"]
+NEGATIVE_TERMS: tuple[NegativeTerm, ...] = get_args(NegativeTerm)
+#: the objective of Table 2: NT-Xent (2.1) or InfoNCE (2.4)
+Objective = Literal["nt_xent", "infonce"]
+OBJECTIVES: tuple[Objective, ...] = get_args(Objective)
 
 #: The paper's stated settings for SimCLR / MoCo on the smaller datasets (Sec. 5, Fig. 5,
 #: Appendix A): 3 heads, the top-kappa term with kappa = 100 in the NT-Xent form (Table 2.1),
@@ -133,10 +139,11 @@ class AMCLLoss(ContrastiveLoss):
     """
 
     def __init__(self, temperature_net: nn.Module, beta: float = 1e-3, *,
-                 negative_term: str = "softmax", kappa: int = 1, objective: str = "nt_xent",
-                 form: str = "nt_xent", gather_distributed: bool = False,
+                 negative_term: NegativeTerm = "softmax", kappa: int = 1,
+                 objective: Objective = "nt_xent",
+                 form: Form = "nt_xent", gather_distributed: bool = False,
                  gather_fn: GatherFn | None = None, check_finite: bool = True,
-                 tile_size: int | None = None, reduction: str = "mean",
+                 tile_size: int | None = None, reduction: Reduction = "mean",
                  bound_warning_steps: int | None = 100) -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
                          check_finite=check_finite, tile_size=tile_size, reduction=reduction)
@@ -195,8 +202,8 @@ def _tileable(net: nn.Module) -> bool:
     return all(hasattr(net, name) for name in ("features", "squash", "squash_grad"))
 
 
-def _amcl_options(temperature_net: nn.Module, beta: float, negative_term: str, kappa: int,
-                  objective: str, tile_size: int | None) -> dict:
+def _amcl_options(temperature_net: nn.Module, beta: float, negative_term: NegativeTerm, kappa: int,
+                  objective: Objective, tile_size: int | None) -> dict:
     """AMCL's hyper-parameters checked once for the module and the functional form."""
     if not hasattr(temperature_net, "pairwise"):
         raise TypeError("temperature_net must be a PairTemperature or ConstantTemperature")
@@ -260,8 +267,9 @@ def _softmax_term(c: Candidates, net: nn.Module, beta: float, dim: int,
     return neg, tau_sum / (c.num_anchors * c.keys.shape[0])
 
 
-def _head_loss(c: Candidates, net: nn.Module, dim: int, *, beta: float, negative_term: str,
-               kappa: int, objective: str, tile_size: int | None) -> tuple[Tensor, Tensor, Tensor]:
+def _head_loss(c: Candidates, net: nn.Module, dim: int, *, beta: float,
+               negative_term: NegativeTerm, kappa: int, objective: Objective,
+               tile_size: int | None) -> tuple[Tensor, Tensor, Tensor]:
     """Per-anchor loss ``-s_pos / tau_pos + beta Omega(tau_pos) + negative term`` of one head
     and direction, with the mean positive and pair temperatures (detached)."""
     tau_pos = net.pairwise(c.anchors, c.positive_keys)
@@ -284,7 +292,7 @@ def _head_loss(c: Candidates, net: nn.Module, dim: int, *, beta: float, negative
 
 
 def _amcl(z0: Tensor, z1: Tensor, negatives: Tensor | None, build, net: nn.Module, *,
-          beta: float, negative_term: str, kappa: int, objective: str,
+          beta: float, negative_term: NegativeTerm, kappa: int, objective: Objective,
           tile_size: int | None) -> tuple[Tensor, Stats]:
     """AMCL's per-anchor losses (summed over heads) and statistics; ``build(z0, z1, neg)``
     makes one head's candidates."""
@@ -314,10 +322,10 @@ def _amcl(z0: Tensor, z1: Tensor, negatives: Tensor | None, build, net: nn.Modul
 
 
 def amcl(z0: Tensor, z1: Tensor, temperature_net: nn.Module, beta: float = 1e-3, *,
-         negatives: Tensor | None = None, negative_term: str = "softmax", kappa: int = 1,
-         objective: str = "nt_xent", form: str = "nt_xent", gather_distributed: bool = False,
+         negatives: Tensor | None = None, negative_term: NegativeTerm = "softmax", kappa: int = 1,
+         objective: Objective = "nt_xent", form: Form = "nt_xent", gather_distributed: bool = False,
          gather_fn: GatherFn | None = None, check_finite: bool = True,
-         tile_size: int | None = None, reduction: str = "mean") -> Tensor:
+         tile_size: int | None = None, reduction: Reduction = "mean") -> Tensor:
     """Functional AMCL; arguments as :class:`AMCLLoss`.
 
     Examples:
@@ -336,4 +344,5 @@ def amcl(z0: Tensor, z1: Tensor, temperature_net: nn.Module, beta: float = 1e-3,
                   reduction)
 
 
-__all__ = ["AMCLLoss", "AMCL_PAPER", "AMCL_PAPER_BETA_RANGE", "amcl", "pair_term"]
+__all__ = ["NegativeTerm", "NEGATIVE_TERMS", "Objective", "OBJECTIVES", "AMCLLoss", "AMCL_PAPER",
+           "AMCL_PAPER_BETA_RANGE", "amcl", "pair_term"]

@@ -57,23 +57,26 @@ with the same recipe: ``build_ssl_module("simclr", "dystress")`` against ``"macl
 from __future__ import annotations
 
 import math
+from typing import Literal, get_args
 
 import torch
 from torch import Tensor
 
-from .base import ContrastiveLoss, Stats, functional_candidates, reduce, run_kernel
-from .candidates import Candidates
+from .base import ContrastiveLoss, Reduction, Stats, functional_candidates, reduce, run_kernel
+from .candidates import Candidates, Form
 from .distributed import GatherFn
-from .hardness import check_hardness, hardness_spec
+from .hardness import HardnessMode, check_hardness, hardness_spec
 from .validation import check_bool, check_choice, check_finite_number, check_positive
 
-__all__ = ["DySTreSSLoss", "dystress", "dystress_temperature", "SHAPES"]
+__all__ = ["Shape", "DySTreSSLoss", "dystress", "dystress_temperature", "SHAPES"]
 
-SHAPES = ("cosine", "piecewise")
+#: the temperature functions: the paper's cosine, the authors' piecewise variant
+Shape = Literal["cosine", "piecewise"]
+SHAPES: tuple[Shape, ...] = get_args(Shape)
 
 
 def dystress_temperature(s: Tensor, min_temperature: float = 0.1, max_temperature: float = 0.2,
-                         *, shape: str = "cosine", threshold: float = 0.4,
+                         *, shape: Shape = "cosine", threshold: float = 0.4,
                          width: float = 0.7) -> Tensor:
     """DySTreSS's temperature of the pairs with cosines ``s`` (elementwise, differentiable).
 
@@ -99,7 +102,7 @@ class _PairTemperatureTerm:
     """``s / tau(s)`` elementwise (a :class:`~adaptcl.plugins.tiled.TileTerm`), with its
     derivative written out for the recomputing backward."""
 
-    def __init__(self, min_temperature: float, max_temperature: float, shape: str,
+    def __init__(self, min_temperature: float, max_temperature: float, shape: Shape,
                  threshold: float, width: float, detach: bool) -> None:
         self.min, self.max, self.shape = min_temperature, max_temperature, shape
         self.threshold, self.width, self.detach = threshold, width, detach
@@ -127,9 +130,9 @@ class _PairTemperatureTerm:
         return (tau - s * d_tau) / (tau * tau)
 
 
-def _dystress_options(min_temperature: float, max_temperature: float, shape: str,
+def _dystress_options(min_temperature: float, max_temperature: float, shape: Shape,
                       threshold: float, width: float, detach_temperature: bool,
-                      positive_in_denominator: bool, hardness_mode: str | None,
+                      positive_in_denominator: bool, hardness_mode: HardnessMode | None,
                       hardness_strength: float) -> dict:
     """DySTreSS's hyper-parameters checked once for the module and the functional form."""
     low = check_positive("min_temperature", min_temperature)
@@ -148,8 +151,9 @@ def _dystress_options(min_temperature: float, max_temperature: float, shape: str
 
 
 def _dystress(cands: list[Candidates], *, min_temperature: float, max_temperature: float,
-              shape: str, threshold: float, width: float, detach_temperature: bool,
-              positive_in_denominator: bool, hardness_mode: str | None, hardness_strength: float,
+              shape: Shape, threshold: float, width: float, detach_temperature: bool,
+              positive_in_denominator: bool, hardness_mode: HardnessMode | None,
+              hardness_strength: float,
               tile_size: int | None) -> tuple[Tensor, Stats]:
     """DySTreSS's per-anchor losses and statistics on prepared candidates."""
     term = _PairTemperatureTerm(min_temperature, max_temperature, shape, threshold, width,
@@ -200,12 +204,12 @@ class DySTreSSLoss(ContrastiveLoss):
     takes_owners = True
 
     def __init__(self, min_temperature: float = 0.1, max_temperature: float = 0.2, *,
-                 shape: str = "cosine", threshold: float = 0.4, width: float = 0.7,
+                 shape: Shape = "cosine", threshold: float = 0.4, width: float = 0.7,
                  detach_temperature: bool = True, positive_in_denominator: bool = True,
-                 hardness_mode: str | None = None, hardness_strength: float = 0.0,
-                 form: str = "nt_xent", gather_distributed: bool = False,
+                 hardness_mode: HardnessMode | None = None, hardness_strength: float = 0.0,
+                 form: Form = "nt_xent", gather_distributed: bool = False,
                  gather_fn: GatherFn | None = None, check_finite: bool = True,
-                 tile_size: int | None = None, reduction: str = "mean") -> None:
+                 tile_size: int | None = None, reduction: Reduction = "mean") -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
                          check_finite=check_finite, tile_size=tile_size, reduction=reduction)
         options = _dystress_options(min_temperature, max_temperature, shape, threshold, width,
@@ -241,14 +245,14 @@ class DySTreSSLoss(ContrastiveLoss):
 
 
 def dystress(z0: Tensor, z1: Tensor, min_temperature: float = 0.1, max_temperature: float = 0.2,
-             *, negatives: Tensor | None = None, shape: str = "cosine", threshold: float = 0.4,
+             *, negatives: Tensor | None = None, shape: Shape = "cosine", threshold: float = 0.4,
              width: float = 0.7, detach_temperature: bool = True,
-             positive_in_denominator: bool = True, hardness_mode: str | None = None,
+             positive_in_denominator: bool = True, hardness_mode: HardnessMode | None = None,
              hardness_strength: float = 0.0, labels: Tensor | None = None,
              negative_labels: Tensor | None = None, negative_owners: Tensor | None = None,
-             form: str = "nt_xent", gather_distributed: bool = False,
+             form: Form = "nt_xent", gather_distributed: bool = False,
              gather_fn: GatherFn | None = None, check_finite: bool = True,
-             tile_size: int | None = None, reduction: str = "mean") -> Tensor:
+             tile_size: int | None = None, reduction: Reduction = "mean") -> Tensor:
     """Functional DySTreSS; arguments as :class:`DySTreSSLoss` (and its ``forward``).
 
     Examples:

@@ -17,10 +17,18 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from .base import ContrastiveLoss, Stats, functional_candidates, loss_stats, reduce, run_kernel
-from .candidates import Candidates
+from .base import (
+    ContrastiveLoss,
+    Reduction,
+    Stats,
+    functional_candidates,
+    loss_stats,
+    reduce,
+    run_kernel,
+)
+from .candidates import Candidates, Form
 from .distributed import GatherFn
-from .hardness import check_hardness, hardness_spec
+from .hardness import HardnessMode, check_hardness, hardness_spec
 from .kernel import negative_lse, no_negatives_output
 from .validation import check_positive
 
@@ -33,12 +41,12 @@ def _info_nce(cands: list[Candidates], temperature: float, positive_in_denominat
 
 
 def info_nce(z0: Tensor, z1: Tensor, temperature: float = 0.1, *, negatives: Tensor | None = None,
-             form: str = "nt_xent", positive_in_denominator: bool = True,
-             hardness_mode: str | None = None, hardness_strength: float = 0.0,
+             form: Form = "nt_xent", positive_in_denominator: bool = True,
+             hardness_mode: HardnessMode | None = None, hardness_strength: float = 0.0,
              labels: Tensor | None = None, negative_labels: Tensor | None = None,
              negative_owners: Tensor | None = None, gather_distributed: bool = False,
              gather_fn: GatherFn | None = None, check_finite: bool = True,
-             tile_size: int | None = None, reduction: str = "mean") -> Tensor:
+             tile_size: int | None = None, reduction: Reduction = "mean") -> Tensor:
     """InfoNCE / NT-Xent of the pairs ``(z0[i], z1[i])``; arguments as :class:`InfoNCELoss`
     (and its ``forward``: ``labels`` give SupCon's multi-positive targets).
 
@@ -62,10 +70,11 @@ def info_nce(z0: Tensor, z1: Tensor, temperature: float = 0.1, *, negatives: Ten
 
 
 def dcl(z0: Tensor, z1: Tensor, temperature: float = 0.1, *, negatives: Tensor | None = None,
-        form: str = "nt_xent", hardness_mode: str | None = None, hardness_strength: float = 0.0,
+        form: Form = "nt_xent", hardness_mode: HardnessMode | None = None,
+        hardness_strength: float = 0.0,
         negative_owners: Tensor | None = None, gather_distributed: bool = False,
         gather_fn: GatherFn | None = None, check_finite: bool = True,
-        tile_size: int | None = None, reduction: str = "mean") -> Tensor:
+        tile_size: int | None = None, reduction: Reduction = "mean") -> Tensor:
     """Decoupled contrastive loss: InfoNCE with the positive removed from the denominator."""
     return info_nce(z0, z1, temperature, negatives=negatives, form=form,
                     positive_in_denominator=False, hardness_mode=hardness_mode,
@@ -116,11 +125,11 @@ class InfoNCELoss(ContrastiveLoss):
     takes_labels = True
     takes_owners = True
 
-    def __init__(self, temperature: float = 0.1, *, form: str = "nt_xent",
-                 positive_in_denominator: bool = True, hardness_mode: str | None = None,
+    def __init__(self, temperature: float = 0.1, *, form: Form = "nt_xent",
+                 positive_in_denominator: bool = True, hardness_mode: HardnessMode | None = None,
                  hardness_strength: float = 0.0, gather_distributed: bool = False,
                  gather_fn: GatherFn | None = None, check_finite: bool = True,
-                 tile_size: int | None = None, reduction: str = "mean") -> None:
+                 tile_size: int | None = None, reduction: Reduction = "mean") -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
                          check_finite=check_finite, tile_size=tile_size, reduction=reduction)
         self.temperature = check_positive("temperature", temperature)
@@ -159,11 +168,11 @@ class DCLLoss(InfoNCELoss):
 
     takes_labels = False
 
-    def __init__(self, temperature: float = 0.1, *, form: str = "nt_xent",
-                 hardness_mode: str | None = None, hardness_strength: float = 0.0,
+    def __init__(self, temperature: float = 0.1, *, form: Form = "nt_xent",
+                 hardness_mode: HardnessMode | None = None, hardness_strength: float = 0.0,
                  gather_distributed: bool = False, gather_fn: GatherFn | None = None,
                  check_finite: bool = True, tile_size: int | None = None,
-                 reduction: str = "mean") -> None:
+                 reduction: Reduction = "mean") -> None:
         super().__init__(temperature, form=form, positive_in_denominator=False,
                          hardness_mode=hardness_mode, hardness_strength=hardness_strength,
                          gather_distributed=gather_distributed, gather_fn=gather_fn,
@@ -189,10 +198,10 @@ def _flat_nce(cands: list[Candidates], temperature: float,
 
 
 def flat_nce(z0: Tensor, z1: Tensor, temperature: float = 0.1, *,
-             negatives: Tensor | None = None, form: str = "nt_xent",
+             negatives: Tensor | None = None, form: Form = "nt_xent",
              gather_distributed: bool = False, gather_fn: GatherFn | None = None,
              check_finite: bool = True, tile_size: int | None = None,
-             reduction: str = "mean") -> Tensor:
+             reduction: Reduction = "mean") -> Tensor:
     """FlatNCE of the pairs ``(z0[i], z1[i])``; arguments as :class:`FlatNCELoss`."""
     check_positive("temperature", temperature)
     cands = functional_candidates(z0, z1, negatives, form=form,
@@ -215,10 +224,10 @@ class FlatNCELoss(ContrastiveLoss):
         >>> loss = loss_fn(torch.randn(8, 32), torch.randn(8, 32))
     """
 
-    def __init__(self, temperature: float = 0.1, *, form: str = "nt_xent",
+    def __init__(self, temperature: float = 0.1, *, form: Form = "nt_xent",
                  gather_distributed: bool = False, gather_fn: GatherFn | None = None,
                  check_finite: bool = True, tile_size: int | None = None,
-                 reduction: str = "mean") -> None:
+                 reduction: Reduction = "mean") -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
                          check_finite=check_finite, tile_size=tile_size, reduction=reduction)
         self.temperature = check_positive("temperature", temperature)
@@ -240,9 +249,9 @@ def _dual_temperature(cands: list[Candidates], temperature: float, temperature_b
 
 def dual_temperature(z0: Tensor, z1: Tensor, temperature: float = 0.1,
                      temperature_beta: float = 1.0, *, negatives: Tensor | None = None,
-                     form: str = "nt_xent", gather_distributed: bool = False,
+                     form: Form = "nt_xent", gather_distributed: bool = False,
                      gather_fn: GatherFn | None = None, check_finite: bool = True,
-                     tile_size: int | None = None, reduction: str = "mean") -> Tensor:
+                     tile_size: int | None = None, reduction: Reduction = "mean") -> Tensor:
     """Dual temperature InfoNCE; arguments as :class:`DualTemperatureLoss`."""
     check_positive("temperature", temperature)
     check_positive("temperature_beta", temperature_beta)
@@ -267,9 +276,9 @@ class DualTemperatureLoss(ContrastiveLoss):
     """
 
     def __init__(self, temperature: float = 0.1, temperature_beta: float = 1.0, *,
-                 form: str = "nt_xent", gather_distributed: bool = False,
+                 form: Form = "nt_xent", gather_distributed: bool = False,
                  gather_fn: GatherFn | None = None, check_finite: bool = True,
-                 tile_size: int | None = None, reduction: str = "mean") -> None:
+                 tile_size: int | None = None, reduction: Reduction = "mean") -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
                          check_finite=check_finite, tile_size=tile_size, reduction=reduction)
         self.temperature = check_positive("temperature", temperature)

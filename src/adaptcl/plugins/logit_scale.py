@@ -66,8 +66,16 @@ import math
 import torch
 from torch import Tensor, nn
 
-from .base import ContrastiveLoss, Stats, functional_candidates, loss_stats, reduce, run_kernel
-from .candidates import Candidates
+from .base import (
+    ContrastiveLoss,
+    Reduction,
+    Stats,
+    functional_candidates,
+    loss_stats,
+    reduce,
+    run_kernel,
+)
+from .candidates import Candidates, Form
 from .distributed import GatherFn
 from .heads import as_heads
 from .validation import check_int, check_positive, check_temperature_range
@@ -182,10 +190,10 @@ class LearnableTemperatureLoss(ContrastiveLoss):
     """
 
     def __init__(self, temperature: float = 0.07, *, min_temperature: float = 0.01,
-                 max_temperature: float = 1.0, num_heads: int = 1, form: str = "nt_xent",
+                 max_temperature: float = 1.0, num_heads: int = 1, form: Form = "nt_xent",
                  positive_in_denominator: bool = True, gather_distributed: bool = False,
                  gather_fn: GatherFn | None = None, check_finite: bool = True,
-                 tile_size: int | None = None, reduction: str = "mean") -> None:
+                 tile_size: int | None = None, reduction: Reduction = "mean") -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
                          check_finite=check_finite, tile_size=tile_size, reduction=reduction)
         options = _learnable_options(min_temperature, max_temperature, positive_in_denominator)
@@ -243,10 +251,10 @@ def _clamped_in_state_dict(module: LearnableTemperatureLoss, state_dict: dict, p
 
 def learnable_temperature(z0: Tensor, z1: Tensor, logit_scale: Tensor, *,
                           min_temperature: float = 0.01, max_temperature: float = 1.0,
-                          negatives: Tensor | None = None, form: str = "nt_xent",
+                          negatives: Tensor | None = None, form: Form = "nt_xent",
                           positive_in_denominator: bool = True, gather_distributed: bool = False,
                           gather_fn: GatherFn | None = None, check_finite: bool = True,
-                          tile_size: int | None = None, reduction: str = "mean") -> Tensor:
+                          tile_size: int | None = None, reduction: Reduction = "mean") -> Tensor:
     """Functional learnable temperature at ``tau = exp(-clamp(logit_scale))``; arguments as
     :class:`LearnableTemperatureLoss`, with the parameter ``s`` passed in (0-d, or one per head
     for ``[heads, N, D]`` inputs), as open_clip's ``ClipLoss`` takes ``logit_scale``.

@@ -53,8 +53,8 @@ import math
 import torch
 from torch import Tensor, nn
 
-from .base import ContrastiveLoss, Stats, functional_candidates, reduce, run_kernel
-from .candidates import Candidates
+from .base import ContrastiveLoss, Reduction, Stats, functional_candidates, reduce, run_kernel
+from .candidates import Candidates, Form
 from .distributed import GatherFn
 from .validation import check_int, check_temperature_range
 
@@ -133,10 +133,10 @@ class TemperatureScheduleLoss(ContrastiveLoss):
     """
 
     def __init__(self, min_temperature: float = 0.1, max_temperature: float = 1.0,
-                 period: int = 400, *, step: int = 0, form: str = "nt_xent",
+                 period: int = 400, *, step: int = 0, form: Form = "nt_xent",
                  positive_in_denominator: bool = True, gather_distributed: bool = False,
                  gather_fn: GatherFn | None = None, check_finite: bool = True,
-                 tile_size: int | None = None, reduction: str = "mean") -> None:
+                 tile_size: int | None = None, reduction: Reduction = "mean") -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
                          check_finite=check_finite, tile_size=tile_size, reduction=reduction)
         options = _schedule_options(min_temperature, max_temperature, period,
@@ -206,10 +206,10 @@ class TemperatureScheduleLoss(ContrastiveLoss):
 
 def temperature_schedule(z0: Tensor, z1: Tensor, min_temperature: float = 0.1,
                          max_temperature: float = 1.0, period: int = 400, *, step: int = 0,
-                         negatives: Tensor | None = None, form: str = "nt_xent",
+                         negatives: Tensor | None = None, form: Form = "nt_xent",
                          positive_in_denominator: bool = True, gather_distributed: bool = False,
                          gather_fn: GatherFn | None = None, check_finite: bool = True,
-                         tile_size: int | None = None, reduction: str = "mean") -> Tensor:
+                         tile_size: int | None = None, reduction: Reduction = "mean") -> Tensor:
     """Functional temperature schedule at ``step``; arguments as :class:`TemperatureScheduleLoss`.
 
     Examples:

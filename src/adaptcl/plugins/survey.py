@@ -18,23 +18,27 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Literal, get_args
 
 import torch
 from torch import Tensor
 
 from .base import (
     ContrastiveLoss,
+    Reduction,
     Stats,
     functional_candidates,
     in_row_blocks,
     loss_stats,
     reduce,
 )
-from .candidates import Candidates, rows_logits
+from .candidates import Candidates, Form, rows_logits
 from .distributed import GatherFn
 from .validation import check_choice, check_positive
 
-MINING = ("all", "hardest")
+#: the triplets kept: every (anchor, negative), or each anchor's closest negative
+Mining = Literal["all", "hardest"]
+MINING: tuple[Mining, ...] = get_args(Mining)
 
 
 def _survey(cands: list[Candidates], per_anchor: Callable[[Candidates], Tensor],
@@ -46,9 +50,9 @@ def _survey(cands: list[Candidates], per_anchor: Callable[[Candidates], Tensor],
 
 
 def _functional(per_anchor: Callable[[Candidates], Tensor], z0: Tensor, z1: Tensor,
-                negatives: Tensor | None, *, form: str, gather_distributed: bool,
+                negatives: Tensor | None, *, form: Form, gather_distributed: bool,
                 gather_fn: GatherFn | None, check_finite: bool, tile_size: int | None,
-                reduction: str) -> Tensor:
+                reduction: Reduction) -> Tensor:
     cands = functional_candidates(z0, z1, negatives, form=form,
                                   gather_distributed=gather_distributed, gather_fn=gather_fn,
                                   check_finite=check_finite, tile_size=tile_size,
@@ -76,7 +80,7 @@ def _margin_rows(c: Candidates, margin: float, squared: bool) -> Tensor:
     return 0.5 * d_pos + 0.5 * neg_term
 
 
-def _triplet_rows(c: Candidates, margin: float, mining: str) -> Tensor:
+def _triplet_rows(c: Candidates, margin: float, mining: Mining) -> Tensor:
     if c.num_negatives == 0:
         return c.positive_sim * 0.0
     d_pos, d_neg = _distances(c)
@@ -104,10 +108,10 @@ def _nce_rows(c: Candidates, temperature: float) -> Tensor:
 
 
 def margin_contrastive(z0: Tensor, z1: Tensor, margin: float = 1.0, *, squared: bool = True,
-                       negatives: Tensor | None = None, form: str = "cross_view",
+                       negatives: Tensor | None = None, form: Form = "cross_view",
                        gather_distributed: bool = False, gather_fn: GatherFn | None = None,
                        check_finite: bool = True, tile_size: int | None = None,
-                       reduction: str = "mean") -> Tensor:
+                       reduction: Reduction = "mean") -> Tensor:
     """Functional margin contrastive loss; arguments as :class:`MarginContrastiveLoss`."""
     margin = check_positive("margin", margin)
     return _functional(lambda c: _margin_rows(c, margin, bool(squared)), z0, z1, negatives,
@@ -115,11 +119,11 @@ def margin_contrastive(z0: Tensor, z1: Tensor, margin: float = 1.0, *, squared: 
                        check_finite=check_finite, tile_size=tile_size, reduction=reduction)
 
 
-def triplet(z0: Tensor, z1: Tensor, margin: float = 0.5, *, mining: str = "all",
-            negatives: Tensor | None = None, form: str = "cross_view",
+def triplet(z0: Tensor, z1: Tensor, margin: float = 0.5, *, mining: Mining = "all",
+            negatives: Tensor | None = None, form: Form = "cross_view",
             gather_distributed: bool = False, gather_fn: GatherFn | None = None,
             check_finite: bool = True, tile_size: int | None = None,
-            reduction: str = "mean") -> Tensor:
+            reduction: Reduction = "mean") -> Tensor:
     """Functional triplet loss; arguments as :class:`TripletLoss`."""
     margin = check_positive("margin", margin)
     mining = check_choice("mining", mining, MINING)
@@ -129,9 +133,9 @@ def triplet(z0: Tensor, z1: Tensor, margin: float = 0.5, *, mining: str = "all",
 
 
 def nce(z0: Tensor, z1: Tensor, temperature: float = 0.1, *, negatives: Tensor | None = None,
-        form: str = "cross_view", gather_distributed: bool = False,
+        form: Form = "cross_view", gather_distributed: bool = False,
         gather_fn: GatherFn | None = None, check_finite: bool = True,
-        tile_size: int | None = None, reduction: str = "mean") -> Tensor:
+        tile_size: int | None = None, reduction: Reduction = "mean") -> Tensor:
     """Functional NCE; arguments as :class:`NCELoss`."""
     temperature = check_positive("temperature", temperature)
     return _functional(lambda c: _nce_rows(c, temperature), z0, z1, negatives, form=form,
@@ -153,10 +157,10 @@ class MarginContrastiveLoss(ContrastiveLoss):
         >>> loss = loss_fn(torch.randn(8, 32), torch.randn(8, 32))
     """
 
-    def __init__(self, margin: float = 1.0, *, squared: bool = True, form: str = "cross_view",
+    def __init__(self, margin: float = 1.0, *, squared: bool = True, form: Form = "cross_view",
                  gather_distributed: bool = False, gather_fn: GatherFn | None = None,
                  check_finite: bool = True, tile_size: int | None = None,
-                 reduction: str = "mean") -> None:
+                 reduction: Reduction = "mean") -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
                          check_finite=check_finite, tile_size=tile_size, reduction=reduction)
         self.margin = check_positive("margin", margin)
@@ -179,10 +183,10 @@ class TripletLoss(ContrastiveLoss):
         >>> loss = loss_fn(torch.randn(8, 32), torch.randn(8, 32))
     """
 
-    def __init__(self, margin: float = 0.5, *, mining: str = "all", form: str = "cross_view",
+    def __init__(self, margin: float = 0.5, *, mining: Mining = "all", form: Form = "cross_view",
                  gather_distributed: bool = False, gather_fn: GatherFn | None = None,
                  check_finite: bool = True, tile_size: int | None = None,
-                 reduction: str = "mean") -> None:
+                 reduction: Reduction = "mean") -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
                          check_finite=check_finite, tile_size=tile_size, reduction=reduction)
         self.margin = check_positive("margin", margin)
@@ -207,10 +211,10 @@ class NCELoss(ContrastiveLoss):
         >>> loss = loss_fn(torch.randn(8, 32), torch.randn(8, 32))
     """
 
-    def __init__(self, temperature: float = 0.1, *, form: str = "cross_view",
+    def __init__(self, temperature: float = 0.1, *, form: Form = "cross_view",
                  gather_distributed: bool = False, gather_fn: GatherFn | None = None,
                  check_finite: bool = True, tile_size: int | None = None,
-                 reduction: str = "mean") -> None:
+                 reduction: Reduction = "mean") -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
                          check_finite=check_finite, tile_size=tile_size, reduction=reduction)
         self.temperature = check_positive("temperature", temperature)
@@ -220,5 +224,6 @@ class NCELoss(ContrastiveLoss):
                        lambda c: _nce_rows(c, self.temperature), self.tile_size)
 
 
-__all__ = ["MarginContrastiveLoss", "TripletLoss", "NCELoss", "margin_contrastive", "triplet",
+__all__ = ["Mining", "MINING", "MarginContrastiveLoss", "TripletLoss", "NCELoss",
+           "margin_contrastive", "triplet",
            "nce"]

@@ -31,7 +31,7 @@ import torch  # noqa: E402
 from torch import Tensor, nn  # noqa: E402
 
 from adaptcl.plugins import advance_schedules  # noqa: E402
-from adaptcl.precision import autocast, check_precision  # noqa: E402
+from adaptcl.precision import Precision, autocast, check_precision  # noqa: E402
 from adaptcl.registry import canonical_loss_name, loss_help  # noqa: E402
 
 from ._graph import _data_device  # noqa: E402
@@ -212,7 +212,7 @@ class MolPropertyModel(nn.Module):
 
 def train_epoch(model: nn.Module, loader, optimizer: torch.optim.Optimizer,
                 stats: dict[str, list] | None = None, *, where: str = "",
-                device: torch.device | str | None = None, precision: str = "32",
+                device: torch.device | str | None = None, precision: Precision = "32",
                 scaler: torch.amp.GradScaler | None = None,
                 sync_each_step: bool | None = None,
                 step_loss: Callable[..., Tensor] | None = None) -> float:

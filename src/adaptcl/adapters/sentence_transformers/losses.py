@@ -25,6 +25,11 @@ from torch import Tensor, nn
 
 from adaptcl import plugins
 from adaptcl.adapters import require
+from adaptcl.plugins.amcl import NegativeTerm, Objective
+from adaptcl.plugins.ascl import ASCLMode
+from adaptcl.plugins.dystress import Shape
+from adaptcl.plugins.hardness import HardnessMode
+from adaptcl.plugins.macl import TemperatureForm
 
 require("sentence_transformers", "text")
 
@@ -33,8 +38,8 @@ from ._arguments import (  # noqa: E402
     _gather_kwargs,
     _positional_like_the_peer,
     _resolve_temperature,
-    _symmetric_from_directions,
 )
+from ._directions import DIRECTIONS, PARTITION_MODES, Direction, PartitionMode  # noqa: E402
 from .base import AdaptiveContrastiveLoss, embedding_dimension  # noqa: E402
 from .citations import (  # noqa: E402
     AMCL_CITATION,
@@ -43,7 +48,8 @@ from .citations import (  # noqa: E402
     MACL_CITATION,
 )
 
-__all__ = ["AMCLLoss", "ASCLLoss", "DySTreSSLoss", "InfoNCELoss", "MACLLoss"]
+__all__ = ["AMCLLoss", "ASCLLoss", "DySTreSSLoss", "InfoNCELoss", "MACLLoss", "Direction",
+           "DIRECTIONS", "PartitionMode", "PARTITION_MODES"]
 
 
 class _ScalarTemperatureLoss(AdaptiveContrastiveLoss):
@@ -91,8 +97,9 @@ class InfoNCELoss(_ScalarTemperatureLoss):
     @_positional_like_the_peer
     def __init__(self, model: nn.Module | None, scale: float | None = None,
                  similarity_fct: Callable | None = None, *, temperature: float | None = None,
-                 symmetric: bool = False, directions: Sequence[str] | None = None,
-                 partition_mode: str | None = None, hardness_mode: str | None = None,
+                 symmetric: bool = False, directions: Sequence[Direction] | None = None,
+                 partition_mode: PartitionMode | None = None,
+                 hardness_mode: HardnessMode | None = None,
                  hardness_strength: float = 0.0, use_labels: bool = False,
                  projection: nn.Module | None = None,
                  gather_across_devices: bool = False, tile_size: int | None = None,
@@ -105,7 +112,7 @@ class InfoNCELoss(_ScalarTemperatureLoss):
                          gather_across_devices=gather_across_devices,
                          check_finite=check_finite, tile_size=tile_size, projection=projection,
                          mini_batch_size=mini_batch_size, mini_batch_num_tokens=mini_batch_num_tokens,
-                         symmetric=_symmetric_from_directions(directions, partition_mode, symmetric),
+                         symmetric=symmetric, directions=directions, partition_mode=partition_mode,
                          show_progress_bar=show_progress_bar, use_labels=use_labels)
 
     def get_config_dict(self) -> dict[str, Any]:
@@ -132,9 +139,10 @@ class MACLLoss(_ScalarTemperatureLoss):
     def __init__(self, model: nn.Module | None, scale: float | None = None,
                  similarity_fct: Callable | None = None, *, temperature: float | None = None,
                  alpha: float = 2.0, a0: float = 0.8, reweight: bool = False, adaptive: bool = True,
-                 temperature_form: str = "linear", min_temperature: float | None = None,
-                 symmetric: bool = False, directions: Sequence[str] | None = None,
-                 partition_mode: str | None = None, hardness_mode: str | None = None,
+                 temperature_form: TemperatureForm = "linear", min_temperature: float | None = None,
+                 symmetric: bool = False, directions: Sequence[Direction] | None = None,
+                 partition_mode: PartitionMode | None = None,
+                 hardness_mode: HardnessMode | None = None,
                  hardness_strength: float = 0.0, use_labels: bool = False,
                  projection: nn.Module | None = None,
                  gather_across_devices: bool = False, tile_size: int | None = None,
@@ -150,7 +158,7 @@ class MACLLoss(_ScalarTemperatureLoss):
                          gather_across_devices=gather_across_devices, check_finite=check_finite,
                          tile_size=tile_size, projection=projection, mini_batch_size=mini_batch_size,
                          mini_batch_num_tokens=mini_batch_num_tokens,
-                         symmetric=_symmetric_from_directions(directions, partition_mode, symmetric),
+                         symmetric=symmetric, directions=directions, partition_mode=partition_mode,
                          show_progress_bar=show_progress_bar, use_labels=use_labels)
 
     def get_config_dict(self) -> dict[str, Any]:
@@ -176,8 +184,9 @@ class ASCLLoss(_ScalarTemperatureLoss):
     @_positional_like_the_peer
     def __init__(self, model: nn.Module | None, scale: float | None = None,
                  similarity_fct: Callable | None = None, *, temperature: float | None = None,
-                 sharpen_temperature: float = 0.025, num_neighbors: int = 1, mode: str = "ascl",
-                 hardness_mode: str | None = None, hardness_strength: float = 0.0,
+                 sharpen_temperature: float = 0.025, num_neighbors: int = 1,
+                 mode: ASCLMode = "ascl",
+                 hardness_mode: HardnessMode | None = None, hardness_strength: float = 0.0,
                  projection: nn.Module | None = None, gather_across_devices: bool = False,
                  tile_size: int | None = None, mini_batch_size: int | None = None,
                  mini_batch_num_tokens: int | None = None, check_finite: bool = True,
@@ -212,8 +221,8 @@ class AMCLLoss(AdaptiveContrastiveLoss):
     @_positional_like_the_peer
     def __init__(self, model: nn.Module, *, num_heads: int = 2, projection_dim: int = 128,
                  hidden_dim: int | None = None, beta: float = 1e-3, eta: float = 1e-5,
-                 iota: float = 2.0, negative_term: str = "softmax", kappa: int = 1,
-                 objective: str = "infonce", gather_across_devices: bool = False,
+                 iota: float = 2.0, negative_term: NegativeTerm = "softmax", kappa: int = 1,
+                 objective: Objective = "infonce", gather_across_devices: bool = False,
                  tile_size: int | None = None, mini_batch_size: int | None = None,
                  mini_batch_num_tokens: int | None = None, check_finite: bool = True,
                  show_progress_bar: bool = False, bound_warning_steps: int | None = 100) -> None:
@@ -280,10 +289,11 @@ class DySTreSSLoss(AdaptiveContrastiveLoss):
 
     @_positional_like_the_peer
     def __init__(self, model: nn.Module | None, *, min_temperature: float = 0.04,
-                 max_temperature: float = 0.05, shape: str = "piecewise", threshold: float = 0.4,
+                 max_temperature: float = 0.05, shape: Shape = "piecewise", threshold: float = 0.4,
                  width: float = 0.7, detach_temperature: bool = True, symmetric: bool = False,
-                 directions: Sequence[str] | None = None, partition_mode: str | None = None,
-                 hardness_mode: str | None = None, hardness_strength: float = 0.0,
+                 directions: Sequence[Direction] | None = None,
+                 partition_mode: PartitionMode | None = None,
+                 hardness_mode: HardnessMode | None = None, hardness_strength: float = 0.0,
                  use_labels: bool = False, projection: nn.Module | None = None,
                  gather_across_devices: bool = False, tile_size: int | None = None,
                  mini_batch_size: int | None = None, mini_batch_num_tokens: int | None = None,
@@ -299,7 +309,7 @@ class DySTreSSLoss(AdaptiveContrastiveLoss):
         super().__init__(model, core, projection=projection,
                          gather_across_devices=gather_across_devices,
                          mini_batch_size=mini_batch_size, mini_batch_num_tokens=mini_batch_num_tokens,
-                         symmetric=_symmetric_from_directions(directions, partition_mode, symmetric),
+                         symmetric=symmetric, directions=directions, partition_mode=partition_mode,
                          show_progress_bar=show_progress_bar, use_labels=use_labels)
 
     @property
