@@ -75,6 +75,7 @@ __all__ = ["OptimizerName", "GraphCLModule", "OPTIMIZERS"]
 
 #: the optimisers :class:`GraphCLModule` builds (GraphCL and the recipes use Adam)
 OptimizerName = Literal["adam", "adamw"]
+#: the same choices as a tuple, checked at construction
 OPTIMIZERS: tuple[OptimizerName, ...] = get_args(OptimizerName)
 
 

@@ -10,9 +10,11 @@ are accepted, a batch of one pair gives 0 with zero gradient like
 reverse direction (positive -> anchors) does not see the hard-negative columns. The peer's
 ``hardness_mode`` / ``hardness_strength`` (sentence-transformers 6.2) are accepted by
 ``InfoNCELoss``, ``MACLLoss``, ``ASCLLoss`` and ``DySTreSSLoss`` with the peer's meaning
-(:mod:`adaptcl.plugins.hardness`), and so are ``directions`` / ``partition_mode`` where they
-describe the one-direction or the symmetric loss. ``use_labels=True`` reads the dataset's label
-column as classes (multi-positive targets, SupCon) for InfoNCE, MACL and DySTreSS.
+(:mod:`adaptcl.plugins.hardness`). ``InfoNCELoss``, ``MACLLoss`` and ``DySTreSSLoss`` take the
+peer's ``directions`` / ``partition_mode``: every setting it accepts, with its values (a joint
+softmax over several terms is built by ``_directions.joint_candidates``). ``use_labels=True``
+reads the dataset's label column as classes (multi-positive targets, SupCon) for InfoNCE, MACL
+and DySTreSS.
 """
 
 from __future__ import annotations
@@ -85,8 +87,10 @@ class InfoNCELoss(_ScalarTemperatureLoss):
     keyword-only) equals ``MultipleNegativesRankingLoss(model, scale=20)``; ``symmetric=True``
     (or the peer's ``directions=("query_to_doc", "doc_to_query"),
     partition_mode="per_direction"``) equals its symmetric form
-    (``MultipleNegativesSymmetricRankingLoss``), with or without hard negatives, and
-    ``hardness_mode`` / ``hardness_strength`` equal the peer's in every mode. A batch of one
+    (``MultipleNegativesSymmetricRankingLoss``), with or without hard negatives; every other
+    ``directions`` / ``partition_mode`` the peer accepts (``query_to_query``, ``doc_to_doc``,
+    a joint softmax) equals the peer too, and ``hardness_mode`` / ``hardness_strength`` equal
+    the peer's in every mode. A batch of one
     pair gives 0, as the peer does. ``use_labels=True``: SupCon on the dataset's classes.
 
     Example:
