@@ -52,6 +52,7 @@ tests_for() {
                tests/adapters/sentence_transformers/test_cached.py \
                tests/adapters/sentence_transformers/test_composition.py \
                tests/adapters/sentence_transformers/test_peer_parity.py \
+               tests/adapters/sentence_transformers/test_directions.py \
                tests/adapters/sentence_transformers/test_labels.py \
                tests/adapters/sentence_transformers/test_cached_ddp.py \
                tests/adapters/sentence_transformers/test_distributed.py \

@@ -15,13 +15,14 @@ ValueError: precision must be one of 32, bf16-mixed, 16-mixed, got 'fp16'
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from typing import Any, Literal, get_args
 
-__all__ = ["PRECISIONS", "autocast", "autocast_dtype", "check_precision"]
+__all__ = ["Precision", "PRECISIONS", "autocast", "autocast_dtype", "check_precision"]
 
 #: ``32`` (float32), ``bf16-mixed`` (bfloat16 autocast), ``16-mixed`` (float16 autocast with a
 #: gradient scaler)
-PRECISIONS = ("32", "bf16-mixed", "16-mixed")
+Precision = Literal["32", "bf16-mixed", "16-mixed"]
+PRECISIONS: tuple[Precision, ...] = get_args(Precision)
 
 
 def check_precision(precision: Any) -> str:
@@ -31,7 +32,7 @@ def check_precision(precision: Any) -> str:
     return str(precision)
 
 
-def autocast_dtype(precision: str) -> Any:
+def autocast_dtype(precision: Precision) -> Any:
     """The autocast dtype of ``precision`` (``None`` for ``32``: no autocast)."""
     import torch
 
@@ -39,7 +40,7 @@ def autocast_dtype(precision: str) -> Any:
             "16-mixed": torch.float16}[check_precision(precision)]
 
 
-def autocast(device: Any, precision: str) -> contextlib.AbstractContextManager[Any]:
+def autocast(device: Any, precision: Precision) -> contextlib.AbstractContextManager[Any]:
     """``torch.autocast`` in the dtype of ``precision`` on ``device`` (a device or its name);
     a no-op for ``32``."""
     import torch

@@ -1,7 +1,7 @@
 """DySTreSS (Manna et al., IEEE TAI 2025) against its formula and the authors' code, written out
 here in float64 (not through the core): the cosine temperature of the paper, the piecewise
 variant of the authors' SimCSE run, the temperature detached (their NT-Xent and SimCSE code) or
-not (their DCL code), every pair (the positive too) at its own temperature; tiled ==
+not (their DCL code, with one log-sum-exp over the negatives: the corrected DCL), every pair (the positive too) at its own temperature; tiled ==
 materialised, the exact reduction to InfoNCE, gradchecks and hostile inputs. The shared table
 (``_helpers.LOSSES``, ``dystress*``) also runs it through every generic test."""
 
@@ -96,14 +96,44 @@ def test_piecewise_temperature_equals_the_authors_simcse_function(tile):
 
 
 @pytest.mark.parametrize("tile", [None, 2])
-def test_dcl_form_with_a_differentiable_temperature_is_the_authors_tsdcl(tile):
+def test_dcl_form_with_a_differentiable_temperature_is_the_corrected_dcl(tile):
     """GraphCL's cross-view DCL with per-pair temperatures, the gradient flowing through tau
-    (``TSDCLLoss`` does not detach)."""
+    (as in ``TSDCLLoss``, which does not detach), one log-sum-exp over every negative."""
     z0, z1 = pair(6, 4, seed=3, dtype=D64)
     ours = DySTreSSLoss(0.1, 0.2, positive_in_denominator=False, detach_temperature=False,
                         form="cross_view", tile_size=tile)
     _both(ours, lambda a, b: _reference(a, b, 0.1, 0.2, form="cross_view", detach=False,
                                         dcl=True), (z0, z1))
+
+
+def _two_log_sum_exps(z0, z1, temperature):
+    """The DCL formula with two separate log-sum-exp terms, over the same-view and over the
+    cross-view negatives (the authors' ``TSDCLLoss``; Lightly's ``DCLLoss`` before 1.5.21),
+    symmetric as Lightly's."""
+    def direction(a, b):
+        n = a.shape[0]
+        off = ~torch.eye(n, dtype=torch.bool)
+        s_aa, s_ab = a @ a.T / temperature, a @ b.T / temperature
+        negative = (torch.logsumexp(s_aa[off].view(n, -1), dim=1)
+                    + torch.logsumexp(s_ab[off].view(n, -1), dim=1))
+        return (negative - s_ab.diagonal()).mean()
+
+    a0, a1 = z0 / z0.norm(dim=1, keepdim=True), z1 / z1.norm(dim=1, keepdim=True)
+    return (direction(a0, a1) + direction(a1, a0)) / 2
+
+
+def test_dcl_form_is_lightlys_corrected_dcl_not_the_two_log_sum_exps_of_tsdcl():
+    """What the docstring says of ``positive_in_denominator=False, detach_temperature=False``:
+    at equal temperatures it is Lightly 1.6's ``DCLLoss`` (one log-sum-exp over all 2N - 2
+    negatives) to float64 precision, and far from the two separate log-sum-exps of the authors'
+    ``TSDCLLoss`` (the formula Lightly corrected in 1.5.21)."""
+    lightly_loss = pytest.importorskip("lightly.loss")
+    z0, z1 = pair(16, 8, seed=5, dtype=D64)
+    ours = DySTreSSLoss(0.2, 0.2, positive_in_denominator=False, detach_temperature=False)(z0, z1)
+    theirs = lightly_loss.DCLLoss(temperature=0.2)(z0, z1)
+    torch.testing.assert_close(ours, theirs, rtol=1e-14, atol=1e-14)
+    old = _two_log_sum_exps(z0, z1, 0.2)
+    assert abs(old - ours) / ours > 0.3
 
 
 def test_queue_and_extra_negatives_get_their_pair_temperatures():

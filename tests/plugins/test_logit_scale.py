@@ -142,6 +142,33 @@ def test_the_trajectory_of_s_is_open_clips_clamp_after_every_step():
     assert loss_fn.logit_scale.item() > LOG100  # unclamped until the next forward
 
 
+def test_reads_between_steps_show_open_clips_clamped_value():
+    """A step that pushes s past log 100 (17.05 where open_clip holds 4.6052): before the next
+    forward, ``state_dict()`` and ``temperature`` show the clamped value, as open_clip's after its
+    ``clamp_``; the parameter itself is untouched by the read, and a checkpoint written then resumes
+    the same trajectory."""
+    loss_fn = LearnableTemperatureLoss(0.07)
+    optimizer = torch.optim.SGD(loss_fn.parameters(), lr=1.0)
+    loss_fn(*_aligned_batch()).backward()
+    with torch.no_grad():
+        loss_fn.logit_scale.grad.fill_(-(17.05 - math.log(1 / 0.07)))  # the step lands at 17.05
+    optimizer.step()
+    assert loss_fn.logit_scale.item() == pytest.approx(17.05)  # raw, until the next forward
+    state = loss_fn.state_dict()
+    assert state["logit_scale"].item() == pytest.approx(LOG100)
+    assert loss_fn.temperature.item() == pytest.approx(0.01)
+    assert loss_fn.logit_scale.item() == pytest.approx(17.05)  # reading changed nothing
+    assert isinstance(loss_fn.state_dict(keep_vars=True)["logit_scale"], torch.nn.Parameter)
+    resumed = LearnableTemperatureLoss(0.07)
+    resumed.load_state_dict(state)
+    z0, z1 = _aligned_batch(1)
+    torch.testing.assert_close(resumed(z0, z1), loss_fn(z0, z1), rtol=0, atol=0)
+    per_head = LearnableTemperatureLoss(0.07, num_heads=2)
+    with torch.no_grad():
+        per_head.logit_scale.copy_(torch.tensor([-1.0, 9.0]))
+    assert per_head.state_dict()["logit_scale"].tolist() == [0.0, pytest.approx(LOG100)]
+
+
 def test_the_next_forward_clamps_after_an_update_and_reports_the_bound():
     loss_fn = LearnableTemperatureLoss(0.07)
     with torch.no_grad():

@@ -24,21 +24,35 @@ temperatures can degenerate to a bound: the docs' AMCL page.
 
 from __future__ import annotations
 
+from typing import Literal, get_args
+
 import torch
 from torch import Tensor, nn
 
 from .amcl_temperature import BoundMonitor, PairTemperature, omega
-from .base import ContrastiveLoss, Stats, functional_candidates, loss_stats, note_tile, reduce
+from .base import (
+    ContrastiveLoss,
+    Reduction,
+    Stats,
+    functional_candidates,
+    loss_stats,
+    note_tile,
+    reduce,
+)
 from .budget import plan_tiles
-from .candidates import Candidates, autocast_off
+from .candidates import Candidates, Form, autocast_off
 from .distributed import GatherFn
 from .heads import as_heads
 from .kernel import no_negatives_output
 from .tiled import streamed_pair_lse, streamed_sum, streamed_top_columns, top_columns
 from .validation import check_choice, check_int, check_non_negative
 
-NEGATIVE_TERMS = ("topk", "softmax")
-OBJECTIVES = ("nt_xent", "infonce")
+#: the negative term of Table 2: the kappa hardest negatives, or the soft-max over all
+NegativeTerm = Literal["topk", "softmax"]
+NEGATIVE_TERMS: tuple[NegativeTerm, ...] = get_args(NegativeTerm)
+#: the objective of Table 2: NT-Xent (2.1) or InfoNCE (2.4)
+Objective = Literal["nt_xent", "infonce"]
+OBJECTIVES: tuple[Objective, ...] = get_args(Objective)
 #: ``[A, C]`` matrices of one head's materialised path at its peak, by negative term
 #: (measured, :mod:`~adaptcl.plugins.budget`): cosines, pair temperatures, the pair term and
 #: their gradients
@@ -152,11 +166,12 @@ class AMCLLoss(ContrastiveLoss):
     """
 
     def __init__(self, temperature_net: nn.Module, beta: float = 1e-3, *,
-                 negative_term: str = "softmax", kappa: int = 1, objective: str = "nt_xent",
-                 form: str = "nt_xent", gather_distributed: bool = False,
+                 negative_term: NegativeTerm = "softmax", kappa: int = 1,
+                 objective: Objective = "nt_xent",
+                 form: Form = "nt_xent", gather_distributed: bool = False,
                  gather_fn: GatherFn | None = None, check_finite: bool = True,
                  tile_size: int | None = None, tile_backend: str = "auto",
-                 reduction: str = "mean", bound_warning_steps: int | None = 100,
+                 reduction: Reduction = "mean", bound_warning_steps: int | None = 100,
                  max_logits_bytes: int | None = None) -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
                          check_finite=check_finite, tile_size=tile_size,
@@ -219,8 +234,8 @@ def _tileable(net: nn.Module) -> bool:
     return all(hasattr(net, name) for name in ("features", "squash", "squash_grad"))
 
 
-def _amcl_options(temperature_net: nn.Module, beta: float, negative_term: str, kappa: int,
-                  objective: str, tile_size: int | None, tile_backend: str = "auto") -> dict:
+def _amcl_options(temperature_net: nn.Module, beta: float, negative_term: NegativeTerm, kappa: int,
+                  objective: Objective, tile_size: int | None, tile_backend: str = "auto") -> dict:
     """AMCL's hyper-parameters checked once for the module and the functional form."""
     if tile_backend == "triton" and negative_term == "topk":
         raise ValueError("tile_backend='triton' covers AMCL's negative_term='softmax' only (the "
@@ -288,8 +303,9 @@ def _softmax_term(c: Candidates, net: nn.Module, beta: float, dim: int,
     return neg, tau_sum / (c.num_anchors * c.keys.shape[0])
 
 
-def _head_loss(c: Candidates, net: nn.Module, dim: int, *, beta: float, negative_term: str,
-               kappa: int, objective: str, tile_size: int | None,
+def _head_loss(c: Candidates, net: nn.Module, dim: int, *, beta: float,
+               negative_term: NegativeTerm, kappa: int, objective: Objective,
+               tile_size: int | None,
                tile_backend: str = "auto") -> tuple[Tensor, Tensor, Tensor]:
     """Per-anchor loss ``-s_pos / tau_pos + beta Omega(tau_pos) + negative term`` of one head
     and direction, with the mean positive and pair temperatures (detached)."""
@@ -313,7 +329,7 @@ def _head_loss(c: Candidates, net: nn.Module, dim: int, *, beta: float, negative
 
 
 def _amcl(z0: Tensor, z1: Tensor, negatives: Tensor | None, build, net: nn.Module, *,
-          beta: float, negative_term: str, kappa: int, objective: str,
+          beta: float, negative_term: NegativeTerm, kappa: int, objective: Objective,
           tile_size: int | None, max_logits_bytes: int | None = None, tile_backend: str = "auto") -> tuple[Tensor, Stats]:
     """AMCL's per-anchor losses (summed over heads) and statistics; ``build(z0, z1, neg)``
     makes one head's candidates."""
@@ -348,11 +364,11 @@ def _amcl(z0: Tensor, z1: Tensor, negatives: Tensor | None, build, net: nn.Modul
 
 
 def amcl(z0: Tensor, z1: Tensor, temperature_net: nn.Module, beta: float = 1e-3, *,
-         negatives: Tensor | None = None, negative_term: str = "softmax", kappa: int = 1,
-         objective: str = "nt_xent", form: str = "nt_xent", gather_distributed: bool = False,
+         negatives: Tensor | None = None, negative_term: NegativeTerm = "softmax", kappa: int = 1,
+         objective: Objective = "nt_xent", form: Form = "nt_xent", gather_distributed: bool = False,
          gather_fn: GatherFn | None = None, check_finite: bool = True,
          tile_size: int | None = None, tile_backend: str = "auto",
-         reduction: str = "mean",
+         reduction: Reduction = "mean",
          max_logits_bytes: int | None = None) -> Tensor:
     """Functional AMCL; arguments as :class:`AMCLLoss`.
 
@@ -376,4 +392,5 @@ def amcl(z0: Tensor, z1: Tensor, temperature_net: nn.Module, beta: float = 1e-3,
                         max_logits_bytes=max_logits_bytes)[0], reduction)
 
 
-__all__ = ["AMCLLoss", "AMCL_PAPER", "AMCL_PAPER_BETA_RANGE", "amcl", "pair_term"]
+__all__ = ["NegativeTerm", "NEGATIVE_TERMS", "Objective", "OBJECTIVES", "AMCLLoss", "AMCL_PAPER",
+           "AMCL_PAPER_BETA_RANGE", "amcl", "pair_term"]

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from .amcl_temperature import omega
-from .base import REDUCTIONS, Loss, Stats, loss_stats, reduce
+from .base import REDUCTIONS, Loss, Reduction, Stats, loss_stats, reduce
 from .candidates import autocast_off, compute_dtype, normalize
 from .heads import as_heads
 from .validation import check_bool, check_choice, check_embedding_tensor, check_non_negative
@@ -46,7 +46,7 @@ def _amcl_simsiam(p0: Tensor, p1: Tensor, z0: Tensor, z1: Tensor, net: nn.Module
 
 def amcl_simsiam(p0: Tensor, p1: Tensor, z0: Tensor, z1: Tensor, temperature_net: nn.Module,
                  beta: float = 1e-3, *, check_finite: bool = True,
-                 reduction: str = "mean") -> Tensor:
+                 reduction: Reduction = "mean") -> Tensor:
     """Functional AMCL SimSiam form; arguments as :class:`AMCLSimSiamLoss`."""
     check_bool("check_finite", check_finite)
     check_choice("reduction", reduction, REDUCTIONS)
@@ -73,7 +73,7 @@ class AMCLSimSiamLoss(Loss):
     """
 
     def __init__(self, temperature_net: nn.Module, beta: float = 1e-3,
-                 check_finite: bool = True, *, reduction: str = "mean") -> None:
+                 check_finite: bool = True, *, reduction: Reduction = "mean") -> None:
         super().__init__(reduction=reduction)
         self.temperature_net = temperature_net
         self.beta = check_non_negative("beta", beta)

@@ -21,12 +21,14 @@ the in-batch form (``form="cross_view"``) uses the other keys of the batch and `
 from __future__ import annotations
 
 import math
+from typing import Literal, get_args
 
 import torch
 from torch import Tensor
 
 from .base import (
     ContrastiveLoss,
+    Reduction,
     Stats,
     functional_candidates,
     in_row_blocks,
@@ -44,7 +46,7 @@ from .candidates import (
     scaled_anchors,
 )
 from .distributed import GatherFn
-from .hardness import HardnessBias, check_hardness, hardness_spec
+from .hardness import HardnessBias, HardnessMode, check_hardness, hardness_spec
 from .kernel import (
     KernelOutput,
     contrastive_kernel,
@@ -55,8 +57,12 @@ from .kernel import (
 from .tiled import Masks, mask_tile, streamed_row_stats, streamed_softmax_stats, top_columns
 from .validation import UNFUSED_BACKENDS, check_choice, check_int, check_positive
 
-MODES = ("ascl", "ahcl", "hard")
-ASCL_FORMS = ("queue", "cross_view")
+#: the soft-label rule: ASCL, AHCL (hard top-K labels) or hard (one-hot: InfoNCE)
+ASCLMode = Literal["ascl", "ahcl", "hard"]
+MODES: tuple[ASCLMode, ...] = get_args(ASCLMode)
+#: the candidate sets ASCL defines: the queue, or in-batch cross-view
+ASCLForm = Literal["queue", "cross_view"]
+ASCL_FORMS: tuple[ASCLForm, ...] = get_args(ASCLForm)
 #: the materialised path's ``[A, C]`` matrices at its peak (measured,
 #: :mod:`~adaptcl.plugins.budget`): InfoNCE's, the key similarities and the soft targets
 ASCL_COPIES = 7
@@ -90,12 +96,12 @@ def _capped(q: Tensor, scale: Tensor) -> Tensor:
     return (q * scale[:, None]).clamp(max=1.0)
 
 
-def _fill(mode: str, confidence: Tensor) -> Tensor:
+def _fill(mode: ASCLMode, confidence: Tensor) -> Tensor:
     """The label of each top-K neighbour: 1 (Hard, Eq. 6) or the confidence (AHCL, Eq. 9)."""
     return torch.ones_like(confidence) if mode == "hard" else confidence
 
 
-def _soft_targets(key_sim: Tensor, valid: Tensor, negatives: int | Tensor, *, mode: str,
+def _soft_targets(key_sim: Tensor, valid: Tensor, negatives: int | Tensor, *, mode: ASCLMode,
                   num_neighbors: int, sharpen_temperature: float) -> tuple[Tensor, Tensor, Tensor]:
     a = key_sim.shape[0]
     if num_neighbors == 0:
@@ -119,7 +125,7 @@ def _soft_targets(key_sim: Tensor, valid: Tensor, negatives: int | Tensor, *, mo
 
 
 @torch.no_grad()
-def soft_labels(key_sim: Tensor, valid: Tensor, *, mode: str = "ascl", num_neighbors: int = 1,
+def soft_labels(key_sim: Tensor, valid: Tensor, *, mode: ASCLMode = "ascl", num_neighbors: int = 1,
                 sharpen_temperature: float = 0.05) -> tuple[Tensor, Tensor, Tensor]:
     """ASCL pseudo-labels from the key-to-negative cosine matrix.
 
@@ -154,7 +160,7 @@ class _TileTargets:
         return _capped(q, self.scale[r0:r1])
 
 
-def _tiled_ascl(c: Candidates, temperature: float, tile_size: int, *, mode: str,
+def _tiled_ascl(c: Candidates, temperature: float, tile_size: int, *, mode: ASCLMode,
                 num_neighbors: int, sharpen_temperature: float,
                 bias: HardnessBias | None, backend: str) -> tuple[KernelOutput, Tensor]:
     """Streamed: a first gradient-free pass gathers the normaliser and entropy of the sharpened
@@ -189,7 +195,7 @@ def _tiled_ascl(c: Candidates, temperature: float, tile_size: int, *, mode: str,
 
 
 def _ascl(c: Candidates, *, temperature: float, sharpen_temperature: float, num_neighbors: int,
-          mode: str, tile_size: int | None, hardness: tuple[str, float] | None = None,
+          mode: ASCLMode, tile_size: int | None, hardness: tuple[str, float] | None = None,
           tile_backend: str = "auto",
           max_logits_bytes: int | None = None) -> tuple[Tensor, Stats]:
     """ASCL's per-anchor losses and statistics on one direction's candidates."""
@@ -222,7 +228,7 @@ def _ascl(c: Candidates, *, temperature: float, sharpen_temperature: float, num_
 
 
 def _check_ascl(temperature: float, sharpen_temperature: float, num_neighbors: int,
-                mode: str, hardness_mode: str | None = None,
+                mode: ASCLMode, hardness_mode: HardnessMode | None = None,
                 hardness_strength: float = 0.0) -> dict:
     hardness_mode, hardness_strength = check_hardness(hardness_mode, hardness_strength)
     return {"temperature": check_positive("temperature", temperature),
@@ -233,12 +239,13 @@ def _check_ascl(temperature: float, sharpen_temperature: float, num_neighbors: i
 
 
 def ascl(z0: Tensor, z1: Tensor, temperature: float = 0.1, sharpen_temperature: float = 0.05,
-         num_neighbors: int = 1, mode: str = "ascl", *, negatives: Tensor | None = None,
-         form: str = "queue", hardness_mode: str | None = None, hardness_strength: float = 0.0,
+         num_neighbors: int = 1, mode: ASCLMode = "ascl", *, negatives: Tensor | None = None,
+         form: ASCLForm = "queue", hardness_mode: HardnessMode | None = None,
+         hardness_strength: float = 0.0,
          negative_owners: Tensor | None = None, gather_distributed: bool = False,
          gather_fn: GatherFn | None = None, check_finite: bool = True,
          tile_size: int | None = None, tile_backend: str = "auto",
-         reduction: str = "mean",
+         reduction: Reduction = "mean",
          max_logits_bytes: int | None = None) -> Tensor:
     """Functional ASCL; arguments as :class:`ASCLLoss`.
 
@@ -296,11 +303,11 @@ class ASCLLoss(ContrastiveLoss):
     takes_owners = True
 
     def __init__(self, temperature: float = 0.1, sharpen_temperature: float = 0.05,
-                 num_neighbors: int = 1, mode: str = "ascl", *, form: str = "queue",
-                 hardness_mode: str | None = None, hardness_strength: float = 0.0,
+                 num_neighbors: int = 1, mode: ASCLMode = "ascl", *, form: ASCLForm = "queue",
+                 hardness_mode: HardnessMode | None = None, hardness_strength: float = 0.0,
                  gather_distributed: bool = False, gather_fn: GatherFn | None = None,
                  check_finite: bool = True, tile_size: int | None = None,
-                 tile_backend: str = "auto", reduction: str = "mean", max_logits_bytes: int | None = None) -> None:
+                 tile_backend: str = "auto", reduction: Reduction = "mean", max_logits_bytes: int | None = None) -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
                          check_finite=check_finite, tile_size=tile_size,
                          tile_backend=tile_backend, reduction=reduction,
@@ -325,7 +332,7 @@ class ASCLLoss(ContrastiveLoss):
 
 
 def _ascl_byol(targets_view: list[Candidates], neighbours: list[Candidates], *,
-               sharpen_temperature: float, num_neighbors: int, mode: str,
+               sharpen_temperature: float, num_neighbors: int, mode: ASCLMode,
                tile_size: int | None, max_logits_bytes: int | None = None
                ) -> tuple[Tensor, Stats]:
     (c,), (near_all,) = targets_view, neighbours
@@ -361,17 +368,17 @@ def _byol_candidates(predictions: Tensor, targets: Tensor, negatives: Tensor | N
     return targets_view, build(neighbours, neighbours)
 
 
-def _check_byol(sharpen_temperature: float, num_neighbors: int, mode: str) -> dict:
+def _check_byol(sharpen_temperature: float, num_neighbors: int, mode: ASCLMode) -> dict:
     return {"sharpen_temperature": check_positive("sharpen_temperature", sharpen_temperature),
             "num_neighbors": check_int("num_neighbors", num_neighbors, minimum=0),
             "mode": check_choice("mode", mode, MODES)}
 
 
 def ascl_byol(predictions: Tensor, targets: Tensor, sharpen_temperature: float = 0.05,
-              num_neighbors: int = 1, mode: str = "ascl", *, gather_distributed: bool = False,
+              num_neighbors: int = 1, mode: ASCLMode = "ascl", *, gather_distributed: bool = False,
               gather_fn: GatherFn | None = None, check_finite: bool = True,
               tile_size: int | None = None, tile_backend: str = "auto",
-              reduction: str = "mean",
+              reduction: Reduction = "mean",
               max_logits_bytes: int | None = None) -> Tensor:
     """Functional ASCL-BYOL; arguments as :class:`ASCLBYOLLoss`."""
     options = _check_byol(sharpen_temperature, num_neighbors, mode)
@@ -411,10 +418,10 @@ class ASCLBYOLLoss(ContrastiveLoss):
     tile_backends = UNFUSED_BACKENDS  # no fused kernel: "auto" is the PyTorch path
 
     def __init__(self, sharpen_temperature: float = 0.05, num_neighbors: int = 1,
-                 mode: str = "ascl", *, gather_distributed: bool = False,
+                 mode: ASCLMode = "ascl", *, gather_distributed: bool = False,
                  gather_fn: GatherFn | None = None, check_finite: bool = True,
                  tile_size: int | None = None, tile_backend: str = "auto",
-                 reduction: str = "mean",
+                 reduction: Reduction = "mean",
                  max_logits_bytes: int | None = None) -> None:
         super().__init__(form="cross_view", gather_distributed=gather_distributed,
                          gather_fn=gather_fn, check_finite=check_finite, tile_size=tile_size,

@@ -4,12 +4,13 @@ validation of the keywords all losses share. Knows no concrete method."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Literal, get_args
 
 import torch
 from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
-from .candidates import FORMS, Candidates, build_candidates
+from .candidates import FORMS, Candidates, Form, build_candidates
 from .distributed import GatherFn
 from .hardness import HardnessBias
 from .kernel import (
@@ -24,10 +25,12 @@ from .tiled import TileTerm
 from .validation import TILE_BACKENDS, check_choice, check_shared
 
 Stats = dict[str, Tensor]
-REDUCTIONS = ("mean", "sum", "none")
+#: how per-anchor losses are reduced (as ``torch.nn.functional``'s ``reduction``)
+Reduction = Literal["mean", "sum", "none"]
+REDUCTIONS: tuple[Reduction, ...] = get_args(Reduction)
 
 
-def reduce(per_anchor: Tensor, reduction: str) -> Tensor:
+def reduce(per_anchor: Tensor, reduction: Reduction) -> Tensor:
     """``"mean"`` / ``"sum"`` over anchors, or the ``[A]`` per-anchor losses (``"none"``)."""
     if reduction == "mean":
         return per_anchor.mean()
@@ -154,9 +157,9 @@ def in_row_blocks(rows_fn: Callable[[int, int], Tensor], num_rows: int,
                       for r0 in range(0, num_rows, tile_size)], dim=-1)
 
 
-def functional_candidates(z0: Tensor, z1: Tensor, negatives: Tensor | None, *, form: str,
+def functional_candidates(z0: Tensor, z1: Tensor, negatives: Tensor | None, *, form: Form,
                           gather_distributed: bool, gather_fn: GatherFn | None,
-                          check_finite: bool, tile_size: int | None, reduction: str,
+                          check_finite: bool, tile_size: int | None, reduction: Reduction,
                           max_logits_bytes: int | None = None, forms: tuple[str, ...] = FORMS, tile_backend: str = "auto",
                           tile_backends: tuple[str, ...] = TILE_BACKENDS,
                           **pairs: Tensor | None) -> list[Candidates]:
@@ -184,7 +187,7 @@ class Loss(nn.Module):
     Twins form, a sum over feature pairs, has only ``"sum"``).
     """
 
-    def __init__(self, *, reduction: str = "mean",
+    def __init__(self, *, reduction: Reduction = "mean",
                  reductions: tuple[str, ...] = REDUCTIONS) -> None:
         super().__init__()
         self.reduction = check_choice("reduction", reduction, reductions)
@@ -233,9 +236,9 @@ class ContrastiveLoss(Loss):
     #: the ``tile_backend`` values this loss accepts (no ``"triton"``: no fused kernel path)
     tile_backends: tuple[str, ...] = TILE_BACKENDS
 
-    def __init__(self, *, form: str, gather_distributed: bool = False,
+    def __init__(self, *, form: Form, gather_distributed: bool = False,
                  gather_fn: GatherFn | None = None, check_finite: bool = True,
-                 tile_size: int | None = None, reduction: str = "mean",
+                 tile_size: int | None = None, reduction: Reduction = "mean",
                  max_logits_bytes: int | None = None, forms: tuple[str, ...] = FORMS, tile_backend: str = "auto") -> None:
         # One validation path for the keywords every loss shares (a subclass restricts
         # ``forms`` to those it defines).

@@ -26,7 +26,8 @@ Extra ``negatives`` ([K, D]) are appended to the candidates of every form.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Literal, get_args
 
 import torch
 from torch import Tensor
@@ -35,7 +36,9 @@ from . import distributed
 from .distributed import GatherFn
 from .validation import check_choice, check_embedding_tensor, check_labels, check_pair
 
-FORMS = ("nt_xent", "cross_view", "cross_view_symmetric", "queue")
+#: the candidate sets (the forms above)
+Form = Literal["nt_xent", "cross_view", "cross_view_symmetric", "queue"]
+FORMS: tuple[Form, ...] = get_args(Form)
 
 # Masked logits are set to the most negative float32: exp() of it is exactly 0, and unlike -inf
 # it stays NaN-free when multiplied by a zero soft target.
@@ -113,6 +116,8 @@ class Candidates:
             (sentence-transformers' hard-negative columns; ``-1`` for none), or ``None``: no
             extra negative is any anchor's own (a queue). Read by the hardness term
             (:mod:`~adaptcl.plugins.hardness`).
+        extra_excluded: more ``[A]`` columns to exclude per row (distinct in every row).
+        hardness_columns: the hardness term touches ``keys[:hardness_columns]`` only.
     """
 
     anchors: Tensor
@@ -127,6 +132,8 @@ class Candidates:
     sample_index: Tensor | None = None
     num_batch_keys: int = 0
     negative_owners: Tensor | None = None
+    extra_excluded: tuple[Tensor, ...] = ()
+    hardness_columns: int | None = None
 
     @property
     def num_anchors(self) -> int:
@@ -138,26 +145,21 @@ class Candidates:
         n = self.keys.shape[0]
         n -= self.positive_index is not None
         n -= self.self_index is not None
-        return n
+        return n - len(self.extra_excluded)
 
     @property
-    def excluded(self) -> tuple[Tensor | None, Tensor | None]:
-        """The per-row columns that are not negatives: ``(positive_index, self_index)``."""
-        return self.positive_index, self.self_index
+    def excluded(self) -> tuple[Tensor | None, ...]:
+        """The per-row columns that are not negatives (positive, self, extra)."""
+        return self.positive_index, self.self_index, *self.extra_excluded
 
     def rows(self, r0: int, r1: int) -> Candidates:
-        """The anchors ``r0:r1`` of this direction against the same keys."""
-        def cut(x: Tensor | None) -> Tensor | None:
-            return None if x is None else x[r0:r1]
-
-        return Candidates(anchors=self.anchors[r0:r1], keys=self.keys,
-                          positive_sim=self.positive_sim[r0:r1],
-                          positive_index=cut(self.positive_index), self_index=cut(self.self_index),
-                          positive_keys=cut(self.positive_keys), unit_keys=self.unit_keys,
-                          labels=cut(self.labels), key_labels=self.key_labels,
-                          sample_index=cut(self.sample_index),
-                          num_batch_keys=self.num_batch_keys,
-                          negative_owners=self.negative_owners)
+        """The anchors ``r0:r1`` of this direction against the same keys (every per-row field
+        cut, the rest shared)."""
+        per_row = ("anchors", "positive_sim", "positive_index", "self_index", "positive_keys",
+                   "labels", "sample_index")
+        cut = {name: getattr(self, name) for name in per_row}
+        return replace(self, **{k: None if v is None else v[r0:r1] for k, v in cut.items()},
+                       extra_excluded=tuple(x[r0:r1] for x in self.extra_excluded))
 
     def mask_(self, matrix: Tensor) -> Tensor:
         """Overwrite the positive and self columns of an ``[A, C]`` matrix in place.
@@ -169,10 +171,9 @@ class Candidates:
         """
         rows = torch.arange(matrix.shape[0], device=matrix.device)
         with torch.no_grad():
-            if self.positive_index is not None:
-                matrix[rows, self.positive_index] = MASKED
-            if self.self_index is not None:
-                matrix[rows, self.self_index] = MASKED
+            for index in self.excluded:
+                if index is not None:
+                    matrix[rows, index] = MASKED
         return matrix
 
     def similarity(self) -> Tensor:
@@ -185,10 +186,9 @@ class Candidates:
         mask = torch.ones(self.anchors.shape[0], self.keys.shape[0], dtype=torch.bool,
                           device=self.anchors.device)
         rows = torch.arange(mask.shape[0], device=mask.device)
-        if self.positive_index is not None:
-            mask[rows, self.positive_index] = False
-        if self.self_index is not None:
-            mask[rows, self.self_index] = False
+        for index in self.excluded:
+            if index is not None:
+                mask[rows, index] = False
         return mask
 
 
@@ -210,7 +210,7 @@ def _gather(x: Tensor, gather_fn: GatherFn | None) -> tuple[Tensor, int, int]:
 def build_candidates(
     z0: Tensor,
     z1: Tensor,
-    form: str = "nt_xent",
+    form: Form = "nt_xent",
     negatives: Tensor | None = None,
     *,
     gather_distributed: bool = False,

@@ -28,7 +28,16 @@ What the authors' code does, and what this module follows:
   (``logits / get_temp(logits.detach())``), the CIFAR script and the SimCSE code: the gradient
   of ``s / tau(s)`` is ``1 / tau`` there. Their DCL variant (``TSDCLLoss``) does not detach,
   so its gradient also flows through ``tau(s)``. ``detach_temperature=True`` (default)
-  follows the former, ``False`` the latter.
+  follows the former, ``False`` the latter in this one respect only.
+* **the DCL formula.** ``positive_in_denominator=False`` is the corrected DCL: one
+  log-sum-exp over all the anchor's negatives (same-view and cross-view together), as
+  Lightly's ``DCLLoss`` since 1.5.21; with equal temperatures it equals Lightly 1.6's
+  ``DCLLoss`` to float64 precision (about 1e-15). It is *not* the value of the authors'
+  ``TSDCLLoss``, which adds two separate log-sum-exp terms (over the same-view and over the
+  cross-view negatives), the DCL formula Lightly corrected in 1.5.21: the two differ by
+  50-90 % on random batches. ``DySTreSSLoss(positive_in_denominator=False,
+  detach_temperature=False)`` is therefore their DCL's temperature rule and gradient path on
+  the corrected DCL, not a reproduction of their DCL numbers.
 * **which pairs.** Every pair, the positive included: the NT-Xent and SimCSE code divide the
   whole logit matrix (positive column too) by the per-pair temperatures, and the CIFAR script
   applies the same function to the positives and to the negatives.
@@ -48,24 +57,35 @@ with the same recipe: ``build_ssl_module("simclr", "dystress")`` against ``"macl
 from __future__ import annotations
 
 import math
+from typing import Literal, get_args
 
 import torch
 from torch import Tensor
 
-from .base import ContrastiveLoss, Stats, functional_candidates, note_tile, reduce, run_kernel
+from .base import (
+    ContrastiveLoss,
+    Reduction,
+    Stats,
+    functional_candidates,
+    note_tile,
+    reduce,
+    run_kernel,
+)
 from .budget import LOGIT_COPIES, plan_tiles
-from .candidates import Candidates
+from .candidates import Candidates, Form
 from .distributed import GatherFn
-from .hardness import check_hardness, hardness_spec
+from .hardness import HardnessMode, check_hardness, hardness_spec
 from .validation import check_bool, check_choice, check_finite_number, check_positive
 
-__all__ = ["DySTreSSLoss", "dystress", "dystress_temperature", "SHAPES"]
+__all__ = ["Shape", "DySTreSSLoss", "dystress", "dystress_temperature", "SHAPES"]
 
-SHAPES = ("cosine", "piecewise")
+#: the temperature functions: the paper's cosine, the authors' piecewise variant
+Shape = Literal["cosine", "piecewise"]
+SHAPES: tuple[Shape, ...] = get_args(Shape)
 
 
 def dystress_temperature(s: Tensor, min_temperature: float = 0.1, max_temperature: float = 0.2,
-                         *, shape: str = "cosine", threshold: float = 0.4,
+                         *, shape: Shape = "cosine", threshold: float = 0.4,
                          width: float = 0.7) -> Tensor:
     """DySTreSS's temperature of the pairs with cosines ``s`` (elementwise, differentiable).
 
@@ -91,7 +111,7 @@ class _PairTemperatureTerm:
     """``s / tau(s)`` elementwise (a :class:`~adaptcl.plugins.tiled.TileTerm`), with its
     derivative written out for the recomputing backward."""
 
-    def __init__(self, min_temperature: float, max_temperature: float, shape: str,
+    def __init__(self, min_temperature: float, max_temperature: float, shape: Shape,
                  threshold: float, width: float, detach: bool) -> None:
         self.min, self.max, self.shape = min_temperature, max_temperature, shape
         self.threshold, self.width, self.detach = threshold, width, detach
@@ -125,9 +145,9 @@ class _PairTemperatureTerm:
                 self.detach)
 
 
-def _dystress_options(min_temperature: float, max_temperature: float, shape: str,
+def _dystress_options(min_temperature: float, max_temperature: float, shape: Shape,
                       threshold: float, width: float, detach_temperature: bool,
-                      positive_in_denominator: bool, hardness_mode: str | None,
+                      positive_in_denominator: bool, hardness_mode: HardnessMode | None,
                       hardness_strength: float) -> dict:
     """DySTreSS's hyper-parameters checked once for the module and the functional form."""
     low = check_positive("min_temperature", min_temperature)
@@ -146,8 +166,9 @@ def _dystress_options(min_temperature: float, max_temperature: float, shape: str
 
 
 def _dystress(cands: list[Candidates], *, min_temperature: float, max_temperature: float,
-              shape: str, threshold: float, width: float, detach_temperature: bool,
-              positive_in_denominator: bool, hardness_mode: str | None, hardness_strength: float,
+              shape: Shape, threshold: float, width: float, detach_temperature: bool,
+              positive_in_denominator: bool, hardness_mode: HardnessMode | None,
+              hardness_strength: float,
               tile_size: int | None, tile_backend: str = "auto", max_logits_bytes: int | None = None
               ) -> tuple[Tensor, Stats]:
     """DySTreSS's per-anchor losses and statistics on prepared candidates."""
@@ -175,9 +196,11 @@ class DySTreSSLoss(ContrastiveLoss):
         threshold, width: the piecewise shape's threshold ``t`` and half-period ``w``
             (defaults 0.4 and 0.7, the authors' SimCSE run); unused by ``"cosine"``.
         detach_temperature: compute tau from detached cosines (default, the authors' NT-Xent
-            and SimCSE code); ``False`` lets the gradient flow through tau (their DCL code).
+            and SimCSE code); ``False`` lets the gradient flow through tau (as their DCL
+            code, ``TSDCLLoss``, does).
         positive_in_denominator: ``False`` gives the DCL form (GraphCL's loss with per-pair
-            temperatures).
+            temperatures): the corrected DCL of Lightly's ``DCLLoss`` (one log-sum-exp over
+            all negatives), not ``TSDCLLoss``'s two separate log-sum-exps (module docstring).
         hardness_mode, hardness_strength: the hardness term of :mod:`adaptcl.plugins.hardness`
             (off by default).
         form, gather_distributed, gather_fn, check_finite, tile_size, reduction,
@@ -201,13 +224,13 @@ class DySTreSSLoss(ContrastiveLoss):
     takes_owners = True
 
     def __init__(self, min_temperature: float = 0.1, max_temperature: float = 0.2, *,
-                 shape: str = "cosine", threshold: float = 0.4, width: float = 0.7,
+                 shape: Shape = "cosine", threshold: float = 0.4, width: float = 0.7,
                  detach_temperature: bool = True, positive_in_denominator: bool = True,
-                 hardness_mode: str | None = None, hardness_strength: float = 0.0,
-                 form: str = "nt_xent", gather_distributed: bool = False,
+                 hardness_mode: HardnessMode | None = None, hardness_strength: float = 0.0,
+                 form: Form = "nt_xent", gather_distributed: bool = False,
                  gather_fn: GatherFn | None = None, check_finite: bool = True,
                  tile_size: int | None = None,
-                 tile_backend: str = "auto", reduction: str = "mean",
+                 tile_backend: str = "auto", reduction: Reduction = "mean",
                  max_logits_bytes: int | None = None) -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
                          check_finite=check_finite, tile_size=tile_size,
@@ -248,15 +271,15 @@ class DySTreSSLoss(ContrastiveLoss):
 
 
 def dystress(z0: Tensor, z1: Tensor, min_temperature: float = 0.1, max_temperature: float = 0.2,
-             *, negatives: Tensor | None = None, shape: str = "cosine", threshold: float = 0.4,
+             *, negatives: Tensor | None = None, shape: Shape = "cosine", threshold: float = 0.4,
              width: float = 0.7, detach_temperature: bool = True,
-             positive_in_denominator: bool = True, hardness_mode: str | None = None,
+             positive_in_denominator: bool = True, hardness_mode: HardnessMode | None = None,
              hardness_strength: float = 0.0, labels: Tensor | None = None,
              negative_labels: Tensor | None = None, negative_owners: Tensor | None = None,
-             form: str = "nt_xent", gather_distributed: bool = False,
+             form: Form = "nt_xent", gather_distributed: bool = False,
              gather_fn: GatherFn | None = None, check_finite: bool = True,
              tile_size: int | None = None,
-             tile_backend: str = "auto", reduction: str = "mean",
+             tile_backend: str = "auto", reduction: Reduction = "mean",
              max_logits_bytes: int | None = None) -> Tensor:
     """Functional DySTreSS; arguments as :class:`DySTreSSLoss` (and its ``forward``).
 

@@ -41,6 +41,8 @@ Examples:
 
 from __future__ import annotations
 
+from typing import Literal, get_args
+
 import torch
 from torch import Tensor
 
@@ -49,12 +51,15 @@ from .targets import same_class
 from .tiled import Masks
 from .validation import check_choice, check_non_negative
 
-__all__ = ["HARDNESS_MODES", "HardnessBias", "check_hardness"]
+__all__ = ["HardnessMode", "HARDNESS_MODES", "HardnessBias", "check_hardness"]
 
-HARDNESS_MODES = ("in_batch_negatives", "hard_negatives", "all_negatives")
+#: sentence-transformers' ``hardness_mode`` values (``None`` turns the term off)
+HardnessMode = Literal["in_batch_negatives", "hard_negatives", "all_negatives"]
+HARDNESS_MODES: tuple[HardnessMode, ...] = get_args(HardnessMode)
 
 
-def check_hardness(hardness_mode: str | None, hardness_strength: float) -> tuple[str | None, float]:
+def check_hardness(hardness_mode: HardnessMode | None,
+                   hardness_strength: float) -> tuple[str | None, float]:
     """``(hardness_mode, hardness_strength)`` validated; the strength is ignored (but checked)
     without a mode, as in sentence-transformers."""
     if hardness_mode is not None:
@@ -62,7 +67,8 @@ def check_hardness(hardness_mode: str | None, hardness_strength: float) -> tuple
     return hardness_mode, check_non_negative("hardness_strength", hardness_strength)
 
 
-def hardness_spec(hardness_mode: str | None, hardness_strength: float) -> tuple[str, float] | None:
+def hardness_spec(hardness_mode: HardnessMode | None,
+                  hardness_strength: float) -> tuple[str, float] | None:
     """``(mode, strength)`` when the term is on, ``None`` when it is exactly off."""
     if hardness_mode is None or hardness_strength == 0.0:
         return None
@@ -89,13 +95,17 @@ class HardnessBias:
             selected = None
         else:
             cols = torch.arange(c0, c1, device=device)
-            extra = cols >= c.num_batch_keys
-            if c.negative_owners is None:
+            if c.negative_owners is None or not len(c.negative_owners):
                 own = torch.zeros(r1 - r0, c1 - c0, dtype=torch.bool, device=device)
-            else:
-                owner = c.negative_owners[(cols - c.num_batch_keys).clamp(min=0)]
+            else:  # the extra negatives' columns (more blocks may follow them)
+                k = c.negative_owners.shape[0]
+                extra = (cols >= c.num_batch_keys) & (cols < c.num_batch_keys + k)
+                owner = c.negative_owners[(cols - c.num_batch_keys).clamp(0, k - 1)]
                 own = extra[None, :] & (owner[None, :] == c.sample_index[r0:r1, None])
             selected = own if self.mode == "hard_negatives" else ~own
+        if c.hardness_columns is not None and c1 > c.hardness_columns:
+            inside = torch.arange(c0, c1, device=device) < c.hardness_columns
+            selected = inside if selected is None else selected & inside
         if c.labels is not None:  # a same-class candidate is a positive: never penalised
             other = ~same_class(c, r0, r1, c0, c1)
             selected = other if selected is None else selected & other

@@ -19,6 +19,7 @@ from torch import Tensor
 
 from .base import (
     ContrastiveLoss,
+    Reduction,
     Stats,
     functional_candidates,
     loss_stats,
@@ -27,9 +28,9 @@ from .base import (
     run_kernel,
 )
 from .budget import plan_tiles
-from .candidates import Candidates
+from .candidates import Candidates, Form
 from .distributed import GatherFn
-from .hardness import check_hardness, hardness_spec
+from .hardness import HardnessMode, check_hardness, hardness_spec
 from .kernel import negative_lse, no_negatives_output
 from .validation import check_positive
 
@@ -46,13 +47,13 @@ def _info_nce(cands: list[Candidates], temperature: float | Tensor, positive_in_
 
 
 def info_nce(z0: Tensor, z1: Tensor, temperature: float = 0.1, *, negatives: Tensor | None = None,
-             form: str = "nt_xent", positive_in_denominator: bool = True,
-             hardness_mode: str | None = None, hardness_strength: float = 0.0,
+             form: Form = "nt_xent", positive_in_denominator: bool = True,
+             hardness_mode: HardnessMode | None = None, hardness_strength: float = 0.0,
              labels: Tensor | None = None, negative_labels: Tensor | None = None,
              negative_owners: Tensor | None = None, gather_distributed: bool = False,
              gather_fn: GatherFn | None = None, check_finite: bool = True,
              tile_size: int | None = None,
-             tile_backend: str = "auto", reduction: str = "mean",
+             tile_backend: str = "auto", reduction: Reduction = "mean",
              max_logits_bytes: int | None = None) -> Tensor:
     """InfoNCE / NT-Xent of the pairs ``(z0[i], z1[i])``; arguments as :class:`InfoNCELoss`
     (and its ``forward``: ``labels`` give SupCon's multi-positive targets).
@@ -79,11 +80,12 @@ def info_nce(z0: Tensor, z1: Tensor, temperature: float = 0.1, *, negatives: Ten
 
 
 def dcl(z0: Tensor, z1: Tensor, temperature: float = 0.1, *, negatives: Tensor | None = None,
-        form: str = "nt_xent", hardness_mode: str | None = None, hardness_strength: float = 0.0,
+        form: Form = "nt_xent", hardness_mode: HardnessMode | None = None,
+        hardness_strength: float = 0.0,
         negative_owners: Tensor | None = None, gather_distributed: bool = False,
         gather_fn: GatherFn | None = None, check_finite: bool = True,
         tile_size: int | None = None,
-        tile_backend: str = "auto", reduction: str = "mean",
+        tile_backend: str = "auto", reduction: Reduction = "mean",
         max_logits_bytes: int | None = None) -> Tensor:
     """Decoupled contrastive loss: InfoNCE with the positive removed from the denominator."""
     return info_nce(z0, z1, temperature, negatives=negatives, form=form,
@@ -148,12 +150,12 @@ class InfoNCELoss(ContrastiveLoss):
     takes_labels = True
     takes_owners = True
 
-    def __init__(self, temperature: float = 0.1, *, form: str = "nt_xent",
-                 positive_in_denominator: bool = True, hardness_mode: str | None = None,
+    def __init__(self, temperature: float = 0.1, *, form: Form = "nt_xent",
+                 positive_in_denominator: bool = True, hardness_mode: HardnessMode | None = None,
                  hardness_strength: float = 0.0, gather_distributed: bool = False,
                  gather_fn: GatherFn | None = None, check_finite: bool = True,
                  tile_size: int | None = None,
-                 tile_backend: str = "auto", reduction: str = "mean",
+                 tile_backend: str = "auto", reduction: Reduction = "mean",
                  max_logits_bytes: int | None = None) -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
                          check_finite=check_finite, tile_size=tile_size,
@@ -200,12 +202,12 @@ class DCLLoss(InfoNCELoss):
 
     takes_labels = False
 
-    def __init__(self, temperature: float = 0.1, *, form: str = "nt_xent",
-                 hardness_mode: str | None = None, hardness_strength: float = 0.0,
+    def __init__(self, temperature: float = 0.1, *, form: Form = "nt_xent",
+                 hardness_mode: HardnessMode | None = None, hardness_strength: float = 0.0,
                  gather_distributed: bool = False, gather_fn: GatherFn | None = None,
                  check_finite: bool = True, tile_size: int | None = None,
                  tile_backend: str = "auto",
-                 reduction: str = "mean", max_logits_bytes: int | None = None) -> None:
+                 reduction: Reduction = "mean", max_logits_bytes: int | None = None) -> None:
         super().__init__(temperature, form=form, positive_in_denominator=False,
                          hardness_mode=hardness_mode, hardness_strength=hardness_strength,
                          gather_distributed=gather_distributed, gather_fn=gather_fn,
@@ -235,10 +237,10 @@ def _flat_nce(cands: list[Candidates], temperature: float, tile_size: int | None
 
 
 def flat_nce(z0: Tensor, z1: Tensor, temperature: float = 0.1, *,
-             negatives: Tensor | None = None, form: str = "nt_xent",
+             negatives: Tensor | None = None, form: Form = "nt_xent",
              gather_distributed: bool = False, gather_fn: GatherFn | None = None,
              check_finite: bool = True, tile_size: int | None = None, tile_backend: str = "auto",
-             reduction: str = "mean", max_logits_bytes: int | None = None) -> Tensor:
+             reduction: Reduction = "mean", max_logits_bytes: int | None = None) -> Tensor:
     """FlatNCE of the pairs ``(z0[i], z1[i])``; arguments as :class:`FlatNCELoss`."""
     check_positive("temperature", temperature)
     cands = functional_candidates(z0, z1, negatives, form=form,
@@ -263,11 +265,11 @@ class FlatNCELoss(ContrastiveLoss):
         >>> loss = loss_fn(torch.randn(8, 32), torch.randn(8, 32))
     """
 
-    def __init__(self, temperature: float = 0.1, *, form: str = "nt_xent",
+    def __init__(self, temperature: float = 0.1, *, form: Form = "nt_xent",
                  gather_distributed: bool = False, gather_fn: GatherFn | None = None,
                  check_finite: bool = True, tile_size: int | None = None,
                  tile_backend: str = "auto",
-                 reduction: str = "mean", max_logits_bytes: int | None = None) -> None:
+                 reduction: Reduction = "mean", max_logits_bytes: int | None = None) -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
                          check_finite=check_finite, tile_size=tile_size,
                          tile_backend=tile_backend, reduction=reduction,
@@ -298,10 +300,10 @@ def _dual_temperature(cands: list[Candidates], temperature: float, temperature_b
 
 def dual_temperature(z0: Tensor, z1: Tensor, temperature: float = 0.1,
                      temperature_beta: float = 1.0, *, negatives: Tensor | None = None,
-                     form: str = "nt_xent", gather_distributed: bool = False,
+                     form: Form = "nt_xent", gather_distributed: bool = False,
                      gather_fn: GatherFn | None = None, check_finite: bool = True,
                      tile_size: int | None = None,
-                     tile_backend: str = "auto", reduction: str = "mean",
+                     tile_backend: str = "auto", reduction: Reduction = "mean",
                      max_logits_bytes: int | None = None) -> Tensor:
     """Dual temperature InfoNCE; arguments as :class:`DualTemperatureLoss`."""
     check_positive("temperature", temperature)
@@ -330,10 +332,10 @@ class DualTemperatureLoss(ContrastiveLoss):
     """
 
     def __init__(self, temperature: float = 0.1, temperature_beta: float = 1.0, *,
-                 form: str = "nt_xent", gather_distributed: bool = False,
+                 form: Form = "nt_xent", gather_distributed: bool = False,
                  gather_fn: GatherFn | None = None, check_finite: bool = True,
                  tile_size: int | None = None,
-                 tile_backend: str = "auto", reduction: str = "mean",
+                 tile_backend: str = "auto", reduction: Reduction = "mean",
                  max_logits_bytes: int | None = None) -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
                          check_finite=check_finite, tile_size=tile_size,

@@ -29,8 +29,17 @@ one backward (a symmetric loss, gradient accumulation) are fine: the graph keeps
 and the bounds' mask, never ``s`` itself. The forward pass also bounds ``s`` out of place (a
 no-op on a clamped value), so the functional form's argument, and ``s`` under
 ``torch.compile`` (which skips the in-place clamp), are bounded too.
-Call :meth:`LearnableTemperatureLoss.clamp_` to clamp right after ``optimizer.step()``
-exactly as open_clip does (before saving a checkpoint, say).
+
+What a read between two steps shows. open_clip clamps right after ``optimizer.step()``, so its
+``logit_scale`` is never seen out of bounds; here the raw parameter stays where the step put it
+until the next forward pass. Every read of the value is the clamped one instead:
+``state_dict()`` holds the clamped ``s`` (a state-dict hook clamps a copy; the parameter itself
+is not touched, so reading never changes training), :attr:`LearnableTemperatureLoss.temperature`
+is ``exp(-clamped s)`` and ``last_stats`` is what the forward used. A checkpoint written between
+steps is therefore open_clip's, and resuming from it continues the same trajectory (the next
+forward would have clamped to that value). Only the :attr:`~LearnableTemperatureLoss.logit_scale`
+parameter, read directly, shows the raw value; call :meth:`LearnableTemperatureLoss.clamp_` right
+after ``optimizer.step()`` to clamp it in place exactly when open_clip does.
 
 Where the parameter goes. It is a parameter of the loss module: keep the loss inside the
 module that is optimised (a LightningModule's ``self.criterion``, a GraphCL model's
@@ -59,6 +68,7 @@ from torch import Tensor, nn
 
 from .base import (
     ContrastiveLoss,
+    Reduction,
     Stats,
     functional_candidates,
     loss_stats,
@@ -67,10 +77,10 @@ from .base import (
     run_kernel,
 )
 from .budget import plan_tiles
-from .candidates import Candidates
+from .candidates import Candidates, Form
 from .distributed import GatherFn
 from .heads import as_heads
-from .validation import check_int, check_positive
+from .validation import check_int, check_positive, check_temperature_range
 
 __all__ = ["LearnableTemperatureLoss", "learnable_temperature", "OPEN_CLIP_TEMPERATURE",
            "scale_bounds", "bounded_scale"]
@@ -84,10 +94,7 @@ OPEN_CLIP_TEMPERATURE: dict[str, float] = {"temperature": 0.07, "min_temperature
 def _learnable_options(min_temperature: float, max_temperature: float,
                        positive_in_denominator: bool) -> dict:
     """The bounds checked once for the module and the functional form."""
-    low = check_positive("min_temperature", min_temperature)
-    high = check_positive("max_temperature", max_temperature)
-    if high < low:
-        raise ValueError(f"max_temperature must be >= min_temperature, got {high} < {low}")
+    low, high = check_temperature_range(min_temperature, max_temperature)
     return {"min_temperature": low, "max_temperature": high,
             "positive_in_denominator": bool(positive_in_denominator)}
 
@@ -193,11 +200,11 @@ class LearnableTemperatureLoss(ContrastiveLoss):
     """
 
     def __init__(self, temperature: float = 0.07, *, min_temperature: float = 0.01,
-                 max_temperature: float = 1.0, num_heads: int = 1, form: str = "nt_xent",
+                 max_temperature: float = 1.0, num_heads: int = 1, form: Form = "nt_xent",
                  positive_in_denominator: bool = True, gather_distributed: bool = False,
                  gather_fn: GatherFn | None = None, check_finite: bool = True,
                  tile_size: int | None = None,
-                 tile_backend: str = "auto", reduction: str = "mean",
+                 tile_backend: str = "auto", reduction: Reduction = "mean",
                  max_logits_bytes: int | None = None) -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
                          check_finite=check_finite, tile_size=tile_size,
@@ -216,6 +223,7 @@ class LearnableTemperatureLoss(ContrastiveLoss):
         shape = () if num_heads == 1 else (num_heads,)
         #: s = log(1 / tau), open_clip's ``logit_scale`` (one per head)
         self.logit_scale = nn.Parameter(torch.full(shape, math.log(1.0 / temperature)))
+        self.register_state_dict_post_hook(_clamped_in_state_dict)
 
     @property
     def temperature(self) -> Tensor:
@@ -244,13 +252,24 @@ class LearnableTemperatureLoss(ContrastiveLoss):
                 f"{self.positive_in_denominator}, {super().extra_repr()}")
 
 
+def _clamped_in_state_dict(module: LearnableTemperatureLoss, state_dict: dict, prefix: str,
+                           local_metadata: dict) -> None:
+    """``state_dict`` post-hook: the saved ``s`` is the clamped one, as open_clip's after its
+    ``clamp_`` (a copy; ``keep_vars=True`` keeps the parameter itself)."""
+    key = prefix + "logit_scale"
+    value = state_dict.get(key)
+    if value is not None and not isinstance(value, nn.Parameter):
+        state_dict[key] = value.clamp(*scale_bounds(module.min_temperature,
+                                                    module.max_temperature))
+
+
 def learnable_temperature(z0: Tensor, z1: Tensor, logit_scale: Tensor, *,
                           min_temperature: float = 0.01, max_temperature: float = 1.0,
-                          negatives: Tensor | None = None, form: str = "nt_xent",
+                          negatives: Tensor | None = None, form: Form = "nt_xent",
                           positive_in_denominator: bool = True, gather_distributed: bool = False,
                           gather_fn: GatherFn | None = None, check_finite: bool = True,
                           tile_size: int | None = None, tile_backend: str = "auto",
-                          reduction: str = "mean",
+                          reduction: Reduction = "mean",
                           max_logits_bytes: int | None = None) -> Tensor:
     """Functional learnable temperature at ``tau = exp(-clamp(logit_scale))``; arguments as
     :class:`LearnableTemperatureLoss`, with the parameter ``s`` passed in (0-d, or one per head

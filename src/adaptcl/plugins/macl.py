@@ -22,22 +22,36 @@ alpha = 2, A0 = 0.8 as soon as A < 0.3. alpha is not capped at 1.
 
 from __future__ import annotations
 
+from typing import Literal, get_args
+
 import torch
 from torch import Tensor
 
-from .base import ContrastiveLoss, Stats, functional_candidates, note_tile, reduce, run_kernel
+from .base import (
+    ContrastiveLoss,
+    Reduction,
+    Stats,
+    functional_candidates,
+    note_tile,
+    reduce,
+    run_kernel,
+)
 from .budget import plan_tiles
-from .candidates import Candidates, alignment_magnitude
+from .candidates import Candidates, Form, alignment_magnitude
 from .distributed import GatherFn
-from .hardness import check_hardness, hardness_spec
+from .hardness import HardnessMode, check_hardness, hardness_spec
 from .validation import check_choice, check_finite_number, check_non_negative, check_positive
 
-TEMPERATURE_FORMS = ("linear", "exp")
-WEIGHT_FORMS = ("inverse", "w_prime")
+#: MACL's temperature rule: linear in A (the paper) or exponential (its earlier version)
+TemperatureForm = Literal["linear", "exp"]
+TEMPERATURE_FORMS: tuple[TemperatureForm, ...] = get_args(TemperatureForm)
+#: MACL's reweighting: ``1 / W`` (Eq. 11) or ``W' / W`` (MACL-w)
+WeightForm = Literal["inverse", "w_prime"]
+WEIGHT_FORMS: tuple[WeightForm, ...] = get_args(WeightForm)
 
 
 def macl_temperature(alignment: Tensor, temperature: float | Tensor, alpha: float,
-                     a0: float = 0.0, *, temperature_form: str = "linear",
+                     a0: float = 0.0, *, temperature_form: TemperatureForm = "linear",
                      min_temperature: float | Tensor | None = None) -> Tensor:
     """MACL's alignment-adaptive temperature, clamped below at ``min_temperature``.
 
@@ -61,8 +75,9 @@ def macl_temperature(alignment: Tensor, temperature: float | Tensor, alpha: floa
 
 
 def _macl_options(temperature: float, alpha: float, a0: float, reweight: bool, adaptive: bool,
-                  temperature_form: str, weight_form: str, min_temperature: float | None,
-                  positive_in_denominator: bool, hardness_mode: str | None = None,
+                  temperature_form: TemperatureForm, weight_form: WeightForm,
+                  min_temperature: float | None,
+                  positive_in_denominator: bool, hardness_mode: HardnessMode | None = None,
                   hardness_strength: float = 0.0) -> dict:
     """MACL's hyper-parameters checked once for the module and the functional form."""
     temperature = check_positive("temperature", temperature)
@@ -88,7 +103,7 @@ def _macl_options(temperature: float, alpha: float, a0: float, reweight: bool, a
 
 
 def _batch_temperature(alignment: Tensor, *, temperature: float | Tensor, alpha: float,
-                       a0: float, adaptive: bool, temperature_form: str,
+                       a0: float, adaptive: bool, temperature_form: TemperatureForm,
                        min_temperature: float | Tensor) -> Tensor:
     if not adaptive:
         if isinstance(temperature, Tensor):  # a tau0 that keeps its gradient
@@ -99,9 +114,10 @@ def _batch_temperature(alignment: Tensor, *, temperature: float | Tensor, alpha:
 
 
 def _macl(cands: list[Candidates], *, temperature: float | Tensor, alpha: float, a0: float,
-          reweight: bool, adaptive: bool, temperature_form: str, weight_form: str,
+          reweight: bool, adaptive: bool, temperature_form: TemperatureForm,
+          weight_form: WeightForm,
           min_temperature: float | Tensor, positive_in_denominator: bool,
-          hardness_mode: str | None,
+          hardness_mode: HardnessMode | None,
           hardness_strength: float, tile_size: int | None,
           all_reduce: bool, tile_backend: str = "auto", max_logits_bytes: int | None = None) -> tuple[Tensor, Stats]:
     """MACL's per-anchor losses and statistics on prepared candidates."""
@@ -174,14 +190,15 @@ class MACLLoss(ContrastiveLoss):
     takes_owners = True
 
     def __init__(self, temperature: float = 0.1, alpha: float = 0.5, a0: float = 0.0, *,
-                 reweight: bool = True, adaptive: bool = True, temperature_form: str = "linear",
-                 weight_form: str = "inverse", min_temperature: float | None = None,
-                 form: str = "nt_xent", positive_in_denominator: bool = True,
-                 hardness_mode: str | None = None, hardness_strength: float = 0.0,
+                 reweight: bool = True, adaptive: bool = True,
+                 temperature_form: TemperatureForm = "linear",
+                 weight_form: WeightForm = "inverse", min_temperature: float | None = None,
+                 form: Form = "nt_xent", positive_in_denominator: bool = True,
+                 hardness_mode: HardnessMode | None = None, hardness_strength: float = 0.0,
                  gather_distributed: bool = False, gather_fn: GatherFn | None = None,
                  check_finite: bool = True, tile_size: int | None = None,
                  tile_backend: str = "auto",
-                 reduction: str = "mean", max_logits_bytes: int | None = None) -> None:
+                 reduction: Reduction = "mean", max_logits_bytes: int | None = None) -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
                          check_finite=check_finite, tile_size=tile_size,
                          tile_backend=tile_backend, reduction=reduction,
@@ -237,14 +254,14 @@ class MACLLoss(ContrastiveLoss):
 
 def macl(z0: Tensor, z1: Tensor, temperature: float = 0.1, alpha: float = 0.5, a0: float = 0.0,
          *, negatives: Tensor | None = None, reweight: bool = True, adaptive: bool = True,
-         temperature_form: str = "linear", weight_form: str = "inverse",
-         min_temperature: float | None = None, form: str = "nt_xent",
-         positive_in_denominator: bool = True, hardness_mode: str | None = None,
+         temperature_form: TemperatureForm = "linear", weight_form: WeightForm = "inverse",
+         min_temperature: float | None = None, form: Form = "nt_xent",
+         positive_in_denominator: bool = True, hardness_mode: HardnessMode | None = None,
          hardness_strength: float = 0.0, labels: Tensor | None = None,
          negative_labels: Tensor | None = None, negative_owners: Tensor | None = None,
          gather_distributed: bool = False, gather_fn: GatherFn | None = None,
          check_finite: bool = True, tile_size: int | None = None, tile_backend: str = "auto",
-         reduction: str = "mean", max_logits_bytes: int | None = None) -> Tensor:
+         reduction: Reduction = "mean", max_logits_bytes: int | None = None) -> Tensor:
     """Functional MACL; arguments as :class:`MACLLoss` (and its ``forward``).
 
     Examples:
@@ -266,4 +283,5 @@ def macl(z0: Tensor, z1: Tensor, temperature: float = 0.1, alpha: float = 0.5, a
     return reduce(per_anchor, reduction)
 
 
-__all__ = ["MACLLoss", "macl", "macl_temperature"]
+__all__ = ["TemperatureForm", "TEMPERATURE_FORMS", "WeightForm", "WEIGHT_FORMS", "MACLLoss",
+           "macl", "macl_temperature"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .candidates import build_candidates, normalize
+from .candidates import Form, build_candidates, normalize
 from .kernel import negative_lse
 from .validation import check_embedding_tensor, check_pair, check_positive
 
@@ -78,7 +78,7 @@ def semantic_sensitivity(z0: Tensor, z1: Tensor, labels: Tensor) -> Tensor:
 
 @torch.no_grad()
 def gradient_scaling_factor(z0: Tensor, z1: Tensor, temperature: float = 0.1, *,
-                            form: str = "cross_view", negatives: Tensor | None = None) -> Tensor:
+                            form: Form = "cross_view", negatives: Tensor | None = None) -> Tensor:
     """Per-anchor ``W_i = 1 - P_pos`` (MACL Eq. 8), computed as ``sigmoid(lse_neg - pos)``."""
     check_positive("temperature", temperature)
     out = []

@@ -53,11 +53,19 @@ import math
 import torch
 from torch import Tensor, nn
 
-from .base import ContrastiveLoss, Stats, functional_candidates, note_tile, reduce, run_kernel
+from .base import (
+    ContrastiveLoss,
+    Reduction,
+    Stats,
+    functional_candidates,
+    note_tile,
+    reduce,
+    run_kernel,
+)
 from .budget import plan_tiles
-from .candidates import Candidates
+from .candidates import Candidates, Form
 from .distributed import GatherFn
-from .validation import check_int, check_positive
+from .validation import check_int, check_temperature_range
 
 __all__ = ["TemperatureScheduleLoss", "temperature_schedule", "cosine_temperature",
            "set_schedule_step", "advance_schedules", "SCHEDULE_PAPER"]
@@ -87,10 +95,7 @@ def cosine_temperature(step: int, min_temperature: float, max_temperature: float
 def _schedule_options(min_temperature: float, max_temperature: float, period: int,
                       positive_in_denominator: bool) -> dict:
     """The schedule's hyper-parameters checked once for the module and the functional form."""
-    low = check_positive("min_temperature", min_temperature)
-    high = check_positive("max_temperature", max_temperature)
-    if high < low:
-        raise ValueError(f"max_temperature must be >= min_temperature, got {high} < {low}")
+    low, high = check_temperature_range(min_temperature, max_temperature)
     return {"min_temperature": low, "max_temperature": high,
             "period": check_int("period", period, 1),
             "positive_in_denominator": bool(positive_in_denominator)}
@@ -141,11 +146,11 @@ class TemperatureScheduleLoss(ContrastiveLoss):
     """
 
     def __init__(self, min_temperature: float = 0.1, max_temperature: float = 1.0,
-                 period: int = 400, *, step: int = 0, form: str = "nt_xent",
+                 period: int = 400, *, step: int = 0, form: Form = "nt_xent",
                  positive_in_denominator: bool = True, gather_distributed: bool = False,
                  gather_fn: GatherFn | None = None, check_finite: bool = True,
                  tile_size: int | None = None,
-                 tile_backend: str = "auto", reduction: str = "mean",
+                 tile_backend: str = "auto", reduction: Reduction = "mean",
                  max_logits_bytes: int | None = None) -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
                          check_finite=check_finite, tile_size=tile_size,
@@ -220,11 +225,11 @@ class TemperatureScheduleLoss(ContrastiveLoss):
 
 def temperature_schedule(z0: Tensor, z1: Tensor, min_temperature: float = 0.1,
                          max_temperature: float = 1.0, period: int = 400, *, step: int = 0,
-                         negatives: Tensor | None = None, form: str = "nt_xent",
+                         negatives: Tensor | None = None, form: Form = "nt_xent",
                          positive_in_denominator: bool = True, gather_distributed: bool = False,
                          gather_fn: GatherFn | None = None, check_finite: bool = True,
                          tile_size: int | None = None, tile_backend: str = "auto",
-                         reduction: str = "mean",
+                         reduction: Reduction = "mean",
                          max_logits_bytes: int | None = None) -> Tensor:
     """Functional temperature schedule at ``step``; arguments as :class:`TemperatureScheduleLoss`.
 

@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from typing import Literal, get_args
 
 import torch
 from torch import Tensor
 
 from .base import (
     ContrastiveLoss,
+    Reduction,
     Stats,
     functional_candidates,
     in_row_blocks,
@@ -33,11 +35,13 @@ from .base import (
     reduce,
 )
 from .budget import plan_tiles
-from .candidates import Candidates, rows_logits
+from .candidates import Candidates, Form, rows_logits
 from .distributed import GatherFn
 from .validation import UNFUSED_BACKENDS, check_choice, check_positive
 
-MINING = ("all", "hardest")
+#: the triplets kept: every (anchor, negative), or each anchor's closest negative
+Mining = Literal["all", "hardest"]
+MINING: tuple[Mining, ...] = get_args(Mining)
 #: ``[A, C]`` matrices of the materialised path at its peak (measured, 6.4 to 8.2:
 #: :mod:`~adaptcl.plugins.budget`)
 SURVEY_COPIES = 9
@@ -56,9 +60,9 @@ def _survey(cands: list[Candidates], per_anchor: Callable[[Candidates], Tensor],
 
 
 def _functional(per_anchor: Callable[[Candidates], Tensor], z0: Tensor, z1: Tensor,
-                negatives: Tensor | None, *, form: str, gather_distributed: bool,
+                negatives: Tensor | None, *, form: Form, gather_distributed: bool,
                 gather_fn: GatherFn | None, check_finite: bool, tile_size: int | None,
-                tile_backend: str, reduction: str, max_logits_bytes: int | None) -> Tensor:
+                tile_backend: str, reduction: Reduction, max_logits_bytes: int | None) -> Tensor:
     cands = functional_candidates(z0, z1, negatives, form=form,
                                   gather_distributed=gather_distributed, gather_fn=gather_fn,
                                   check_finite=check_finite, tile_size=tile_size,
@@ -87,7 +91,7 @@ def _margin_rows(c: Candidates, margin: float, squared: bool) -> Tensor:
     return 0.5 * d_pos + 0.5 * neg_term
 
 
-def _triplet_rows(c: Candidates, margin: float, mining: str) -> Tensor:
+def _triplet_rows(c: Candidates, margin: float, mining: Mining) -> Tensor:
     if c.num_negatives == 0:
         return c.positive_sim * 0.0
     d_pos, d_neg = _distances(c)
@@ -115,11 +119,11 @@ def _nce_rows(c: Candidates, temperature: float) -> Tensor:
 
 
 def margin_contrastive(z0: Tensor, z1: Tensor, margin: float = 1.0, *, squared: bool = True,
-                       negatives: Tensor | None = None, form: str = "cross_view",
+                       negatives: Tensor | None = None, form: Form = "cross_view",
                        gather_distributed: bool = False, gather_fn: GatherFn | None = None,
                        check_finite: bool = True, tile_size: int | None = None,
                        tile_backend: str = "auto",
-                       reduction: str = "mean", max_logits_bytes: int | None = None) -> Tensor:
+                       reduction: Reduction = "mean", max_logits_bytes: int | None = None) -> Tensor:
     """Functional margin contrastive loss; arguments as :class:`MarginContrastiveLoss`."""
     margin = check_positive("margin", margin)
     return _functional(lambda c: _margin_rows(c, margin, bool(squared)), z0, z1, negatives,
@@ -129,12 +133,12 @@ def margin_contrastive(z0: Tensor, z1: Tensor, margin: float = 1.0, *, squared: 
                        max_logits_bytes=max_logits_bytes)
 
 
-def triplet(z0: Tensor, z1: Tensor, margin: float = 0.5, *, mining: str = "all",
-            negatives: Tensor | None = None, form: str = "cross_view",
+def triplet(z0: Tensor, z1: Tensor, margin: float = 0.5, *, mining: Mining = "all",
+            negatives: Tensor | None = None, form: Form = "cross_view",
             gather_distributed: bool = False, gather_fn: GatherFn | None = None,
             check_finite: bool = True, tile_size: int | None = None,
             tile_backend: str = "auto",
-            reduction: str = "mean", max_logits_bytes: int | None = None) -> Tensor:
+            reduction: Reduction = "mean", max_logits_bytes: int | None = None) -> Tensor:
     """Functional triplet loss; arguments as :class:`TripletLoss`."""
     margin = check_positive("margin", margin)
     mining = check_choice("mining", mining, MINING)
@@ -146,10 +150,10 @@ def triplet(z0: Tensor, z1: Tensor, margin: float = 0.5, *, mining: str = "all",
 
 
 def nce(z0: Tensor, z1: Tensor, temperature: float = 0.1, *, negatives: Tensor | None = None,
-        form: str = "cross_view", gather_distributed: bool = False,
+        form: Form = "cross_view", gather_distributed: bool = False,
         gather_fn: GatherFn | None = None, check_finite: bool = True,
         tile_size: int | None = None, tile_backend: str = "auto",
-        reduction: str = "mean",
+        reduction: Reduction = "mean",
         max_logits_bytes: int | None = None) -> Tensor:
     """Functional NCE; arguments as :class:`NCELoss`."""
     temperature = check_positive("temperature", temperature)
@@ -176,11 +180,11 @@ class MarginContrastiveLoss(ContrastiveLoss):
 
     tile_backends = UNFUSED_BACKENDS  # no fused kernel: "auto" is the PyTorch path
 
-    def __init__(self, margin: float = 1.0, *, squared: bool = True, form: str = "cross_view",
+    def __init__(self, margin: float = 1.0, *, squared: bool = True, form: Form = "cross_view",
                  gather_distributed: bool = False, gather_fn: GatherFn | None = None,
                  check_finite: bool = True, tile_size: int | None = None,
                  tile_backend: str = "auto",
-                 reduction: str = "mean", max_logits_bytes: int | None = None) -> None:
+                 reduction: Reduction = "mean", max_logits_bytes: int | None = None) -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
                          check_finite=check_finite, tile_size=tile_size,
                          tile_backend=tile_backend, reduction=reduction,
@@ -208,11 +212,11 @@ class TripletLoss(ContrastiveLoss):
 
     tile_backends = UNFUSED_BACKENDS  # no fused kernel: "auto" is the PyTorch path
 
-    def __init__(self, margin: float = 0.5, *, mining: str = "all", form: str = "cross_view",
+    def __init__(self, margin: float = 0.5, *, mining: Mining = "all", form: Form = "cross_view",
                  gather_distributed: bool = False, gather_fn: GatherFn | None = None,
                  check_finite: bool = True, tile_size: int | None = None,
                  tile_backend: str = "auto",
-                 reduction: str = "mean", max_logits_bytes: int | None = None) -> None:
+                 reduction: Reduction = "mean", max_logits_bytes: int | None = None) -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
                          check_finite=check_finite, tile_size=tile_size,
                          tile_backend=tile_backend, reduction=reduction,
@@ -242,11 +246,11 @@ class NCELoss(ContrastiveLoss):
 
     tile_backends = UNFUSED_BACKENDS  # no fused kernel: "auto" is the PyTorch path
 
-    def __init__(self, temperature: float = 0.1, *, form: str = "cross_view",
+    def __init__(self, temperature: float = 0.1, *, form: Form = "cross_view",
                  gather_distributed: bool = False, gather_fn: GatherFn | None = None,
                  check_finite: bool = True, tile_size: int | None = None,
                  tile_backend: str = "auto",
-                 reduction: str = "mean", max_logits_bytes: int | None = None) -> None:
+                 reduction: Reduction = "mean", max_logits_bytes: int | None = None) -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
                          check_finite=check_finite, tile_size=tile_size,
                          tile_backend=tile_backend, reduction=reduction,
@@ -259,5 +263,6 @@ class NCELoss(ContrastiveLoss):
                        self.max_logits_bytes)
 
 
-__all__ = ["MarginContrastiveLoss", "TripletLoss", "NCELoss", "margin_contrastive", "triplet",
+__all__ = ["Mining", "MINING", "MarginContrastiveLoss", "TripletLoss", "NCELoss",
+           "margin_contrastive", "triplet",
            "nce"]

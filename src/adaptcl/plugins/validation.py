@@ -46,6 +46,16 @@ def check_finite_number(name: str, value: float) -> float:
     return float(value)
 
 
+def check_temperature_range(min_temperature: float,
+                            max_temperature: float) -> tuple[float, float]:
+    """``(min_temperature, max_temperature)`` as floats: both > 0 and ordered."""
+    low = check_positive("min_temperature", min_temperature)
+    high = check_positive("max_temperature", max_temperature)
+    if high < low:
+        raise ValueError(f"max_temperature must be >= min_temperature, got {high} < {low}")
+    return low, high
+
+
 def check_choice(name: str, value: str, choices: tuple[str, ...]) -> str:
     if value not in choices:
         raise ValueError(f"{name} must be one of {choices}, got {value!r}")

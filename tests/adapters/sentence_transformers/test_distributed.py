@@ -15,7 +15,8 @@ pytest.importorskip("sentence_transformers")
 
 WORLD, N, D = 2, 5, 8
 NAMES = ("infonce", "macl", "macl_symmetric", "amcl", "dystress", "hardness_hard_negatives",
-         "hardness_in_batch_symmetric", "supcon", "supcon_dystress_hardness")
+         "hardness_in_batch_symmetric", "supcon", "supcon_dystress_hardness", "joint_all_hardness",
+         "joint_macl_doc_to_doc")
 #: classes of the full batch, shared across the two ranks (labels must be gathered)
 LABELS = torch.tensor([0, 1, 2, 0, 1, 2, 3, 0, 1, 3])
 
@@ -51,6 +52,14 @@ def _make(name: str, gather: bool):
     if name == "supcon_dystress_hardness":
         return st.DySTreSSLoss(None, use_labels=True, hardness_mode="all_negatives",
                                hardness_strength=2.0, gather_across_devices=gather)
+    if name == "joint_all_hardness":  # one joint softmax over the peer's four terms
+        return st.InfoNCELoss(None, temperature=0.05, hardness_mode="hard_negatives",
+                              hardness_strength=5.0, gather_across_devices=gather,
+                              directions=("query_to_doc", "query_to_query", "doc_to_query",
+                                          "doc_to_doc"))
+    if name == "joint_macl_doc_to_doc":  # each rank excludes its own pairs' documents
+        return st.MACLLoss(None, alpha=0.5, a0=0.0, directions=("query_to_doc", "doc_to_doc"),
+                           gather_across_devices=gather)
     if name == "amcl":
         torch.manual_seed(0)  # the same heads and temperature network on every rank
         loss = st.AMCLLoss(_Encoder(), num_heads=2, projection_dim=4, gather_across_devices=gather)

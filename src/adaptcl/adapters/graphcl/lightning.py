@@ -52,7 +52,7 @@ Example::
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Literal, get_args
 
 from adaptcl.adapters import require
 
@@ -71,10 +71,12 @@ from adaptcl.plugins.validation import (  # noqa: E402
 
 from .steps import StepRecorder, two_views  # noqa: E402
 
-__all__ = ["GraphCLModule", "OPTIMIZERS"]
+__all__ = ["OptimizerName", "GraphCLModule", "OPTIMIZERS"]
 
 #: the optimisers :class:`GraphCLModule` builds (GraphCL and the recipes use Adam)
-OPTIMIZERS = ("adam", "adamw")
+OptimizerName = Literal["adam", "adamw"]
+#: the same choices as a tuple, checked at construction
+OPTIMIZERS: tuple[OptimizerName, ...] = get_args(OptimizerName)
 
 
 class GraphCLModule(pl.LightningModule):
@@ -108,7 +110,7 @@ class GraphCLModule(pl.LightningModule):
     ``step_loss``).
     """
 
-    def __init__(self, model: nn.Module, *, lr: float = 1e-3, optimizer: str = "adam",
+    def __init__(self, model: nn.Module, *, lr: float = 1e-3, optimizer: OptimizerName = "adam",
                  weight_decay: float = 0.0, gather_distributed: bool | None = None,
                  where: str = "GraphCL pre-training",
                  sync_each_step: bool | None = None,

@@ -31,7 +31,7 @@ import torch  # noqa: E402
 from torch import Tensor, nn  # noqa: E402
 
 from adaptcl.plugins import advance_schedules  # noqa: E402
-from adaptcl.precision import autocast, check_precision  # noqa: E402
+from adaptcl.precision import Precision, autocast, check_precision  # noqa: E402
 from adaptcl.registry import canonical_loss_name, loss_help  # noqa: E402
 
 from ._graph import _data_device  # noqa: E402
@@ -61,7 +61,8 @@ def graphcl_loss(name: str | nn.Module = "graphcl", temperature: float = DEFAULT
       TAI 2025), as ``"macl"`` is GraphCL's loss with MACL's. The DySTreSS authors ran no
       graphs; as in their SimCLR setting (0.1 and 0.2) the fixed tau is tau_min and tau_max is
       twice it, the rule of the Lightning factory too. The temperature is detached, as in
-      their NT-Xent code (their DCL code is not: ``detach_temperature=False``).
+      their NT-Xent code (their DCL code is not: ``detach_temperature=False``; the value is the
+      corrected DCL, not their ``TSDCLLoss``, see :mod:`adaptcl.plugins.dystress`).
     * ``"temperature_schedule"``: GraphCL's loss (DCL, cross-view) at Kukleva et al.'s cosine
       schedule from ``temperature`` (tau_min) up to their tau_max 1.0, period 400 steps
       (``max_temperature=``, ``period=`` override them): ``TemperatureScheduleLoss(temperature,
@@ -212,7 +213,7 @@ class MolPropertyModel(nn.Module):
 
 def train_epoch(model: nn.Module, loader, optimizer: torch.optim.Optimizer,
                 stats: dict[str, list] | None = None, *, where: str = "",
-                device: torch.device | str | None = None, precision: str = "32",
+                device: torch.device | str | None = None, precision: Precision = "32",
                 scaler: torch.amp.GradScaler | None = None,
                 sync_each_step: bool | None = None,
                 step_loss: Callable[..., Tensor] | None = None) -> float:

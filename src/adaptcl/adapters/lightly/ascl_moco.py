@@ -10,6 +10,7 @@ from lightly.models.modules.heads import MoCoProjectionHead
 from lightly.utils import dist as lightly_dist
 from torch import Tensor, nn
 
+from adaptcl.plugins.ascl import ASCLMode
 from adaptcl.plugins.validation import check_int
 
 from .loss import ASCLLoss
@@ -50,7 +51,7 @@ class ASCLMoCo(nn.Module):
     def __init__(self, backbone: nn.Module, feature_dim: int, hidden_dim: int = 2048,
                  output_dim: int = 128, queue_size: int = 4096, momentum: float = 0.99,
                  temperature: float = 0.1, sharpen_temperature: float = 0.05,
-                 num_neighbors: int = 1, mode: str = "ascl",
+                 num_neighbors: int = 1, mode: ASCLMode = "ascl",
                  gather_distributed: bool = False) -> None:
         super().__init__()
         check_int("feature_dim", feature_dim, 1)

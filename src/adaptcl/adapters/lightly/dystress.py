@@ -15,9 +15,10 @@ import functools
 from collections.abc import Sequence
 
 from adaptcl import plugins
+from adaptcl.plugins.dystress import Shape
 from adaptcl.plugins.validation import check_positive
 
-from .memory_bank import MemoryBankLoss
+from .memory_bank import InBatchForm, MemoryBankLoss
 
 __all__ = ["DySTreSSLoss"]
 
@@ -51,8 +52,8 @@ class DySTreSSLoss(MemoryBankLoss):
 
     def __init__(self, min_temperature: float = 0.1, max_temperature: float = 0.2,
                  memory_bank_size: int | Sequence[int] = 0, gather_distributed: bool = False, *,
-                 shape: str = "cosine", threshold: float = 0.4, width: float = 0.7,
-                 detach_temperature: bool = True, form: str = "nt_xent",
+                 shape: Shape = "cosine", threshold: float = 0.4, width: float = 0.7,
+                 detach_temperature: bool = True, form: InBatchForm = "nt_xent",
                  persistent_memory_bank: bool = False, memory_bank_labels: bool = False,
                  check_finite: bool = True, tile_size: int | None = None,
                  tile_backend: str = "auto",

@@ -29,6 +29,9 @@ from torch import Tensor, nn
 
 from adaptcl import plugins
 from adaptcl.plugins import amcl as _amcl
+from adaptcl.plugins.amcl import NegativeTerm, Objective
+from adaptcl.plugins.ascl import ASCLMode
+from adaptcl.plugins.macl import TemperatureForm, WeightForm
 from adaptcl.plugins.validation import (
     check_finite_number,
     check_int,
@@ -36,7 +39,7 @@ from adaptcl.plugins.validation import (
     check_positive,
 )
 
-from .memory_bank import MemoryBankLoss, MultiHeadBankLoss, core_attribute, same_dtype
+from .memory_bank import InBatchForm, MemoryBankLoss, MultiHeadBankLoss, core_attribute, same_dtype
 
 __all__ = ["NTXentLoss", "DCLLoss", "DCLWLoss", "FlatNCELoss", "DualTemperatureLoss",
            "MACLLoss", "ASCLLoss", "AMCLLoss"]
@@ -85,7 +88,7 @@ class NTXentLoss(MemoryBankLoss):
     """
 
     def __init__(self, temperature: float = 0.5, memory_bank_size: BankSize = 0,
-                 gather_distributed: bool = False, *, form: str = "nt_xent",
+                 gather_distributed: bool = False, *, form: InBatchForm = "nt_xent",
                  persistent_memory_bank: bool = False, memory_bank_labels: bool = False,
                  check_finite: bool = True, tile_size: int | None = None,
                  tile_backend: str = "auto",
@@ -127,7 +130,7 @@ class DCLLoss(MemoryBankLoss):
     def __init__(self, temperature: float = 0.1,
                  weight_fn: Callable[[Tensor, Tensor], Tensor] | None = None,
                  gather_distributed: bool = False, *, memory_bank_size: BankSize = 0,
-                 form: str = "nt_xent", persistent_memory_bank: bool = False,
+                 form: InBatchForm = "nt_xent", persistent_memory_bank: bool = False,
                  check_finite: bool = True, tile_size: int | None = None,
                  tile_backend: str = "auto",
                  max_logits_bytes: int | None = None) -> None:
@@ -203,7 +206,7 @@ class FlatNCELoss(MemoryBankLoss):
     """
 
     def __init__(self, temperature: float = 0.1, memory_bank_size: BankSize = 0,
-                 gather_distributed: bool = False, *, form: str = "nt_xent",
+                 gather_distributed: bool = False, *, form: InBatchForm = "nt_xent",
                  persistent_memory_bank: bool = False, check_finite: bool = True,
                  tile_size: int | None = None, max_logits_bytes: int | None = None, tile_backend: str = "auto") -> None:
         super().__init__(functools.partial(plugins.FlatNCELoss, temperature), memory_bank_size,
@@ -228,7 +231,7 @@ class DualTemperatureLoss(MemoryBankLoss):
 
     def __init__(self, temperature: float = 0.1, temperature_beta: float = 1.0,
                  memory_bank_size: BankSize = 0, gather_distributed: bool = False,
-                 *, form: str = "nt_xent", persistent_memory_bank: bool = False,
+                 *, form: InBatchForm = "nt_xent", persistent_memory_bank: bool = False,
                  check_finite: bool = True, tile_size: int | None = None,
                  tile_backend: str = "auto",
                  max_logits_bytes: int | None = None) -> None:
@@ -285,8 +288,8 @@ class MACLLoss(MemoryBankLoss):
     def __init__(self, temperature: float = 0.1, alpha: float = 0.5, a0: float = 0.0,
                  memory_bank_size: BankSize = 0, gather_distributed: bool = False,
                  *, reweight: bool = True, adaptive: bool = True,
-                 temperature_form: str = "linear", weight_form: str = "inverse",
-                 min_temperature: float | None = None, form: str = "nt_xent",
+                 temperature_form: TemperatureForm = "linear", weight_form: WeightForm = "inverse",
+                 min_temperature: float | None = None, form: InBatchForm = "nt_xent",
                  persistent_memory_bank: bool = False, memory_bank_labels: bool = False,
                  A_0: float | None = None, check_finite: bool = True,
                  tile_size: int | None = None, max_logits_bytes: int | None = None, tile_backend: str = "auto") -> None:
@@ -345,7 +348,7 @@ class ASCLLoss(MemoryBankLoss):
     """
 
     def __init__(self, temperature: float = 0.1, sharpen_temperature: float = 0.05,
-                 num_neighbors: int = 1, mode: str = "ascl",
+                 num_neighbors: int = 1, mode: ASCLMode = "ascl",
                  memory_bank_size: BankSize = 0, gather_distributed: bool = False,
                  *, persistent_memory_bank: bool = False, check_finite: bool = True,
                  tile_size: int | None = None, max_logits_bytes: int | None = None, tile_backend: str = "auto") -> None:
@@ -401,11 +404,11 @@ class AMCLLoss(MultiHeadBankLoss):
         >>> tau = loss_fn.last_stats["temperature"]
     """
 
-    def __init__(self, dim: int, beta: float = 1e-3, negative_term: str = "softmax",
-                 kappa: int = 1, objective: str = "nt_xent", eta: float = 1e-5,
+    def __init__(self, dim: int, beta: float = 1e-3, negative_term: NegativeTerm = "softmax",
+                 kappa: int = 1, objective: Objective = "nt_xent", eta: float = 1e-5,
                  iota: float = 2.0, memory_bank_size: BankSize = 0,
                  gather_distributed: bool = False, *, num_heads: int = 1,
-                 form: str = "nt_xent", temperature_net: nn.Module | None = None,
+                 form: InBatchForm = "nt_xent", temperature_net: nn.Module | None = None,
                  persistent_memory_bank: bool = False, check_finite: bool = True,
                  tile_size: int | None = None,
                  tile_backend: str = "auto",

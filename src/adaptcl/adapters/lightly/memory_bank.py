@@ -27,22 +27,23 @@ attribute ``criterion``) and this class does what ``lightly.loss.NTXentLoss`` do
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal, get_args
 
 import torch
 from lightly.models.modules.memory_bank import MemoryBankModule
 from lightly.utils import dist as lightly_dist
 from torch import Tensor, nn
 
-from adaptcl import plugins
 from adaptcl.plugins.candidates import compute_dtype, normalize
 from adaptcl.plugins.validation import check_bool, check_choice, check_int, check_shared
 
-__all__ = ["PersistentMemoryBankModule", "MemoryBankLoss", "MultiHeadBankLoss", "lightly_gather",
+__all__ = ["InBatchForm", "IN_BATCH_FORMS", "PersistentMemoryBankModule", "MemoryBankLoss",
+           "MultiHeadBankLoss", "lightly_gather",
            "core_attribute", "class_indices"]
 
 #: in-batch candidate sets a Lightly loss may choose; the queue form is chosen by the bank
-IN_BATCH_FORMS = tuple(f for f in plugins.FORMS if f != "queue")
+InBatchForm = Literal["nt_xent", "cross_view", "cross_view_symmetric"]
+IN_BATCH_FORMS: tuple[InBatchForm, ...] = get_args(InBatchForm)
 
 
 def lightly_gather(x: Tensor) -> tuple[Tensor, ...]:
@@ -122,7 +123,7 @@ class MemoryBankLoss(nn.Module):
 
     def __init__(self, make_core: Callable[..., nn.Module],
                  memory_bank_size: int | Sequence[int] = 0,
-                 gather_distributed: bool = False, *, form: str = "nt_xent",
+                 gather_distributed: bool = False, *, form: InBatchForm = "nt_xent",
                  persistent_memory_bank: bool = False, check_finite: bool = True,
                  tile_size: int | None = None,
                  max_logits_bytes: int | None = None,

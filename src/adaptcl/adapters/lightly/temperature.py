@@ -34,7 +34,7 @@ from adaptcl import plugins
 from adaptcl.plugins.logit_scale import OPEN_CLIP_TEMPERATURE
 from adaptcl.plugins.schedule import SCHEDULE_PAPER
 
-from .memory_bank import MemoryBankLoss, MultiHeadBankLoss, core_attribute
+from .memory_bank import InBatchForm, MemoryBankLoss, MultiHeadBankLoss, core_attribute
 
 __all__ = ["TemperatureScheduleLoss", "LearnableTemperatureLoss"]
 
@@ -75,7 +75,7 @@ class TemperatureScheduleLoss(MemoryBankLoss):
                  max_temperature: float = SCHEDULE_PAPER["max_temperature"],
                  period: int = SCHEDULE_PAPER["period"], memory_bank_size: BankSize = 0,
                  gather_distributed: bool = False, *, step: int = 0,
-                 positive_in_denominator: bool = True, form: str = "nt_xent",
+                 positive_in_denominator: bool = True, form: InBatchForm = "nt_xent",
                  persistent_memory_bank: bool = False, check_finite: bool = True,
                  tile_size: int | None = None, max_logits_bytes: int | None = None, tile_backend: str = "auto") -> None:
         core = functools.partial(plugins.TemperatureScheduleLoss, min_temperature,
@@ -139,7 +139,7 @@ class LearnableTemperatureLoss(MultiHeadBankLoss):
                  min_temperature: float = OPEN_CLIP_TEMPERATURE["min_temperature"],
                  max_temperature: float = OPEN_CLIP_TEMPERATURE["max_temperature"],
                  num_heads: int = 1, positive_in_denominator: bool = True,
-                 form: str = "nt_xent", persistent_memory_bank: bool = False,
+                 form: InBatchForm = "nt_xent", persistent_memory_bank: bool = False,
                  check_finite: bool = True, tile_size: int | None = None,
                  tile_backend: str = "auto",
                  max_logits_bytes: int | None = None) -> None:

@@ -28,13 +28,20 @@ from __future__ import annotations
 from typing import Any
 
 from adaptcl.adapters import require
+from adaptcl.plugins.amcl import NegativeTerm, Objective
 
 require("lightly", "vision")
 pl = require("pytorch_lightning", "vision")
 
 from adaptcl.adapters import lightly as L  # noqa: E402
 from adaptcl.adapters.lightning import modules as M  # noqa: E402
-from adaptcl.adapters.lightning.methods import METHOD_LOSSES, METHODS, check_method_loss  # noqa: E402
+from adaptcl.adapters.lightning.methods import (  # noqa: E402
+    METHOD_LOSSES,
+    METHODS,
+    Backbone,
+    Method,
+    check_method_loss,
+)
 
 __all__ = ["METHODS", "METHOD_LOSSES", "build_ssl_module", "ssl_transforms"]
 
@@ -42,11 +49,12 @@ _MODULES = {"simclr": M.SimCLRModule, "moco": M.MoCoV2Module, "simsiam": M.SimSi
             "barlowtwins": M.BarlowTwinsModule}
 
 
-def build_ssl_module(method: str, loss: str, *, backbone: str = "resnet-18", width: float = 1.0,
+def build_ssl_module(method: Method, loss: str, *, backbone: Backbone = "resnet-18",
+                     width: float = 1.0,
                      hidden_dim: int = 512, output_dim: int = 128, temperature: float = 0.1,
                      macl_temperature: float | None = None, alpha: float = 0.5,
                      a0: float = 0.0, num_heads: int = 2, beta: float = 1e-3, kappa: int = 1,
-                     negative_term: str = "softmax", amcl_objective: str = "nt_xent",
+                     negative_term: NegativeTerm = "softmax", amcl_objective: Objective = "nt_xent",
                      queue_size: int = 4096, num_neighbors: int = 1,
                      sharpen_temperature: float = 0.05,
                      dystress_max_temperature: float | None = None,
@@ -143,7 +151,7 @@ def build_ssl_module(method: str, loss: str, *, backbone: str = "resnet-18", wid
                   **module_kwargs)
 
 
-def ssl_transforms(method: str, input_size: int = 32,
+def ssl_transforms(method: Method, input_size: int = 32,
                    normalize: dict[str, list[float]] | None = None):
     """(two-view training transform, evaluation transform) for ``method``.
 

@@ -14,13 +14,19 @@ before it (``nt_xent``, ``flat_nce``, ``dual``, ASCL-MoCo's ``moco``) are accept
 
 from __future__ import annotations
 
+from typing import Literal, get_args
+
 from adaptcl.registry import canonical_loss_name
 
-__all__ = ["METHODS", "METHOD_LOSSES", "check_method_loss"]
+__all__ = ["Backbone", "BACKBONES", "Method", "METHODS", "METHOD_LOSSES", "check_method_loss"]
 
 #: the depths of Lightly's ``ResNetGenerator`` (the CIFAR ResNet of ``cifar_resnet``)
-BACKBONES = ("resnet-9", "resnet-18", "resnet-34", "resnet-50", "resnet-101", "resnet-152")
-METHODS = ("simclr", "moco", "simsiam", "barlowtwins", "ascl-moco")
+Backbone = Literal["resnet-9", "resnet-18", "resnet-34", "resnet-50", "resnet-101",
+                   "resnet-152"]
+BACKBONES: tuple[Backbone, ...] = get_args(Backbone)
+#: the self-supervised methods :func:`~adaptcl.adapters.lightning.build_ssl_module` builds
+Method = Literal["simclr", "moco", "simsiam", "barlowtwins", "ascl-moco"]
+METHODS: tuple[Method, ...] = get_args(Method)
 #: losses each method accepts (first = the method's own baseline); for ``ascl-moco`` the loss
 #: names ASCL's mode, ``infonce`` being plain MoCo (ASCL without neighbours)
 METHOD_LOSSES: dict[str, tuple[str, ...]] = {
@@ -34,7 +40,7 @@ METHOD_LOSSES: dict[str, tuple[str, ...]] = {
 }
 
 
-def check_method_loss(method: str, loss: str) -> str:
+def check_method_loss(method: Method, loss: str) -> str:
     """The canonical name of ``loss`` (:func:`~adaptcl.registry.canonical_loss_name`);
     raises ``ValueError`` naming the argument unless it applies to ``method``."""
     if method not in METHOD_LOSSES:

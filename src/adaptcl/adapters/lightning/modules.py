@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import Any
+from typing import Any, Literal, get_args
 
 import torch
 import torch.nn.functional as F
@@ -47,6 +47,7 @@ from torch import Tensor, nn
 
 from adaptcl.adapters import require
 from adaptcl.adapters.lightning.methods import BACKBONES
+from adaptcl.plugins.ascl import ASCLMode
 
 require("lightly", "vision")
 pl = require("pytorch_lightning", "vision")
@@ -79,9 +80,15 @@ from adaptcl.plugins.validation import (  # noqa: E402
 __all__ = [
     "SSLModule", "SimCLRModule", "MoCoV2Module", "SimSiamModule", "BarlowTwinsModule",
     "ASCLMoCoModule", "cifar_resnet", "small_cnn", "extract_features", "knn_correct",
+    "OptimizerName", "OPTIMIZERS", "LRSchedule", "LR_SCHEDULES",
 ]
 
-OPTIMIZERS = ("adam", "adamw", "sgd")
+#: the optimisers :class:`SSLModule` builds
+OptimizerName = Literal["adam", "adamw", "sgd"]
+OPTIMIZERS: tuple[OptimizerName, ...] = get_args(OptimizerName)
+#: the learning-rate schedules of :class:`SSLModule`: cosine decay (after the warm-up) or none
+LRSchedule = Literal["cosine", "constant"]
+LR_SCHEDULES: tuple[LRSchedule, ...] = get_args(LRSchedule)
 
 
 def cifar_resnet(name: str = "resnet-18", width: float = 1.0) -> tuple[nn.Module, int]:
@@ -177,13 +184,13 @@ class SSLModule(pl.LightningModule):
     """
 
     def __init__(self, backbone: nn.Module, feature_dim: int, criterion: nn.Module, *,
-                 optimizer: str = "adam", lr: float = 1e-3, weight_decay: float = 1e-6,
-                 momentum: float = 0.9, lr_schedule: str = "cosine", warmup_epochs: int = 0,
+                 optimizer: OptimizerName = "adam", lr: float = 1e-3, weight_decay: float = 1e-6,
+                 momentum: float = 0.9, lr_schedule: LRSchedule = "cosine", warmup_epochs: int = 0,
                  num_classes: int = 10, knn_k: int = 200, knn_t: float = 0.1,
                  knn_bank_loader: Any = None) -> None:
         super().__init__()
         self.optimizer_name = check_choice("optimizer", optimizer, OPTIMIZERS)
-        self.lr_schedule = check_choice("lr_schedule", lr_schedule, ("cosine", "constant"))
+        self.lr_schedule = check_choice("lr_schedule", lr_schedule, LR_SCHEDULES)
         self.lr = check_positive("lr", lr)
         self.knn_t = check_positive("knn_t", knn_t)
         self.weight_decay = check_non_negative("weight_decay", weight_decay)
@@ -503,7 +510,7 @@ class ASCLMoCoModule(SSLModule):
     def __init__(self, backbone: nn.Module, feature_dim: int, *, hidden_dim: int = 2048,
                  output_dim: int = 128, queue_size: int = 4096, momentum: float = 0.99,
                  temperature: float = 0.1, sharpen_temperature: float = 0.05,
-                 num_neighbors: int = 1, mode: str = "ascl", gather_distributed: bool = False,
+                 num_neighbors: int = 1, mode: ASCLMode = "ascl", gather_distributed: bool = False,
                  **kwargs: Any) -> None:
         kwargs.setdefault("optimizer", "sgd")
         kwargs.setdefault("lr", 0.06)

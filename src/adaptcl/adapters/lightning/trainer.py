@@ -19,6 +19,7 @@ import torch
 
 from adaptcl.adapters import require
 from adaptcl.io import atomic_write
+from adaptcl.precision import Precision
 
 pl = require("pytorch_lightning", "vision")
 
@@ -79,7 +80,7 @@ class TrainingClock(pl.Callback):
 
 
 def build_trainer(max_epochs: int, *, device: str = "cpu", devices: int = 1,
-                  strategy: str = "auto", precision: str = "32", logger: Any = False,
+                  strategy: str = "auto", precision: Precision = "32", logger: Any = False,
                   ckpt_dir: str | Path | None = None, callbacks: list[Any] | None = None,
                   progress: bool = True, val_every: int = 0) -> pl.Trainer:
     """Lightning's ``Trainer`` for ``device`` (``"cpu"``, ``"cuda"`` or ``"cuda:N"``).

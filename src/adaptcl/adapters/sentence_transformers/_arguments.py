@@ -7,7 +7,7 @@ import functools
 import inspect
 import math
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 from torch import Tensor
@@ -65,23 +65,6 @@ def _resolve_temperature(temperature: float | None, scale: float | None, default
         raise ValueError(f"pass temperature or scale, not both: temperature={temperature} but "
                          f"scale={scale} means temperature={1.0 / scale}")
     return 1.0 / scale
-
-
-def _symmetric_from_directions(directions: Sequence[str] | None, partition_mode: str | None,
-                               symmetric: bool) -> bool:
-    """``symmetric`` from ``MultipleNegativesRankingLoss``'s ``directions`` / ``partition_mode``,
-    where they describe one of the two losses offered here."""
-    if directions is None and partition_mode is None:
-        return symmetric
-    directions = tuple(directions or ("query_to_doc",))
-    if directions == ("query_to_doc",) and partition_mode in (None, "joint", "per_direction"):
-        return symmetric
-    if sorted(directions) == ["doc_to_query", "query_to_doc"] and partition_mode == "per_direction":
-        return True
-    raise ValueError(
-        f"directions={directions} with partition_mode={partition_mode!r} is not available: the "
-        "losses here offer ('query_to_doc',) and ('query_to_doc', 'doc_to_query') with "
-        "partition_mode='per_direction' (that is symmetric=True)")
 
 
 def _check_similarity_fct(similarity_fct: Callable | None) -> None:

@@ -18,8 +18,7 @@ import hashlib
 import logging
 import os
 import weakref
-from collections.abc import Iterable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -37,6 +36,16 @@ from sentence_transformers.base.losses.merged_forward import embed_columns  # no
 from sentence_transformers.util import all_gather_with_grad, get_world_size  # noqa: E402
 
 from ._arguments import _check_bool, _check_optional_count  # noqa: E402
+from ._directions import (  # noqa: E402
+    Direction,
+    PartitionMode,
+    check_joint,
+    hard_negative_owners,
+    joint_candidates,
+    joint_loss,
+    resolve_directions,
+    without_hardness,
+)
 from ._gradient_cache import _apply_loss_parameter_gradients, _forward_is_patched  # noqa: E402
 from .citations import INFONCE_CITATION, SUPCON_CITATION  # noqa: E402
 
@@ -113,7 +122,11 @@ class AdaptiveContrastiveLoss(CachedLossMixin, nn.Module):
             at most this many non-padding tokens (turns gradient caching on).
         symmetric: also rank the anchors for each positive and average the two directions. As
             sentence-transformers' symmetric loss, the reverse direction ranks the anchors only:
-            hard-negative columns are candidates of the forward direction alone.
+            hard-negative columns are candidates of the forward direction alone. The same as
+            ``directions=("query_to_doc", "doc_to_query"), partition_mode="per_direction"``.
+        directions, partition_mode: ``MultipleNegativesRankingLoss``'s (6.2), with its
+            defaults, checks and values; the core's temperature rule applies to every term
+            (a joint softmax needs a core with ``compute_from_candidates``).
         check_finite: raise ``ValueError`` on NaN/inf embeddings (costs one host-device
             synchronisation per call; ``False`` skips it).
         show_progress_bar: progress bar over the cached mini-batches.
@@ -138,6 +151,8 @@ class AdaptiveContrastiveLoss(CachedLossMixin, nn.Module):
     def __init__(self, model: nn.Module | None, core: nn.Module, *, projection: nn.Module | None = None,
                  gather_across_devices: bool = False, mini_batch_size: int | None = None,
                  mini_batch_num_tokens: int | None = None, symmetric: bool = False,
+                 directions: Sequence[Direction] | None = None,
+                 partition_mode: PartitionMode | None = None,
                  show_progress_bar: bool = False, use_labels: bool = False) -> None:
         self._check_model(model)
         mini_batch_size = _check_optional_count("mini_batch_size", mini_batch_size)
@@ -156,11 +171,16 @@ class AdaptiveContrastiveLoss(CachedLossMixin, nn.Module):
         self.model = model
         self.core = core
         self.projection = projection
-        self.symmetric = _check_bool("symmetric", symmetric)
+        self.directions, self.partition_mode = resolve_directions(directions, partition_mode,
+                                                                  symmetric)
+        self.symmetric = self.partition_mode == "per_direction" and len(self.directions) == 2
+        self.joint = self.partition_mode == "joint" and len(self.directions) > 1
         self.gather_across_devices = _check_bool("gather_across_devices", gather_across_devices)
         self.use_labels = _check_bool("use_labels", use_labels)
         if self.use_labels and not getattr(core, "takes_labels", False):
             raise ValueError(f"use_labels=True: the core loss {type(core).__name__} takes no labels")
+        if self.joint:
+            check_joint(self.directions, core, use_labels=self.use_labels)
         self.last_stats: dict[str, Tensor] = {}
         self._pending_parameter_grads: list[tuple[list[nn.Parameter], tuple[Tensor | None, ...]]] = []
         self._warned_patched_forward = False
@@ -259,17 +279,25 @@ class AdaptiveContrastiveLoss(CachedLossMixin, nn.Module):
                 raise ValueError(f"{type(self).__name__}(use_labels=True) needs the class of each pair: "
                                  "a 'label' column in the dataset")
             pairs["labels"] = labels.to(embeddings[0].device, non_blocking=True)
-        if negatives is not None and getattr(self.core, "hardness_mode", None) is not None:
-            pairs["negative_owners"] = _hard_negative_owners(
+        if negatives is not None and (self.joint or getattr(self.core, "hardness_mode", None)):
+            pairs["negative_owners"] = hard_negative_owners(
                 embeddings[0].shape[0], len(embeddings) - 2, embeddings[0].device,
                 get_world_size() if gathers else 1)
         if negatives is not None and gathers:
             negatives = all_gather_with_grad(negatives)
         anchors, positives, negatives = self.project_columns(embeddings[0], embeddings[1], negatives)
+        if self.joint:
+            rows = joint_candidates(anchors, positives, negatives, self.directions,
+                                    gather=all_gather_with_grad if gathers else None,
+                                    negative_owners=pairs.get("negative_owners"),
+                                    check_finite=self.core.check_finite)
+            loss = joint_loss(self.core, rows)
+            self.last_stats = dict(self.core.last_stats)
+            return loss
         loss = self.core(anchors, positives, negatives, **pairs)
         stats = dict(self.core.last_stats)
         if self.symmetric:
-            with _without_hardness(self.core):
+            with without_hardness(self.core):
                 reverse = self.core(positives, anchors, **{k: v for k, v in pairs.items()
                                                            if k == "labels"})
             loss = (loss + reverse) / 2
@@ -294,6 +322,8 @@ class AdaptiveContrastiveLoss(CachedLossMixin, nn.Module):
         config: dict[str, Any] = {"gather_across_devices": self.gather_across_devices}
         if self.symmetric:
             config["symmetric"] = True
+        if self.joint:
+            config.update(directions=self.directions, partition_mode="joint")
         if getattr(self.core, "tile_size", None) is not None:
             config["tile_size"] = self.core.tile_size
         if getattr(self.core, "tile_backend", "auto") != "auto":
@@ -386,25 +416,3 @@ def _loss_state_loaded(loss: AdaptiveContrastiveLoss, incompatible_keys: Any) ->
     """``load_state_dict`` post-hook on the loss: its own state was loaded (the model's watch,
     which fires first for the model inside it, set the flag)."""
     loss._model_loaded_without_loss_state = False
-
-def _hard_negative_owners(rows: int, columns: int, device: torch.device, world: int) -> Tensor:
-    """The pair each hard-negative row belongs to, counted over the gathered batch: the local
-    negatives are ``columns`` blocks of ``rows`` (block ``k`` row ``i`` is anchor ``i``'s), and
-    ``all_gather_with_grad`` concatenates the ranks' blocks, rank ``r``'s anchors being
-    ``r * rows + i``."""
-    local = torch.arange(rows, device=device).repeat(columns)
-    return torch.cat([r * rows + local for r in range(world)])
-
-
-@contextmanager
-def _without_hardness(core: nn.Module) -> Iterator[None]:
-    """The core with its hardness term off for one call (the reverse direction)."""
-    mode = getattr(core, "hardness_mode", None)
-    if mode is None:
-        yield
-        return
-    core.hardness_mode = None
-    try:
-        yield
-    finally:
-        core.hardness_mode = mode

@@ -10,9 +10,11 @@ are accepted, a batch of one pair gives 0 with zero gradient like
 reverse direction (positive -> anchors) does not see the hard-negative columns. The peer's
 ``hardness_mode`` / ``hardness_strength`` (sentence-transformers 6.2) are accepted by
 ``InfoNCELoss``, ``MACLLoss``, ``ASCLLoss`` and ``DySTreSSLoss`` with the peer's meaning
-(:mod:`adaptcl.plugins.hardness`), and so are ``directions`` / ``partition_mode`` where they
-describe the one-direction or the symmetric loss. ``use_labels=True`` reads the dataset's label
-column as classes (multi-positive targets, SupCon) for InfoNCE, MACL and DySTreSS.
+(:mod:`adaptcl.plugins.hardness`). ``InfoNCELoss``, ``MACLLoss`` and ``DySTreSSLoss`` take the
+peer's ``directions`` / ``partition_mode``: every setting it accepts, with its values (a joint
+softmax over several terms is built by ``_directions.joint_candidates``). ``use_labels=True``
+reads the dataset's label column as classes (multi-positive targets, SupCon) for InfoNCE, MACL
+and DySTreSS.
 """
 
 from __future__ import annotations
@@ -25,6 +27,11 @@ from torch import Tensor, nn
 
 from adaptcl import plugins
 from adaptcl.adapters import require
+from adaptcl.plugins.amcl import NegativeTerm, Objective
+from adaptcl.plugins.ascl import ASCLMode
+from adaptcl.plugins.dystress import Shape
+from adaptcl.plugins.hardness import HardnessMode
+from adaptcl.plugins.macl import TemperatureForm
 
 require("sentence_transformers", "text")
 
@@ -33,8 +40,8 @@ from ._arguments import (  # noqa: E402
     _gather_kwargs,
     _positional_like_the_peer,
     _resolve_temperature,
-    _symmetric_from_directions,
 )
+from ._directions import DIRECTIONS, PARTITION_MODES, Direction, PartitionMode  # noqa: E402
 from .base import AdaptiveContrastiveLoss, embedding_dimension  # noqa: E402
 from .citations import (  # noqa: E402
     AMCL_CITATION,
@@ -43,7 +50,8 @@ from .citations import (  # noqa: E402
     MACL_CITATION,
 )
 
-__all__ = ["AMCLLoss", "ASCLLoss", "DySTreSSLoss", "InfoNCELoss", "MACLLoss"]
+__all__ = ["AMCLLoss", "ASCLLoss", "DySTreSSLoss", "InfoNCELoss", "MACLLoss", "Direction",
+           "DIRECTIONS", "PartitionMode", "PARTITION_MODES"]
 
 
 class _ScalarTemperatureLoss(AdaptiveContrastiveLoss):
@@ -81,8 +89,10 @@ class InfoNCELoss(_ScalarTemperatureLoss):
     keyword-only) equals ``MultipleNegativesRankingLoss(model, scale=20)``; ``symmetric=True``
     (or the peer's ``directions=("query_to_doc", "doc_to_query"),
     partition_mode="per_direction"``) equals its symmetric form
-    (``MultipleNegativesSymmetricRankingLoss``), with or without hard negatives, and
-    ``hardness_mode`` / ``hardness_strength`` equal the peer's in every mode. A batch of one
+    (``MultipleNegativesSymmetricRankingLoss``), with or without hard negatives; every other
+    ``directions`` / ``partition_mode`` the peer accepts (``query_to_query``, ``doc_to_doc``,
+    a joint softmax) equals the peer too, and ``hardness_mode`` / ``hardness_strength`` equal
+    the peer's in every mode. A batch of one
     pair gives 0, as the peer does. ``use_labels=True``: SupCon on the dataset's classes.
 
     Example:
@@ -93,8 +103,9 @@ class InfoNCELoss(_ScalarTemperatureLoss):
     @_positional_like_the_peer
     def __init__(self, model: nn.Module | None, scale: float | None = None,
                  similarity_fct: Callable | None = None, *, temperature: float | None = None,
-                 symmetric: bool = False, directions: Sequence[str] | None = None,
-                 partition_mode: str | None = None, hardness_mode: str | None = None,
+                 symmetric: bool = False, directions: Sequence[Direction] | None = None,
+                 partition_mode: PartitionMode | None = None,
+                 hardness_mode: HardnessMode | None = None,
                  hardness_strength: float = 0.0, use_labels: bool = False,
                  projection: nn.Module | None = None,
                  gather_across_devices: bool = False, tile_size: int | None = None,
@@ -111,7 +122,7 @@ class InfoNCELoss(_ScalarTemperatureLoss):
                          tile_backend=tile_backend,
                          max_logits_bytes=max_logits_bytes, projection=projection,
                          mini_batch_size=mini_batch_size, mini_batch_num_tokens=mini_batch_num_tokens,
-                         symmetric=_symmetric_from_directions(directions, partition_mode, symmetric),
+                         symmetric=symmetric, directions=directions, partition_mode=partition_mode,
                          show_progress_bar=show_progress_bar, use_labels=use_labels)
 
     def get_config_dict(self) -> dict[str, Any]:
@@ -138,9 +149,10 @@ class MACLLoss(_ScalarTemperatureLoss):
     def __init__(self, model: nn.Module | None, scale: float | None = None,
                  similarity_fct: Callable | None = None, *, temperature: float | None = None,
                  alpha: float = 2.0, a0: float = 0.8, reweight: bool = False, adaptive: bool = True,
-                 temperature_form: str = "linear", min_temperature: float | None = None,
-                 symmetric: bool = False, directions: Sequence[str] | None = None,
-                 partition_mode: str | None = None, hardness_mode: str | None = None,
+                 temperature_form: TemperatureForm = "linear", min_temperature: float | None = None,
+                 symmetric: bool = False, directions: Sequence[Direction] | None = None,
+                 partition_mode: PartitionMode | None = None,
+                 hardness_mode: HardnessMode | None = None,
                  hardness_strength: float = 0.0, use_labels: bool = False,
                  projection: nn.Module | None = None,
                  gather_across_devices: bool = False, tile_size: int | None = None,
@@ -161,7 +173,7 @@ class MACLLoss(_ScalarTemperatureLoss):
                          max_logits_bytes=max_logits_bytes,
                          projection=projection, mini_batch_size=mini_batch_size,
                          mini_batch_num_tokens=mini_batch_num_tokens,
-                         symmetric=_symmetric_from_directions(directions, partition_mode, symmetric),
+                         symmetric=symmetric, directions=directions, partition_mode=partition_mode,
                          show_progress_bar=show_progress_bar, use_labels=use_labels)
 
     def get_config_dict(self) -> dict[str, Any]:
@@ -187,8 +199,9 @@ class ASCLLoss(_ScalarTemperatureLoss):
     @_positional_like_the_peer
     def __init__(self, model: nn.Module | None, scale: float | None = None,
                  similarity_fct: Callable | None = None, *, temperature: float | None = None,
-                 sharpen_temperature: float = 0.025, num_neighbors: int = 1, mode: str = "ascl",
-                 hardness_mode: str | None = None, hardness_strength: float = 0.0,
+                 sharpen_temperature: float = 0.025, num_neighbors: int = 1,
+                 mode: ASCLMode = "ascl",
+                 hardness_mode: HardnessMode | None = None, hardness_strength: float = 0.0,
                  projection: nn.Module | None = None, gather_across_devices: bool = False,
                  tile_size: int | None = None,
                  max_logits_bytes: int | None = None,
@@ -228,8 +241,8 @@ class AMCLLoss(AdaptiveContrastiveLoss):
     @_positional_like_the_peer
     def __init__(self, model: nn.Module, *, num_heads: int = 2, projection_dim: int = 128,
                  hidden_dim: int | None = None, beta: float = 1e-3, eta: float = 1e-5,
-                 iota: float = 2.0, negative_term: str = "softmax", kappa: int = 1,
-                 objective: str = "infonce", gather_across_devices: bool = False,
+                 iota: float = 2.0, negative_term: NegativeTerm = "softmax", kappa: int = 1,
+                 objective: Objective = "infonce", gather_across_devices: bool = False,
                  tile_size: int | None = None,
                  max_logits_bytes: int | None = None,
                  tile_backend: str = "auto", mini_batch_size: int | None = None,
@@ -302,10 +315,11 @@ class DySTreSSLoss(AdaptiveContrastiveLoss):
 
     @_positional_like_the_peer
     def __init__(self, model: nn.Module | None, *, min_temperature: float = 0.04,
-                 max_temperature: float = 0.05, shape: str = "piecewise", threshold: float = 0.4,
+                 max_temperature: float = 0.05, shape: Shape = "piecewise", threshold: float = 0.4,
                  width: float = 0.7, detach_temperature: bool = True, symmetric: bool = False,
-                 directions: Sequence[str] | None = None, partition_mode: str | None = None,
-                 hardness_mode: str | None = None, hardness_strength: float = 0.0,
+                 directions: Sequence[Direction] | None = None,
+                 partition_mode: PartitionMode | None = None,
+                 hardness_mode: HardnessMode | None = None, hardness_strength: float = 0.0,
                  use_labels: bool = False, projection: nn.Module | None = None,
                  gather_across_devices: bool = False, tile_size: int | None = None,
                  tile_backend: str = "auto",
@@ -325,7 +339,7 @@ class DySTreSSLoss(AdaptiveContrastiveLoss):
         super().__init__(model, core, projection=projection,
                          gather_across_devices=gather_across_devices,
                          mini_batch_size=mini_batch_size, mini_batch_num_tokens=mini_batch_num_tokens,
-                         symmetric=_symmetric_from_directions(directions, partition_mode, symmetric),
+                         symmetric=symmetric, directions=directions, partition_mode=partition_mode,
                          show_progress_bar=show_progress_bar, use_labels=use_labels)
 
     @property
