@@ -4,11 +4,12 @@ reach every drop-in's core loss and are validated by it."""
 
 from __future__ import annotations
 
-import math
+from pathlib import Path
 
 import pytest
 import torch
-import torch.nn.functional as F
+
+from tests._interpreted import run_interpreted
 
 pytest.importorskip("open_clip.loss")
 
@@ -21,7 +22,9 @@ from adaptcl.adapters.open_clip import (  # noqa: E402
     build_clip_loss,
 )
 from adaptcl.plugins import LogitsBudgetWarning, budget, fused  # noqa: E402
+from tests.adapters.open_clip.test_losses import _step  # noqa: E402
 
+HERE = Path(__file__).resolve().parent
 IGNORES_SCALE = "ignore:.*ignores logit_scale"
 CLASSES = (InfoNCEClipLoss, DCLClipLoss, MACLClipLoss, DySTreSSClipLoss,
            TemperatureScheduleClipLoss)
@@ -37,15 +40,6 @@ def _inputs(seed=0, n=100, d=16):
     # 100 pairs: two tiles of budget.MIN_TILE = 64 in each direction
     g = torch.Generator().manual_seed(seed)
     return torch.randn(n, d, generator=g), torch.randn(n, d, generator=g)
-
-
-def _step(fn, image, text, scale=1 / 0.07):
-    """Value and the gradients of the raw features and of the log scale, as open_clip's loop."""
-    x0, x1 = image.clone().requires_grad_(), text.clone().requires_grad_()
-    s = torch.tensor(math.log(scale), requires_grad=True)
-    value = fn(F.normalize(x0, dim=-1), F.normalize(x1, dim=-1), s.exp())
-    value.backward()
-    return value.detach(), x0.grad, x1.grad, s.grad
 
 
 def test_max_logits_bytes_switches_infonce_to_the_tiled_path_with_clips_gradients():
@@ -104,6 +98,13 @@ def test_triton_on_cpu_tensors_without_the_interpreter_refuses_in_one_line(monke
     expected = ("Triton is not installed" if not fused._HAS_TRITON else
                 "the tensors are on the CPU and TRITON_INTERPRET=1 is not set")
     assert expected in str(err.value)
+
+
+@pytest.mark.slow
+def test_triton_kernel_under_the_interpreter_equals_cliploss():
+    """``interpreted_triton.py`` in a fresh process with ``TRITON_INTERPRET=1`` (see there)."""
+    pytest.importorskip("triton")
+    assert "2 passed" in run_interpreted(HERE / "interpreted_triton.py")
 
 
 @pytest.mark.parametrize(("kwargs", "error", "start"), [
