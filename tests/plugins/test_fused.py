@@ -10,9 +10,6 @@ choice of backend, the refusals) or a GPU (``gpu``: the compiled kernel at a lar
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -27,9 +24,9 @@ from adaptcl.plugins import (
     PairTemperature,
     fused,
 )
+from tests._interpreted import run_interpreted
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parents[1]
 
 
 def _pair(n: int = 13, d: int = 20, seed: int = 0):
@@ -40,14 +37,7 @@ def _pair(n: int = 13, d: int = 20, seed: int = 0):
 @pytest.mark.slow
 def test_kernels_under_the_interpreter_equal_the_float64_reference():
     pytest.importorskip("triton")
-    env = {**os.environ, "TRITON_INTERPRET": "1",
-           "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT),
-                                          os.environ.get("PYTHONPATH", "")])}
-    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                          "-W", "ignore::RuntimeWarning", str(HERE / "interpreted_fused.py")],
-                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
-    assert run.returncode == 0, run.stdout[-6000:] + run.stderr[-2000:]
-    assert " passed" in run.stdout and "skipped" not in run.stdout, run.stdout[-2000:]
+    run_interpreted(HERE / "interpreted_fused.py")
 
 
 def test_triton_on_cpu_tensors_without_the_interpreter_refuses_in_one_line(monkeypatch):

@@ -9,6 +9,8 @@ References:
 
 from __future__ import annotations
 
+from typing import Any
+
 from torch import Tensor
 
 from adaptcl import plugins
@@ -43,6 +45,11 @@ class InfoNCEClipLoss(AdaptiveClipLoss):
         tile_size: stream the ``[N, N]`` logits in ``tile_size`` blocks with an exact
             recomputing backward (memory linear in the batch; Inf-CL, Cheng et al. 2024);
             ``None`` (default) materialises them as ``ClipLoss`` does.
+        tile_backend: ``"auto"``, ``"triton"`` or ``"torch"``: the fused kernel or the PyTorch
+            loop for the tiles (:mod:`adaptcl.plugins.fused`).
+        max_logits_bytes: beyond this many bytes of materialised logits, take the exact tiled
+            path (``None``: a share of the free memory on CUDA, no switch on the CPU; see
+            :mod:`adaptcl.plugins.budget`).
         check_finite: fail on NaN/inf features.
 
     ``forward(image_features, text_features, logit_scale, logit_bias=None, output_dict=False,
@@ -65,15 +72,17 @@ class InfoNCEClipLoss(AdaptiveClipLoss):
     def __init__(self, local_loss: bool = False, gather_with_grad: bool = False,
                  cache_labels: bool = False, rank: int = 0, world_size: int = 1,
                  use_horovod: bool = False, *, tile_size: int | None = None,
+                 tile_backend: str = "auto", max_logits_bytes: int | None = None,
                  check_finite: bool = True) -> None:
+        core = self._core(tile_size=tile_size, tile_backend=tile_backend,
+                          max_logits_bytes=max_logits_bytes, check_finite=check_finite)
         super().__init__(local_loss, gather_with_grad, cache_labels, rank, world_size,
-                         use_horovod, criterion=self._core(tile_size, check_finite))
+                         use_horovod, criterion=core)
 
     @staticmethod
-    def _core(tile_size: int | None, check_finite: bool) -> plugins.InfoNCELoss:
+    def _core(**shared: Any) -> plugins.InfoNCELoss:
         # the temperature of the core is replaced at every call by 1 / logit_scale
-        return plugins.InfoNCELoss(1.0, form="cross_view_symmetric", tile_size=tile_size,
-                                   check_finite=check_finite)
+        return plugins.InfoNCELoss(1.0, form="cross_view_symmetric", **shared)
 
     def compute(self, cands: list, logit_scale: Tensor | float) -> tuple[Tensor, Stats]:
         return self.criterion.compute_from_candidates(
@@ -96,6 +105,5 @@ class DCLClipLoss(InfoNCEClipLoss):
     takes_labels = False
 
     @staticmethod
-    def _core(tile_size: int | None, check_finite: bool) -> plugins.DCLLoss:
-        return plugins.DCLLoss(1.0, form="cross_view_symmetric", tile_size=tile_size,
-                               check_finite=check_finite)
+    def _core(**shared: Any) -> plugins.DCLLoss:
+        return plugins.DCLLoss(1.0, form="cross_view_symmetric", **shared)

@@ -46,7 +46,8 @@ class MACLClipLoss(AdaptiveClipLoss):
             in :class:`adaptcl.plugins.MACLLoss` (reweighting by ``sg(1 / W)``, Eq. 11, is on
             by default as there).
         min_temperature: an absolute floor of tau; ``None`` (default): ``tau0 / 10``.
-        tile_size, check_finite: as in :class:`~adaptcl.adapters.open_clip.InfoNCEClipLoss`.
+        tile_size, tile_backend, max_logits_bytes, check_finite: as in
+            :class:`~adaptcl.adapters.open_clip.InfoNCEClipLoss`.
 
     ``labels`` (multi-positive targets) need ``reweight=False``. ``last_stats`` holds
     ``loss``, ``plain_loss`` (the unweighted InfoNCE), ``alignment`` (A), ``temperature``
@@ -64,6 +65,7 @@ class MACLClipLoss(AdaptiveClipLoss):
                  reweight: bool = True, adaptive: bool = True, temperature_form: str = "linear",
                  weight_form: str = "inverse", min_temperature: float | None = None,
                  positive_in_denominator: bool = True, tile_size: int | None = None,
+                 tile_backend: str = "auto", max_logits_bytes: int | None = None,
                  check_finite: bool = True) -> None:
         if min_temperature is not None:
             check_positive("min_temperature", min_temperature)
@@ -77,7 +79,8 @@ class MACLClipLoss(AdaptiveClipLoss):
                                 positive_in_denominator=positive_in_denominator,
                                 form="cross_view_symmetric",
                                 gather_distributed=bool(local_loss) and world_size > 1,
-                                tile_size=tile_size, check_finite=check_finite)
+                                tile_size=tile_size, tile_backend=tile_backend,
+                                max_logits_bytes=max_logits_bytes, check_finite=check_finite)
         super().__init__(local_loss, gather_with_grad, cache_labels, rank, world_size,
                          use_horovod, criterion=core)
         #: the floor of tau given by the user (``None``: tau0 / 10)

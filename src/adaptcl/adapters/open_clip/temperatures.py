@@ -44,7 +44,8 @@ class DySTreSSClipLoss(AdaptiveClipLoss):
             and 0.2; CLIP's learned tau ends near 0.01, so consider lower values).
         shape, threshold, width, detach_temperature, positive_in_denominator: as in
             :class:`adaptcl.plugins.DySTreSSLoss`.
-        tile_size, check_finite: as in :class:`~adaptcl.adapters.open_clip.InfoNCEClipLoss`.
+        tile_size, tile_backend, max_logits_bytes, check_finite: as in
+            :class:`~adaptcl.adapters.open_clip.InfoNCEClipLoss`.
 
     ``labels`` give multi-positive targets. ``last_stats["temperature"]`` is the mean
     temperature of the positive pairs.
@@ -63,12 +64,15 @@ class DySTreSSClipLoss(AdaptiveClipLoss):
                  max_temperature: float = 0.2, shape: str = "cosine", threshold: float = 0.4,
                  width: float = 0.7, detach_temperature: bool = True,
                  positive_in_denominator: bool = True, tile_size: int | None = None,
+                 tile_backend: str = "auto", max_logits_bytes: int | None = None,
                  check_finite: bool = True) -> None:
         core = plugins.DySTreSSLoss(min_temperature, max_temperature, shape=shape,
                                     threshold=threshold, width=width,
                                     detach_temperature=detach_temperature,
                                     positive_in_denominator=positive_in_denominator,
                                     form="cross_view_symmetric", tile_size=tile_size,
+                                    tile_backend=tile_backend,
+                                    max_logits_bytes=max_logits_bytes,
                                     check_finite=check_finite)
         super().__init__(local_loss, gather_with_grad, cache_labels, rank, world_size,
                          use_horovod, criterion=core)
@@ -104,7 +108,8 @@ class TemperatureScheduleClipLoss(AdaptiveClipLoss):
         min_temperature, max_temperature, period, step: the schedule (the authors': 0.1,
             1.0, 400 steps; CLIP's learned tau ends near 0.01, so consider lower values).
         positive_in_denominator: ``False`` gives DCL at the scheduled temperature.
-        tile_size, check_finite: as in :class:`~adaptcl.adapters.open_clip.InfoNCEClipLoss`.
+        tile_size, tile_backend, max_logits_bytes, check_finite: as in
+            :class:`~adaptcl.adapters.open_clip.InfoNCEClipLoss`.
 
     Examples:
         >>> loss_fn = TemperatureScheduleClipLoss(min_temperature=0.01, max_temperature=0.1,
@@ -126,11 +131,14 @@ class TemperatureScheduleClipLoss(AdaptiveClipLoss):
                  max_temperature: float = SCHEDULE_PAPER["max_temperature"],
                  period: int = SCHEDULE_PAPER["period"], step: int = 0,
                  positive_in_denominator: bool = True, tile_size: int | None = None,
+                 tile_backend: str = "auto", max_logits_bytes: int | None = None,
                  check_finite: bool = True) -> None:
         core = plugins.TemperatureScheduleLoss(min_temperature, max_temperature, period,
                                                step=step,
                                                positive_in_denominator=positive_in_denominator,
                                                form="cross_view_symmetric", tile_size=tile_size,
+                                               tile_backend=tile_backend,
+                                               max_logits_bytes=max_logits_bytes,
                                                check_finite=check_finite)
         super().__init__(local_loss, gather_with_grad, cache_labels, rank, world_size,
                          use_horovod, criterion=core)

@@ -1,0 +1,66 @@
+"""The open_clip drop-ins on the fused Triton kernel (``tile_backend="triton"``) under Triton's
+interpreter: ``ClipLoss``'s value and gradients, ``logit_scale``'s included (the temperature
+``1 / logit_scale`` is folded into the kernel's anchors).
+
+Not collected by a plain ``pytest`` run (no ``test_`` prefix): the interpreter must be on before
+Triton is first imported, so ``tests/adapters/open_clip/test_tiles.py`` runs this file in a
+fresh process with ``TRITON_INTERPRET=1`` (as ``tests/plugins/test_fused.py`` does); by hand::
+
+    TRITON_INTERPRET=1 PYTHONPATH=src python -m pytest tests/adapters/open_clip/interpreted_triton.py
+
+The PyTorch tile loop is replaced by a failure, so a silent fallback cannot pass.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from adaptcl.plugins import LogitsBudgetWarning, budget, fused
+from adaptcl.plugins import tiled as tiled_module
+
+open_clip_loss = pytest.importorskip("open_clip.loss")
+pytest.importorskip("triton")
+if not fused.interpreting():
+    pytest.skip("run with TRITON_INTERPRET=1 (tests/adapters/open_clip/test_tiles.py does)",
+                allow_module_level=True)
+
+from adaptcl.adapters.open_clip import InfoNCEClipLoss  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def no_torch_tiles(monkeypatch):
+    """The PyTorch tile loop fails if called: the kernel must have computed the result."""
+    def fail(*args):
+        raise AssertionError("the PyTorch tile loop ran instead of the kernel")
+    monkeypatch.setattr(tiled_module._StreamedRowStats, "apply", fail)
+    monkeypatch.setattr(budget, "_SAID", set())
+
+
+def _step(fn, image, text, scale=1 / 0.07):
+    x0, x1 = image.clone().requires_grad_(), text.clone().requires_grad_()
+    s = torch.tensor(math.log(scale), requires_grad=True)
+    value = fn(F.normalize(x0, dim=-1), F.normalize(x1, dim=-1), s.exp())
+    value.backward()
+    return value.detach(), x0.grad, x1.grad, s.grad
+
+
+@pytest.mark.parametrize("options", [{"tile_size": 8}, {"tile_size": 16, "max_logits_bytes": 1}],
+                         ids=["tile_size", "max_logits_bytes"])
+def test_kernel_equals_cliploss_with_logit_scales_gradient(options):
+    g = torch.Generator().manual_seed(0)
+    image, text = torch.randn(37, 20, generator=g), torch.randn(37, 20, generator=g)
+    loss = InfoNCEClipLoss(tile_backend="triton", **options)
+    if "max_logits_bytes" in options:
+        with pytest.warns(LogitsBudgetWarning):
+            got = _step(loss, image, text)
+        assert loss.last_stats["auto_tile_size"].item() == 16
+    else:
+        got = _step(loss, image, text)
+    want = _step(open_clip_loss.ClipLoss(), image, text)
+    assert got[3].abs() > 0
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, rtol=2e-5, atol=1e-6)
