@@ -203,8 +203,9 @@ class DySTreSSLoss(ContrastiveLoss):
             all negatives), not ``TSDCLLoss``'s two separate log-sum-exps (module docstring).
         hardness_mode, hardness_strength: the hardness term of :mod:`adaptcl.plugins.hardness`
             (off by default).
-        form, gather_distributed, gather_fn, check_finite, tile_size, reduction,
-            max_logits_bytes: as in :class:`~adaptcl.plugins.InfoNCELoss`.
+        form, gather_distributed, gather_fn, check_finite, tile_size, tile_backend, reduction: as in
+            :class:`~adaptcl.plugins.InfoNCELoss`.
+        max_logits_bytes: as in :class:`~adaptcl.plugins.InfoNCELoss`.
 
     ``forward(z0, z1, negatives=None, *, labels=None, negative_labels=None,
     negative_owners=None)``: ``labels`` give multi-positive (SupCon) targets

@@ -40,8 +40,9 @@ class DySTreSSLoss(MemoryBankLoss):
         memory_bank_size: ``(num_features, dim)`` of a MoCo-style memory bank, 0 disables it.
         gather_distributed: gather negatives from every GPU before the loss.
         shape, threshold, width, detach_temperature: as in :class:`adaptcl.plugins.DySTreSSLoss`.
-        form, persistent_memory_bank, memory_bank_labels, check_finite, tile_size, tile_backend,
-            max_logits_bytes: as in :class:`~adaptcl.adapters.lightly.NTXentLoss`.
+        form, persistent_memory_bank, memory_bank_labels, check_finite, tile_size, tile_backend: as in
+            :class:`~adaptcl.adapters.lightly.NTXentLoss`.
+        max_logits_bytes: as in :class:`~adaptcl.adapters.lightly.NTXentLoss`.
 
     Examples:
         >>> from adaptcl.adapters.lightly import DySTreSSLoss

@@ -117,9 +117,9 @@ class DCLLoss(MemoryBankLoss):
         temperature: similarities are scaled by its inverse (> 0).
         weight_fn: ``None`` or a function of the two normalised views returning ``[N]`` weights.
         gather_distributed: gather negatives from every GPU before the loss.
-        memory_bank_size, form, persistent_memory_bank, check_finite, tile_size, tile_backend,
-            max_logits_bytes: as in
+        memory_bank_size, form, persistent_memory_bank, check_finite, tile_size, tile_backend: as in
             :class:`NTXentLoss`.
+        max_logits_bytes: as in :class:`NTXentLoss`.
 
     Examples:
         >>> from lightly.loss.dcl_loss import negative_mises_fisher_weights
@@ -274,8 +274,9 @@ class MACLLoss(MemoryBankLoss):
         reweight, adaptive, temperature_form, weight_form, min_temperature: ablation switches
             of :class:`adaptcl.plugins.MACLLoss`; ``min_temperature`` defaults to a tenth of
             ``temperature`` and follows it when ``temperature`` is set later.
-        form, persistent_memory_bank, memory_bank_labels, check_finite, tile_size, tile_backend,
-            max_logits_bytes: as in :class:`NTXentLoss` (``labels`` need ``reweight=False``).
+        form, persistent_memory_bank, memory_bank_labels, check_finite, tile_size, tile_backend: as in
+            :class:`NTXentLoss` (``labels`` need ``reweight=False``).
+        max_logits_bytes: as in :class:`NTXentLoss`.
 
     Examples:
         >>> # from lightly.loss import MACLLoss
@@ -391,9 +392,8 @@ class AMCLLoss(MultiHeadBankLoss):
         num_heads: number of heads C (the bank keeps one queue per head).
         form: in-batch candidate set without a memory bank.
         temperature_net: a custom temperature module (e.g. ``plugins.ConstantTemperature``).
-        persistent_memory_bank, check_finite, tile_size, tile_backend,
-            max_logits_bytes: as in
-            :class:`NTXentLoss`.
+        persistent_memory_bank, check_finite, tile_size, tile_backend: as in :class:`NTXentLoss`.
+        max_logits_bytes: as in :class:`NTXentLoss`.
         bound_warning_steps: warn once when the learned temperatures sit at a bound this many
             training steps in a row (``None`` disables); see :class:`adaptcl.plugins.AMCLLoss`.
 

@@ -60,8 +60,9 @@ class TemperatureScheduleLoss(MemoryBankLoss):
         gather_distributed: gather negatives from every GPU before the loss.
         step: the step to start at.
         positive_in_denominator: ``False`` gives DCL at the scheduled temperature.
-        form, persistent_memory_bank, check_finite, tile_size, tile_backend,
-            max_logits_bytes: as in :class:`NTXentLoss`.
+        form, persistent_memory_bank, check_finite, tile_size, tile_backend: as in
+            :class:`NTXentLoss`.
+        max_logits_bytes: as in :class:`NTXentLoss`.
 
     Examples:
         >>> loss_fn = TemperatureScheduleLoss(0.1, 1.0, period=400)
@@ -124,8 +125,9 @@ class LearnableTemperatureLoss(MultiHeadBankLoss):
         num_heads: one learned temperature per head; ``forward`` then takes ``[C, N, D]`` and
             the bank keeps one queue per head.
         positive_in_denominator: ``False`` gives DCL at the learned temperature.
-        form, persistent_memory_bank, check_finite, tile_size, tile_backend,
-            max_logits_bytes: as in :class:`NTXentLoss`.
+        form, persistent_memory_bank, check_finite, tile_size, tile_backend: as in
+            :class:`NTXentLoss`.
+        max_logits_bytes: as in :class:`NTXentLoss`.
 
     Examples:
         >>> loss_fn = LearnableTemperatureLoss(0.07)
