@@ -57,9 +57,9 @@ class ToyRecipe(Recipe):
     def rows(self) -> list[str]:
         return ["d"]
 
-    def compute(self, cell: Cell) -> dict[str, Any]:
+    def compute(self, cell: Cell, config: ToyConfig) -> dict[str, Any]:
         label = cell.label().replace("/", "_")
-        events = Path(os.environ.get("ADAPTCL_TOY_EVENTS", self.config.output_dir))
+        events = Path(os.environ.get("ADAPTCL_TOY_EVENTS", self.layout.root))
         events.mkdir(parents=True, exist_ok=True)
         (events / f"start-{label}").touch()
         if os.environ.get("ADAPTCL_TOY_FAIL") == cell.label():
@@ -72,7 +72,6 @@ class ToyRecipe(Recipe):
             while not (events / "go").exists() and time.monotonic() < deadline:
                 time.sleep(0.05)
         (events / f"end-{label}").touch()
-        config = self.config_of(cell)
         return {"metrics": {"accuracy": 0.5 + config.lr * cell.seed + config.width / 100},
                 "optimisation_steps": 1, "train_seconds": 0.0, "pid": os.getpid()}
 

@@ -119,8 +119,8 @@ def test_a_job_refuses_a_cell_whose_identity_changed_since_submission(tmp_path):
         run_cell_job(ToyRecipe, sweep, target, "0" * 64, 1, True, "local")
     assert not (tmp_path / "out" / "runs" / "d").exists()
     recipe = ToyRecipe(config)
-    recipe.prepare()
-    planned = stable_hash(recipe.identity(target))
+    recipe.prepare(recipe.point_configs())
+    planned = stable_hash(recipe.identity_of(target))
     from threadpoolctl import threadpool_info, threadpool_limits
 
     try:

@@ -15,29 +15,29 @@ PROG = "adaptcl toy"
 
 
 class Ordered(ToyRecipe):
-    def prepare(self) -> None:
+    def prepare(self, configs) -> None:
         self.calls = ["prepare"]
 
     def setup(self) -> None:
         self.calls.append("setup")
 
-    def compute(self, cell):
+    def compute(self, cell, config):
         self.calls.append(cell.label())
-        return super().compute(cell)
+        return super().compute(cell, config)
 
 
 class NotRankZero(ToyRecipe):
-    def compute(self, cell):  # Lightning's non-zero ranks: trained, but rank 0 stores it
+    def compute(self, cell, config):  # Lightning's non-zero ranks: trained, but rank 0 stores it
         return None
 
 
 class DivergesAt(ToyRecipe):
     bad: set = set()
 
-    def compute(self, cell):
+    def compute(self, cell, config):
         if cell.label() in self.bad:
             raise DivergedError("z0 contains NaN or inf", step=3, loss=float("nan"))
-        return super().compute(cell)
+        return super().compute(cell, config)
 
 
 def test_setup_runs_once_after_prepare_and_before_the_grid(tmp_path):

@@ -193,31 +193,35 @@ def test_a_method_sweep_derives_each_points_defaults_and_checks_every_point():
         parse(ImagesRecipe, ["--method", "simclr", "simsiam"], "adaptcl images")
 
 
+def _checkpoint(recipe, cell):
+    return recipe.checkpoint_dir(cell, recipe.config_of(cell))
+
+
 def test_rows_are_the_data_and_each_point_has_its_images_and_identity(shared_data, tmp_path):
     sweep = Sweep.from_values(ImagesConfig, {
         "data_root": str(shared_data), "output_dir": str(tmp_path), "losses": ["infonce"],
         "seeds": [0, 1], "train_limit": [200, 300], "test_limit": 100, "batch_size": 64})
     recipe = ImagesRecipe(sweep)
-    recipe.prepare()
+    recipe.prepare(recipe.point_configs())
     assert recipe.rows() == ["cifar10"]
     cells = recipe.cells()  # point by point, seed by seed
     assert [(c.train_limit, c.seed) for c in cells] == [(200, 0), (200, 1), (300, 0), (300, 1)]
-    small, large = (recipe.identity(c) for c in cells[::2])
+    small, large = (recipe.identity_of(c) for c in cells[::2])
     assert small["data"]["train_size"] == 200 and large["data"]["train_size"] == 300
     assert small["settings"]["train_limit"] == 200 and large["settings"]["train_limit"] == 300
     assert set(recipe.fingerprints) == {"cifar10", "cifar10, train_limit=300"}
-    assert recipe.checkpoint_dir(cells[0]) != recipe.checkpoint_dir(cells[2])
-    assert recipe.checkpoint_dir(cells[0]).parent == tmp_path / "checkpoints/cifar10/infonce/train_limit=200/seed0"
+    assert _checkpoint(recipe, cells[0]) != _checkpoint(recipe, cells[2])
+    assert _checkpoint(recipe, cells[0]).parent == tmp_path / "checkpoints/cifar10/infonce/train_limit=200/seed0"
     assert recipe.report_spec().metrics == ("knn_top1", "linear_top1")
     no_probe = ImagesRecipe(dataclasses.replace(recipe.config, linear_epochs=0))
-    no_probe.prepare()
+    no_probe.prepare(no_probe.point_configs())
     assert no_probe.report_spec().metrics == ("knn_top1",)
     # the checkpoint folder follows the identity: another setting, another folder
     other = ImagesRecipe(dataclasses.replace(recipe.config, lr=2e-3))
-    other.prepare()
+    other.prepare(other.point_configs())
     cell = no_probe.cells()[0]
-    assert no_probe.checkpoint_dir(cell) != other.checkpoint_dir(cell)
-    assert no_probe.checkpoint_dir(cell).parent == other.checkpoint_dir(cell).parent
+    assert _checkpoint(no_probe, cell) != _checkpoint(other, cell)
+    assert _checkpoint(no_probe, cell).parent == _checkpoint(other, cell).parent
 
 
 def test_a_batch_larger_than_a_points_training_set_is_refused(shared_data, tmp_path):
@@ -225,7 +229,7 @@ def test_a_batch_larger_than_a_points_training_set_is_refused(shared_data, tmp_p
         "data_root": str(shared_data), "output_dir": str(tmp_path), "train_limit": 200,
         "test_limit": 100, "batch_size": [128, 256]})
     with pytest.raises(ValueError, match=r"\(200 images\) is smaller than one batch \(256\)"):
-        ImagesRecipe(sweep).prepare()
+        (r := ImagesRecipe(sweep)).prepare(r.point_configs())
 
 
 def test_lightning_trainer_gets_device_precision_and_logger(tmp_path):

@@ -111,11 +111,11 @@ def test_a_sweep_pretrains_one_encoder_per_pretraining_setting(shared_data, tmp_
     assert len(set(files)) == 4 and all(f.parent == tmp_path / "out" / "pretrain" for f in files)
     cells = recipe.cells()
     assert len(cells) == 3 * 4
-    stems = {(c.init, c.temperature, c.lr): recipe.identity(c)["pretrained"] for c in cells}
+    stems = {(c.init, c.temperature, c.lr): recipe.identity_of(c)["pretrained"] for c in cells}
     assert stems[("macl", 0.1, 1e-3)] == stems[("macl", 0.1, 5e-4)] != stems[("macl", 0.2, 1e-3)]
     assert stems[("none", 0.1, 1e-3)] is None
     # a fine-tuning setting enters the cell's identity, a pre-training one only its encoder's
-    none = {(c.temperature, c.lr): recipe.identity(c)["settings"] for c in cells
+    none = {(c.temperature, c.lr): recipe.identity_of(c)["settings"] for c in cells
             if c.init == "none"}
     assert none[(0.1, 1e-3)] == none[(0.2, 1e-3)] != none[(0.1, 5e-4)]
     assert set(recipe.pretrainings()) == {"dcl, temperature=0.1", "dcl, temperature=0.2",

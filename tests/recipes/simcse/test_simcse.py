@@ -96,7 +96,7 @@ def test_recipe_trains_scores_reuses_and_recomputes_when_settings_change(tmp_pat
 
 def _prepared(settings: dict) -> SimCSERecipe:
     recipe = SimCSERecipe(Sweep.from_values(SimCSERecipeConfig, settings))
-    recipe.prepare()
+    recipe.prepare(recipe.point_configs())
     return recipe
 
 
@@ -109,7 +109,7 @@ def test_the_untrained_model_is_identified_by_what_builds_and_scores_it(tmp_path
 
     def identities(**overrides):
         recipe = _prepared({**base, **overrides})
-        return [recipe.identity(recipe.cell("wiki", m, s)) for m, s in (("untrained", 0),
+        return [recipe.identity_of(recipe.cell("wiki", m, s)) for m, s in (("untrained", 0),
                                                                          ("macl", 42))]
 
     untrained, trained = identities()
@@ -200,7 +200,7 @@ def test_device_cpu_trains_with_use_cpu_instead_of_being_refused(tmp_path, share
     model = build_tiny_model(tmp_path / "tiny", "bert")
     cfg = _config(model, shared_data, tmp_path / "out", device="cpu", precision="bf16-mixed")
     recipe = SimCSERecipe(cfg)
-    recipe.prepare()
+    recipe.prepare(recipe.point_configs())
     inputs = recipe.inputs[()]
     with pytest.raises(Captured):
         training.train_cell(cfg, recipe.cell("wiki", "macl", 42), inputs.model,

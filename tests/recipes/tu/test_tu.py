@@ -54,7 +54,7 @@ def test_prepare_copies_raw_and_never_writes_to_source(shared_data, tmp_path):
 def test_one_dataset_named_twice_runs_once_and_says_so(shared_data, tmp_path, capsys):
     recipe = TURecipe(TUConfig(datasets=["MUTAG", "mutag", "PROTEINS"], data_root=str(shared_data),
                                output_dir=str(tmp_path / "out")))
-    recipe.prepare()
+    recipe.prepare(recipe.point_configs())
     assert recipe.rows() == ["MUTAG", "PROTEINS"]
     assert capsys.readouterr().err == ("adaptcl: note: --datasets: 'mutag' repeats 'MUTAG'; "
                                        "running each once\n")
@@ -143,10 +143,10 @@ def test_several_devices_are_another_run_and_one_device_keeps_its_identity(mutag
     for recipe in (one, two):
         recipe.ready(None)
     cell = _cell("macl")
-    assert "distributed" not in one.identity(cell)  # the single-process loop's stored runs
-    assert two.identity(cell)["distributed"]["devices"] == 2
-    assert {k: v for k, v in two.identity(cell).items() if k != "distributed"} == (
-        one.identity(cell))
+    assert "distributed" not in one.identity_of(cell)  # the single-process loop's stored runs
+    assert two.identity_of(cell)["distributed"]["devices"] == 2
+    assert {k: v for k, v in two.identity_of(cell).items() if k != "distributed"} == (
+        one.identity_of(cell))
 
 
 # ------------------------------------------------------------------ run identity and resume

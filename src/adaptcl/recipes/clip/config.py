@@ -37,6 +37,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 
 @dataclass
+@options.run_options("threads", "device", "precision", "logger", "progress")
 class ClipConfig:
     """Settings of a ``clip`` run: CLIP trained from scratch on CIFAR-10 images and prompt
     captions with one or more losses and targets, scored by zero-shot top-1 and R@1.
@@ -96,11 +97,6 @@ class ClipConfig:
                                      "temperature")
     num_workers: int = setting(0, check=non_negative, identity=False, sweep=False,
                                help="DataLoader worker processes")
-    threads: int | None = options.threads()
-    device: str = options.device()
-    precision: str = options.precision()
-    logger: str = options.logger()
-    progress: bool = options.progress()
 
     def __post_init__(self) -> None:
         check_settings(self)

@@ -5,6 +5,7 @@ The protocol, presets and outputs are on the docs page ``docs/recipes/clip.md``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ from adaptcl.io import resolve_data_root
 from adaptcl.recipes.clip.config import PRESETS, ClipConfig
 from adaptcl.recipes.engine import Cell, Recipe, ReportSpec
 from adaptcl.recipes.engine.provenance import stable_hash
+from adaptcl.recipes.engine.settings import Point
 from adaptcl.recipes.engine.torch_env import check_lightning_precision
 
 EXAMPLE = """adaptcl clip --data-root ../shared/data --losses infonce macl dystress \\
@@ -32,7 +34,7 @@ class ClipRecipe(Recipe):
             "adaptcl.adapters.open_clip", "adaptcl.adapters.lightning.trainer", "adaptcl.plugins")
     frameworks = ("open_clip_torch", "pytorch-lightning")
 
-    def prepare(self) -> None:
+    def prepare(self, configs: Mapping[Point, ClipConfig]) -> None:
         """The images of every point (each set loaded once), that a batch fits them, that the
         captions fit the context; their fingerprints. Nothing is written."""
         from adaptcl.recipes.clip.data import (
@@ -46,8 +48,7 @@ class ClipRecipe(Recipe):
         self.data_root = resolve_data_root(self.config.data_root)
         self._data: dict[Any, Any] = {}
         self._tokens: dict[Any, Any] = {}
-        configs = [self.sweep.config_at(p) for p in self.sweep.points()]
-        for config in configs:
+        for config in configs.values():
             check_lightning_precision(config.device, config.precision)
             key = config.data_settings()
             if key not in self._data:
@@ -86,21 +87,22 @@ class ClipRecipe(Recipe):
         return [self.cell(row, column, seed, point) for point in self.sweep.points()
                 for seed in self.seeds() for row in self.rows() for column in self.methods()]
 
-    def identity(self, cell: Cell) -> dict[str, Any]:
+    def identity(self, cell: Cell, config: ClipConfig) -> dict[str, Any]:
         """The settings, the fingerprint of the cell's images, the code."""
-        return super().identity(cell) | {"data": self.data_of(self.config_of(cell)).fingerprint}
+        return super().identity(cell, config) | {"data": self.data_of(config).fingerprint}
 
-    def checkpoint_dir(self, cell: Cell) -> Path:
+    def checkpoint_dir(self, cell: Cell, config: ClipConfig) -> Path:
         """``checkpoints/<cell>/<identity hash>/``: a changed cell never resumes another's."""
-        return self.layout.cell_folder("checkpoints", cell) / stable_hash(self.identity(cell), 10)
+        return self.layout.cell_folder("checkpoints", cell) / stable_hash(
+            self.identity(cell, config), 10)
 
-    def compute(self, cell: Cell) -> dict[str, Any] | None:
+    def compute(self, cell: Cell, config: ClipConfig) -> dict[str, Any] | None:
         from adaptcl.recipes.clip.train import train_and_score
 
-        config = self.config_of(cell)
         return train_and_score(config, self.data_of(config),
                                self._tokens[(config.templates, config.context_length)], cell,
-                               self.checkpoint_dir(cell), self.layout.cell_folder("logs", cell))
+                               self.checkpoint_dir(cell, config),
+                               self.layout.cell_folder("logs", cell))
 
     def report_spec(self) -> ReportSpec:
         cfg, data = self.config, self.data_of(self.config)

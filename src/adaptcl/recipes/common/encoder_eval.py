@@ -19,7 +19,13 @@ from adaptcl.adapters.sentence_transformers.simcse_names import POOLERS
 from adaptcl.precision import PRECISIONS
 from adaptcl.recipes.engine import Cell, GridRun, NonResultError, Recipe, ReportSpec, options
 from adaptcl.recipes.engine.files import markdown_table
-from adaptcl.recipes.engine.settings import check_settings, identity_settings, positive, setting
+from adaptcl.recipes.engine.settings import (
+    Point,
+    check_settings,
+    identity_settings,
+    positive,
+    setting,
+)
 from adaptcl.recipes.engine.summary import format_mean_std, mean_std, point_text
 
 log = logging.getLogger("adaptcl.recipes")
@@ -147,7 +153,7 @@ class EncoderEvalRecipe(Recipe):
         with framework_progress_bars(self.config.progress):
             return super().run()
 
-    def prepare(self) -> None:
+    def prepare(self, configs: Mapping[Point, Any]) -> None:
         """The model (an alias resolved), each task's fingerprint, one encoder per point."""
         from adaptcl.evaluation.senteval.data import downstream_dir, task_files
         from adaptcl.evaluation.senteval.encoders import MODEL_ALIASES, build_encoder, resolve_model
@@ -166,8 +172,7 @@ class EncoderEvalRecipe(Recipe):
                                                   root=self.data_root) for t in cfg.tasks}
         self.device = resolve_device(cfg.device)
         self.encoders = {}
-        for point in self.sweep.points():
-            c = self.sweep.config_at(point)
+        for point, c in configs.items():
             self.encoders[point] = build_encoder(
                 self.model, c.pooler, model_id=c.model_id, device=self.device,
                 batch_size=c.batch_size, max_length=c.max_length, cache_dir=c.cache_dir,
@@ -184,23 +189,24 @@ class EncoderEvalRecipe(Recipe):
     def methods(self) -> list[str]:
         return [self.method]
 
-    def identity(self, cell: Cell) -> dict[str, Any]:
+    def identity(self, cell: Cell, config: Any) -> dict[str, Any]:
         """The task's files, the code, the protocol's settings and the encoder's identity."""
-        return super().identity(cell) | {
-            "settings": identity_settings(self.config_of(cell), part="protocol"),
+        return super().identity(cell, config) | {
+            "settings": identity_settings(config, part="protocol"),
             "encoder": self.encoder_identities[cell.point]}
 
-    def compute(self, cell: Cell) -> dict[str, Any]:
+    def compute(self, cell: Cell, config: Any) -> dict[str, Any]:
         """:meth:`score`; the evaluation's refusals (NaN/inf or constant embeddings: a broken
         encoder, not a diverged training) as :class:`NonResultError`."""
         try:
-            return self.score(cell)
+            return self.score(cell, config)
         except ValueError as err:
             raise NonResultError(str(err)) from err
 
-    def score(self, cell: Cell) -> dict[str, Any]:
-        """The record of one cell: ``metrics`` and the task's full result (``task``)."""
-        raise NotImplementedError(f"{type(self).__name__} must define score(cell)")
+    def score(self, cell: Cell, config: Any) -> dict[str, Any]:
+        """The record of one cell (``config``: its own settings): ``metrics`` and the task's
+        full result (``task``)."""
+        raise NotImplementedError(f"{type(self).__name__} must define score(cell, config)")
 
     def trains(self, cell: Cell) -> bool:
         return False  # a frozen encoder: no optimisation step

@@ -15,6 +15,7 @@ from adaptcl.recipes.engine.settings import (
 
 
 @dataclass
+@options.run_options("threads", "device", "precision", "logger", "progress")
 class DemoConfig:
     """Settings of the ``demo`` recipe (see :mod:`adaptcl.recipes.demo.recipe`)."""
 
@@ -37,11 +38,6 @@ class DemoConfig:
     projection_dim: int = setting(64, check=positive, help="projection head output")
     # One thread: the model is tiny (about 0.3 GFLOP per step), so OpenMP's per-op
     # synchronisation costs more than a second thread saves, badly so on a busy machine.
-    threads: int | None = options.threads()
-    device: str = options.device()
-    precision: str = options.precision()
-    logger: str = options.logger()
-    progress: bool = options.progress()
 
     def __post_init__(self) -> None:
         check_settings(self)

@@ -8,12 +8,14 @@ the protocol and outputs are on the docs page ``docs/recipes/demo.md``.
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from adaptcl.recipes.demo.config import DemoConfig
 from adaptcl.recipes.demo.data import NUM_CLASSES, digits_fingerprint, load_digits_split
 from adaptcl.recipes.engine import Cell, Figure, GridRun, Recipe, ReportSpec
 from adaptcl.recipes.engine.loggers import MetricLogger
+from adaptcl.recipes.engine.settings import Point
 from adaptcl.recipes.engine.torch_env import resolve_device
 
 if TYPE_CHECKING:
@@ -49,11 +51,10 @@ class DemoRecipe(Recipe):
                     title="adaptcl demo: NT-Xent vs MACL on sklearn digits (same seed, same "
                           "views)")
 
-    def prepare(self) -> None:
+    def prepare(self, configs: Mapping[Point, DemoConfig]) -> None:
         resolve_device(self.config.device)
         self.fingerprints = {"digits": digits_fingerprint()}
-        self.losses = {point: build_losses(self.sweep.config_at(point))
-                       for point in self.sweep.points()}
+        self.losses = {point: build_losses(config) for point, config in configs.items()}
         x_train, _, x_test, _ = load_digits_split(self.config.test_fraction, self.seeds()[0])
         self.sizes = (int(x_train.shape[0]), int(x_test.shape[0]))
 
@@ -72,11 +73,11 @@ class DemoRecipe(Recipe):
     def trains(self, cell: Cell) -> bool:
         return cell.method in LOSSES
 
-    def compute(self, cell: Cell) -> dict[str, Any]:
+    def compute(self, cell: Cell, config: DemoConfig) -> dict[str, Any]:
         from adaptcl.recipes.demo.data import split_and_views
         from adaptcl.recipes.demo.model import build_model, embed, evaluate, train
 
-        cfg = self.config_of(cell)
+        cfg = config
         data, views = split_and_views(cfg.test_fraction, cell.seed)
         model = None if cell.method == "raw_pixels" else build_model(cfg, cell.seed)
         if cell.method in REFERENCES:

@@ -6,6 +6,7 @@ standard library at import time, so ``--help`` stays fast.
 
 from adaptcl.recipes.engine.cells import Cell, RunLayout
 from adaptcl.recipes.engine.errors import (
+    CellConfigError,
     CellsFailedError,
     DivergedError,
     NonResultError,
@@ -30,7 +31,7 @@ from adaptcl.recipes.engine.settings import (
 )
 from adaptcl.recipes.engine.store import GridRun, distributed_follower
 
-__all__ = ["Cell", "CellsFailedError", "DivergedError", "Figure", "GridRun", "NonResultError",
+__all__ = ["Cell", "CellConfigError", "CellsFailedError", "DivergedError", "Figure", "GridRun", "NonResultError",
            "Recipe", "RecipeError", "ReportSpec", "RunLayout", "RunStopped", "Sweep", "at_least",
            "check_settings", "distributed_follower", "fraction", "non_negative", "note",
            "open_fraction", "positive", "require_steps", "setting", "trained_embeddings",

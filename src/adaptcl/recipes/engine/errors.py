@@ -35,6 +35,11 @@ class CellsFailedError(RuntimeError):
     """Cells whose job crashed: the CLI prints this one line, exit 1 (the others are stored)."""
 
 
+class CellConfigError(RuntimeError):
+    """A recipe's bug: a cell's identity or record read ``Recipe.config`` (the sweep's first
+    point) instead of the cell's own config."""
+
+
 class RunStopped(RuntimeError):
     """A run that could not go on through no fault of its own (another process of a run on
     several devices died): every process prints this one line, that a rerun resumes, exit 1."""

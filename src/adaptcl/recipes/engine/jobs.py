@@ -207,7 +207,7 @@ def run_cell_job(recipe_class: type, sweep: Any, cell: Cell, identity_hash: str,
         pass
     else:
         threadpool_limits(limits=int(threads))
-    identity = recipe.identity(cell)
+    identity = recipe.identity_of(cell)
     if stable_hash(identity) != identity_hash:
         raise RecipeError(f"{cell.label()}: its identity (settings, data or code) changed "
                           "since the run was submitted; rerun the command")
@@ -215,7 +215,7 @@ def run_cell_job(recipe_class: type, sweep: Any, cell: Cell, identity_hash: str,
     execution = {"threads": threads, "cluster": where, "job_id": job_id}
 
     def compute(c: Any) -> dict[str, Any] | None:
-        record = recipe.compute(c)
+        record = recipe.compute_cell(c)
         return None if record is None else dict(record) | {"execution": execution}
 
     store = RunStore(recipe.config.output_dir)

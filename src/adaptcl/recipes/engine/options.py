@@ -85,3 +85,41 @@ def progress() -> Any:
 
 def plot() -> Any:
     return setting(True, identity=False, help="write the PNG plot")
+
+
+#: the run options, each ``(annotation, declaration)``, in the order a config lists them
+RUN_OPTIONS: dict[str, tuple[str, Callable[[], Any]]] = {
+    "threads": ("int | None", threads), "device": ("str", device),
+    "precision": ("str", precision), "devices": ("int", devices),
+    "strategy": ("str", strategy), "logger": ("str", logger),
+    "progress": ("bool", progress), "plot": ("bool", plot)}
+
+
+def run_options(*names: str, **declared: Any) -> Callable[[type], type]:
+    """The run options ``names`` (all of :data:`RUN_OPTIONS` when none, in its order) as a
+    config's last fields, in the order named; ``declared`` replaces one's declaration (``precision
+    =precision(help=...)``). A class decorator under ``@dataclass``::
+
+        @dataclass
+        @options.run_options("threads", "device", "progress")
+        class MyConfig:
+            ...
+    """
+    chosen = names or tuple(RUN_OPTIONS)
+    unknown = [n for n in (*chosen, *declared) if n not in RUN_OPTIONS]
+    if unknown or not set(declared) <= set(chosen):
+        raise ValueError(f"run_options: {(unknown or sorted(set(declared) - set(chosen)))[0]!r} "
+                         f"is not one of the run options named ({', '.join(chosen)})")
+
+    def add(cls: type) -> type:
+        annotations = cls.__dict__.get("__annotations__", {})
+        for name in chosen:
+            if name in annotations:
+                raise ValueError(f"{cls.__name__} declares the run option {name!r} itself")
+            annotation, declaration = RUN_OPTIONS[name]
+            annotations[name] = annotation
+            setattr(cls, name, declared[name] if name in declared else declaration())
+        cls.__annotations__ = annotations
+        return cls
+
+    return add

@@ -5,14 +5,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from adaptcl.recipes.engine.cells import Cell, RunLayout
 from adaptcl.recipes.engine.config_file import keep_previous_run
-from adaptcl.recipes.engine.errors import RunStopped, user_errors, warnings_as_notes
+from adaptcl.recipes.engine.errors import (
+    CellConfigError,
+    RunStopped,
+    user_errors,
+    warnings_as_notes,
+)
 from adaptcl.recipes.engine.files import check_output_dir, write_text_atomic
 from adaptcl.recipes.engine.grid import run_grid
 from adaptcl.recipes.engine.jobs import JobOptions, JobRunner
@@ -20,6 +26,7 @@ from adaptcl.recipes.engine.plots import save_plot
 from adaptcl.recipes.engine.provenance import code_version
 from adaptcl.recipes.engine.report import Report, ReportSpec
 from adaptcl.recipes.engine.settings import (
+    Point,
     Sweep,
     axis_fields,
     config_text,
@@ -69,8 +76,6 @@ class Recipe:
         if clash:  # a cell holds one value per name
             raise ValueError(f"--{sorted(clash)[0]} names an axis of the grid; it cannot also "
                              "be a swept setting")
-        #: the config of the sweep's first point (every setting the points share)
-        self.config = self.sweep.base
         self.preset = preset
         self.jobs = jobs or JobOptions()
         #: data fingerprints by row (dataset, task), filled in by :meth:`prepare`
@@ -79,20 +84,59 @@ class Recipe:
         #: what :meth:`run` did, once it has run
         self.grid: GridRun | None = None
         self._code: Any = None
+        self._in_cell: Cell | None = None  # the cell whose identity or record is being made
+
+    @property
+    def config(self) -> Any:
+        """The config of the sweep's first point: the run's options, the axes, the tables.
+
+        Not readable while the engine makes a cell's identity or record: a cell's settings are
+        the ``config`` that :meth:`identity` and :meth:`compute` are given (a swept setting read
+        here would train the first point's value under another point's identity)."""
+        if self._in_cell is not None:
+            raise CellConfigError(
+                f"{type(self).__name__}.config read for cell {self._in_cell.label()}: it is the "
+                "sweep's first point; read the config identity(cell, config) and "
+                "compute(cell, config) are given")
+        return self.sweep.base
 
     @property
     def layout(self) -> RunLayout:
-        return RunLayout(self.config.output_dir)
+        return RunLayout(self.sweep.base.output_dir)  # not sweepable: every point's folder
 
     def config_of(self, cell: Cell) -> Any:
         """The config of ``cell``'s point of the sweep."""
         return self.sweep.config_at(cell.point)
 
+    def point_configs(self) -> dict[Point, Any]:
+        """Every point of the sweep and its config, in the sweep's order."""
+        return {point: self.sweep.config_at(point) for point in self.sweep.points()}
+
+    @contextlib.contextmanager
+    def _cell_scope(self, cell: Cell) -> Iterator[Any]:
+        """``cell``'s config, with :attr:`config` closed meanwhile."""
+        outer, self._in_cell = self._in_cell, cell
+        try:
+            yield self.config_of(cell)
+        finally:
+            self._in_cell = outer
+
+    def identity_of(self, cell: Cell) -> dict[str, Any]:
+        """:meth:`identity` of ``cell`` given its own config (what the engine calls)."""
+        with self._cell_scope(cell) as config:
+            return self.identity(cell, config)
+
+    def compute_cell(self, cell: Cell) -> dict[str, Any] | None:
+        """:meth:`compute` of ``cell`` given its own config (what the engine calls)."""
+        with self._cell_scope(cell) as config:
+            return self.compute(cell, config)
+
     # ---------------------------------------------------------------- what a recipe fills in
 
-    def prepare(self) -> None:
+    def prepare(self, configs: Mapping[Point, Any]) -> None:
         """Check every input before any work or file write (``ValueError`` /
-        ``FileNotFoundError`` become one-line user errors); fill :attr:`fingerprints`."""
+        ``FileNotFoundError`` become one-line user errors); fill :attr:`fingerprints`.
+        ``configs``: every point of the sweep and its config (:meth:`point_configs`)."""
 
     def setup(self) -> None:
         """Work every cell shares, done once after :meth:`prepare` (a pre-trained encoder)."""
@@ -102,7 +146,7 @@ class Recipe:
         if field is None:
             raise NotImplementedError(f"{type(self).__name__} declares no setting with "
                                       f"axis={axis!r}: define {method}()")
-        return list(getattr(self.config, field))
+        return list(getattr(self.sweep.base, field))  # an axis is never swept
 
     def rows(self) -> list[Any]:
         """The values of the first axis (the table's rows), from the config by default."""
@@ -114,7 +158,7 @@ class Recipe:
 
     def seeds(self) -> list[int]:
         field = axis_fields(self.config_class).get("seed")
-        return list(getattr(self.config, field)) if field else [0]
+        return list(getattr(self.sweep.base, field)) if field else [0]
 
     def cell(self, row: Any, method: Any, seed: int, point: Any = ()) -> Cell:
         return Cell(((self.axes[0], row), (self.axes[1], method)), seed, tuple(point))
@@ -124,14 +168,16 @@ class Recipe:
         return [self.cell(r, m, s, p) for r, m, p, s in itertools.product(
             self.rows(), self.methods(), self.sweep.points(), self.seeds())]
 
-    def identity(self, cell: Cell) -> dict[str, Any]:
-        """Everything that determines ``cell``'s record: settings, data fingerprint, code."""
-        return {"settings": identity_settings(self.config_of(cell)), "row": cell.row,
+    def identity(self, cell: Cell, config: Any) -> dict[str, Any]:
+        """Everything that determines ``cell``'s record: settings (``config``, the cell's
+        own), data fingerprint, code."""
+        return {"settings": identity_settings(config), "row": cell.row,
                 "data": self.fingerprints.get(cell.row), "code": self._code}
 
-    def compute(self, cell: Cell) -> dict[str, Any] | None:
-        """The record of one cell: ``metrics``, ``optimisation_steps``, ``train_seconds``, ..."""
-        raise NotImplementedError(f"{type(self).__name__} must define compute(cell)")
+    def compute(self, cell: Cell, config: Any) -> dict[str, Any] | None:
+        """The record of one cell from ``config``, its own settings: ``metrics``,
+        ``optimisation_steps``, ``train_seconds``, ..."""
+        raise NotImplementedError(f"{type(self).__name__} must define compute(cell, config)")
 
     def trains(self, cell: Cell) -> bool:
         """Whether ``cell`` must take an optimisation step to be a result."""
@@ -180,7 +226,7 @@ class Recipe:
         """What every cell needs in this process: :meth:`prepare` (its errors one-line), the
         thread policy, the code version, :meth:`setup`. Returns the torch threads."""
         with user_errors():
-            self.prepare()
+            self.prepare(self.point_configs())
         threads = apply_thread_policy(threads)
         self._code = code_version(*self.code) if self.code else None
         self.setup()
@@ -210,7 +256,7 @@ class Recipe:
                 self.layout.root / self.figure.file] if self.figure is not None else [])
         write_text_atomic(self.layout.config, text)
         self.grid = grid = run_grid(
-            self.name, cfg.output_dir, cells, identity=self.identity, compute=self.compute,
+            self.name, cfg.output_dir, cells, identity=self.identity_of, compute=self.compute_cell,
             trains=self.trains, on_record=report.write, progress_bar=getattr(cfg, "progress", True),
             reuse=self.reuses(), jobs=runner)
         if not grid.records and not grid.diverged:

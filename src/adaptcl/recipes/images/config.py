@@ -27,6 +27,8 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 
 @dataclass
+@options.run_options("threads", "device", "devices", "strategy", "precision", "logger",
+                     "progress", "plot")
 class ImagesConfig:
     """Settings of an ``images`` run: one SSL method with one or more losses, kNN and a linear
     probe on the frozen backbone.
@@ -100,14 +102,6 @@ class ImagesConfig:
     num_workers: int | None = setting(None, check=non_negative, identity=False, sweep=False,
                                       help="DataLoader worker processes (none: 0 on the CPU; "
                                       "on CUDA from the CPUs available, at most 16)")
-    threads: int | None = options.threads()
-    device: str = options.device()
-    devices: int = options.devices()
-    strategy: str = options.strategy()
-    precision: str = options.precision()
-    logger: str = options.logger()
-    progress: bool = options.progress()
-    plot: bool = options.plot()
 
     def __post_init__(self) -> None:
         check_settings(self)

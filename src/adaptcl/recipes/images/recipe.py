@@ -8,6 +8,7 @@ outputs are on the docs page ``docs/recipes/images.md``.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +17,7 @@ from adaptcl.recipes.common.devices import devices_identity
 from adaptcl.recipes.engine import Cell, Figure, GridRun, Recipe, ReportSpec
 from adaptcl.recipes.engine.plots import explain_empty
 from adaptcl.recipes.engine.provenance import stable_hash
+from adaptcl.recipes.engine.settings import Point
 from adaptcl.recipes.engine.torch_env import check_lightning_precision
 from adaptcl.recipes.images.config import PRESETS, ImagesConfig
 
@@ -37,21 +39,21 @@ class ImagesRecipe(Recipe):
     frameworks = ("lightly", "pytorch-lightning", "torchvision")
     figure = Figure("images_temperature.png", ncols=3, figsize=(15, 4))
 
-    def prepare(self) -> None:
+    def prepare(self, configs: Mapping[Point, ImagesConfig]) -> None:
         """The images of every point (each set loaded once), that its batch fits them, their
         fingerprints. Nothing is written."""
         from adaptcl.recipes.images.data import check_batch, load_splits
 
         self.data_root = resolve_data_root(self.config.data_root)
         self._splits: dict[tuple[tuple[str, Any], ...], Any] = {}
-        configs = [self.sweep.config_at(p) for p in self.sweep.points()]
-        for config in configs:
+        for config in configs.values():
             check_lightning_precision(config.device, config.precision)
             key = config.data_settings()
             if key not in self._splits:
                 self._splits[key] = load_splits(self.data_root, config)
             check_batch(self._splits[key], config)
-        self.fingerprints = {self.data_label(c): self.splits_of(c).fingerprint for c in configs}
+        self.fingerprints = {self.data_label(c): self.splits_of(c).fingerprint
+                             for c in configs.values()}
 
     def splits_of(self, config: ImagesConfig) -> Any:
         """The images of ``config`` (loaded by :meth:`prepare`)."""
@@ -71,21 +73,21 @@ class ImagesRecipe(Recipe):
         return [self.cell(row, loss, seed, point) for point in self.sweep.points()
                 for seed in self.seeds() for row in self.rows() for loss in self.methods()]
 
-    def identity(self, cell: Cell) -> dict[str, Any]:
+    def identity(self, cell: Cell, config: ImagesConfig) -> dict[str, Any]:
         """The settings, the fingerprint of the cell's images, the code, several devices."""
-        data = self.splits_of(self.config_of(cell)).fingerprint
-        return (super().identity(cell) | {"data": data}
-                | devices_identity(self.config.devices, self.config.strategy))
+        return (super().identity(cell, config) | {"data": self.splits_of(config).fingerprint}
+                | devices_identity(config.devices, config.strategy))
 
-    def checkpoint_dir(self, cell: Cell) -> Path:
+    def checkpoint_dir(self, cell: Cell, config: ImagesConfig) -> Path:
         """``checkpoints/<cell>/<identity hash>/``: a changed cell never resumes another's."""
-        return self.layout.cell_folder("checkpoints", cell) / stable_hash(self.identity(cell), 10)
+        return self.layout.cell_folder("checkpoints", cell) / stable_hash(
+            self.identity(cell, config), 10)
 
-    def compute(self, cell: Cell) -> dict[str, Any] | None:
+    def compute(self, cell: Cell, config: ImagesConfig) -> dict[str, Any] | None:
         from adaptcl.recipes.images.train import train_and_score
 
-        config = self.config_of(cell)
-        return train_and_score(config, self.splits_of(config), cell, self.checkpoint_dir(cell),
+        return train_and_score(config, self.splits_of(config), cell,
+                               self.checkpoint_dir(cell, config),
                                self.layout.cell_folder("logs", cell))
 
     def report_spec(self) -> ReportSpec:

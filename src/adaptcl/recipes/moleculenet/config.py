@@ -60,6 +60,7 @@ _PATH: dict[str, Any] = {"identity": False, "sweep": False}
 
 
 @dataclass
+@options.run_options()
 class MoleculeNetConfig:
     """Settings of a ``moleculenet`` run: GraphCL pre-training on SMILES, fine-tuning on
     MoleculeNet scaffold splits, test ROC-AUC."""
@@ -106,14 +107,6 @@ class MoleculeNetConfig:
                                 "training share")
     frac_valid: float = setting(0.1, check=open_fraction, **_FINETUNE, help="scaffold split: "
                                 "validation share (the test set takes the rest)")
-    threads: int | None = options.threads()
-    device: str = options.device()
-    precision: str = options.precision()
-    devices: int = options.devices()
-    strategy: str = options.strategy()
-    logger: str = options.logger()
-    progress: bool = options.progress()
-    plot: bool = options.plot()
 
     def __post_init__(self) -> None:
         check_settings(self)

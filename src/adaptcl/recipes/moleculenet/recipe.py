@@ -8,6 +8,7 @@ page ``docs/recipes/moleculenet.md``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -56,14 +57,13 @@ class MoleculeNetRecipe(Recipe):
     frameworks = ("torch_geometric", "ogb", "rdkit", "scikit-learn", "pytorch-lightning")
     figure = Figure("pretraining_alignment_temperature.png", ncols=2)
 
-    def prepare(self) -> None:
+    def prepare(self, configs: Mapping[Point, MoleculeNetConfig]) -> None:
         """Each loss built once per point (its own argument checks), the device, the
         fingerprint of every CSV and of the corpus. Nothing is written."""
         from adaptcl.adapters.graphcl.molecules import MOLECULENET
         from adaptcl.recipes.moleculenet.train import pretrain_loss
 
-        for point in self.sweep.points():
-            config = self.sweep.config_at(point)
+        for config in configs.values():
             for loss in config.losses:
                 pretrain_loss(config, loss)
         resolve_device(self.config.device)
@@ -113,17 +113,16 @@ class MoleculeNetRecipe(Recipe):
         return [self.cell(row, init, seed, point) for seed in self.seeds() for row in self.rows()
                 for init in self.methods() for point in self.sweep.points()]
 
-    def identity(self, cell: Cell) -> dict[str, Any]:
+    def identity(self, cell: Cell, config: MoleculeNetConfig) -> dict[str, Any]:
         """Fine-tuning settings, the set's fingerprint, code, and the pre-trained encoder."""
         path = self.encoders.get((cell.init, cell.point))
-        return {"settings": identity_settings(self.config_of(cell), part="finetune"),
+        return {"settings": identity_settings(config, part="finetune"),
                 "row": cell.row, "data": self.fingerprints[cell.row], "code": self._code,
                 "pretrained": path.stem if path is not None else None}
 
-    def compute(self, cell: Cell) -> dict[str, Any] | None:
+    def compute(self, cell: Cell, config: MoleculeNetConfig) -> dict[str, Any] | None:
         from adaptcl.recipes.moleculenet.train import finetune
 
-        config = self.config_of(cell)
         if config.devices > 1 and distributed_follower():
             return None  # the other ranks served the pre-training; rank 0 fine-tunes
         key = (cell.dataset, config.max_molecules, config.frac_train, config.frac_valid)

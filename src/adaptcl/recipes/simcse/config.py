@@ -13,7 +13,6 @@ from adaptcl.adapters.sentence_transformers.simcse_names import (
     paper_family,
 )
 from adaptcl.evaluation.senteval.sts import STS_TASKS
-from adaptcl.precision import PRECISIONS
 from adaptcl.recipes.engine import options
 from adaptcl.recipes.engine.settings import at_least, check_settings, fraction, positive, setting
 from adaptcl.registry import loss_help
@@ -31,6 +30,9 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 
 @dataclass
+@options.run_options("threads", "device", "precision", "logger", "progress", "plot",
+                     precision=options.precision(identity="training", help="training precision: "
+                                                 "32, bf16-mixed or 16-mixed (CUDA only)"))
 class SimCSERecipeConfig:
     """Settings of ``adaptcl simcse``; ``learning_rate=None`` takes the paper's for the model's
     family (3e-5 BERT, 1e-5 RoBERTa, from its ``config.json`` or its name); ``precision`` is the
@@ -75,13 +77,6 @@ class SimCSERecipeConfig:
                              "untrained starting point")
     sts_tasks: list[str] = setting(factory=lambda: list(STS_TASKS), choices=STS_TASKS,
                                    identity="scoring", help="STS tasks to score")
-    threads: int | None = options.threads()
-    device: str = options.device()
-    precision: str = setting("32", choices=PRECISIONS, identity="training", help="training "
-                             "precision: 32, bf16-mixed or 16-mixed (CUDA only)")
-    logger: str = options.logger()
-    progress: bool = options.progress()
-    plot: bool = options.plot()
 
     def __post_init__(self) -> None:
         check_settings(self)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from adaptcl.recipes.common.encoder_eval import STS_COLUMNS, framework_progress_
 from adaptcl.recipes.engine import Cell, Figure, GridRun, Recipe, ReportSpec
 from adaptcl.recipes.engine.plots import explain_empty
 from adaptcl.recipes.engine.provenance import package_versions, stable_hash
-from adaptcl.recipes.engine.settings import identity_settings
+from adaptcl.recipes.engine.settings import Point, identity_settings
 from adaptcl.recipes.engine.store import distributed_follower
 from adaptcl.recipes.engine.summary import point_text
 from adaptcl.recipes.simcse.config import BASELINE, PRESETS, SimCSERecipeConfig
@@ -42,17 +43,17 @@ class SimCSERecipe(Recipe):
     frameworks = ("transformers", "sentence-transformers")
     figure = Figure("simcse_adaptive.png", ncols=2, figsize=(10, 3.5))
 
-    def prepare(self) -> None:
+    def prepare(self, configs: Mapping[Point, SimCSERecipeConfig]) -> None:
         """The device, the data folders and each point's inputs read and fingerprinted."""
         from adaptcl.evaluation.senteval.data import downstream_dir
         from adaptcl.io import resolve_data_root
         from adaptcl.recipes.engine.torch_env import resolve_device
 
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-        cfg, points = self.config, self.sweep.points()
+        cfg, points = self.config, list(configs)
         self.device = resolve_device(cfg.device)
-        if self.device == "cpu" and any(self.sweep.config_at(p).precision == "16-mixed"
-                                        for p in points):
+        if self.device == "cpu" and any(c.precision == "16-mixed"
+                                        for c in configs.values()):
             # accelerate ignores fp16=True on CPU and would train in float32: refuse, not mislabel
             raise ValueError("--precision 16-mixed needs CUDA (on CPU the trainer ignores fp16 "
                              "and trains in float32); use --precision bf16-mixed or 32")
@@ -64,8 +65,8 @@ class SimCSERecipe(Recipe):
         self.sentence_file = Path(cfg.sentences) if cfg.sentences else self.data_root / WIKI_SAMPLE
         self.dataset = dataset_name(cfg.sentences)
         self.inputs: dict[Any, Inputs] = {
-            p: read_inputs(self.sweep.config_at(p), self.sentence_file, self.senteval_root)
-            for p in points}
+            p: read_inputs(c, self.sentence_file, self.senteval_root)
+            for p, c in configs.items()}
         self.fingerprints = self.inputs[points[0]].data
         self.versions = package_versions(("torch", "transformers", "sentence-transformers"))
 
@@ -81,7 +82,7 @@ class SimCSERecipe(Recipe):
         seed."""
         cells, scored = [], set()
         for point in self.sweep.points():
-            key = stable_hash(self.identity(self.cell(self.dataset, BASELINE, 0, point)))
+            key = stable_hash(self.identity_of(self.cell(self.dataset, BASELINE, 0, point)))
             if BASELINE in self.methods() and key not in scored:
                 scored.add(key)
                 cells.append(self.cell(self.dataset, BASELINE, 0, point))
@@ -89,10 +90,10 @@ class SimCSERecipe(Recipe):
                       for loss in self.config.losses for seed in self.seeds()]
         return cells
 
-    def identity(self, cell: Cell) -> dict[str, Any]:
+    def identity(self, cell: Cell, config: SimCSERecipeConfig) -> dict[str, Any]:
         """The settings (the untrained model: its ``"scoring"`` part), the data, the code and
         the frameworks' versions."""
-        cfg, data = self.config_of(cell), self.inputs[cell.point].data
+        cfg, data = config, self.inputs[cell.point].data
         common = {"code": self._code, "frameworks": self.versions}
         if cell.method == BASELINE:
             return {"settings": identity_settings(cfg, part="scoring"),
@@ -110,13 +111,13 @@ class SimCSERecipe(Recipe):
     def trains(self, cell: Cell) -> bool:
         return cell.method != BASELINE
 
-    def compute(self, cell: Cell) -> dict[str, Any] | None:
+    def compute(self, cell: Cell, config: SimCSERecipeConfig) -> dict[str, Any] | None:
         """Train (or, for the baseline, save) one model and score it; the cell's record
         (``None`` on a non-zero rank under ``torchrun``, which trains with rank 0)."""
         from adaptcl.evaluation.senteval.encoders import build_encoder
         from adaptcl.recipes.simcse import train
 
-        cfg, inputs = self.config_of(cell), self.inputs[cell.point]
+        cfg, inputs = config, self.inputs[cell.point]
         follower = distributed_follower()  # a non-zero rank under torchrun: trains, owns nothing
         if follower and cell.method == BASELINE:
             return None
@@ -124,7 +125,7 @@ class SimCSERecipe(Recipe):
         resume = None
         # rank 0 owns the folder: an interrupted run of this identity resumes from its last
         # complete checkpoint, a stale one (other settings, data or code) is removed
-        if not follower and train.claim_run_folder(out, stable_hash(self.identity(cell))):
+        if not follower and train.claim_run_folder(out, stable_hash(self.identity(cell, cfg))):
             resume = train.resume_point(out, cell.label()) if cell.method != BASELINE else None
         log_dir = self.layout.cell_folder("logs", cell)
         start = time.perf_counter()

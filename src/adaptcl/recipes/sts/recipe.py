@@ -8,11 +8,13 @@ outputs are on the docs page ``docs/recipes/sts.md``.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
 from adaptcl.recipes.common.encoder_eval import STS_COLUMNS, EncoderEvalRecipe
 from adaptcl.recipes.engine import Cell, GridRun
 from adaptcl.recipes.engine.files import markdown_table
+from adaptcl.recipes.engine.settings import Point
 from adaptcl.recipes.engine.summary import row_label
 from adaptcl.recipes.sts.config import STSConfig
 
@@ -33,8 +35,8 @@ class STSRecipe(EncoderEvalRecipe):
             "adaptcl.evaluation.senteval.sts", "adaptcl.evaluation.senteval.encoders",
             "adaptcl.evaluation.senteval.data")
 
-    def prepare(self) -> None:
-        super().prepare()
+    def prepare(self, configs: Mapping[Point, Any]) -> None:
+        super().prepare(configs)
         cfg = self.config
         self.st_check: dict[str, float] | None = None
         if (cfg.st_evaluator_check and "STSBenchmark" in cfg.tasks
@@ -42,7 +44,7 @@ class STSRecipe(EncoderEvalRecipe):
             raise ValueError("st_evaluator_check needs a sentence-transformers model path "
                              "(and no pooler)")
 
-    def score(self, cell: Cell) -> dict[str, Any]:
+    def score(self, cell: Cell, config: STSConfig) -> dict[str, Any]:
         from adaptcl.evaluation.senteval.sts import evaluate_task
 
         task = evaluate_task(self.encoders[cell.point], cell.task, self.data_root)

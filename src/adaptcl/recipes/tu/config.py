@@ -25,6 +25,7 @@ PRESETS: dict[str, dict[str, Any]] = {
 
 
 @dataclass
+@options.run_options()
 class TUConfig:
     """Settings of a ``tu`` run: GraphCL pre-training on TU datasets, SVM under 10-fold CV."""
 
@@ -71,14 +72,6 @@ class TUConfig:
     standardize: bool = setting(False, help="z-score the embeddings before the SVM")
     cv_seed: int | None = setting(0, help="seed of the CV splits (none: GraphCL's unseeded "
                                   "splits)")
-    threads: int | None = options.threads()
-    device: str = options.device()
-    precision: str = options.precision()
-    devices: int = options.devices()
-    strategy: str = options.strategy()
-    logger: str = options.logger()
-    progress: bool = options.progress()
-    plot: bool = options.plot()
 
     def __post_init__(self) -> None:
         check_settings(self)

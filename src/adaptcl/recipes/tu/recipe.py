@@ -7,6 +7,7 @@ ICML 2023, Table 4, App. B.5); the protocol, presets and outputs are on the docs
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ from adaptcl.io import fingerprint_files, resolve_data_root
 from adaptcl.recipes.common.devices import devices_identity
 from adaptcl.recipes.common.graph_report import draw_pretraining_curves, paper_columns
 from adaptcl.recipes.engine import Cell, Figure, GridRun, Recipe, ReportSpec
-from adaptcl.recipes.engine.settings import drop_repeats
+from adaptcl.recipes.engine.settings import Point, drop_repeats
 from adaptcl.recipes.engine.torch_env import check_lightning_precision
 from adaptcl.recipes.tu.config import PRESETS, TUConfig
 from adaptcl.recipes.tu.data import check_folds, find_raw, graph_label_counts, load_tu_graphs
@@ -45,16 +46,15 @@ class TURecipe(Recipe):
     frameworks = ("torch_geometric", "scikit-learn", "pytorch-lightning")
     figure = Figure("macl_temperature_alignment.png", ncols=2, figsize=(10, 3.6))
 
-    def prepare(self) -> None:
+    def prepare(self, configs: Mapping[Point, TUConfig]) -> None:
         """Each loss built once (its own argument checks), the precision, each dataset's raw
         folder, fingerprint and the folds it can fill. Nothing is written."""
         from adaptcl.recipes.tu.train import build_loss
 
-        configs = [self.sweep.config_at(point) for point in self.sweep.points()]
-        for config in configs:
+        for config in configs.values():
             for loss in config.losses:
                 build_loss(config, loss)
-        for config in configs:
+        for config in configs.values():
             check_lightning_precision(self.config.device, config.precision)
         self.data_root = resolve_data_root(self.config.data_root)
         self.sources: dict[str, Path] = {}
@@ -64,7 +64,7 @@ class TURecipe(Recipe):
                                       [name for name, _ in found]):
             raw = raws[canonical]
             counts = graph_label_counts(raw, canonical)
-            for config in configs:
+            for config in configs.values():
                 check_folds(canonical, counts, config.folds, config.inner_folds)
             self.sources[canonical] = raw
             self.fingerprints[canonical] = fingerprint_files([raw], root=raw)
@@ -89,14 +89,12 @@ class TURecipe(Recipe):
                                                self.fingerprints[name]["sha256"])
         return self._loaded[key]
 
-    def identity(self, cell: Cell) -> dict[str, Any]:
-        return super().identity(cell) | devices_identity(self.config.devices,
-                                                         self.config.strategy)
+    def identity(self, cell: Cell, config: TUConfig) -> dict[str, Any]:
+        return super().identity(cell, config) | devices_identity(config.devices, config.strategy)
 
-    def compute(self, cell: Cell) -> dict[str, Any] | None:
+    def compute(self, cell: Cell, config: TUConfig) -> dict[str, Any] | None:
         from adaptcl.recipes.tu.train import train_and_score
 
-        config = self.config_of(cell)
         graphs, dim, info = self._graphs(cell.dataset, config)
         record = train_and_score(config, cell, graphs, dim,
                                  self.layout.cell_folder("logs", cell))
