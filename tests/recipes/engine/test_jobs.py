@@ -102,6 +102,38 @@ def test_slurm_jobs_get_partition_time_gpus_cpus_and_extra_options(tmp_path, mon
         JobOptions(cluster="slurm", cluster_option=["slurm_nosuch=1"]).executor(tmp_path, 1, "tu")
 
 
+def test_slurm_submissions_carry_a_chunk_each_one_per_cell_without_jobs(tmp_path, monkeypatch):
+    """``--cluster slurm --jobs 2`` on five cells: two sbatch submissions (a stand-in
+    ``sbatch`` answering as SLURM does), each pickling ``run_chunk_job`` with its share of the
+    cells; without ``--jobs``, one submission per cell as before."""
+    from submitit.core.utils import DelayedSubmission
+
+    from adaptcl.recipes.engine.job_cells import run_chunk_job
+    from adaptcl.recipes.engine.jobs import JobRunner
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, text in (("srun", "exit 0"), ("sbatch", "echo Submitted batch job 4242")):
+        (bin_dir / name).write_text(f"#!/bin/sh\n{text}\n")
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    recipe = ToyRecipe(ToyConfig(output_dir=str(tmp_path / "out"), seeds=list(range(5))))
+    recipe.prepare()
+    cells = recipe.cells()
+    every = JobRunner(JobOptions(cluster="slurm"), recipe, threads=2, cells=len(cells))
+    assert [len(c) for c in every.chunks(cells)] == [1] * 5
+    runner = JobRunner(JobOptions(cluster="slurm", jobs=2), recipe, threads=2, cells=len(cells))
+    chunks = runner.chunks(cells)
+    assert chunks == [cells[0::2], cells[1::2]] and runner.threads == 2
+    identities = {c: recipe.identity(c) for c in cells}
+    job = runner.submit(chunks[1], identities)
+    assert job.job_id == "4242"
+    submission = DelayedSubmission.load(job.paths.submitted_pickle)
+    assert submission.function is run_chunk_job
+    assert submission.args[2] == chunks[1] and submission.args[-1] == "slurm"
+    assert "#SBATCH --cpus-per-task=2" in job.paths.submission_file.read_text()
+
+
 def test_a_job_fails_a_cell_whose_identity_changed_since_submission_and_goes_on(tmp_path):
     """The job function itself (what each submitit job runs), in this process: the parent's
     planned identity hash of seed0 no longer matches the recipe rebuilt from the config; that
