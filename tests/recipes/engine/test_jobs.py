@@ -134,6 +134,19 @@ def test_slurm_submissions_carry_a_chunk_each_one_per_cell_without_jobs(tmp_path
     assert "#SBATCH --cpus-per-task=2" in job.paths.submission_file.read_text()
 
 
+def test_fewer_cells_than_jobs_start_one_job_per_cell_and_say_so(tmp_path):
+    from adaptcl.recipes.engine.jobs import JobRunner
+
+    recipe = ToyRecipe(ToyConfig(output_dir=str(tmp_path / "out"), seeds=[0, 1, 2]))
+    runner = JobRunner(JobOptions(jobs=4), recipe, threads=4, cells=3)
+    assert [len(c) for c in runner.chunks(recipe.cells())] == [1, 1, 1]
+    assert runner.describe(3).startswith(
+        "3 jobs of up to 1 run each (local), 1 thread each; only 3 runs to compute for "
+        "--jobs 4, so 3 jobs; logs under ")
+    assert runner.describe(9).startswith("4 jobs of up to 3 runs each (local), 1 thread each;"
+                                         " logs under ")
+
+
 def test_a_job_fails_a_cell_whose_identity_changed_since_submission_and_goes_on(tmp_path):
     """The job function itself (what each submitit job runs), in this process: the parent's
     planned identity hash of seed0 no longer matches the recipe rebuilt from the config; that
