@@ -104,7 +104,7 @@ def test_layers_import_only_downward():
 
 
 ENGINE = ("errors", "files", "provenance", "torch_env", "progress", "loggers", "plots",
-          "settings", "options", "cells", "config_file", "store", "jobs", "grid", "summary", "report",
+          "settings", "options", "cells", "config_file", "store", "job_cells", "jobs", "grid", "summary", "report",
           "command_line", "recipe")
 
 

@@ -102,37 +102,84 @@ def test_slurm_jobs_get_partition_time_gpus_cpus_and_extra_options(tmp_path, mon
         JobOptions(cluster="slurm", cluster_option=["slurm_nosuch=1"]).executor(tmp_path, 1, "tu")
 
 
-def test_a_job_refuses_a_cell_whose_identity_changed_since_submission(tmp_path):
+def test_slurm_submissions_carry_a_chunk_each_one_per_cell_without_jobs(tmp_path, monkeypatch):
+    """``--cluster slurm --jobs 2`` on five cells: two sbatch submissions (a stand-in
+    ``sbatch`` answering as SLURM does), each pickling ``run_chunk_job`` with its share of the
+    cells; without ``--jobs``, one submission per cell as before."""
+    from submitit.core.utils import DelayedSubmission
+
+    from adaptcl.recipes.engine.job_cells import run_chunk_job
+    from adaptcl.recipes.engine.jobs import JobRunner
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name, text in (("srun", "exit 0"), ("sbatch", "echo Submitted batch job 4242")):
+        (bin_dir / name).write_text(f"#!/bin/sh\n{text}\n")
+        (bin_dir / name).chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    recipe = ToyRecipe(ToyConfig(output_dir=str(tmp_path / "out"), seeds=list(range(5))))
+    recipe.prepare(recipe.point_configs())
+    cells = recipe.cells()
+    every = JobRunner(JobOptions(cluster="slurm"), recipe, threads=2, cells=len(cells))
+    assert [len(c) for c in every.chunks(cells)] == [1] * 5
+    runner = JobRunner(JobOptions(cluster="slurm", jobs=2), recipe, threads=2, cells=len(cells))
+    chunks = runner.chunks(cells)
+    assert chunks == [cells[0::2], cells[1::2]] and runner.threads == 2
+    identities = {c: recipe.identity_of(c) for c in cells}
+    job = runner.submit(chunks[1], identities)
+    assert job.job_id == "4242"
+    submission = DelayedSubmission.load(job.paths.submitted_pickle)
+    assert submission.function is run_chunk_job
+    assert submission.args[2] == chunks[1] and submission.args[-1] == "slurm"
+    assert "#SBATCH --cpus-per-task=2" in job.paths.submission_file.read_text()
+
+
+def test_fewer_cells_than_jobs_start_one_job_per_cell_and_say_so(tmp_path):
+    from adaptcl.recipes.engine.jobs import JobRunner
+
+    recipe = ToyRecipe(ToyConfig(output_dir=str(tmp_path / "out"), seeds=[0, 1, 2]))
+    runner = JobRunner(JobOptions(jobs=4), recipe, threads=4, cells=3)
+    assert [len(c) for c in runner.chunks(recipe.cells())] == [1, 1, 1]
+    assert runner.describe(3).startswith(
+        "3 jobs of up to 1 run each (local), 1 thread each; only 3 runs to compute for "
+        "--jobs 4, so 3 jobs; logs under ")
+    assert runner.describe(9).startswith("4 jobs of up to 3 runs each (local), 1 thread each;"
+                                         " logs under ")
+
+
+def test_a_job_fails_a_cell_whose_identity_changed_since_submission_and_goes_on(tmp_path):
     """The job function itself (what each submitit job runs), in this process: the parent's
-    planned identity hash no longer matches the recipe rebuilt from the config."""
+    planned identity hash of seed0 no longer matches the recipe rebuilt from the config; that
+    cell fails, named, and the chunk's next cell is computed and stored."""
     import torch
 
-    from adaptcl.recipes.engine.jobs import run_cell_job
+    from adaptcl.recipes.engine.job_cells import run_chunk_job
     from adaptcl.recipes.engine.provenance import stable_hash
     from adaptcl.recipes.engine.settings import Sweep
 
     threads = torch.get_num_threads()  # the job function sets the process's threads
-    config = ToyConfig(output_dir=str(tmp_path / "out"), seeds=[0])
-    sweep, target = Sweep.of(config), cell("d", "base", 0)
-    with pytest.raises(RecipeError, match="d/base/seed0: its identity .* changed since the "
-                                          "run was submitted"):
-        run_cell_job(ToyRecipe, sweep, target, "0" * 64, 1, True, "local")
-    assert not (tmp_path / "out" / "runs" / "d").exists()
+    config = ToyConfig(output_dir=str(tmp_path / "out"), seeds=[0, 1])
+    sweep, cells = Sweep.of(config), [cell("d", "base", 0), cell("d", "base", 1)]
     recipe = ToyRecipe(config)
     recipe.prepare(recipe.point_configs())
-    planned = stable_hash(recipe.identity_of(target))
+    planned = stable_hash(recipe.identity_of(cells[1]))
     from threadpoolctl import threadpool_info, threadpool_limits
 
     try:
         with threadpool_limits(limits=2):  # restores this process's pools on exit
-            result = run_cell_job(ToyRecipe, sweep, target, planned, 1, True, "local")
+            result = run_chunk_job(ToyRecipe, sweep, cells, ["0" * 64, planned], 1, True,
+                                   "local")
             pools = threadpool_info()
     finally:
         torch.set_num_threads(threads)
-    assert result["status"] == "computed"
+    assert result["cells"]["d/base/seed0"] == {
+        "status": "failed", "error": "RecipeError: d/base/seed0: its identity (settings, data "
+        "or code) changed since the run was submitted; rerun the command"}
+    assert result["cells"]["d/base/seed1"]["status"] == "computed"
+    assert not (tmp_path / "out" / "runs" / "d" / "base" / "seed0.json").exists()
     # the BLAS / OpenMP pools (numpy's, scikit-learn's) take the job's share too
     assert pools and {pool["num_threads"] for pool in pools} == {1}, pools
-    execution = json.loads((tmp_path / "out" / "runs" / "d" / "base" / "seed0.json")
+    execution = json.loads((tmp_path / "out" / "runs" / "d" / "base" / "seed1.json")
                            .read_text())["record"]["execution"]
     assert (execution["threads"], execution["cluster"]) == (1, "local")
 
@@ -177,6 +224,87 @@ def test_a_failed_job_is_named_with_its_log_the_others_go_on_and_a_rerun_retries
     assert result["reused"] == [cell("d", "base", s).as_dict() for s in (0, 3)]
     assert result["failed"] == [] and result["diverged"] == [] and result["complete"]
     assert "FAILED" not in (out / "results.md").read_text()
+
+
+@pytest.mark.slow
+def test_n_jobs_for_more_cells_start_n_processes_each_cell_once_records_as_sequential(
+        tmp_path, monkeypatch, capsys):
+    """6 cells with ``--jobs 2``: two jobs (two processes, two job folders), each working
+    through its share of 3 cells; every cell computed once; records equal to the sequential
+    run's. A cell failing in a chunk is named and the rest of its chunk is computed."""
+    monkeypatch.setenv("ADAPTCL_TOY_EVENTS", str(tmp_path / "events"))
+    seeds = ["--seeds", *map(str, range(6)), "--no-progress"]
+    assert _toy([*seeds, "--output-dir", str(tmp_path / "seq")]) == 0
+    capsys.readouterr()
+    assert _toy([*seeds, "--output-dir", str(tmp_path / "par"), "--jobs", "2"]) == 0
+    assert "6 runs to compute as 2 jobs of up to 3 runs each (local), 1 thread each" in \
+        capsys.readouterr().err
+    seq, par = _stored(tmp_path / "seq"), _stored(tmp_path / "par")
+    assert sorted(par) == sorted(seq) == [f"d/base/seed{s}" for s in range(6)]
+    assert {label: r["metrics"] for label, r in par.items()} == \
+        {label: r["metrics"] for label, r in seq.items()}
+    assert len({r["pid"] for r in par.values()}) == 2  # two processes for six cells
+    jobs = {r["execution"]["job_id"] for r in par.values()}
+    assert len(jobs) == 2 and sorted(p.name for p in (tmp_path / "par" / "jobs").iterdir()
+                                     if p.is_dir()) == sorted(jobs)
+    result = json.loads((tmp_path / "par" / "results.json").read_text())
+    assert result["computed"] == [cell("d", "base", s).as_dict() for s in range(6)]
+    assert not (tmp_path / "par" / "runs" / "superseded").exists()  # none computed twice
+
+    monkeypatch.setenv("ADAPTCL_TOY_FAIL", "d/base/seed2")  # chunks: seeds 0 2 4 and 1 3 5
+    assert _toy([*seeds, "--output-dir", str(tmp_path / "fail"), "--jobs", "2"]) == 1
+    assert "adaptcl: d/base/seed2 failed: RuntimeError: boom in d/base/seed2" in \
+        capsys.readouterr().err
+    stored = _stored(tmp_path / "fail")
+    assert sorted(stored) == [f"d/base/seed{s}" for s in (0, 1, 3, 4, 5)]
+    assert stored["d/base/seed0"]["pid"] == stored["d/base/seed4"]["pid"]  # seed2's job
+
+
+@pytest.mark.slow
+def test_a_killed_job_keeps_what_it_stored_and_the_rerun_computes_only_the_rest(
+        tmp_path, monkeypatch, capsys):
+    """Two jobs of two cells each; once each job has stored its first cell and started its
+    second, one job's processes are killed (SIGKILL): its stored cell is kept, its unfinished
+    one is named as failed, the other job finishes; the rerun computes exactly that cell."""
+    import os
+    import signal
+
+    events = tmp_path / "events"
+    monkeypatch.setenv("ADAPTCL_TOY_EVENTS", str(events))
+    monkeypatch.setenv("ADAPTCL_TOY_BLOCK", "2")
+    out, killed = tmp_path / "out", []
+    recipe = ToyRecipe(ToyConfig(output_dir=str(out), seeds=[0, 1, 2, 3]),
+                       jobs=JobOptions(jobs=2))
+
+    class Kill:  # at the first record: kill the job that stored it, then release the other
+        def write(self, grid):
+            if killed:
+                return
+            deadline = time.monotonic() + 60
+            while len(list(events.glob("start-d_base_seed[23]"))) < 2:
+                assert time.monotonic() < deadline, "the second cells did not start"
+                time.sleep(0.05)
+            first = next(iter(grid.records))
+            controller = int(grid.records[first]["execution"]["job_id"])
+            for pid in [*children([controller]), controller]:
+                os.kill(pid, signal.SIGKILL)
+            killed.append(first.seed + 2)
+            (events / "go").touch()
+
+    monkeypatch.setattr(recipe, "make_report", lambda: Kill())
+    recipe.run()  # the command then exits 1 naming the failed cell (its failed_error)
+    lost = f"d/base/seed{killed[0]}"
+    assert [c.label() for c in recipe.grid.failed] == [lost]
+    assert f"adaptcl: {lost} failed: its process ended without a result" in \
+        capsys.readouterr().err
+    assert sorted(_stored(out)) == sorted(f"d/base/seed{s}" for s in range(4)
+                                          if s != killed[0])
+    monkeypatch.delenv("ADAPTCL_TOY_BLOCK")
+    rerun = ToyRecipe(ToyConfig(output_dir=str(out), seeds=[0, 1, 2, 3]),
+                      jobs=JobOptions(jobs=2))
+    rerun.run()
+    assert [c.label() for c in rerun.grid.computed] == [lost]
+    assert len(rerun.grid.reused) == 3
 
 
 @pytest.mark.slow
@@ -226,7 +354,7 @@ def test_tu_with_two_jobs_is_bitwise_the_sequential_run(shared_data, tmp_path, c
               "2", "3", "--epochs", "1", "--threads", "1", "--no-progress", "--no-plot"]
     assert cli.main([*common, "--output-dir", str(tmp_path / "seq")]) == 0
     assert cli.main([*common, "--output-dir", str(tmp_path / "par"), "--jobs", "2"]) == 0
-    assert "8 runs to compute as jobs: 2 at once (local), 1 thread each" in \
+    assert "8 runs to compute as 2 jobs of up to 4 runs each (local), 1 thread each" in \
         capsys.readouterr().err
     seq, par = _stored(tmp_path / "seq"), _stored(tmp_path / "par")
     assert len(seq) == 8 and sorted(seq) == sorted(par)
@@ -236,7 +364,7 @@ def test_tu_with_two_jobs_is_bitwise_the_sequential_run(shared_data, tmp_path, c
         assert par[label]["evaluation"] == seq[label]["evaluation"], label
         assert par[label]["execution"]["threads"] == 1 and "execution" not in seq[label]
     pids = {r["execution"]["job_id"] for r in par.values()}
-    assert len(pids) == 8  # one job per cell
+    assert len(pids) == 2  # one job per share of cells, not per cell
     jobs = tmp_path / "par" / "jobs"  # a folder per job; not submitit's empty template "%j"
     assert sorted(p.name for p in jobs.iterdir() if p.is_dir()) == sorted(map(str, pids))
     results = [json.loads((tmp_path / d / "results.json").read_text()) for d in ("seq", "par")]

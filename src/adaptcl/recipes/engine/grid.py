@@ -40,8 +40,9 @@ def run_grid(recipe: str, out_dir: str | os.PathLike, cells: Sequence[Cell], *,
     each cell computed or diverged, while there is a record (to rewrite partial result files).
     A cell listed twice runs once (with a note); a bad seed is refused before any work.
     ``reuse=False`` recomputes every cell (the old record moves aside once the new one is
-    stored). ``jobs``: each cell to compute runs as a submitit job (a failed one goes to
-    :attr:`GridRun.failed`). Records and lists are in the order of ``cells``.
+    stored). ``jobs``: the cells to compute are dealt to submitit jobs, each computing its
+    share one after another (a failed cell goes to :attr:`GridRun.failed`). Records and
+    lists are in the order of ``cells``.
     """
     unique = list(dict.fromkeys(cells))
     if len(unique) < len(cells):
@@ -65,7 +66,7 @@ def run_grid(recipe: str, out_dir: str | os.PathLike, cells: Sequence[Cell], *,
                  f"code) will be computed again; the old records are kept under "
                  f"{store.layout.runs / 'superseded'}")
         if todo and jobs is not None:
-            note(f"{plural(len(todo))} to compute as jobs: {jobs.describe()}")
+            note(f"{plural(len(todo))} to compute as {jobs.describe(len(todo))}")
         if todo and (jobs is not None or compute is not None):
             bar = progress(total=len(grid.cells), initial=len(grid.reused),
                            desc=f"{recipe} runs", enabled=progress_bar, leave=True)

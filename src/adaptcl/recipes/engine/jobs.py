@@ -1,10 +1,11 @@
 """Cells as jobs: several at once on this machine, or on a SLURM cluster, through submitit
 (``--jobs N``: submitit's ``LocalExecutor``; ``--cluster slurm``: its ``AutoExecutor``, same
-code path). submitit starts, watches and cancels the processes; the parent keeps at most N
-submitted (the local executor starts every submitted job at once) and collects what they
-stored. Each job (:func:`run_cell_job`) rebuilds the recipe from its settings, checks the
-cell's identity is the one the parent planned, and computes and stores ONE cell as the parent
-would. See ``docs/recipes/scale.md``.
+code path). submitit starts, watches and cancels the processes; the parent deals the cells to
+at most N jobs (one process each, so a job's start-up -- importing torch, building the data --
+is paid once per job, not per cell) and collects each record as soon as a job stored it. Each
+job (:func:`~adaptcl.recipes.engine.job_cells.run_chunk_job`) rebuilds the recipe from its
+settings once and computes and stores its cells one by one as the parent would. See
+``docs/recipes/scale.md``.
 
 Example:
     >>> opts = JobOptions(jobs=4)
@@ -32,10 +33,12 @@ from pathlib import Path
 from typing import Any
 
 from adaptcl.recipes.engine.cells import Cell, RunLayout
-from adaptcl.recipes.engine.errors import RecipeError, plural
+from adaptcl.recipes.engine.errors import RecipeError, note, plural
+from adaptcl.recipes.engine.files import read_json
+from adaptcl.recipes.engine.job_cells import run_chunk_job
 from adaptcl.recipes.engine.provenance import stable_hash
 from adaptcl.recipes.engine.settings import RUN_ONLY, at_least, check_settings, setting
-from adaptcl.recipes.engine.store import GridRun, RunStore, compute_one, distributed_follower
+from adaptcl.recipes.engine.store import GridRun, RunStore, distributed_follower
 
 #: a local job's time limit in minutes (submitit's own default is 2)
 LOCAL_TIMEOUT_MIN = 7 * 24 * 60
@@ -187,49 +190,12 @@ def job_failure(job: Any) -> tuple[str, str]:
                   f"submitit: {text.strip().splitlines()[0]}")
     else:
         reason = f"{type(error).__name__}: {text.strip().splitlines()[0] if text.strip() else ''}"
-    try:
-        log = str(job.paths.stderr)
-    except Exception:  # noqa: BLE001
-        log = "(no log)"
-    return reason, log
-
-
-def run_cell_job(recipe_class: type, sweep: Any, cell: Cell, identity_hash: str,
-                 threads: int, reuse: bool, where: str) -> dict[str, Any]:
-    """One job: rebuild the recipe, compute ``cell`` and store its record (under its lock);
-    ``{"status", "superseded", "diverged"}`` (the parent reads the record from the store). A
-    changed identity (code, data or settings edited since the submission) is refused."""
-    recipe = recipe_class(sweep)
-    threads = recipe.ready(threads)
-    try:  # the BLAS/OpenMP pools of numpy, scipy and scikit-learn take the job's share too
-        from threadpoolctl import threadpool_limits
-    except ImportError:  # pragma: no cover - scikit-learn requires it
-        pass
-    else:
-        threadpool_limits(limits=int(threads))
-    identity = recipe.identity_of(cell)
-    if stable_hash(identity) != identity_hash:
-        raise RecipeError(f"{cell.label()}: its identity (settings, data or code) changed "
-                          "since the run was submitted; rerun the command")
-    job_id = os.environ.get("SLURM_JOB_ID") or os.environ.get("SUBMITIT_LOCAL_JOB_ID")
-    execution = {"threads": threads, "cluster": where, "job_id": job_id}
-
-    def compute(c: Any) -> dict[str, Any] | None:
-        record = recipe.compute_cell(c)
-        return None if record is None else dict(record) | {"execution": execution}
-
-    store = RunStore(recipe.config.output_dir)
-    grid = GridRun(cells=[cell], identities={cell: identity})
-    status = compute_one(store, grid, cell, compute, recipe.trains, reuse=reuse)
-    print(f"adaptcl: {cell.label()} {status} ({plural(threads, 'thread')})", file=sys.stderr,
-          flush=True)
-    return {"status": status, "superseded": list(store.superseded),
-            "diverged": grid.diverged.get(cell)}
+    return reason, _log_of(job)
 
 
 class JobRunner:
     """What :func:`~adaptcl.recipes.engine.grid.run_grid` needs to run cells as jobs: the
-    executor, how many at once, and how to submit one cell of ``recipe``."""
+    executor, how many jobs, and how to submit a chunk of cells of ``recipe``."""
 
     def __init__(self, options: JobOptions, recipe: Any, *, threads: int | None, cells: int,
                  reuse: bool = True) -> None:
@@ -240,17 +206,28 @@ class JobRunner:
         self.folder = RunLayout(recipe.config.output_dir).jobs
         self.executor = options.executor(self.folder, self.threads, recipe.name)
 
-    def submit(self, cell: Any, identity: Mapping[str, Any]) -> Any:
+    def chunks(self, todo: Sequence[Cell]) -> list[list[Cell]]:
+        """``todo`` dealt out to at most :attr:`max_jobs` jobs, round robin (so each job gets
+        a share of every dataset and loss): one process per job, however many cells."""
+        count = min(self.max_jobs, len(todo))
+        return [list(todo[i::count]) for i in range(count)] if count else []
+
+    def submit(self, cells: Sequence[Cell], identities: Mapping[Cell, Any]) -> Any:
         local = self.options.where == "local"
         with interruptible_children(), (_stderr_to(self.folder.parent / "controllers.log")
                                          if local else contextlib.nullcontext()):
-            return self.executor.submit(run_cell_job, self.recipe_class, self.sweep,
-                                        cell, stable_hash(identity), self.threads,
-                                        self.reuse, self.options.where)
+            return self.executor.submit(run_chunk_job, self.recipe_class, self.sweep,
+                                        list(cells), [stable_hash(identities[c]) for c in cells],
+                                        self.threads, self.reuse, self.options.where)
 
-    def describe(self) -> str:
-        return (f"{self.max_jobs} at once ({self.options.where}), "
-                f"{plural(self.threads, 'thread')} each; logs under {self.folder.parent}")
+    def describe(self, todo: int) -> str:
+        """The run's note: how many jobs, of how many cells, and when ``--jobs`` gives less."""
+        count = min(self.max_jobs, todo)
+        size = -(-todo // max(count, 1))
+        short = (f"; only {plural(todo)} to compute for --jobs {self.max_jobs}, so "
+                 f"{plural(count, 'job')}" if count < self.max_jobs else "")
+        return (f"{plural(count, 'job')} of up to {plural(size)} each ({self.options.where}), "
+                f"{plural(self.threads, 'thread')} each{short}; logs under {self.folder.parent}")
 
 
 @contextlib.contextmanager
@@ -304,12 +281,12 @@ def cancel_jobs(jobs: Sequence[Any], *, wait: bool) -> None:
 
 def run_jobs(store: RunStore, grid: GridRun, todo: Sequence[Cell], runner: JobRunner,
              bar: Any, *, on_record: Callable[[GridRun], None] | None, start: float) -> None:
-    """Submit the cells of ``todo`` (at most ``runner.max_jobs`` at a time), collect each
-    finished job's record from ``store`` into ``grid`` and call ``on_record``; a failed job
-    goes to ``grid.failed`` (one line on stderr naming its log) and the others go on. On an
-    interrupt the running jobs are cancelled (a rerun computes their cells)."""
-    pending, running = list(todo), {}
-    shown = ""
+    """Submit the cells of ``todo`` as :meth:`JobRunner.chunks` (one job each), collect each
+    record from ``store`` into ``grid`` as soon as its job stored it and call ``on_record``;
+    a failed cell goes to ``grid.failed`` (one line on stderr naming its log) and the others
+    go on. On an interrupt the running jobs are cancelled (a rerun computes their cells)."""
+    running: dict[Any, list[Cell]] = {}
+    shown, times = "", []  # (start-up, compute) seconds of each job that returned
 
     def show(refresh: bool = True) -> None:  # redraw on a change only (one line each in a log)
         nonlocal shown
@@ -317,52 +294,104 @@ def run_jobs(store: RunStore, grid: GridRun, todo: Sequence[Cell], runner: JobRu
             shown = grid.progress_note(f"{len(running)} running")
             bar.set_postfix_str(shown, refresh=refresh)
 
-    def submit_next() -> None:
-        while pending and len(running) < runner.max_jobs:
-            cell = pending.pop(0)
-            running[cell] = runner.submit(cell, grid.identities[cell])
-
     try:
-        while pending or running:
-            submit_next()
+        submitted = time.time()
+        for chunk in runner.chunks(todo):
+            running[runner.submit(chunk, grid.identities)] = list(chunk)
+        while running:
             show()
-            done = [cell for cell, job in running.items() if job.done()]
-            statuses = [_collect(store, grid, cell, running.pop(cell)) for cell in done]
-            submit_next()  # the next ones start before the parent writes the partial table
+            statuses = []
+            for job, left in list(running.items()):
+                done = job.done()  # before reading the store: a record stored after is read
+                statuses += [_stored_by(store, grid, c, job, left) for c in list(left)]
+                if done:
+                    statuses += _collect(store, grid, job, running.pop(job), times, submitted)
+            statuses = [s for s in statuses if s is not None]
             grid.seconds_this_invocation = time.perf_counter() - start
-            if done:
+            if statuses:
                 show(refresh=False)
-                bar.update(len(done))
+                bar.update(len(statuses))
             if ({"computed", "diverged"} & set(statuses) and on_record is not None
                     and grid.records):
                 on_record(grid)
-            if not done:
+            if running:
                 time.sleep(POLL_SECONDS)
+        _note_start_up(times, len(runner.chunks(todo)), runner.options.where)
     except BaseException:
-        cancel_jobs(list(running.values()), wait=runner.options.where == "local")
+        cancel_jobs(list(running), wait=runner.options.where == "local")
         raise
     finally:
         with contextlib.suppress(OSError):  # submitit's empty template folder ``jobs/%j``
             runner.folder.rmdir()
 
 
-def _collect(store: RunStore, grid: GridRun, cell: Cell, job: Any) -> str:
+def _stored_by(store: RunStore, grid: GridRun, cell: Cell, job: Any,
+               left: list[Cell]) -> str | None:
+    """``"computed"`` once ``job`` stored ``cell``'s record (taken out of ``left``), else
+    ``None``; reads only (a record of another identity or job is left for the job to handle)."""
+    try:
+        stored = read_json(store.path(cell))
+        record = stored["record"]
+        ours = (stored["identity_hash"] == stable_hash(grid.identities[cell])
+                and str(record["execution"]["job_id"]) == str(job.job_id))
+    except (OSError, ValueError, KeyError, TypeError):  # not there yet, or not the job's
+        return None
+    if not ours:
+        return None
+    left.remove(cell)
+    grid.records[cell] = record
+    grid.computed.append(cell)
+    return "computed"
+
+
+def _note_start_up(times: list[tuple[float, float]], jobs: int, where: str) -> None:
+    """One line when the local jobs took longer to start than running at once saved."""
+    if where != "local" or not times:
+        return
+    start_up, compute = (sum(t) / len(times) for t in zip(*times, strict=True))
+    if start_up > (jobs - 1) * compute:
+        note(f"--jobs: each job took {start_up:.0f} s to start (imports, data) and "
+             f"{compute:.0f} s to compute its runs; one process would have computed them in "
+             f"about {jobs * compute:.0f} s: runs this short gain nothing from --jobs")
+
+
+def _collect(store: RunStore, grid: GridRun, job: Any, left: list[Cell],
+             times: list[tuple[float, float]], submitted: float) -> list[str]:
+    """The cells of a finished job not collected yet: each as the job says, or failed with
+    the job's own error when it ended without a result (killed: what it stored is kept)."""
     try:
         result = job.result()
-    except Exception:  # noqa: BLE001  (the cell's own error, in its log)
-        return _failed(grid, cell, job, *job_failure(job))
+    except Exception:  # noqa: BLE001  (the job's own error, in its log)
+        reason, log = job_failure(job)
+        return [_failed(grid, cell, job, reason, log) for cell in left]
     grid.superseded.extend(result.get("superseded") or [])
-    status = result["status"]
+    times.append((result["ready_at"] - submitted, result["compute_seconds"]))
+    return [_collect_cell(store, grid, job, cell, result["cells"][cell.label()])
+            for cell in left]
+
+
+def _collect_cell(store: RunStore, grid: GridRun, job: Any, cell: Cell,
+                  outcome: Mapping[str, Any]) -> str:
+    status = outcome["status"]
+    if status == "failed":
+        return _failed(grid, cell, job, outcome["error"], _log_of(job))
     if status == "diverged":
-        grid.diverged[cell] = result["diverged"]
+        grid.diverged[cell] = outcome["diverged"]
         return status
     record = store.load(cell, grid.identities[cell])
     if record is None:
         return _failed(grid, cell, job, f"job {job.job_id} ended ({status}) but no record is "
-                       "stored", str(job.paths.stderr))
+                       "stored", _log_of(job))
     grid.records[cell] = record
     (grid.reused if status == "reused" else grid.computed).append(cell)
     return status
+
+
+def _log_of(job: Any) -> str:
+    try:
+        return str(job.paths.stderr)
+    except Exception:  # noqa: BLE001
+        return "(no log)"
 
 
 def _failed(grid: GridRun, cell: Cell, job: Any, reason: str, log: str) -> str:
