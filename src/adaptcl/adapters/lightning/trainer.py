@@ -11,6 +11,7 @@ Example:
 
 from __future__ import annotations
 
+import random
 import time
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ from adaptcl.io import atomic_write
 
 pl = require("pytorch_lightning", "vision")
 
-__all__ = ["AtomicCheckpointIO", "TrainingClock", "build_trainer"]
+__all__ = ["AtomicCheckpointIO", "RandomStates", "TrainingClock", "build_trainer"]
 
 
 class AtomicCheckpointIO(pl.plugins.TorchCheckpointIO):
@@ -76,6 +77,58 @@ class TrainingClock(pl.Callback):
     def load_state_dict(self, state_dict: dict[str, list[float]]) -> None:
         self.epoch_seconds = [float(s) for s in state_dict["epoch_seconds"]]
 
+
+class RandomStates(pl.Callback):
+    """The random states a run draws its data from, saved in every checkpoint and restored on
+    resume, so that a run resumed from an epoch's checkpoint is the uninterrupted run.
+
+    Python's ``random``, numpy's global generator, torch's CPU generator (the augmentations of
+    a loader without workers) and CUDA's, and ``generators``: a ``DataLoader``'s
+    ``generator=``, which draws each epoch's order and the seed of the epoch's workers. They are
+    restored when the checkpoint is loaded, before the first epoch's loader is iterated.
+
+    A loader with *persistent* workers is not covered: its workers are seeded once per
+    process (a draw from the loader's generator the uninterrupted run made only at its start)
+    and keep their own random streams from epoch to epoch, which no checkpoint holds.
+
+    >>> loader_order = torch.Generator().manual_seed(0)
+    >>> states = RandomStates(loader_order)
+    >>> sorted(states.state_dict())
+    ['generators', 'numpy', 'python', 'torch']
+    """
+
+    def __init__(self, *generators: torch.Generator) -> None:
+        self.generators = generators
+
+    def state_dict(self) -> dict[str, Any]:
+        import numpy as np
+
+        _, keys, pos, has_gauss, gauss = np.random.get_state()
+        state: dict[str, Any] = {
+            "python": random.getstate(), "torch": torch.get_rng_state(),
+            # plain lists and numbers: a checkpoint stays loadable with weights_only
+            "numpy": [keys.tolist(), int(pos), int(has_gauss), float(gauss)],
+            "generators": [g.get_state() for g in self.generators]}
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            state["cuda"] = torch.cuda.get_rng_state_all()
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        import numpy as np
+
+        saved = state_dict["generators"]
+        if len(saved) != len(self.generators):
+            raise ValueError(f"the checkpoint holds {len(saved)} loader generators, this run "
+                             f"has {len(self.generators)}")
+        random.setstate(state_dict["python"])
+        keys, pos, has_gauss, gauss = state_dict["numpy"]
+        np.random.set_state(("MT19937", np.asarray(keys, dtype=np.uint32), pos, has_gauss,
+                             gauss))
+        torch.set_rng_state(state_dict["torch"])
+        if "cuda" in state_dict and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state_dict["cuda"])
+        for generator, state in zip(self.generators, saved, strict=True):
+            generator.set_state(state)
 
 
 def build_trainer(max_epochs: int, *, device: str = "cpu", devices: int = 1,
