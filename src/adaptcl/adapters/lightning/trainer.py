@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -83,22 +84,27 @@ class RandomStates(pl.Callback):
     resume, so that a run resumed from an epoch's checkpoint is the uninterrupted run.
 
     Python's ``random``, numpy's global generator, torch's CPU generator (the augmentations of
-    a loader without workers) and CUDA's, and ``generators``: a ``DataLoader``'s
-    ``generator=``, which draws each epoch's order and the seed of the epoch's workers. They are
-    restored when the checkpoint is loaded, before the first epoch's loader is iterated.
+    a loader without workers), CUDA's, and the named ``generators`` (e.g. a ``DataLoader``'s
+    ``generator=``, which draws each epoch's order and the seed of the epoch's workers). They
+    are restored when the checkpoint is loaded, before the first epoch's loader is iterated.
 
-    A loader with *persistent* workers is not covered: its workers are seeded once per
-    process (a draw from the loader's generator the uninterrupted run made only at its start)
-    and keep their own random streams from epoch to epoch, which no checkpoint holds.
+    Not covered: several devices (``world > 1``: the checkpoint holds rank 0's states only, so
+    each rank's streams start again) and a loader with *persistent* workers (seeded once per
+    process, by a draw from the loader's generator the uninterrupted run made only at its
+    start; their own streams go on from epoch to epoch, and no checkpoint holds them).
 
-    >>> loader_order = torch.Generator().manual_seed(0)
-    >>> states = RandomStates(loader_order)
+    >>> states = RandomStates({"order": torch.Generator().manual_seed(0)})
     >>> sorted(states.state_dict())
-    ['generators', 'numpy', 'python', 'torch']
+    ['numpy', 'order', 'python', 'torch']
     """
 
-    def __init__(self, *generators: torch.Generator) -> None:
-        self.generators = generators
+    _GLOBAL = ("python", "numpy", "torch", "cuda")
+
+    def __init__(self, generators: Mapping[str, torch.Generator], world: int = 1) -> None:
+        clash = sorted(set(generators) & set(self._GLOBAL))
+        if clash:
+            raise ValueError(f"generators: {clash} name global states; choose other names")
+        self.generators, self.world = dict(generators), world
 
     def state_dict(self) -> dict[str, Any]:
         import numpy as np
@@ -108,7 +114,7 @@ class RandomStates(pl.Callback):
             "python": random.getstate(), "torch": torch.get_rng_state(),
             # plain lists and numbers: a checkpoint stays loadable with weights_only
             "numpy": [keys.tolist(), int(pos), int(has_gauss), float(gauss)],
-            "generators": [g.get_state() for g in self.generators]}
+            **{name: g.get_state() for name, g in self.generators.items()}}
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             state["cuda"] = torch.cuda.get_rng_state_all()
         return state
@@ -116,19 +122,20 @@ class RandomStates(pl.Callback):
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         import numpy as np
 
-        saved = state_dict["generators"]
-        if len(saved) != len(self.generators):
-            raise ValueError(f"the checkpoint holds {len(saved)} loader generators, this run "
-                             f"has {len(self.generators)}")
-        random.setstate(state_dict["python"])
-        keys, pos, has_gauss, gauss = state_dict["numpy"]
-        np.random.set_state(("MT19937", np.asarray(keys, dtype=np.uint32), pos, has_gauss,
-                             gauss))
+        if self.world > 1:
+            return
         torch.set_rng_state(state_dict["torch"])
+        for name, generator in self.generators.items():
+            generator.set_state(state_dict[name])
+        # checkpoints written before python's, numpy's and CUDA's states were kept lack them
+        if "python" in state_dict:
+            random.setstate(state_dict["python"])
+        if "numpy" in state_dict:
+            keys, pos, has_gauss, gauss = state_dict["numpy"]
+            np.random.set_state(("MT19937", np.asarray(keys, dtype=np.uint32), pos, has_gauss,
+                                 gauss))
         if "cuda" in state_dict and torch.cuda.is_available():
             torch.cuda.set_rng_state_all(state_dict["cuda"])
-        for generator, state in zip(self.generators, saved, strict=True):
-            generator.set_state(state)
 
 
 def build_trainer(max_epochs: int, *, device: str = "cpu", devices: int = 1,

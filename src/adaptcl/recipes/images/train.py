@@ -85,8 +85,8 @@ def train_and_score(cfg: ImagesConfig, splits: ImageSplits, cell: Cell, ckpt_dir
         module.set_knn_bank_loader(bank)
     clock = TrainingClock()
     # the order and the augmentations draw from these: resumed, the run goes on as it would have
-    trainer = lightning_trainer(cfg, log_dir, ckpt_dir=ckpt_dir,
-                                callbacks=[clock, RandomStates(train.generator)])
+    states = RandomStates({"order": train.generator}, world=cfg.devices)
+    trainer = lightning_trainer(cfg, log_dir, ckpt_dir=ckpt_dir, callbacks=[clock, states])
     try:
         fit(trainer, module, train_dataloaders=train,
                     val_dataloaders=test if cfg.knn_every else None,
