@@ -40,20 +40,26 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers; at run time __getattr
         knn_correct,
         small_cnn,
     )
-    from adaptcl.adapters.lightning.trainer import AtomicCheckpointIO, TrainingClock, build_trainer
+    from adaptcl.adapters.lightning.trainer import (
+        AtomicCheckpointIO,
+        RandomStates,
+        TrainingClock,
+        build_trainer,
+    )
 
 _EXPORTS = {
     **dict.fromkeys(("SSLModule", "SimCLRModule", "MoCoV2Module",
                      "SimSiamModule", "BarlowTwinsModule", "ASCLMoCoModule", "cifar_resnet",
                      "small_cnn", "extract_features", "knn_correct"), "modules"),
     **dict.fromkeys(("build_ssl_module", "ssl_transforms"), "factory"),
-    **dict.fromkeys(("AtomicCheckpointIO", "TrainingClock", "build_trainer"), "trainer"),
+    **dict.fromkeys(("AtomicCheckpointIO", "RandomStates", "TrainingClock", "build_trainer"),
+                   "trainer"),
 }
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 
 __all__ = [
     "METHODS", "METHOD_LOSSES", "check_method_loss", "AtomicCheckpointIO", "SSLModule",
     "SimCLRModule", "MoCoV2Module", "SimSiamModule", "BarlowTwinsModule", "ASCLMoCoModule",
-    "cifar_resnet", "small_cnn", "extract_features", "knn_correct", "TrainingClock",
+    "cifar_resnet", "small_cnn", "extract_features", "knn_correct", "RandomStates", "TrainingClock",
     "build_ssl_module", "build_trainer", "ssl_transforms",
 ]

@@ -11,7 +11,9 @@ Example:
 
 from __future__ import annotations
 
+import random
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +25,7 @@ from adaptcl.precision import Precision
 
 pl = require("pytorch_lightning", "vision")
 
-__all__ = ["AtomicCheckpointIO", "TrainingClock", "build_trainer"]
+__all__ = ["AtomicCheckpointIO", "RandomStates", "TrainingClock", "build_trainer"]
 
 
 class AtomicCheckpointIO(pl.plugins.TorchCheckpointIO):
@@ -77,6 +79,64 @@ class TrainingClock(pl.Callback):
     def load_state_dict(self, state_dict: dict[str, list[float]]) -> None:
         self.epoch_seconds = [float(s) for s in state_dict["epoch_seconds"]]
 
+
+class RandomStates(pl.Callback):
+    """The random states a run draws its data from, saved in every checkpoint and restored on
+    resume, so that a run resumed from an epoch's checkpoint is the uninterrupted run.
+
+    Python's ``random``, numpy's global generator, torch's CPU generator (the augmentations of
+    a loader without workers), CUDA's, and the named ``generators`` (e.g. a ``DataLoader``'s
+    ``generator=``, which draws each epoch's order and the seed of the epoch's workers). They
+    are restored when the checkpoint is loaded, before the first epoch's loader is iterated.
+
+    Not covered: several devices (``world > 1``: the checkpoint holds rank 0's states only, so
+    each rank's streams start again) and a loader with *persistent* workers (seeded once per
+    process, by a draw from the loader's generator the uninterrupted run made only at its
+    start; their own streams go on from epoch to epoch, and no checkpoint holds them).
+
+    >>> states = RandomStates({"order": torch.Generator().manual_seed(0)})
+    >>> sorted(states.state_dict())
+    ['numpy', 'order', 'python', 'torch']
+    """
+
+    _GLOBAL = ("python", "numpy", "torch", "cuda")
+
+    def __init__(self, generators: Mapping[str, torch.Generator], world: int = 1) -> None:
+        clash = sorted(set(generators) & set(self._GLOBAL))
+        if clash:
+            raise ValueError(f"generators: {clash} name global states; choose other names")
+        self.generators, self.world = dict(generators), world
+
+    def state_dict(self) -> dict[str, Any]:
+        import numpy as np
+
+        _, keys, pos, has_gauss, gauss = np.random.get_state()
+        state: dict[str, Any] = {
+            "python": random.getstate(), "torch": torch.get_rng_state(),
+            # plain lists and numbers: a checkpoint stays loadable with weights_only
+            "numpy": [keys.tolist(), int(pos), int(has_gauss), float(gauss)],
+            **{name: g.get_state() for name, g in self.generators.items()}}
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            state["cuda"] = torch.cuda.get_rng_state_all()
+        return state
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        import numpy as np
+
+        if self.world > 1:
+            return
+        torch.set_rng_state(state_dict["torch"])
+        for name, generator in self.generators.items():
+            generator.set_state(state_dict[name])
+        # checkpoints written before python's, numpy's and CUDA's states were kept lack them
+        if "python" in state_dict:
+            random.setstate(state_dict["python"])
+        if "numpy" in state_dict:
+            keys, pos, has_gauss, gauss = state_dict["numpy"]
+            np.random.set_state(("MT19937", np.asarray(keys, dtype=np.uint32), pos, has_gauss,
+                                 gauss))
+        if "cuda" in state_dict and torch.cuda.is_available():
+            torch.cuda.set_rng_state_all(state_dict["cuda"])
 
 
 def build_trainer(max_epochs: int, *, device: str = "cpu", devices: int = 1,

@@ -18,33 +18,13 @@ from torch.utils.data import Dataset, DistributedSampler, RandomSampler
 from torch_geometric.loader import DataLoader
 
 from adaptcl.adapters.graphcl.lightning import GraphCLModule
-from adaptcl.adapters.lightning.trainer import TrainingClock, build_trainer
+from adaptcl.adapters.lightning.trainer import RandomStates, TrainingClock, build_trainer
 from adaptcl.plugins.validation import NonFiniteError
 from adaptcl.recipes.common.lightning import fit, resume_checkpoint
 from adaptcl.recipes.engine.errors import DivergedError, require_steps, trained_embeddings
 from adaptcl.recipes.engine.loggers import lightning_logger
 from adaptcl.recipes.engine.progress import on_terminal
 from adaptcl.recipes.engine.torch_env import loader_options
-
-
-class RandomStates(pl.Callback):
-    """The states of ``generators`` and torch's global RNG in every checkpoint, restored on
-    resume on one device (a resumed run draws what the uninterrupted one would); on several
-    the checkpoint holds rank 0's only, so each rank's streams start again."""
-
-    def __init__(self, generators: Mapping[str, torch.Generator], world: int = 1) -> None:
-        self.generators, self.world = dict(generators), world
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"torch": torch.get_rng_state(),
-                **{name: g.get_state() for name, g in self.generators.items()}}
-
-    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        if self.world > 1:
-            return
-        torch.set_rng_state(state_dict["torch"])
-        for name, generator in self.generators.items():
-            generator.set_state(state_dict[name])
 
 
 @dataclass

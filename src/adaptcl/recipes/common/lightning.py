@@ -37,6 +37,9 @@ def fit(trainer: pl.Trainer, module: pl.LightningModule, *args: Any, **kwargs: A
             # the kNN monitor is a validation step a run without --knn-every does not use
             warnings.filterwarnings("ignore", "You defined a `validation_step` but have no "
                                     "`val_dataloader`")
+            if kwargs.get("ckpt_path") is not None:  # resuming: the folder holds the run's own
+                warnings.filterwarnings("ignore", r"Checkpoint directory .* exists and is not "
+                                        r"empty\.", UserWarning)
             trainer.fit(module, *args, **kwargs)
     except SystemExit:
         if not interrupts:

@@ -11,7 +11,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from adaptcl.adapters.lightning.factory import build_ssl_module, ssl_transforms
-from adaptcl.adapters.lightning.trainer import TrainingClock, build_trainer
+from adaptcl.adapters.lightning.trainer import RandomStates, TrainingClock, build_trainer
 from adaptcl.evaluation.images import evaluate_backbone
 from adaptcl.plugins.validation import NonFiniteError
 from adaptcl.recipes.common.lightning import fit, resume_checkpoint
@@ -46,12 +46,12 @@ def build_module(cfg: ImagesConfig, loss: str, num_classes: int, steps_per_epoch
 
 
 def lightning_trainer(cfg: ImagesConfig, log_dir: Path, ckpt_dir: Path | None = None,
-                      clock: TrainingClock | None = None) -> Any:
+                      callbacks: list[Any] | None = None) -> Any:
     """Lightning's Trainer of the run's settings (the online kNN every ``knn_every`` epochs)."""
     return build_trainer(cfg.epochs, device=resolve_device(cfg.device), devices=cfg.devices,
                          strategy=cfg.strategy, precision=cfg.precision,
                          logger=lightning_logger(cfg.logger, log_dir), ckpt_dir=ckpt_dir,
-                         callbacks=[clock] if clock is not None else None,
+                         callbacks=callbacks,
                          progress=on_terminal(cfg.progress), val_every=cfg.knn_every)
 
 
@@ -84,7 +84,9 @@ def train_and_score(cfg: ImagesConfig, splits: ImageSplits, cell: Cell, ckpt_dir
     if cfg.knn_every:
         module.set_knn_bank_loader(bank)
     clock = TrainingClock()
-    trainer = lightning_trainer(cfg, log_dir, ckpt_dir=ckpt_dir, clock=clock)
+    # the order and the augmentations draw from these: resumed, the run goes on as it would have
+    states = RandomStates({"order": train.generator}, world=cfg.devices)
+    trainer = lightning_trainer(cfg, log_dir, ckpt_dir=ckpt_dir, callbacks=[clock, states])
     try:
         fit(trainer, module, train_dataloaders=train,
                     val_dataloaders=test if cfg.knn_every else None,
