@@ -52,23 +52,29 @@ def test_the_largest_seed_numpy_takes_is_accepted(tmp_path):
 
 
 class _LastFirstJobs:
-    """A stand-in for the submitit runner whose jobs finish in reverse order (the last cell
-    first), as jobs on a busy machine may: only the order of completion is scripted here; the
-    real engine is exercised in ``test_jobs.py``."""
+    """A stand-in for the submitit runner (one cell per job here) whose jobs finish in reverse
+    order (the last cell first), as jobs on a busy machine may: only the order of completion
+    is scripted here; the real engine is exercised in ``test_jobs.py``."""
 
     max_jobs = 8
 
     def __init__(self, store_root):
+        from types import SimpleNamespace
+
         from adaptcl.recipes.engine.store import RunStore
 
         self.store, self.running, self.finished = RunStore(store_root), [], []
         self.folder = store_root / "jobs" / "%j"
+        self.options = SimpleNamespace(where="scripted")
 
-    def describe(self) -> str:
-        return "scripted"
+    def describe(self, todo: int) -> str:
+        return f"scripted ({todo})"
 
-    def submit(self, cell, identity):
-        runner = self
+    def chunks(self, todo):
+        return [[cell] for cell in todo]
+
+    def submit(self, chunk, identities):
+        runner, (cell,) = self, chunk
         runner.running.append(cell)
 
         class Job:
@@ -80,10 +86,11 @@ class _LastFirstJobs:
             def result(self) -> dict:
                 runner.running.remove(cell)
                 runner.finished.append(cell)
-                runner.store.save(cell, identity, {"metrics": {"acc": 0.5},
-                                                   "optimisation_steps": 1,
-                                                   "train_seconds": 0.0})
-                return {"status": "computed", "superseded": [], "diverged": None}
+                runner.store.save(cell, identities[cell], {"metrics": {"acc": 0.5},
+                                                           "optimisation_steps": 1,
+                                                           "train_seconds": 0.0})
+                return {"cells": {cell.label(): {"status": "computed", "diverged": None}},
+                        "superseded": [], "ready_at": 0.0, "compute_seconds": 0.0}
 
         return Job()
 
