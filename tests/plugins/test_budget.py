@@ -287,3 +287,18 @@ def test_the_cuda_default_switches_when_free_memory_is_short(monkeypatch):
     torch.testing.assert_close(value, m_value, **TOL)
     for a, b in zip(grads, m_grads, strict=True):
         torch.testing.assert_close(a, b, **TOL)
+
+
+def test_the_budget_marks_its_constants_as_torch_compiler_does():
+    """budget.py marks its two trace-time constants by the attribute that
+    torch.compiler.assume_constant_result sets (importing torch._dynamo at import time would
+    cost every import of the core about 2 s): the public decorator must still work that way."""
+    from adaptcl.plugins import budget
+
+    def probe():
+        return 0
+
+    torch.compiler.assume_constant_result(probe)
+    assert probe.__dict__ == {"_dynamo_marked_constant": True}
+    assert budget._cuda_budget._dynamo_marked_constant is True
+    assert budget._say_once._dynamo_marked_constant is True
