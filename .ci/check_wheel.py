@@ -27,6 +27,8 @@ ADAPTERS = {
     "adaptcl.adapters.sentence_transformers.simcse": "text",
     "adaptcl.adapters.graphcl.model": "graph",
     "adaptcl.adapters.graphcl:GraphCL": "graph",
+    "adaptcl.adapters.open_clip.base": "clip",
+    "adaptcl.adapters.open_clip:MACLClipLoss": "clip",
 }
 
 
