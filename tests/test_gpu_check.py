@@ -21,7 +21,7 @@ import pytest
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = REPO_ROOT / "tools" / "gpu_check.py"
-RECIPE_PARTS = ("tu", "images", "moleculenet", "simcse")
+RECIPE_PARTS = ("tu", "images", "moleculenet", "simcse", "clip")
 
 pytest.importorskip("lightly", reason="the benchmark compares against Lightly (extra 'vision')")
 
@@ -62,7 +62,7 @@ def test_cpu_run_end_to_end_a_part_over_its_limit_timed_out_the_others_reported(
     assert (quick["status"], quick["exit_status"], quick["limit_s"]) == ("timed out", None, 0.5)
     assert quick["wall_s"] < 15 and "still running after its limit" in quick["reason"]
     assert quick["results"] == {"missing": "no bench_gpu.json"}
-    for name in ("pytest", "bench-tiled", "tu", "images", "moleculenet"):  # ran after all
+    for name in ("pytest", "bench-tiled", "tu", "images", "moleculenet", "clip"):  # ran after all
         part = parts[name]
         assert (part["status"], part["exit_status"]) == ("ok", 0), part
         assert 0 < part["wall_s"] <= part["limit_s"] and part["command"]
@@ -77,7 +77,8 @@ def test_cpu_run_end_to_end_a_part_over_its_limit_timed_out_the_others_reported(
     assert all(r["status"] == "ok" and r["time_ms"] > 0 for r in tiled)
     for name, metric, methods in (("tu", "accuracy", {"dcl", "macl"}),
                                   ("images", "knn_top1", {"infonce", "macl"}),
-                                  ("moleculenet", "test_roc_last", {"none", "macl"})):
+                                  ("moleculenet", "test_roc_last", {"none", "macl"}),
+                                  ("clip", "zero_shot_top1", {"infonce", "macl"})):
         means = [m for m in parts[name]["results"]["means"] if m["metric"] == metric]
         assert {m["method"] for m in means} == methods, means
         assert all(0 <= m["value"] <= 100 for m in means)
@@ -93,7 +94,7 @@ def test_cpu_run_end_to_end_a_part_over_its_limit_timed_out_the_others_reported(
     assert "| adaptcl MACL tiled | bf16 | 8 | 128 |" in md
     assert "| accuracy | MUTAG | macl |" in md and "time per epoch, cifar10/macl/0" in md
     assert "**skipped**: left out with --skip" in md
-    assert (out / "parts.log").read_text().count("===== ") == 12  # a header and a footer per run
+    assert (out / "parts.log").read_text().count("===== ") == 14  # a header and a footer per run
 
 
 def test_a_timed_out_part_loses_its_whole_process_group(gpu_check, tmp_path):

@@ -4,8 +4,8 @@
 #   .gpu-data/    the subset of the benchmark data the check reads (~16 MB): tu/MUTAG,
 #                 the CIFAR-10 lossless npz (train 4,000 / test 1,000), moleculenet/bbbp,
 #                 the first ZINC SMILES, the first wiki sentences, SentEval's STS-B
-#   .gpu-wheels/  the packages such a machine lacks, for CPython 3.12 on x86-64 (~33 MB,
-#                 rdkit alone 32 MB)
+#   .gpu-wheels/  the packages such a machine lacks, for CPython 3.12 on x86-64 (~35 MB,
+#                 rdkit alone 32 MB), inf-cl among them: bench_gpu.py's peer of the tiled loss
 #
 # Both are git-ignored; carry them (the device tool's `carry`), then on the GPU machine:
 #   python3 -m pip install -q --no-index --no-deps --target /tmp/site .gpu-wheels/*.whl
@@ -54,7 +54,8 @@ mkdir -p .gpu-wheels
     lightly==1.6.0 hydra-core==1.3.8 omegaconf==2.3.1 \
     sentence-transformers==6.2.0 datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 \
     tyro==1.0.17 docstring-parser==0.18.0 typeguard==4.6.1 \
-    ogb==1.3.6 outdated==0.2.2 littleutils==0.2.4 rdkit==2026.9.1
+    ogb==1.3.6 outdated==0.2.2 littleutils==0.2.4 rdkit==2026.9.1 \
+    open-clip-torch==3.3.0 ftfy==6.3.1 wcwidth==0.9.4 inf-cl==1.2.1
 "$PYTHON" -m pip wheel -q --no-deps -w .gpu-wheels antlr4-python3-runtime==4.9.3
 
 du -sh .gpu-data .gpu-wheels

