@@ -122,9 +122,9 @@ class InfoNCELoss(ContrastiveLoss):
         tile_size: stream the similarity matrix in ``tile_size x tile_size`` tiles with an exact
             recomputing backward (Inf-CL, Cheng et al. 2024; :mod:`adaptcl.plugins.tiled`):
             memory linear in the batch. ``None`` (default) materialises it.
-        tile_backend: what computes the tiles: ``"auto"`` (default; the fused Triton kernel on
-            CUDA where it covers the case, else the PyTorch loop), ``"triton"`` (the kernel, or
-            a one-line refusal) or ``"torch"`` (the loop); see :mod:`adaptcl.plugins.fused`.
+        tile_backend: what computes the tiles: ``"auto"`` (default; the PyTorch loop for now:
+            the kernel was slower on a GPU), ``"triton"`` (the fused kernel, opt-in, or a
+            one-line refusal) or ``"torch"`` (the loop); see :mod:`adaptcl.plugins.fused`.
         max_logits_bytes: the bytes the materialised logits may take (about three float32
             ``[A, C]`` matrices at the peak); beyond it the loss takes its exact tiled path,
             says so once (a :class:`~adaptcl.plugins.budget.LogitsBudgetWarning`) and in
