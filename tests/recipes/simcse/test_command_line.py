@@ -97,3 +97,33 @@ def test_no_progress_prints_the_table_and_nothing_of_the_frameworks(shared_data,
     assert not [line for line in lines if line.startswith("{")], done.stdout
     # (sentence-transformers' model-card callback draws a bar of its own: off too)
     assert [part for part in re.split(r"[\r\n]", done.stderr) if part.strip()] == [], done.stderr
+
+
+def test_a_gpu_the_trainer_would_not_use_is_refused_naming_cuda_visible_devices(monkeypatch):
+    # transformers' Trainer places a one-process run on cuda:0 whatever --device says
+    import torch
+
+    from adaptcl.recipes.simcse.train import check_trainer_device
+
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    with pytest.raises(ValueError, match=re.escape(
+            "--device cuda:1: transformers' Trainer trains on the first visible GPU; choose "
+            "GPU 1 with CUDA_VISIBLE_DEVICES=1 and --device cuda")):
+        check_trainer_device("cuda:1")
+    for fine in ("cpu", "cuda", "cuda:0"):
+        check_trainer_device(fine)
+
+
+def test_several_visible_gpus_in_one_process_are_announced_as_data_parallel(monkeypatch, capsys):
+    import torch
+
+    from adaptcl.recipes.simcse.train import check_trainer_device
+
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 4)
+    check_trainer_device("cuda")
+    assert "spreads each batch over the 4 visible GPUs (nn.DataParallel)" in capsys.readouterr().err
+    monkeypatch.setenv("WORLD_SIZE", "4")  # torchrun: one GPU per process, nothing to say
+    check_trainer_device("cuda")
+    assert capsys.readouterr().err == ""

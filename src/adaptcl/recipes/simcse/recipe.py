@@ -48,10 +48,12 @@ class SimCSERecipe(Recipe):
         from adaptcl.evaluation.senteval.data import downstream_dir
         from adaptcl.io import resolve_data_root
         from adaptcl.recipes.engine.torch_env import resolve_device
+        from adaptcl.recipes.simcse.train import check_trainer_device
 
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         cfg, points = self.config, list(configs)
         self.device = resolve_device(cfg.device)
+        check_trainer_device(self.device)
         if self.device == "cpu" and any(c.precision == "16-mixed"
                                         for c in configs.values()):
             # accelerate ignores fp16=True on CPU and would train in float32: refuse, not mislabel

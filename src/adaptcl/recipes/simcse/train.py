@@ -24,6 +24,7 @@ from adaptcl.adapters.sentence_transformers import (
     unsupervised_dataset,
 )
 from adaptcl.recipes.engine import Cell
+from adaptcl.recipes.engine.errors import note
 from adaptcl.recipes.engine.files import note_corrupt, read_json, write_json_atomic
 from adaptcl.recipes.engine.loggers import MetricLogger
 from adaptcl.recipes.engine.store import distributed_follower
@@ -37,6 +38,29 @@ RUN_IDENTITY = "identity.json"  # which cell identity a run folder belongs to
 def world_size() -> int:
     """The processes of this run (``torchrun`` sets ``WORLD_SIZE``; 1 otherwise)."""
     return int(os.environ.get("WORLD_SIZE", "1") or "1")
+
+
+def check_trainer_device(device: str) -> None:
+    """Refuse a ``--device`` that transformers' Trainer would not honour; say where it trains.
+
+    The Trainer, not this recipe, places the model: on the first visible GPU (``cuda:0``) in
+    one process, spreading each batch over every visible GPU with ``nn.DataParallel`` when
+    there are several, and on ``cuda:<LOCAL_RANK>`` under ``torchrun``. ``--device cuda:N``
+    for ``N > 0`` would silently train on ``cuda:0``: refused, naming ``CUDA_VISIBLE_DEVICES``
+    (the Trainer's own way to choose a GPU).
+    """
+    index = device.partition(":")[2] if device.startswith("cuda") else ""
+    if index and int(index) != 0:
+        raise ValueError(f"--device {device}: transformers' Trainer trains on the first visible "
+                         f"GPU; choose GPU {index} with CUDA_VISIBLE_DEVICES={index} and "
+                         f"--device cuda")
+    if device.startswith("cuda") and world_size() == 1:
+        import torch
+
+        if torch.cuda.device_count() > 1:
+            note(f"transformers' Trainer spreads each batch over the {torch.cuda.device_count()} "
+                 f"visible GPUs (nn.DataParallel); for one GPU set CUDA_VISIBLE_DEVICES, for one "
+                 f"process per GPU launch with torchrun")
 
 
 def train_cell(cfg: SimCSERecipeConfig, cell: Cell, model: str, sentences: list[str],
