@@ -40,9 +40,10 @@ class ImagesRecipe(Recipe):
     figure = Figure("images_temperature.png", ncols=3, figsize=(15, 4))
 
     def prepare(self, configs: Mapping[Point, ImagesConfig]) -> None:
-        """The images of every point (each set loaded once), that its batch fits them, their
-        fingerprints. Nothing is written."""
+        """The images of every point (each set loaded once), that its batch fits them, the
+        module's settings (each checked), their fingerprints. Nothing is written."""
         from adaptcl.recipes.images.data import check_batch, load_splits
+        from adaptcl.recipes.images.train import module_settings
 
         self.data_root = resolve_data_root(self.config.data_root)
         self._splits: dict[tuple[tuple[str, Any], ...], Any] = {}
@@ -51,7 +52,9 @@ class ImagesRecipe(Recipe):
             key = config.data_settings()
             if key not in self._splits:
                 self._splits[key] = load_splits(self.data_root, config)
-            check_batch(self._splits[key], config)
+            splits = self._splits[key]
+            check_batch(splits, config)
+            module_settings(config, splits.num_classes, len(splits.train) // config.batch_size)
         self.fingerprints = {self.data_label(c): self.splits_of(c).fingerprint
                              for c in configs.values()}
 
