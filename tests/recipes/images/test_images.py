@@ -175,6 +175,13 @@ def test_the_modules_settings_come_from_the_config_in_one_place():
     assert (module.criterion.temperature, module.lr, module.num_classes) == (0.15, 0.03, 7)
 
 
+def test_the_npz_variants_a_config_offers_are_the_copies_the_loader_reads():
+    from adaptcl.recipes.common.cifar import NPZ_PATTERNS
+    from adaptcl.recipes.common.cifar_settings import NPZ_VARIANTS
+
+    assert NPZ_VARIANTS == tuple(NPZ_PATTERNS)
+
+
 def test_a_module_setting_no_loss_accepts_is_refused_before_any_work(shared_data, tmp_path):
     cfg = ImagesConfig(data_root=str(shared_data), output_dir=str(tmp_path), train_limit=200,
                        test_limit=100, kappa=0)

@@ -77,26 +77,32 @@ class SSLModuleSettings:
     0.5
     """
 
+    # the backbone and the heads
     backbone: Backbone = "resnet-18"
     width: float = 1.0
     hidden_dim: int = 512
     output_dim: int = 128
+    # the losses: the fixed temperature (tau_min of DySTreSS and the schedule), MACL's
     temperature: float = 0.1
     macl_temperature: float | None = None
     alpha: float = 0.5
     a0: float = 0.0
+    # AMCL's
     num_heads: int = 2
     beta: float = 1e-3
     kappa: int = 1
     negative_term: NegativeTerm = "softmax"
     amcl_objective: Objective = "nt_xent"
+    # MoCo's queue, ASCL's neighbours
     queue_size: int = 4096
     num_neighbors: int = 1
     sharpen_temperature: float = 0.05
+    # DySTreSS's and the temperature schedule's tau_max, the schedule's period
     dystress_max_temperature: float | None = None
     max_temperature: float = 1.0
     period: int = 400
     gather_distributed: bool = False
+    # the optimiser (None: the method's own) and the kNN monitor
     optimizer: OptimizerName | None = None
     lr: float | None = None
     weight_decay: float | None = None

@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from adaptcl.io import resolve_data_root
 from adaptcl.recipes.common.devices import devices_identity
 from adaptcl.recipes.engine import Cell, Figure, GridRun, Recipe, ReportSpec
 from adaptcl.recipes.engine.plots import explain_empty
-from adaptcl.recipes.engine.provenance import stable_hash
 from adaptcl.recipes.engine.settings import Point
 from adaptcl.recipes.engine.torch_env import check_lightning_precision
 from adaptcl.recipes.images.config import PRESETS, ImagesConfig
@@ -80,11 +78,6 @@ class ImagesRecipe(Recipe):
         """The settings, the fingerprint of the cell's images, the code, several devices."""
         return (super().identity(cell, config) | {"data": self.splits_of(config).fingerprint}
                 | devices_identity(config.devices, config.strategy))
-
-    def checkpoint_dir(self, cell: Cell, config: ImagesConfig) -> Path:
-        """``checkpoints/<cell>/<identity hash>/``: a changed cell never resumes another's."""
-        return self.layout.cell_folder("checkpoints", cell) / stable_hash(
-            self.identity(cell, config), 10)
 
     def compute(self, cell: Cell, config: ImagesConfig) -> dict[str, Any] | None:
         from adaptcl.recipes.images.train import train_and_score
