@@ -156,6 +156,41 @@ def test_the_temperature_schedule_runs_five_periods_per_training_by_default():
         ImagesConfig(losses=["temperature_schedule"], temperature=0.5, max_temperature=0.3)
 
 
+def test_the_modules_settings_come_from_the_config_in_one_place():
+    """Every field of the module's settings is the setting of the same name, or one of the
+    few derived from the data, the strategy and the schedule's period."""
+    from adaptcl.adapters.lightning import SSLModuleSettings
+
+    fields = {f.name for f in dataclasses.fields(ImagesConfig)}
+    assert set(SSLModuleSettings.field_names()) - fields == set(train.DERIVED)
+    cfg = ImagesConfig(method="moco", kappa=3, beta=0.01, strategy="ddp", epochs=10,
+                       optimizer="sgd", lr=0.03)
+    settings = train.module_settings(cfg, num_classes=7, steps_per_epoch=5)
+    for name in SSLModuleSettings.field_names():
+        if name not in train.DERIVED:
+            assert getattr(settings, name) == getattr(cfg, name), name
+    assert (settings.num_classes, settings.gather_distributed, settings.period) == (7, True, 10)
+    assert settings.dystress_max_temperature is None  # DySTreSS's default: twice tau
+    module = train.build_module(cfg, "macl", num_classes=7, steps_per_epoch=5)
+    assert (module.criterion.temperature, module.lr, module.num_classes) == (0.15, 0.03, 7)
+
+
+def test_the_npz_variants_a_config_offers_are_the_copies_the_loader_reads():
+    from adaptcl.recipes.common.cifar import NPZ_PATTERNS
+    from adaptcl.recipes.common.cifar_settings import NPZ_VARIANTS
+
+    assert NPZ_VARIANTS == tuple(NPZ_PATTERNS)
+
+
+def test_a_module_setting_no_loss_accepts_is_refused_before_any_work(shared_data, tmp_path):
+    cfg = ImagesConfig(data_root=str(shared_data), output_dir=str(tmp_path), train_limit=200,
+                       test_limit=100, kappa=0)
+    recipe = ImagesRecipe(cfg)
+    with pytest.raises(ValueError, match="^kappa must be >= 1, got 0"):
+        recipe.prepare(recipe.point_configs())
+    assert not any(tmp_path.iterdir())
+
+
 def test_settings_are_checked():
     with pytest.raises(ValueError, match="does not apply"):
         ImagesConfig(method="simsiam", losses=["macl"])

@@ -9,7 +9,10 @@ Organised by job:
   :class:`MoCoV2Module`, :class:`SimSiamModule`, :class:`BarlowTwinsModule`,
   :class:`ASCLMoCoModule` on the shared :class:`SSLModule`), Lightly's CIFAR ResNet, the kNN
   monitor and :class:`AtomicCheckpointIO`;
-- :mod:`.factory` -- :func:`build_ssl_module` (a method and a loss by name),
+- :mod:`.resume` -- :class:`ResumeRecord`, where a module's training was resumed (a mixin);
+- :mod:`.settings` -- :class:`SSLModuleSettings`, the settings of a module as one typed,
+  frozen object (no framework imported);
+- :mod:`.factory` -- :func:`build_ssl_module` (a method and a loss by name, its settings),
   :func:`ssl_transforms` and :func:`build_trainer`.
 
 The names below are imported from their module on first use (``pip install 'adaptcl[vision]'``
@@ -40,6 +43,8 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers; at run time __getattr
         knn_correct,
         small_cnn,
     )
+    from adaptcl.adapters.lightning.resume import ResumeRecord
+    from adaptcl.adapters.lightning.settings import SSLModuleSettings
     from adaptcl.adapters.lightning.trainer import (
         AtomicCheckpointIO,
         RandomStates,
@@ -52,6 +57,7 @@ _EXPORTS = {
                      "SimSiamModule", "BarlowTwinsModule", "ASCLMoCoModule", "cifar_resnet",
                      "small_cnn", "extract_features", "knn_correct"), "modules"),
     **dict.fromkeys(("build_ssl_module", "ssl_transforms"), "factory"),
+    "SSLModuleSettings": "settings", "ResumeRecord": "resume",
     **dict.fromkeys(("AtomicCheckpointIO", "RandomStates", "TrainingClock", "build_trainer"),
                    "trainer"),
 }
@@ -61,5 +67,5 @@ __all__ = [
     "METHODS", "METHOD_LOSSES", "check_method_loss", "AtomicCheckpointIO", "SSLModule",
     "SimCLRModule", "MoCoV2Module", "SimSiamModule", "BarlowTwinsModule", "ASCLMoCoModule",
     "cifar_resnet", "small_cnn", "extract_features", "knn_correct", "RandomStates", "TrainingClock",
-    "build_ssl_module", "build_trainer", "ssl_transforms",
+    "build_ssl_module", "build_trainer", "ssl_transforms", "SSLModuleSettings", "ResumeRecord",
 ]

@@ -47,6 +47,7 @@ from torch import Tensor, nn
 
 from adaptcl.adapters import require
 from adaptcl.adapters.lightning.methods import BACKBONES
+from adaptcl.adapters.lightning.resume import ResumeRecord
 from adaptcl.plugins.ascl import ASCLMode
 
 require("lightly", "vision")
@@ -163,7 +164,7 @@ def knn_correct(features: Tensor, bank: Tensor, bank_targets: Tensor, targets: T
     return int((predicted[:, 0] == targets).sum())
 
 
-class SSLModule(pl.LightningModule):
+class SSLModule(ResumeRecord, pl.LightningModule):
     """Base of the self-supervised modules: optimiser, online kNN monitor, loss statistics.
 
     Args:
@@ -256,13 +257,7 @@ class SSLModule(pl.LightningModule):
         saved = checkpoint.get("adaptcl_history") or {}
         self.history = [dict(h) for h in saved.get("history", [])]
         self.knn_history = [dict(h) for h in saved.get("knn_history", [])]
-        self.resumed_from = {"checkpoint_epoch": int(checkpoint.get("epoch", -1)),
-                             "checkpoint_global_step": int(checkpoint.get("global_step", -1))}
-
-    def on_train_start(self) -> None:
-        if self.resumed_from is not None:
-            self.resumed_from.update(start_epoch=int(self.current_epoch),
-                                     start_global_step=int(self.global_step))
+        self.record_resume(checkpoint)
 
     # --- online kNN monitor ---------------------------------------------------------------------
     def set_knn_bank_loader(self, loader: Any) -> None:

@@ -8,6 +8,7 @@ from typing import Any
 
 from adaptcl.adapters.open_clip.names import LOSS_NAMES
 from adaptcl.recipes.common.cifar import CIFAR10_TEMPLATES
+from adaptcl.recipes.common.cifar_settings import limit_setting, npz_variant_setting
 from adaptcl.recipes.engine import options
 from adaptcl.recipes.engine.settings import check_settings, non_negative, positive, setting
 
@@ -59,12 +60,9 @@ class ClipConfig:
         help="pairs: each image's own caption is its positive (CLIP); labels: every caption "
              "of its class is (multi-positive, open_clip#1027); a column per loss and target")
     seeds: list[int] = options.seeds([0])
-    npz_variant: str = setting("auto", choices=("auto", "lossless", "jpeg"),
-                               help="CIFAR-10 npz copy (auto: lossless if it covers the limits)")
-    train_limit: int | None = setting(4000, check=positive, help="class-stratified training "
-                                      "subset (none: every image)")
-    test_limit: int | None = setting(1000, check=positive, help="class-stratified test subset "
-                                     "for zero-shot top-1 (none: every image)")
+    npz_variant: str = npz_variant_setting()
+    train_limit: int | None = limit_setting("training", 4000)
+    test_limit: int | None = limit_setting("test", 1000, " for zero-shot top-1")
     retrieval_limit: int = setting(1000, check=positive, help="the first N test images (and "
                                    "their captions) for image->text and text->image R@1")
     templates: int = setting(18, check=positive, help="how many of CLIP's 18 CIFAR-10 prompt "

@@ -20,6 +20,7 @@ import pytorch_lightning as pl
 import torch
 from torch import Tensor, nn
 
+from adaptcl.adapters.lightning.resume import ResumeRecord
 from adaptcl.recipes.clip.config import ClipConfig
 
 #: open_clip_train's ``--beta1/--beta2/--eps`` for ViT models
@@ -60,7 +61,7 @@ def warmup_cosine(step: int, warmup: int, total: int) -> float:
     return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, total - warmup)))
 
 
-class ClipModule(pl.LightningModule):
+class ClipModule(ResumeRecord, pl.LightningModule):
     """``model`` trained with ``criterion`` (``ClipLoss``'s call); ``multi_positive`` passes
     the batch's class ids as ``labels=``. ``history`` (loss, temperature 1/logit_scale and the
     criterion's ``last_stats`` per step) travels in the checkpoints."""
@@ -112,10 +113,4 @@ class ClipModule(pl.LightningModule):
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         self.history = [dict(h) for h in checkpoint.get("adaptcl_history", [])]
-        self.resumed_from = {"checkpoint_epoch": int(checkpoint.get("epoch", -1)),
-                             "checkpoint_global_step": int(checkpoint.get("global_step", -1))}
-
-    def on_train_start(self) -> None:
-        if self.resumed_from is not None:
-            self.resumed_from.update(start_epoch=int(self.current_epoch),
-                                     start_global_step=int(self.global_step))
+        self.record_resume(checkpoint)

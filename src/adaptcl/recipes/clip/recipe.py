@@ -6,13 +6,11 @@ The protocol, presets and outputs are on the docs page ``docs/recipes/clip.md``.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from adaptcl.io import resolve_data_root
 from adaptcl.recipes.clip.config import PRESETS, ClipConfig
 from adaptcl.recipes.engine import Cell, Recipe, ReportSpec
-from adaptcl.recipes.engine.provenance import stable_hash
 from adaptcl.recipes.engine.settings import Point
 from adaptcl.recipes.engine.torch_env import check_lightning_precision
 
@@ -90,11 +88,6 @@ class ClipRecipe(Recipe):
     def identity(self, cell: Cell, config: ClipConfig) -> dict[str, Any]:
         """The settings, the fingerprint of the cell's images, the code."""
         return super().identity(cell, config) | {"data": self.data_of(config).fingerprint}
-
-    def checkpoint_dir(self, cell: Cell, config: ClipConfig) -> Path:
-        """``checkpoints/<cell>/<identity hash>/``: a changed cell never resumes another's."""
-        return self.layout.cell_folder("checkpoints", cell) / stable_hash(
-            self.identity(cell, config), 10)
 
     def compute(self, cell: Cell, config: ClipConfig) -> dict[str, Any] | None:
         from adaptcl.recipes.clip.train import train_and_score

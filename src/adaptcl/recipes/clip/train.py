@@ -1,5 +1,6 @@
 """One cell of ``adaptcl clip``: a CLIP trained with one loss and targets from one seed by
-Lightning (resumed from the ``last.ckpt`` an interrupted run left), then scored by zero-shot
+Lightning (resumed from the ``last.ckpt`` an interrupted run left, with the random states the
+batches' order draws from: a resumed run is the uninterrupted one), then scored by zero-shot
 top-1 on the test images and image/text R@1 on the retrieval subset."""
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
-from adaptcl.adapters.lightning.trainer import TrainingClock, build_trainer
+from adaptcl.adapters.lightning.trainer import RandomStates, TrainingClock, build_trainer
 from adaptcl.evaluation.clip import encode_images, encode_texts, retrieval_r1, zero_shot_top1
 from adaptcl.plugins.validation import NonFiniteError
 from adaptcl.recipes.clip.config import ClipConfig, parse_column
@@ -74,9 +75,11 @@ def train_and_score(cfg: ClipConfig, data: ClipData, tokens: CaptionTokens, cell
                         multi_positive=targets == "labels", lr=cfg.lr,
                         weight_decay=cfg.weight_decay, warmup_steps=cfg.warmup_steps)
     clock = TrainingClock()
+    # the batches' order draws from these: resumed, the run goes on as it would have
+    states = RandomStates({"order": loader.generator})
     trainer = build_trainer(cfg.epochs, device=device, precision=cfg.precision,
                             logger=lightning_logger(cfg.logger, log_dir), ckpt_dir=ckpt_dir,
-                            callbacks=[clock], progress=on_terminal(cfg.progress))
+                            callbacks=[clock, states], progress=on_terminal(cfg.progress))
     try:
         with warnings.catch_warnings():  # DySTreSS ignores logit_scale by design (its docs)
             warnings.filterwarnings("ignore", "DySTreSSClipLoss ignores logit_scale",

@@ -9,6 +9,7 @@ import contextlib
 import itertools
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
 from adaptcl.recipes.engine.cells import Cell, RunLayout
@@ -23,7 +24,7 @@ from adaptcl.recipes.engine.files import check_output_dir, write_text_atomic
 from adaptcl.recipes.engine.grid import run_grid
 from adaptcl.recipes.engine.jobs import JobOptions, JobRunner
 from adaptcl.recipes.engine.plots import save_plot
-from adaptcl.recipes.engine.provenance import code_version
+from adaptcl.recipes.engine.provenance import code_version, stable_hash
 from adaptcl.recipes.engine.report import Report, ReportSpec
 from adaptcl.recipes.engine.settings import (
     Point,
@@ -173,6 +174,12 @@ class Recipe:
         own), data fingerprint, code."""
         return {"settings": identity_settings(config), "row": cell.row,
                 "data": self.fingerprints.get(cell.row), "code": self._code}
+
+    def checkpoint_dir(self, cell: Cell, config: Any) -> Path:
+        """``checkpoints/<cell>/<identity hash>/``: where a training cell keeps the checkpoints
+        an interrupted run resumes from; a changed cell never resumes another's."""
+        return self.layout.cell_folder("checkpoints", cell) / stable_hash(
+            self.identity(cell, config), 10)
 
     def compute(self, cell: Cell, config: Any) -> dict[str, Any] | None:
         """The record of one cell from ``config``, its own settings: ``metrics``,

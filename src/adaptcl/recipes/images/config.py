@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from adaptcl.adapters.lightning.methods import BACKBONES, METHOD_LOSSES, METHODS, check_method_loss
+from adaptcl.recipes.common.cifar_settings import limit_setting, npz_variant_setting
 from adaptcl.recipes.common.schedule import resolve_schedule
 from adaptcl.recipes.engine import options
 from adaptcl.recipes.engine.settings import check_settings, non_negative, positive, setting
@@ -52,12 +53,9 @@ class ImagesConfig:
     seeds: list[int] = options.seeds([0])
     source: str = setting("auto", choices=("auto", "torchvision", "npz", "folder"),
                           sweep=False, help="where the images come from (auto: the first found)")
-    npz_variant: str = setting("auto", choices=("auto", "lossless", "jpeg"),
-                               help="CIFAR-10 npz copy (auto: lossless if it covers the limits)")
-    train_limit: int | None = setting(4000, check=positive, help="class-stratified training "
-                                      "subset (none: every image)")
-    test_limit: int | None = setting(1000, check=positive, help="class-stratified test subset "
-                                     "(none: every image)")
+    npz_variant: str = npz_variant_setting()
+    train_limit: int | None = limit_setting("training", 4000)
+    test_limit: int | None = limit_setting("test", 1000)
     full_data: bool = setting(False, help="use every image available (no limits)")
     download: bool = setting(False, identity=False, help="download CIFAR-10 with torchvision "
                              "if no local data is found")

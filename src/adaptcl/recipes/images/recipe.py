@@ -9,14 +9,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from adaptcl.io import resolve_data_root
 from adaptcl.recipes.common.devices import devices_identity
 from adaptcl.recipes.engine import Cell, Figure, GridRun, Recipe, ReportSpec
 from adaptcl.recipes.engine.plots import explain_empty
-from adaptcl.recipes.engine.provenance import stable_hash
 from adaptcl.recipes.engine.settings import Point
 from adaptcl.recipes.engine.torch_env import check_lightning_precision
 from adaptcl.recipes.images.config import PRESETS, ImagesConfig
@@ -40,9 +38,10 @@ class ImagesRecipe(Recipe):
     figure = Figure("images_temperature.png", ncols=3, figsize=(15, 4))
 
     def prepare(self, configs: Mapping[Point, ImagesConfig]) -> None:
-        """The images of every point (each set loaded once), that its batch fits them, their
-        fingerprints. Nothing is written."""
+        """The images of every point (each set loaded once), that its batch fits them, the
+        module's settings (each checked), their fingerprints. Nothing is written."""
         from adaptcl.recipes.images.data import check_batch, load_splits
+        from adaptcl.recipes.images.train import module_settings
 
         self.data_root = resolve_data_root(self.config.data_root)
         self._splits: dict[tuple[tuple[str, Any], ...], Any] = {}
@@ -51,7 +50,9 @@ class ImagesRecipe(Recipe):
             key = config.data_settings()
             if key not in self._splits:
                 self._splits[key] = load_splits(self.data_root, config)
-            check_batch(self._splits[key], config)
+            splits = self._splits[key]
+            check_batch(splits, config)
+            module_settings(config, splits.num_classes, len(splits.train) // config.batch_size)
         self.fingerprints = {self.data_label(c): self.splits_of(c).fingerprint
                              for c in configs.values()}
 
@@ -77,11 +78,6 @@ class ImagesRecipe(Recipe):
         """The settings, the fingerprint of the cell's images, the code, several devices."""
         return (super().identity(cell, config) | {"data": self.splits_of(config).fingerprint}
                 | devices_identity(config.devices, config.strategy))
-
-    def checkpoint_dir(self, cell: Cell, config: ImagesConfig) -> Path:
-        """``checkpoints/<cell>/<identity hash>/``: a changed cell never resumes another's."""
-        return self.layout.cell_folder("checkpoints", cell) / stable_hash(
-            self.identity(cell, config), 10)
 
     def compute(self, cell: Cell, config: ImagesConfig) -> dict[str, Any] | None:
         from adaptcl.recipes.images.train import train_and_score

@@ -11,6 +11,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from adaptcl.adapters.lightning.factory import build_ssl_module, ssl_transforms
+from adaptcl.adapters.lightning.settings import SSLModuleSettings
 from adaptcl.adapters.lightning.trainer import RandomStates, TrainingClock, build_trainer
 from adaptcl.evaluation.images import evaluate_backbone
 from adaptcl.plugins.validation import NonFiniteError
@@ -29,20 +30,27 @@ from adaptcl.recipes.engine.torch_env import (
 from adaptcl.recipes.images.config import ImagesConfig
 from adaptcl.recipes.images.data import ImageSplits
 
+#: the module's settings that are not a setting of the same name in :class:`ImagesConfig`
+#: (``dystress_max_temperature`` keeps its default, twice ``temperature``)
+DERIVED = ("period", "gather_distributed", "num_classes", "dystress_max_temperature")
+
+
+def module_settings(cfg: ImagesConfig, num_classes: int,
+                    steps_per_epoch: int) -> SSLModuleSettings:
+    """The module's settings of ``cfg``: every field of
+    :class:`~adaptcl.adapters.lightning.settings.SSLModuleSettings` from the setting of the
+    same name, the temperature schedule's period in optimisation steps, negatives gathered
+    across ranks under DDP, and the data's classes (for the kNN monitor)."""
+    same = {name: getattr(cfg, name) for name in SSLModuleSettings.field_names()
+            if name not in DERIVED}
+    return SSLModuleSettings(**same, num_classes=num_classes,
+                             gather_distributed=cfg.strategy.startswith("ddp"),
+                             period=schedule_steps(cfg.schedule_period, steps_per_epoch))
+
 
 def build_module(cfg: ImagesConfig, loss: str, num_classes: int, steps_per_epoch: int) -> Any:
     """The Lightning module of ``cfg.method`` trained with ``loss`` (the adapter's factory)."""
-    return build_ssl_module(
-        cfg.method, loss, backbone=cfg.backbone, width=cfg.width, hidden_dim=cfg.hidden_dim,
-        output_dim=cfg.output_dim, temperature=cfg.temperature,
-        macl_temperature=cfg.macl_temperature, alpha=cfg.alpha, a0=cfg.a0,
-        num_heads=cfg.num_heads, beta=cfg.beta, kappa=cfg.kappa, negative_term=cfg.negative_term,
-        amcl_objective=cfg.amcl_objective, queue_size=cfg.queue_size,
-        num_neighbors=cfg.num_neighbors, sharpen_temperature=cfg.sharpen_temperature,
-        gather_distributed=cfg.strategy.startswith("ddp"), optimizer=cfg.optimizer, lr=cfg.lr,
-        weight_decay=cfg.weight_decay, num_classes=num_classes, knn_k=cfg.knn_k, knn_t=cfg.knn_t,
-        max_temperature=cfg.max_temperature,
-        period=schedule_steps(cfg.schedule_period, steps_per_epoch))
+    return build_ssl_module(cfg.method, loss, module_settings(cfg, num_classes, steps_per_epoch))
 
 
 def lightning_trainer(cfg: ImagesConfig, log_dir: Path, ckpt_dir: Path | None = None,

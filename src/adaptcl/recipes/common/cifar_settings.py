@@ -1,0 +1,25 @@
+"""The settings that choose the CIFAR-10 ``.npz`` copies and their class-stratified subsets
+(:mod:`adaptcl.recipes.common.cifar`), declared once for the configs that read them (``images``,
+``clip``). Imports no numpy, so a command line's ``--help`` stays light."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from adaptcl.recipes.engine.settings import positive, setting
+
+#: the copies of :data:`adaptcl.recipes.common.cifar.NPZ_PATTERNS`, best first
+NPZ_VARIANTS = ("lossless", "jpeg")
+
+
+def npz_variant_setting() -> Any:
+    """The ``npz_variant`` setting (``auto``: the exact pixels if they cover the limits)."""
+    return setting("auto", choices=("auto", *NPZ_VARIANTS),
+                   help="CIFAR-10 npz copy (auto: lossless if it covers the limits)")
+
+
+def limit_setting(split: str, default: int, use: str = "") -> Any:
+    """A ``train_limit`` / ``test_limit`` setting: the class-stratified subset of ``split``,
+    ``use`` saying what it is for."""
+    return setting(default, check=positive,
+                   help=f"class-stratified {split} subset{use} (none: every image)")
