@@ -65,7 +65,7 @@ from .base import (
 from .budget import plan_tiles
 from .candidates import Candidates, Form
 from .distributed import GatherFn
-from .validation import check_int, check_temperature_range
+from .validation import TileBackend, check_int, check_temperature_range
 
 __all__ = ["TemperatureScheduleLoss", "temperature_schedule", "cosine_temperature",
            "set_schedule_step", "advance_schedules", "SCHEDULE_PAPER"]
@@ -104,7 +104,7 @@ def _schedule_options(min_temperature: float, max_temperature: float, period: in
 def _temperature_schedule(cands: list[Candidates], temperature: float, *,
                           positive_in_denominator: bool,
                           tile_size: int | None,
-                          tile_backend: str = "auto", max_logits_bytes: int | None = None
+                          tile_backend: TileBackend = "auto", max_logits_bytes: int | None = None
                           ) -> tuple[Tensor, Stats]:
     """InfoNCE (or DCL) at the step's temperature: the kernel of :class:`InfoNCELoss`."""
     tile_size, auto = plan_tiles("TemperatureSchedule", cands, tile_size, max_logits_bytes)
@@ -150,7 +150,7 @@ class TemperatureScheduleLoss(ContrastiveLoss):
                  positive_in_denominator: bool = True, gather_distributed: bool = False,
                  gather_fn: GatherFn | None = None, check_finite: bool = True,
                  tile_size: int | None = None,
-                 tile_backend: str = "auto", reduction: Reduction = "mean",
+                 tile_backend: TileBackend = "auto", reduction: Reduction = "mean",
                  max_logits_bytes: int | None = None) -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
                          check_finite=check_finite, tile_size=tile_size,
@@ -228,7 +228,7 @@ def temperature_schedule(z0: Tensor, z1: Tensor, min_temperature: float = 0.1,
                          negatives: Tensor | None = None, form: Form = "nt_xent",
                          positive_in_denominator: bool = True, gather_distributed: bool = False,
                          gather_fn: GatherFn | None = None, check_finite: bool = True,
-                         tile_size: int | None = None, tile_backend: str = "auto",
+                         tile_size: int | None = None, tile_backend: TileBackend = "auto",
                          reduction: Reduction = "mean",
                          max_logits_bytes: int | None = None) -> Tensor:
     """Functional temperature schedule at ``step``; arguments as :class:`TemperatureScheduleLoss`.

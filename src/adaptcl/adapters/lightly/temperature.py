@@ -33,6 +33,7 @@ from torch import Tensor
 from adaptcl import plugins
 from adaptcl.plugins.logit_scale import OPEN_CLIP_TEMPERATURE
 from adaptcl.plugins.schedule import SCHEDULE_PAPER
+from adaptcl.plugins.validation import TileBackend
 
 from .memory_bank import InBatchForm, MemoryBankLoss, MultiHeadBankLoss, core_attribute
 
@@ -78,7 +79,7 @@ class TemperatureScheduleLoss(MemoryBankLoss):
                  gather_distributed: bool = False, *, step: int = 0,
                  positive_in_denominator: bool = True, form: InBatchForm = "nt_xent",
                  persistent_memory_bank: bool = False, check_finite: bool = True,
-                 tile_size: int | None = None, max_logits_bytes: int | None = None, tile_backend: str = "auto") -> None:
+                 tile_size: int | None = None, max_logits_bytes: int | None = None, tile_backend: TileBackend = "auto") -> None:
         core = functools.partial(plugins.TemperatureScheduleLoss, min_temperature,
                                  max_temperature, period, step=step,
                                  positive_in_denominator=positive_in_denominator)
@@ -143,7 +144,7 @@ class LearnableTemperatureLoss(MultiHeadBankLoss):
                  num_heads: int = 1, positive_in_denominator: bool = True,
                  form: InBatchForm = "nt_xent", persistent_memory_bank: bool = False,
                  check_finite: bool = True, tile_size: int | None = None,
-                 tile_backend: str = "auto",
+                 tile_backend: TileBackend = "auto",
                  max_logits_bytes: int | None = None) -> None:
         core = functools.partial(plugins.LearnableTemperatureLoss, temperature,
                                  min_temperature=min_temperature,

@@ -12,7 +12,7 @@ from torch import Tensor
 
 from adaptcl import plugins
 from adaptcl.plugins.base import Stats
-from adaptcl.plugins.validation import check_positive
+from adaptcl.plugins.validation import TileBackend, check_positive
 
 from .base import AdaptiveClipLoss
 from .infonce import _temperature
@@ -65,7 +65,7 @@ class MACLClipLoss(AdaptiveClipLoss):
                  reweight: bool = True, adaptive: bool = True, temperature_form: str = "linear",
                  weight_form: str = "inverse", min_temperature: float | None = None,
                  positive_in_denominator: bool = True, tile_size: int | None = None,
-                 tile_backend: str = "auto", max_logits_bytes: int | None = None,
+                 tile_backend: TileBackend = "auto", max_logits_bytes: int | None = None,
                  check_finite: bool = True) -> None:
         if min_temperature is not None:
             check_positive("min_temperature", min_temperature)

@@ -20,6 +20,7 @@ from torch import Tensor
 from adaptcl import plugins
 from adaptcl.plugins.base import Stats
 from adaptcl.plugins.schedule import SCHEDULE_PAPER
+from adaptcl.plugins.validation import TileBackend
 
 from .base import AdaptiveClipLoss
 
@@ -64,7 +65,7 @@ class DySTreSSClipLoss(AdaptiveClipLoss):
                  max_temperature: float = 0.2, shape: str = "cosine", threshold: float = 0.4,
                  width: float = 0.7, detach_temperature: bool = True,
                  positive_in_denominator: bool = True, tile_size: int | None = None,
-                 tile_backend: str = "auto", max_logits_bytes: int | None = None,
+                 tile_backend: TileBackend = "auto", max_logits_bytes: int | None = None,
                  check_finite: bool = True) -> None:
         core = plugins.DySTreSSLoss(min_temperature, max_temperature, shape=shape,
                                     threshold=threshold, width=width,
@@ -131,7 +132,7 @@ class TemperatureScheduleClipLoss(AdaptiveClipLoss):
                  max_temperature: float = SCHEDULE_PAPER["max_temperature"],
                  period: int = SCHEDULE_PAPER["period"], step: int = 0,
                  positive_in_denominator: bool = True, tile_size: int | None = None,
-                 tile_backend: str = "auto", max_logits_bytes: int | None = None,
+                 tile_backend: TileBackend = "auto", max_logits_bytes: int | None = None,
                  check_finite: bool = True) -> None:
         core = plugins.TemperatureScheduleLoss(min_temperature, max_temperature, period,
                                                step=step,

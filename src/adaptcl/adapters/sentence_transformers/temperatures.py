@@ -42,6 +42,7 @@ from adaptcl import plugins
 from adaptcl.adapters import require
 from adaptcl.plugins.logit_scale import OPEN_CLIP_TEMPERATURE
 from adaptcl.plugins.schedule import SCHEDULE_PAPER
+from adaptcl.plugins.validation import TileBackend
 
 require("sentence_transformers", "text")
 
@@ -79,7 +80,7 @@ class TemperatureScheduleLoss(AdaptiveContrastiveLoss):
                  projection: nn.Module | None = None, gather_across_devices: bool = False,
                  tile_size: int | None = None,
                  max_logits_bytes: int | None = None,
-                 tile_backend: str = "auto", mini_batch_size: int | None = None,
+                 tile_backend: TileBackend = "auto", mini_batch_size: int | None = None,
                  mini_batch_num_tokens: int | None = None, check_finite: bool = True,
                  show_progress_bar: bool = False) -> None:
         self._check_model(model)
@@ -146,7 +147,7 @@ class LearnableTemperatureLoss(_ScalarTemperatureLoss):
                  max_temperature: float = OPEN_CLIP_TEMPERATURE["max_temperature"],
                  symmetric: bool = False, projection: nn.Module | None = None,
                  gather_across_devices: bool = False, tile_size: int | None = None,
-                 tile_backend: str = "auto",
+                 tile_backend: TileBackend = "auto",
                  max_logits_bytes: int | None = None,
                  mini_batch_size: int | None = None, mini_batch_num_tokens: int | None = None,
                  check_finite: bool = True, show_progress_bar: bool = False) -> None:
