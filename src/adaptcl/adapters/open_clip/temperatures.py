@@ -14,12 +14,11 @@ References:
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor
 
 from adaptcl import plugins
 from adaptcl.plugins.base import Stats
-from adaptcl.plugins.schedule import SCHEDULE_PAPER
+from adaptcl.plugins.schedule import SCHEDULE_PAPER, ScheduleControls
 from adaptcl.plugins.validation import TileBackend
 
 from .base import AdaptiveClipLoss
@@ -88,7 +87,7 @@ class DySTreSSClipLoss(AdaptiveClipLoss):
         return self.criterion.compute_from_candidates(cands)
 
 
-class TemperatureScheduleClipLoss(AdaptiveClipLoss):
+class TemperatureScheduleClipLoss(ScheduleControls, AdaptiveClipLoss):
     """CLIP's symmetric InfoNCE at Kukleva et al.'s cosine schedule of the training step,
     ``tau(step) = tau_min + (tau_max - tau_min) (1 + cos(2 pi step / period)) / 2``
     (:class:`adaptcl.plugins.TemperatureScheduleLoss`).
@@ -144,26 +143,7 @@ class TemperatureScheduleClipLoss(AdaptiveClipLoss):
         super().__init__(local_loss, gather_with_grad, cache_labels, rank, world_size,
                          use_horovod, criterion=core)
 
-    @property
-    def step(self) -> int:
-        """The step the next forward pass uses."""
-        return self.criterion.step
-
-    @step.setter
-    def step(self, value: int) -> None:
-        self.criterion.step = value
-
-    def advance(self, steps: int = 1) -> int:
-        """Move the schedule on by ``steps`` (after ``optimizer.step()``); the new step."""
-        return self.criterion.advance(steps)
-
-    @property
-    def temperature(self) -> float:
-        """tau at the current step."""
-        return self.criterion.temperature
-
     def compute(self, cands: list, logit_scale: Tensor | float) -> tuple[Tensor, Stats]:
         out = self.criterion.compute_from_candidates(cands)
-        if torch.is_grad_enabled() and not self.criterion.driven:
-            self.criterion.count_step()  # nothing drives the schedule: count the training steps
+        self.count_training_step()  # nothing drives the schedule: count the training steps
         return out
