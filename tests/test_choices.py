@@ -37,6 +37,7 @@ PAIRS = [
     ("adaptcl.adapters.lightning.modules", "OptimizerName", "OPTIMIZERS"),
     ("adaptcl.adapters.lightning.modules", "LRSchedule", "LR_SCHEDULES"),
     ("adaptcl.adapters.graphcl.lightning", "OptimizerName", "OPTIMIZERS"),
+    ("adaptcl.adapters.graphcl.transforms", "MaskMode", "MASK_MODES"),
     ("adaptcl.adapters.sentence_transformers.losses", "Direction", "DIRECTIONS"),
     ("adaptcl.adapters.sentence_transformers.losses", "PartitionMode", "PARTITION_MODES"),
 ]
@@ -44,7 +45,8 @@ PAIRS = [
 #: the public modules whose signatures take these choices
 MODULES = ["adaptcl.plugins", "adaptcl.plugins.functional", "adaptcl.adapters.lightly",
            "adaptcl.adapters.sentence_transformers.losses",
-           "adaptcl.adapters.sentence_transformers.temperatures", "adaptcl.adapters.open_clip"]
+           "adaptcl.adapters.sentence_transformers.temperatures", "adaptcl.adapters.open_clip",
+           "adaptcl.adapters.graphcl.transforms"]
 
 
 def _module(name: str):

@@ -18,6 +18,7 @@ from torch import Tensor
 
 from adaptcl import plugins
 from adaptcl.plugins.base import Stats
+from adaptcl.plugins.dystress import Shape
 from adaptcl.plugins.schedule import SCHEDULE_PAPER, ScheduleControls
 from adaptcl.plugins.validation import TileBackend
 
@@ -61,7 +62,7 @@ class DySTreSSClipLoss(AdaptiveClipLoss):
     def __init__(self, local_loss: bool = False, gather_with_grad: bool = False,
                  cache_labels: bool = False, rank: int = 0, world_size: int = 1,
                  use_horovod: bool = False, *, min_temperature: float = 0.1,
-                 max_temperature: float = 0.2, shape: str = "cosine", threshold: float = 0.4,
+                 max_temperature: float = 0.2, shape: Shape = "cosine", threshold: float = 0.4,
                  width: float = 0.7, detach_temperature: bool = True,
                  positive_in_denominator: bool = True, tile_size: int | None = None,
                  tile_backend: TileBackend = "auto", max_logits_bytes: int | None = None,
