@@ -29,6 +29,7 @@ PAIRS = [
     ("adaptcl.plugins.ascl", "ASCLMode", "MODES"),
     ("adaptcl.plugins.ascl", "ASCLForm", "ASCL_FORMS"),
     ("adaptcl.plugins.survey", "Mining", "MINING"),
+    ("adaptcl.plugins.validation", "TileBackend", "TILE_BACKENDS"),
     ("adaptcl.precision", "Precision", "PRECISIONS"),
     ("adaptcl.adapters.lightly.memory_bank", "InBatchForm", "IN_BATCH_FORMS"),
     ("adaptcl.adapters.lightning.methods", "Backbone", "BACKBONES"),
@@ -36,20 +37,24 @@ PAIRS = [
     ("adaptcl.adapters.lightning.modules", "OptimizerName", "OPTIMIZERS"),
     ("adaptcl.adapters.lightning.modules", "LRSchedule", "LR_SCHEDULES"),
     ("adaptcl.adapters.graphcl.lightning", "OptimizerName", "OPTIMIZERS"),
+    ("adaptcl.adapters.graphcl.transforms", "MaskMode", "MASK_MODES"),
     ("adaptcl.adapters.sentence_transformers.losses", "Direction", "DIRECTIONS"),
     ("adaptcl.adapters.sentence_transformers.losses", "PartitionMode", "PARTITION_MODES"),
 ]
 
 #: the public modules whose signatures take these choices
 MODULES = ["adaptcl.plugins", "adaptcl.plugins.functional", "adaptcl.adapters.lightly",
-           "adaptcl.adapters.sentence_transformers.losses"]
+           "adaptcl.adapters.sentence_transformers.losses",
+           "adaptcl.adapters.sentence_transformers.temperatures", "adaptcl.adapters.open_clip",
+           "adaptcl.adapters.graphcl.transforms"]
 
 
 def _module(name: str):
     parts = name.split(".")
     if "adapters" in parts:
         pytest.importorskip({"lightly": "lightly", "lightning": "lightly", "graphcl": "torch_geometric",
-                             "sentence_transformers": "sentence_transformers"}[parts[2]])
+                             "sentence_transformers": "sentence_transformers",
+                             "open_clip": "open_clip"}[parts[2]])
     return importlib.import_module(name)
 
 
@@ -132,3 +137,35 @@ def test_every_public_signature_shows_its_choices_and_refuses_the_others():
                 obj(**required, **{name: bad})
             checked += 1
     assert checked > 60  # the loss core's forms, reductions, modes and the adapters' own
+
+
+def test_tile_backend_is_the_one_literal_everywhere_and_refused_by_name():
+    """``tile_backend`` shows its choices (the shared ``TileBackend``) in every public signature
+    that takes it, the losses without a fused kernel included, and a value outside them is
+    refused at construction naming ``tile_backend``; a loss without a kernel refuses
+    ``"triton"`` too."""
+    from adaptcl.plugins.validation import UNFUSED_BACKENDS, TileBackend
+
+    assert typing.get_args(TileBackend) == ("auto", "triton", "torch")
+    assert set(UNFUSED_BACKENDS) < set(typing.get_args(TileBackend))
+    seen, refused = [], 0
+    for qualified, obj in _public_callables():
+        init = obj.__init__ if inspect.isclass(obj) else obj
+        if "tile_backend" not in inspect.signature(init).parameters:
+            continue
+        assert typing.get_type_hints(init)["tile_backend"] == TileBackend, qualified
+        seen.append(qualified)
+        required = _required(obj)
+        if required is None:
+            continue
+        with pytest.raises(ValueError, match="tile_backend"):
+            obj(**required, tile_backend="cuda")
+        refused += 1
+    names = {q.rsplit(".", 1)[1] for q in seen}
+    # the loss core (modules and functional forms) and each adapter's losses
+    assert {"InfoNCELoss", "info_nce", "MACLLoss", "macl", "AMCLLoss", "amcl", "TripletLoss",
+            "nce", "NTXentLoss", "InfoNCEClipLoss", "DySTreSSClipLoss"} <= names, names
+    assert refused > 40
+    from adaptcl.plugins import TripletLoss
+    with pytest.raises(ValueError, match="tile_backend"):
+        TripletLoss(tile_backend="triton")

@@ -179,6 +179,35 @@ def test_count_step_advances_without_becoming_driven():
     assert loss_fn.driven
 
 
+def test_schedule_controls_forward_to_the_core_and_count_only_undriven_training_steps():
+    """The one place the adapters (Lightly, open_clip, sentence-transformers) take the
+    schedule's controls from: ``step`` / ``advance`` / ``temperature`` are the core's, and a
+    forward pass counts a step only with gradients on and while nothing drives the step."""
+    from adaptcl.plugins.schedule import ScheduleControls
+
+    class Adapter(ScheduleControls, nn.Module):
+        schedule_attribute = "core"
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.core = TemperatureScheduleLoss(0.1, 1.0, period=8)
+
+    adapter = Adapter()
+    with torch.no_grad():
+        adapter.count_training_step()
+    assert adapter.step == 0  # evaluation is not a training step
+    adapter.count_training_step()
+    assert adapter.step == adapter.core.step == 1 and not adapter.core.driven
+    assert adapter.temperature == adapter.core.temperature == cosine_temperature(1, 0.1, 1.0, 8)
+    assert adapter.advance(3) == 4 and adapter.core.driven
+    adapter.count_training_step()
+    assert adapter.step == 4  # driven: the driver's step stands
+    adapter.step = 6
+    assert adapter.core.step == 6
+    with pytest.raises(ValueError, match="step"):
+        adapter.step = -1
+
+
 @pytest.mark.parametrize("kwargs,exc,match", [
     ({"min_temperature": 0.0}, ValueError, "min_temperature"),
     ({"max_temperature": -1.0}, ValueError, "max_temperature"),

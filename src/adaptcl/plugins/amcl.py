@@ -45,7 +45,7 @@ from .distributed import GatherFn
 from .heads import as_heads
 from .kernel import no_negatives_output
 from .tiled import streamed_pair_lse, streamed_sum, streamed_top_columns, top_columns
-from .validation import check_choice, check_int, check_non_negative
+from .validation import TileBackend, check_choice, check_int, check_non_negative
 
 #: the negative term of Table 2: the kappa hardest negatives, or the soft-max over all
 NegativeTerm = Literal["topk", "softmax"]
@@ -170,7 +170,7 @@ class AMCLLoss(ContrastiveLoss):
                  objective: Objective = "nt_xent",
                  form: Form = "nt_xent", gather_distributed: bool = False,
                  gather_fn: GatherFn | None = None, check_finite: bool = True,
-                 tile_size: int | None = None, tile_backend: str = "auto",
+                 tile_size: int | None = None, tile_backend: TileBackend = "auto",
                  reduction: Reduction = "mean", bound_warning_steps: int | None = 100,
                  max_logits_bytes: int | None = None) -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
@@ -235,7 +235,7 @@ def _tileable(net: nn.Module) -> bool:
 
 
 def _amcl_options(temperature_net: nn.Module, beta: float, negative_term: NegativeTerm, kappa: int,
-                  objective: Objective, tile_size: int | None, tile_backend: str = "auto") -> dict:
+                  objective: Objective, tile_size: int | None, tile_backend: TileBackend = "auto") -> dict:
     """AMCL's hyper-parameters checked once for the module and the functional form."""
     if tile_backend == "triton" and negative_term == "topk":
         raise ValueError("tile_backend='triton' covers AMCL's negative_term='softmax' only (the "
@@ -289,7 +289,7 @@ def _top_pairs(c: Candidates, net: nn.Module, tau_pos: Tensor, kappa: int, infon
 
 
 def _softmax_term(c: Candidates, net: nn.Module, beta: float, dim: int,
-                  tile_size: int | None, tile_backend: str = "auto") -> tuple[Tensor, Tensor]:
+                  tile_size: int | None, tile_backend: TileBackend = "auto") -> tuple[Tensor, Tensor]:
     """``logsumexp_n pair_term(s_n, tau_n)`` over each anchor's negatives, and the mean pair
     temperature over all ``A x C`` pairs."""
     if tile_size is None:
@@ -306,7 +306,7 @@ def _softmax_term(c: Candidates, net: nn.Module, beta: float, dim: int,
 def _head_loss(c: Candidates, net: nn.Module, dim: int, *, beta: float,
                negative_term: NegativeTerm, kappa: int, objective: Objective,
                tile_size: int | None,
-               tile_backend: str = "auto") -> tuple[Tensor, Tensor, Tensor]:
+               tile_backend: TileBackend = "auto") -> tuple[Tensor, Tensor, Tensor]:
     """Per-anchor loss ``-s_pos / tau_pos + beta Omega(tau_pos) + negative term`` of one head
     and direction, with the mean positive and pair temperatures (detached)."""
     tau_pos = net.pairwise(c.anchors, c.positive_keys)
@@ -330,7 +330,7 @@ def _head_loss(c: Candidates, net: nn.Module, dim: int, *, beta: float,
 
 def _amcl(z0: Tensor, z1: Tensor, negatives: Tensor | None, build, net: nn.Module, *,
           beta: float, negative_term: NegativeTerm, kappa: int, objective: Objective,
-          tile_size: int | None, max_logits_bytes: int | None = None, tile_backend: str = "auto") -> tuple[Tensor, Stats]:
+          tile_size: int | None, max_logits_bytes: int | None = None, tile_backend: TileBackend = "auto") -> tuple[Tensor, Stats]:
     """AMCL's per-anchor losses (summed over heads) and statistics; ``build(z0, z1, neg)``
     makes one head's candidates."""
     z0, z1 = as_heads("z0", z0), as_heads("z1", z1)
@@ -367,7 +367,7 @@ def amcl(z0: Tensor, z1: Tensor, temperature_net: nn.Module, beta: float = 1e-3,
          negatives: Tensor | None = None, negative_term: NegativeTerm = "softmax", kappa: int = 1,
          objective: Objective = "nt_xent", form: Form = "nt_xent", gather_distributed: bool = False,
          gather_fn: GatherFn | None = None, check_finite: bool = True,
-         tile_size: int | None = None, tile_backend: str = "auto",
+         tile_size: int | None = None, tile_backend: TileBackend = "auto",
          reduction: Reduction = "mean",
          max_logits_bytes: int | None = None) -> Tensor:
     """Functional AMCL; arguments as :class:`AMCLLoss`.

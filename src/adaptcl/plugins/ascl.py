@@ -55,7 +55,7 @@ from .kernel import (
     row_logsumexp,
 )
 from .tiled import Masks, mask_tile, streamed_row_stats, streamed_softmax_stats, top_columns
-from .validation import UNFUSED_BACKENDS, check_choice, check_int, check_positive
+from .validation import UNFUSED_BACKENDS, TileBackend, check_choice, check_int, check_positive
 
 #: the soft-label rule: ASCL, AHCL (hard top-K labels) or hard (one-hot: InfoNCE)
 ASCLMode = Literal["ascl", "ahcl", "hard"]
@@ -196,7 +196,7 @@ def _tiled_ascl(c: Candidates, temperature: float, tile_size: int, *, mode: ASCL
 
 def _ascl(c: Candidates, *, temperature: float, sharpen_temperature: float, num_neighbors: int,
           mode: ASCLMode, tile_size: int | None, hardness: tuple[str, float] | None = None,
-          tile_backend: str = "auto",
+          tile_backend: TileBackend = "auto",
           max_logits_bytes: int | None = None) -> tuple[Tensor, Stats]:
     """ASCL's per-anchor losses and statistics on one direction's candidates."""
     tile_size, auto = plan_tiles("ASCL", [c], tile_size, max_logits_bytes, copies=ASCL_COPIES)
@@ -244,7 +244,7 @@ def ascl(z0: Tensor, z1: Tensor, temperature: float = 0.1, sharpen_temperature: 
          hardness_strength: float = 0.0,
          negative_owners: Tensor | None = None, gather_distributed: bool = False,
          gather_fn: GatherFn | None = None, check_finite: bool = True,
-         tile_size: int | None = None, tile_backend: str = "auto",
+         tile_size: int | None = None, tile_backend: TileBackend = "auto",
          reduction: Reduction = "mean",
          max_logits_bytes: int | None = None) -> Tensor:
     """Functional ASCL; arguments as :class:`ASCLLoss`.
@@ -307,7 +307,7 @@ class ASCLLoss(ContrastiveLoss):
                  hardness_mode: HardnessMode | None = None, hardness_strength: float = 0.0,
                  gather_distributed: bool = False, gather_fn: GatherFn | None = None,
                  check_finite: bool = True, tile_size: int | None = None,
-                 tile_backend: str = "auto", reduction: Reduction = "mean", max_logits_bytes: int | None = None) -> None:
+                 tile_backend: TileBackend = "auto", reduction: Reduction = "mean", max_logits_bytes: int | None = None) -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
                          check_finite=check_finite, tile_size=tile_size,
                          tile_backend=tile_backend, reduction=reduction,
@@ -377,7 +377,7 @@ def _check_byol(sharpen_temperature: float, num_neighbors: int, mode: ASCLMode) 
 def ascl_byol(predictions: Tensor, targets: Tensor, sharpen_temperature: float = 0.05,
               num_neighbors: int = 1, mode: ASCLMode = "ascl", *, gather_distributed: bool = False,
               gather_fn: GatherFn | None = None, check_finite: bool = True,
-              tile_size: int | None = None, tile_backend: str = "auto",
+              tile_size: int | None = None, tile_backend: TileBackend = "auto",
               reduction: Reduction = "mean",
               max_logits_bytes: int | None = None) -> Tensor:
     """Functional ASCL-BYOL; arguments as :class:`ASCLBYOLLoss`."""
@@ -420,7 +420,7 @@ class ASCLBYOLLoss(ContrastiveLoss):
     def __init__(self, sharpen_temperature: float = 0.05, num_neighbors: int = 1,
                  mode: ASCLMode = "ascl", *, gather_distributed: bool = False,
                  gather_fn: GatherFn | None = None, check_finite: bool = True,
-                 tile_size: int | None = None, tile_backend: str = "auto",
+                 tile_size: int | None = None, tile_backend: TileBackend = "auto",
                  reduction: Reduction = "mean",
                  max_logits_bytes: int | None = None) -> None:
         super().__init__(form="cross_view", gather_distributed=gather_distributed,

@@ -22,7 +22,7 @@ from .kernel import (
 )
 from .targets import LabelTargets
 from .tiled import TileTerm
-from .validation import TILE_BACKENDS, check_choice, check_shared
+from .validation import TILE_BACKENDS, TileBackend, check_choice, check_shared
 
 Stats = dict[str, Tensor]
 #: how per-anchor losses are reduced (as ``torch.nn.functional``'s ``reduction``)
@@ -86,7 +86,7 @@ def run_kernel(
     tile_size: int | None = None,
     term: TileTerm | None = None,
     hardness: tuple[str, float] | None = None,
-    tile_backend: str = "auto",
+    tile_backend: TileBackend = "auto",
 ) -> tuple[Tensor, Stats]:
     """Apply the kernel to every direction with one temperature rule: ``([A] losses, stats)``.
 
@@ -160,8 +160,8 @@ def in_row_blocks(rows_fn: Callable[[int, int], Tensor], num_rows: int,
 def functional_candidates(z0: Tensor, z1: Tensor, negatives: Tensor | None, *, form: Form,
                           gather_distributed: bool, gather_fn: GatherFn | None,
                           check_finite: bool, tile_size: int | None, reduction: Reduction,
-                          max_logits_bytes: int | None = None, forms: tuple[str, ...] = FORMS, tile_backend: str = "auto",
-                          tile_backends: tuple[str, ...] = TILE_BACKENDS,
+                          max_logits_bytes: int | None = None, forms: tuple[str, ...] = FORMS, tile_backend: TileBackend = "auto",
+                          tile_backends: tuple[TileBackend, ...] = TILE_BACKENDS,
                           **pairs: Tensor | None) -> list[Candidates]:
     """What a functional form does before its formula: check the shared keywords exactly as
     :class:`ContrastiveLoss` does, then build the candidates (``pairs``: ``labels``,
@@ -234,12 +234,12 @@ class ContrastiveLoss(Loss):
     #: ``forward`` takes ``negative_owners`` (read by the hardness term)
     takes_owners: bool = False
     #: the ``tile_backend`` values this loss accepts (no ``"triton"``: no fused kernel path)
-    tile_backends: tuple[str, ...] = TILE_BACKENDS
+    tile_backends: tuple[TileBackend, ...] = TILE_BACKENDS
 
     def __init__(self, *, form: Form, gather_distributed: bool = False,
                  gather_fn: GatherFn | None = None, check_finite: bool = True,
                  tile_size: int | None = None, reduction: Reduction = "mean",
-                 max_logits_bytes: int | None = None, forms: tuple[str, ...] = FORMS, tile_backend: str = "auto") -> None:
+                 max_logits_bytes: int | None = None, forms: tuple[str, ...] = FORMS, tile_backend: TileBackend = "auto") -> None:
         # One validation path for the keywords every loss shares (a subclass restricts
         # ``forms`` to those it defines).
         form = check_choice("form", form, forms)

@@ -75,7 +75,7 @@ from .budget import LOGIT_COPIES, plan_tiles
 from .candidates import Candidates, Form
 from .distributed import GatherFn
 from .hardness import HardnessMode, check_hardness, hardness_spec
-from .validation import check_bool, check_choice, check_finite_number, check_positive
+from .validation import TileBackend, check_bool, check_choice, check_finite_number, check_positive
 
 __all__ = ["Shape", "DySTreSSLoss", "dystress", "dystress_temperature", "SHAPES"]
 
@@ -169,7 +169,7 @@ def _dystress(cands: list[Candidates], *, min_temperature: float, max_temperatur
               shape: Shape, threshold: float, width: float, detach_temperature: bool,
               positive_in_denominator: bool, hardness_mode: HardnessMode | None,
               hardness_strength: float,
-              tile_size: int | None, tile_backend: str = "auto", max_logits_bytes: int | None = None
+              tile_size: int | None, tile_backend: TileBackend = "auto", max_logits_bytes: int | None = None
               ) -> tuple[Tensor, Stats]:
     """DySTreSS's per-anchor losses and statistics on prepared candidates."""
     # the per-pair temperatures add a fourth [A, C] matrix to the materialised peak
@@ -231,7 +231,7 @@ class DySTreSSLoss(ContrastiveLoss):
                  form: Form = "nt_xent", gather_distributed: bool = False,
                  gather_fn: GatherFn | None = None, check_finite: bool = True,
                  tile_size: int | None = None,
-                 tile_backend: str = "auto", reduction: Reduction = "mean",
+                 tile_backend: TileBackend = "auto", reduction: Reduction = "mean",
                  max_logits_bytes: int | None = None) -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
                          check_finite=check_finite, tile_size=tile_size,
@@ -280,7 +280,7 @@ def dystress(z0: Tensor, z1: Tensor, min_temperature: float = 0.1, max_temperatu
              form: Form = "nt_xent", gather_distributed: bool = False,
              gather_fn: GatherFn | None = None, check_finite: bool = True,
              tile_size: int | None = None,
-             tile_backend: str = "auto", reduction: Reduction = "mean",
+             tile_backend: TileBackend = "auto", reduction: Reduction = "mean",
              max_logits_bytes: int | None = None) -> Tensor:
     """Functional DySTreSS; arguments as :class:`DySTreSSLoss` (and its ``forward``).
 

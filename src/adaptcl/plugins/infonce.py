@@ -32,12 +32,12 @@ from .candidates import Candidates, Form
 from .distributed import GatherFn
 from .hardness import HardnessMode, check_hardness, hardness_spec
 from .kernel import negative_lse, no_negatives_output
-from .validation import check_positive
+from .validation import TileBackend, check_positive
 
 
 def _info_nce(cands: list[Candidates], temperature: float | Tensor, positive_in_denominator: bool,
               tile_size: int | None, hardness: tuple[str, float] | None = None,
-              tile_backend: str = "auto", *,
+              tile_backend: TileBackend = "auto", *,
               max_logits_bytes: int | None = None) -> tuple[Tensor, Stats]:
     tile_size, auto = plan_tiles("InfoNCE" if positive_in_denominator else "DCL", cands,
                                  tile_size, max_logits_bytes)
@@ -53,7 +53,7 @@ def info_nce(z0: Tensor, z1: Tensor, temperature: float = 0.1, *, negatives: Ten
              negative_owners: Tensor | None = None, gather_distributed: bool = False,
              gather_fn: GatherFn | None = None, check_finite: bool = True,
              tile_size: int | None = None,
-             tile_backend: str = "auto", reduction: Reduction = "mean",
+             tile_backend: TileBackend = "auto", reduction: Reduction = "mean",
              max_logits_bytes: int | None = None) -> Tensor:
     """InfoNCE / NT-Xent of the pairs ``(z0[i], z1[i])``; arguments as :class:`InfoNCELoss`
     (and its ``forward``: ``labels`` give SupCon's multi-positive targets).
@@ -85,7 +85,7 @@ def dcl(z0: Tensor, z1: Tensor, temperature: float = 0.1, *, negatives: Tensor |
         negative_owners: Tensor | None = None, gather_distributed: bool = False,
         gather_fn: GatherFn | None = None, check_finite: bool = True,
         tile_size: int | None = None,
-        tile_backend: str = "auto", reduction: Reduction = "mean",
+        tile_backend: TileBackend = "auto", reduction: Reduction = "mean",
         max_logits_bytes: int | None = None) -> Tensor:
     """Decoupled contrastive loss: InfoNCE with the positive removed from the denominator."""
     return info_nce(z0, z1, temperature, negatives=negatives, form=form,
@@ -155,7 +155,7 @@ class InfoNCELoss(ContrastiveLoss):
                  hardness_strength: float = 0.0, gather_distributed: bool = False,
                  gather_fn: GatherFn | None = None, check_finite: bool = True,
                  tile_size: int | None = None,
-                 tile_backend: str = "auto", reduction: Reduction = "mean",
+                 tile_backend: TileBackend = "auto", reduction: Reduction = "mean",
                  max_logits_bytes: int | None = None) -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
                          check_finite=check_finite, tile_size=tile_size,
@@ -206,7 +206,7 @@ class DCLLoss(InfoNCELoss):
                  hardness_mode: HardnessMode | None = None, hardness_strength: float = 0.0,
                  gather_distributed: bool = False, gather_fn: GatherFn | None = None,
                  check_finite: bool = True, tile_size: int | None = None,
-                 tile_backend: str = "auto",
+                 tile_backend: TileBackend = "auto",
                  reduction: Reduction = "mean", max_logits_bytes: int | None = None) -> None:
         super().__init__(temperature, form=form, positive_in_denominator=False,
                          hardness_mode=hardness_mode, hardness_strength=hardness_strength,
@@ -217,7 +217,7 @@ class DCLLoss(InfoNCELoss):
 
 
 def _flat_nce(cands: list[Candidates], temperature: float, tile_size: int | None,
-              tile_backend: str = "auto", *,
+              tile_backend: TileBackend = "auto", *,
               max_logits_bytes: int | None = None) -> tuple[Tensor, Stats]:
     tile_size, auto = plan_tiles("FlatNCE", cands, tile_size, max_logits_bytes)
     losses, plains = [], []
@@ -239,7 +239,7 @@ def _flat_nce(cands: list[Candidates], temperature: float, tile_size: int | None
 def flat_nce(z0: Tensor, z1: Tensor, temperature: float = 0.1, *,
              negatives: Tensor | None = None, form: Form = "nt_xent",
              gather_distributed: bool = False, gather_fn: GatherFn | None = None,
-             check_finite: bool = True, tile_size: int | None = None, tile_backend: str = "auto",
+             check_finite: bool = True, tile_size: int | None = None, tile_backend: TileBackend = "auto",
              reduction: Reduction = "mean", max_logits_bytes: int | None = None) -> Tensor:
     """FlatNCE of the pairs ``(z0[i], z1[i])``; arguments as :class:`FlatNCELoss`."""
     check_positive("temperature", temperature)
@@ -268,7 +268,7 @@ class FlatNCELoss(ContrastiveLoss):
     def __init__(self, temperature: float = 0.1, *, form: Form = "nt_xent",
                  gather_distributed: bool = False, gather_fn: GatherFn | None = None,
                  check_finite: bool = True, tile_size: int | None = None,
-                 tile_backend: str = "auto",
+                 tile_backend: TileBackend = "auto",
                  reduction: Reduction = "mean", max_logits_bytes: int | None = None) -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
                          check_finite=check_finite, tile_size=tile_size,
@@ -283,7 +283,7 @@ class FlatNCELoss(ContrastiveLoss):
 
 
 def _dual_temperature(cands: list[Candidates], temperature: float, temperature_beta: float,
-                      tile_size: int | None, tile_backend: str = "auto", *,
+                      tile_size: int | None, tile_backend: TileBackend = "auto", *,
                       max_logits_bytes: int | None = None) -> tuple[Tensor, Stats]:
     tile_size, auto = plan_tiles("DualTemperature", cands, tile_size, max_logits_bytes)
 
@@ -303,7 +303,7 @@ def dual_temperature(z0: Tensor, z1: Tensor, temperature: float = 0.1,
                      form: Form = "nt_xent", gather_distributed: bool = False,
                      gather_fn: GatherFn | None = None, check_finite: bool = True,
                      tile_size: int | None = None,
-                     tile_backend: str = "auto", reduction: Reduction = "mean",
+                     tile_backend: TileBackend = "auto", reduction: Reduction = "mean",
                      max_logits_bytes: int | None = None) -> Tensor:
     """Dual temperature InfoNCE; arguments as :class:`DualTemperatureLoss`."""
     check_positive("temperature", temperature)
@@ -335,7 +335,7 @@ class DualTemperatureLoss(ContrastiveLoss):
                  form: Form = "nt_xent", gather_distributed: bool = False,
                  gather_fn: GatherFn | None = None, check_finite: bool = True,
                  tile_size: int | None = None,
-                 tile_backend: str = "auto", reduction: Reduction = "mean",
+                 tile_backend: TileBackend = "auto", reduction: Reduction = "mean",
                  max_logits_bytes: int | None = None) -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
                          check_finite=check_finite, tile_size=tile_size,

@@ -31,6 +31,7 @@ from torch.autograd.function import once_differentiable
 
 from .candidates import Candidates, autocast_off, rows_logits, scaled_anchors
 from .tiled import TileBias, TileTerm, TileWeights, streamed_row_stats, tiled_negative_lse
+from .validation import TileBackend
 
 
 @dataclass
@@ -130,7 +131,7 @@ def contrastive_kernel(
 
 
 def negative_lse(c: Candidates, temperature: Tensor | float, tile_size: int | None = None,
-                 tile_backend: str = "auto") -> tuple[Tensor, Tensor]:
+                 tile_backend: TileBackend = "auto") -> tuple[Tensor, Tensor]:
     """``(logsumexp over each anchor's negatives [A], positive logit [A])`` of one direction.
 
     The one place that chooses between materialising the ``[A, C]`` logits (``tile_size=None``)
@@ -145,7 +146,7 @@ def negative_lse(c: Candidates, temperature: Tensor | float, tile_size: int | No
 
 def row_statistics(c: Candidates, temperature: Tensor | float, tile_size: int | None, *,
                    term: TileTerm | None = None, weights: TileWeights | None = None,
-                   bias: TileBias | None = None, tile_backend: str = "auto"
+                   bias: TileBias | None = None, tile_backend: TileBackend = "auto"
                    ) -> tuple[Tensor, Tensor, tuple[Tensor, Tensor] | None]:
     """``(lse_neg [A], positive logit [A], (sum_j u_ij l_ij, sum_j u_ij) or None)`` of one
     direction with any of the parts a method may change per pair:

@@ -80,7 +80,7 @@ from .budget import plan_tiles
 from .candidates import Candidates, Form
 from .distributed import GatherFn
 from .heads import as_heads
-from .validation import check_int, check_positive, check_temperature_range
+from .validation import TileBackend, check_int, check_positive, check_temperature_range
 
 __all__ = ["LearnableTemperatureLoss", "learnable_temperature", "OPEN_CLIP_TEMPERATURE",
            "scale_bounds", "bounded_scale"]
@@ -115,7 +115,7 @@ def bounded_scale(logit_scale: Tensor, low: float, high: float) -> Tensor:
 
 def _learnable(z0: Tensor, z1: Tensor, negatives: Tensor | None, build, logit_scale: Tensor, *,
                min_temperature: float, max_temperature: float, positive_in_denominator: bool,
-               tile_size: int | None, tile_backend: str = "auto", max_logits_bytes: int | None = None
+               tile_size: int | None, tile_backend: TileBackend = "auto", max_logits_bytes: int | None = None
                ) -> tuple[Tensor, Stats]:
     """Per-anchor losses (summed over heads) at ``tau = exp(-clamp(s))``, and the statistics;
     ``build(z0, z1, negatives)`` makes one head's candidates."""
@@ -204,7 +204,7 @@ class LearnableTemperatureLoss(ContrastiveLoss):
                  positive_in_denominator: bool = True, gather_distributed: bool = False,
                  gather_fn: GatherFn | None = None, check_finite: bool = True,
                  tile_size: int | None = None,
-                 tile_backend: str = "auto", reduction: Reduction = "mean",
+                 tile_backend: TileBackend = "auto", reduction: Reduction = "mean",
                  max_logits_bytes: int | None = None) -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
                          check_finite=check_finite, tile_size=tile_size,
@@ -268,7 +268,7 @@ def learnable_temperature(z0: Tensor, z1: Tensor, logit_scale: Tensor, *,
                           negatives: Tensor | None = None, form: Form = "nt_xent",
                           positive_in_denominator: bool = True, gather_distributed: bool = False,
                           gather_fn: GatherFn | None = None, check_finite: bool = True,
-                          tile_size: int | None = None, tile_backend: str = "auto",
+                          tile_size: int | None = None, tile_backend: TileBackend = "auto",
                           reduction: Reduction = "mean",
                           max_logits_bytes: int | None = None) -> Tensor:
     """Functional learnable temperature at ``tau = exp(-clamp(logit_scale))``; arguments as

@@ -40,7 +40,13 @@ from .budget import plan_tiles
 from .candidates import Candidates, Form, alignment_magnitude
 from .distributed import GatherFn
 from .hardness import HardnessMode, check_hardness, hardness_spec
-from .validation import check_choice, check_finite_number, check_non_negative, check_positive
+from .validation import (
+    TileBackend,
+    check_choice,
+    check_finite_number,
+    check_non_negative,
+    check_positive,
+)
 
 #: MACL's temperature rule: linear in A (the paper) or exponential (its earlier version)
 TemperatureForm = Literal["linear", "exp"]
@@ -119,7 +125,7 @@ def _macl(cands: list[Candidates], *, temperature: float | Tensor, alpha: float,
           min_temperature: float | Tensor, positive_in_denominator: bool,
           hardness_mode: HardnessMode | None,
           hardness_strength: float, tile_size: int | None,
-          all_reduce: bool, tile_backend: str = "auto", max_logits_bytes: int | None = None) -> tuple[Tensor, Stats]:
+          all_reduce: bool, tile_backend: TileBackend = "auto", max_logits_bytes: int | None = None) -> tuple[Tensor, Stats]:
     """MACL's per-anchor losses and statistics on prepared candidates."""
     tile_size, auto = plan_tiles("MACL", cands, tile_size, max_logits_bytes)
     a = alignment_magnitude(cands, all_reduce=all_reduce)
@@ -197,7 +203,7 @@ class MACLLoss(ContrastiveLoss):
                  hardness_mode: HardnessMode | None = None, hardness_strength: float = 0.0,
                  gather_distributed: bool = False, gather_fn: GatherFn | None = None,
                  check_finite: bool = True, tile_size: int | None = None,
-                 tile_backend: str = "auto",
+                 tile_backend: TileBackend = "auto",
                  reduction: Reduction = "mean", max_logits_bytes: int | None = None) -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
                          check_finite=check_finite, tile_size=tile_size,
@@ -260,7 +266,7 @@ def macl(z0: Tensor, z1: Tensor, temperature: float = 0.1, alpha: float = 0.5, a
          hardness_strength: float = 0.0, labels: Tensor | None = None,
          negative_labels: Tensor | None = None, negative_owners: Tensor | None = None,
          gather_distributed: bool = False, gather_fn: GatherFn | None = None,
-         check_finite: bool = True, tile_size: int | None = None, tile_backend: str = "auto",
+         check_finite: bool = True, tile_size: int | None = None, tile_backend: TileBackend = "auto",
          reduction: Reduction = "mean", max_logits_bytes: int | None = None) -> Tensor:
     """Functional MACL; arguments as :class:`MACLLoss` (and its ``forward``).
 

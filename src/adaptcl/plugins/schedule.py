@@ -65,10 +65,10 @@ from .base import (
 from .budget import plan_tiles
 from .candidates import Candidates, Form
 from .distributed import GatherFn
-from .validation import check_int, check_temperature_range
+from .validation import TileBackend, check_int, check_temperature_range
 
 __all__ = ["TemperatureScheduleLoss", "temperature_schedule", "cosine_temperature",
-           "set_schedule_step", "advance_schedules", "SCHEDULE_PAPER"]
+           "set_schedule_step", "advance_schedules", "SCHEDULE_PAPER", "ScheduleControls"]
 
 #: the authors' setting (README commands of Annusha/temperature_schedules): tau between 0.1
 #: and 1.0 with ``t_max = 200`` epochs, i.e. a full period of 400 (here counted in steps)
@@ -104,7 +104,7 @@ def _schedule_options(min_temperature: float, max_temperature: float, period: in
 def _temperature_schedule(cands: list[Candidates], temperature: float, *,
                           positive_in_denominator: bool,
                           tile_size: int | None,
-                          tile_backend: str = "auto", max_logits_bytes: int | None = None
+                          tile_backend: TileBackend = "auto", max_logits_bytes: int | None = None
                           ) -> tuple[Tensor, Stats]:
     """InfoNCE (or DCL) at the step's temperature: the kernel of :class:`InfoNCELoss`."""
     tile_size, auto = plan_tiles("TemperatureSchedule", cands, tile_size, max_logits_bytes)
@@ -150,7 +150,7 @@ class TemperatureScheduleLoss(ContrastiveLoss):
                  positive_in_denominator: bool = True, gather_distributed: bool = False,
                  gather_fn: GatherFn | None = None, check_finite: bool = True,
                  tile_size: int | None = None,
-                 tile_backend: str = "auto", reduction: Reduction = "mean",
+                 tile_backend: TileBackend = "auto", reduction: Reduction = "mean",
                  max_logits_bytes: int | None = None) -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
                          check_finite=check_finite, tile_size=tile_size,
@@ -223,12 +223,54 @@ class TemperatureScheduleLoss(ContrastiveLoss):
                 f"{super().extra_repr()}")
 
 
+class ScheduleControls:
+    """The schedule's controls on a framework adapter whose core loss is a
+    :class:`TemperatureScheduleLoss` (the attribute :attr:`schedule_attribute` names), written
+    once for the Lightly, open_clip and sentence-transformers adapters: :attr:`step` (read and
+    set; the core validates it), :meth:`advance`, :attr:`temperature` and
+    :meth:`count_training_step`.
+    """
+
+    #: the attribute of the adapter that holds its core :class:`TemperatureScheduleLoss`
+    schedule_attribute: str = "criterion"
+
+    @property
+    def _schedule(self) -> TemperatureScheduleLoss:
+        return getattr(self, self.schedule_attribute)
+
+    @property
+    def step(self) -> int:
+        """The step the next forward pass uses (the core's :attr:`TemperatureScheduleLoss.step`)."""
+        return self._schedule.step
+
+    @step.setter
+    def step(self, value: int) -> None:
+        self._schedule.step = value
+
+    def advance(self, steps: int = 1) -> int:
+        """Move the schedule on by ``steps`` (after ``optimizer.step()``); the new step."""
+        return self._schedule.advance(steps)
+
+    @property
+    def temperature(self) -> float:
+        """tau at the current step."""
+        return self._schedule.temperature
+
+    def count_training_step(self) -> None:
+        """After a forward pass: one more step if gradients are on (a training step) and no
+        driver has set the step (:attr:`TemperatureScheduleLoss.driven`), for a framework
+        whose loop does not tell the loss its step."""
+        schedule = self._schedule
+        if torch.is_grad_enabled() and not schedule.driven:
+            schedule.count_step()
+
+
 def temperature_schedule(z0: Tensor, z1: Tensor, min_temperature: float = 0.1,
                          max_temperature: float = 1.0, period: int = 400, *, step: int = 0,
                          negatives: Tensor | None = None, form: Form = "nt_xent",
                          positive_in_denominator: bool = True, gather_distributed: bool = False,
                          gather_fn: GatherFn | None = None, check_finite: bool = True,
-                         tile_size: int | None = None, tile_backend: str = "auto",
+                         tile_size: int | None = None, tile_backend: TileBackend = "auto",
                          reduction: Reduction = "mean",
                          max_logits_bytes: int | None = None) -> Tensor:
     """Functional temperature schedule at ``step``; arguments as :class:`TemperatureScheduleLoss`.

@@ -37,7 +37,7 @@ from .base import (
 from .budget import plan_tiles
 from .candidates import Candidates, Form, rows_logits
 from .distributed import GatherFn
-from .validation import UNFUSED_BACKENDS, check_choice, check_positive
+from .validation import UNFUSED_BACKENDS, TileBackend, check_choice, check_positive
 
 #: the triplets kept: every (anchor, negative), or each anchor's closest negative
 Mining = Literal["all", "hardest"]
@@ -62,7 +62,7 @@ def _survey(cands: list[Candidates], per_anchor: Callable[[Candidates], Tensor],
 def _functional(per_anchor: Callable[[Candidates], Tensor], z0: Tensor, z1: Tensor,
                 negatives: Tensor | None, *, form: Form, gather_distributed: bool,
                 gather_fn: GatherFn | None, check_finite: bool, tile_size: int | None,
-                tile_backend: str, reduction: Reduction, max_logits_bytes: int | None) -> Tensor:
+                tile_backend: TileBackend, reduction: Reduction, max_logits_bytes: int | None) -> Tensor:
     cands = functional_candidates(z0, z1, negatives, form=form,
                                   gather_distributed=gather_distributed, gather_fn=gather_fn,
                                   check_finite=check_finite, tile_size=tile_size,
@@ -122,7 +122,7 @@ def margin_contrastive(z0: Tensor, z1: Tensor, margin: float = 1.0, *, squared: 
                        negatives: Tensor | None = None, form: Form = "cross_view",
                        gather_distributed: bool = False, gather_fn: GatherFn | None = None,
                        check_finite: bool = True, tile_size: int | None = None,
-                       tile_backend: str = "auto",
+                       tile_backend: TileBackend = "auto",
                        reduction: Reduction = "mean", max_logits_bytes: int | None = None) -> Tensor:
     """Functional margin contrastive loss; arguments as :class:`MarginContrastiveLoss`."""
     margin = check_positive("margin", margin)
@@ -137,7 +137,7 @@ def triplet(z0: Tensor, z1: Tensor, margin: float = 0.5, *, mining: Mining = "al
             negatives: Tensor | None = None, form: Form = "cross_view",
             gather_distributed: bool = False, gather_fn: GatherFn | None = None,
             check_finite: bool = True, tile_size: int | None = None,
-            tile_backend: str = "auto",
+            tile_backend: TileBackend = "auto",
             reduction: Reduction = "mean", max_logits_bytes: int | None = None) -> Tensor:
     """Functional triplet loss; arguments as :class:`TripletLoss`."""
     margin = check_positive("margin", margin)
@@ -152,7 +152,7 @@ def triplet(z0: Tensor, z1: Tensor, margin: float = 0.5, *, mining: Mining = "al
 def nce(z0: Tensor, z1: Tensor, temperature: float = 0.1, *, negatives: Tensor | None = None,
         form: Form = "cross_view", gather_distributed: bool = False,
         gather_fn: GatherFn | None = None, check_finite: bool = True,
-        tile_size: int | None = None, tile_backend: str = "auto",
+        tile_size: int | None = None, tile_backend: TileBackend = "auto",
         reduction: Reduction = "mean",
         max_logits_bytes: int | None = None) -> Tensor:
     """Functional NCE; arguments as :class:`NCELoss`."""
@@ -183,7 +183,7 @@ class MarginContrastiveLoss(ContrastiveLoss):
     def __init__(self, margin: float = 1.0, *, squared: bool = True, form: Form = "cross_view",
                  gather_distributed: bool = False, gather_fn: GatherFn | None = None,
                  check_finite: bool = True, tile_size: int | None = None,
-                 tile_backend: str = "auto",
+                 tile_backend: TileBackend = "auto",
                  reduction: Reduction = "mean", max_logits_bytes: int | None = None) -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
                          check_finite=check_finite, tile_size=tile_size,
@@ -215,7 +215,7 @@ class TripletLoss(ContrastiveLoss):
     def __init__(self, margin: float = 0.5, *, mining: Mining = "all", form: Form = "cross_view",
                  gather_distributed: bool = False, gather_fn: GatherFn | None = None,
                  check_finite: bool = True, tile_size: int | None = None,
-                 tile_backend: str = "auto",
+                 tile_backend: TileBackend = "auto",
                  reduction: Reduction = "mean", max_logits_bytes: int | None = None) -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
                          check_finite=check_finite, tile_size=tile_size,
@@ -249,7 +249,7 @@ class NCELoss(ContrastiveLoss):
     def __init__(self, temperature: float = 0.1, *, form: Form = "cross_view",
                  gather_distributed: bool = False, gather_fn: GatherFn | None = None,
                  check_finite: bool = True, tile_size: int | None = None,
-                 tile_backend: str = "auto",
+                 tile_backend: TileBackend = "auto",
                  reduction: Reduction = "mean", max_logits_bytes: int | None = None) -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
                          check_finite=check_finite, tile_size=tile_size,

@@ -4,6 +4,7 @@ argument."""
 from __future__ import annotations
 
 import math
+from typing import Literal, get_args
 
 import torch
 from torch import Tensor
@@ -76,9 +77,13 @@ def check_bool(name: str, value: bool) -> bool:
     return value
 
 
-TILE_BACKENDS = ("auto", "triton", "torch")
-# the tile backends of a loss without a fused kernel path (``"auto"`` is then the PyTorch loop)
-UNFUSED_BACKENDS = ("auto", "torch")
+#: what computes the tiles of the streamed path (:mod:`~adaptcl.plugins.fused`): ``"auto"`` the
+#: fused Triton kernel where it covers the case, else the PyTorch loop; ``"triton"`` the kernel
+#: or a one-line refusal; ``"torch"`` the loop
+TileBackend = Literal["auto", "triton", "torch"]
+TILE_BACKENDS: tuple[TileBackend, ...] = get_args(TileBackend)
+#: the tile backends of a loss without a fused kernel path (``"auto"`` is then the PyTorch loop)
+UNFUSED_BACKENDS: tuple[TileBackend, ...] = ("auto", "torch")
 
 
 def check_max_logits_bytes(value: int | None) -> int | None:
@@ -95,8 +100,8 @@ def check_max_logits_bytes(value: int | None) -> int | None:
 
 
 def check_shared(*, gather_distributed: bool, gather_fn, check_finite: bool,
-                 tile_size: int | None, tile_backend: str = "auto",
-                 tile_backends: tuple[str, ...] = TILE_BACKENDS,
+                 tile_size: int | None, tile_backend: TileBackend = "auto",
+                 tile_backends: tuple[TileBackend, ...] = TILE_BACKENDS,
                  max_logits_bytes: int | None = None
                  ) -> tuple[bool, object, bool, int | None, str, int | None]:
     """The keywords every loss shares, checked the same way for all of them (``tile_backends``:

@@ -66,6 +66,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
+from typing import Literal, get_args
 
 from adaptcl.adapters import require
 
@@ -96,7 +97,14 @@ __all__ = [
     "TwoViewDataset",
     "graphcl_augmentation",
     "worker_generator",
+    "MaskMode",
+    "MASK_MODES",
 ]
+
+#: what :class:`AttrMask` writes into the masked rows: GraphCL's Gaussian noise, zeros, or a value
+MaskMode = Literal["gaussian", "zero", "value"]
+#: the same choices as a tuple, checked at construction
+MASK_MODES: tuple[MaskMode, ...] = get_args(MaskMode)
 
 
 # -- randomness inside DataLoader workers ------------------------------------------------------
@@ -324,12 +332,12 @@ class AttrMask(GraphAugmentation):
     AttrMask(ratio=0.1, mode='gaussian', mean=0.5, std=0.5)
     """
 
-    def __init__(self, ratio: float = 0.2, mode: str = "gaussian", mean: float = 0.5,
+    def __init__(self, ratio: float = 0.2, mode: MaskMode = "gaussian", mean: float = 0.5,
                  std: float = 0.5, value: float | Sequence[float] | None = None,
                  generator: torch.Generator | None = None) -> None:
         super().__init__(generator)
         self.ratio = _check_ratio(ratio)
-        if mode not in ("gaussian", "zero", "value"):
+        if mode not in MASK_MODES:
             raise ValueError(f"mode must be 'gaussian', 'zero' or 'value', got {mode!r}")
         if mode == "value" and value is None:
             raise ValueError("mode='value' needs value=")

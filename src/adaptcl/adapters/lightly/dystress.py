@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from adaptcl import plugins
 from adaptcl.plugins.dystress import Shape
-from adaptcl.plugins.validation import check_positive
+from adaptcl.plugins.validation import TileBackend, check_positive
 
 from .memory_bank import InBatchForm, MemoryBankLoss
 
@@ -57,7 +57,7 @@ class DySTreSSLoss(MemoryBankLoss):
                  detach_temperature: bool = True, form: InBatchForm = "nt_xent",
                  persistent_memory_bank: bool = False, memory_bank_labels: bool = False,
                  check_finite: bool = True, tile_size: int | None = None,
-                 tile_backend: str = "auto",
+                 tile_backend: TileBackend = "auto",
                  max_logits_bytes: int | None = None) -> None:
         core = functools.partial(plugins.DySTreSSLoss, min_temperature, max_temperature,
                                  shape=shape, threshold=threshold, width=width,

@@ -33,6 +33,7 @@ from adaptcl.plugins.amcl import NegativeTerm, Objective
 from adaptcl.plugins.ascl import ASCLMode
 from adaptcl.plugins.macl import TemperatureForm, WeightForm
 from adaptcl.plugins.validation import (
+    TileBackend,
     check_finite_number,
     check_int,
     check_non_negative,
@@ -91,7 +92,7 @@ class NTXentLoss(MemoryBankLoss):
                  gather_distributed: bool = False, *, form: InBatchForm = "nt_xent",
                  persistent_memory_bank: bool = False, memory_bank_labels: bool = False,
                  check_finite: bool = True, tile_size: int | None = None,
-                 tile_backend: str = "auto",
+                 tile_backend: TileBackend = "auto",
                  max_logits_bytes: int | None = None) -> None:
         super().__init__(functools.partial(plugins.InfoNCELoss, temperature), memory_bank_size,
                          gather_distributed, form=form,
@@ -132,7 +133,7 @@ class DCLLoss(MemoryBankLoss):
                  gather_distributed: bool = False, *, memory_bank_size: BankSize = 0,
                  form: InBatchForm = "nt_xent", persistent_memory_bank: bool = False,
                  check_finite: bool = True, tile_size: int | None = None,
-                 tile_backend: str = "auto",
+                 tile_backend: TileBackend = "auto",
                  max_logits_bytes: int | None = None) -> None:
         if weight_fn is not None and not callable(weight_fn):
             raise TypeError(
@@ -208,7 +209,7 @@ class FlatNCELoss(MemoryBankLoss):
     def __init__(self, temperature: float = 0.1, memory_bank_size: BankSize = 0,
                  gather_distributed: bool = False, *, form: InBatchForm = "nt_xent",
                  persistent_memory_bank: bool = False, check_finite: bool = True,
-                 tile_size: int | None = None, max_logits_bytes: int | None = None, tile_backend: str = "auto") -> None:
+                 tile_size: int | None = None, max_logits_bytes: int | None = None, tile_backend: TileBackend = "auto") -> None:
         super().__init__(functools.partial(plugins.FlatNCELoss, temperature), memory_bank_size,
                          gather_distributed, form=form,
                          persistent_memory_bank=persistent_memory_bank,
@@ -233,7 +234,7 @@ class DualTemperatureLoss(MemoryBankLoss):
                  memory_bank_size: BankSize = 0, gather_distributed: bool = False,
                  *, form: InBatchForm = "nt_xent", persistent_memory_bank: bool = False,
                  check_finite: bool = True, tile_size: int | None = None,
-                 tile_backend: str = "auto",
+                 tile_backend: TileBackend = "auto",
                  max_logits_bytes: int | None = None) -> None:
         super().__init__(functools.partial(plugins.DualTemperatureLoss, temperature,
                                            temperature_beta), memory_bank_size,
@@ -293,7 +294,7 @@ class MACLLoss(MemoryBankLoss):
                  min_temperature: float | None = None, form: InBatchForm = "nt_xent",
                  persistent_memory_bank: bool = False, memory_bank_labels: bool = False,
                  A_0: float | None = None, check_finite: bool = True,
-                 tile_size: int | None = None, max_logits_bytes: int | None = None, tile_backend: str = "auto") -> None:
+                 tile_size: int | None = None, max_logits_bytes: int | None = None, tile_backend: TileBackend = "auto") -> None:
         core = functools.partial(
             plugins.MACLLoss, temperature, alpha, a0 if A_0 is None else A_0,
             reweight=reweight, adaptive=adaptive, temperature_form=temperature_form,
@@ -352,7 +353,7 @@ class ASCLLoss(MemoryBankLoss):
                  num_neighbors: int = 1, mode: ASCLMode = "ascl",
                  memory_bank_size: BankSize = 0, gather_distributed: bool = False,
                  *, persistent_memory_bank: bool = False, check_finite: bool = True,
-                 tile_size: int | None = None, max_logits_bytes: int | None = None, tile_backend: str = "auto") -> None:
+                 tile_size: int | None = None, max_logits_bytes: int | None = None, tile_backend: TileBackend = "auto") -> None:
         core = functools.partial(plugins.ASCLLoss, temperature, sharpen_temperature,
                                  num_neighbors, mode)
         super().__init__(core, memory_bank_size, gather_distributed, form="cross_view",
@@ -411,7 +412,7 @@ class AMCLLoss(MultiHeadBankLoss):
                  form: InBatchForm = "nt_xent", temperature_net: nn.Module | None = None,
                  persistent_memory_bank: bool = False, check_finite: bool = True,
                  tile_size: int | None = None,
-                 tile_backend: str = "auto",
+                 tile_backend: TileBackend = "auto",
                  max_logits_bytes: int | None = None,
                  bound_warning_steps: int | None = 100) -> None:
         check_int("dim", dim, 1)

@@ -35,7 +35,13 @@ from lightly.utils import dist as lightly_dist
 from torch import Tensor, nn
 
 from adaptcl.plugins.candidates import compute_dtype, normalize
-from adaptcl.plugins.validation import check_bool, check_choice, check_int, check_shared
+from adaptcl.plugins.validation import (
+    TileBackend,
+    check_bool,
+    check_choice,
+    check_int,
+    check_shared,
+)
 
 __all__ = ["InBatchForm", "IN_BATCH_FORMS", "PersistentMemoryBankModule", "MemoryBankLoss",
            "MultiHeadBankLoss", "lightly_gather",
@@ -127,7 +133,7 @@ class MemoryBankLoss(nn.Module):
                  persistent_memory_bank: bool = False, check_finite: bool = True,
                  tile_size: int | None = None,
                  max_logits_bytes: int | None = None,
-                 tile_backend: str = "auto", forms: tuple[str, ...] = IN_BATCH_FORMS,
+                 tile_backend: TileBackend = "auto", forms: tuple[str, ...] = IN_BATCH_FORMS,
                  bank_width: int = 1, memory_bank_labels: bool = False) -> None:
         super().__init__()
         # the core's checks, made before Lightly's bank sees gather_distributed

@@ -32,16 +32,17 @@ from torch import Tensor
 
 from adaptcl import plugins
 from adaptcl.plugins.logit_scale import OPEN_CLIP_TEMPERATURE
-from adaptcl.plugins.schedule import SCHEDULE_PAPER
+from adaptcl.plugins.schedule import SCHEDULE_PAPER, ScheduleControls
+from adaptcl.plugins.validation import TileBackend
 
-from .memory_bank import InBatchForm, MemoryBankLoss, MultiHeadBankLoss, core_attribute
+from .memory_bank import InBatchForm, MemoryBankLoss, MultiHeadBankLoss
 
 __all__ = ["TemperatureScheduleLoss", "LearnableTemperatureLoss"]
 
 BankSize = int | Sequence[int]
 
 
-class TemperatureScheduleLoss(MemoryBankLoss):
+class TemperatureScheduleLoss(ScheduleControls, MemoryBankLoss):
     """NT-Xent (MoCo's InfoNCE with a memory bank) at a cosine-scheduled temperature [0].
 
     ``tau(step) = tau_min + (tau_max - tau_min) (1 + cos(2 pi step / period)) / 2``
@@ -78,7 +79,7 @@ class TemperatureScheduleLoss(MemoryBankLoss):
                  gather_distributed: bool = False, *, step: int = 0,
                  positive_in_denominator: bool = True, form: InBatchForm = "nt_xent",
                  persistent_memory_bank: bool = False, check_finite: bool = True,
-                 tile_size: int | None = None, max_logits_bytes: int | None = None, tile_backend: str = "auto") -> None:
+                 tile_size: int | None = None, max_logits_bytes: int | None = None, tile_backend: TileBackend = "auto") -> None:
         core = functools.partial(plugins.TemperatureScheduleLoss, min_temperature,
                                  max_temperature, period, step=step,
                                  positive_in_denominator=positive_in_denominator)
@@ -86,17 +87,6 @@ class TemperatureScheduleLoss(MemoryBankLoss):
                          persistent_memory_bank=persistent_memory_bank,
                          check_finite=check_finite, tile_size=tile_size, tile_backend=tile_backend,
                          max_logits_bytes=max_logits_bytes)
-
-    step = core_attribute("step")  # the core validates it
-
-    def advance(self, steps: int = 1) -> int:
-        """Move the schedule on by ``steps`` (after ``optimizer.step()``); the new step."""
-        return self.criterion.advance(steps)
-
-    @property
-    def temperature(self) -> float:
-        """tau at the current step."""
-        return self.criterion.temperature
 
     def extra_repr(self) -> str:
         c = self.criterion
@@ -143,7 +133,7 @@ class LearnableTemperatureLoss(MultiHeadBankLoss):
                  num_heads: int = 1, positive_in_denominator: bool = True,
                  form: InBatchForm = "nt_xent", persistent_memory_bank: bool = False,
                  check_finite: bool = True, tile_size: int | None = None,
-                 tile_backend: str = "auto",
+                 tile_backend: TileBackend = "auto",
                  max_logits_bytes: int | None = None) -> None:
         core = functools.partial(plugins.LearnableTemperatureLoss, temperature,
                                  min_temperature=min_temperature,

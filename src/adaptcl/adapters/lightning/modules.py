@@ -218,6 +218,11 @@ class SSLModule(ResumeRecord, pl.LightningModule):
         """Backbone features ``[B, feature_dim]``."""
         return self.backbone(x).flatten(start_dim=1)
 
+    def project_views(self, views: list[Tensor]) -> tuple[Tensor, Tensor]:
+        """``(z0, z1)``: the first two views through the backbone and the subclass's
+        ``projection_head`` (SimCLR, SimSiam and Barlow Twins share both across views)."""
+        return self.projection_head(self(views[0])), self.projection_head(self(views[1]))
+
     def training_loss(self, views: list[Tensor]) -> Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
 
@@ -367,9 +372,7 @@ class SimCLRModule(SSLModule):
                                 if projection_head is None else projection_head)
 
     def training_loss(self, views: list[Tensor]) -> Tensor:
-        z0 = self.projection_head(self(views[0]))
-        z1 = self.projection_head(self(views[1]))
-        return self.criterion(z0, z1)
+        return self.criterion(*self.project_views(views))
 
 
 class MoCoV2Module(SSLModule):
@@ -456,8 +459,7 @@ class SimSiamModule(SSLModule):
                                 if prediction_head is None else prediction_head)
 
     def training_loss(self, views: list[Tensor]) -> Tensor:
-        z0 = self.projection_head(self(views[0]))
-        z1 = self.projection_head(self(views[1]))
+        z0, z1 = self.project_views(views)
         p0, p1 = self.prediction_head(z0), self.prediction_head(z1)
         if isinstance(self.criterion, AMCLSimSiamLoss):  # Table 2.2: both views at once
             return self.criterion(p0, p1, z0.detach(), z1.detach())
@@ -483,9 +485,7 @@ class BarlowTwinsModule(SSLModule):
                                 if projection_head is None else projection_head)
 
     def training_loss(self, views: list[Tensor]) -> Tensor:
-        z0 = self.projection_head(self(views[0]))
-        z1 = self.projection_head(self(views[1]))
-        return self.criterion(z0, z1)
+        return self.criterion(*self.project_views(views))
 
 
 class ASCLMoCoModule(SSLModule):

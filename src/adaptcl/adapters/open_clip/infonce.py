@@ -15,6 +15,7 @@ from torch import Tensor
 
 from adaptcl import plugins
 from adaptcl.plugins.base import Stats
+from adaptcl.plugins.validation import TileBackend
 
 from .base import AdaptiveClipLoss
 
@@ -72,7 +73,7 @@ class InfoNCEClipLoss(AdaptiveClipLoss):
     def __init__(self, local_loss: bool = False, gather_with_grad: bool = False,
                  cache_labels: bool = False, rank: int = 0, world_size: int = 1,
                  use_horovod: bool = False, *, tile_size: int | None = None,
-                 tile_backend: str = "auto", max_logits_bytes: int | None = None,
+                 tile_backend: TileBackend = "auto", max_logits_bytes: int | None = None,
                  check_finite: bool = True) -> None:
         core = self._core(tile_size=tile_size, tile_backend=tile_backend,
                           max_logits_bytes=max_logits_bytes, check_finite=check_finite)

@@ -12,7 +12,8 @@ from torch import Tensor
 
 from adaptcl import plugins
 from adaptcl.plugins.base import Stats
-from adaptcl.plugins.validation import check_positive
+from adaptcl.plugins.macl import TemperatureForm, WeightForm
+from adaptcl.plugins.validation import TileBackend, check_positive
 
 from .base import AdaptiveClipLoss
 from .infonce import _temperature
@@ -62,10 +63,10 @@ class MACLClipLoss(AdaptiveClipLoss):
     def __init__(self, local_loss: bool = False, gather_with_grad: bool = False,
                  cache_labels: bool = False, rank: int = 0, world_size: int = 1,
                  use_horovod: bool = False, *, alpha: float = 0.5, a0: float = 0.0,
-                 reweight: bool = True, adaptive: bool = True, temperature_form: str = "linear",
-                 weight_form: str = "inverse", min_temperature: float | None = None,
+                 reweight: bool = True, adaptive: bool = True, temperature_form: TemperatureForm = "linear",
+                 weight_form: WeightForm = "inverse", min_temperature: float | None = None,
                  positive_in_denominator: bool = True, tile_size: int | None = None,
-                 tile_backend: str = "auto", max_logits_bytes: int | None = None,
+                 tile_backend: TileBackend = "auto", max_logits_bytes: int | None = None,
                  check_finite: bool = True) -> None:
         if min_temperature is not None:
             check_positive("min_temperature", min_temperature)

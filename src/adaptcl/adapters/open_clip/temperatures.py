@@ -14,12 +14,13 @@ References:
 
 from __future__ import annotations
 
-import torch
 from torch import Tensor
 
 from adaptcl import plugins
 from adaptcl.plugins.base import Stats
-from adaptcl.plugins.schedule import SCHEDULE_PAPER
+from adaptcl.plugins.dystress import Shape
+from adaptcl.plugins.schedule import SCHEDULE_PAPER, ScheduleControls
+from adaptcl.plugins.validation import TileBackend
 
 from .base import AdaptiveClipLoss
 
@@ -61,10 +62,10 @@ class DySTreSSClipLoss(AdaptiveClipLoss):
     def __init__(self, local_loss: bool = False, gather_with_grad: bool = False,
                  cache_labels: bool = False, rank: int = 0, world_size: int = 1,
                  use_horovod: bool = False, *, min_temperature: float = 0.1,
-                 max_temperature: float = 0.2, shape: str = "cosine", threshold: float = 0.4,
+                 max_temperature: float = 0.2, shape: Shape = "cosine", threshold: float = 0.4,
                  width: float = 0.7, detach_temperature: bool = True,
                  positive_in_denominator: bool = True, tile_size: int | None = None,
-                 tile_backend: str = "auto", max_logits_bytes: int | None = None,
+                 tile_backend: TileBackend = "auto", max_logits_bytes: int | None = None,
                  check_finite: bool = True) -> None:
         core = plugins.DySTreSSLoss(min_temperature, max_temperature, shape=shape,
                                     threshold=threshold, width=width,
@@ -87,7 +88,7 @@ class DySTreSSClipLoss(AdaptiveClipLoss):
         return self.criterion.compute_from_candidates(cands)
 
 
-class TemperatureScheduleClipLoss(AdaptiveClipLoss):
+class TemperatureScheduleClipLoss(ScheduleControls, AdaptiveClipLoss):
     """CLIP's symmetric InfoNCE at Kukleva et al.'s cosine schedule of the training step,
     ``tau(step) = tau_min + (tau_max - tau_min) (1 + cos(2 pi step / period)) / 2``
     (:class:`adaptcl.plugins.TemperatureScheduleLoss`).
@@ -131,7 +132,7 @@ class TemperatureScheduleClipLoss(AdaptiveClipLoss):
                  max_temperature: float = SCHEDULE_PAPER["max_temperature"],
                  period: int = SCHEDULE_PAPER["period"], step: int = 0,
                  positive_in_denominator: bool = True, tile_size: int | None = None,
-                 tile_backend: str = "auto", max_logits_bytes: int | None = None,
+                 tile_backend: TileBackend = "auto", max_logits_bytes: int | None = None,
                  check_finite: bool = True) -> None:
         core = plugins.TemperatureScheduleLoss(min_temperature, max_temperature, period,
                                                step=step,
@@ -143,26 +144,7 @@ class TemperatureScheduleClipLoss(AdaptiveClipLoss):
         super().__init__(local_loss, gather_with_grad, cache_labels, rank, world_size,
                          use_horovod, criterion=core)
 
-    @property
-    def step(self) -> int:
-        """The step the next forward pass uses."""
-        return self.criterion.step
-
-    @step.setter
-    def step(self, value: int) -> None:
-        self.criterion.step = value
-
-    def advance(self, steps: int = 1) -> int:
-        """Move the schedule on by ``steps`` (after ``optimizer.step()``); the new step."""
-        return self.criterion.advance(steps)
-
-    @property
-    def temperature(self) -> float:
-        """tau at the current step."""
-        return self.criterion.temperature
-
     def compute(self, cands: list, logit_scale: Tensor | float) -> tuple[Tensor, Stats]:
         out = self.criterion.compute_from_candidates(cands)
-        if torch.is_grad_enabled() and not self.criterion.driven:
-            self.criterion.count_step()  # nothing drives the schedule: count the training steps
+        self.count_training_step()  # nothing drives the schedule: count the training steps
         return out

@@ -32,6 +32,7 @@ from adaptcl.plugins.ascl import ASCLMode
 from adaptcl.plugins.dystress import Shape
 from adaptcl.plugins.hardness import HardnessMode
 from adaptcl.plugins.macl import TemperatureForm
+from adaptcl.plugins.validation import TileBackend
 
 require("sentence_transformers", "text")
 
@@ -62,7 +63,7 @@ class _ScalarTemperatureLoss(AdaptiveContrastiveLoss):
     def __init__(self, model: nn.Module | None, core_cls: type[nn.Module], *core_args: Any,
                  temperature: float | None, scale: float | None, similarity_fct: Callable | None,
                  core_kwargs: dict[str, Any], gather_across_devices: bool, check_finite: bool,
-                 tile_size: int | None, tile_backend: str, max_logits_bytes: int | None = None,
+                 tile_size: int | None, tile_backend: TileBackend, max_logits_bytes: int | None = None,
                  **base_kwargs: Any) -> None:
         self._check_model(model)
         _check_similarity_fct(similarity_fct)
@@ -109,7 +110,7 @@ class InfoNCELoss(_ScalarTemperatureLoss):
                  hardness_strength: float = 0.0, use_labels: bool = False,
                  projection: nn.Module | None = None,
                  gather_across_devices: bool = False, tile_size: int | None = None,
-                 tile_backend: str = "auto",
+                 tile_backend: TileBackend = "auto",
                  max_logits_bytes: int | None = None,
                  mini_batch_size: int | None = None, mini_batch_num_tokens: int | None = None,
                  check_finite: bool = True, show_progress_bar: bool = False) -> None:
@@ -156,7 +157,7 @@ class MACLLoss(_ScalarTemperatureLoss):
                  hardness_strength: float = 0.0, use_labels: bool = False,
                  projection: nn.Module | None = None,
                  gather_across_devices: bool = False, tile_size: int | None = None,
-                 tile_backend: str = "auto",
+                 tile_backend: TileBackend = "auto",
                  max_logits_bytes: int | None = None,
                  mini_batch_size: int | None = None, mini_batch_num_tokens: int | None = None,
                  check_finite: bool = True, show_progress_bar: bool = False) -> None:
@@ -205,7 +206,7 @@ class ASCLLoss(_ScalarTemperatureLoss):
                  projection: nn.Module | None = None, gather_across_devices: bool = False,
                  tile_size: int | None = None,
                  max_logits_bytes: int | None = None,
-                 tile_backend: str = "auto", mini_batch_size: int | None = None,
+                 tile_backend: TileBackend = "auto", mini_batch_size: int | None = None,
                  mini_batch_num_tokens: int | None = None, check_finite: bool = True,
                  show_progress_bar: bool = False) -> None:
         super().__init__(model, plugins.ASCLLoss, sharpen_temperature, num_neighbors, mode,
@@ -245,7 +246,7 @@ class AMCLLoss(AdaptiveContrastiveLoss):
                  objective: Objective = "infonce", gather_across_devices: bool = False,
                  tile_size: int | None = None,
                  max_logits_bytes: int | None = None,
-                 tile_backend: str = "auto", mini_batch_size: int | None = None,
+                 tile_backend: TileBackend = "auto", mini_batch_size: int | None = None,
                  mini_batch_num_tokens: int | None = None, check_finite: bool = True,
                  show_progress_bar: bool = False, bound_warning_steps: int | None = 100) -> None:
         self._check_model(model)
@@ -322,7 +323,7 @@ class DySTreSSLoss(AdaptiveContrastiveLoss):
                  hardness_mode: HardnessMode | None = None, hardness_strength: float = 0.0,
                  use_labels: bool = False, projection: nn.Module | None = None,
                  gather_across_devices: bool = False, tile_size: int | None = None,
-                 tile_backend: str = "auto",
+                 tile_backend: TileBackend = "auto",
                  max_logits_bytes: int | None = None,
                  mini_batch_size: int | None = None, mini_batch_num_tokens: int | None = None,
                  check_finite: bool = True, show_progress_bar: bool = False) -> None:

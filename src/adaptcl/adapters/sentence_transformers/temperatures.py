@@ -35,13 +35,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-import torch
 from torch import Tensor, nn
 
 from adaptcl import plugins
 from adaptcl.adapters import require
 from adaptcl.plugins.logit_scale import OPEN_CLIP_TEMPERATURE
-from adaptcl.plugins.schedule import SCHEDULE_PAPER
+from adaptcl.plugins.schedule import SCHEDULE_PAPER, ScheduleControls
+from adaptcl.plugins.validation import TileBackend
 
 require("sentence_transformers", "text")
 
@@ -53,7 +53,7 @@ from .losses import _ScalarTemperatureLoss  # noqa: E402
 __all__ = ["LearnableTemperatureLoss", "TemperatureScheduleLoss"]
 
 
-class TemperatureScheduleLoss(AdaptiveContrastiveLoss):
+class TemperatureScheduleLoss(ScheduleControls, AdaptiveContrastiveLoss):
     """InfoNCE at Kukleva et al.'s cosine-scheduled temperature, driven by the trainer's step.
 
     ``tau(step) = tau_min + (tau_max - tau_min) (1 + cos(2 pi step / period)) / 2``
@@ -70,6 +70,7 @@ class TemperatureScheduleLoss(AdaptiveContrastiveLoss):
     """
 
     citation_text = TEMPERATURE_SCHEDULE_CITATION
+    schedule_attribute = "core"
 
     @_positional_like_the_peer
     def __init__(self, model: nn.Module | None, *,
@@ -79,7 +80,7 @@ class TemperatureScheduleLoss(AdaptiveContrastiveLoss):
                  projection: nn.Module | None = None, gather_across_devices: bool = False,
                  tile_size: int | None = None,
                  max_logits_bytes: int | None = None,
-                 tile_backend: str = "auto", mini_batch_size: int | None = None,
+                 tile_backend: TileBackend = "auto", mini_batch_size: int | None = None,
                  mini_batch_num_tokens: int | None = None, check_finite: bool = True,
                  show_progress_bar: bool = False) -> None:
         self._check_model(model)
@@ -97,18 +98,8 @@ class TemperatureScheduleLoss(AdaptiveContrastiveLoss):
 
     def forward(self, sentence_features: Iterable[dict[str, Tensor]], labels: Tensor | None) -> Tensor:
         loss = super().forward(sentence_features, labels)
-        if torch.is_grad_enabled() and not self.core.driven:
-            self.core.count_step()  # nothing drives the schedule: count the training steps
+        self.count_training_step()  # nothing drives the schedule: count the training steps
         return loss
-
-    @property
-    def step(self) -> int:
-        """The step the next training step uses."""
-        return self.core.step
-
-    @step.setter
-    def step(self, value: int) -> None:
-        self.core.step = value
 
     def get_config_dict(self) -> dict[str, Any]:
         c = self.core
@@ -146,7 +137,7 @@ class LearnableTemperatureLoss(_ScalarTemperatureLoss):
                  max_temperature: float = OPEN_CLIP_TEMPERATURE["max_temperature"],
                  symmetric: bool = False, projection: nn.Module | None = None,
                  gather_across_devices: bool = False, tile_size: int | None = None,
-                 tile_backend: str = "auto",
+                 tile_backend: TileBackend = "auto",
                  max_logits_bytes: int | None = None,
                  mini_batch_size: int | None = None, mini_batch_num_tokens: int | None = None,
                  check_finite: bool = True, show_progress_bar: bool = False) -> None:
