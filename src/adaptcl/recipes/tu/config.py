@@ -45,13 +45,16 @@ class TUConfig:
     hidden: int = setting(32, check=positive, help="GIN hidden units")
     layers: int = setting(3, check=positive, help="GIN layers")
     temperature: float = setting(0.2, check=positive, help="tau (tau0 for MACL)")
-    alpha: float = setting(0.5, help="MACL's alpha")
-    a0: float = setting(0.0, help="MACL's A0")
-    max_temperature: float = setting(1.0, check=positive, help="temperature_schedule's tau_max "
-                                     "(Kukleva et al.'s; tau_min: --temperature)")
-    schedule_period: float | None = setting(None, check=positive, help="temperature_schedule's "
-                                            "period in epochs (none: a fifth of --epochs, the "
-                                            "five periods per training of Kukleva et al.)")
+    alpha: float = setting(0.5, losses=("macl",), help="MACL's alpha")
+    a0: float = setting(0.0, losses=("macl",), help="MACL's A0")
+    max_temperature: float = setting(1.0, check=positive, losses=("temperature_schedule",),
+                                     help="temperature_schedule's tau_max (Kukleva et al.'s; "
+                                     "tau_min: --temperature)")
+    schedule_period: float | None = setting(None, check=positive,
+                                            losses=("temperature_schedule",),
+                                            help="temperature_schedule's period in epochs (none: "
+                                            "a fifth of --epochs, the five periods per training "
+                                            "of Kukleva et al.; at least 2 steps)")
     aug: str = setting("auto", choices=AUGMENTATIONS, help="GraphCL augmentation of the second "
                        "view (auto: random4 on social sets, random2 on the others)")
     aug_ratio: float = setting(0.2, check=fraction, help="augmentation ratio")
