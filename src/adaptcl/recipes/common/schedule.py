@@ -10,6 +10,24 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from adaptcl.recipes.engine.settings import positive, setting
+
+#: the losses that read the schedule's settings
+SCHEDULE_LOSSES = ("temperature_schedule",)
+
+
+def max_temperature() -> Any:
+    """The ``--max-temperature`` setting (tau_max; read by ``temperature_schedule`` only)."""
+    return setting(1.0, check=positive, losses=SCHEDULE_LOSSES, help="temperature_schedule's "
+                   "tau_max (Kukleva et al.'s; tau_min: --temperature)")
+
+
+def schedule_period() -> Any:
+    """The ``--schedule-period`` setting, in epochs (``None``: :func:`resolve_schedule`)."""
+    return setting(None, check=positive, losses=SCHEDULE_LOSSES, help="temperature_schedule's "
+                   "period in epochs (none: a fifth of --epochs, the five periods per training "
+                   "of Kukleva et al.; at least 2 steps)")
+
 
 def resolve_schedule(cfg: Any) -> None:
     """Fill in ``cfg.schedule_period`` (none: a fifth of ``cfg.epochs``, the paper's five

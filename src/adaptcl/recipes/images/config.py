@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from adaptcl.adapters.lightning.methods import BACKBONES, METHOD_LOSSES, METHODS, check_method_loss
+from adaptcl.recipes.common import schedule
 from adaptcl.recipes.common.schedule import resolve_schedule
 from adaptcl.recipes.engine import options
 from adaptcl.recipes.engine.settings import check_settings, non_negative, positive, setting
@@ -80,14 +81,8 @@ class ImagesConfig:
     macl_temperature: float | None = setting(None, check=positive, losses=("macl",),
                                              help="MACL's tau0 (none: --temperature; MoCo "
                                              "0.15)")
-    max_temperature: float = setting(1.0, check=positive, losses=("temperature_schedule",),
-                                     help="temperature_schedule's tau_max (Kukleva et al.'s; "
-                                     "tau_min: --temperature)")
-    schedule_period: float | None = setting(None, check=positive,
-                                            losses=("temperature_schedule",),
-                                            help="temperature_schedule's period in epochs (none: "
-                                            "a fifth of --epochs, the five periods per training "
-                                            "of Kukleva et al.; at least 2 steps)")
+    max_temperature: float = schedule.max_temperature()
+    schedule_period: float | None = schedule.schedule_period()
     alpha: float = setting(0.5, losses=("macl",), help="MACL's alpha")
     a0: float | None = setting(None, losses=("macl",), help="MACL's A0 (none: 0, MoCo 0.2)")
     num_heads: int = setting(2, check=positive, losses=AMCL, help="AMCL heads C")
