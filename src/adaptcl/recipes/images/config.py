@@ -17,7 +17,7 @@ ALL_LOSSES = tuple(dict.fromkeys(x for losses in METHOD_LOSSES.values() for x in
 
 #: the losses that read AMCL's settings and ASCL's (``ascl`` with SimCLR or MoCo, and the modes
 #: of ``ascl-moco``, whose ``infonce`` is MoCo without neighbours): ``setting(losses=...)``
-AMCL, ASCL = ("amcl",), ("ascl", "ahcl", "hard")
+AMCL_LOSSES, ASCL_LOSSES = ("amcl",), ("ascl", "ahcl", "hard")
 
 #: the settings that choose the images of a run (a sweep over one loads each value's images)
 DATA_SETTINGS = ("source", "npz_variant", "train_limit", "test_limit", "download")
@@ -85,16 +85,16 @@ class ImagesConfig:
     schedule_period: float | None = schedule.schedule_period()
     alpha: float = setting(0.5, losses=("macl",), help="MACL's alpha")
     a0: float | None = setting(None, losses=("macl",), help="MACL's A0 (none: 0, MoCo 0.2)")
-    num_heads: int = setting(2, check=positive, losses=AMCL, help="AMCL heads C")
-    beta: float = setting(1e-3, losses=AMCL, help="AMCL regulariser weight")
-    kappa: int = setting(1, losses=AMCL, help="AMCL top-kappa negatives")
-    negative_term: str = setting("softmax", choices=("topk", "softmax"), losses=AMCL,
+    num_heads: int = setting(2, check=positive, losses=AMCL_LOSSES, help="AMCL heads C")
+    beta: float = setting(1e-3, losses=AMCL_LOSSES, help="AMCL regulariser weight")
+    kappa: int = setting(1, losses=AMCL_LOSSES, help="AMCL top-kappa negatives")
+    negative_term: str = setting("softmax", choices=("topk", "softmax"), losses=AMCL_LOSSES,
                                  help="AMCL negative term (Eq. 7: hardest kappa or soft-max)")
-    amcl_objective: str = setting("nt_xent", choices=("nt_xent", "infonce"), losses=AMCL,
+    amcl_objective: str = setting("nt_xent", choices=("nt_xent", "infonce"), losses=AMCL_LOSSES,
                                   help="AMCL objective (Table 2.1 nt_xent, 2.4 infonce)")
     queue_size: int = setting(1024, check=positive, help="MoCo / ASCL-MoCo queue length")
-    num_neighbors: int = setting(1, losses=ASCL, help="ASCL K")
-    sharpen_temperature: float = setting(0.05, check=positive, losses=ASCL,
+    num_neighbors: int = setting(1, losses=ASCL_LOSSES, help="ASCL K")
+    sharpen_temperature: float = setting(0.05, check=positive, losses=ASCL_LOSSES,
                                          help="ASCL's sharpening tau")
     knn_k: int = setting(200, check=positive, help="kNN neighbours")
     knn_t: float = setting(0.1, check=positive, help="kNN temperature")
