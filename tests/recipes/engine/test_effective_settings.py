@@ -92,6 +92,10 @@ def test_a_loss_that_ignores_a_swept_setting_is_computed_once_and_shown_at_every
     assert "| macl |" in along and "Base" not in along
     again = _run(tmp_path, alpha=[0.5, 1.0])  # every record, the copy's too, is reused
     assert again.computed == [] and len(again.grid.reused) == 4
+    more = _run(tmp_path, alpha=[0.5, 1.0, 2.0])  # Base at 2.0: the stored first's record
+    assert more.computed == ["d/macl/alpha=2.0/seed0"]
+    assert json.loads((tmp_path / "runs/d/base/alpha=2.0/seed0.json").read_text())[
+        "record"]["same_as"] == "d/base/alpha=0.5/seed0"
 
 
 def test_the_identity_of_a_cell_whose_loss_reads_every_setting_is_the_one_it_always_had(

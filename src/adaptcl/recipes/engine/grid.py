@@ -67,13 +67,8 @@ def run_grid(recipe: str, out_dir: str | os.PathLike, cells: Sequence[Cell], *,
         active.register(recipe, {c.label(): stable_hash(grid.identities[c]) for c in grid.cells})
     bar = None
     try:
-        todo = collect(store, grid, reuse=reuse)
-        copies = [cell for cell in todo if cell in same]
-        todo = [cell for cell in todo if cell not in same]
-        for cell in copies:  # its first was reused: stored for it too
-            if same[cell] in grid.records:
-                share(store, grid, same[cell], [cell])
-        copies = [cell for cell in copies if cell not in grid.records]
+        todo, copies = _split(store, grid, collect(store, grid, reuse=reuse), same,
+                              write=jobs is not None or compute is not None)
         if store.stale:
             note(f"{plural(store.stale)} stored with another identity (settings, data or "
                  f"code) will be computed again; the old records are kept under "
@@ -134,6 +129,17 @@ def same_runs(grid: GridRun) -> dict[Cell, Cell]:
         else:
             first[key] = cell
     return same
+
+
+def _split(store: RunStore, grid: GridRun, todo: Sequence[Cell], same: Mapping[Cell, Cell], *,
+           write: bool) -> tuple[list[Cell], list[Cell]]:
+    """``todo`` as the cells to compute and the copies of them (a copy whose first was reused
+    takes its record now, where the grid ``write``s)."""
+    for cell in todo:
+        if write and cell in same and same[cell] in grid.records:
+            share(store, grid, same[cell], [cell])
+    return ([cell for cell in todo if cell not in same],
+            [cell for cell in todo if cell in same and cell not in grid.records])
 
 
 def _copies_of(same: Mapping[Cell, Cell], copies: Sequence[Cell]) -> dict[Cell, list[Cell]]:
