@@ -87,11 +87,13 @@ class ClipConfig:
     warmup_steps: int = setting(20, check=non_negative, help="linear learning-rate warm-up")
     weight_decay: float = setting(0.1, check=non_negative, help="AdamW weight decay (not on "
                                   "gains, biases and logit_scale, as open_clip)")
-    alpha: float = setting(0.5, help="MACL's alpha")
-    a0: float = setting(0.0, help="MACL's A0")
-    min_temperature: float = setting(0.05, check=positive, help="DySTreSS's lowest pair "
+    alpha: float = setting(0.5, losses=("macl",), help="MACL's alpha")
+    a0: float = setting(0.0, losses=("macl",), help="MACL's A0")
+    min_temperature: float = setting(0.05, check=positive, losses=("dystress",),
+                                     help="DySTreSS's lowest pair "
                                      "temperature (it ignores the learned logit_scale)")
-    max_temperature: float = setting(0.1, check=positive, help="DySTreSS's highest pair "
+    max_temperature: float = setting(0.1, check=positive, losses=("dystress",),
+                                     help="DySTreSS's highest pair "
                                      "temperature")
     num_workers: int = setting(0, check=non_negative, identity=False, sweep=False,
                                help="DataLoader worker processes")

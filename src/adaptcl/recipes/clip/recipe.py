@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from adaptcl.io import resolve_data_root
-from adaptcl.recipes.clip.config import PRESETS, ClipConfig
+from adaptcl.recipes.clip.config import PRESETS, ClipConfig, parse_column
 from adaptcl.recipes.engine import Cell, Recipe, ReportSpec
 from adaptcl.recipes.engine.settings import Point
 from adaptcl.recipes.engine.torch_env import check_lightning_precision
@@ -84,6 +84,10 @@ class ClipRecipe(Recipe):
         """Seed by seed: a seed's paired differences are there as soon as its columns are."""
         return [self.cell(row, column, seed, point) for point in self.sweep.points()
                 for seed in self.seeds() for row in self.rows() for column in self.methods()]
+
+    def loss_of(self, method: str) -> str:
+        """The loss of a column (``macl+labels``: ``macl``)."""
+        return parse_column(method)[0]
 
     def identity(self, cell: Cell, config: ClipConfig) -> dict[str, Any]:
         """The settings, the fingerprint of the cell's images, the code."""

@@ -27,8 +27,8 @@ class DemoConfig:
     lr: float = setting(2e-3, check=positive, help="Adam learning rate")
     weight_decay: float = setting(1e-5, help="Adam weight decay")
     temperature: float = setting(0.1, check=positive, help="tau (NT-Xent) and tau0 (MACL)")
-    macl_alpha: float = setting(0.5, help="MACL's alpha")
-    macl_a0: float = setting(0.0, help="MACL's A0")
+    macl_alpha: float = setting(0.5, losses=("macl",), help="MACL's alpha")
+    macl_a0: float = setting(0.0, losses=("macl",), help="MACL's A0")
     test_fraction: float = setting(0.25, check=open_fraction, help="share of the digits held "
                                    "out for the evaluation")
     knn_k: int = setting(15, check=positive, help="neighbours of the kNN vote")

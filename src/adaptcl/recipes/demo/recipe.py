@@ -70,6 +70,10 @@ class DemoRecipe(Recipe):
         return ([self.cell("digits", m, seeds[0], points[0]) for m in REFERENCES]
                 + [self.cell("digits", m, s, p) for p in points for s in seeds for m in LOSSES])
 
+    def loss_of(self, method: str) -> str | None:
+        """The loss of a column (the references train none)."""
+        return method if method in LOSSES else None
+
     def trains(self, cell: Cell) -> bool:
         return cell.method in LOSSES
 

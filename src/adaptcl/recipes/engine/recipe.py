@@ -17,6 +17,7 @@ from adaptcl.recipes.engine.config_file import keep_previous_run
 from adaptcl.recipes.engine.errors import (
     CellConfigError,
     RunStopped,
+    note,
     user_errors,
     warnings_as_notes,
 )
@@ -169,11 +170,56 @@ class Recipe:
         return [self.cell(r, m, s, p) for r, m, p, s in itertools.product(
             self.rows(), self.methods(), self.sweep.points(), self.seeds())]
 
+    def loss_of(self, method: Any) -> str | None:
+        """The loss a column of the table trains (what ``setting(losses=...)`` names), or
+        ``None`` where it trains none; the column itself by default."""
+        return method if isinstance(method, str) else None
+
+    def settings_identity(self, cell: Cell, config: Any, part: str | None = None
+                          ) -> dict[str, Any]:
+        """:func:`~adaptcl.recipes.engine.settings.identity_settings` of ``cell``: ``config``'s
+        settings of ``part``, those its loss does not read at the run's first point (one
+        value for every point: the grid computes such a cell once)."""
+        return identity_settings(config, part, loss=self.loss_of(cell.column),
+                                 base=self.sweep.base)
+
     def identity(self, cell: Cell, config: Any) -> dict[str, Any]:
         """Everything that determines ``cell``'s record: settings (``config``, the cell's
-        own), data fingerprint, code."""
-        return {"settings": identity_settings(config), "row": cell.row,
+        own; :meth:`settings_identity`), data fingerprint, code."""
+        return {"settings": self.settings_identity(cell, config), "row": cell.row,
                 "data": self.fingerprints.get(cell.row), "code": self._code}
+
+    def ignored(self, cell: Cell, first: Cell) -> bool:
+        """Whether ``cell`` and ``first`` (same axes and seed) differ only in settings that
+        ``cell``'s loss does not read (what :meth:`note_ignored` said already)."""
+        loss = self.loss_of(cell.column)
+        readers = {name: spec.losses for name, spec in specs(self.config_class).items()}
+        return loss is not None and all(
+            readers.get(name) is not None and loss not in readers[name]
+            for (name, value), (_, other) in zip(cell.point, first.point, strict=True)
+            if value != other)
+
+    def ignoring(self) -> dict[str, list[Any]]:
+        """``{swept setting: [columns whose loss does not read it]}`` (those with any)."""
+        out = {}
+        for name in self.sweep.axes:
+            readers = specs(self.config_class)[name].losses
+            columns = [m for m in self.methods() if readers is not None
+                       and self.loss_of(m) is not None and self.loss_of(m) not in readers]
+            if columns:
+                out[name] = columns
+        return out
+
+    def note_ignored(self) -> None:
+        """One note per swept setting some columns' losses do not read, e.g. ``--alpha
+        applies to macl only; GraphCL (dcl) runs once`` (columns by the report's labels)."""
+        ignoring = self.ignoring()
+        labels = self.report_spec().labels if ignoring else {}
+        for name, columns in ignoring.items():
+            readers = specs(self.config_class)[name].losses or ()
+            shown = [labels.get(c, str(c)) for c in columns]
+            note(f"--{name.replace('_', '-')} applies to {', '.join(readers)} only; "
+                 f"{' and '.join(shown)} run{'s' if len(shown) == 1 else ''} once")
 
     def checkpoint_dir(self, cell: Cell, config: Any) -> Path:
         """``checkpoints/<cell>/<identity hash>/``: where a training cell keeps the checkpoints
@@ -249,6 +295,7 @@ class Recipe:
                     check_output_dir(getattr(cfg, name), option="--" + name.replace("_", "-"))
         threads = getattr(cfg, "threads", None)
         self.ready(threads)  # before any job: a job's setup() only loads
+        self.note_ignored()
         report = self.make_report()
         cells = self.cells()
         self.jobs.check_cells(len(cells))
@@ -265,7 +312,7 @@ class Recipe:
         self.grid = grid = run_grid(
             self.name, cfg.output_dir, cells, identity=self.identity_of, compute=self.compute_cell,
             trains=self.trains, on_record=report.write, progress_bar=getattr(cfg, "progress", True),
-            reuse=self.reuses(), jobs=runner)
+            reuse=self.reuses(), jobs=runner, explained=self.ignored)
         if not grid.records and not grid.diverged:
             if grid.failed:
                 raise grid.failed_error()
@@ -284,7 +331,7 @@ class Recipe:
         device = getattr(self.config, "device", None)
         return Report(self.name, self.config.output_dir, self.report_spec(), axes=self.axes,
                       methods=self.methods(), config=self.config, preset=self.preset,
-                      sweep=self.sweep.axes,
+                      sweep=self.sweep.axes, ignoring=self.ignoring(),
                       environment={"frameworks": self.frameworks,
                                    "device": resolve_device(device) if device else None,
                                    "data_root": self.data_root,

@@ -67,7 +67,10 @@ class ReportSpec:
 class Report:
     """The one result writer of a run: ``axes`` the grid's (row, column) names, ``methods``
     the columns in order, ``config`` the base config, ``sweep`` ``{field: [values]}``,
-    ``environment`` keyword arguments of :func:`~adaptcl.recipes.engine.provenance.environment`.
+    ``environment`` keyword arguments of :func:`~adaptcl.recipes.engine.provenance.environment`,
+    ``ignoring`` ``{swept field: [columns whose loss does not read it]}``: their one run is
+    shown at every value of the field, said once under the tables, and left out of the tables
+    along it.
     """
 
     recipe: str
@@ -79,6 +82,7 @@ class Report:
     preset: str | None = None
     sweep: Mapping[str, Sequence[Any]] = field(default_factory=dict)
     environment: Mapping[str, Any] = field(default_factory=dict)
+    ignoring: Mapping[str, Sequence[str]] = field(default_factory=dict)
 
     def write(self, grid: GridRun) -> dict[str, Any]:
         spec, diverged = self.spec, list(grid.diverged)
@@ -92,18 +96,23 @@ class Report:
                 labels=spec.labels, row_labels=spec.row_labels, extra=spec.extra_columns,
                 digits=digits, row_header=self.axes[0])
             for axis, values in self.sweep.items():
-                along.setdefault(axis, {})[metric] = summarize_axis(
-                    grid.records, metric, axis, values, scale=scale, diverged=diverged)
+                along.setdefault(axis, {})[metric] = [
+                    entry for entry in summarize_axis(grid.records, metric, axis, values,
+                                                      scale=scale, diverged=diverged)
+                    if entry["method"] not in self.ignoring.get(axis, ())]
         if spec.by_method:
             tables = {"methods": self.methods_table(summaries)}
         for axis, per_metric in along.items():
             for metric, entries in per_metric.items():
+                if not entries:  # every column ignores the setting
+                    continue
                 body += (f"\n## {metric} along {axis}\n\n"
                          + axis_table(entries, axis, self.sweep[axis], labels=spec.labels,
                                       digits=spec.digits_of(metric), row_header=self.axes[0],
                                       column_header=self.axes[1]))
         body = (tables["methods"] if spec.by_method else
-                "\n".join(f"## {name}\n\n{table}" for name, table in tables.items())) + body
+                "\n".join(f"## {name}\n\n{table}" for name, table in tables.items())
+                ) + self.ignoring_text(spec.labels) + body
         result: dict[str, Any] = {
             "recipe": self.recipe, "axes": list(self.axes), "preset": self.preset,
             "config": as_record(self.config),
@@ -122,6 +131,15 @@ class Report:
         result["outputs"] = write_results(self.out_dir, result, header + body,
                                           diverged=str(diverged_error) if diverged_error else "")
         return result
+
+    def ignoring_text(self, labels: Mapping[str, str]) -> str:
+        """A line per swept setting some columns do not read (markdown, or empty)."""
+        lines = [f"{', '.join(labels.get(m, m) for m in methods)} "
+                 f"{'does' if len(methods) == 1 else 'do'} not read {axis}: "
+                 f"{'its run is' if len(methods) == 1 else 'each run is'} computed once "
+                 f"and shown at every {axis} (left out of the tables along {axis})."
+                 for axis, methods in self.ignoring.items() if methods]
+        return "".join(f"\n{line}\n" for line in lines)
 
     def methods_table(self, summaries: Mapping[str, Mapping[str, Any]]) -> str:
         """A row per method, ``mean ± std (n)`` per metric (of the one row), then the paired

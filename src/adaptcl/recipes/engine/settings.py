@@ -52,13 +52,15 @@ class Spec:
     sweep: bool = True
     axis: str | None = None
     folder: bool = False
+    losses: tuple[str, ...] | None = None
 
 
 def setting(default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MISSING,
             help: str = "", choices: Sequence[Any] | None = None,
             convert: Callable[[Any], Any] | None = None, check: Check | None = None,
             identity: bool | str | Callable[[Any], Any] = True, sweep: bool = True,
-            axis: str | None = None, folder: bool = False) -> Any:
+            axis: str | None = None, folder: bool = False,
+            losses: Sequence[str] | None = None) -> Any:
     """A config field and its :class:`Spec`.
 
     Args:
@@ -75,10 +77,16 @@ def setting(default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MI
         axis: for a list field, the grid axis it holds (``"dataset"``, ``"loss"``, ``"seed"``):
             repeats are dropped with a note, and it may not be empty.
         folder: a folder the run writes: refused before any work if it cannot be written.
+        losses: the losses that read the setting (their registry names; ``None``: every
+            loss). A cell of another loss leaves it out of what varies its identity (see
+            :func:`identity_settings`): a sweep over it computes that loss's cell once.
     """
+    if losses is not None and (isinstance(losses, str) or not all(
+            isinstance(name, str) for name in losses)):
+        raise TypeError(f"losses must be a sequence of loss names, got {losses!r}")
     spec = Spec(help=help, choices=tuple(choices) if choices is not None else None,
                 convert=convert, check=check, identity=identity, sweep=sweep, axis=axis,
-                folder=folder)
+                folder=folder, losses=tuple(losses) if losses is not None else None)
     return dataclasses.field(default=default, default_factory=factory,
                              metadata={"adaptcl": spec})
 
@@ -247,16 +255,28 @@ def as_record(values: Any) -> dict[str, Any]:
     return {name: plain(value) for name, value in values.items()}
 
 
-def identity_settings(config: Any, part: str | None = None) -> dict[str, Any]:
+def identity_settings(config: Any, part: str | None = None, *, loss: str | None = None,
+                      base: Any = None) -> dict[str, Any]:
     """What of ``config`` enters a run's identity: the fields declared ``identity=True``, those
     of ``part`` (every part when it is ``None``), a function's value for those declared with
-    one; never an axis (the cell holds it)."""
+    one; never an axis (the cell holds it).
+
+    With ``loss``, a setting declared for other losses (``setting(losses=...)``) does not
+    determine the cell's numbers: it enters at ``base``'s value (the run's first point, the
+    same at every point of a sweep; a run that does not sweep it keeps the value, so the cell's
+    identity, and a record stored before, stay as they were), or not at all without ``base``.
+    """
     out = {}
     for name, spec in specs(config).items():
         rule = spec.identity
         if spec.axis or rule is False or (isinstance(rule, str) and part not in (None, rule)):
             continue
-        value = getattr(config, name)
+        source = config
+        if loss is not None and spec.losses is not None and loss not in spec.losses:
+            if base is None:
+                continue
+            source = base
+        value = getattr(source, name)
         out[name] = rule(value) if callable(rule) else value
     return out
 

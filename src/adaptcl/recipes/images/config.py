@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from adaptcl.adapters.lightning.methods import BACKBONES, METHOD_LOSSES, METHODS, check_method_loss
+from adaptcl.recipes.common import schedule
 from adaptcl.recipes.common.cifar_settings import limit_setting, npz_variant_setting
 from adaptcl.recipes.common.schedule import resolve_schedule
 from adaptcl.recipes.engine import options
@@ -14,6 +15,10 @@ from adaptcl.recipes.engine.settings import check_settings, non_negative, positi
 #: every loss some method accepts (which one applies is checked against ``method``)
 ALL_LOSSES = tuple(dict.fromkeys(x for losses in METHOD_LOSSES.values() for x in losses))
 
+
+#: the losses that read AMCL's settings and ASCL's (``ascl`` with SimCLR or MoCo, and the modes
+#: of ``ascl-moco``, whose ``infonce`` is MoCo without neighbours): ``setting(losses=...)``
+AMCL_LOSSES, ASCL_LOSSES = ("amcl",), ("ascl", "ahcl", "hard")
 
 #: the settings that choose the images of a run (a sweep over one loads each value's images)
 DATA_SETTINGS = ("source", "npz_variant", "train_limit", "test_limit", "download")
@@ -71,25 +76,24 @@ class ImagesConfig:
     weight_decay: float = setting(1e-6, help="weight decay")
     temperature: float | None = setting(None, check=positive, help="tau (MACL: tau0; none: "
                                         "0.1, MoCo 0.2)")
-    macl_temperature: float | None = setting(None, check=positive, help="MACL's tau0 (none: "
-                                             "--temperature; MoCo 0.15)")
-    max_temperature: float = setting(1.0, check=positive, help="temperature_schedule's tau_max "
-                                     "(Kukleva et al.'s; tau_min: --temperature)")
-    schedule_period: float | None = setting(None, check=positive, help="temperature_schedule's "
-                                            "period in epochs (none: a fifth of --epochs, the "
-                                            "five periods per training of Kukleva et al.)")
-    alpha: float = setting(0.5, help="MACL's alpha")
-    a0: float | None = setting(None, help="MACL's A0 (none: 0, MoCo 0.2)")
-    num_heads: int = setting(2, check=positive, help="AMCL heads C")
-    beta: float = setting(1e-3, help="AMCL regulariser weight")
-    kappa: int = setting(1, help="AMCL top-kappa negatives")
-    negative_term: str = setting("softmax", choices=("topk", "softmax"), help="AMCL negative "
-                                 "term (Eq. 7: hardest kappa or soft-max)")
-    amcl_objective: str = setting("nt_xent", choices=("nt_xent", "infonce"),
+    macl_temperature: float | None = setting(None, check=positive, losses=("macl",),
+                                             help="MACL's tau0 (none: --temperature; MoCo "
+                                             "0.15)")
+    max_temperature: float = schedule.max_temperature()
+    schedule_period: float | None = schedule.schedule_period()
+    alpha: float = setting(0.5, losses=("macl",), help="MACL's alpha")
+    a0: float | None = setting(None, losses=("macl",), help="MACL's A0 (none: 0, MoCo 0.2)")
+    num_heads: int = setting(2, check=positive, losses=AMCL_LOSSES, help="AMCL heads C")
+    beta: float = setting(1e-3, losses=AMCL_LOSSES, help="AMCL regulariser weight")
+    kappa: int = setting(1, losses=AMCL_LOSSES, help="AMCL top-kappa negatives")
+    negative_term: str = setting("softmax", choices=("topk", "softmax"), losses=AMCL_LOSSES,
+                                 help="AMCL negative term (Eq. 7: hardest kappa or soft-max)")
+    amcl_objective: str = setting("nt_xent", choices=("nt_xent", "infonce"), losses=AMCL_LOSSES,
                                   help="AMCL objective (Table 2.1 nt_xent, 2.4 infonce)")
     queue_size: int = setting(1024, check=positive, help="MoCo / ASCL-MoCo queue length")
-    num_neighbors: int = setting(1, help="ASCL K")
-    sharpen_temperature: float = setting(0.05, check=positive, help="ASCL's sharpening tau")
+    num_neighbors: int = setting(1, losses=ASCL_LOSSES, help="ASCL K")
+    sharpen_temperature: float = setting(0.05, check=positive, losses=ASCL_LOSSES,
+                                         help="ASCL's sharpening tau")
     knn_k: int = setting(200, check=positive, help="kNN neighbours")
     knn_t: float = setting(0.1, check=positive, help="kNN temperature")
     knn_every: int = setting(5, check=non_negative, help="online kNN monitor every N epochs "

@@ -13,6 +13,7 @@ from typing import Any
 
 from adaptcl.io import resolve_data_root
 from adaptcl.recipes.common.devices import devices_identity
+from adaptcl.recipes.common.schedule import check_period, period_in_steps
 from adaptcl.recipes.engine import Cell, Figure, GridRun, Recipe, ReportSpec
 from adaptcl.recipes.engine.plots import explain_empty
 from adaptcl.recipes.engine.settings import Point
@@ -52,6 +53,7 @@ class ImagesRecipe(Recipe):
                 self._splits[key] = load_splits(self.data_root, config)
             splits = self._splits[key]
             check_batch(splits, config)
+            check_period(config, self.steps_per_epoch(config), splits.name)
             module_settings(config, splits.num_classes, len(splits.train) // config.batch_size)
         self.fingerprints = {self.data_label(c): self.splits_of(c).fingerprint
                              for c in configs.values()}
@@ -74,10 +76,18 @@ class ImagesRecipe(Recipe):
         return [self.cell(row, loss, seed, point) for point in self.sweep.points()
                 for seed in self.seeds() for row in self.rows() for loss in self.methods()]
 
+    def steps_per_epoch(self, config: ImagesConfig) -> int:
+        """The optimisation steps of one epoch (full batches, as the training loader takes)."""
+        return len(self.splits_of(config).train) // config.batch_size
+
     def identity(self, cell: Cell, config: ImagesConfig) -> dict[str, Any]:
-        """The settings, the fingerprint of the cell's images, the code, several devices."""
-        return (super().identity(cell, config) | {"data": self.splits_of(config).fingerprint}
-                | devices_identity(config.devices, config.strategy))
+        """The settings (a schedule's period in steps), the fingerprint of the cell's images,
+        the code, several devices."""
+        out = (super().identity(cell, config) | {"data": self.splits_of(config).fingerprint}
+               | devices_identity(config.devices, config.strategy))
+        if cell.loss == "temperature_schedule":
+            out["settings"] = period_in_steps(out["settings"], self.steps_per_epoch(config))
+        return out
 
     def compute(self, cell: Cell, config: ImagesConfig) -> dict[str, Any] | None:
         from adaptcl.recipes.images.train import train_and_score

@@ -85,8 +85,8 @@ class MoleculeNetConfig:
     pretrain_lr: float = setting(1e-3, check=positive, **_PRETRAIN, help="pre-training Adam "
                                  "learning rate")
     temperature: float = setting(0.1, check=positive, **_PRETRAIN, help="tau (tau0 for MACL)")
-    alpha: float = setting(0.5, **_PRETRAIN, help="MACL's alpha")
-    a0: float = setting(0.0, **_PRETRAIN, help="MACL's A0")
+    alpha: float = setting(0.5, losses=("macl",), **_PRETRAIN, help="MACL's alpha")
+    a0: float = setting(0.0, losses=("macl",), **_PRETRAIN, help="MACL's A0")
     aug: str = setting("random2", choices=AUGMENTATIONS, **_PRETRAIN, help="GraphCL "
                        "augmentation of both views")
     aug_ratio: float = setting(0.2, check=fraction, **_PRETRAIN, help="augmentation ratio")

@@ -78,7 +78,8 @@ class MoleculeNetRecipe(Recipe):
 
     def encoder_path(self, config: MoleculeNetConfig, loss: str) -> Path:
         """``<output-dir>/pretrain/<loss>-<hash of what determines the encoder>.pt``."""
-        identity = {"loss": loss, "settings": identity_settings(config, part="pretrain"),
+        settings = identity_settings(config, part="pretrain", loss=loss, base=self.sweep.base)
+        identity = {"loss": loss, "settings": settings,
                     "corpus": self.fingerprints["pretrain"], "code": self._code}
         key = stable_hash(identity | devices_identity(config.devices, config.strategy))
         return self.layout.folder("pretrain") / f"{loss}-{key}.pt"
@@ -116,7 +117,7 @@ class MoleculeNetRecipe(Recipe):
     def identity(self, cell: Cell, config: MoleculeNetConfig) -> dict[str, Any]:
         """Fine-tuning settings, the set's fingerprint, code, and the pre-trained encoder."""
         path = self.encoders.get((cell.init, cell.point))
-        return {"settings": identity_settings(config, part="finetune"),
+        return {"settings": self.settings_identity(cell, config, part="finetune"),
                 "row": cell.row, "data": self.fingerprints[cell.row], "code": self._code,
                 "pretrained": path.stem if path is not None else None}
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from adaptcl.adapters.graphcl.names import LOSS_ALIASES, LOSS_NAMES
+from adaptcl.recipes.common import schedule
 from adaptcl.recipes.common.devices import check_devices
 from adaptcl.recipes.common.schedule import resolve_schedule
 from adaptcl.recipes.engine import options
@@ -45,13 +46,10 @@ class TUConfig:
     hidden: int = setting(32, check=positive, help="GIN hidden units")
     layers: int = setting(3, check=positive, help="GIN layers")
     temperature: float = setting(0.2, check=positive, help="tau (tau0 for MACL)")
-    alpha: float = setting(0.5, help="MACL's alpha")
-    a0: float = setting(0.0, help="MACL's A0")
-    max_temperature: float = setting(1.0, check=positive, help="temperature_schedule's tau_max "
-                                     "(Kukleva et al.'s; tau_min: --temperature)")
-    schedule_period: float | None = setting(None, check=positive, help="temperature_schedule's "
-                                            "period in epochs (none: a fifth of --epochs, the "
-                                            "five periods per training of Kukleva et al.)")
+    alpha: float = setting(0.5, losses=("macl",), help="MACL's alpha")
+    a0: float = setting(0.0, losses=("macl",), help="MACL's A0")
+    max_temperature: float = schedule.max_temperature()
+    schedule_period: float | None = schedule.schedule_period()
     aug: str = setting("auto", choices=AUGMENTATIONS, help="GraphCL augmentation of the second "
                        "view (auto: random4 on social sets, random2 on the others)")
     aug_ratio: float = setting(0.2, check=fraction, help="augmentation ratio")

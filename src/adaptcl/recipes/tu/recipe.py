@@ -7,6 +7,7 @@ ICML 2023, Table 4, App. B.5); the protocol, presets and outputs are on the docs
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 from adaptcl.io import fingerprint_files, resolve_data_root
 from adaptcl.recipes.common.devices import devices_identity
 from adaptcl.recipes.common.graph_report import draw_pretraining_curves, paper_columns
+from adaptcl.recipes.common.schedule import check_period, period_in_steps
 from adaptcl.recipes.engine import Cell, Figure, GridRun, Recipe, ReportSpec
 from adaptcl.recipes.engine.settings import Point, drop_repeats
 from adaptcl.recipes.engine.torch_env import check_lightning_precision
@@ -48,7 +50,8 @@ class TURecipe(Recipe):
 
     def prepare(self, configs: Mapping[Point, TUConfig]) -> None:
         """Each loss built once (its own argument checks), the precision, each dataset's raw
-        folder, fingerprint and the folds it can fill. Nothing is written."""
+        folder, fingerprint, the folds it can fill and the schedule's period in its steps.
+        Nothing is written."""
         from adaptcl.recipes.tu.train import build_loss
 
         for config in configs.values():
@@ -58,14 +61,17 @@ class TURecipe(Recipe):
             check_lightning_precision(self.config.device, config.precision)
         self.data_root = resolve_data_root(self.config.data_root)
         self.sources: dict[str, Path] = {}
+        self.sizes: dict[str, int] = {}  # graphs per dataset
         found = [find_raw(self.data_root, name) for name in self.config.datasets]
         raws = dict(found)  # a name's canonical spelling and folder: MUTAG mutag run once, noted
         for canonical in drop_repeats("datasets", list(self.config.datasets),
                                       [name for name, _ in found]):
             raw = raws[canonical]
             counts = graph_label_counts(raw, canonical)
+            self.sizes[canonical] = sum(counts.values())
             for config in configs.values():
                 check_folds(canonical, counts, config.folds, config.inner_folds)
+                check_period(config, self.steps_per_epoch(canonical, config), canonical)
             self.sources[canonical] = raw
             self.fingerprints[canonical] = fingerprint_files([raw], root=raw)
         self._loaded: dict[tuple[str, Any], tuple[list, int, dict]] = {}
@@ -89,8 +95,17 @@ class TURecipe(Recipe):
                                                self.fingerprints[name]["sha256"])
         return self._loaded[key]
 
+    def steps_per_epoch(self, dataset: str, config: TUConfig) -> int:
+        """The optimisation steps of one epoch on ``dataset`` (as ``train_and_score`` counts)."""
+        return math.ceil(self.sizes[dataset] / config.batch_size)
+
     def identity(self, cell: Cell, config: TUConfig) -> dict[str, Any]:
-        return super().identity(cell, config) | devices_identity(config.devices, config.strategy)
+        """The settings (a schedule's period in steps), data, code, several devices."""
+        out = super().identity(cell, config) | devices_identity(config.devices, config.strategy)
+        if cell.loss == "temperature_schedule":
+            out["settings"] = period_in_steps(out["settings"],
+                                              self.steps_per_epoch(cell.dataset, config))
+        return out
 
     def compute(self, cell: Cell, config: TUConfig) -> dict[str, Any] | None:
         from adaptcl.recipes.tu.train import train_and_score
