@@ -168,6 +168,36 @@ def _group(pgid: int) -> list[int]:
     return found
 
 
+def _tu(shared_data: Path, out: Path) -> list[str]:
+    return ["tu", "--devices", "2", "--device", "cpu", "--data-root", str(shared_data),
+            "--datasets", "MUTAG", "--seeds", "0", "--losses", "graphcl", "--epochs", "5000",
+            "--logger", "csv", "--no-progress", "--no-plot", "--output-dir", str(out)]
+
+
+def _stopped_with_one_line(proc: subprocess.Popen, err: str, out: Path) -> None:
+    """Exit 143, one line besides Lightning's start-up lines (no traceback, no gloo abort, no
+    "Child process ... terminated"), and no process of the group left after 10 s."""
+    assert proc.returncode == 143, err[-3000:]
+    said = [line for line in err.splitlines()
+            if line.strip() and not line.startswith("Initializing distributed: GLOBAL_RANK")]
+    assert said == [f"adaptcl tu: terminated (SIGTERM); finished runs are kept under {out}/runs: "
+                    "rerun the same command to resume"], err[-3000:]
+    deadline = time.monotonic() + 10
+    while _group(proc.pid):  # rank 1 (its exit follows rank 0's by the interpreter's teardown)
+        assert time.monotonic() < deadline, f"left running: {_group(proc.pid)}"
+        time.sleep(0.2)
+
+
+def _finish(proc: subprocess.Popen, timeout: float) -> str:
+    """``proc``'s stderr once it ended; a hang fails here (the group killed), not in CI."""
+    try:
+        return proc.communicate(timeout=timeout)[1]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
 def test_sigterm_to_the_process_group_of_two_ranks_stops_both_with_one_line(shared_data,
@@ -180,10 +210,7 @@ def test_sigterm_to_the_process_group_of_two_ranks_stops_both_with_one_line(shar
 
     out = tmp_path / "out"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "adaptcl", "tu", "--devices", "2", "--device", "cpu",
-         "--data-root", str(shared_data), "--datasets", "MUTAG", "--seeds", "0", "--losses",
-         "graphcl", "--epochs", "5000", "--logger", "csv", "--no-progress", "--no-plot",
-         "--output-dir", str(out)],
+        [sys.executable, "-m", "adaptcl", *_tu(shared_data, out)],
         env=env_with_src(OMP_NUM_THREADS="1", MASTER_ADDR="127.0.0.1"), cwd=str(tmp_path),
         start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 240
@@ -194,17 +221,24 @@ def test_sigterm_to_the_process_group_of_two_ranks_stops_both_with_one_line(shar
             time.sleep(0.1)
         assert len(_group(proc.pid)) == 2  # both ranks, training (5000 epochs take minutes)
         os.killpg(proc.pid, signal.SIGTERM)
-        _, err = proc.communicate(timeout=90)  # a hang fails here, not in CI's time limit
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate()
-    assert proc.returncode == 143, err[-3000:]
-    said = [line for line in err.splitlines()
-            if line.strip() and not line.startswith("Initializing distributed: GLOBAL_RANK")]
-    assert said == [f"adaptcl tu: terminated (SIGTERM); finished runs are kept under {out}/runs: "
-                    "rerun the same command to resume"], err[-3000:]
-    deadline = time.monotonic() + 10
-    while _group(proc.pid):  # rank 1 (its exit follows rank 0's by the interpreter's teardown)
-        assert time.monotonic() < deadline, f"left running: {_group(proc.pid)}"
-        time.sleep(0.2)
+        err = _finish(proc, 90)
+    _stopped_with_one_line(proc, err, out)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_sigterm_to_the_group_while_rank_1_waits_in_a_collective(shared_data, tmp_path):
+    """The case that broke, made certain: rank 1 waits in the loss's all-gather while rank 0,
+    in Python, has the group sent SIGTERM (``_sigterm_at_step.py``). Lightning's handler
+    broadcast there, against rank 1's all-gather; now both stop after that step."""
+    from tests.recipes._process import env_with_src
+
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [sys.executable, str(Path(__file__).with_name("_sigterm_at_step.py")),
+         *_tu(shared_data, out)],
+        env=env_with_src(OMP_NUM_THREADS="1", MASTER_ADDR="127.0.0.1"), cwd=str(tmp_path),
+        start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    err = _finish(proc, 240)
+    _stopped_with_one_line(proc, err, out)
