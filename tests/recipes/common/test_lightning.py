@@ -155,19 +155,6 @@ def test_a_sigterm_on_two_ranks_stops_at_the_agreed_step_through_the_cli_handler
     assert trainer.steps == ([0, 1] if signalled else [0])
 
 
-def _group(pgid: int) -> list[int]:
-    """The live processes (not zombies) of process group ``pgid`` (from /proc)."""
-    found = []
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (FileNotFoundError, ProcessLookupError, IndexError):
-            continue
-        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
-            found.append(int(stat.parent.name))
-    return found
-
-
 def _tu(shared_data: Path, out: Path) -> list[str]:
     return ["tu", "--devices", "2", "--device", "cpu", "--data-root", str(shared_data),
             "--datasets", "MUTAG", "--seeds", "0", "--losses", "graphcl", "--epochs", "5000",
@@ -182,9 +169,11 @@ def _stopped_with_one_line(proc: subprocess.Popen, err: str, out: Path) -> None:
             if line.strip() and not line.startswith("Initializing distributed: GLOBAL_RANK")]
     assert said == [f"adaptcl tu: terminated (SIGTERM); finished runs are kept under {out}/runs: "
                     "rerun the same command to resume"], err[-3000:]
+    from tests.recipes._process import group
+
     deadline = time.monotonic() + 10
-    while _group(proc.pid):  # rank 1 (its exit follows rank 0's by the interpreter's teardown)
-        assert time.monotonic() < deadline, f"left running: {_group(proc.pid)}"
+    while group(proc.pid):  # rank 1 (its exit follows rank 0's by the interpreter's teardown)
+        assert time.monotonic() < deadline, f"left running: {group(proc.pid)}"
         time.sleep(0.2)
 
 
@@ -206,7 +195,7 @@ def test_sigterm_to_the_process_group_of_two_ranks_stops_both_with_one_line(shar
     somewhere in its step (Lightning's own handler then broadcast from inside the handler:
     a gloo "collective mismatch", or both ranks waiting for ever). Both stop: exit 143, one
     line, and no process of the group is left."""
-    from tests.recipes._process import env_with_src
+    from tests.recipes._process import env_with_src, group
 
     out = tmp_path / "out"
     proc = subprocess.Popen(
@@ -219,7 +208,7 @@ def test_sigterm_to_the_process_group_of_two_ranks_stops_both_with_one_line(shar
             assert proc.poll() is None, proc.communicate()[1][-3000:]
             assert time.monotonic() < deadline, "training did not start in 240 s"
             time.sleep(0.1)
-        assert len(_group(proc.pid)) == 2  # both ranks, training (5000 epochs take minutes)
+        assert len(group(proc.pid)) == 2  # both ranks, training (5000 epochs take minutes)
         os.killpg(proc.pid, signal.SIGTERM)
     finally:
         err = _finish(proc, 90)
