@@ -177,11 +177,16 @@ def _handled(prog: str, call: Callable[[], int]) -> int:
         _report(prog, message)
         return 2
     except KeyboardInterrupt as stop:
-        how = "terminated (SIGTERM)" if isinstance(stop, Terminated) else "interrupted"
-        if not distributed_follower():  # every rank is stopped; one line says so
-            print(f"\n{prog}: {how}; finished runs are kept{_kept(stop)}: rerun the same command "
-                  "to resume", file=sys.stderr)
-        return 128 + (signal.SIGTERM if isinstance(stop, Terminated) else signal.SIGINT)
+        terminated = isinstance(stop, Terminated)
+        if distributed_follower():  # every rank is stopped; rank 0's line and status say so
+            # a SIGTERM stops every rank at one step (recipes.common.lightning), so a follower
+            # exits 0: Lightning's launcher SIGKILLs rank 0 when a rank it started ends with
+            # another status, which would cut rank 0's line and its 143 short
+            return 0 if terminated else 128 + signal.SIGINT
+        how = "terminated (SIGTERM)" if terminated else "interrupted"
+        print(f"\n{prog}: {how}; finished runs are kept{_kept(stop)}: rerun the same command "
+              "to resume", file=sys.stderr)
+        return 128 + (signal.SIGTERM if terminated else signal.SIGINT)
 
 
 def _kept(stop: BaseException) -> str:

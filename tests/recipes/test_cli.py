@@ -202,6 +202,21 @@ def test_an_interrupted_distributed_run_says_so_on_rank_0_only(tmp_path, capsys,
     assert "adaptcl demo: interrupted" in capsys.readouterr().err
 
 
+def test_a_terminated_follower_exits_0_and_rank_0_143(tmp_path, capsys, monkeypatch):
+    """After a SIGTERM every rank stops at one step; rank 0 carries the status. A follower's
+    143 would have Lightning's launcher SIGKILL rank 0 before its line (exit 137)."""
+    def terminated(self):
+        raise cli.Terminated
+
+    monkeypatch.setattr(DemoRecipe, "run", terminated)
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert cli.main(["demo", "--output-dir", str(tmp_path)]) == 0
+    assert capsys.readouterr().err == ""
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    assert cli.main(["demo", "--output-dir", str(tmp_path)]) == 143
+    assert "adaptcl demo: terminated (SIGTERM)" in capsys.readouterr().err
+
+
 def test_a_crash_keeps_its_traceback(tmp_path, monkeypatch):
     def crash(self):
         raise RuntimeError("a bug of ours")

@@ -1,8 +1,10 @@
 """``fit`` as the recipes run Lightning: an interrupt comes out as it went in (one line, exit
-130 / 143, SIGINT's handler back), and the death of another process is one line naming it."""
+130 / 143, SIGINT's handler back), the death of another process is one line naming it, and a
+SIGTERM to the process group of a run on two devices stops both ranks at one step."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -110,3 +112,122 @@ def test_a_killed_rank_stops_the_other_with_one_line(shared_data, tmp_path):
         "adaptcl tu: rank 1 of 2 processes stopped (it was killed or crashed; its own output "
         f"says why), so rank 0 stopped too; finished runs are kept under {out}/runs: rerun the "
         "same command to resume")
+
+
+class _TwoRanks:
+    """What ``fit`` and its SIGTERM callback read of one rank of a 2-process trainer: three
+    training steps, SIGTERM sent to this process in the middle of the second one (``signalled``)
+    or to the other rank only (its note arrives through the reduction)."""
+
+    world_size, global_rank = 2, 1
+
+    def __init__(self, signalled: bool) -> None:
+        self.callbacks: list = []
+        self.strategy, self.signalled, self.steps = self, signalled, []
+
+    def reduce_boolean_decision(self, decision: bool, all: bool = True) -> bool:
+        assert all is False  # any rank's note stops every rank
+        return decision or not self.signalled
+
+    def fit(self, *args, **kwargs) -> None:
+        for callback in self.callbacks:
+            callback.on_train_start(self, None)
+        for step in range(3):
+            if step == 1 and self.signalled:
+                os.kill(os.getpid(), signal.SIGTERM)  # lands mid-step: noted, nothing raised
+            self.steps.append(step)
+            for callback in self.callbacks:
+                callback.on_train_batch_end(self, None, None, None, step)
+
+
+@pytest.mark.parametrize("signalled", [True, False])
+def test_a_sigterm_on_two_ranks_stops_at_the_agreed_step_through_the_cli_handler(signalled):
+    """The handler raises nothing where the signal lands (a collective may be under way); the
+    step every rank agrees on stops, and the handler from before (the CLI's) raises there."""
+    previous = signal.signal(signal.SIGTERM, cli._raise_terminated)
+    trainer = _TwoRanks(signalled)
+    try:
+        with pytest.raises(cli.Terminated):
+            fit(trainer, None)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        cli._quiet_children.release()
+    assert trainer.steps == ([0, 1] if signalled else [0])
+
+
+def _tu(shared_data: Path, out: Path) -> list[str]:
+    return ["tu", "--devices", "2", "--device", "cpu", "--data-root", str(shared_data),
+            "--datasets", "MUTAG", "--seeds", "0", "--losses", "graphcl", "--epochs", "5000",
+            "--logger", "csv", "--no-progress", "--no-plot", "--output-dir", str(out)]
+
+
+def _stopped_with_one_line(proc: subprocess.Popen, err: str, out: Path) -> None:
+    """Exit 143, one line besides Lightning's start-up lines (no traceback, no gloo abort, no
+    "Child process ... terminated"), and no process of the group left after 10 s."""
+    assert proc.returncode == 143, err[-3000:]
+    said = [line for line in err.splitlines()
+            if line.strip() and not line.startswith("Initializing distributed: GLOBAL_RANK")]
+    assert said == [f"adaptcl tu: terminated (SIGTERM); finished runs are kept under {out}/runs: "
+                    "rerun the same command to resume"], err[-3000:]
+    from tests.recipes._process import group
+
+    deadline = time.monotonic() + 10
+    while group(proc.pid):  # rank 1 (its exit follows rank 0's by the interpreter's teardown)
+        assert time.monotonic() < deadline, f"left running: {group(proc.pid)}"
+        time.sleep(0.2)
+
+
+def _finish(proc: subprocess.Popen, timeout: float) -> str:
+    """``proc``'s stderr once it ended; a hang fails here (the group killed), not in CI."""
+    try:
+        return proc.communicate(timeout=timeout)[1]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_sigterm_to_the_process_group_of_two_ranks_stops_both_with_one_line(shared_data,
+                                                                             tmp_path):
+    """``timeout``, SLURM and docker send SIGTERM to the whole process group: each rank gets it
+    somewhere in its step (Lightning's own handler then broadcast from inside the handler:
+    a gloo "collective mismatch", or both ranks waiting for ever). Both stop: exit 143, one
+    line, and no process of the group is left."""
+    from tests.recipes._process import env_with_src, group
+
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "adaptcl", *_tu(shared_data, out)],
+        env=env_with_src(OMP_NUM_THREADS="1", MASTER_ADDR="127.0.0.1"), cwd=str(tmp_path),
+        start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    try:  # rank 0's CSV log is written after 100 steps, each of which waited for rank 1's
+        while not list(out.glob("**/metrics.csv")):
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "training did not start in 240 s"
+            time.sleep(0.1)
+        assert len(group(proc.pid)) == 2  # both ranks, training (5000 epochs take minutes)
+        os.killpg(proc.pid, signal.SIGTERM)
+    finally:
+        err = _finish(proc, 90)
+    _stopped_with_one_line(proc, err, out)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_sigterm_to_the_group_while_rank_1_waits_in_a_collective(shared_data, tmp_path):
+    """The case that broke, made certain: rank 1 waits in the loss's all-gather while rank 0,
+    in Python, has the group sent SIGTERM (``_sigterm_at_step.py``). Lightning's handler
+    broadcast there, against rank 1's all-gather; now both stop after that step."""
+    from tests.recipes._process import env_with_src
+
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [sys.executable, str(Path(__file__).with_name("_sigterm_at_step.py")),
+         *_tu(shared_data, out)],
+        env=env_with_src(OMP_NUM_THREADS="1", MASTER_ADDR="127.0.0.1"), cwd=str(tmp_path),
+        start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    err = _finish(proc, 240)
+    _stopped_with_one_line(proc, err, out)
