@@ -47,7 +47,8 @@ tests_for() {
                  tests/adapters/lightning/test_modules.py tests/adapters/lightning/test_ddp.py \
                  tests/adapters/lightning/test_mixed_precision.py tests/plugins/test_parity.py \
                  tests/adapters/lightly/test_temperature_rules.py \
-                 tests/adapters/lightning/test_temperature_rules.py ;;
+                 tests/adapters/lightning/test_temperature_rules.py \
+                 tests/adapters/lightning/test_settings.py ;;
     text) echo tests/adapters/sentence_transformers/test_adapter.py \
                tests/adapters/sentence_transformers/test_cached.py \
                tests/adapters/sentence_transformers/test_composition.py \
