@@ -112,11 +112,12 @@ def unsupported(a: Tensor, k: Tensor, masks: tuple[Tensor | None, ...], weights:
 def use_kernel(backend: str, a: Tensor, k: Tensor, masks: tuple[Tensor | None, ...] = (),
                weights: object = None, bias: object = None, term: object = None) -> bool:
     """Whether ``backend`` runs this case on the kernel; ``"triton"`` refuses (``ValueError``,
-    one line) a case the kernel cannot run. ``"auto"`` takes the kernel on CUDA only."""
-    return _choose(backend, a, lambda: unsupported(a, k, masks, weights, bias, term))
+    one line) a case the kernel cannot run. ``"auto"`` takes the PyTorch loop (see the module's
+    docstring for why)."""
+    return _choose(backend, lambda: unsupported(a, k, masks, weights, bias, term))
 
 
-def _choose(backend: str, a: Tensor, why) -> bool:
+def _choose(backend: str, why) -> bool:
     """``backend``'s choice, ``why()`` saying what keeps the kernel from this case (or None)."""
     if backend != "triton":  # "auto": the PyTorch loop until the kernel wins on a GPU
         return False
@@ -257,7 +258,7 @@ def pair_unsupported(a: Tensor, k: Tensor, pa: Tensor, pk: Tensor,
 def use_pair_kernel(backend: str, a: Tensor, k: Tensor, pa: Tensor, pk: Tensor,
                     masks: tuple[Tensor | None, ...], pair: object) -> bool:
     """:func:`use_kernel` for AMCL's pair log-sum-exp."""
-    return _choose(backend, a, lambda: pair_unsupported(a, k, pa, pk, masks, pair))
+    return _choose(backend, lambda: pair_unsupported(a, k, pa, pk, masks, pair))
 
 
 def _pair_args(a, k, pa, pk, positive_index, self_index, params):
