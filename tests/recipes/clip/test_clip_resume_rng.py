@@ -15,31 +15,19 @@ import warnings
 import pytest
 
 pytest.importorskip("open_clip")
-pl = pytest.importorskip("pytorch_lightning")
+pytest.importorskip("pytorch_lightning")
 
 from adaptcl.recipes.clip import train  # noqa: E402
 from adaptcl.recipes.clip.config import ClipConfig  # noqa: E402
 from adaptcl.recipes.clip.data import CaptionTokens, load_clip_data, templates_of  # noqa: E402
 from adaptcl.recipes.engine import Cell  # noqa: E402
+from tests.recipes._lightning_kill import Killed, kill_trainers_at_epoch  # noqa: E402
 
 TINY = dict(train_limit=64, test_limit=40, retrieval_limit=20, batch_size=32, epochs=3,
             warmup_steps=1, patch_size=16, vision_width=32, text_width=32, head_width=16,
             vision_layers=1, text_layers=1, embed_dim=16, templates=3, context_length=12,
             threads=1, device="cpu", progress=False, num_workers=0)
 CELL = Cell((("dataset", "cifar10"), ("loss", "macl")), seed=0)
-
-
-class Killed(Exception):
-    """The stand-in for SIGKILL."""
-
-
-class KillAtEpoch(pl.Callback):
-    def __init__(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def on_train_epoch_start(self, trainer, pl_module) -> None:
-        if trainer.current_epoch == self.epoch:
-            raise Killed(f"killed at the start of epoch {self.epoch}")
 
 
 @pytest.mark.slow
@@ -51,14 +39,7 @@ def test_a_run_resumed_after_an_epoch_is_the_uninterrupted_run(shared_data, tmp_
     tokens = CaptionTokens(data.classnames, templates_of(cfg), cfg.context_length)
     whole = train.train_and_score(cfg, data, tokens, CELL, tmp_path / "whole", tmp_path / "l0")
 
-    original = train.build_trainer
-
-    def killed_after_first_epoch(*args, **kwargs):
-        trainer = original(*args, **kwargs)
-        trainer.callbacks.insert(0, KillAtEpoch(1))
-        return trainer
-
-    monkeypatch.setattr(train, "build_trainer", killed_after_first_epoch)
+    original = kill_trainers_at_epoch(monkeypatch, train, "build_trainer", 1)
     with pytest.raises(Killed):
         train.train_and_score(cfg, data, tokens, CELL, tmp_path / "resumed", tmp_path / "l1")
     assert (tmp_path / "resumed" / "last.ckpt").is_file()

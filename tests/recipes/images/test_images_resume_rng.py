@@ -15,30 +15,18 @@ import warnings
 import pytest
 
 pytest.importorskip("lightly")
-pl = pytest.importorskip("pytorch_lightning")
+pytest.importorskip("pytorch_lightning")
 
 from adaptcl.recipes.engine import Cell  # noqa: E402
 from adaptcl.recipes.images import train  # noqa: E402
 from adaptcl.recipes.images.config import ImagesConfig  # noqa: E402
 from adaptcl.recipes.images.data import load_splits  # noqa: E402
+from tests.recipes._lightning_kill import Killed, kill_trainers_at_epoch  # noqa: E402
 
 TINY = dict(train_limit=96, test_limit=64, epochs=3, batch_size=32, width=0.0625,
             hidden_dim=16, output_dim=8, linear_epochs=0, knn_every=1,
             progress=False, device="cpu", threads=1, num_workers=0)
 CELL = Cell((("dataset", "cifar10"), ("loss", "macl")), seed=0)
-
-
-class Killed(Exception):
-    """The stand-in for SIGKILL."""
-
-
-class KillAtEpoch(pl.Callback):
-    def __init__(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def on_train_epoch_start(self, trainer, pl_module) -> None:
-        if trainer.current_epoch == self.epoch:
-            raise Killed(f"killed at the start of epoch {self.epoch}")
 
 
 @pytest.mark.slow
@@ -49,14 +37,7 @@ def test_a_run_resumed_after_an_epoch_is_the_uninterrupted_run(shared_data, tmp_
     splits = load_splits(shared_data, cfg)
     whole = train.train_and_score(cfg, splits, CELL, tmp_path / "whole", tmp_path / "logs0")
 
-    original = train.lightning_trainer
-
-    def killed_after_first_epoch(*args, **kwargs):
-        trainer = original(*args, **kwargs)
-        trainer.callbacks.insert(0, KillAtEpoch(1))
-        return trainer
-
-    monkeypatch.setattr(train, "lightning_trainer", killed_after_first_epoch)
+    original = kill_trainers_at_epoch(monkeypatch, train, "lightning_trainer", 1)
     with pytest.raises(Killed):
         train.train_and_score(cfg, splits, CELL, tmp_path / "resumed", tmp_path / "logs1")
     assert (tmp_path / "resumed" / "last.ckpt").is_file()
