@@ -4,8 +4,9 @@
 :func:`~adaptcl.adapters.lightning.factory.build_ssl_module` needs besides the method and the
 loss: the backbone and heads, every loss's hyper-parameters, the optimiser and the kNN
 monitor. It is checked when it is made (a bad value is one ``ValueError``/``TypeError`` naming
-its field), so a settings object that exists is valid whichever loss it is given to. Imports no framework (the optimiser's names are checked
-against :mod:`~adaptcl.adapters.lightning.modules` when one is given).
+its field), so a settings object that exists is valid whichever loss it is given to. Imports no
+framework (the optimiser's names are checked against
+:mod:`~adaptcl.adapters.lightning.modules` when one is given).
 
 The same idea as solo-learn's one ``cfg`` per method and LightningCLI's typed init arguments,
 kept to a flat dataclass: a script builds it once from keywords (or from its own config) and

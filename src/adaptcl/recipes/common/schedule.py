@@ -62,7 +62,7 @@ def check_period(cfg: Any, steps_per_epoch: int, where: str) -> None:
     ...
     ValueError: --schedule-period 0.4 (epochs; none: a fifth of --epochs 2) is 1 optimisation step on MUTAG (2 per epoch): temperature_schedule's temperature would stay at --max-temperature; give at least 1 epoch (2 steps)
     """
-    if "temperature_schedule" not in cfg.losses:
+    if not set(SCHEDULE_LOSSES) & set(cfg.losses):
         return
     steps = schedule_steps(cfg.schedule_period, steps_per_epoch)
     if steps <= 1:

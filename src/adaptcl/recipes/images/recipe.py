@@ -53,8 +53,9 @@ class ImagesRecipe(Recipe):
                 self._splits[key] = load_splits(self.data_root, config)
             splits = self._splits[key]
             check_batch(splits, config)
-            check_period(config, self.steps_per_epoch(config), splits.name)
-            module_settings(config, splits.num_classes, len(splits.train) // config.batch_size)
+            steps = self.steps_per_epoch(config)
+            check_period(config, steps, splits.name)
+            module_settings(config, splits.num_classes, steps)
         self.fingerprints = {self.data_label(c): self.splits_of(c).fingerprint
                              for c in configs.values()}
 
