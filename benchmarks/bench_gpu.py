@@ -6,7 +6,7 @@ What it measures, in one run, on one CUDA device:
   ``ASCLLoss`` (in-batch soft labels), ``InfoNCELoss(form="cross_view")``, the tiled
   ``MACLLoss`` / cross-view ``InfoNCELoss`` (``tile_size``) on the PyTorch tile loop
   (``tile_backend="torch"``) and, on CUDA with Triton, the same two on the fused kernel
-  (``tile_backend="triton"``, :mod:`adaptcl.plugins.fused`), against Lightly's ``NTXentLoss``,
+  (``tile_backend="triton"``, :mod:`adaptcl.plugins.tiles._fused`), against Lightly's ``NTXentLoss``,
   ``MACLLoss`` and ``DCLLoss``, sentence-transformers' ``MultipleNegativesRankingLoss`` and,
   when the ``inf_cl`` package imports, Inf-CL's tiled ``cal_flash_loss``; at every batch of
   ``--batches`` (materialised losses up to 262,144; larger batches run the tiled losses only),
@@ -87,7 +87,7 @@ def _plugin(cls_name: str, tiled: bool = False, backend: str = "torch",
         import adaptcl.plugins as plugins
 
         # the untiled rows time the materialised path: a budget no device reaches keeps the
-        # logits budget (adaptcl.plugins.budget) from switching them to the tiled path
+        # logits budget (adaptcl.plugins.tiles.budget) from switching them to the tiled path
         extra = {"tile_size": tile_size, "tile_backend": backend} if tiled else {"max_logits_bytes": 2**62}
         return getattr(plugins, cls_name)(check_finite=False, **kwargs, **extra)
 

@@ -36,10 +36,10 @@ from adaptcl.plugins import (
     MACLLoss,
     PairTemperature,
     TemperatureScheduleLoss,
-    fused,
 )
-from adaptcl.plugins import tiled as tiled_module
-from adaptcl.plugins.tiled import streamed_row_stats
+from adaptcl.plugins.tiles import _fused as fused
+from adaptcl.plugins.tiles import loop as tiled_module
+from adaptcl.plugins.tiles.loop import streamed_row_stats
 
 pytest.importorskip("triton")
 if not fused.interpreting():

@@ -1,4 +1,4 @@
-"""The logits budget (:mod:`adaptcl.plugins.budget`): a materialised loss whose logits would
+"""The logits budget (:mod:`adaptcl.plugins.tiles.budget`): a materialised loss whose logits would
 exceed ``max_logits_bytes`` takes its exact tiled path, says so once and in ``last_stats``.
 
 Every loss of the shared table that takes ``tile_size`` is run three ways on one batch:
@@ -16,8 +16,9 @@ import warnings
 import pytest
 import torch
 
-from adaptcl.plugins import InfoNCELoss, LogitsBudgetWarning, MACLLoss, budget, info_nce
+from adaptcl.plugins import InfoNCELoss, LogitsBudgetWarning, MACLLoss, info_nce
 from adaptcl.plugins.candidates import Candidates
+from adaptcl.plugins.tiles import budget
 
 from ._helpers import LOSSES, names
 
@@ -293,7 +294,7 @@ def test_the_budget_marks_its_constants_as_torch_compiler_does():
     """budget.py marks its two trace-time constants by the attribute that
     torch.compiler.assume_constant_result sets (importing torch._dynamo at import time would
     cost every import of the core about 2 s): the public decorator must still work that way."""
-    from adaptcl.plugins import budget
+    from adaptcl.plugins.tiles import budget
 
     def probe():
         return 0

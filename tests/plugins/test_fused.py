@@ -1,4 +1,4 @@
-"""The fused Triton kernel of the tiled losses (:mod:`adaptcl.plugins.fused`).
+"""The fused Triton kernel of the tiled losses (:mod:`adaptcl.plugins.tiles._fused`).
 
 The kernel's values and gradients are tested under Triton's interpreter in
 ``interpreted_fused.py``, run here in a fresh process with ``TRITON_INTERPRET=1``: Triton
@@ -23,8 +23,8 @@ from adaptcl.plugins import (
     MACLLoss,
     NCELoss,
     PairTemperature,
-    fused,
 )
+from adaptcl.plugins.tiles import _fused as fused
 from tests._interpreted import run_interpreted
 
 HERE = Path(__file__).resolve().parent

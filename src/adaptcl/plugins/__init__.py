@@ -12,7 +12,7 @@ kernel's losses: DySTreSS's temperature from each pair's cosine
 (:mod:`~adaptcl.plugins.dystress`), multi-positive targets from ``labels`` (SupCon,
 :mod:`~adaptcl.plugins.targets`) and sentence-transformers' hardness term
 (:mod:`~adaptcl.plugins.hardness`). Each path can be materialised or streamed in tiles by the
-method-agnostic engine in :mod:`~adaptcl.plugins.tiled`.
+method-agnostic engine in :mod:`~adaptcl.plugins.tiles.loop`.
 
 Like ``torch.nn.functional`` and ``torch.nn``, every loss has a functional form in
 :mod:`adaptcl.plugins.functional` (``info_nce``, ``dcl``, ``flat_nce``, ``dual_temperature``,
@@ -25,7 +25,7 @@ keeps what it last computed in ``loss.last_stats``. Two-view modules are called 
 losses, ``loss(z0, z1)``, plus an optional ``negatives=`` tensor; all share the keywords
 ``gather_distributed``, ``gather_fn``, ``check_finite``, ``tile_size``, ``max_logits_bytes``
 (the budget beyond which a materialised loss takes its exact tiled path,
-:mod:`~adaptcl.plugins.budget`) and ``reduction``.
+:mod:`~adaptcl.plugins.tiles.budget`) and ``reduction``.
 """
 
 from .amcl import AMCLLoss
@@ -38,7 +38,6 @@ from .amcl_noncontrastive import (
 from .amcl_temperature import ConstantTemperature, PairTemperature, omega
 from .ascl import ASCLBYOLLoss, ASCLLoss, ascl_byol, soft_labels
 from .base import ContrastiveLoss
-from .budget import LogitsBudgetWarning
 from .candidates import FORMS, Candidates, build_candidates
 from .dystress import DySTreSSLoss, dystress_temperature
 from .hardness import HARDNESS_MODES
@@ -73,6 +72,7 @@ from .schedule import (
     temperature_schedule,
 )
 from .survey import MarginContrastiveLoss, NCELoss, TripletLoss, margin_contrastive, nce, triplet
+from .tiles.budget import LogitsBudgetWarning
 
 __all__ = [
     "FORMS", "Candidates", "build_candidates", "KernelOutput", "contrastive_kernel",

@@ -39,12 +39,12 @@ from .base import (
     note_tile,
     reduce,
 )
-from .budget import plan_tiles
 from .candidates import Candidates, Form, autocast_off
 from .distributed import GatherFn
 from .heads import as_heads
 from .kernel import no_negatives_output
-from .tiled import streamed_pair_lse, streamed_sum, streamed_top_columns, top_columns
+from .tiles.budget import plan_tiles
+from .tiles.loop import streamed_pair_lse, streamed_sum, streamed_top_columns, top_columns
 from .validation import TileBackend, check_choice, check_int, check_non_negative
 
 #: the negative term of Table 2: the kappa hardest negatives, or the soft-max over all
@@ -54,7 +54,7 @@ NEGATIVE_TERMS: tuple[NegativeTerm, ...] = get_args(NegativeTerm)
 Objective = Literal["nt_xent", "infonce"]
 OBJECTIVES: tuple[Objective, ...] = get_args(Objective)
 #: ``[A, C]`` matrices of one head's materialised path at its peak, by negative term
-#: (measured, :mod:`~adaptcl.plugins.budget`): cosines, pair temperatures, the pair term and
+#: (measured, :mod:`~adaptcl.plugins.tiles.budget`): cosines, pair temperatures, the pair term and
 #: their gradients
 AMCL_COPIES = {"softmax": 12, "topk": 6}
 
@@ -77,7 +77,7 @@ def pair_term(s: Tensor, tau: Tensor, beta: float, dim: int) -> Tensor:
 
 class _PairTerm:
     """:func:`pair_term` with ``tau = net.squash(r)``, on tiles of the streaming engine
-    (:class:`~adaptcl.plugins.tiled.PairTerm`); its derivative is written out for the
+    (:class:`~adaptcl.plugins.tiles.loop.PairTerm`); its derivative is written out for the
     recomputing backward."""
 
     def __init__(self, net: nn.Module, beta: float, dim: int) -> None:
@@ -97,7 +97,7 @@ class _PairTerm:
 
     def kernel_pair(self) -> tuple[float, ...] | None:
         """``(squash kind, t0, t1, t2, beta, dim)`` for the fused kernel
-        (:mod:`~adaptcl.plugins.fused`), or ``None`` for a network it does not know."""
+        (:mod:`~adaptcl.plugins.tiles`), or ``None`` for a network it does not know."""
         if not hasattr(self.net, "kernel_squash"):
             return None
         return (*self.net.kernel_squash(), self.beta, self.dim)
@@ -121,7 +121,7 @@ class AMCLLoss(ContrastiveLoss):
             :class:`~adaptcl.plugins.InfoNCELoss` (the same validation; each head's candidates
             are gathered across ranks with ``gather_fn``).
         tile_size: stream the pair similarities and temperatures in tiles (Inf-CL, Cheng et
-            al. 2024; :mod:`adaptcl.plugins.tiled`), exactly: ``"softmax"`` recomputes each tile's
+            al. 2024; :mod:`adaptcl.plugins.tiles.loop`), exactly: ``"softmax"`` recomputes each tile's
             pair temperatures in backward so the temperature network still learns; ``"topk"``
             merges the top-kappa across tiles and differentiates the gathered pairs. Needs a
             temperature network exposing ``features``, ``squash`` and ``squash_grad`` (as
@@ -133,7 +133,7 @@ class AMCLLoss(ContrastiveLoss):
             :class:`ConstantTemperature` (``"topk"`` keeps the PyTorch path).
         max_logits_bytes: beyond this many bytes of materialised pair matrices (all heads),
             take the tiled path, as :class:`~adaptcl.plugins.InfoNCELoss`
-            (:mod:`adaptcl.plugins.budget`); a temperature network that cannot be tiled stays
+            (:mod:`adaptcl.plugins.tiles.budget`); a temperature network that cannot be tiled stays
             materialised.
         bound_warning_steps: warn once per loss instance (``RuntimeWarning``,
             :data:`~adaptcl.plugins.amcl_temperature.BOUND_WARNING`) when the mean positive or

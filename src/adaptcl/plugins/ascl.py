@@ -36,7 +36,6 @@ from .base import (
     note_tile,
     reduce,
 )
-from .budget import plan_tiles
 from .candidates import (
     MASKED,
     Candidates,
@@ -54,7 +53,8 @@ from .kernel import (
     no_negatives_output,
     row_logsumexp,
 )
-from .tiled import Masks, mask_tile, streamed_row_stats, streamed_softmax_stats, top_columns
+from .tiles.budget import plan_tiles
+from .tiles.loop import Masks, mask_tile, streamed_row_stats, streamed_softmax_stats, top_columns
 from .validation import UNFUSED_BACKENDS, TileBackend, check_choice, check_int, check_positive
 
 #: the soft-label rule: ASCL, AHCL (hard top-K labels) or hard (one-hot: InfoNCE)
@@ -64,7 +64,7 @@ MODES: tuple[ASCLMode, ...] = get_args(ASCLMode)
 ASCLForm = Literal["queue", "cross_view"]
 ASCL_FORMS: tuple[ASCLForm, ...] = get_args(ASCLForm)
 #: the materialised path's ``[A, C]`` matrices at its peak (measured,
-#: :mod:`~adaptcl.plugins.budget`): InfoNCE's, the key similarities and the soft targets
+#: :mod:`~adaptcl.plugins.tiles.budget`): InfoNCE's, the key similarities and the soft targets
 ASCL_COPIES = 7
 
 
@@ -147,7 +147,7 @@ def soft_labels(key_sim: Tensor, valid: Tensor, *, mode: ASCLMode = "ascl", num_
 class _TileTargets:
     """ASCL's un-normalised targets on a tile, ``min(1, s_i q_ij)`` with
     ``q_ij = exp(<k_i, k_j> / tau' - log_norm_i)`` over the valid columns (detached); the
-    :class:`~adaptcl.plugins.tiled.TileWeights` of the streamed soft-target sum."""
+    :class:`~adaptcl.plugins.tiles.loop.TileWeights` of the streamed soft-target sum."""
 
     def __init__(self, positive_keys: Tensor, sharpen_temperature: float, log_norm: Tensor,
                  scale: Tensor) -> None:
@@ -282,7 +282,7 @@ class ASCLLoss(ContrastiveLoss):
         mode: ``"ascl"`` (soft), ``"ahcl"`` (adaptive hard) or ``"hard"``.
         form: ``"queue"`` (default) or ``"cross_view"`` (in-batch).
         tile_size: stream the logits and the key-to-negative similarities in tiles (Inf-CL,
-            Cheng et al. 2024; :mod:`adaptcl.plugins.tiled`), exact in every mode: a first
+            Cheng et al. 2024; :mod:`adaptcl.plugins.tiles.loop`), exact in every mode: a first
             gradient-free pass gathers the normaliser and entropy of the sharpened distribution
             (and merges the top-K across tiles for ``"hard"`` / ``"ahcl"``), the second streams
             ``lse`` and the soft-target sum ``sum_j y_ij l_ij``. ``None`` (default) materialises.

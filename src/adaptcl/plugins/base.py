@@ -21,7 +21,7 @@ from .kernel import (
     row_statistics,
 )
 from .targets import LabelTargets
-from .tiled import TileTerm
+from .tiles.loop import TileTerm
 from .validation import TILE_BACKENDS, TileBackend, check_choice, check_shared
 
 Stats = dict[str, Tensor]
@@ -70,7 +70,7 @@ def loss_stats(per_anchor: Tensor, cands: list[Candidates] | None = None, *,
 
 def note_tile(stats: Stats, auto_tile: int | None) -> Stats:
     """``stats`` with ``auto_tile_size`` (the tile, a float32 0-d tensor) when the logits
-    budget switched the call to its tiled path (:func:`~adaptcl.plugins.budget.plan_tiles`)."""
+    budget switched the call to its tiled path (:func:`~adaptcl.plugins.tiles.budget.plan_tiles`)."""
     if auto_tile is not None:
         stats["auto_tile_size"] = torch.full((), float(auto_tile), dtype=torch.float32,
                                              device=stats["loss"].device)
@@ -92,8 +92,8 @@ def run_kernel(
 
     ``log_weights(cands, log_w)`` may return per-anchor log weights from the direction's
     candidates and its detached ``log W`` (they are detached anyway). ``tile_size`` streams
-    the similarity matrix in tiles (:mod:`adaptcl.plugins.tiled`) instead of materialising it,
-    on ``tile_backend`` (the fused kernel or the PyTorch loop, :mod:`adaptcl.plugins.fused`).
+    the similarity matrix in tiles (:mod:`adaptcl.plugins.tiles.loop`) instead of materialising it,
+    on ``tile_backend`` (the fused kernel or the PyTorch loop, :mod:`adaptcl.plugins.tiles`).
     Anchors without negatives give 0 (:func:`~adaptcl.plugins.kernel.no_negatives_output`).
 
     The per-pair parts: ``term`` maps cosines to logits (a per-pair temperature; ``temperature``
@@ -211,9 +211,9 @@ class ContrastiveLoss(Loss):
     ``gather_distributed`` (a bool), ``gather_fn`` (a gradient-carrying gather such as
     ``lightly.utils.dist.gather``, or None), ``check_finite`` (a bool), ``tile_size`` (None or
     an int >= 1), ``tile_backend`` (``"auto"``, ``"triton"`` or ``"torch"``: the fused kernel
-    or the PyTorch loop for the tiles, :mod:`~adaptcl.plugins.fused`; a loss without a kernel
+    or the PyTorch loop for the tiles, :mod:`~adaptcl.plugins.tiles`; a loss without a kernel
     path restricts ``tile_backends``), ``max_logits_bytes`` (None or an int >= 1: the budget beyond which the
-    materialised logits give way to the exact tiled path, :mod:`~adaptcl.plugins.budget`;
+    materialised logits give way to the exact tiled path, :mod:`~adaptcl.plugins.tiles.budget`;
     ``None`` reads it from the free memory on CUDA and never switches elsewhere) and
     ``reduction`` (``"mean"``, ``"sum"`` or ``"none"``
     for per-anchor losses, as in ``torch.nn``). Inputs of mixed float32/float64 dtypes are computed in float64.

@@ -44,7 +44,7 @@ What the authors' code does, and what this module follows:
 
 With ``min_temperature == max_temperature`` it is InfoNCE at that temperature (to float64
 precision: the temperature divides the cosine instead of being folded into the anchors).
-The temperature enters each tile elementwise (:class:`~adaptcl.plugins.tiled.TileTerm`), so
+The temperature enters each tile elementwise (:class:`~adaptcl.plugins.tiles.loop.TileTerm`), so
 the tiled path is exact; labels (:mod:`~adaptcl.plugins.targets`), the hardness term
 (:mod:`~adaptcl.plugins.hardness`) and every candidate set combine with it.
 ``last_stats["temperature"]`` is the mean temperature of the positive pairs.
@@ -71,10 +71,10 @@ from .base import (
     reduce,
     run_kernel,
 )
-from .budget import LOGIT_COPIES, plan_tiles
 from .candidates import Candidates, Form
 from .distributed import GatherFn
 from .hardness import HardnessMode, check_hardness, hardness_spec
+from .tiles.budget import LOGIT_COPIES, plan_tiles
 from .validation import TileBackend, check_bool, check_choice, check_finite_number, check_positive
 
 __all__ = ["Shape", "DySTreSSLoss", "dystress", "dystress_temperature", "SHAPES"]
@@ -108,7 +108,7 @@ def dystress_temperature(s: Tensor, min_temperature: float = 0.1, max_temperatur
 
 
 class _PairTemperatureTerm:
-    """``s / tau(s)`` elementwise (a :class:`~adaptcl.plugins.tiled.TileTerm`), with its
+    """``s / tau(s)`` elementwise (a :class:`~adaptcl.plugins.tiles.loop.TileTerm`), with its
     derivative written out for the recomputing backward."""
 
     def __init__(self, min_temperature: float, max_temperature: float, shape: Shape,
@@ -140,7 +140,7 @@ class _PairTemperatureTerm:
 
     def kernel_term(self) -> tuple[int, tuple[float, float, float, float], bool]:
         """``(shape code, (tau_min, tau_max, threshold, width), detach)``: the same term for
-        the fused kernel (:mod:`~adaptcl.plugins.fused`; shape 1 cosine, 2 piecewise)."""
+        the fused kernel (:mod:`~adaptcl.plugins.tiles`; shape 1 cosine, 2 piecewise)."""
         return (SHAPES.index(self.shape) + 1, (self.min, self.max, self.threshold, self.width),
                 self.detach)
 

@@ -27,11 +27,11 @@ from .base import (
     reduce,
     run_kernel,
 )
-from .budget import plan_tiles
 from .candidates import Candidates, Form
 from .distributed import GatherFn
 from .hardness import HardnessMode, check_hardness, hardness_spec
 from .kernel import negative_lse, no_negatives_output
+from .tiles.budget import plan_tiles
 from .validation import TileBackend, check_positive
 
 
@@ -120,18 +120,18 @@ class InfoNCELoss(ContrastiveLoss):
             never stalls the step and fails the next synchronising call with a
             ``RuntimeError``. Nothing else in any loss synchronises host and device.
         tile_size: stream the similarity matrix in ``tile_size x tile_size`` tiles with an exact
-            recomputing backward (Inf-CL, Cheng et al. 2024; :mod:`adaptcl.plugins.tiled`):
+            recomputing backward (Inf-CL, Cheng et al. 2024; :mod:`adaptcl.plugins.tiles.loop`):
             memory linear in the batch. ``None`` (default) materialises it.
         tile_backend: what computes the tiles: ``"auto"`` (default; the PyTorch loop for now:
             the kernel was slower on a GPU), ``"triton"`` (the fused kernel, opt-in, or a
-            one-line refusal) or ``"torch"`` (the loop); see :mod:`adaptcl.plugins.fused`.
+            one-line refusal) or ``"torch"`` (the loop); see :mod:`adaptcl.plugins.tiles`.
         max_logits_bytes: the bytes the materialised logits may take (about three float32
             ``[A, C]`` matrices at the peak); beyond it the loss takes its exact tiled path,
-            says so once (a :class:`~adaptcl.plugins.budget.LogitsBudgetWarning`) and in
+            says so once (a :class:`~adaptcl.plugins.tiles.budget.LogitsBudgetWarning`) and in
             ``last_stats["auto_tile_size"]``. ``None`` (default): a share of the free memory on
             CUDA, no switch on the CPU. With ``tile_size`` too, that tile is used when over the
             budget and the logits are materialised below it. See
-            :mod:`adaptcl.plugins.budget`.
+            :mod:`adaptcl.plugins.tiles.budget`.
         reduction: ``"mean"`` (default), ``"sum"`` or ``"none"`` (per-anchor losses).
 
     ``forward(z0, z1, negatives=None, *, labels=None, negative_labels=None,

@@ -30,7 +30,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from .candidates import Candidates, autocast_off, rows_logits, scaled_anchors
-from .tiled import TileBias, TileTerm, TileWeights, streamed_row_stats, tiled_negative_lse
+from .tiles.loop import TileBias, TileTerm, TileWeights, streamed_row_stats, tiled_negative_lse
 from .validation import TileBackend
 
 
@@ -135,8 +135,8 @@ def negative_lse(c: Candidates, temperature: Tensor | float, tile_size: int | No
     """``(logsumexp over each anchor's negatives [A], positive logit [A])`` of one direction.
 
     The one place that chooses between materialising the ``[A, C]`` logits (``tile_size=None``)
-    and streaming them in tiles (:func:`~adaptcl.plugins.tiled.tiled_negative_lse`, on the
-    ``tile_backend`` of :mod:`~adaptcl.plugins.fused`); same values and gradients either way.
+    and streaming them in tiles (:func:`~adaptcl.plugins.tiles.loop.tiled_negative_lse`, on the
+    ``tile_backend`` of :mod:`~adaptcl.plugins.tiles`); same values and gradients either way.
     """
     if tile_size is not None:
         return tiled_negative_lse(c, temperature, tile_size, tile_backend)
@@ -157,7 +157,7 @@ def row_statistics(c: Candidates, temperature: Tensor | float, tile_size: int | 
     * ``bias``: a detached term added to the logits inside the log-sum-exp only (hardness).
 
     The one place where these paths choose between materialising the ``[A, C]`` logits
-    (``tile_size=None``) and streaming them (:func:`~adaptcl.plugins.tiled.streamed_row_stats`
+    (``tile_size=None``) and streaming them (:func:`~adaptcl.plugins.tiles.loop.streamed_row_stats`
     on ``tile_backend``); the weights, bias and term objects are the same on both, so are the
     values and gradients.
     Without any of the three, :func:`negative_lse` computes the same quantities.

@@ -76,10 +76,10 @@ from .base import (
     reduce,
     run_kernel,
 )
-from .budget import plan_tiles
 from .candidates import Candidates, Form
 from .distributed import GatherFn
 from .heads import as_heads
+from .tiles.budget import plan_tiles
 from .validation import TileBackend, check_int, check_positive, check_temperature_range
 
 __all__ = ["LearnableTemperatureLoss", "learnable_temperature", "OPEN_CLIP_TEMPERATURE",

@@ -36,10 +36,10 @@ from .base import (
     reduce,
     run_kernel,
 )
-from .budget import plan_tiles
 from .candidates import Candidates, Form, alignment_magnitude
 from .distributed import GatherFn
 from .hardness import HardnessMode, check_hardness, hardness_spec
+from .tiles.budget import plan_tiles
 from .validation import (
     TileBackend,
     check_choice,
@@ -171,11 +171,11 @@ class MACLLoss(ContrastiveLoss):
         gather_distributed / gather_fn: as in :class:`~adaptcl.plugins.InfoNCELoss`; the
             alignment is all-reduced so every rank uses the same temperature.
         tile_size: stream the similarity matrix in tiles (Inf-CL, Cheng et al. 2024; see
-            :mod:`adaptcl.plugins.tiled`). Exact: A is a mean over the row-wise positives, the
+            :mod:`adaptcl.plugins.tiles.loop`). Exact: A is a mean over the row-wise positives, the
             detached temperature is folded into the anchors and ``V = exp(lse_all - lse_neg)``
             needs only ``lse_neg`` and the positive logit. ``None`` (default) materialises.
         max_logits_bytes: beyond this many bytes of materialised logits, take the tiled path
-            (as :class:`~adaptcl.plugins.InfoNCELoss`; :mod:`adaptcl.plugins.budget`).
+            (as :class:`~adaptcl.plugins.InfoNCELoss`; :mod:`adaptcl.plugins.tiles.budget`).
 
     ``forward(z0, z1, negatives=None, *, labels=None, negative_labels=None,
     negative_owners=None)``: ``labels`` give multi-positive (SupCon) targets with MACL's

@@ -62,9 +62,9 @@ from .base import (
     reduce,
     run_kernel,
 )
-from .budget import plan_tiles
 from .candidates import Candidates, Form
 from .distributed import GatherFn
+from .tiles.budget import plan_tiles
 from .validation import TileBackend, check_int, check_temperature_range
 
 __all__ = ["TemperatureScheduleLoss", "temperature_schedule", "cosine_temperature",

@@ -34,16 +34,16 @@ from .base import (
     note_tile,
     reduce,
 )
-from .budget import plan_tiles
 from .candidates import Candidates, Form, rows_logits
 from .distributed import GatherFn
+from .tiles.budget import plan_tiles
 from .validation import UNFUSED_BACKENDS, TileBackend, check_choice, check_positive
 
 #: the triplets kept: every (anchor, negative), or each anchor's closest negative
 Mining = Literal["all", "hardest"]
 MINING: tuple[Mining, ...] = get_args(Mining)
 #: ``[A, C]`` matrices of the materialised path at its peak (measured, 6.4 to 8.2:
-#: :mod:`~adaptcl.plugins.budget`)
+#: :mod:`~adaptcl.plugins.tiles.budget`)
 SURVEY_COPIES = 9
 
 

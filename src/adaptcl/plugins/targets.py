@@ -53,7 +53,7 @@ from __future__ import annotations
 from torch import Tensor
 
 from .candidates import Candidates
-from .tiled import Masks, mask_tile
+from .tiles.loop import Masks, mask_tile
 
 __all__ = ["LabelTargets", "same_class"]
 
@@ -66,7 +66,7 @@ def same_class(c: Candidates, r0: int, r1: int, c0: int, c1: int) -> Tensor:
 
 class LabelTargets:
     """The un-normalised multi-positive targets ``u_ij = [label_i == label_j]`` over the
-    unmasked columns, a :class:`~adaptcl.plugins.tiled.TileWeights`: the kernel adds the
+    unmasked columns, a :class:`~adaptcl.plugins.tiles.loop.TileWeights`: the kernel adds the
     designated positive and normalises, ``y = 1 / (1 + sum_j u_ij)`` on each positive.
 
     The materialised path calls :meth:`tile` once for the whole matrix, the tiled path once
@@ -84,5 +84,5 @@ class LabelTargets:
 
     def kernel_labels(self) -> tuple[Tensor, Tensor]:
         """``(labels [A], key_labels [C])``: what the fused kernel compares per tile
-        (:mod:`~adaptcl.plugins.fused`) to build the same targets."""
+        (:mod:`~adaptcl.plugins.tiles`) to build the same targets."""
         return self.c.labels, self.c.key_labels

@@ -77,7 +77,7 @@ def check_bool(name: str, value: bool) -> bool:
     return value
 
 
-#: what computes the tiles of the streamed path (:mod:`~adaptcl.plugins.fused`): ``"auto"`` the
+#: what computes the tiles of the streamed path (:mod:`~adaptcl.plugins.tiles`): ``"auto"`` the
 #: fused Triton kernel where it covers the case, else the PyTorch loop; ``"triton"`` the kernel
 #: or a one-line refusal; ``"torch"`` the loop
 TileBackend = Literal["auto", "triton", "torch"]
@@ -88,7 +88,7 @@ UNFUSED_BACKENDS: tuple[TileBackend, ...] = ("auto", "torch")
 
 def check_max_logits_bytes(value: int | None) -> int | None:
     """``None`` or an int >= 1: the bytes the materialised logits may take
-    (:mod:`~adaptcl.plugins.budget`)."""
+    (:mod:`~adaptcl.plugins.tiles.budget`)."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
@@ -105,7 +105,7 @@ def check_shared(*, gather_distributed: bool, gather_fn, check_finite: bool,
                  max_logits_bytes: int | None = None
                  ) -> tuple[bool, object, bool, int | None, str, int | None]:
     """The keywords every loss shares, checked the same way for all of them (``tile_backends``:
-    the tile backends the loss has, :mod:`~adaptcl.plugins.fused`).
+    the tile backends the loss has, :mod:`~adaptcl.plugins.tiles`).
 
     Returns ``(gather_distributed, gather_fn, check_finite, tile_size, tile_backend, max_logits_bytes)``.
     """

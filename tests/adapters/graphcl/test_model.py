@@ -305,7 +305,8 @@ def test_tile_size_passes_through_the_loss_factory(name):
 
 @pytest.mark.parametrize("name", ["graphcl", "macl"])
 def test_max_logits_bytes_passes_through_the_loss_factory(name, monkeypatch):
-    from adaptcl.plugins import LogitsBudgetWarning, budget
+    from adaptcl.plugins import LogitsBudgetWarning
+    from adaptcl.plugins.tiles import budget
 
     monkeypatch.setattr(budget, "_SAID", set())  # said once a process: not yet here
 

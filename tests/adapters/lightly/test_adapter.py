@@ -415,7 +415,8 @@ def test_tile_size_passes_through_and_matches_the_materialised_loss(make):
                                   "LearnableTemperatureLoss", "AMCLLoss"])
 def test_max_logits_bytes_passes_through_and_switches_to_the_tiled_path(name, monkeypatch):
     import adaptcl.adapters.lightly as package
-    from adaptcl.plugins import LogitsBudgetWarning, budget
+    from adaptcl.plugins import LogitsBudgetWarning
+    from adaptcl.plugins.tiles import budget
 
     monkeypatch.setattr(budget, "_SAID", set())  # said once a process: not yet here
 

@@ -19,8 +19,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from adaptcl.plugins import LogitsBudgetWarning, budget, fused
-from adaptcl.plugins import tiled as tiled_module
+from adaptcl.plugins import LogitsBudgetWarning
+from adaptcl.plugins.tiles import _fused as fused
+from adaptcl.plugins.tiles import budget
+from adaptcl.plugins.tiles import loop as tiled_module
 
 open_clip_loss = pytest.importorskip("open_clip.loss")
 pytest.importorskip("triton")

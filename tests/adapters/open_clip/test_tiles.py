@@ -1,5 +1,5 @@
 """The tiled path's keywords shared with the other adapters: ``max_logits_bytes`` (the logits
-budget, :mod:`adaptcl.plugins.budget`) and ``tile_backend`` (:mod:`adaptcl.plugins.fused`)
+budget, :mod:`adaptcl.plugins.tiles.budget`) and ``tile_backend`` (:mod:`adaptcl.plugins.tiles._fused`)
 reach every drop-in's core loss and are validated by it."""
 
 from __future__ import annotations
@@ -21,7 +21,9 @@ from adaptcl.adapters.open_clip import (  # noqa: E402
     TemperatureScheduleClipLoss,
     build_clip_loss,
 )
-from adaptcl.plugins import LogitsBudgetWarning, budget, fused  # noqa: E402
+from adaptcl.plugins import LogitsBudgetWarning  # noqa: E402
+from adaptcl.plugins.tiles import _fused as fused
+from adaptcl.plugins.tiles import budget
 from tests.adapters.open_clip.test_losses import _step  # noqa: E402
 
 HERE = Path(__file__).resolve().parent

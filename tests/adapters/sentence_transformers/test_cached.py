@@ -186,7 +186,8 @@ def test_tile_size_is_validated_by_the_core():
 
 @pytest.mark.parametrize("name", list(LOSSES))
 def test_max_logits_bytes_reaches_the_core_and_the_model_card(tiny_bert, name, monkeypatch):
-    from adaptcl.plugins import LogitsBudgetWarning, budget
+    from adaptcl.plugins import LogitsBudgetWarning
+    from adaptcl.plugins.tiles import budget
 
     monkeypatch.setattr(budget, "_SAID", set())  # said once a process: not yet here
 

@@ -70,10 +70,10 @@ class NTXentLoss(MemoryBankLoss):
         check_finite: raise on NaN/inf embeddings (costs one host-device synchronisation).
         tile_size: stream the similarity matrix in tiles (memory linear in the batch).
         tile_backend: ``"auto"``, ``"triton"`` or ``"torch"``: the fused kernel or the PyTorch
-            loop for the tiles (:mod:`adaptcl.plugins.fused`).
+            loop for the tiles (:mod:`adaptcl.plugins.tiles`).
         max_logits_bytes: beyond this many bytes of materialised logits, take the exact tiled
             path (``None``: a share of the free memory on CUDA, no switch on the CPU; see
-            :mod:`adaptcl.plugins.budget`).
+            :mod:`adaptcl.plugins.tiles.budget`).
 
     ``loss_fn(out0, out1, labels)`` with the class of each pair (``[N]`` integers or one-hot
     rows) is supervised contrastive learning (SupCon's ``L_out``, Khosla et al. 2020): every

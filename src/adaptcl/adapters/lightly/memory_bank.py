@@ -116,9 +116,9 @@ class MemoryBankLoss(nn.Module):
         persistent_memory_bank: save the bank in ``state_dict`` (Lightly does not).
         check_finite: raise ``ValueError`` on NaN/inf embeddings (one reduction and one
             host-device synchronisation per call; turn off in tuned training loops).
-        tile_size: stream the similarity matrix in tiles (see :mod:`adaptcl.plugins.tiled`).
-        tile_backend: what computes the tiles (see :mod:`adaptcl.plugins.fused`).
-        max_logits_bytes: the logits budget (see :mod:`adaptcl.plugins.budget`).
+        tile_size: stream the similarity matrix in tiles (see :mod:`adaptcl.plugins.tiles.loop`).
+        tile_backend: what computes the tiles (see :mod:`adaptcl.plugins.tiles`).
+        max_logits_bytes: the logits budget (see :mod:`adaptcl.plugins.tiles.budget`).
         forms: the in-batch forms this loss supports.
         bank_width: bank entries per row (heads of a multi-head loss).
         memory_bank_labels: keep the class of every bank entry (a second Lightly bank of

@@ -121,13 +121,13 @@ class AdaptiveClipLoss(open_clip_loss.ClipLoss):
     @property
     def tile_backend(self) -> str:
         """What computes the core's tiles: ``"auto"``, ``"triton"`` or ``"torch"``
-        (:mod:`adaptcl.plugins.fused`)."""
+        (:mod:`adaptcl.plugins.tiles`)."""
         return self.criterion.tile_backend
 
     @property
     def max_logits_bytes(self) -> int | None:
         """The core's logits budget beyond which it takes the tiled path (``None``: the default
-        of :mod:`adaptcl.plugins.budget`)."""
+        of :mod:`adaptcl.plugins.tiles.budget`)."""
         return self.criterion.max_logits_bytes
 
     def compute(self, cands: list, logit_scale: Tensor | float) -> tuple[Tensor, Stats]:

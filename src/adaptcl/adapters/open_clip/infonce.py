@@ -47,10 +47,10 @@ class InfoNCEClipLoss(AdaptiveClipLoss):
             recomputing backward (memory linear in the batch; Inf-CL, Cheng et al. 2024);
             ``None`` (default) materialises them as ``ClipLoss`` does.
         tile_backend: ``"auto"``, ``"triton"`` or ``"torch"``: the fused kernel or the PyTorch
-            loop for the tiles (:mod:`adaptcl.plugins.fused`).
+            loop for the tiles (:mod:`adaptcl.plugins.tiles`).
         max_logits_bytes: beyond this many bytes of materialised logits, take the exact tiled
             path (``None``: a share of the free memory on CUDA, no switch on the CPU; see
-            :mod:`adaptcl.plugins.budget`).
+            :mod:`adaptcl.plugins.tiles.budget`).
         check_finite: fail on NaN/inf features.
 
     ``forward(image_features, text_features, logit_scale, logit_bias=None, output_dict=False,

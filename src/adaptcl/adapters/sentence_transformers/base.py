@@ -143,7 +143,7 @@ class AdaptiveContrastiveLoss(CachedLossMixin, nn.Module):
     direction only: the reverse direction of ``symmetric=True`` runs without it.
 
     The subclasses also take ``tile_size`` and ``tile_backend`` and ``max_logits_bytes`` (passed to the core loss):
-    see :mod:`adaptcl.plugins.tiled` and :mod:`adaptcl.plugins.budget`.
+    see :mod:`adaptcl.plugins.tiles.loop` and :mod:`adaptcl.plugins.tiles.budget`.
     """
 
     citation_text = INFONCE_CITATION

@@ -1,4 +1,4 @@
-"""The fused (Triton) backend of :func:`~adaptcl.plugins.tiled.streamed_row_stats`.
+"""The fused (Triton) backend of :func:`~adaptcl.plugins.tiles.loop.streamed_row_stats`.
 
 Reference:
     Cheng et al., "Breaking the Memory Barrier: Near Infinite Batch Size Scaling for Contrastive
@@ -228,7 +228,7 @@ def _or(x: Tensor | None, default: Tensor) -> Tensor:
 
 def fused_row_stats(a: Tensor, k: Tensor, masks: tuple[Tensor | None, ...], weights: object = None,
                     term: object = None) -> tuple[Tensor, Tensor, Tensor]:
-    """The kernel's ``(lse, sum_ul, sum_u)``, as :func:`~adaptcl.plugins.tiled.streamed_row_stats`
+    """The kernel's ``(lse, sum_ul, sum_u)``, as :func:`~adaptcl.plugins.tiles.loop.streamed_row_stats`
     returns them (``lse`` and ``sum_ul`` differentiable in ``a`` and ``k``; float32)."""
     positive_index, self_index = (tuple(masks) + (None, None))[:2]
     labels, key_labels = (None, None) if weights is None else weights.kernel_labels()
@@ -337,7 +337,7 @@ pair_lse_op.register_autograd(_pair_backward, setup_context=_pair_setup_context)
 def fused_pair_lse(a: Tensor, k: Tensor, pa: Tensor, pk: Tensor,
                    masks: tuple[Tensor | None, ...], pair: object) -> tuple[Tensor, Tensor]:
     """The kernel's ``(lse [A], sum of tau over every pair)``, as
-    :func:`~adaptcl.plugins.tiled.streamed_pair_lse` returns them."""
+    :func:`~adaptcl.plugins.tiles.loop.streamed_pair_lse` returns them."""
     positive_index, self_index = (tuple(masks) + (None, None))[:2]
     lse, tau_sum = pair_lse_op(a.contiguous(), k.contiguous(), pa.contiguous(), pk.contiguous(),
                                positive_index, self_index, [float(x) for x in pair.kernel_pair()])

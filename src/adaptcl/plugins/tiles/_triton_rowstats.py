@@ -1,4 +1,4 @@
-"""Triton kernels of the fused row statistics, imported by :mod:`adaptcl.plugins.fused` on
+"""Triton kernels of the fused row statistics, imported by :mod:`adaptcl.plugins.tiles` on
 first use only (plugins import torch alone at import time).
 
 Triton decides when a kernel is defined whether it is compiled or interpreted

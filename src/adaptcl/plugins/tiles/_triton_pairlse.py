@@ -1,5 +1,5 @@
 """Triton kernels of AMCL's streamed pair log-sum-exp, imported by
-:mod:`adaptcl.plugins.fused` on first use only.
+:mod:`adaptcl.plugins.tiles` on first use only.
 
 Per tile of anchors x columns they form two bilinear forms, ``s = a @ k.T`` (the cosines) and
 ``r = pa @ pk.T`` (the temperature network's features), the pair temperature

@@ -74,8 +74,8 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from . import fused
-from .candidates import Candidates, autocast_off, scaled_anchors
+from ..candidates import Candidates, autocast_off, scaled_anchors
+from . import _fused as fused
 
 NEG_INF = float("-inf")
 Masks = tuple[Tensor | None, ...]
@@ -290,7 +290,7 @@ def streamed_row_stats(a: Tensor, k: Tensor, tile: int, masks: Masks,
     ``a`` and ``k`` (``u`` and ``b`` are detached).
 
     ``backend`` (``"auto"``, ``"triton"``, ``"torch"``) picks the fused kernel
-    (:mod:`~adaptcl.plugins.fused`, whose blocks are autotuned: ``tile`` is then unused) or
+    (:mod:`~adaptcl.plugins.tiles`, whose blocks are autotuned: ``tile`` is then unused) or
     this module's loop over ``tile x tile`` tiles."""
     with autocast_off(a):
         if fused.use_kernel(backend, a, k, masks, weights, bias, term):

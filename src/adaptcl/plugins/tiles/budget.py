@@ -8,7 +8,7 @@ FlatNCE, Dual temperature and the learned temperature (NT-Xent and cross-view fo
 hardness term adds nothing), one more with multi-positive ``labels`` (4.2) and for DySTreSS's
 pair temperatures (4.2), ASCL 6.6, ASCL-BYOL 6.7 (two matrices), AMCL 11.3 per head
 (``"softmax"``) and 5.3 (``"topk"``), the survey losses 6.4-8.2. Each loss passes its count
-(rounded up) to :func:`plan_tiles`. The tiled path (:mod:`adaptcl.plugins.tiled`) computes the
+(rounded up) to :func:`plan_tiles`. The tiled path (:mod:`adaptcl.plugins.tiles.loop`) computes the
 same value and gradient in memory linear in the batch. :func:`plan_tiles` compares the materialised estimate, :func:`logits_peak_bytes`, with a
 budget and picks the path:
 
@@ -37,7 +37,7 @@ import warnings
 
 import torch
 
-from .candidates import Candidates
+from ..candidates import Candidates
 
 #: float32 copies of the ``[A, C]`` matrix the materialised path holds at its peak
 LOGIT_COPIES = 3

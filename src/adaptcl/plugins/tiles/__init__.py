@@ -1,0 +1,14 @@
+"""How the ``[A, C]`` row statistics of a loss are computed when its logits are not materialised.
+
+Every loss here is one similarity step and one row-wise log-sum-exp, so a batch too large for
+its logits is computed exactly in tiles. This package holds the machinery below the methods;
+the methods describe their math (a term, label targets, a pair temperature) and never name a
+backend:
+
+* :mod:`~adaptcl.plugins.tiles.loop`: the PyTorch tile loop, the reference and what runs on
+  CPUs (online log-sum-exp forward, recomputing backward);
+* :mod:`~adaptcl.plugins.tiles.budget`: the logits budget beyond which a materialised loss
+  takes its tiled path;
+* ``_fused``, ``_triton_rowstats``, ``_triton_pairlse`` (private): the fused Triton kernels,
+  registered as :mod:`torch.library` ops, imported on first use only.
+"""
