@@ -10,7 +10,8 @@ import pytest
 
 import adaptcl.plugins
 
-MODULES = sorted(m.name for m in pkgutil.iter_modules(adaptcl.plugins.__path__, "adaptcl.plugins."))
+# every module of the core, its subpackages (adaptcl.plugins.tiles) included
+MODULES = sorted(m.name for m in pkgutil.walk_packages(adaptcl.plugins.__path__, "adaptcl.plugins."))
 
 
 @pytest.mark.parametrize("name", MODULES)

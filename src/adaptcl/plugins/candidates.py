@@ -118,6 +118,9 @@ class Candidates:
             (:mod:`~adaptcl.plugins.hardness`).
         extra_excluded: more ``[A]`` columns to exclude per row (distinct in every row).
         hardness_columns: the hardness term touches ``keys[:hardness_columns]`` only.
+        input_dtype: the dtype the embeddings came in (before they were normalised in float32),
+            which sets the precision of the products (:mod:`~adaptcl.plugins.tiles.precision`);
+            ``None``: the anchors' own dtype.
     """
 
     anchors: Tensor
@@ -134,6 +137,7 @@ class Candidates:
     negative_owners: Tensor | None = None
     extra_excluded: tuple[Tensor, ...] = ()
     hardness_columns: int | None = None
+    input_dtype: torch.dtype | None = None
 
     @property
     def num_anchors(self) -> int:
@@ -296,7 +300,9 @@ def build_candidates(
     big_labels = None
     if labels is not None and form != "queue":
         big_labels = _gather(labels, gather_fn)[0] if gather else labels
-    extra = {"negative_owners": negative_owners}
+    # the batch's dtype (bf16 under autocast) sets the products' precision; a float32 bank does not
+    extra = {"negative_owners": negative_owners,
+             "input_dtype": torch.promote_types(z0.dtype, z1.dtype)}
     if form == "queue":
         out = [Candidates(anchors=a0, keys=neg, positive_sim=positive_sim, positive_keys=a1,
                           unit_keys=unit_negatives, labels=labels, key_labels=key_labels(None),
