@@ -12,11 +12,17 @@ from torch.utils.data import DataLoader
 
 from adaptcl.adapters.lightning.factory import build_ssl_module, ssl_transforms
 from adaptcl.adapters.lightning.settings import SSLModuleSettings
-from adaptcl.adapters.lightning.trainer import RandomStates, TrainingClock, build_trainer
+from adaptcl.adapters.lightning.trainer import (
+    RandomStates,
+    StepMeter,
+    TrainingClock,
+    build_trainer,
+)
 from adaptcl.evaluation.images import evaluate_backbone
 from adaptcl.plugins.validation import NonFiniteError
 from adaptcl.recipes.common.lightning import fit, resume_checkpoint
 from adaptcl.recipes.common.schedule import schedule_steps
+from adaptcl.recipes.common.step_cost import step_cost
 from adaptcl.recipes.engine.cells import Cell
 from adaptcl.recipes.engine.errors import DivergedError, NonResultError, require_steps
 from adaptcl.recipes.engine.loggers import lightning_logger
@@ -91,10 +97,11 @@ def train_and_score(cfg: ImagesConfig, splits: ImageSplits, cell: Cell, ckpt_dir
     module = build_module(cfg, cell.loss, splits.num_classes, len(train))
     if cfg.knn_every:
         module.set_knn_bank_loader(bank)
-    clock = TrainingClock()
+    clock, meter = TrainingClock(), StepMeter()
     # the order and the augmentations draw from these: resumed, the run goes on as it would have
     states = RandomStates({"order": train.generator}, world=cfg.devices)
-    trainer = lightning_trainer(cfg, log_dir, ckpt_dir=ckpt_dir, callbacks=[clock, states])
+    trainer = lightning_trainer(cfg, log_dir, ckpt_dir=ckpt_dir,
+                                callbacks=[clock, meter, states])
     try:
         fit(trainer, module, train_dataloaders=train,
                     val_dataloaders=test if cfg.knn_every else None,
@@ -124,7 +131,8 @@ def train_and_score(cfg: ImagesConfig, splits: ImageSplits, cell: Cell, ckpt_dir
             "losses": [h["loss"] for h in history], "method": cfg.method,
             "final_temperature": last.get("temperature"),
             "final_alignment": last.get("alignment"), "train_seconds": clock.seconds,
-            "epoch_seconds": list(clock.epoch_seconds), "loader_workers": train.num_workers,
+            "epoch_seconds": list(clock.epoch_seconds), **step_cost(meter),
+            "loader_workers": train.num_workers,
             "eval_seconds": time.perf_counter() - start, "resumed_from": module.resumed_from,
             "checkpoint_dir": str(ckpt_dir), "history": history,
             "online_knn": module.knn_history}
