@@ -17,13 +17,9 @@ from adaptcl import cli  # noqa: E402
 from adaptcl.adapters.open_clip import build_clip_loss  # noqa: E402
 from adaptcl.recipes.clip.config import ClipConfig  # noqa: E402
 from adaptcl.recipes.clip.model import ClipModule, build_clip  # noqa: E402
+from tests.recipes.clip.test_clip_run import TINY as RUN_TINY  # noqa: E402
 
-TINY = ["--train-limit", "64", "--test-limit", "40", "--retrieval-limit", "20",
-        "--batch-size", "32", "--epochs", "1", "--warmup-steps", "1", "--patch-size", "16",
-        "--vision-width", "32", "--text-width", "32", "--head-width", "16",
-        "--vision-layers", "1", "--text-layers", "1", "--embed-dim", "16", "--templates", "3",
-        "--context-length", "12", "--threads", "1", "--device", "cpu", "--no-progress",
-        "--losses", "macl", "--targets", "pairs", "--seeds", "0"]
+TINY = [*RUN_TINY, "--losses", "macl", "--targets", "pairs", "--seeds", "0"]
 
 
 def _batch(n: int = 12):

@@ -18,6 +18,7 @@ from adaptcl.recipes.images import train  # noqa: E402
 from adaptcl.recipes.images.config import ImagesConfig  # noqa: E402
 from adaptcl.recipes.images.data import load_splits  # noqa: E402
 from tests.recipes._lightning_kill import Killed, kill_trainers_at_epoch  # noqa: E402
+from tests.recipes.images.test_images_resume_rng import TINY as RESUME_TINY  # noqa: E402
 
 TINY = ["--train-limit", "64", "--test-limit", "32", "--epochs", "1", "--batch-size", "32",
         "--width", "0.0625", "--hidden-dim", "16", "--output-dim", "8", "--linear-epochs", "0",
@@ -47,9 +48,7 @@ def test_cached_runs_train_and_enter_the_identity_only_where_they_cache(shared_d
     assert len(_run(shared_data, out, "--mini-batch-size", "8")["reused"]) == 1
 
 
-RESUME = dict(train_limit=96, test_limit=64, epochs=3, batch_size=32, mini_batch_size=8,
-              width=0.0625, hidden_dim=16, output_dim=8, linear_epochs=0, knn_every=1,
-              progress=False, device="cpu", threads=1, num_workers=0)
+RESUME = {**RESUME_TINY, "mini_batch_size": 8}  # the resume test's run, cached
 CELL = Cell((("dataset", "cifar10"), ("loss", "macl")), seed=0)
 
 

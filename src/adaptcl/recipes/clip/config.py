@@ -104,7 +104,7 @@ class ClipConfig:
 
     def __post_init__(self) -> None:
         check_settings(self)
-        gradient_cache.check_mini_batch_size(self)
+        gradient_cache.check_mini_batch_fits(self)
         self.targets = list(dict.fromkeys(self.targets))
         if not self.targets:
             raise ValueError("targets must not be empty")

@@ -22,12 +22,12 @@ def mini_batch_size(numbers: str) -> Any:
                    "or --batch-size itself: no caching)")
 
 
-def check_mini_batch_size(cfg: Any) -> None:
+def check_mini_batch_fits(cfg: Any) -> None:
     """Refuse a ``mini_batch_size`` larger than ``batch_size`` or not dividing it
     (``ValueError`` naming both; every chunk has the same size, so BatchNorm normalises each
     with as many images).
 
-    >>> check_mini_batch_size(type("C", (), {"mini_batch_size": 48, "batch_size": 128})())
+    >>> check_mini_batch_fits(type("C", (), {"mini_batch_size": 48, "batch_size": 128})())
     Traceback (most recent call last):
     ...
     ValueError: mini_batch_size (48) must divide batch_size (128) into chunks of one size, e.g. 32 or 64

@@ -110,7 +110,7 @@ class ImagesConfig:
 
     def __post_init__(self) -> None:
         check_settings(self)
-        gradient_cache.check_mini_batch_size(self)
+        gradient_cache.check_mini_batch_fits(self)
         for loss in self.losses:
             check_method_loss(self.method, loss)
         if self.full_data:
