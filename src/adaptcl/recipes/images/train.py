@@ -83,7 +83,10 @@ def loaders(cfg: ImagesConfig, splits: ImageSplits, seed: int) -> tuple[Any, Any
     train = DataLoader(splits.train.with_transform(train_tf), batch_size=cfg.batch_size,
                        shuffle=True, drop_last=True,
                        generator=torch.Generator().manual_seed(seed), **options)
-    bank, test = (DataLoader(part.with_transform(eval_tf), batch_size=max(cfg.batch_size, 256),
+    # the features of the kNN bank and the probe: as many images at a time as a training step
+    # holds in activations (with --mini-batch-size, its chunk), at least 256
+    features_batch = max(cfg.mini_batch_size or cfg.batch_size, 256)
+    bank, test = (DataLoader(part.with_transform(eval_tf), batch_size=features_batch,
                              shuffle=False, **options) for part in (splits.train, splits.test))
     return train, bank, test
 
