@@ -117,8 +117,8 @@ def cached_forward(encoder: Callable[..., Any], inputs: Tensor | Sequence[Tensor
 
     Returns:
         What ``encoder`` returns for the whole batch: a tensor, or a tuple of tensors,
-        concatenated along ``out_dims``. Without grad mode, or where nothing it depends on requires a
-        gradient, the chunks are simply embedded and concatenated (one pass).
+        concatenated along ``out_dims``. Without grad mode, or where nothing it depends on
+        requires a gradient, the chunks are simply embedded and concatenated (one pass).
     """
     mini_batch_size = check_int("mini_batch_size", mini_batch_size, 1)
     check_choice("batch_norm", batch_norm, BATCH_NORM_MODES)
