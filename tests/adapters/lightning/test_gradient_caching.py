@@ -18,8 +18,10 @@ pytest.importorskip("lightly")
 from pytorch_lightning.plugins.precision import MixedPrecision  # noqa: E402
 
 from adaptcl.adapters.lightly import LearnableTemperatureLoss  # noqa: E402
+from adaptcl.adapters.lightning import caching  # noqa: E402
 from adaptcl.adapters.lightning.factory import build_ssl_module  # noqa: E402
 from adaptcl.adapters.lightning.modules import SimCLRModule  # noqa: E402
+from adaptcl.plugins import cached_forward  # noqa: E402
 
 SMALL = dict(width=0.0625, hidden_dim=16, output_dim=8, queue_size=16, num_heads=2)
 BATCH = 8
@@ -126,15 +128,21 @@ def _fit(module: SimCLRModule, **trainer_options) -> SimCLRModule:
     ({"precision": "bf16-mixed"}, 2e-2),
     ({"plugins": [MixedPrecision("16-mixed", "cpu", torch.amp.GradScaler("cpu"))]}, 5e-3),
 ], ids=["32", "bf16-mixed", "16-mixed-grad-scaler"])
-def test_lightning_precision_clipping_and_accumulation_drive_the_cached_step(options, tolerance):
+def test_lightning_precision_clipping_and_accumulation_drive_the_cached_step(options, tolerance,
+                                                                           monkeypatch):
     """The same losses step by step and the same weights after training, cached or not, under
     each precision plugin with ``gradient_clip_val`` and ``accumulate_grad_batches``."""
+    calls = []
+    monkeypatch.setattr(caching, "cached_forward",
+                        lambda *args, **kwargs: calls.append(1) or cached_forward(*args, **kwargs))
     if "plugins" in options:  # a fresh GradScaler per fit
         options = {"plugins": [MixedPrecision("16-mixed", "cpu", torch.amp.GradScaler("cpu"))]}
     plain = _fit(_module(None), **options)
     options = ({"plugins": [MixedPrecision("16-mixed", "cpu", torch.amp.GradScaler("cpu"))]}
                if "plugins" in options else options)
+    assert not calls
     cached = _fit(_module(3), **options)
+    assert len(calls) == 2 * 8  # both views of every step, cached
     assert len(cached.history) == len(plain.history) == 8
     for a, b in zip(cached.history, plain.history, strict=True):
         assert a["loss"] == pytest.approx(b["loss"], rel=tolerance, abs=tolerance)

@@ -14,7 +14,9 @@ pytest.importorskip("open_clip")
 pytest.importorskip("pytorch_lightning")
 
 from adaptcl import cli  # noqa: E402
+from adaptcl.adapters.lightning import caching  # noqa: E402
 from adaptcl.adapters.open_clip import build_clip_loss  # noqa: E402
+from adaptcl.plugins import cached_forward  # noqa: E402
 from adaptcl.recipes.clip.config import ClipConfig  # noqa: E402
 from adaptcl.recipes.clip.model import ClipModule, build_clip  # noqa: E402
 from tests.recipes.clip.test_clip_run import TINY as RUN_TINY  # noqa: E402
@@ -32,7 +34,7 @@ def _batch(n: int = 12):
 @pytest.mark.filterwarnings("ignore:You are trying to `self.log")  # no Trainer here
 @pytest.mark.filterwarnings("ignore:DySTreSSClipLoss ignores logit_scale")
 @pytest.mark.parametrize("loss", ["infonce", "macl", "dystress"])
-def test_the_recipes_towers_cached_equal_the_uncached_step_in_float64(loss):
+def test_the_recipes_towers_cached_equal_the_uncached_step_in_float64(loss, monkeypatch):
     """Two towers (ViT and text transformer, LayerNorm) and the learned ``logit_scale``: every
     parameter's gradient after a cached step (chunks of 5 of 12 pairs) equals the uncached
     step's to 1e-10."""
@@ -43,10 +45,12 @@ def test_the_recipes_towers_cached_equal_the_uncached_step_in_float64(loss):
     plain = ClipModule(build_clip(cfg).double(), build_clip_loss(loss), **options)
     cached = copy.deepcopy(plain)
     cached.set_gradient_cache(5)
+    calls = _spy(monkeypatch)
     batch = _batch()
     want, got = plain.training_step(batch, 0), cached.training_step(batch, 0)
     want.backward()
     got.backward()
+    assert calls == [12, 12]  # each tower, cached
     torch.testing.assert_close(got, want, rtol=0, atol=1e-10)
     named = dict(cached.named_parameters())
     assert named["model.logit_scale"].grad is not None or loss == "dystress"
@@ -57,6 +61,18 @@ def test_the_recipes_towers_cached_equal_the_uncached_step_in_float64(loss):
         torch.testing.assert_close(named[name].grad, param.grad, rtol=0, atol=1e-10, msg=name)
 
 
+def _spy(monkeypatch) -> list[int]:
+    """The rows of every call of ``cached_forward`` from a Lightning module."""
+    calls: list[int] = []
+
+    def spy(encoder, inputs, *args, **kwargs):
+        calls.append(len(inputs))
+        return cached_forward(encoder, inputs, *args, **kwargs)
+
+    monkeypatch.setattr(caching, "cached_forward", spy)
+    return calls
+
+
 def _run(shared_data, out, *extra) -> dict:
     assert cli.main(["clip", "--data-root", str(shared_data), "--output-dir", str(out), *TINY,
                      *extra]) == 0
@@ -64,9 +80,12 @@ def _run(shared_data, out, *extra) -> dict:
 
 
 @pytest.mark.slow  # three tiny runs
-def test_a_quarter_batch_records_the_same_losses_and_is_no_new_identity(shared_data, tmp_path):
+def test_a_quarter_batch_records_the_same_losses_and_is_no_new_identity(shared_data, tmp_path,
+                                                                        monkeypatch):
     plain = _run(shared_data, tmp_path / "plain")["runs"][0]
+    calls = _spy(monkeypatch)
     cached = _run(shared_data, tmp_path / "cached", "--mini-batch-size", "8")["runs"][0]
+    assert calls == [32, 32] * 2  # two steps, each tower of a batch of 32 cached
     assert len(cached["losses"]) == len(plain["losses"]) == 2
     assert cached["losses"] == pytest.approx(plain["losses"], rel=1e-5, abs=1e-6)
     assert cached["step_seconds"] > 0 and cached["peak_gpu_memory_bytes"] is None  # the CPU
