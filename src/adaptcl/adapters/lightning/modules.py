@@ -18,7 +18,10 @@ loss: pass any loss with Lightly's call signature (``lightly.loss.NTXentLoss``, 
   sync_batchnorm=True)``) when the loss is built with ``gather_distributed=True``;
 - resumes exactly where a checkpoint left off: ``history`` and ``knn_history`` travel in the
   checkpoint, queues are persistent buffers, and ``resumed_from`` records the checkpoint's
-  epoch/step and the epoch/step training restarted at. :class:`~adaptcl.adapters.lightning.trainer.AtomicCheckpointIO` makes
+  epoch/step and the epoch/step training restarted at;
+- trains a batch larger than memory allows with ``mini_batch_size=``: exact gradient caching
+  (:class:`~adaptcl.adapters.lightning.caching.GradientCaching`) of every encoder, the momentum
+  encoder chunked the same way, under Lightning's own backward, precision and clipping. :class:`~adaptcl.adapters.lightning.trainer.AtomicCheckpointIO` makes
   Lightning write checkpoints through a temporary file and ``os.replace``.
 
 Batches follow Lightly's convention: ``(views, targets, ...)`` with ``views = [x0, x1]`` from
@@ -46,9 +49,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from adaptcl.adapters import require
+from adaptcl.adapters.lightning.caching import GradientCaching
 from adaptcl.adapters.lightning.methods import BACKBONES
 from adaptcl.adapters.lightning.resume import ResumeRecord
 from adaptcl.plugins.ascl import ASCLMode
+from adaptcl.plugins.gradient_cache import BatchNormMode
 
 require("lightly", "vision")
 pl = require("pytorch_lightning", "vision")
@@ -65,10 +70,11 @@ from lightly.models.modules.heads import (  # noqa: E402
 from lightly.utils.benchmarking import knn_predict  # noqa: E402
 from lightly.utils.scheduler import cosine_schedule  # noqa: E402
 
-from adaptcl.adapters.lightly import ASCLMoCo, NTXentLoss  # noqa: E402
+from adaptcl.adapters.lightly import AMCLProjectionHead, ASCLMoCo, NTXentLoss  # noqa: E402
 from adaptcl.plugins import (  # noqa: E402
     AMCLSimSiamLoss,
     LearnableTemperatureLoss,
+    MultiHeadProjection,
     set_schedule_step,
 )
 from adaptcl.plugins.validation import (  # noqa: E402
@@ -164,7 +170,7 @@ def knn_correct(features: Tensor, bank: Tensor, bank_targets: Tensor, targets: T
     return int((predicted[:, 0] == targets).sum())
 
 
-class SSLModule(ResumeRecord, pl.LightningModule):
+class SSLModule(ResumeRecord, GradientCaching, pl.LightningModule):
     """Base of the self-supervised modules: optimiser, online kNN monitor, loss statistics.
 
     Args:
@@ -182,14 +188,22 @@ class SSLModule(ResumeRecord, pl.LightningModule):
         num_classes, knn_k, knn_t: online kNN monitor settings (Lightly's ``knn_predict``).
         knn_bank_loader: dataloader of ``(image, target)`` for the kNN feature bank; set it here
             or with :meth:`set_knn_bank_loader`. Without it, validation does nothing.
+        mini_batch_size: gradient caching (:func:`~adaptcl.plugins.cached_forward`): each
+            view's encoder runs this many images at a time and the step is exact for the
+            whole batch's loss at the activation memory of one chunk. ``None``: no caching.
+        cache_batch_norm: what BatchNorm computes in a cached step: ``"chunk"`` (statistics
+            per chunk: the step equals an uncached one over the same chunks) or ``"frozen"``
+            (eval mode); see :mod:`adaptcl.plugins.gradient_cache`.
     """
 
     def __init__(self, backbone: nn.Module, feature_dim: int, criterion: nn.Module, *,
                  optimizer: OptimizerName = "adam", lr: float = 1e-3, weight_decay: float = 1e-6,
                  momentum: float = 0.9, lr_schedule: LRSchedule = "cosine", warmup_epochs: int = 0,
                  num_classes: int = 10, knn_k: int = 200, knn_t: float = 0.1,
-                 knn_bank_loader: Any = None) -> None:
+                 knn_bank_loader: Any = None, mini_batch_size: int | None = None,
+                 cache_batch_norm: BatchNormMode = "chunk") -> None:
         super().__init__()
+        self.set_gradient_cache(mini_batch_size, cache_batch_norm)
         self.optimizer_name = check_choice("optimizer", optimizer, OPTIMIZERS)
         self.lr_schedule = check_choice("lr_schedule", lr_schedule, LR_SCHEDULES)
         self.lr = check_positive("lr", lr)
@@ -218,10 +232,21 @@ class SSLModule(ResumeRecord, pl.LightningModule):
         """Backbone features ``[B, feature_dim]``."""
         return self.backbone(x).flatten(start_dim=1)
 
+    def project(self, x: Tensor) -> Tensor:
+        """The backbone and the subclass's ``projection_head``."""
+        return self.projection_head(self(x))
+
     def project_views(self, views: list[Tensor]) -> tuple[Tensor, Tensor]:
-        """``(z0, z1)``: the first two views through the backbone and the subclass's
-        ``projection_head`` (SimCLR, SimSiam and Barlow Twins share both across views)."""
-        return self.projection_head(self(views[0])), self.projection_head(self(views[1]))
+        """``(z0, z1)``: the first two views through :meth:`project` (SimCLR and Barlow Twins
+        share it across views), each cached when ``mini_batch_size`` is below the batch."""
+        rows = self.rows_dim()
+        return self.embed(self.project, views[0], rows), self.embed(self.project, views[1], rows)
+
+    def rows_dim(self) -> int:
+        """The dimension of the projections that holds the images: 1 for AMCL's multi-heads
+        (``[heads, batch, dim]``), else 0."""
+        heads = (AMCLProjectionHead, MultiHeadProjection)
+        return 1 if isinstance(getattr(self, "projection_head", None), heads) else 0
 
     def training_loss(self, views: list[Tensor]) -> Tensor:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -422,11 +447,15 @@ class MoCoV2Module(SSLModule):
         m = self.current_momentum()
         lightly_utils.update_momentum(self.backbone, self.backbone_momentum, m=m)
         lightly_utils.update_momentum(self.projection_head, self.projection_head_momentum, m=m)
-        query = self.projection_head(self(views[0]))
+        rows = self.rows_dim()
+        query = self.embed(self.project, views[0], rows)
         with torch.no_grad():
-            key = self.projection_head_momentum(
-                self.backbone_momentum(views[1]).flatten(start_dim=1)).detach()
+            key = self.embed(self.project_momentum, views[1], rows).detach()
         return self.criterion(query, key)
+
+    def project_momentum(self, x: Tensor) -> Tensor:
+        """The momentum key encoder: backbone and projection head."""
+        return self.projection_head_momentum(self.backbone_momentum(x).flatten(start_dim=1))
 
 
 class SimSiamModule(SSLModule):
@@ -458,9 +487,14 @@ class SimSiamModule(SSLModule):
         self.prediction_head = (SimSiamPredictionHead(output_dim, prediction_dim, output_dim)
                                 if prediction_head is None else prediction_head)
 
+    def project_predict(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """``(z, p)``: the projection and its prediction (one cached encoder)."""
+        z = self.project(x)
+        return z, self.prediction_head(z)
+
     def training_loss(self, views: list[Tensor]) -> Tensor:
-        z0, z1 = self.project_views(views)
-        p0, p1 = self.prediction_head(z0), self.prediction_head(z1)
+        rows = self.rows_dim()
+        (z0, p0), (z1, p1) = (self.embed(self.project_predict, v, rows) for v in views[:2])
         if isinstance(self.criterion, AMCLSimSiamLoss):  # Table 2.2: both views at once
             return self.criterion(p0, p1, z0.detach(), z1.detach())
         return 0.5 * (self.criterion(p0, z1.detach()) + self.criterion(p1, z0.detach()))
@@ -533,4 +567,7 @@ class ASCLMoCoModule(SSLModule):
 
     def training_loss(self, views: list[Tensor]) -> Tensor:
         self.model.update_momentum()
-        return self.model.training_loss(views[0], views[1])
+        # ASCLMoCo.training_loss's three lines, each encoder through self.embed
+        query = self.embed(self.model.forward_query, views[0])
+        key = self.embed(self.model.forward_key, views[1])
+        return self.model.criterion(query, key)

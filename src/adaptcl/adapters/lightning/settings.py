@@ -27,6 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import TYPE_CHECKING
 
+from adaptcl.adapters.lightning.caching import check_mini_batch_size
 from adaptcl.adapters.lightning.methods import BACKBONES, Backbone
 from adaptcl.plugins.amcl import NEGATIVE_TERMS, OBJECTIVES, NegativeTerm, Objective
 from adaptcl.plugins.validation import (
@@ -70,8 +71,10 @@ class SSLModuleSettings:
     across DDP ranks.
 
     Optimisation and monitor: ``optimizer``, ``lr`` and ``weight_decay`` (``None``: the
-    method's own defaults, e.g. Adam 1e-3 for SimCLR, SGD 0.06 for MoCo), ``num_classes``,
-    ``knn_k`` and ``knn_t`` of the online kNN monitor.
+    method's own defaults, e.g. Adam 1e-3 for SimCLR, SGD 0.06 for MoCo), ``mini_batch_size``
+    (gradient caching, ``None``: none; see
+    :class:`~adaptcl.adapters.lightning.caching.GradientCaching`), ``num_classes``, ``knn_k``
+    and ``knn_t`` of the online kNN monitor.
 
     >>> from dataclasses import replace
     >>> replace(SSLModuleSettings(), temperature=0.5).temperature
@@ -107,6 +110,7 @@ class SSLModuleSettings:
     optimizer: OptimizerName | None = None
     lr: float | None = None
     weight_decay: float | None = None
+    mini_batch_size: int | None = None
     num_classes: int = 10
     knn_k: int = 200
     knn_t: float = 0.1
@@ -128,6 +132,7 @@ class SSLModuleSettings:
         check_bool("gather_distributed", self.gather_distributed)
         if self.weight_decay is not None:
             check_non_negative("weight_decay", self.weight_decay)
+        check_mini_batch_size(self.mini_batch_size)
         if self.optimizer is not None:
             from adaptcl.adapters.lightning.modules import OPTIMIZERS
 
@@ -139,8 +144,9 @@ class SSLModuleSettings:
         return tuple(f.name for f in fields(cls))
 
     def training_options(self) -> dict[str, object]:
-        """The keywords of the method's module for the optimiser and the kNN monitor (those
-        left ``None`` are left to the module's defaults)."""
+        """The keywords of the method's module for the optimiser, gradient caching and the kNN
+        monitor (the optimiser's left ``None`` are left to the module's defaults)."""
         given = {"optimizer": self.optimizer, "lr": self.lr, "weight_decay": self.weight_decay}
         return {**{k: v for k, v in given.items() if v is not None},
-                "num_classes": self.num_classes, "knn_k": self.knn_k, "knn_t": self.knn_t}
+                "mini_batch_size": self.mini_batch_size, "num_classes": self.num_classes,
+                "knn_k": self.knn_k, "knn_t": self.knn_t}

@@ -25,7 +25,7 @@ from adaptcl.precision import Precision
 
 pl = require("pytorch_lightning", "vision")
 
-__all__ = ["AtomicCheckpointIO", "RandomStates", "TrainingClock", "build_trainer"]
+__all__ = ["AtomicCheckpointIO", "RandomStates", "StepMeter", "TrainingClock", "build_trainer"]
 
 
 class AtomicCheckpointIO(pl.plugins.TorchCheckpointIO):
@@ -78,6 +78,48 @@ class TrainingClock(pl.Callback):
 
     def load_state_dict(self, state_dict: dict[str, list[float]]) -> None:
         self.epoch_seconds = [float(s) for s in state_dict["epoch_seconds"]]
+
+
+class StepMeter(pl.Callback):
+    """What a training step costs: its mean seconds (the batch's forward, backward and
+    optimiser step, CUDA synchronised at both ends) and the peak CUDA memory allocated during
+    one (reset before every step; ``None`` on the CPU), over every invocation of a resumed run
+    (its state travels in the checkpoints).
+
+    >>> StepMeter().seconds_per_step is None
+    True
+    """
+
+    def __init__(self) -> None:
+        self.steps, self.seconds, self.peak_bytes = 0, 0.0, None
+        self._start = 0.0
+
+    @property
+    def seconds_per_step(self) -> float | None:
+        return self.seconds / self.steps if self.steps else None
+
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                             batch: Any, batch_idx: int) -> None:
+        if pl_module.device.type == "cuda":
+            torch.cuda.synchronize(pl_module.device)
+            torch.cuda.reset_peak_memory_stats(pl_module.device)
+        self._start = time.perf_counter()
+
+    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule,
+                           outputs: Any, batch: Any, batch_idx: int) -> None:
+        if pl_module.device.type == "cuda":
+            torch.cuda.synchronize(pl_module.device)
+            peak = torch.cuda.max_memory_allocated(pl_module.device)
+            self.peak_bytes = max(self.peak_bytes or 0, peak)
+        self.seconds += time.perf_counter() - self._start
+        self.steps += 1
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"steps": self.steps, "seconds": self.seconds, "peak_bytes": self.peak_bytes}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        self.steps, self.seconds = int(state_dict["steps"]), float(state_dict["seconds"])
+        self.peak_bytes = state_dict["peak_bytes"]
 
 
 class RandomStates(pl.Callback):

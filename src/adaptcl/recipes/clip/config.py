@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from adaptcl.adapters.open_clip.names import LOSS_NAMES
+from adaptcl.recipes.common import gradient_cache
 from adaptcl.recipes.common.cifar import CIFAR10_TEMPLATES
 from adaptcl.recipes.common.cifar_settings import limit_setting, npz_variant_setting
 from adaptcl.recipes.engine import options
@@ -83,6 +84,9 @@ class ClipConfig:
                                       "to logit_scale in [0, ln 100] after each step")
     epochs: int = setting(3, check=positive, help="training epochs")
     batch_size: int = setting(128, check=positive, help="image-caption pairs per step")
+    mini_batch_size: int | None = gradient_cache.mini_batch_size(
+        "the towers have LayerNorm only, so the numbers are those without caching (to float "
+        "rounding; not part of a run's identity)")
     lr: float = setting(1e-3, check=positive, help="AdamW learning rate (cosine schedule)")
     warmup_steps: int = setting(20, check=non_negative, help="linear learning-rate warm-up")
     weight_decay: float = setting(0.1, check=non_negative, help="AdamW weight decay (not on "
@@ -100,6 +104,7 @@ class ClipConfig:
 
     def __post_init__(self) -> None:
         check_settings(self)
+        gradient_cache.check_mini_batch_fits(self)
         self.targets = list(dict.fromkeys(self.targets))
         if not self.targets:
             raise ValueError("targets must not be empty")

@@ -8,11 +8,14 @@ tower (``CLIPVisionCfg``) and a text transformer (``CLIPTextCfg``) of open_clip'
 learned ``logit_scale`` to [0, ln 100] after every optimiser step (open_clip_train's
 ``train_one_epoch``), and optimises with AdamW without weight decay on gains, biases and
 ``logit_scale`` and a cosine learning rate after a linear warm-up (open_clip_train's
-``cosine_lr``).
+``cosine_lr``). With ``mini_batch_size`` each tower runs that many pairs at a time through
+exact gradient caching (:class:`~adaptcl.adapters.lightning.caching.GradientCaching`); the
+towers have LayerNorm only, so a cached step is the uncached one.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -20,6 +23,7 @@ import pytorch_lightning as pl
 import torch
 from torch import Tensor, nn
 
+from adaptcl.adapters.lightning.caching import GradientCaching
 from adaptcl.adapters.lightning.resume import ResumeRecord
 from adaptcl.recipes.clip.config import ClipConfig
 
@@ -61,14 +65,17 @@ def warmup_cosine(step: int, warmup: int, total: int) -> float:
     return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, total - warmup)))
 
 
-class ClipModule(ResumeRecord, pl.LightningModule):
+class ClipModule(ResumeRecord, GradientCaching, pl.LightningModule):
     """``model`` trained with ``criterion`` (``ClipLoss``'s call); ``multi_positive`` passes
-    the batch's class ids as ``labels=``. ``history`` (loss, temperature 1/logit_scale and the
-    criterion's ``last_stats`` per step) travels in the checkpoints."""
+    the batch's class ids as ``labels=``; ``mini_batch_size`` caches the towers' gradients
+    (``None``: no caching). ``history`` (loss, temperature 1/logit_scale and the criterion's
+    ``last_stats`` per step) travels in the checkpoints."""
 
     def __init__(self, model: nn.Module, criterion: nn.Module, *, multi_positive: bool,
-                 lr: float, weight_decay: float, warmup_steps: int) -> None:
+                 lr: float, weight_decay: float, warmup_steps: int,
+                 mini_batch_size: int | None = None) -> None:
         super().__init__()
+        self.set_gradient_cache(mini_batch_size)
         self.model, self.criterion = model, criterion
         self.multi_positive = multi_positive
         self.lr, self.weight_decay, self.warmup_steps = lr, weight_decay, warmup_steps
@@ -77,7 +84,12 @@ class ClipModule(ResumeRecord, pl.LightningModule):
 
     def training_step(self, batch: Any, batch_idx: int) -> Tensor:
         images, tokens, labels = batch
-        image_features, text_features, logit_scale = self.model(images, tokens)
+        # open_clip's CLIP.forward, each tower through self.embed
+        image_features = self.embed(functools.partial(self.model.encode_image, normalize=True),
+                                    images)
+        text_features = self.embed(functools.partial(self.model.encode_text, normalize=True),
+                                   tokens)
+        logit_scale = self.model.logit_scale.exp()
         extra = {"labels": labels} if self.multi_positive else {}
         loss = self.criterion(image_features, text_features, logit_scale, **extra)
         record = {"step": float(self.global_step), "epoch": float(self.current_epoch),

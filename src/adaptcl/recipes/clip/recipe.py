@@ -10,6 +10,7 @@ from typing import Any
 
 from adaptcl.io import resolve_data_root
 from adaptcl.recipes.clip.config import PRESETS, ClipConfig, parse_column
+from adaptcl.recipes.common.step_cost import step_note
 from adaptcl.recipes.engine import Cell, Recipe, ReportSpec
 from adaptcl.recipes.engine.settings import Point
 from adaptcl.recipes.engine.torch_env import check_lightning_precision
@@ -116,7 +117,8 @@ class ClipRecipe(Recipe):
                   "Settings in results.json. Percent, mean ± population std over seeds; "
                   f"differences against {self.methods()[0]} paired over seeds with a 95% "
                   "t-interval.\n\n")
-        return ReportSpec(metrics=METRICS, baseline=self.methods()[0], header=header,
+        return ReportSpec(metrics=METRICS, baseline=self.methods()[0],
+                          header=lambda grid: header + step_note(grid.records),
                           details=lambda grid: {"data": data.describe()})
 
 

@@ -13,13 +13,19 @@ from typing import Any
 import torch
 from torch.utils.data import DataLoader
 
-from adaptcl.adapters.lightning.trainer import RandomStates, TrainingClock, build_trainer
+from adaptcl.adapters.lightning.trainer import (
+    RandomStates,
+    StepMeter,
+    TrainingClock,
+    build_trainer,
+)
 from adaptcl.evaluation.clip import encode_images, encode_texts, retrieval_r1, zero_shot_top1
 from adaptcl.plugins.validation import NonFiniteError
 from adaptcl.recipes.clip.config import ClipConfig, parse_column
 from adaptcl.recipes.clip.data import CaptionTokens, ClipData, pair_datasets, templates_of
 from adaptcl.recipes.clip.model import ClipModule, build_clip
 from adaptcl.recipes.common.lightning import fit, resume_checkpoint
+from adaptcl.recipes.common.step_cost import step_cost
 from adaptcl.recipes.engine.cells import Cell
 from adaptcl.recipes.engine.errors import DivergedError, NonResultError, require_steps
 from adaptcl.recipes.engine.loggers import lightning_logger
@@ -73,13 +79,14 @@ def train_and_score(cfg: ClipConfig, data: ClipData, tokens: CaptionTokens, cell
                         **loader_options(device, cfg.num_workers))
     module = ClipModule(build_clip(cfg), build_loss(loss_name, targets, cfg),
                         multi_positive=targets == "labels", lr=cfg.lr,
-                        weight_decay=cfg.weight_decay, warmup_steps=cfg.warmup_steps)
-    clock = TrainingClock()
+                        weight_decay=cfg.weight_decay, warmup_steps=cfg.warmup_steps,
+                        mini_batch_size=cfg.mini_batch_size)
+    clock, meter = TrainingClock(), StepMeter()
     # the batches' order draws from these: resumed, the run goes on as it would have
     states = RandomStates({"order": loader.generator})
     trainer = build_trainer(cfg.epochs, device=device, precision=cfg.precision,
                             logger=lightning_logger(cfg.logger, log_dir), ckpt_dir=ckpt_dir,
-                            callbacks=[clock, states], progress=on_terminal(cfg.progress))
+                            callbacks=[clock, meter, states], progress=on_terminal(cfg.progress))
     try:
         with warnings.catch_warnings():  # DySTreSS ignores logit_scale by design (its docs)
             warnings.filterwarnings("ignore", "DySTreSSClipLoss ignores logit_scale",
@@ -108,5 +115,5 @@ def train_and_score(cfg: ClipConfig, data: ClipData, tokens: CaptionTokens, cell
             "final_temperature": float(1 / module.model.logit_scale.detach().exp()),
             "final_loss_temperature": last.get("loss_temperature"),
             "final_alignment": last.get("alignment"), "train_seconds": clock.seconds,
-            "eval_seconds": time.perf_counter() - start, "resumed_from": module.resumed_from,
+            **step_cost(meter), "eval_seconds": time.perf_counter() - start, "resumed_from": module.resumed_from,
             "checkpoint_dir": str(ckpt_dir), "history": history}

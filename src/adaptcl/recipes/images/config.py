@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from adaptcl.adapters.lightning.methods import BACKBONES, METHOD_LOSSES, METHODS, check_method_loss
-from adaptcl.recipes.common import schedule
+from adaptcl.recipes.common import gradient_cache, schedule
 from adaptcl.recipes.common.cifar_settings import limit_setting, npz_variant_setting
 from adaptcl.recipes.common.schedule import resolve_schedule
 from adaptcl.recipes.engine import options
@@ -71,6 +71,9 @@ class ImagesConfig:
     output_dim: int = setting(128, check=positive, help="projection head output")
     epochs: int = setting(15, check=positive, help="pre-training epochs")
     batch_size: int = setting(128, check=positive, help="images per step (per device)")
+    mini_batch_size: int | None = gradient_cache.mini_batch_size(
+        "BatchNorm normalises each chunk with its own statistics, so the numbers are those of "
+        "steps over the chunks (part of a run's identity)")
     lr: float = setting(1e-3, check=positive, help="learning rate")
     optimizer: str = setting("adam", choices=("adam", "adamw", "sgd"), help="optimiser")
     weight_decay: float = setting(1e-6, help="weight decay")
@@ -107,6 +110,7 @@ class ImagesConfig:
 
     def __post_init__(self) -> None:
         check_settings(self)
+        gradient_cache.check_mini_batch_fits(self)
         for loss in self.losses:
             check_method_loss(self.method, loss)
         if self.full_data:

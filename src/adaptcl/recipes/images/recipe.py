@@ -13,7 +13,9 @@ from typing import Any
 
 from adaptcl.io import resolve_data_root
 from adaptcl.recipes.common.devices import devices_identity
+from adaptcl.recipes.common.gradient_cache import caching_identity
 from adaptcl.recipes.common.schedule import check_period, period_in_steps
+from adaptcl.recipes.common.step_cost import step_note
 from adaptcl.recipes.engine import Cell, Figure, GridRun, Recipe, ReportSpec
 from adaptcl.recipes.engine.plots import explain_empty
 from adaptcl.recipes.engine.settings import Point
@@ -82,12 +84,14 @@ class ImagesRecipe(Recipe):
         return len(self.splits_of(config).train) // config.batch_size
 
     def identity(self, cell: Cell, config: ImagesConfig) -> dict[str, Any]:
-        """The settings (a schedule's period in steps), the fingerprint of the cell's images,
-        the code, several devices."""
+        """The settings (a schedule's period in steps; the mini-batch of cached steps, whose
+        BatchNorm statistics are the chunk's), the fingerprint of the cell's images, the code,
+        several devices."""
         out = (super().identity(cell, config) | {"data": self.splits_of(config).fingerprint}
                | devices_identity(config.devices, config.strategy))
         if cell.loss == "temperature_schedule":
             out["settings"] = period_in_steps(out["settings"], self.steps_per_epoch(config))
+        out["settings"] = out["settings"] | caching_identity(config)
         return out
 
     def compute(self, cell: Cell, config: ImagesConfig) -> dict[str, Any] | None:
@@ -112,7 +116,8 @@ class ImagesRecipe(Recipe):
         data = {self.data_label(c): self.splits_of(c).describe() for c in points}
         return ReportSpec(metrics=("knn_top1", "linear_top1") if linear else ("knn_top1",),
                           baseline=cfg.losses[0],
-                          header=lambda grid: header + epoch_times(grid.records),
+                          header=lambda grid: (header + epoch_times(grid.records)
+                                               + step_note(grid.records)),
                           details=lambda grid: {"data": data})
 
     def draw(self, grid: GridRun, axes: list[Any]) -> None:

@@ -12,11 +12,17 @@ from torch.utils.data import DataLoader
 
 from adaptcl.adapters.lightning.factory import build_ssl_module, ssl_transforms
 from adaptcl.adapters.lightning.settings import SSLModuleSettings
-from adaptcl.adapters.lightning.trainer import RandomStates, TrainingClock, build_trainer
+from adaptcl.adapters.lightning.trainer import (
+    RandomStates,
+    StepMeter,
+    TrainingClock,
+    build_trainer,
+)
 from adaptcl.evaluation.images import evaluate_backbone
 from adaptcl.plugins.validation import NonFiniteError
 from adaptcl.recipes.common.lightning import fit, resume_checkpoint
 from adaptcl.recipes.common.schedule import schedule_steps
+from adaptcl.recipes.common.step_cost import step_cost
 from adaptcl.recipes.engine.cells import Cell
 from adaptcl.recipes.engine.errors import DivergedError, NonResultError, require_steps
 from adaptcl.recipes.engine.loggers import lightning_logger
@@ -77,7 +83,10 @@ def loaders(cfg: ImagesConfig, splits: ImageSplits, seed: int) -> tuple[Any, Any
     train = DataLoader(splits.train.with_transform(train_tf), batch_size=cfg.batch_size,
                        shuffle=True, drop_last=True,
                        generator=torch.Generator().manual_seed(seed), **options)
-    bank, test = (DataLoader(part.with_transform(eval_tf), batch_size=max(cfg.batch_size, 256),
+    # the features of the kNN bank and the probe: as many images at a time as a training step
+    # holds in activations (with --mini-batch-size, its chunk), at least 256
+    features_batch = max(cfg.mini_batch_size or cfg.batch_size, 256)
+    bank, test = (DataLoader(part.with_transform(eval_tf), batch_size=features_batch,
                              shuffle=False, **options) for part in (splits.train, splits.test))
     return train, bank, test
 
@@ -91,10 +100,11 @@ def train_and_score(cfg: ImagesConfig, splits: ImageSplits, cell: Cell, ckpt_dir
     module = build_module(cfg, cell.loss, splits.num_classes, len(train))
     if cfg.knn_every:
         module.set_knn_bank_loader(bank)
-    clock = TrainingClock()
+    clock, meter = TrainingClock(), StepMeter()
     # the order and the augmentations draw from these: resumed, the run goes on as it would have
     states = RandomStates({"order": train.generator}, world=cfg.devices)
-    trainer = lightning_trainer(cfg, log_dir, ckpt_dir=ckpt_dir, callbacks=[clock, states])
+    trainer = lightning_trainer(cfg, log_dir, ckpt_dir=ckpt_dir,
+                                callbacks=[clock, meter, states])
     try:
         fit(trainer, module, train_dataloaders=train,
                     val_dataloaders=test if cfg.knn_every else None,
@@ -124,7 +134,8 @@ def train_and_score(cfg: ImagesConfig, splits: ImageSplits, cell: Cell, ckpt_dir
             "losses": [h["loss"] for h in history], "method": cfg.method,
             "final_temperature": last.get("temperature"),
             "final_alignment": last.get("alignment"), "train_seconds": clock.seconds,
-            "epoch_seconds": list(clock.epoch_seconds), "loader_workers": train.num_workers,
+            "epoch_seconds": list(clock.epoch_seconds), **step_cost(meter),
+            "loader_workers": train.num_workers,
             "eval_seconds": time.perf_counter() - start, "resumed_from": module.resumed_from,
             "checkpoint_dir": str(ckpt_dir), "history": history,
             "online_knn": module.knn_history}
