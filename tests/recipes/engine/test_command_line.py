@@ -191,7 +191,7 @@ def test_a_huge_sweep_is_counted_and_refused_before_it_is_built(capsys):
 
 def test_the_python_api_counts_the_cells_of_its_grid_too(tmp_path):
     from adaptcl.recipes.engine import Sweep
-    from adaptcl.recipes.engine.jobs import JobOptions
+    from adaptcl.recipes.engine.job_options import JobOptions
     from tests.recipes.engine._toy import ToyConfig
 
     sweep = Sweep.from_values(ToyConfig, {"lr": [0.1, 0.2, 0.3], "seeds": [0, 1],

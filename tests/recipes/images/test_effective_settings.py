@@ -4,7 +4,7 @@ one that cannot move the temperature is refused before any work."""
 from __future__ import annotations
 
 from adaptcl import cli
-from adaptcl.recipes.engine.settings import Sweep
+from adaptcl.recipes.engine.sweep import Sweep
 from adaptcl.recipes.images.config import ImagesConfig
 from adaptcl.recipes.images.recipe import ImagesRecipe
 

@@ -11,7 +11,7 @@ from typing import Any
 from adaptcl.io import resolve_data_root
 from adaptcl.recipes.clip.config import PRESETS, ClipConfig, parse_column
 from adaptcl.recipes.engine import Cell, Recipe, ReportSpec
-from adaptcl.recipes.engine.settings import Point
+from adaptcl.recipes.engine.sweep import Point
 from adaptcl.recipes.engine.torch_env import check_lightning_precision
 
 EXAMPLE = """adaptcl clip --data-root ../shared/data --losses infonce macl dystress \\

@@ -1,7 +1,8 @@
 """The experiment engine: what every recipe shares, in layers that import only downward
-(errors, files, provenance, torch_env, progress, loggers, plots; settings, options; cells;
-store; jobs; grid; summary, report; command_line; recipe). Every module imports only the
-standard library at import time, so ``--help`` stays fast.
+(errors, files, provenance, torch_env, progress, loggers, plots; settings, sweep, options;
+cells, config_file; store; job_options, job_cells, jobs; grid; summary, report; command_line;
+recipe). Every module imports only the standard library at import time, so ``--help`` stays
+fast.
 """
 
 from adaptcl.recipes.engine.cells import Cell, RunLayout
@@ -20,7 +21,6 @@ from adaptcl.recipes.engine.errors import (
 from adaptcl.recipes.engine.recipe import Figure, Recipe
 from adaptcl.recipes.engine.report import ReportSpec
 from adaptcl.recipes.engine.settings import (
-    Sweep,
     at_least,
     check_settings,
     fraction,
@@ -30,6 +30,7 @@ from adaptcl.recipes.engine.settings import (
     setting,
 )
 from adaptcl.recipes.engine.store import GridRun, distributed_follower
+from adaptcl.recipes.engine.sweep import Sweep
 
 __all__ = ["Cell", "CellConfigError", "CellsFailedError", "DivergedError", "Figure", "GridRun", "NonResultError",
            "Recipe", "RecipeError", "ReportSpec", "RunLayout", "RunStopped", "Sweep", "at_least",

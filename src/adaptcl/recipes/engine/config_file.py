@@ -1,5 +1,5 @@
-"""A run's config file: ``config.yaml``, written into the run folder and read back by
-``--config``.
+"""A run's config file: ``config.yaml``, written into the run folder (:func:`config_text`) and
+read back by ``--config`` (:func:`read_config_file`).
 
 Reading refuses YAML aliases before anything is built (a kilobyte of nested anchors expands to
 gigabytes), and resolves a relative folder (``output_dir: .``) against the file's own folder, so
@@ -19,7 +19,8 @@ from typing import Any
 
 from adaptcl.recipes.engine.cells import RunLayout
 from adaptcl.recipes.engine.errors import RecipeError, note
-from adaptcl.recipes.engine.settings import spec_of
+from adaptcl.recipes.engine.settings import as_record, spec_of, specs
+from adaptcl.recipes.engine.sweep import Sweep
 
 
 class _AliasFound(Exception):
@@ -130,3 +131,34 @@ def keep_previous_run(layout: RunLayout, config_class: type, text: str,
     note(f"{layout.config} held other settings: it and its results moved to {folder} (the "
          "stored runs stay under runs/)")
     return folder
+
+
+def config_text(recipe: str, preset: str | None, sweep: Sweep,
+                folder: str | os.PathLike | None = None) -> str:
+    """A run's settings as a config file: what ``--print-config`` prints, what a run writes as
+    ``config.yaml`` and ``--config`` reads back to the same cells.
+
+    A folder setting is written relative to ``folder``, the run folder holding the file (the
+    output folder itself is ``.``), where it was given relative or lies inside it, so that a
+    moved run folder runs where it is; absolute otherwise, and everywhere when ``folder`` is
+    ``None`` (``--print-config``: the text may be saved anywhere)."""
+    import yaml
+
+    values = as_record(sweep.values())
+    for name, spec in specs(sweep.config_class).items():
+        if spec.folder and isinstance(values.get(name), str):
+            values[name] = _folder_text(values[name], folder)
+    head = (f"# adaptcl {recipe}: `adaptcl {recipe} --config <this file>` runs these settings "
+            "again (a relative folder is relative to this file's folder)\n")
+    body = {"recipe": recipe, "preset": preset, **values}
+    return head + yaml.safe_dump(body, sort_keys=False)
+
+
+def _folder_text(value: str, folder: str | os.PathLike | None) -> str:
+    path = os.path.abspath(os.path.expanduser(value))
+    if folder is None:
+        return path
+    base = os.path.abspath(os.path.expanduser(folder))
+    inside = os.path.commonpath([path, base]) == base
+    return os.path.relpath(path, base) if inside or not os.path.isabs(
+        os.path.expanduser(value)) else path
