@@ -15,12 +15,7 @@ does; every rank writes what its loss saw to ``rank<r>.json``.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
@@ -43,9 +38,8 @@ from adaptcl.adapters.graphcl import (  # noqa: E402
 from adaptcl.adapters.graphcl.lightning import GraphCLModule  # noqa: E402
 from adaptcl.plugins import DCLLoss  # noqa: E402
 from adaptcl.plugins.validation import NonFiniteError  # noqa: E402
+from tests._distributed import run_ddp_script  # noqa: E402
 from tests.adapters.graphcl._graphs import random_graphs  # noqa: E402
-
-REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
 def graphs(num_graphs: int = 17) -> list[Data]:
@@ -236,8 +230,7 @@ SCRIPT = textwrap.dedent('''
     from adaptcl.adapters.graphcl.lightning import GraphCLModule
     from adaptcl.plugins import MACLLoss
 
-    sys.path.insert(0, sys.argv[2])
-    from test_lightning import graphs
+    from tests.adapters.graphcl.test_lightning import graphs
 
     torch.set_num_threads(1)
     out_dir = sys.argv[1]
@@ -285,17 +278,7 @@ SCRIPT = textwrap.dedent('''
 
 @pytest.mark.slow
 def test_two_gloo_ranks_train_and_the_loss_sees_the_gathered_batch(tmp_path):
-    script = tmp_path / "ddp_graphcl.py"
-    script.write_text(SCRIPT)
-    env = dict(os.environ, OMP_NUM_THREADS="1", MASTER_ADDR="127.0.0.1",
-               PYTHONPATH=os.pathsep.join([str(REPO_ROOT / "src"), str(REPO_ROOT),
-                                           os.environ.get("PYTHONPATH", "")]))
-    env.pop("LOCAL_RANK", None)
-    proc = subprocess.run([sys.executable, str(script), str(tmp_path), str(Path(__file__).parent)],
-                          env=env, cwd=str(tmp_path), capture_output=True, text=True, timeout=240)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-
-    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    ranks = run_ddp_script(SCRIPT, tmp_path, timeout=240)
     for rank in ranks:
         # 18 graphs / 2 ranks = 9 a rank in batches of 4, 4 and 1: three steps per epoch
         assert rank["world_size"] == 2 and rank["global_step"] == 6 and rank["gather"] is True
