@@ -11,8 +11,8 @@ from tests.recipes._cli import refused_before_any_file
 @pytest.mark.parametrize("argv, expected", [
     (["--lr", "nan"], "lr must be a finite number, got nan"),
     (["--temperature", "0"], "temperature must be a positive number, got 0.0"),
-    (["--alpha", "-3"], "alpha must be a finite number >= 0"),  # MACL's own check
-    (["--alpha", "0.5", "-3"], "alpha must be a finite number >= 0"),  # at every point
+    (["--alpha", "-3"], "alpha must be a number >= 0, got -3.0"),  # MACL's range, declared
+    (["--alpha", "0.5", "-3"], "alpha must be a number >= 0, got -3.0"),  # at every point
     (["--inits", "none", "simclr"], "unknown init 'simclr'; choose from none, dcl"),
     (["--frac-train", "0.8", "0.95"], "frac_train=0.95: frac_train + frac_valid must be < 1"),
     (["--data-root", "/nonexistent"], "data root '/nonexistent' is not a directory"),

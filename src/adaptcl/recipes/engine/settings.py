@@ -3,6 +3,10 @@ the engine must know of it. From these declarations alone the engine builds the 
 and config file, checks a config before any work (:func:`check_settings`), tells what enters a
 run's identity (:func:`identity_settings`) and what may be swept (:func:`sweepable`, expanded
 by :class:`~adaptcl.recipes.engine.sweep.Sweep`).
+
+Every number declares its range (``check``): a value outside it is refused before any work, in
+one line, whichever loss is run, so no recipe meets it later in a loss's own check. A number
+that may be any finite value says so with :data:`finite`.
 """
 
 from __future__ import annotations
@@ -32,6 +36,10 @@ positive = Check("a positive number", lambda v: v > 0)
 non_negative = Check("a number >= 0", lambda v: v >= 0)
 fraction = Check("a number in [0, 1)", lambda v: 0 <= v < 1)
 open_fraction = Check("a number in (0, 1)", lambda v: 0 < v < 1)
+#: any number (a float is always checked to be finite): MACL's A0
+finite = Check("a finite number", lambda v: True)
+#: a seed that is not an axis (the CV splits'): numpy's and scikit-learn's range
+seed_range = Check("an integer in [0, 2**32 - 1]", lambda v: 0 <= v <= 2**32 - 1)
 
 
 def at_least(low: float) -> Check:
