@@ -63,27 +63,6 @@ def test_full_disk_while_writing_is_one_line_and_keeps_nothing_half_written(tmp_
     assert not list((tmp_path / "out").rglob("*.json"))
 
 
-@pytest.mark.parametrize("err, expected", [
-    (OSError(errno.EROFS, "Read-only file system", "/x/y.json"),
-     "the file system is read-only writing /x/y.json"),
-    (OSError(errno.EDQUOT, "Disk quota exceeded"), "the disk quota is exceeded"),
-    (OSError(errno.ENOSPC, "No space left on device", "/data/a.txt", None, "/work/a.txt"),
-     "the disk is full writing /work/a.txt (No space left"),  # a copy: its destination
-    (RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 64 vs 0"),
-     "writing a checkpoint failed (is the disk full?)"),
-    (RuntimeError("PytorchStreamWriter failed writing file data/0: file write failed"),
-     "writing a checkpoint failed"),
-])
-def test_storage_errors_are_named(err, expected):
-    assert expected in cli.storage_error(err)
-
-
-@pytest.mark.parametrize("err", [OSError(errno.ENOENT, "No such file"), RuntimeError("boom"),
-                                 ValueError("x")])
-def test_other_errors_stay_crashes(err):
-    assert cli.storage_error(err) is None
-
-
 def test_unknown_option_names_the_recipe(capsys):
     one_line_error(capsys, ["sts", "--logger", "csv"], "unrecognized arguments: --logger csv")
     one_line_error(capsys, ["demo", "--data-root", "x"], "unrecognized arguments: --data-root x")

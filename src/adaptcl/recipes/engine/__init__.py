@@ -18,6 +18,7 @@ from adaptcl.recipes.engine.errors import (
     trained_embeddings,
     user_errors,
 )
+from adaptcl.recipes.engine.files import storage_error
 from adaptcl.recipes.engine.recipe import Figure, Recipe
 from adaptcl.recipes.engine.report import ReportSpec
 from adaptcl.recipes.engine.settings import (
@@ -35,5 +36,5 @@ from adaptcl.recipes.engine.sweep import Sweep
 __all__ = ["Cell", "CellConfigError", "CellsFailedError", "DivergedError", "Figure", "GridRun", "NonResultError",
            "Recipe", "RecipeError", "ReportSpec", "RunLayout", "RunStopped", "Sweep", "at_least",
            "check_settings", "distributed_follower", "fraction", "non_negative", "note",
-           "open_fraction", "positive", "require_steps", "setting", "trained_embeddings",
-           "user_errors"]
+           "open_fraction", "positive", "require_steps", "setting", "storage_error",
+           "trained_embeddings", "user_errors"]
