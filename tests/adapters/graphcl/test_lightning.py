@@ -293,3 +293,20 @@ def test_two_gloo_ranks_train_and_the_loss_sees_the_gathered_batch(tmp_path):
         assert h0["loss"] != pytest.approx(h1["loss"])  # ... on different shards of the data
     assert ranks[0]["epoch_losses"] == ranks[1]["epoch_losses"]  # summed over the ranks
     assert ranks[0]["param_sum"] == pytest.approx(ranks[1]["param_sum"], rel=1e-6)
+
+
+def test_the_module_imports_no_part_of_the_vision_adapter():
+    """The checkpoint hook GraphCLModule shares with the image methods lives in the framework-free
+    ``adaptcl.adapters.lightning.resume``: the graph extra needs no Lightly, and importing the
+    module loads neither Lightly nor the image methods' modules."""
+    import subprocess
+    import sys
+
+    from tests.recipes._process import env_with_src
+
+    code = ("import sys, adaptcl.adapters.graphcl.lightning\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'lightly' "
+            "or m in ('adaptcl.adapters.lightning.modules', 'adaptcl.adapters.lightning.factory')))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env_with_src(), check=True)
+    assert done.stdout.strip() == "[]"

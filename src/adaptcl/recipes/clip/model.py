@@ -20,7 +20,7 @@ import pytorch_lightning as pl
 import torch
 from torch import Tensor, nn
 
-from adaptcl.adapters.lightning.resume import ResumeRecord
+from adaptcl.adapters.lightning.resume import CheckpointedHistory, ResumeRecord
 from adaptcl.recipes.clip.config import ClipConfig
 
 #: open_clip_train's ``--beta1/--beta2/--eps`` for ViT models
@@ -61,7 +61,7 @@ def warmup_cosine(step: int, warmup: int, total: int) -> float:
     return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, total - warmup)))
 
 
-class ClipModule(ResumeRecord, pl.LightningModule):
+class ClipModule(ResumeRecord, CheckpointedHistory, pl.LightningModule):
     """``model`` trained with ``criterion`` (``ClipLoss``'s call); ``multi_positive`` passes
     the batch's class ids as ``labels=``. ``history`` (loss, temperature 1/logit_scale and the
     criterion's ``last_stats`` per step) travels in the checkpoints."""
@@ -108,9 +108,6 @@ class ClipModule(ResumeRecord, pl.LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler,
                                                          "interval": "step"}}
 
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        checkpoint["adaptcl_history"] = list(self.history)
-
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        self.history = [dict(h) for h in checkpoint.get("adaptcl_history", [])]
+        super().on_load_checkpoint(checkpoint)
         self.record_resume(checkpoint)
