@@ -21,7 +21,8 @@ def test_retrieval_beyond_the_test_images_is_recorded_as_applied(shared_data, tm
         "retrieval_limit": [5000, 100], "batch_size": 64}))
     recipe.prepare(recipe.point_configs())
     assert capsys.readouterr().err.count(
-        "adaptcl: note: --retrieval-limit 5000 applies as 100 (the images npz (lossless)") == 1
+        "adaptcl: note: --retrieval-limit 5000 applies as 100: the images loaded from npz "
+        "(lossless)") == 1
     assert [c.retrieval_limit for c in recipe.point_configs().values()] == [100, 100]
     row = recipe.rows()[0]
     asked, exact = (recipe.identity_of(recipe.cell(row, "infonce", 0, p))

@@ -40,5 +40,5 @@ def apply_limits(config: Any, sizes: Mapping[str, int], where: str) -> str | Non
             applied.append(f"--{name.replace('_', '-')} {asked} applies as {size}")
     if not applied:
         return None
-    return f"{'; '.join(applied)} (the images {where} has; recorded so)"
+    return f"{'; '.join(applied)}: the images loaded from {where} (recorded as applied)"
 
