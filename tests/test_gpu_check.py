@@ -210,7 +210,7 @@ def test_the_gpu_runs_are_told_in_one_section_in_date_order():
     commits = re.findall(r"^### .*\(([0-9a-f]{7,40})\)$", text.split("## Measured on GPUs")[1],
                          flags=re.M)
     assert len(commits) >= 2, commits
-    for older, newer in zip(commits, commits[1:]):
+    for older, newer in zip(commits[:-1], commits[1:], strict=True):
         done = subprocess.run(["git", "merge-base", "--is-ancestor", older, newer],
                               cwd=REPO_ROOT, capture_output=True, check=False)
         if done.returncode not in (0, 1):
