@@ -188,6 +188,49 @@ def test_bad_arguments_are_one_line_errors(gpu_check, tmp_path, capsys):
         assert named in capsys.readouterr().err.splitlines()[-1]
 
 
+def test_a_python_without_torch_is_one_line_pointing_to_make_setup(tmp_path):
+    """``make gpu-check`` in a fresh clone runs the system Python (no venv yet), which has no
+    torch: one line saying to run ``make setup``, before any part or file. ``-S``: this Python
+    without its site-packages, so without torch."""
+    proc = subprocess.run([sys.executable, "-S", str(SCRIPT), "--out", str(tmp_path / "out")],
+                          capture_output=True, text=True, timeout=60, cwd=REPO_ROOT, check=False)
+    assert proc.returncode == 2 and proc.stdout == "", proc.stdout + proc.stderr
+    assert proc.stderr.count("\n") == 1 and "has no torch: run `make setup`" in proc.stderr
+    assert not (tmp_path / "out").exists()
+
+
+def test_the_checks_time_is_said_the_same_everywhere_and_as_its_budget(gpu_check, tmp_path):
+    """Wherever the check's time is said, it is the same and true: at most its ``--budget`` on
+    CUDA, a few minutes (not seconds) for the CPU path, whose parts each import torch."""
+    import re
+
+    minutes = gpu_check.parse_args(["--data-root", str(tmp_path)]).budget / 60
+    for name in ("README.md", "Makefile", "docs/install.md", "docs/gpu.md",
+                 "tools/gpu_check.py"):
+        text = " ".join((REPO_ROOT / name).read_text().split())  # one line: wrapped text
+        said = re.findall(r"at most (?:the ``--budget`` of )?(\d+) minutes", text)
+        assert said and {float(m) for m in said} == {minutes}, (name, said)
+        assert not re.search(r"in seconds|about \d+ minutes", text), name
+
+
+def test_the_gpu_runs_are_told_in_one_section_in_date_order():
+    """docs/gpu.md tells its GPU runs once, in date order: each run's heading names its commit,
+    each commit older than the next (where this clone has them)."""
+    import re
+
+    text = (REPO_ROOT / "docs" / "gpu.md").read_text()
+    assert text.count("## Measured on GPUs") == 1
+    commits = re.findall(r"^### .*\(([0-9a-f]{7,40})\)$", text.split("## Measured on GPUs")[1],
+                         flags=re.M)
+    assert len(commits) >= 2, commits
+    for older, newer in zip(commits[:-1], commits[1:], strict=True):
+        done = subprocess.run(["git", "merge-base", "--is-ancestor", older, newer],
+                              cwd=REPO_ROOT, capture_output=True, check=False)
+        if done.returncode not in (0, 1):
+            pytest.skip(f"this clone lacks {older} or {newer} (a shallow clone)")
+        assert done.returncode == 0, f"{older} is not older than {newer}"
+
+
 def test_failed_tests_are_named_with_their_message(gpu_check, tmp_path):
     from gpu_check_report import parse_pytest, render
 

@@ -104,8 +104,8 @@ def test_layers_import_only_downward():
 
 
 ENGINE = ("errors", "files", "provenance", "torch_env", "progress", "loggers", "plots",
-          "settings", "options", "cells", "config_file", "store", "job_cells", "jobs", "grid", "summary", "report",
-          "command_line", "recipe")
+          "settings", "sweep", "options", "cells", "config_file", "store", "job_options",
+          "job_cells", "jobs", "grid", "summary", "report", "command_line", "recipe")
 
 
 def test_the_engine_is_layered_and_knows_no_recipe():

@@ -31,11 +31,12 @@ def test_readme_has_a_quick_start_per_ecosystem():
         assert f"from {module} import" in imports, module
 
 
-def test_readme_is_a_landing_page_of_at_most_about_150_lines():
+def test_readme_is_a_landing_page_of_at_most_200_lines():
     # About 150 (issue 17), plus the evidence tables issue 16 asks the README to hold and the two
     # lines saying how far they move on other CPU kernels (issue 33), the GPU rows and
-    # `make gpu-check` (issue 40), and open_clip's quick start (issue 43).
-    assert len(README.read_text(encoding="utf-8").splitlines()) <= 204
+    # `make gpu-check` (issue 40), and open_clip's quick start (issue 43); a landing page is at
+    # most about 200 (issue 49): detail goes to the docs.
+    assert len(README.read_text(encoding="utf-8").splitlines()) <= 200
 
 
 def test_readme_lightly_snippet_calls_the_name_it_imported():

@@ -24,25 +24,27 @@ Everything lands in ``--out`` (default ``results/gpu-check``): ``report.md``, ``
 (per part: command, status, exit status, wall time, the numbers parsed from its outputs; the
 environment: GPU, driver, versions, commit, dirty flag) and ``parts.log`` (every part's
 output). The parts' own files (junit XML, benchmark JSON, recipe folders) go to
-``--work-dir`` (default ``<out>/work``). On CUDA the limits add up to the ``--budget`` of 8
-minutes; ``--tiny`` shrinks every part to seconds (the CPU path of the tests). The data the
+``--work-dir`` (default ``<out>/work``). On CUDA it takes at most the ``--budget`` of 8
+minutes; ``--tiny`` shrinks every part to toy size, a few minutes in all on a CPU (each part
+still imports torch and its framework; docs/gpu.md has the times measured). The data the
 recipes read: ``--data-root`` (default ``$ADAPTCL_DATA``, else ``.gpu-data``, else
 ``../shared/data``); docs/gpu.md says how to carry a subset and the wheels to a bare machine.
 
 Exit status: 0 when every part ran to its end with exit 0 or was skipped, 1 otherwise,
-2 for a bad argument.
+2 for a bad argument or a Python without the project (one line: run ``make setup``).
 
 Examples::
 
-    python tools/gpu_check.py                           # on a CUDA machine: about 5 minutes
+    python tools/gpu_check.py                           # on a CUDA machine: at most 8 minutes
     python tools/gpu_check.py --out $OUT --work-dir /tmp/gpu-check --data-root .gpu-data
-    python tools/gpu_check.py --device cpu --tiny       # the same machinery on CPU, in seconds
+    python tools/gpu_check.py --device cpu --tiny       # the same machinery on CPU: minutes
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.util
 import json
 import os
 import sys
@@ -210,7 +212,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="gpu_check.py", description=__doc__.splitlines()[0])
     parser.add_argument("--device", default="cuda", help="cuda (default), cuda:N or cpu")
     parser.add_argument("--tiny", action="store_true",
-                        help="every part at toy size (seconds each): the CPU path of the tests")
+                        help="every part at toy size (a few minutes in all on a CPU): the CPU "
+                             "path of the tests")
     parser.add_argument("--out", type=Path, default=REPO / "results" / "gpu-check",
                         help="report.md, report.json and parts.log (default results/gpu-check)")
     parser.add_argument("--work-dir", type=Path, default=None,
@@ -252,7 +255,21 @@ def child_env(args: argparse.Namespace) -> dict[str, str]:
             "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "PYTHONUNBUFFERED": "1"}
 
 
+def missing_setup() -> str | None:
+    """Why this Python cannot run the check (no torch: a fresh clone without ``make setup``),
+    as one line; ``None`` when it can. Looked up, not imported: the answer takes no time."""
+    if importlib.util.find_spec("torch") is None:
+        return (f"gpu_check.py: this Python ({sys.executable}) has no torch: run `make setup` "
+                "first (then `make gpu-check` uses .venv), or set GPU_CHECK_PYTHON to a Python "
+                "with the project installed")
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
+    missing = missing_setup()
+    if missing is not None:
+        print(missing, file=sys.stderr)
+        return 2
     args = parse_args(argv)
     if args.device.startswith("cuda"):
         import torch

@@ -8,9 +8,7 @@ error prints one line ``adaptcl <recipe>: error: ...`` and exits 2; a crash keep
 from __future__ import annotations
 
 import argparse
-import errno
 import importlib
-import re
 import signal
 import sys
 import threading
@@ -19,7 +17,13 @@ from collections.abc import Callable
 from typing import Any
 
 from adaptcl import __version__
-from adaptcl.recipes.engine import CellsFailedError, RecipeError, RunStopped, distributed_follower
+from adaptcl.recipes.engine import (
+    CellsFailedError,
+    RecipeError,
+    RunStopped,
+    distributed_follower,
+    storage_error,
+)
 
 # sub-command -> one-line help (its module: adaptcl.recipes.<name>.recipe)
 RECIPES: dict[str, str] = {
@@ -33,29 +37,6 @@ RECIPES: dict[str, str] = {
     "clip": "CLIP from scratch (small open_clip towers) on CIFAR-10 with prompt captions: zero-shot + R@1",
     "compare": "one table and plot over a setting from result files of one recipe, paired CIs",
 }
-
-
-# What the file system says when the user's disk or folder cannot take the output: the user's
-# to fix (one line, exit 2), not a crash of ours. Nothing is half-written: writes are atomic.
-_STORAGE_ERRNOS = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is exceeded",
-                   errno.EROFS: "the file system is read-only", errno.EACCES: "permission denied",
-                   errno.EPERM: "permission denied"}
-# torch.save reports a full disk as a RuntimeError of its zip writer
-_TORCH_WRITE_FAILURE = re.compile(r"PytorchStreamWriter failed|inline_container\.cc.*unexpected pos")
-
-
-def storage_error(err: BaseException) -> str | None:
-    """The one-line message for an output that the disk or the folder refused, else ``None``."""
-    if isinstance(err, OSError) and err.errno in _STORAGE_ERRNOS:
-        # a copy or a rename names its destination second (shutil.copyfile, os.replace)
-        path = err.filename2 or err.filename
-        where = f" writing {path}" if path else ""
-        return (f"{_STORAGE_ERRNOS[err.errno]}{where} ({err.strerror or err}); finished runs "
-                "are kept, so rerun the same command once there is room")
-    if isinstance(err, RuntimeError) and _TORCH_WRITE_FAILURE.search(str(err)):
-        return ("writing a checkpoint failed (is the disk full?): "
-                f"{str(err).splitlines()[0]}; finished runs are kept, so rerun once there is room")
-    return None
 
 
 def _report(prog: str, message: str) -> None:

@@ -1,24 +1,26 @@
-"""Two processes on the gloo backend give the single-process full-batch loss and gradients."""
+"""Two processes on the gloo backend give the single-process full-batch loss and gradients, and
+one temperature: MACL's from the all-reduced alignment, the schedule's from the same step on
+every rank, and the learnable one's gradient wrt ``s`` (each rank's is its anchors' share: DDP's
+average over ranks is the full batch's)."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
-import torch.distributed as dist
 
 from adaptcl.plugins import (
     AMCLLoss,
     DCLLoss,
     DySTreSSLoss,
     InfoNCELoss,
+    LearnableTemperatureLoss,
     MACLLoss,
     NCELoss,
     PairTemperature,
+    TemperatureScheduleLoss,
 )
 
-from .._distributed import spawn_results
+from .._distributed import full_batch, gloo_results, step_on_rank
 
 WORLD = 2
 N, D = 6, 8
@@ -52,15 +54,32 @@ CASES = {
     "supcon_dystress": lambda gather: DySTreSSLoss(0.1, 0.2, hardness_mode="in_batch_negatives",
                                                    hardness_strength=2.0,
                                                    gather_distributed=gather),
+    "schedule": lambda gather: TemperatureScheduleLoss(0.1, 1.0, 20, step=6,
+                                                       gather_distributed=gather),
+    "schedule_graphcl": lambda gather: TemperatureScheduleLoss(
+        0.2, 0.5, 20, step=13, form="cross_view", positive_in_denominator=False,
+        gather_distributed=gather),
+    "learnable": lambda gather: _learnable(gather, form="nt_xent"),
+    "learnable_clip": lambda gather: _learnable(gather, form="cross_view_symmetric"),
+    "learnable_tiled": lambda gather: _learnable(gather, form="cross_view", tile_size=4),
 }
 #: classes of the full batch: each class has pairs on both ranks, so the labels must be
 #: gathered with the candidates for a rank to see its positives on the other
 LABELS = torch.tensor([0, 1, 2, 0, 1, 3, 0, 2, 2, 4, 1, 0])
 LABELLED = {name for name in CASES if name.startswith("supcon")}
+#: the losses whose temperature is one for the whole batch, the same on every rank
+ONE_TEMPERATURE = ("macl", "schedule", "learnable")
 
 
 def _call_kwargs(name: str, rows: slice) -> dict:
     return {"labels": LABELS[rows]} if name in LABELLED else {}
+
+
+def _learnable(gather: bool, **kwargs) -> LearnableTemperatureLoss:
+    loss_fn = LearnableTemperatureLoss(0.1, gather_distributed=gather, **kwargs)
+    with torch.no_grad():
+        loss_fn.logit_scale.fill_(1.7)  # away from its initial value, inside the bounds
+    return loss_fn
 
 
 def _temperature_net() -> PairTemperature:
@@ -70,44 +89,25 @@ def _temperature_net() -> PairTemperature:
 
 
 def _full_batch():
-    g = torch.Generator().manual_seed(0)
-    return torch.randn(WORLD * N, D, generator=g), torch.randn(WORLD * N, D, generator=g)
+    return full_batch(N, D, WORLD)
 
 
-def _worker(rank: int, port: int, results):
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
-    try:
-        torch.set_num_threads(1)
-        z0_all, z1_all = _full_batch()
-        out = {}
-        for name, make in CASES.items():
-            z0 = z0_all[rank * N:(rank + 1) * N].clone().requires_grad_()
-            z1 = z1_all[rank * N:(rank + 1) * N].clone().requires_grad_()
-            fn = make(True)
-            loss = fn(z0, z1, **_call_kwargs(name, slice(rank * N, (rank + 1) * N)))
-            loss.backward()
-            mean_loss = loss.detach().clone()
-            dist.all_reduce(mean_loss)
-            out[name] = {
-                "loss": (mean_loss / WORLD).item(),
-                # DDP averages gradients over ranks; the inputs here are per-rank leaves.
-                "g0": (z0.grad / WORLD).tolist(),
-                "g1": (z1.grad / WORLD).tolist(),
-                "temperature": fn.last_stats.get("temperature", torch.tensor(0.0)).item(),
-            }
-        results[rank] = out
-    finally:
-        dist.destroy_process_group()
+def _rank(rank: int) -> dict:
+    """Every case on ``rank``'s rows of the full batch (in a gloo process group)."""
+    out = {}
+    for name, make in CASES.items():
+        fn = make(True)
+        out[name] = step_on_rank(fn, _full_batch(), rank, N, WORLD,
+                                 **_call_kwargs(name, slice(rank * N, (rank + 1) * N))) | {
+            "temperature": fn.last_stats.get("temperature", torch.tensor(0.0)).item()}
+    return out
 
 
 @pytest.fixture(scope="module")
 def distributed_results():
-    return spawn_results(_worker, WORLD)
+    return gloo_results(_rank, WORLD)
 
 
-@pytest.mark.slow
 @pytest.mark.slow  # the module fixture starts two processes (~10 s), paid by whichever case runs first
 @pytest.mark.parametrize("name", list(CASES))
 def test_two_ranks_equal_single_process(distributed_results, name):
@@ -116,17 +116,18 @@ def test_two_ranks_equal_single_process(distributed_results, name):
     fn = CASES[name](False)
     loss = fn(z0, z1, **_call_kwargs(name, slice(None)))
     loss.backward()
+    params = [p.grad for p in fn.parameters() if p.grad is not None]
     for rank in range(WORLD):
         got = distributed_results[rank][name]
         assert got["loss"] == pytest.approx(loss.item(), rel=1e-5, abs=1e-6)
         sl = slice(rank * N, (rank + 1) * N)
-        torch.testing.assert_close(torch.tensor(got["g0"]), z0.grad[sl], rtol=1e-4, atol=1e-6)
-        torch.testing.assert_close(torch.tensor(got["g1"]), z1.grad[sl], rtol=1e-4, atol=1e-6)
-    if name.startswith("macl"):
-        # the alignment is all-reduced: both ranks use the full batch's temperature
-        temps = {round(distributed_results[r][name]["temperature"], 7) for r in range(WORLD)}
-        assert len(temps) == 1
-        assert temps.pop() == pytest.approx(fn.last_stats["temperature"].item(), rel=1e-6)
+        torch.testing.assert_close(torch.tensor(got["grads"][0]), z0.grad[sl], rtol=1e-4, atol=1e-6)
+        torch.testing.assert_close(torch.tensor(got["grads"][1]), z1.grad[sl], rtol=1e-4, atol=1e-6)
+        for g, want in zip(got["params"], params, strict=True):  # AMCL's net, a learned tau
+            torch.testing.assert_close(torch.tensor(g), want, rtol=1e-4, atol=1e-6)
+        if name.startswith(ONE_TEMPERATURE):
+            assert got["temperature"] == pytest.approx(fn.last_stats["temperature"].item(),
+                                                       rel=1e-6)
 
 
 def test_amcl_honours_gather_fn():

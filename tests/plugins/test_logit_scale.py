@@ -4,7 +4,7 @@ head, gradchecks including the parameter.
 
 (Tiled == materialised with the parameter's gradient, functional == module and the hostile
 inputs run on the table's ``learnable*`` cases in ``_helpers.LOSSES``; two processes in
-``test_temperature_distributed.py``.)
+``test_distributed.py``.)
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ reference written from it, the exact reduction to InfoNCE, the step as state, it
 
 (Tiled == materialised, functional == module, gradchecks and the hostile inputs run on the
 table's ``schedule*`` cases in ``_helpers.LOSSES``; two processes in
-``test_temperature_distributed.py``.)
+``test_distributed.py``.)
 """
 
 from __future__ import annotations

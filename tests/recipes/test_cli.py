@@ -15,40 +15,10 @@ import pytest
 
 from adaptcl import cli
 from adaptcl.recipes.demo.recipe import DemoRecipe
+from tests.recipes._cli import one_line_error
 from tests.recipes._process import SRC
 
 RECIPES = ("demo", "images", "clip", "simcse", "sts", "transfer", "tu", "moleculenet")
-
-
-def _one_line_error_in_a_process(argv: list[str], expected_start: str) -> None:
-    """:func:`_one_line_error` for a command run in a process of its own (offline): transformers
-    binds its log handler, huggingface_hub reads ``HF_HUB_OFFLINE``, when first imported."""
-    import subprocess
-    import sys
-
-    done = subprocess.run([sys.executable, "-m", "adaptcl", *argv], capture_output=True,
-                          text=True, timeout=300,
-                          env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
-    ours = [line for line in done.stderr.splitlines() if line.startswith("adaptcl ")]
-    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
-    assert ours == [ours[0]] and ours[0].startswith(expected_start), done.stderr
-
-
-
-def _one_line_error(capsys, argv: list[str], expected: str) -> str:
-    try:
-        code = cli.main(argv)
-    except SystemExit as exit_:  # argparse's own refusals
-        code = exit_.code
-    err = capsys.readouterr().err
-    # third-party progress bars (the model-loading of transformers) may precede our one line
-    lines = [line for line in err.splitlines() if line.startswith("adaptcl ")
-             or "error" in line.lower()]
-    assert code == 2, err
-    assert len(lines) == 1 and "Traceback" not in err, err
-    assert lines[0].startswith(f"adaptcl {argv[0]}: error: "), err
-    assert expected in lines[0], err
-    return lines[0]
 
 
 @pytest.mark.parametrize("recipe", RECIPES)
@@ -56,8 +26,8 @@ def test_output_dir_that_is_a_file_is_refused_before_any_work(recipe, tmp_path, 
     afile = tmp_path / "afile"
     afile.write_text("not a folder")
     extra = ["--model", "m:f"] if recipe in ("sts", "transfer") else []
-    _one_line_error(capsys, [recipe, "--output-dir", str(afile), *extra], "is a file, not a folder")
-    _one_line_error(capsys, [recipe, "--output-dir", str(afile / "sub"), *extra],
+    one_line_error(capsys, [recipe, "--output-dir", str(afile), *extra], "is a file, not a folder")
+    one_line_error(capsys, [recipe, "--output-dir", str(afile / "sub"), *extra],
                     f"is inside '{afile}', which is a file")
     assert afile.read_text() == "not a folder"
 
@@ -69,8 +39,8 @@ def test_unwritable_output_dir_is_refused_before_any_work(tmp_path, capsys, monk
     real_access = os.access
     monkeypatch.setattr(os, "access", lambda path, mode: (Path(path) != locked
                                                            and real_access(path, mode)))
-    _one_line_error(capsys, ["demo", "--output-dir", str(locked)], "is not writable")
-    _one_line_error(capsys, ["demo", "--output-dir", str(locked / "new")],
+    one_line_error(capsys, ["demo", "--output-dir", str(locked)], "is not writable")
+    one_line_error(capsys, ["demo", "--output-dir", str(locked / "new")],
                     f"its parent '{locked}' is not writable")
     assert list(locked.iterdir()) == []
 
@@ -87,37 +57,16 @@ def test_full_disk_while_writing_is_one_line_and_keeps_nothing_half_written(tmp_
         return real(path, write, **kwargs)
 
     monkeypatch.setattr(files, "atomic_write", full)
-    line = _one_line_error(capsys, ["demo", "--epochs", "1", "--seeds", "0", "--no-progress",
+    line = one_line_error(capsys, ["demo", "--epochs", "1", "--seeds", "0", "--no-progress",
                                     "--output-dir", str(tmp_path / "out")], "the disk is full")
     assert "seed0.json" in line and "rerun the same command" in line
     assert not list((tmp_path / "out").rglob("*.json"))
 
 
-@pytest.mark.parametrize("err, expected", [
-    (OSError(errno.EROFS, "Read-only file system", "/x/y.json"),
-     "the file system is read-only writing /x/y.json"),
-    (OSError(errno.EDQUOT, "Disk quota exceeded"), "the disk quota is exceeded"),
-    (OSError(errno.ENOSPC, "No space left on device", "/data/a.txt", None, "/work/a.txt"),
-     "the disk is full writing /work/a.txt (No space left"),  # a copy: its destination
-    (RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 64 vs 0"),
-     "writing a checkpoint failed (is the disk full?)"),
-    (RuntimeError("PytorchStreamWriter failed writing file data/0: file write failed"),
-     "writing a checkpoint failed"),
-])
-def test_storage_errors_are_named(err, expected):
-    assert expected in cli.storage_error(err)
-
-
-@pytest.mark.parametrize("err", [OSError(errno.ENOENT, "No such file"), RuntimeError("boom"),
-                                 ValueError("x")])
-def test_other_errors_stay_crashes(err):
-    assert cli.storage_error(err) is None
-
-
 def test_unknown_option_names_the_recipe(capsys):
-    _one_line_error(capsys, ["sts", "--logger", "csv"], "unrecognized arguments: --logger csv")
-    _one_line_error(capsys, ["demo", "--data-root", "x"], "unrecognized arguments: --data-root x")
-    line = _one_line_error(capsys, ["tu", "--loss", "macl"], "unrecognized arguments: --loss macl")
+    one_line_error(capsys, ["sts", "--logger", "csv"], "unrecognized arguments: --logger csv")
+    one_line_error(capsys, ["demo", "--data-root", "x"], "unrecognized arguments: --data-root x")
+    line = one_line_error(capsys, ["tu", "--loss", "macl"], "unrecognized arguments: --loss macl")
     assert line.endswith("(did you mean --losses?)"), line
 
 

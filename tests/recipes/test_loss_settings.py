@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from adaptcl.recipes.engine.settings import Sweep
+from adaptcl.recipes.engine.sweep import Sweep
 
 
 def _recipe(recipe_class, **values):

@@ -15,12 +15,7 @@ does; every rank writes what its loss saw to ``rank<r>.json``.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
 
@@ -43,9 +38,8 @@ from adaptcl.adapters.graphcl import (  # noqa: E402
 from adaptcl.adapters.graphcl.lightning import GraphCLModule  # noqa: E402
 from adaptcl.plugins import DCLLoss  # noqa: E402
 from adaptcl.plugins.validation import NonFiniteError  # noqa: E402
+from tests._distributed import run_ddp_script  # noqa: E402
 from tests.adapters.graphcl._graphs import random_graphs  # noqa: E402
-
-REPO_ROOT = Path(__file__).resolve().parents[3]
 
 
 def graphs(num_graphs: int = 17) -> list[Data]:
@@ -236,8 +230,7 @@ SCRIPT = textwrap.dedent('''
     from adaptcl.adapters.graphcl.lightning import GraphCLModule
     from adaptcl.plugins import MACLLoss
 
-    sys.path.insert(0, sys.argv[2])
-    from test_lightning import graphs
+    from tests.adapters.graphcl.test_lightning import graphs
 
     torch.set_num_threads(1)
     out_dir = sys.argv[1]
@@ -285,17 +278,7 @@ SCRIPT = textwrap.dedent('''
 
 @pytest.mark.slow
 def test_two_gloo_ranks_train_and_the_loss_sees_the_gathered_batch(tmp_path):
-    script = tmp_path / "ddp_graphcl.py"
-    script.write_text(SCRIPT)
-    env = dict(os.environ, OMP_NUM_THREADS="1", MASTER_ADDR="127.0.0.1",
-               PYTHONPATH=os.pathsep.join([str(REPO_ROOT / "src"), str(REPO_ROOT),
-                                           os.environ.get("PYTHONPATH", "")]))
-    env.pop("LOCAL_RANK", None)
-    proc = subprocess.run([sys.executable, str(script), str(tmp_path), str(Path(__file__).parent)],
-                          env=env, cwd=str(tmp_path), capture_output=True, text=True, timeout=240)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-
-    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    ranks = run_ddp_script(SCRIPT, tmp_path, timeout=240)
     for rank in ranks:
         # 18 graphs / 2 ranks = 9 a rank in batches of 4, 4 and 1: three steps per epoch
         assert rank["world_size"] == 2 and rank["global_step"] == 6 and rank["gather"] is True
@@ -310,3 +293,20 @@ def test_two_gloo_ranks_train_and_the_loss_sees_the_gathered_batch(tmp_path):
         assert h0["loss"] != pytest.approx(h1["loss"])  # ... on different shards of the data
     assert ranks[0]["epoch_losses"] == ranks[1]["epoch_losses"]  # summed over the ranks
     assert ranks[0]["param_sum"] == pytest.approx(ranks[1]["param_sum"], rel=1e-6)
+
+
+def test_the_module_imports_no_part_of_the_vision_adapter():
+    """The checkpoint hook GraphCLModule shares with the image methods lives in the framework-free
+    ``adaptcl.adapters.lightning.resume``: the graph extra needs no Lightly, and importing the
+    module loads neither Lightly nor the image methods' modules."""
+    import subprocess
+    import sys
+
+    from tests.recipes._process import env_with_src
+
+    code = ("import sys, adaptcl.adapters.graphcl.lightning\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] == 'lightly' "
+            "or m in ('adaptcl.adapters.lightning.modules', 'adaptcl.adapters.lightning.factory')))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env=env_with_src(), check=True)
+    assert done.stdout.strip() == "[]"

@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 import io
-import os
-import tempfile
 
 import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 
 lightly = pytest.importorskip("lightly")
 
@@ -27,7 +23,7 @@ from adaptcl.adapters.lightly import (  # noqa: E402
     NTXentLoss,
     PersistentMemoryBankModule,
 )
-from tests._distributed import free_port  # noqa: E402
+from tests._distributed import gloo_results  # noqa: E402
 
 
 def _pair(n=16, d=32, seed=0, dtype=torch.float32):
@@ -304,46 +300,46 @@ def _make_losses():
     }
 
 
+#: processes of the distributed test, each with 12 / WORLD rows of the batch
+WORLD = 2
+
+
 def _full_inputs():
     g = torch.Generator().manual_seed(7)
     return torch.randn(12, 8, generator=g), torch.randn(12, 8, generator=g)
 
 
-def _worker(rank: int, world: int, port: int, out_dir: str) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    try:
-        z0_full, z1_full = _full_inputs()
-        n = z0_full.shape[0] // world
-        results = {}
-        for name, make in _make_losses().items():
-            torch.manual_seed(0)  # same initial bank on every rank
-            loss_fn = make()
-            z0 = z0_full[rank * n:(rank + 1) * n].clone().requires_grad_()
-            z1 = z1_full[rank * n:(rank + 1) * n].clone().requires_grad_()
-            loss = loss_fn(z0, z1, *_labels(name, slice(rank * n, (rank + 1) * n)))
-            g0, g1 = torch.autograd.grad(loss, (z0, z1))
-            entry = {"loss": loss.detach(), "g0": g0, "g1": g1,
-                     "stats": {k: v.clone() for k, v in loss_fn.last_stats.items()}}
-            if getattr(loss_fn, "uses_memory_bank", False):
-                entry["bank"] = loss_fn.memory_bank.bank.clone()
-                entry["ptr"] = int(loss_fn.memory_bank.bank_ptr)
-            if getattr(loss_fn, "label_bank", None) is not None:
-                entry["bank_labels"] = loss_fn.label_bank.bank.clone()
-            results[name] = entry
-        torch.save(results, os.path.join(out_dir, f"rank{rank}.pt"))
-    finally:
-        dist.destroy_process_group()
+def _rank(rank: int) -> bytes:
+    """Every loss on ``rank``'s rows (in a gloo process group), saved by ``torch.save``: the
+    tensors cross to the parent as bytes, not as shared memory of a process that ended."""
+    z0_full, z1_full = _full_inputs()
+    n = z0_full.shape[0] // WORLD
+    results = {}
+    for name, make in _make_losses().items():
+        torch.manual_seed(0)  # same initial bank on every rank
+        loss_fn = make()
+        z0 = z0_full[rank * n:(rank + 1) * n].clone().requires_grad_()
+        z1 = z1_full[rank * n:(rank + 1) * n].clone().requires_grad_()
+        loss = loss_fn(z0, z1, *_labels(name, slice(rank * n, (rank + 1) * n)))
+        g0, g1 = torch.autograd.grad(loss, (z0, z1))
+        entry = {"loss": loss.detach(), "g0": g0, "g1": g1,
+                 "stats": {k: v.clone() for k, v in loss_fn.last_stats.items()}}
+        if getattr(loss_fn, "uses_memory_bank", False):
+            entry["bank"] = loss_fn.memory_bank.bank.clone()
+            entry["ptr"] = int(loss_fn.memory_bank.bank_ptr)
+        if getattr(loss_fn, "label_bank", None) is not None:
+            entry["bank_labels"] = loss_fn.label_bank.bank.clone()
+        results[name] = entry
+    buffer = io.BytesIO()
+    torch.save(results, buffer)
+    return buffer.getvalue()
 
 
 @pytest.mark.slow
 def test_two_process_gloo_matches_single_process_full_batch():
-    world = 2
-    with tempfile.TemporaryDirectory() as out_dir:
-        mp.spawn(_worker, args=(world, free_port(), out_dir), nprocs=world, join=True)
-        ranks = [torch.load(os.path.join(out_dir, f"rank{r}.pt"), weights_only=False)
-                 for r in range(world)]
+    world = WORLD
+    ranks = [torch.load(io.BytesIO(saved), weights_only=False)
+             for _, saved in sorted(gloo_results(_rank, world).items())]
 
     z0_full, z1_full = _full_inputs()
     n = z0_full.shape[0] // world

@@ -7,20 +7,15 @@ Lightning relaunches the script for rank 1), which avoids pickling the module fo
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 import textwrap
-from pathlib import Path
 
 import pytest
+
+from tests._distributed import run_ddp_script
 
 pytest.importorskip("lightly")
 pytest.importorskip("pytorch_lightning")
 torch = pytest.importorskip("torch")
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
 
 SCRIPT = textwrap.dedent('''
     import json
@@ -103,17 +98,7 @@ SCRIPT = textwrap.dedent('''
 
 @pytest.mark.slow
 def test_two_cpu_ddp_ranks_share_the_macl_temperature(tmp_path):
-    script = tmp_path / "ddp_macl.py"
-    script.write_text(SCRIPT)
-    env = dict(os.environ, OMP_NUM_THREADS="1", MASTER_ADDR="127.0.0.1",
-               PYTHONPATH=os.pathsep.join([str(REPO_ROOT / "src"),
-                                           os.environ.get("PYTHONPATH", "")]))
-    env.pop("LOCAL_RANK", None)
-    proc = subprocess.run([sys.executable, str(script), str(tmp_path)], env=env,
-                          cwd=str(tmp_path), capture_output=True, text=True, timeout=150)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-
-    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    ranks = run_ddp_script(SCRIPT, tmp_path, timeout=150)
     for rank in ranks:
         assert rank["world_size"] == 2 and rank["global_step"] == 2
         assert len(rank["steps"]) == 2

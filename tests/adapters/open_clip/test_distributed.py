@@ -15,11 +15,9 @@ from __future__ import annotations
 
 import itertools
 import math
-import os
 
 import pytest
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 
 open_clip_loss = pytest.importorskip("open_clip.loss")
@@ -30,7 +28,7 @@ from adaptcl.adapters.open_clip import (  # noqa: E402
     MACLClipLoss,
 )
 
-from ..._distributed import spawn_results  # noqa: E402
+from ..._distributed import full_batch, gloo_results  # noqa: E402
 
 pytestmark = pytest.mark.filterwarnings("ignore:DySTreSSClipLoss ignores logit_scale")
 
@@ -53,9 +51,7 @@ CASES = {
 
 
 def _full_batch():
-    g = torch.Generator().manual_seed(0)
-    return (torch.randn(WORLD * N, D, generator=g, dtype=torch.float64),
-            torch.randn(WORLD * N, D, generator=g, dtype=torch.float64))
+    return full_batch(N, D, WORLD, dtype=torch.float64)
 
 
 def _step(fn, image, text, labels=None) -> dict:
@@ -70,31 +66,25 @@ def _step(fn, image, text, labels=None) -> dict:
             "temperature": getattr(fn, "last_stats", {}).get("temperature")}
 
 
-def _worker(rank: int, port: int, results) -> None:
-    os.environ["MASTER_ADDR"] = "127.0.0.1"
-    os.environ["MASTER_PORT"] = str(port)
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
-    try:
-        torch.set_num_threads(1)
-        image, text = (x[rank * N:(rank + 1) * N] for x in _full_batch())
-        labels = LABELS[rank * N:(rank + 1) * N]
-        out = {}
-        for (local, with_grad), (name, (make, labelled, peer)) in itertools.product(
-                COMBOS, CASES.items()):
-            kw = {"local_loss": local, "gather_with_grad": with_grad, "rank": rank,
-                  "world_size": WORLD}
-            key = f"{name}-{local}-{with_grad}"
-            out[key] = _step(make(**kw), image, text, labels if labelled else None)
-            if peer:
-                out[key + "-peer"] = _step(open_clip_loss.ClipLoss(**kw), image, text)
-        results[rank] = out
-    finally:
-        dist.destroy_process_group()
+def _rank(rank: int) -> dict:
+    """Every case and combination on ``rank``'s rows (in a gloo process group)."""
+    image, text = (x[rank * N:(rank + 1) * N] for x in _full_batch())
+    labels = LABELS[rank * N:(rank + 1) * N]
+    out = {}
+    for (local, with_grad), (name, (make, labelled, peer)) in itertools.product(
+            COMBOS, CASES.items()):
+        kw = {"local_loss": local, "gather_with_grad": with_grad, "rank": rank,
+              "world_size": WORLD}
+        key = f"{name}-{local}-{with_grad}"
+        out[key] = _step(make(**kw), image, text, labels if labelled else None)
+        if peer:
+            out[key + "-peer"] = _step(open_clip_loss.ClipLoss(**kw), image, text)
+    return out
 
 
 @pytest.fixture(scope="module")
 def ranks():
-    return spawn_results(_worker, WORLD)
+    return gloo_results(_rank, WORLD)
 
 
 def _close(a, b) -> None:

@@ -4,16 +4,15 @@ synchronises once, after the last mini-batch, and not at all inside an outer ``n
 
 from __future__ import annotations
 
-import os
+import functools
 
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 pytest.importorskip("sentence_transformers")
 
-from tests._distributed import free_port
+from tests._distributed import gloo_results  # noqa: E402
 from tests.adapters._tiny_models import CORPUS, build_tiny_model  # noqa: E402
 
 WORLD, ROWS = 2, 4  # 4 rows per rank at mini-batch 2: four replayed mini-batches per step
@@ -35,55 +34,48 @@ def _make(name: str, model):
     return MultipleNegativesRankingLoss(model, scale=20.0)
 
 
-def _worker(rank: int, port: int, path: str, results) -> None:
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
-    try:
-        torch.set_num_threads(1)
-        from torch.nn.parallel import DistributedDataParallel
+def _rank(path: str, rank: int) -> dict:
+    """Each loss's step on ``rank``'s rows under DDP (in a gloo process group)."""
+    from torch.nn.parallel import DistributedDataParallel
 
-        from adaptcl.adapters.sentence_transformers import build_simcse_model
+    from adaptcl.adapters.sentence_transformers import build_simcse_model
 
-        # float64: mini-batches are padded to their own length; in float32 that alone moves the
-        # (small, ~1e-5) gradients of this tiny random encoder by ~1e-6
-        model = build_simcse_model(path, "cls_before_pooler", max_seq_length=16, dropout=0.0).double()
-        # BERT's pooler layer is not used by CLS pooling, hence find_unused_parameters
-        ddp = DistributedDataParallel(model, find_unused_parameters=True)
-        syncs: list[int] = []
+    # float64: mini-batches are padded to their own length; in float32 that alone moves the
+    # (small, ~1e-5) gradients of this tiny random encoder by ~1e-6
+    model = build_simcse_model(path, "cls_before_pooler", max_seq_length=16, dropout=0.0).double()
+    # BERT's pooler layer is not used by CLS pooling, hence find_unused_parameters
+    ddp = DistributedDataParallel(model, find_unused_parameters=True)
+    syncs: list[int] = []
 
-        def counting_allreduce(state, bucket):
-            syncs.append(1)
-            buffer = bucket.buffer().div_(WORLD)
-            return dist.all_reduce(buffer, async_op=True).get_future().then(lambda fut: fut.value()[0])
+    def counting_allreduce(state, bucket):
+        syncs.append(1)
+        buffer = bucket.buffer().div_(WORLD)
+        return dist.all_reduce(buffer, async_op=True).get_future().then(lambda fut: fut.value()[0])
 
-        ddp.register_comm_hook(None, counting_allreduce)
-        anchors = CORPUS[rank * ROWS:(rank + 1) * ROWS]
-        columns = [anchors, anchors[::-1]]
-        out = {}
-        for name in LOSSES:
-            loss = _make(name, model)
-            loss.model = ddp  # what SentenceTransformerTrainer does under DDP
-            ddp.zero_grad()
-            syncs.clear()
+    ddp.register_comm_hook(None, counting_allreduce)
+    anchors = CORPUS[rank * ROWS:(rank + 1) * ROWS]
+    columns = [anchors, anchors[::-1]]
+    out = {}
+    for name in LOSSES:
+        loss = _make(name, model)
+        loss.model = ddp  # what SentenceTransformerTrainer does under DDP
+        ddp.zero_grad()
+        syncs.clear()
+        loss([dict(model.tokenize(t)) for t in columns], None).backward()
+        grads = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+        step_syncs = len(syncs)
+        ddp.zero_grad()
+        syncs.clear()
+        with ddp.no_sync():  # gradient accumulation: no synchronisation at all
             loss([dict(model.tokenize(t)) for t in columns], None).backward()
-            grads = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
-            step_syncs = len(syncs)
-            ddp.zero_grad()
-            syncs.clear()
-            with ddp.no_sync():  # gradient accumulation: no synchronisation at all
-                loss([dict(model.tokenize(t)) for t in columns], None).backward()
-            out[name] = {"syncs": step_syncs, "syncs_in_no_sync": len(syncs), "grads": grads.tolist()}
-        results[rank] = out
-    finally:
-        dist.destroy_process_group()
+        out[name] = {"syncs": step_syncs, "syncs_in_no_sync": len(syncs), "grads": grads.tolist()}
+    return out
 
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
     path = build_tiny_model(tmp_path_factory.mktemp("tiny-bert-ddp"), "bert")
-    shared = mp.Manager().dict()
-    mp.spawn(_worker, args=(free_port(), str(path), shared), nprocs=WORLD, join=True)
-    return dict(shared)
+    return gloo_results(functools.partial(_rank, str(path)), WORLD)
 
 
 @pytest.mark.slow

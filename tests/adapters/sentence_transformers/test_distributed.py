@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 
-from tests._distributed import free_port
+from tests._distributed import full_batch, gloo_results, step_on_rank
 
 pytest.importorskip("sentence_transformers")
 
@@ -70,36 +66,20 @@ def _make(name: str, gather: bool):
 
 
 def _columns():
-    g = torch.Generator().manual_seed(0)
-    return [torch.randn(WORLD * N, D, generator=g) for _ in range(3)]  # anchor, positive, hard negative
+    return full_batch(N, D, WORLD, columns=3)  # anchor, positive, hard negative
 
 
-def _worker(rank: int, port: int, results):
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
-    try:
-        torch.set_num_threads(1)
-        out = {}
-        for name in NAMES:
-            cols = [c[rank * N:(rank + 1) * N].clone().requires_grad_() for c in _columns()]
-            labels = _labels(name, slice(rank * N, (rank + 1) * N))
-            loss = _make(name, True).compute_loss_from_embeddings(cols, labels)
-            loss.backward()
-            total = loss.detach().clone()
-            dist.all_reduce(total)
-            out[name] = {"loss": (total / WORLD).item(),
-                         "grads": [(c.grad / WORLD).tolist() for c in cols]}
-        results[rank] = out
-    finally:
-        dist.destroy_process_group()
+def _rank(rank: int) -> dict:
+    """Every loss on ``rank``'s rows of the columns (in a gloo process group)."""
+    labels = {name: _labels(name, slice(rank * N, (rank + 1) * N)) for name in NAMES}
+    return {name: step_on_rank(lambda *cols, name=name: _make(name, True)
+                               .compute_loss_from_embeddings(list(cols), labels[name]),
+                               _columns(), rank, N, WORLD) for name in NAMES}
 
 
 @pytest.fixture(scope="module")
 def results():
-    manager = mp.Manager()
-    shared = manager.dict()
-    mp.spawn(_worker, args=(free_port(), shared), nprocs=WORLD, join=True)
-    return dict(shared)
+    return gloo_results(_rank, WORLD)
 
 
 @pytest.mark.slow

@@ -7,21 +7,7 @@ import pytest
 
 pytest.importorskip("open_clip")
 
-from adaptcl import cli  # noqa: E402
-
-
-def _one_line_error(capsys, argv: list[str], expected: str) -> str:
-    try:
-        code = cli.main(["clip", *argv])
-    except SystemExit as exit_:  # the command line's own refusals
-        code = exit_.code
-    err = capsys.readouterr().err
-    lines = [line for line in err.splitlines() if line.startswith("adaptcl ")
-             or "error" in line.lower()]
-    assert code == 2, err
-    assert len(lines) == 1 and "Traceback" not in err, err
-    assert lines[0].startswith("adaptcl clip: error: ") and expected in lines[0], err
-    return lines[0]
+from tests.recipes._cli import refused_before_any_file  # noqa: E402
 
 
 @pytest.mark.parametrize("argv, expected", [
@@ -42,17 +28,13 @@ def _one_line_error(capsys, argv: list[str], expected: str) -> str:
 ])
 def test_bad_settings_are_one_line_before_any_file(argv, expected, shared_data, tmp_path,
                                                    capsys):
-    out = tmp_path / "out"
-    _one_line_error(capsys, [*argv, "--data-root", str(shared_data), "--output-dir", str(out),
-                             "--seeds", "0"], expected)
-    assert not out.exists()  # no run store
+    refused_before_any_file(capsys, ["clip", *argv, "--data-root", str(shared_data), "--seeds",
+                                     "0"], expected, tmp_path / "out")
 
 
 def test_missing_data_is_one_line_before_any_file(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
-    out = tmp_path / "out"
-    _one_line_error(capsys, ["--data-root", str(tmp_path / "empty"), "--output-dir", str(out)],
-                    f"no cifar10_*.npz files in {tmp_path / 'empty'}")
-    _one_line_error(capsys, ["--data-root", str(tmp_path / "nowhere"), "--output-dir", str(out)],
-                    "is not a directory")
-    assert not out.exists()
+    refused_before_any_file(capsys, ["clip", "--data-root", str(tmp_path / "empty")],
+                            f"no cifar10_*.npz files in {tmp_path / 'empty'}", tmp_path / "out")
+    refused_before_any_file(capsys, ["clip", "--data-root", str(tmp_path / "nowhere")],
+                            "is not a directory", tmp_path / "out")

@@ -175,6 +175,24 @@ def test_a_yaml_alias_bomb_is_refused_before_it_expands(tmp_path):
     assert _parse("--config", str(path)).sweep.base.lr == 0.2
 
 
+@pytest.mark.parametrize("text, lines", [
+    ("recipe: toy\nlr: 0.2\nseeds: [0]\nlr: 0.3\n", (2, 4)),
+    ("{recipe: toy, lr: 0.2, lr: 0.3}\n", (1, 1)),  # a flow mapping: both on one line
+])
+def test_a_setting_given_twice_in_a_config_file_is_refused_naming_both_lines(tmp_path, text,
+                                                                            lines):
+    """PyYAML keeps the last of two equal keys silently; a run must not take one a user did not
+    mean, so the file is refused in one line naming the key and its two lines."""
+    path = tmp_path / "config.yaml"
+    path.write_text(text)
+    with pytest.raises(RecipeError) as info:
+        _parse("--config", str(path))
+    assert str(info.value) == (f"--config {path}: lr is given twice (lines {lines[0]} and "
+                               f"{lines[1]}); keep one")
+    path.write_text("recipe: toy\nlr: 0.2\nwidth: 3\n")  # the same key in no mapping twice
+    assert _parse("--config", str(path)).sweep.base.lr == 0.2
+
+
 def test_a_huge_sweep_is_counted_and_refused_before_it_is_built(capsys):
     values = [str(0.001 * (i + 1)) for i in range(1000)]
     widths = [str(i + 1) for i in range(1000)]
@@ -191,7 +209,7 @@ def test_a_huge_sweep_is_counted_and_refused_before_it_is_built(capsys):
 
 def test_the_python_api_counts_the_cells_of_its_grid_too(tmp_path):
     from adaptcl.recipes.engine import Sweep
-    from adaptcl.recipes.engine.jobs import JobOptions
+    from adaptcl.recipes.engine.job_options import JobOptions
     from tests.recipes.engine._toy import ToyConfig
 
     sweep = Sweep.from_values(ToyConfig, {"lr": [0.1, 0.2, 0.3], "seeds": [0, 1],
@@ -246,3 +264,23 @@ def test_a_rerun_with_other_settings_keeps_the_folders_config_and_results(tmp_pa
                           PROG) == 0
     assert "width: 8" in (out / "history" / "2" / "config.yaml").read_text()  # kept in turn
     assert (out / "config.yaml").read_text() == config
+
+
+def test_an_earlier_runs_config_from_history_runs_in_its_run_folder(tmp_path, capsys):
+    """``--config <out>/history/<n>/config.yaml`` is ``<out>``'s earlier run: it runs in
+    ``<out>`` again, reusing the runs stored there, not in ``history/<n>`` from nothing."""
+    out = tmp_path / "out"
+    assert ToyRecipe.main(["--output-dir", str(out), "--seeds", "0", "1", "--no-progress"],
+                          PROG) == 0
+    assert ToyRecipe.main(["--config", str(out / "config.yaml"), "--seeds", "2"], PROG) == 0
+    kept = out / "history" / "1" / "config.yaml"  # seeds 0 1, whose runs are stored in out
+    assert "output_dir: .\n" in kept.read_text()
+    assert _parse("--config", str(kept)).sweep.base.output_dir == str(out)
+    capsys.readouterr()
+    assert ToyRecipe.main(["--config", str(kept)], PROG) == 0
+    assert f"is an earlier run of {out}" in capsys.readouterr().err
+    again = json.loads((out / "results.json").read_text())
+    assert len(again["reused"]) == 2 and again["computed"] == []
+    assert sorted(p.name for p in kept.parent.iterdir()) == ["config.yaml", "results.json",
+                                                             "results.md"]
+

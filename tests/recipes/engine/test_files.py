@@ -3,11 +3,14 @@ corrupt, an output folder refused before any work."""
 
 from __future__ import annotations
 
+import errno
+
 import pytest
 
 from adaptcl.recipes.engine.files import (
     check_output_dir,
     load_or_rebuild,
+    storage_error,
     torch_load_checked,
     write_json_atomic,
 )
@@ -54,3 +57,47 @@ def test_an_output_folder_inside_a_file_is_refused_creating_nothing(tmp_path):
         check_output_dir(tmp_path / "f" / "out")
     assert check_output_dir(tmp_path / "new" / "out") == tmp_path / "new" / "out"
     assert not (tmp_path / "new").exists()
+
+
+@pytest.mark.parametrize("err, expected", [
+    (OSError(errno.EROFS, "Read-only file system", "/x/y.json"),
+     "the file system is read-only writing /x/y.json"),
+    (OSError(errno.EDQUOT, "Disk quota exceeded"), "the disk quota is exceeded"),
+    (OSError(errno.ENOSPC, "No space left on device", "/data/a.txt", None, "/work/a.txt"),
+     "the disk is full writing /work/a.txt (No space left"),  # a copy: its destination
+    (RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 64 vs 0"),
+     "writing a checkpoint failed (is the disk full?)"),
+    (RuntimeError("PytorchStreamWriter failed writing file data/0: file write failed"),
+     "writing a checkpoint failed"),
+])
+def test_storage_errors_are_named(err, expected):
+    assert expected in storage_error(err)
+
+
+@pytest.mark.parametrize("err", [OSError(errno.ENOENT, "No such file"), RuntimeError("boom"),
+                                 ValueError("x")])
+def test_other_errors_stay_crashes(err):
+    assert storage_error(err) is None
+
+
+@pytest.mark.parametrize("err", [OSError(errno.ENOSPC, "No space left on device"),
+                                 RuntimeError("PytorchStreamWriter failed writing file data/0: "
+                                              "file write failed")])
+def test_a_derived_file_the_disk_refuses_is_one_line_naming_it_not_a_corrupt_one(tmp_path, capsys,
+                                                                                err):
+    """A full disk while a dataset is processed is no corruption: rebuilding would fail the same
+    way. One line names the folder (the error itself names none), what was left is deleted."""
+    from adaptcl.recipes.engine.errors import RecipeError
+
+    processed = tmp_path / "MUTAG" / "processed"
+
+    def build():
+        processed.mkdir(parents=True)
+        (processed / "data.pt").write_bytes(b"half")
+        raise err
+
+    with pytest.raises(RecipeError) as info:
+        load_or_rebuild(processed, build, build, what="processed MUTAG dataset")
+    assert f"writing {processed} " in str(info.value) and "\n" not in str(info.value)
+    assert "corrupt" not in capsys.readouterr().err and not processed.exists()
+

@@ -13,7 +13,7 @@ import pytest
 from adaptcl import cli
 from adaptcl.recipes.engine import options
 from adaptcl.recipes.engine.errors import RecipeError
-from adaptcl.recipes.engine.jobs import JobOptions
+from adaptcl.recipes.engine.job_options import JobOptions
 from tests.recipes._process import children, env_with_src
 from tests.recipes.engine._toy import ToyConfig, ToyRecipe, cell
 
@@ -155,7 +155,7 @@ def test_a_job_fails_a_cell_whose_identity_changed_since_submission_and_goes_on(
 
     from adaptcl.recipes.engine.job_cells import run_chunk_job
     from adaptcl.recipes.engine.provenance import stable_hash
-    from adaptcl.recipes.engine.settings import Sweep
+    from adaptcl.recipes.engine.sweep import Sweep
 
     threads = torch.get_num_threads()  # the job function sets the process's threads
     config = ToyConfig(output_dir=str(tmp_path / "out"), seeds=[0, 1])

@@ -8,19 +8,19 @@ from dataclasses import dataclass
 import pytest
 import yaml
 
+from adaptcl.recipes.engine.config_file import config_text
 from adaptcl.recipes.engine.settings import (
-    Sweep,
     as_record,
     at_least,
     axis_fields,
     check_settings,
-    config_text,
     fraction,
     identity_settings,
     positive,
     setting,
     sweepable,
 )
+from adaptcl.recipes.engine.sweep import Sweep
 from adaptcl.registry import canonical_loss_name
 
 

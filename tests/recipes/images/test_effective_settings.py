@@ -4,7 +4,7 @@ one that cannot move the temperature is refused before any work."""
 from __future__ import annotations
 
 from adaptcl import cli
-from adaptcl.recipes.engine.settings import Sweep
+from adaptcl.recipes.engine.sweep import Sweep
 from adaptcl.recipes.images.config import ImagesConfig
 from adaptcl.recipes.images.recipe import ImagesRecipe
 
@@ -39,3 +39,24 @@ def test_periods_of_the_same_steps_are_one_identity(shared_data, tmp_path):
     infonce = [recipe.identity_of(recipe.cell(row, "infonce", 0, p))
                for p in recipe.sweep.points()]
     assert infonce[0] == infonce[1] == infonce[2]  # it reads no schedule setting
+
+
+def test_a_limit_beyond_the_images_is_recorded_as_applied_and_is_one_run(shared_data, tmp_path,
+                                                                        capsys):
+    """``--train-limit 100000 --npz-variant lossless`` trains on the 4,000 images the copy
+    has: the config (so results.json and ``compare --by``) and the identity say 4000, and
+    the run is the one of ``--train-limit 4000``."""
+    recipe = ImagesRecipe(Sweep.from_values(ImagesConfig, {
+        "data_root": str(shared_data), "output_dir": str(tmp_path), "epochs": 1,
+        "losses": ["infonce"], "npz_variant": "lossless", "train_limit": [100000, 4000],
+        "test_limit": 5000}))
+    recipe.prepare(recipe.point_configs())
+    assert capsys.readouterr().err.count("adaptcl: note: --train-limit 100000 applies as 4000; "
+                                         "--test-limit 5000 applies as 1000") == 1
+    asked, exact = recipe.point_configs().values()
+    assert (asked.train_limit, asked.test_limit) == (exact.train_limit, exact.test_limit) == (
+        4000, 1000)
+    row = recipe.rows()[0]
+    first, second = (recipe.identity_of(recipe.cell(row, "infonce", 0, p))
+                     for p in recipe.sweep.points())
+    assert first == second and first["settings"]["train_limit"] == 4000

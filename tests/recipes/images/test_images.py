@@ -183,11 +183,8 @@ def test_the_npz_variants_a_config_offers_are_the_copies_the_loader_reads():
 
 
 def test_a_module_setting_no_loss_accepts_is_refused_before_any_work(shared_data, tmp_path):
-    cfg = ImagesConfig(data_root=str(shared_data), output_dir=str(tmp_path), train_limit=200,
-                       test_limit=100, kappa=0)
-    recipe = ImagesRecipe(cfg)
-    with pytest.raises(ValueError, match="^kappa must be >= 1, got 0"):
-        recipe.prepare(recipe.point_configs())
+    with pytest.raises(ValueError, match="^kappa must be a number >= 1, got 0"):  # declared
+        ImagesConfig(data_root=str(shared_data), output_dir=str(tmp_path), kappa=0)
     assert not any(tmp_path.iterdir())
 
 

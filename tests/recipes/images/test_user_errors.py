@@ -13,32 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from adaptcl import cli
+from tests.recipes._cli import one_line_error, refused_before_any_file
 
 SRC = str(Path(__file__).resolve().parents[3] / "src")
-
-
-def _one_line_error(capsys, argv: list[str], expected: str) -> str:
-    try:
-        code = cli.main(["images", *argv])
-    except SystemExit as exit_:  # the command line's own refusals
-        code = exit_.code
-    err = capsys.readouterr().err
-    lines = [line for line in err.splitlines() if line.startswith("adaptcl ")
-             or "error" in line.lower()]
-    assert code == 2, err
-    assert len(lines) == 1 and "Traceback" not in err, err
-    assert lines[0].startswith("adaptcl images: error: ") and expected in lines[0], err
-    return lines[0]
-
-
-def test_output_dir_that_is_a_file_is_refused_before_any_work(tmp_path, capsys):
-    afile = tmp_path / "afile"
-    afile.write_text("not a folder")
-    _one_line_error(capsys, ["--output-dir", str(afile)], "is a file, not a folder")
-    _one_line_error(capsys, ["--output-dir", str(afile / "sub")],
-                    f"is inside '{afile}', which is a file")
-    assert afile.read_text() == "not a folder"
 
 
 @pytest.mark.parametrize("argv, expected", [
@@ -50,36 +27,33 @@ def test_output_dir_that_is_a_file_is_refused_before_any_work(tmp_path, capsys):
 ])
 def test_bad_settings_are_refused_before_the_data_is_touched(argv, expected, shared_data,
                                                              tmp_path, capsys):
-    out = tmp_path / "out"
-    _one_line_error(capsys, [*argv, "--data-root", str(shared_data), "--output-dir", str(out),
-                             "--seeds", "0"], expected)
-    assert not out.exists()  # no run store
+    refused_before_any_file(capsys, ["images", *argv, "--data-root", str(shared_data),
+                                     "--seeds", "0"], expected, tmp_path / "out")
 
 
 def test_missing_data_is_one_line_before_any_file(tmp_path, capsys):
     (tmp_path / "empty").mkdir()
-    _one_line_error(capsys, ["--data-root", str(tmp_path / "empty"), "--output-dir",
-                             str(tmp_path / "out")], "no image data under")
-    assert not (tmp_path / "out").exists()
+    refused_before_any_file(capsys, ["images", "--data-root", str(tmp_path / "empty")],
+                            "no image data under", tmp_path / "out")
 
 
 def test_two_ranks_need_a_batch_each_before_any_process_starts(shared_data, tmp_path, capsys):
-    _one_line_error(capsys, ["--data-root", str(shared_data), "--train-limit", "200",
-                             "--batch-size", "128", "--devices", "2", "--strategy", "ddp",
-                             "--seeds", "0", "--output-dir", str(tmp_path / "out")],
-                    "(200 images, 100 per device over 2) is smaller than one batch (128)")
+    one_line_error(capsys, ["images", "--data-root", str(shared_data), "--train-limit", "200",
+                            "--batch-size", "128", "--devices", "2", "--strategy", "ddp",
+                            "--seeds", "0", "--output-dir", str(tmp_path / "out")],
+                   "(200 images, 100 per device over 2) is smaller than one batch (128)")
     assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.slow
 def test_images_that_diverge_are_one_line_naming_each_run(shared_data, tmp_path, capsys):
-    _one_line_error(capsys, ["--data-root", str(shared_data), "--train-limit", "64",
-                             "--test-limit", "32", "--batch-size", "32", "--epochs", "2",
-                             "--width", "0.0625", "--linear-epochs", "0", "--knn-every", "0",
-                             "--seeds", "0", "--losses", "infonce", "macl", "--lr", "1e30",
-                             "--no-progress", "--output-dir", str(tmp_path)],
-                    "2 of 2 runs diverged (NaN or inf; nothing stored for them): "
-                    "cifar10/infonce/seed0 at step ")
+    one_line_error(capsys, ["images", "--data-root", str(shared_data), "--train-limit", "64",
+                            "--test-limit", "32", "--batch-size", "32", "--epochs", "2",
+                            "--width", "0.0625", "--linear-epochs", "0", "--knn-every", "0",
+                            "--seeds", "0", "--losses", "infonce", "macl", "--lr", "1e30",
+                            "--no-progress", "--output-dir", str(tmp_path)],
+                   "2 of 2 runs diverged (NaN or inf; nothing stored for them): "
+                   "cifar10/infonce/seed0 at step ")
     assert not list((tmp_path / "runs").rglob("seed0.json"))
     # the step that met NaN embeddings computed no loss: the finite loss before it is not its
     diverged = json.loads((tmp_path / "results.json").read_text())["diverged"]

@@ -8,7 +8,8 @@ import pytest
 
 from adaptcl.adapters.graphcl.names import LOSS_NAMES
 from adaptcl.recipes.engine.command_line import parse
-from adaptcl.recipes.engine.settings import Sweep, identity_settings
+from adaptcl.recipes.engine.settings import identity_settings
+from adaptcl.recipes.engine.sweep import Sweep
 from adaptcl.recipes.moleculenet.config import PAPER, MoleculeNetConfig
 from adaptcl.recipes.moleculenet.recipe import MoleculeNetRecipe
 

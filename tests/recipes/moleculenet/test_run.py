@@ -14,7 +14,7 @@ pytest.importorskip("ogb")
 pytest.importorskip("sklearn")
 
 from adaptcl import cli  # noqa: E402
-from adaptcl.recipes.engine.settings import Sweep  # noqa: E402
+from adaptcl.recipes.engine.sweep import Sweep  # noqa: E402
 from adaptcl.recipes.moleculenet import train  # noqa: E402
 from adaptcl.recipes.moleculenet.config import MoleculeNetConfig  # noqa: E402
 from adaptcl.recipes.moleculenet.data import load_corpus, load_split_dataset  # noqa: E402

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from tests.recipes._sentence_cli import check_help, one_line_error_in_a_process, run_cli
+from tests.recipes._cli import check_help, one_line_error_in_a_process, run_cli
 
 
 def test_help_is_fast_shows_defaults_and_an_example_and_imports_no_torch():

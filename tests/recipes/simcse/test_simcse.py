@@ -14,7 +14,7 @@ pytest.importorskip("sentence_transformers")
 
 import adaptcl.recipes.simcse.train as training  # noqa: E402
 from adaptcl.recipes.engine import Cell, GridRun, NonResultError, RecipeError  # noqa: E402
-from adaptcl.recipes.engine.settings import Sweep  # noqa: E402
+from adaptcl.recipes.engine.sweep import Sweep  # noqa: E402
 from adaptcl.recipes.simcse.config import PRESETS, SimCSERecipeConfig  # noqa: E402
 from adaptcl.recipes.simcse.recipe import SimCSERecipe  # noqa: E402
 from tests.adapters._tiny_models import build_tiny_model  # noqa: E402

@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from tests.recipes._sentence_cli import check_help, one_line_error, one_line_error_in_a_process
+from tests.recipes._cli import check_help, one_line_error, one_line_error_in_a_process
 
 
 def test_help_is_fast_shows_defaults_and_an_example_and_imports_no_torch():
@@ -89,7 +89,7 @@ def test_no_progress_prints_one_line_per_task_and_nothing_of_the_frameworks(shar
                                                                              tiny_bert, tmp_path):
     """The encoder's loading (sentence-transformers' INFO line, transformers' bar) stays
     quiet: stderr holds adaptcl's one line per task scored."""
-    from tests.recipes._sentence_cli import run_cli
+    from tests.recipes._cli import run_cli
 
     done = run_cli("sts", "--model", str(tiny_bert), "--pooler", "cls", "--tasks", "STS12",
                    "STSBenchmark", "--data-root", str(shared_data), "--no-progress",

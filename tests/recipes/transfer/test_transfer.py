@@ -15,7 +15,7 @@ from adaptcl.recipes.engine import DivergedError, NonResultError, RecipeError
 from adaptcl.recipes.transfer.config import TransferConfig
 from adaptcl.recipes.transfer.recipe import TransferRecipe
 from tests.evaluation._bow import CountingEncoder, SwitchableEncoder, hashed_bow
-from tests.recipes._sentence_cli import check_help
+from tests.recipes._cli import check_help
 
 TABLE_COLUMNS = (*te.TRANSFER_TASKS, "Avg.")
 

@@ -7,7 +7,7 @@ import pytest
 
 from adaptcl import cli
 from adaptcl.recipes.engine.provenance import stable_hash
-from adaptcl.recipes.engine.settings import Sweep
+from adaptcl.recipes.engine.sweep import Sweep
 from adaptcl.recipes.tu.config import TUConfig
 from adaptcl.recipes.tu.recipe import TURecipe
 

@@ -62,6 +62,7 @@ pl = require("pytorch_lightning", "graph")
 import torch  # noqa: E402
 from torch import Tensor, nn  # noqa: E402
 
+from adaptcl.adapters.lightning.resume import CheckpointedHistory  # noqa: E402
 from adaptcl.plugins import set_schedule_step  # noqa: E402
 from adaptcl.plugins.validation import (  # noqa: E402
     check_choice,
@@ -79,7 +80,7 @@ OptimizerName = Literal["adam", "adamw"]
 OPTIMIZERS: tuple[OptimizerName, ...] = get_args(OptimizerName)
 
 
-class GraphCLModule(pl.LightningModule):
+class GraphCLModule(CheckpointedHistory, pl.LightningModule):
     """GraphCL pre-training of ``model`` with Lightning.
 
     Args:
@@ -219,15 +220,14 @@ class GraphCLModule(pl.LightningModule):
         self.epoch_losses.append(float(sums[0] / sums[1]) if float(sums[1]) > 0 else 0.0)
 
     # --- checkpoints ----------------------------------------------------------------------------
+    checkpointed = ("history", "epoch_losses")
+
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        self._steps.flush(into=self.history)
-        checkpoint["adaptcl_history"] = {"history": list(self.history),
-                                         "epoch_losses": list(self.epoch_losses)}
+        self._steps.flush(into=self.history)  # the steps read on the host since the last flush
+        super().on_save_checkpoint(checkpoint)
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        saved = checkpoint.get("adaptcl_history") or {}
-        self.history = [dict(h) for h in saved.get("history", [])]
-        self.epoch_losses = [float(v) for v in saved.get("epoch_losses", [])]
+        super().on_load_checkpoint(checkpoint)
         self._steps = self._recorder()
 
     # --- optimisation ---------------------------------------------------------------------------

@@ -9,7 +9,9 @@ Organised by job:
   :class:`MoCoV2Module`, :class:`SimSiamModule`, :class:`BarlowTwinsModule`,
   :class:`ASCLMoCoModule` on the shared :class:`SSLModule`), Lightly's CIFAR ResNet, the kNN
   monitor and :class:`AtomicCheckpointIO`;
-- :mod:`.resume` -- :class:`ResumeRecord`, where a module's training was resumed (a mixin);
+- :mod:`.resume` -- what a module carries across a resume, two framework-free mixins (the graph
+  adapter's module takes them too): :class:`CheckpointedHistory`, its per-step lists in the
+  checkpoint, and :class:`ResumeRecord`, where its training was resumed;
 - :mod:`.caching` -- :class:`GradientCaching`, a module's encoders through exact gradient
   caching (``mini_batch_size=``; a mixin);
 - :mod:`.settings` -- :class:`SSLModuleSettings`, the settings of a module as one typed,
@@ -48,7 +50,7 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers; at run time __getattr
         knn_correct,
         small_cnn,
     )
-    from adaptcl.adapters.lightning.resume import ResumeRecord
+    from adaptcl.adapters.lightning.resume import CheckpointedHistory, ResumeRecord
     from adaptcl.adapters.lightning.settings import SSLModuleSettings
     from adaptcl.adapters.lightning.trainer import (
         AtomicCheckpointIO,
@@ -63,7 +65,7 @@ _EXPORTS = {
                      "SimSiamModule", "BarlowTwinsModule", "ASCLMoCoModule", "cifar_resnet",
                      "small_cnn", "extract_features", "knn_correct"), "modules"),
     **dict.fromkeys(("build_ssl_module", "ssl_transforms"), "factory"),
-    "SSLModuleSettings": "settings", "ResumeRecord": "resume",
+    "SSLModuleSettings": "settings", "ResumeRecord": "resume", "CheckpointedHistory": "resume",
     **dict.fromkeys(("AtomicCheckpointIO", "RandomStates", "StepMeter", "TrainingClock",
                     "build_trainer"), "trainer"),
     "GradientCaching": "caching",
@@ -75,5 +77,5 @@ __all__ = [
     "SimCLRModule", "MoCoV2Module", "SimSiamModule", "BarlowTwinsModule", "ASCLMoCoModule",
     "cifar_resnet", "small_cnn", "extract_features", "knn_correct", "RandomStates", "TrainingClock",
     "build_ssl_module", "build_trainer", "ssl_transforms", "SSLModuleSettings", "ResumeRecord",
-    "StepMeter", "GradientCaching",
+    "StepMeter", "GradientCaching", "CheckpointedHistory",
 ]

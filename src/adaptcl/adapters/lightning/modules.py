@@ -51,7 +51,7 @@ from torch import Tensor, nn
 from adaptcl.adapters import require
 from adaptcl.adapters.lightning.caching import GradientCaching
 from adaptcl.adapters.lightning.methods import BACKBONES
-from adaptcl.adapters.lightning.resume import ResumeRecord
+from adaptcl.adapters.lightning.resume import CheckpointedHistory, ResumeRecord
 from adaptcl.plugins.ascl import ASCLMode
 from adaptcl.plugins.gradient_cache import BatchNormMode
 
@@ -170,7 +170,7 @@ def knn_correct(features: Tensor, bank: Tensor, bank_targets: Tensor, targets: T
     return int((predicted[:, 0] == targets).sum())
 
 
-class SSLModule(ResumeRecord, GradientCaching, pl.LightningModule):
+class SSLModule(ResumeRecord, CheckpointedHistory, GradientCaching, pl.LightningModule):
     """Base of the self-supervised modules: optimiser, online kNN monitor, loss statistics.
 
     Args:
@@ -279,14 +279,10 @@ class SSLModule(ResumeRecord, GradientCaching, pl.LightningModule):
         self.history.append(record)
 
     # --- checkpoints ------------------------------------------------------------------------------
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        checkpoint["adaptcl_history"] = {"history": list(self.history),
-                                         "knn_history": list(self.knn_history)}
+    checkpointed = ("history", "knn_history")
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        saved = checkpoint.get("adaptcl_history") or {}
-        self.history = [dict(h) for h in saved.get("history", [])]
-        self.knn_history = [dict(h) for h in saved.get("knn_history", [])]
+        super().on_load_checkpoint(checkpoint)
         self.record_resume(checkpoint)
 
     # --- online kNN monitor ---------------------------------------------------------------------

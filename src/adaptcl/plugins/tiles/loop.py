@@ -55,7 +55,7 @@ tile 2048, 2 shared CPU cores), tiled / materialised time is 1.11x at batch 1024
 recomputes each tile in backward), while the materialised peak grows as ~3 copies of
 ``4 * (2N)^2`` bytes (3.0 GiB at N = 8192 against 72 MiB tiled). Keep ``tile_size=None`` while
 the matrix fits comfortably; turn it on beyond that, e.g. ``MACLLoss(..., tile_size=4096)`` at
-batch 65,536 (485 MiB peak where one materialised matrix alone is 64 GiB).
+batch 65,536 (535 MiB peak where one materialised matrix alone is 64 GiB).
 
 Example:
     >>> import torch

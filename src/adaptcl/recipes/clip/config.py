@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from adaptcl.adapters.open_clip.names import LOSS_NAMES
-from adaptcl.recipes.common import gradient_cache
+from adaptcl.recipes.common import gradient_cache, macl_settings
 from adaptcl.recipes.common.cifar import CIFAR10_TEMPLATES
 from adaptcl.recipes.common.cifar_settings import limit_setting, npz_variant_setting
 from adaptcl.recipes.engine import options
@@ -91,8 +91,8 @@ class ClipConfig:
     warmup_steps: int = setting(20, check=non_negative, help="linear learning-rate warm-up")
     weight_decay: float = setting(0.1, check=non_negative, help="AdamW weight decay (not on "
                                   "gains, biases and logit_scale, as open_clip)")
-    alpha: float = setting(0.5, losses=("macl",), help="MACL's alpha")
-    a0: float = setting(0.0, losses=("macl",), help="MACL's A0")
+    alpha: float = macl_settings.alpha()
+    a0: float = macl_settings.a0()
     min_temperature: float = setting(0.05, check=positive, losses=("dystress",),
                                      help="DySTreSS's lowest pair "
                                      "temperature (it ignores the learned logit_scale)")

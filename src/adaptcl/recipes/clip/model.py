@@ -24,7 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from adaptcl.adapters.lightning.caching import GradientCaching
-from adaptcl.adapters.lightning.resume import ResumeRecord
+from adaptcl.adapters.lightning.resume import CheckpointedHistory, ResumeRecord
 from adaptcl.recipes.clip.config import ClipConfig
 
 #: open_clip_train's ``--beta1/--beta2/--eps`` for ViT models
@@ -65,7 +65,7 @@ def warmup_cosine(step: int, warmup: int, total: int) -> float:
     return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, total - warmup)))
 
 
-class ClipModule(ResumeRecord, GradientCaching, pl.LightningModule):
+class ClipModule(ResumeRecord, CheckpointedHistory, GradientCaching, pl.LightningModule):
     """``model`` trained with ``criterion`` (``ClipLoss``'s call); ``multi_positive`` passes
     the batch's class ids as ``labels=``; ``mini_batch_size`` caches the towers' gradients
     (``None``: no caching). ``history`` (loss, temperature 1/logit_scale and the criterion's
@@ -120,9 +120,6 @@ class ClipModule(ResumeRecord, GradientCaching, pl.LightningModule):
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler,
                                                          "interval": "step"}}
 
-    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        checkpoint["adaptcl_history"] = list(self.history)
-
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
-        self.history = [dict(h) for h in checkpoint.get("adaptcl_history", [])]
+        super().on_load_checkpoint(checkpoint)
         self.record_resume(checkpoint)

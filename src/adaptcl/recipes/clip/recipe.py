@@ -10,9 +10,10 @@ from typing import Any
 
 from adaptcl.io import resolve_data_root
 from adaptcl.recipes.clip.config import PRESETS, ClipConfig, parse_column
+from adaptcl.recipes.common.cifar_settings import apply_limits
 from adaptcl.recipes.common.step_cost import step_note
-from adaptcl.recipes.engine import Cell, Recipe, ReportSpec
-from adaptcl.recipes.engine.settings import Point
+from adaptcl.recipes.engine import Cell, Recipe, ReportSpec, note
+from adaptcl.recipes.engine.sweep import Point
 from adaptcl.recipes.engine.torch_env import check_lightning_precision
 
 EXAMPLE = """adaptcl clip --data-root ../shared/data --losses infonce macl dystress \\
@@ -34,8 +35,9 @@ class ClipRecipe(Recipe):
     frameworks = ("open_clip_torch", "pytorch-lightning")
 
     def prepare(self, configs: Mapping[Point, ClipConfig]) -> None:
-        """The images of every point (each set loaded once), that a batch fits them, that the
-        captions fit the context; their fingerprints. Nothing is written."""
+        """The images of every point (each set loaded once), the limits as applied to them
+        (:func:`~adaptcl.recipes.common.cifar_settings.apply_limits`), that a batch fits them,
+        that the captions fit the context; their fingerprints. Nothing is written."""
         from adaptcl.recipes.clip.data import (
             CaptionTokens,
             check_batch,
@@ -47,18 +49,27 @@ class ClipRecipe(Recipe):
         self.data_root = resolve_data_root(self.config.data_root)
         self._data: dict[Any, Any] = {}
         self._tokens: dict[Any, Any] = {}
+        notes: dict[str, None] = {}  # each said once, however many points it concerns
         for config in configs.values():
             check_lightning_precision(config.device, config.precision)
             key = config.data_settings()
             if key not in self._data:
                 self._data[key] = load_clip_data(self.data_root, config)
-            check_batch(self._data[key], config)
+            data = self._data[key]
+            notes[apply_limits(config, {"train_limit": len(data.train_labels),
+                                        "test_limit": len(data.test_labels),
+                                        "retrieval_limit": len(data.test_labels)},
+                               data.source) or ""] = None
+            self._data[config.data_settings()] = data  # under the limits as applied too
+            check_batch(data, config)
             text_key = (config.templates, config.context_length)
             if text_key not in self._tokens:
                 self._tokens[text_key] = CaptionTokens(self._data[key].classnames,
                                                        templates_of(config),
                                                        config.context_length)
         self.fingerprints = {self.rows()[0]: self.data_of(self.config).fingerprint}
+        for message in filter(None, notes):
+            note(message)
 
     def check_targets(self) -> None:
         """Refuse a loss the adapter gives no multi-positive targets with ``--targets labels``."""
@@ -107,7 +118,7 @@ class ClipRecipe(Recipe):
         header = (f"# clip: CLIP from scratch on {data.name}, preset {self.preset}\n\n"
                   f"{data.source}: {len(data.train_labels)} training image-caption pairs, "
                   f"zero-shot top-1 on {len(data.test_labels)} test images, R@1 on the first "
-                  f"{min(cfg.retrieval_limit, len(data.test_labels))} test images and their "
+                  f"{cfg.retrieval_limit} test images and their "
                   f"captions (correct: the retrieved item has the query's class); captions "
                   f"from {cfg.templates} of CLIP's CIFAR-10 templates. ViT {cfg.vision_layers}"
                   f"x{cfg.vision_width} patch {cfg.patch_size}, text {cfg.text_layers}x"

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from adaptcl.recipes.engine.settings import positive, setting
@@ -23,3 +24,21 @@ def limit_setting(split: str, default: int, use: str = "") -> Any:
     ``use`` saying what it is for."""
     return setting(default, check=positive,
                    help=f"class-stratified {split} subset{use} (none: every image)")
+
+
+def apply_limits(config: Any, sizes: Mapping[str, int], where: str) -> str | None:
+    """Set each limit of ``config`` that asks for more items than there are (``sizes``: ``{
+    "train_limit": the training images loaded, ...}``) to the number applied, so that the run's
+    identity, its records and ``compare --by`` hold what determined the numbers, and two limits
+    that resolve to the same images are one run. Returns the note saying so (``None`` when every
+    limit was applied as asked); ``where``: the images' source, for the note."""
+    applied = []
+    for name, size in sizes.items():
+        asked = getattr(config, name)
+        if asked is not None and asked > size:
+            setattr(config, name, size)
+            applied.append(f"--{name.replace('_', '-')} {asked} applies as {size}")
+    if not applied:
+        return None
+    return f"{'; '.join(applied)}: the images loaded from {where} (recorded as applied)"
+

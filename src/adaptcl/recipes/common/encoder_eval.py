@@ -19,14 +19,9 @@ from adaptcl.adapters.sentence_transformers.simcse_names import POOLERS
 from adaptcl.precision import PRECISIONS
 from adaptcl.recipes.engine import Cell, GridRun, NonResultError, Recipe, ReportSpec, options
 from adaptcl.recipes.engine.files import markdown_table
-from adaptcl.recipes.engine.settings import (
-    Point,
-    check_settings,
-    identity_settings,
-    positive,
-    setting,
-)
+from adaptcl.recipes.engine.settings import check_settings, identity_settings, positive, setting
 from adaptcl.recipes.engine.summary import format_mean_std, mean_std, point_text
+from adaptcl.recipes.engine.sweep import Point
 
 log = logging.getLogger("adaptcl.recipes")
 

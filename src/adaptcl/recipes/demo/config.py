@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from adaptcl.recipes.common import macl_settings
 from adaptcl.recipes.engine import options
 from adaptcl.recipes.engine.settings import (
     at_least,
     check_settings,
+    non_negative,
     open_fraction,
     positive,
     setting,
@@ -25,10 +27,10 @@ class DemoConfig:
     seeds: list[int] = options.seeds([0])
     output_dir: str = options.output_dir("results/demo")
     lr: float = setting(2e-3, check=positive, help="Adam learning rate")
-    weight_decay: float = setting(1e-5, help="Adam weight decay")
+    weight_decay: float = setting(1e-5, check=non_negative, help="Adam weight decay")
     temperature: float = setting(0.1, check=positive, help="tau (NT-Xent) and tau0 (MACL)")
-    macl_alpha: float = setting(0.5, losses=("macl",), help="MACL's alpha")
-    macl_a0: float = setting(0.0, losses=("macl",), help="MACL's A0")
+    macl_alpha: float = macl_settings.alpha()
+    macl_a0: float = macl_settings.a0()
     test_fraction: float = setting(0.25, check=open_fraction, help="share of the digits held "
                                    "out for the evaluation")
     knn_k: int = setting(15, check=positive, help="neighbours of the kNN vote")

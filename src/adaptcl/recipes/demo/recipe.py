@@ -15,7 +15,7 @@ from adaptcl.recipes.demo.config import DemoConfig
 from adaptcl.recipes.demo.data import NUM_CLASSES, digits_fingerprint, load_digits_split
 from adaptcl.recipes.engine import Cell, Figure, GridRun, Recipe, ReportSpec
 from adaptcl.recipes.engine.loggers import MetricLogger
-from adaptcl.recipes.engine.settings import Point
+from adaptcl.recipes.engine.sweep import Point
 from adaptcl.recipes.engine.torch_env import resolve_device
 
 if TYPE_CHECKING:

@@ -1,7 +1,8 @@
 """The experiment engine: what every recipe shares, in layers that import only downward
-(errors, files, provenance, torch_env, progress, loggers, plots; settings, options; cells;
-store; jobs; grid; summary, report; command_line; recipe). Every module imports only the
-standard library at import time, so ``--help`` stays fast.
+(errors, files, provenance, torch_env, progress, loggers, plots; settings, sweep, options;
+cells, config_file; store; job_options, job_cells, jobs; grid; summary, report; command_line;
+recipe). Every module imports only the standard library at import time, so ``--help`` stays
+fast.
 """
 
 from adaptcl.recipes.engine.cells import Cell, RunLayout
@@ -17,10 +18,10 @@ from adaptcl.recipes.engine.errors import (
     trained_embeddings,
     user_errors,
 )
+from adaptcl.recipes.engine.files import storage_error
 from adaptcl.recipes.engine.recipe import Figure, Recipe
 from adaptcl.recipes.engine.report import ReportSpec
 from adaptcl.recipes.engine.settings import (
-    Sweep,
     at_least,
     check_settings,
     fraction,
@@ -30,9 +31,10 @@ from adaptcl.recipes.engine.settings import (
     setting,
 )
 from adaptcl.recipes.engine.store import GridRun, distributed_follower
+from adaptcl.recipes.engine.sweep import Sweep
 
 __all__ = ["Cell", "CellConfigError", "CellsFailedError", "DivergedError", "Figure", "GridRun", "NonResultError",
            "Recipe", "RecipeError", "ReportSpec", "RunLayout", "RunStopped", "Sweep", "at_least",
            "check_settings", "distributed_follower", "fraction", "non_negative", "note",
-           "open_fraction", "positive", "require_steps", "setting", "trained_embeddings",
-           "user_errors"]
+           "open_fraction", "positive", "require_steps", "setting", "storage_error",
+           "trained_embeddings", "user_errors"]

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from adaptcl.recipes.engine.settings import Point
+from adaptcl.recipes.engine.sweep import Point
 
 
 def _text(value: Any) -> str:

@@ -29,16 +29,9 @@ from typing import Annotated, Any, NamedTuple
 
 from adaptcl.recipes.engine.config_file import read_config_file
 from adaptcl.recipes.engine.errors import RecipeError, user_errors
-from adaptcl.recipes.engine.jobs import JobOptions
-from adaptcl.recipes.engine.settings import (
-    Sweep,
-    check_given,
-    field_defaults,
-    grid_size,
-    one_value,
-    spec_of,
-    sweepable,
-)
+from adaptcl.recipes.engine.job_options import JobOptions
+from adaptcl.recipes.engine.settings import check_given, field_defaults, spec_of, sweepable
+from adaptcl.recipes.engine.sweep import Sweep, grid_size, one_value
 
 
 @dataclasses.dataclass

@@ -1,5 +1,5 @@
-"""A run's config file: ``config.yaml``, written into the run folder and read back by
-``--config``.
+"""A run's config file: ``config.yaml``, written into the run folder (:func:`config_text`) and
+read back by ``--config`` (:func:`read_config_file`).
 
 Reading refuses YAML aliases before anything is built (a kilobyte of nested anchors expands to
 gigabytes), and resolves a relative folder (``output_dir: .``) against the file's own folder, so
@@ -19,7 +19,8 @@ from typing import Any
 
 from adaptcl.recipes.engine.cells import RunLayout
 from adaptcl.recipes.engine.errors import RecipeError, note
-from adaptcl.recipes.engine.settings import spec_of
+from adaptcl.recipes.engine.settings import as_record, spec_of, specs
+from adaptcl.recipes.engine.sweep import Sweep
 
 
 class _AliasFound(Exception):
@@ -30,20 +31,37 @@ class _AliasFound(Exception):
 
 @functools.cache
 def _loader() -> type:
-    """PyYAML's safe loader, stopping at the first alias (``*name``) before it is composed."""
+    """PyYAML's safe loader, stopping at the first alias (``*name``) before it is composed, and
+    at a key a mapping gives twice (PyYAML keeps the last silently)."""
     import yaml
 
-    class NoAliases(yaml.SafeLoader):
+    class Strict(yaml.SafeLoader):
         def compose_node(self, parent: Any, index: Any) -> Any:
             if self.check_event(yaml.AliasEvent):
                 raise _AliasFound(self.peek_event())
             return super().compose_node(parent, index)
 
-    return NoAliases
+        def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+            if isinstance(node, yaml.MappingNode):
+                seen: dict[Any, int] = {}
+                for key_node, _ in node.value:
+                    key = self.construct_object(key_node, deep=True)
+                    line = key_node.start_mark.line + 1
+                    try:
+                        if key in seen:
+                            raise ValueError(f"{key} is given twice (lines {seen[key]} and "
+                                             f"{line}); keep one")
+                        seen[key] = line
+                    except TypeError:  # an unhashable key: PyYAML's own error follows
+                        continue
+            return super().construct_mapping(node, deep=deep)
+
+    return Strict
 
 
 def load_yaml(text: str) -> Any:
-    """``text`` as PyYAML's ``safe_load`` reads it, but refusing any alias (``ValueError``)."""
+    """``text`` as PyYAML's ``safe_load`` reads it, but refusing any alias and any key given
+    twice in one mapping (``ValueError`` naming the lines)."""
     import yaml
 
     try:
@@ -79,11 +97,27 @@ def read_config_file(path: str, recipe: str, config_class: type) -> dict[str, An
         raise RecipeError(f"--config {path} is a config of adaptcl {loaded['recipe']}, not of "
                           f"adaptcl {recipe}")
     settings = {k: v for k, v in loaded.items() if k != "recipe"}
+    base = run_folder_of(file)
+    if base != file.parent:
+        note(f"--config {path} is an earlier run of {base}: it runs there again (the runs "
+             "stored under it are reused)")
     for f in dataclasses.fields(config_class):
         value = settings.get(f.name)
         if spec_of(f).folder and isinstance(value, str):
-            settings[f.name] = _folder(file.parent, Path(value).expanduser())
+            settings[f.name] = _folder(base, Path(value).expanduser())
     return settings
+
+
+def run_folder_of(file: Path) -> Path:
+    """The run folder whose settings the config file ``file`` holds, which its relative folders
+    are relative to: the file's own folder, but ``<out>`` for an earlier run's config that
+    :func:`keep_previous_run` moved to ``<out>/history/<n>/`` (written as ``<out>``'s)."""
+    folder = file.parent
+    if folder.name.isdigit():
+        layout = RunLayout(folder.parent.parent)
+        if layout.history(int(folder.name)) == folder:
+            return layout.root
+    return folder
 
 
 def _folder(base: Path, given: Path) -> str:
@@ -130,3 +164,34 @@ def keep_previous_run(layout: RunLayout, config_class: type, text: str,
     note(f"{layout.config} held other settings: it and its results moved to {folder} (the "
          "stored runs stay under runs/)")
     return folder
+
+
+def config_text(recipe: str, preset: str | None, sweep: Sweep,
+                folder: str | os.PathLike | None = None) -> str:
+    """A run's settings as a config file: what ``--print-config`` prints, what a run writes as
+    ``config.yaml`` and ``--config`` reads back to the same cells.
+
+    A folder setting is written relative to ``folder``, the run folder holding the file (the
+    output folder itself is ``.``), where it was given relative or lies inside it, so that a
+    moved run folder runs where it is; absolute otherwise, and everywhere when ``folder`` is
+    ``None`` (``--print-config``: the text may be saved anywhere)."""
+    import yaml
+
+    values = as_record(sweep.values())
+    for name, spec in specs(sweep.config_class).items():
+        if spec.folder and isinstance(values.get(name), str):
+            values[name] = _folder_text(values[name], folder)
+    head = (f"# adaptcl {recipe}: `adaptcl {recipe} --config <this file>` runs these settings "
+            "again (a relative folder is relative to this file's folder)\n")
+    body = {"recipe": recipe, "preset": preset, **values}
+    return head + yaml.safe_dump(body, sort_keys=False)
+
+
+def _folder_text(value: str, folder: str | os.PathLike | None) -> str:
+    path = os.path.abspath(os.path.expanduser(value))
+    if folder is None:
+        return path
+    base = os.path.abspath(os.path.expanduser(folder))
+    inside = os.path.commonpath([path, base]) == base
+    return os.path.relpath(path, base) if inside or not os.path.isabs(
+        os.path.expanduser(value)) else path

@@ -1,11 +1,14 @@
 """Files a recipe reads and writes: atomic JSON/text/figure/checkpoint writes, markdown
-tables, and derived files (caches, processed data) rebuilt when corrupt."""
+tables, derived files (caches, processed data) rebuilt when corrupt, and what a refused write
+(a full disk) says to the user."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import pickle
+import re
 import shutil
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -13,7 +16,31 @@ from pathlib import Path
 from typing import Any
 
 from adaptcl.io import atomic_write
-from adaptcl.recipes.engine.errors import first_line
+from adaptcl.recipes.engine.errors import RecipeError, first_line
+
+# What the file system says when the user's disk or folder cannot take the output: the user's
+# to fix (one line, exit 2), not a crash of ours. Nothing is half-written: writes are atomic.
+_STORAGE_ERRNOS = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is exceeded",
+                   errno.EROFS: "the file system is read-only", errno.EACCES: "permission denied",
+                   errno.EPERM: "permission denied"}
+# torch.save reports a full disk as a RuntimeError of its zip writer
+_TORCH_WRITE_FAILURE = re.compile(r"PytorchStreamWriter failed|inline_container\.cc.*unexpected pos")
+
+
+def storage_error(err: BaseException, path: str | os.PathLike | None = None) -> str | None:
+    """The one-line message for an output that the disk or the folder refused, else ``None``;
+    ``path``: what was being written, where the error does not name it (a write of an open
+    file, torch's zip writer)."""
+    if isinstance(err, OSError) and err.errno in _STORAGE_ERRNOS:
+        # a copy or a rename names its destination second (shutil.copyfile, os.replace)
+        path = err.filename2 or err.filename or path
+        where = f" writing {path}" if path else ""
+        return (f"{_STORAGE_ERRNOS[err.errno]}{where} ({err.strerror or err}); finished runs "
+                "are kept, so rerun the same command once there is room")
+    if isinstance(err, RuntimeError) and _TORCH_WRITE_FAILURE.search(str(err)):
+        return (f"writing {path or 'a checkpoint'} failed (is the disk full?): "
+                f"{str(err).splitlines()[0]}; finished runs are kept, so rerun once there is room")
+    return None
 
 
 def check_output_dir(path: str | os.PathLike, option: str = "--output-dir") -> Path:
@@ -115,17 +142,27 @@ def note_corrupt(what: str, path: str | os.PathLike, err: BaseException, then: s
 def load_or_rebuild(path: str | os.PathLike, load: Callable[[], Any], rebuild: Callable[[], Any],
                     *, what: str) -> Any:
     """``load()``; if the file or folder at ``path`` is corrupt, say so, delete it and
-    ``rebuild()`` (a kill mid-write must not break a dataset or cache for good)."""
+    ``rebuild()`` (a kill mid-write must not break a dataset or cache for good). A write the
+    disk refused (full, read-only: :func:`storage_error`) is no corruption: what it left is
+    deleted and it is one :class:`RecipeError` naming ``path``."""
+    target = Path(path)
     try:
         return load()
     except (RuntimeError, EOFError, OSError, ValueError, KeyError, pickle.UnpicklingError) as err:
-        target = Path(path)
-        note_corrupt(what, target, err, "rebuilding it")
-        if target.is_dir():
-            shutil.rmtree(target)
-        else:
-            target.unlink(missing_ok=True)
+        refused = storage_error(err, target)
+        if refused is None:
+            note_corrupt(what, target, err, "rebuilding it")
+        _remove(target)
+        if refused is not None:
+            raise RecipeError(refused) from err
         return rebuild()
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        path.unlink(missing_ok=True)
 
 
 def torch_load_checked(path: str | os.PathLike, *, what: str, **kwargs: Any) -> Any | None:

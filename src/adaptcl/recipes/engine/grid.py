@@ -49,13 +49,7 @@ def run_grid(recipe: str, out_dir: str | os.PathLike, cells: Sequence[Cell], *,
     share one after another (a failed cell goes to :attr:`GridRun.failed`). Records and
     lists are in the order of ``cells``.
     """
-    unique = list(dict.fromkeys(cells))
-    if len(unique) < len(cells):
-        repeated = [c.label() for c in unique if list(cells).count(c) > 1]
-        note(f"{plural(len(repeated))} listed more than once ({', '.join(repeated[:3])}"
-             f"{', ...' if len(repeated) > 3 else ''}); running each once")
-    for cell in unique:
-        check_seed(cell.seed, cell.label())
+    unique = _unique(cells)
     git_commit()  # the commit the runs start from (cached for the result's environment)
     store = RunStore(out_dir)
     grid = GridRun(cells=unique, identities={cell: identity(cell) for cell in unique})
@@ -65,36 +59,52 @@ def run_grid(recipe: str, out_dir: str | os.PathLike, cells: Sequence[Cell], *,
     active = None if distributed_follower() else ActiveRuns(store.layout)
     if active is not None:  # before anything is superseded or computed
         active.register(recipe, {c.label(): stable_hash(grid.identities[c]) for c in grid.cells})
-    bar = None
     try:
         todo, copies = _split(store, grid, collect(store, grid, reuse=reuse), same,
                               write=jobs is not None or compute is not None)
-        if store.stale:
-            note(f"{plural(store.stale)} stored with another identity (settings, data or "
-                 f"code) will be computed again; the old records are kept under "
-                 f"{store.layout.runs / 'superseded'}")
-        if todo and jobs is not None:
-            note(f"{plural(len(todo))} to compute as {jobs.describe(len(todo))}")
+        _note_todo(store, todo, jobs)
         if todo and (jobs is not None or compute is not None):
             bar = progress(total=len(grid.cells), initial=len(grid.reused),
                            desc=f"{recipe} runs", enabled=progress_bar, leave=True)
-            if jobs is not None:
-                run_jobs(store, grid, todo, jobs, bar, on_record=on_record, start=start)
-                for cell in copies:
-                    share(store, grid, same[cell], [cell])
-                bar.update(len(copies))
-            else:
-                _run_here(store, grid, todo, compute, trains, bar, on_record=on_record,
-                          start=start, active=active, reuse=reuse,
-                          copies=_copies_of(same, copies))
+            try:
+                if jobs is not None:
+                    run_jobs(store, grid, todo, jobs, bar, on_record=on_record, start=start)
+                    _share_copies(store, grid, same, copies)
+                    bar.update(len(copies))
+                else:
+                    _run_here(store, grid, todo, compute, trains, bar, on_record=on_record,
+                              start=start, active=active, reuse=reuse,
+                              copies=_copies_of(same, copies))
+            finally:
+                bar.close()
     finally:
-        if bar is not None:
-            bar.close()
         if active is not None:
             active.unregister()
     grid.in_grid_order()
     grid.seconds_this_invocation = time.perf_counter() - start
     return grid
+
+
+def _unique(cells: Sequence[Cell]) -> list[Cell]:
+    """``cells`` without repeats (noted once), each seed checked before any work."""
+    unique = list(dict.fromkeys(cells))
+    if len(unique) < len(cells):
+        repeated = [c.label() for c in unique if list(cells).count(c) > 1]
+        note(f"{plural(len(repeated))} listed more than once ({', '.join(repeated[:3])}"
+             f"{', ...' if len(repeated) > 3 else ''}); running each once")
+    for cell in unique:
+        check_seed(cell.seed, cell.label())
+    return unique
+
+
+def _note_todo(store: RunStore, todo: Sequence[Cell], jobs: JobRunner | None) -> None:
+    """The notes before computing: records of another identity, and the jobs to come."""
+    if store.stale:
+        note(f"{plural(store.stale)} stored with another identity (settings, data or "
+             f"code) will be computed again; the old records are kept under "
+             f"{store.layout.runs / 'superseded'}")
+    if todo and jobs is not None:
+        note(f"{plural(len(todo))} to compute as {jobs.describe(len(todo))}")
 
 
 def _run_here(store: RunStore, grid: GridRun, todo: Sequence[Cell],
@@ -140,6 +150,13 @@ def _split(store: RunStore, grid: GridRun, todo: Sequence[Cell], same: Mapping[C
             share(store, grid, same[cell], [cell])
     return ([cell for cell in todo if cell not in same],
             [cell for cell in todo if cell in same and cell not in grid.records])
+
+
+def _share_copies(store: RunStore, grid: GridRun, same: Mapping[Cell, Cell],
+                 copies: Sequence[Cell]) -> None:
+    """Each of ``copies`` takes the outcome of its first (``same[cell]``), once that is there."""
+    for cell in copies:
+        share(store, grid, same[cell], [cell])
 
 
 def _copies_of(same: Mapping[Cell, Cell], copies: Sequence[Cell]) -> dict[Cell, list[Cell]]:

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from adaptcl.recipes.engine.cells import Cell, RunLayout
-from adaptcl.recipes.engine.config_file import keep_previous_run
+from adaptcl.recipes.engine.config_file import config_text, keep_previous_run
 from adaptcl.recipes.engine.errors import (
     CellConfigError,
     RunStopped,
@@ -23,19 +23,14 @@ from adaptcl.recipes.engine.errors import (
 )
 from adaptcl.recipes.engine.files import check_output_dir, write_text_atomic
 from adaptcl.recipes.engine.grid import run_grid
-from adaptcl.recipes.engine.jobs import JobOptions, JobRunner
+from adaptcl.recipes.engine.job_options import JobOptions
+from adaptcl.recipes.engine.jobs import JobRunner
 from adaptcl.recipes.engine.plots import save_plot
 from adaptcl.recipes.engine.provenance import code_version, stable_hash
 from adaptcl.recipes.engine.report import Report, ReportSpec
-from adaptcl.recipes.engine.settings import (
-    Point,
-    Sweep,
-    axis_fields,
-    config_text,
-    identity_settings,
-    specs,
-)
+from adaptcl.recipes.engine.settings import axis_fields, identity_settings, specs
 from adaptcl.recipes.engine.store import GridRun, distributed_follower
+from adaptcl.recipes.engine.sweep import Point, Sweep
 from adaptcl.recipes.engine.torch_env import apply_thread_policy, resolve_device
 
 

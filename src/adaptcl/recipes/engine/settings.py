@@ -1,13 +1,17 @@
 """A recipe's settings: each field of its config declares once, through :func:`setting`, what
 the engine must know of it. From these declarations alone the engine builds the command line
 and config file, checks a config before any work (:func:`check_settings`), tells what enters a
-run's identity (:func:`identity_settings`) and expands a sweep into its points (:class:`Sweep`).
+run's identity (:func:`identity_settings`) and what may be swept (:func:`sweepable`, expanded
+by :class:`~adaptcl.recipes.engine.sweep.Sweep`).
+
+Every number declares its range (``check``): a value outside it is refused before any work, in
+one line, whichever loss is run, so no recipe meets it later in a loss's own check. A number
+that may be any finite value says so with :data:`finite`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import math
 import os
 import types
@@ -17,8 +21,6 @@ from typing import Any, NamedTuple
 
 from adaptcl.recipes.engine.errors import check_seed, note
 
-#: a point of a sweep: ``((field, value), ...)`` in the config's field order
-Point = tuple[tuple[str, Any], ...]
 #: a setting of how a run goes, not of what it computes (where files go, threads)
 RUN_ONLY = {"identity": False, "sweep": False}
 
@@ -34,6 +36,10 @@ positive = Check("a positive number", lambda v: v > 0)
 non_negative = Check("a number >= 0", lambda v: v >= 0)
 fraction = Check("a number in [0, 1)", lambda v: 0 <= v < 1)
 open_fraction = Check("a number in (0, 1)", lambda v: 0 < v < 1)
+#: any number (a float is always checked to be finite): MACL's A0
+finite = Check("a finite number", lambda v: True)
+#: a seed that is not an axis (the CV splits'): numpy's and scikit-learn's range
+seed_range = Check("an integer in [0, 2**32 - 1]", lambda v: 0 <= v <= 2**32 - 1)
 
 
 def at_least(low: float) -> Check:
@@ -148,17 +154,6 @@ def field_defaults(config_class: type) -> dict[str, Any]:
     """``{field: default}`` of a config class (a factory's value for a list)."""
     return {f.name: f.default_factory() if f.default is dataclasses.MISSING  # type: ignore[misc]
             else f.default for f in dataclasses.fields(config_class)}
-
-
-def one_value(name: str, values: Sequence[Any]) -> Any:
-    """The one value given to an option that cannot vary within one run, or ``ValueError``."""
-    option = "--" + name.replace("_", "-")
-    if not values:
-        raise ValueError(f"{option} needs a value")
-    if len(values) > 1:
-        raise ValueError(f"{option} takes one value (it cannot vary within one run), got "
-                         f"{' '.join('none' if v is None else str(v) for v in values)}")
-    return values[0]
 
 
 def _kinds(hint: Any) -> tuple[type, ...]:
@@ -279,121 +274,3 @@ def identity_settings(config: Any, part: str | None = None, *, loss: str | None 
         value = getattr(source, name)
         out[name] = rule(value) if callable(rule) else value
     return out
-
-
-def grid_size(config_class: type, values: Mapping[str, Any]) -> tuple[int, str]:
-    """The cells ``values`` (``{field: value}``, a swept one a list) ask for, counted before
-    any config is built: the product of the axes' and the swept settings' numbers of values (a
-    repeat once), and how they multiply (`` (losses 2 x seeds 3 x lr 1,000)``)."""
-    axes, swept = set(axis_fields(config_class).values()), set(sweepable(config_class))
-    sizes = [(name, len({repr(v) for v in value})) for name, value in values.items()
-             if isinstance(value, (list, tuple)) and (name in axes or name in swept)]
-    sizes = [(name, n) for name, n in sizes if name in axes or n > 1]
-    shown = " x ".join(f"{name} {n:,}" for name, n in sizes)
-    return math.prod(n for _, n in sizes), f" ({shown})" if shown else ""
-
-
-class Sweep:
-    """A run's settings where sweepable ones may hold several values: ``raw`` (the settings as
-    given, each swept field at its first value), ``axes`` (``{field: [values]}`` of those with
-    more), the ``base`` config and one config per point. Each point's config is built from the
-    settings as given, so a default derived from another field is derived per point."""
-
-    def __init__(self, config_class: type, raw: Mapping[str, Any],
-                 axes: Mapping[str, Sequence[Any]] | None = None) -> None:
-        self.config_class = config_class
-        self.raw = dict(raw)
-        self.axes = {name: list(values) for name, values in (axes or {}).items()}
-        allowed = sweepable(config_class)
-        for name, values in self.axes.items():
-            if name not in allowed:
-                one_value(name, values)
-        points = self.points()
-        self.base = self._build(points[0])
-        # the axes as the first config spelled them (canonical, no repeats): the other points
-        # and the config file take them so, and a repeat is noted once
-        self.raw.update({name: list(getattr(self.base, name))
-                         for name in axis_fields(config_class).values()})
-        self._configs = {points[0]: self.base} | {p: self._build(p) for p in points[1:]}
-
-    @classmethod
-    def of(cls, config: Any) -> Sweep:
-        """The run of one config (no swept setting)."""
-        return cls(type(config), {f.name: getattr(config, f.name)
-                                  for f in dataclasses.fields(config)})
-
-    @classmethod
-    def from_values(cls, config_class: type, values: Mapping[str, Any]) -> Sweep:
-        """From ``{field: value}`` where a sweepable scalar may be a list of values; a field not
-        given takes its default, an unknown one is refused."""
-        known = field_defaults(config_class)
-        unknown = [name for name in values if name not in known]
-        if unknown:
-            raise ValueError(f"unknown setting{'s' if len(unknown) > 1 else ''} "
-                             f"{', '.join(unknown)} for this recipe")
-        raw, axes, allowed = {}, {}, sweepable(config_class)
-        for name, value in (known | dict(values)).items():
-            if isinstance(value, (list, tuple)) and not is_list_field(config_class, name):
-                # several values of what cannot vary (repeats too) are refused by __init__
-                items = (drop_repeats(name, list(value), list(value)) if name in allowed
-                         else list(value))
-                raw[name] = one_value(name, items[:1])
-                if len(items) > 1:
-                    axes[name] = items
-            else:
-                raw[name] = value
-        return cls(config_class, raw, axes)
-
-    def points(self) -> list[Point]:
-        """Every combination of the swept values, first axis outermost (``[()]`` without)."""
-        names = list(self.axes)
-        return [tuple(zip(names, combo, strict=True))
-                for combo in itertools.product(*(self.axes[n] for n in names))]
-
-    def _build(self, point: Point) -> Any:
-        try:
-            return self.config_class(**(self.raw | dict(point)))
-        except ValueError as err:
-            if not point:
-                raise
-            where = ", ".join(f"{k}={v}" for k, v in point)
-            raise ValueError(f"{where}: {err}") from None
-
-    def config_at(self, point: Point) -> Any:
-        return self._configs[tuple(point)]
-
-    def values(self) -> dict[str, Any]:
-        """``{field: value}`` as given, swept fields as lists: what :meth:`from_values` reads
-        back to the same run."""
-        return self.raw | {name: list(values) for name, values in self.axes.items()}
-
-
-def config_text(recipe: str, preset: str | None, sweep: Sweep,
-                folder: str | os.PathLike | None = None) -> str:
-    """A run's settings as a config file: what ``--print-config`` prints, what a run writes as
-    ``config.yaml`` and ``--config`` reads back to the same cells.
-
-    A folder setting is written relative to ``folder``, the run folder holding the file (the
-    output folder itself is ``.``), where it was given relative or lies inside it, so that a
-    moved run folder runs where it is; absolute otherwise, and everywhere when ``folder`` is
-    ``None`` (``--print-config``: the text may be saved anywhere)."""
-    import yaml
-
-    values = as_record(sweep.values())
-    for name, spec in specs(sweep.config_class).items():
-        if spec.folder and isinstance(values.get(name), str):
-            values[name] = _folder_text(values[name], folder)
-    head = (f"# adaptcl {recipe}: `adaptcl {recipe} --config <this file>` runs these settings "
-            "again (a relative folder is relative to this file's folder)\n")
-    body = {"recipe": recipe, "preset": preset, **values}
-    return head + yaml.safe_dump(body, sort_keys=False)
-
-
-def _folder_text(value: str, folder: str | os.PathLike | None) -> str:
-    path = os.path.abspath(os.path.expanduser(value))
-    if folder is None:
-        return path
-    base = os.path.abspath(os.path.expanduser(folder))
-    inside = os.path.commonpath([path, base]) == base
-    return os.path.relpath(path, base) if inside or not os.path.isabs(
-        os.path.expanduser(value)) else path

@@ -6,11 +6,17 @@ from dataclasses import dataclass
 from typing import Any
 
 from adaptcl.adapters.lightning.methods import BACKBONES, METHOD_LOSSES, METHODS, check_method_loss
-from adaptcl.recipes.common import gradient_cache, schedule
+from adaptcl.recipes.common import gradient_cache, macl_settings, schedule
 from adaptcl.recipes.common.cifar_settings import limit_setting, npz_variant_setting
 from adaptcl.recipes.common.schedule import resolve_schedule
 from adaptcl.recipes.engine import options
-from adaptcl.recipes.engine.settings import check_settings, non_negative, positive, setting
+from adaptcl.recipes.engine.settings import (
+    at_least,
+    check_settings,
+    non_negative,
+    positive,
+    setting,
+)
 
 #: every loss some method accepts (which one applies is checked against ``method``)
 ALL_LOSSES = tuple(dict.fromkeys(x for losses in METHOD_LOSSES.values() for x in losses))
@@ -76,7 +82,7 @@ class ImagesConfig:
         "steps over the chunks (part of a run's identity)")
     lr: float = setting(1e-3, check=positive, help="learning rate")
     optimizer: str = setting("adam", choices=("adam", "adamw", "sgd"), help="optimiser")
-    weight_decay: float = setting(1e-6, help="weight decay")
+    weight_decay: float = setting(1e-6, check=non_negative, help="weight decay")
     temperature: float | None = setting(None, check=positive, help="tau (MACL: tau0; none: "
                                         "0.1, MoCo 0.2)")
     macl_temperature: float | None = setting(None, check=positive, losses=("macl",),
@@ -84,17 +90,20 @@ class ImagesConfig:
                                              "0.15)")
     max_temperature: float = schedule.max_temperature()
     schedule_period: float | None = schedule.schedule_period()
-    alpha: float = setting(0.5, losses=("macl",), help="MACL's alpha")
-    a0: float | None = setting(None, losses=("macl",), help="MACL's A0 (none: 0, MoCo 0.2)")
+    alpha: float = macl_settings.alpha()
+    a0: float | None = macl_settings.a0(None, help="MACL's A0 (none: 0, MoCo 0.2)")
     num_heads: int = setting(2, check=positive, losses=AMCL_LOSSES, help="AMCL heads C")
-    beta: float = setting(1e-3, losses=AMCL_LOSSES, help="AMCL regulariser weight")
-    kappa: int = setting(1, losses=AMCL_LOSSES, help="AMCL top-kappa negatives")
+    beta: float = setting(1e-3, check=non_negative, losses=AMCL_LOSSES,
+                          help="AMCL regulariser weight")
+    kappa: int = setting(1, check=at_least(1), losses=AMCL_LOSSES,
+                         help="AMCL top-kappa negatives")
     negative_term: str = setting("softmax", choices=("topk", "softmax"), losses=AMCL_LOSSES,
                                  help="AMCL negative term (Eq. 7: hardest kappa or soft-max)")
     amcl_objective: str = setting("nt_xent", choices=("nt_xent", "infonce"), losses=AMCL_LOSSES,
                                   help="AMCL objective (Table 2.1 nt_xent, 2.4 infonce)")
     queue_size: int = setting(1024, check=positive, help="MoCo / ASCL-MoCo queue length")
-    num_neighbors: int = setting(1, losses=ASCL_LOSSES, help="ASCL K")
+    num_neighbors: int = setting(1, check=non_negative, losses=ASCL_LOSSES,
+                                 help="ASCL K (0: InfoNCE)")
     sharpen_temperature: float = setting(0.05, check=positive, losses=ASCL_LOSSES,
                                          help="ASCL's sharpening tau")
     knn_k: int = setting(200, check=positive, help="kNN neighbours")

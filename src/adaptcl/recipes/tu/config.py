@@ -6,11 +6,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from adaptcl.adapters.graphcl.names import LOSS_ALIASES, LOSS_NAMES
-from adaptcl.recipes.common import schedule
+from adaptcl.recipes.common import macl_settings, schedule
 from adaptcl.recipes.common.devices import check_devices
 from adaptcl.recipes.common.schedule import resolve_schedule
 from adaptcl.recipes.engine import options
-from adaptcl.recipes.engine.settings import at_least, check_settings, fraction, positive, setting
+from adaptcl.recipes.engine.settings import (
+    at_least,
+    check_settings,
+    fraction,
+    positive,
+    seed_range,
+    setting,
+)
 
 SOCIAL_DATASETS = ("IMDB-BINARY", "IMDB-MULTI", "REDDIT-BINARY", "REDDIT-MULTI-5K", "COLLAB")
 AUGMENTATIONS = ("auto", "none", "dnodes", "pedges", "mask_nodes", "subgraph", "random2",
@@ -46,8 +53,8 @@ class TUConfig:
     hidden: int = setting(32, check=positive, help="GIN hidden units")
     layers: int = setting(3, check=positive, help="GIN layers")
     temperature: float = setting(0.2, check=positive, help="tau (tau0 for MACL)")
-    alpha: float = setting(0.5, losses=("macl",), help="MACL's alpha")
-    a0: float = setting(0.0, losses=("macl",), help="MACL's A0")
+    alpha: float = macl_settings.alpha()
+    a0: float = macl_settings.a0()
     max_temperature: float = schedule.max_temperature()
     schedule_period: float | None = schedule.schedule_period()
     aug: str = setting("auto", choices=AUGMENTATIONS, help="GraphCL augmentation of the second "
@@ -68,7 +75,7 @@ class TUConfig:
                                   check=positive, help="values of C searched by the inner grid")
     classifier: str = setting("svc", choices=("svc", "linear"), help="SVM kernel: RBF or linear")
     standardize: bool = setting(False, help="z-score the embeddings before the SVM")
-    cv_seed: int | None = setting(0, help="seed of the CV splits (none: GraphCL's unseeded "
+    cv_seed: int | None = setting(0, check=seed_range, help="seed of the CV splits (none: GraphCL's unseeded "
                                   "splits)")
 
     def __post_init__(self) -> None:

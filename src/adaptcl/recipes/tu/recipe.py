@@ -17,7 +17,8 @@ from adaptcl.recipes.common.devices import devices_identity
 from adaptcl.recipes.common.graph_report import draw_pretraining_curves, paper_columns
 from adaptcl.recipes.common.schedule import check_period, period_in_steps
 from adaptcl.recipes.engine import Cell, Figure, GridRun, Recipe, ReportSpec
-from adaptcl.recipes.engine.settings import Point, drop_repeats
+from adaptcl.recipes.engine.settings import drop_repeats
+from adaptcl.recipes.engine.sweep import Point
 from adaptcl.recipes.engine.torch_env import check_lightning_precision
 from adaptcl.recipes.tu.config import PRESETS, TUConfig
 from adaptcl.recipes.tu.data import check_folds, find_raw, graph_label_counts, load_tu_graphs

@@ -1,11 +1,12 @@
-"""The sentence recipes' command line as a user meets it: in this process (``cli.main``, its
-error output captured) or in a process of its own (offline: transformers binds its log handler
-and huggingface_hub reads ``HF_HUB_OFFLINE`` when first imported)."""
+"""The command line as a user meets it, for every recipe's tests: in this process (``cli.main``,
+its error output captured) or in a process of its own (offline: transformers binds its log
+handler and huggingface_hub reads ``HF_HUB_OFFLINE`` when first imported)."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 from adaptcl import cli
 from tests.recipes._process import REPO, env_with_src
@@ -35,6 +36,14 @@ def one_line_error(capsys, argv: list[str], expected: str) -> str:
     assert lines[0].startswith(f"adaptcl {argv[0]}: error: "), err
     assert expected in lines[0], err
     return lines[0]
+
+
+def refused_before_any_file(capsys, argv: list[str], expected: str, out: Path) -> str:
+    """:func:`one_line_error` of ``argv`` with ``--output-dir out``, and ``out`` never made (no
+    ``config.yaml``, no run store, no lock); the line."""
+    line = one_line_error(capsys, [*argv, "--output-dir", str(out)], expected)
+    assert not out.exists(), sorted(p.name for p in out.rglob("*"))
+    return line
 
 
 def one_line_error_in_a_process(argv: list[str], expected_start: str) -> str:
