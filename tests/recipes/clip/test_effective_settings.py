@@ -4,6 +4,8 @@ resolve to the same images are one run."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 
 pytest.importorskip("open_clip")
@@ -28,7 +30,10 @@ def test_retrieval_beyond_the_test_images_is_recorded_as_applied(shared_data, tm
     asked, exact = (recipe.identity_of(recipe.cell(row, "infonce", 0, p))
                     for p in recipe.sweep.points())
     assert asked == exact and asked["settings"]["retrieval_limit"] == 100
-    assert "R@1 on the first 100 test images" in recipe.report_spec().header
+    header = recipe.report_spec().header
+    no_records = SimpleNamespace(records={})   # the header of a grid before any run
+    assert "R@1 on the first 100 test images" in (header(no_records) if callable(header)
+                                                   else header)
 
 
 def test_a_training_limit_beyond_the_copy_is_recorded_as_applied(shared_data, tmp_path, capsys):
