@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from adaptcl.recipes.common import tiling
 from adaptcl.recipes.engine import options
 from adaptcl.recipes.engine.settings import (
     at_least,
@@ -29,6 +30,7 @@ class DemoConfig:
     temperature: float = setting(0.1, check=positive, help="tau (NT-Xent) and tau0 (MACL)")
     macl_alpha: float = setting(0.5, losses=("macl",), help="MACL's alpha")
     macl_a0: float = setting(0.0, losses=("macl",), help="MACL's A0")
+    tile_size: str | int | None = tiling.tile_size()
     test_fraction: float = setting(0.25, check=open_fraction, help="share of the digits held "
                                    "out for the evaluation")
     knn_k: int = setting(15, check=positive, help="neighbours of the kNN vote")

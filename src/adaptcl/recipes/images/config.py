@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from adaptcl.adapters.lightning.methods import BACKBONES, METHOD_LOSSES, METHODS, check_method_loss
-from adaptcl.recipes.common import schedule
+from adaptcl.recipes.common import schedule, tiling
 from adaptcl.recipes.common.cifar_settings import limit_setting, npz_variant_setting
 from adaptcl.recipes.common.schedule import resolve_schedule
 from adaptcl.recipes.engine import options
@@ -81,6 +81,7 @@ class ImagesConfig:
                                              "0.15)")
     max_temperature: float = schedule.max_temperature()
     schedule_period: float | None = schedule.schedule_period()
+    tile_size: str | int | None = tiling.tile_size()
     alpha: float = setting(0.5, losses=("macl",), help="MACL's alpha")
     a0: float | None = setting(None, losses=("macl",), help="MACL's A0 (none: 0, MoCo 0.2)")
     num_heads: int = setting(2, check=positive, losses=AMCL_LOSSES, help="AMCL heads C")
