@@ -53,9 +53,11 @@ When to tile: measured with ``benchmarks/bench_tiled.py`` (MACL, NT-Xent form, d
 tile 2048, 2 shared CPU cores), tiled / materialised time is 1.11x at batch 1024, 1.01x at
 4096 and 1.17x at 8192: materialising is never slower where it fits, tiling costs 1-17% (it
 recomputes each tile in backward), while the materialised peak grows as ~3 copies of
-``4 * (2N)^2`` bytes (3.0 GiB at N = 8192 against 72 MiB tiled). Keep ``tile_size=None`` while
-the matrix fits comfortably; turn it on beyond that, e.g. ``MACLLoss(..., tile_size=4096)`` at
-batch 65,536 (485 MiB peak where one materialised matrix alone is 64 GiB).
+``4 * (2N)^2`` bytes (3.0 GiB at N = 8192 against 72 MiB tiled). So the default
+``tile_size="auto"`` materialises while the matrix fits the budget and tiles beyond it
+(:mod:`~adaptcl.plugins.tiles.dispatch`); an explicit tile, e.g. ``MACLLoss(...,
+tile_size=4096)`` at batch 65,536 (485 MiB peak where one materialised matrix alone is
+64 GiB), tiles whatever the budget.
 
 Example:
     >>> import torch
