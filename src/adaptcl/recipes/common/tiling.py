@@ -14,15 +14,16 @@ from __future__ import annotations
 
 from typing import Any
 
-from adaptcl.plugins.validation import TileSize
 from adaptcl.recipes.engine.settings import setting
 
 __all__ = ["tile_size", "parse_tile_size"]
 
 
-def parse_tile_size(value: Any) -> TileSize:
+def parse_tile_size(value: Any) -> str | int | None:
     """The loss's ``tile_size`` of a command-line or config-file value: ``"auto"``, ``None``
     (``none``) or an int >= 1 (a string of digits too); ``ValueError`` naming the setting.
+    (The core's :data:`~adaptcl.plugins.validation.TileSize`, without importing torch: a
+    recipe's ``--help`` imports no heavy module.)
 
     >>> parse_tile_size("AUTO"), parse_tile_size("none"), parse_tile_size("4096")
     ('auto', None, 4096)
