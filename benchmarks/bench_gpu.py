@@ -5,8 +5,8 @@ What it measures, in one run, on one CUDA device:
 * **losses**: adaptcl's ``InfoNCELoss``, ``MACLLoss``, ``DCLLoss`` (NT-Xent form, 2N anchors),
   ``ASCLLoss`` (in-batch soft labels), ``InfoNCELoss(form="cross_view")``, the tiled
   ``MACLLoss`` / cross-view ``InfoNCELoss`` (``tile_size``) on the PyTorch tile loop
-  (``tile_backend="torch"``) and, on CUDA with Triton, the same two on the fused kernel
-  (``tile_backend="triton"``, :mod:`adaptcl.plugins.tiles._fused`), against Lightly's ``NTXentLoss``,
+  (``tiling(backend="torch")``) and, on CUDA with Triton, the same two on the fused kernel
+  (``tiling(backend="triton")``, :mod:`adaptcl.plugins.tiles._fused`), against Lightly's ``NTXentLoss``,
   ``MACLLoss`` and ``DCLLoss``, sentence-transformers' ``MultipleNegativesRankingLoss`` and,
   when the ``inf_cl`` package imports, Inf-CL's tiled ``cal_flash_loss``; at every batch of
   ``--batches`` (materialised losses up to 262,144; larger batches run the tiled losses only),
@@ -86,10 +86,17 @@ def _plugin(cls_name: str, tiled: bool = False, backend: str = "torch",
     def make(tile_size: int) -> LossFn:
         import adaptcl.plugins as plugins
 
-        # the untiled rows time the materialised path: a budget no device reaches keeps the
-        # logits budget (adaptcl.plugins.tiles.budget) from switching them to the tiled path
-        extra = {"tile_size": tile_size, "tile_backend": backend} if tiled else {"max_logits_bytes": 2**62}
-        return getattr(plugins, cls_name)(check_finite=False, **kwargs, **extra)
+        # the untiled rows time the materialised path (tile_size=None); the tiled ones run on
+        # `backend`, the scoped setting of adaptcl.plugins.tiling
+        loss = getattr(plugins, cls_name)(check_finite=False, **kwargs,
+                                          tile_size=tile_size if tiled else None)
+
+        def loss_fn(z0: torch.Tensor, z1: torch.Tensor) -> torch.Tensor:
+            with plugins.tiling(backend=backend):
+                return loss(z0, z1)
+
+        loss_fn.backend = backend
+        return loss_fn
 
     return make
 

@@ -171,5 +171,5 @@ def test_kernel_rows_join_on_cuda_with_triton_beside_the_tile_loop_and_inf_cl(be
     kernel, loop = cuda[bench.OURS_KERNEL_CROSS], cuda[bench.OURS_TILED_CROSS]
     assert kernel.tiled and kernel.peer == bench.INF_CL
     assert cuda[bench.OURS_KERNEL_MACL].peer == bench.OURS_TILED_MACL
-    assert kernel.make(64).tile_backend == "triton" and loop.make(64).tile_backend == "torch"
+    assert kernel.make(64).backend == "triton" and loop.make(64).backend == "torch"
     assert max(bench.DEFAULT_BATCHES) == 1048576 > bench.MATERIALISED_MAX_BATCH

@@ -29,7 +29,8 @@ PAIRS = [
     ("adaptcl.plugins.ascl", "ASCLMode", "MODES"),
     ("adaptcl.plugins.ascl", "ASCLForm", "ASCL_FORMS"),
     ("adaptcl.plugins.survey", "Mining", "MINING"),
-    ("adaptcl.plugins.validation", "TileBackend", "TILE_BACKENDS"),
+    ("adaptcl.plugins.tiles.dispatch", "TileBackend", "TILE_BACKENDS"),
+    ("adaptcl.plugins.tiles.dispatch", "TilePath", None),
     ("adaptcl.precision", "Precision", "PRECISIONS"),
     ("adaptcl.adapters.lightly.memory_bank", "InBatchForm", "IN_BATCH_FORMS"),
     ("adaptcl.adapters.lightning.methods", "Backbone", "BACKBONES"),
@@ -61,8 +62,11 @@ def _module(name: str):
 @pytest.mark.parametrize("module, literal, choices", PAIRS, ids=[f"{m}.{c}" for m, _, c in PAIRS])
 def test_each_tuple_of_choices_is_its_literal(module, literal, choices):
     mod = _module(module)
-    alias, values = getattr(mod, literal), getattr(mod, choices)
+    alias = getattr(mod, literal)
     assert typing.get_origin(alias) is typing.Literal
+    if choices is None:  # a Literal no argument takes (an attribute's type): no tuple to hold
+        return
+    values = getattr(mod, choices)
     assert isinstance(values, tuple) and values == typing.get_args(alias)
     assert len(set(values)) == len(values)
 
@@ -139,33 +143,37 @@ def test_every_public_signature_shows_its_choices_and_refuses_the_others():
     assert checked > 60  # the loss core's forms, reductions, modes and the adapters' own
 
 
-def test_tile_backend_is_the_one_literal_everywhere_and_refused_by_name():
-    """``tile_backend`` shows its choices (the shared ``TileBackend``) in every public signature
-    that takes it, the losses without a fused kernel included, and a value outside them is
-    refused at construction naming ``tile_backend``; a loss without a kernel refuses
-    ``"triton"`` too."""
-    from adaptcl.plugins.validation import UNFUSED_BACKENDS, TileBackend
+def test_tile_size_is_the_only_tiling_keyword_everywhere_and_refused_by_name():
+    """Issue 47: every public loss, adapter and functional form takes ``tile_size: TileSize =
+    "auto"`` and no other tiling keyword (``tile_backend`` and ``max_logits_bytes`` are the
+    scoped setting ``adaptcl.plugins.tiling``, the one signature that keeps them); a value
+    outside ``None``, ``"auto"`` and the ints >= 1 is refused at construction naming
+    ``tile_size``."""
+    from adaptcl.plugins import tiling
+    from adaptcl.plugins.validation import TileSize
 
-    assert typing.get_args(TileBackend) == ("auto", "triton", "torch")
-    assert set(UNFUSED_BACKENDS) < set(typing.get_args(TileBackend))
     seen, refused = [], 0
     for qualified, obj in _public_callables():
         init = obj.__init__ if inspect.isclass(obj) else obj
-        if "tile_backend" not in inspect.signature(init).parameters:
+        parameters = inspect.signature(init).parameters
+        if obj is not tiling:
+            assert not {"tile_backend", "max_logits_bytes"} & set(parameters), qualified
+        if "tile_size" not in parameters:
             continue
-        assert typing.get_type_hints(init)["tile_backend"] == TileBackend, qualified
+        assert typing.get_type_hints(init)["tile_size"] == TileSize, qualified
+        assert parameters["tile_size"].default == "auto", qualified
         seen.append(qualified)
         required = _required(obj)
         if required is None:
             continue
-        with pytest.raises(ValueError, match="tile_backend"):
-            obj(**required, tile_backend="cuda")
+        for bad, error in (("big", ValueError), (0, ValueError), (2.0, TypeError),
+                           (True, TypeError)):
+            with pytest.raises(error, match="^tile_size must be an int >= 1, 'auto' or None"):
+                obj(**required, tile_size=bad)
         refused += 1
     names = {q.rsplit(".", 1)[1] for q in seen}
     # the loss core (modules and functional forms) and each adapter's losses
     assert {"InfoNCELoss", "info_nce", "MACLLoss", "macl", "AMCLLoss", "amcl", "TripletLoss",
-            "nce", "NTXentLoss", "InfoNCEClipLoss", "DySTreSSClipLoss"} <= names, names
+            "nce", "NTXentLoss", "InfoNCEClipLoss", "DySTreSSClipLoss", "ASCLBYOLLoss",
+            "ascl_byol", "DySTreSSLoss", "LearnableTemperatureLoss"} <= names, names
     assert refused > 40
-    from adaptcl.plugins import TripletLoss
-    with pytest.raises(ValueError, match="tile_backend"):
-        TripletLoss(tile_backend="triton")

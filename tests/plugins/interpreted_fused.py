@@ -1,4 +1,4 @@
-"""The fused Triton kernel of the tiled losses (``tile_backend="triton"``) under Triton's
+"""The fused Triton kernel of the tiled losses (``tiling(backend="triton")``) under Triton's
 interpreter, against the float64 materialised losses.
 
 Not collected by a plain ``pytest`` run (the name has no ``test_`` prefix): Triton fixes
@@ -36,10 +36,11 @@ from adaptcl.plugins import (
     MACLLoss,
     PairTemperature,
     TemperatureScheduleLoss,
+    tiling,
 )
 from adaptcl.plugins.tiles import _fused as fused
 from adaptcl.plugins.tiles import loop as tiled_module
-from adaptcl.plugins.tiles.loop import streamed_row_stats
+from adaptcl.plugins.tiles.dispatch import TilePlan, row_stats
 
 pytest.importorskip("triton")
 if not fused.interpreting():
@@ -48,6 +49,15 @@ if not fused.interpreting():
 
 N, D, BANK = 13, 20, 7
 RTOL, ATOL = 2e-4, 2e-5
+#: the dispatcher's plan of a call on the kernel
+KERNEL = TilePlan("kernel", 8)
+
+
+@pytest.fixture(autouse=True)
+def on_the_kernel():
+    """Every tiled call of these tests on the kernel (or refused)."""
+    with tiling(backend="triton"):
+        yield
 
 
 @pytest.fixture
@@ -79,7 +89,7 @@ def _check(make, *, bank: int = 0, seed: int = 0, **pairs):
     inputs = _inputs(seed, bank)
     reference = make(tile_size=None).double()
     value, grads = _run(reference, inputs, torch.float64, **pairs)
-    kernel = make(tile_size=8, tile_backend="triton")
+    kernel = make(tile_size=8)
     got, got_grads = _run(kernel, inputs, torch.float32, **pairs)
     torch.testing.assert_close(got.double(), value, rtol=RTOL, atol=ATOL)
     for a, b in zip(got_grads, grads, strict=True):
@@ -179,7 +189,7 @@ def test_kernel_takes_half_precision_inputs(dtype, no_torch_tiles):
     k = (torch.randn(35, D, generator=g) / 2).to(dtype).requires_grad_(True)
     masks = (torch.randint(0, 35, (21,), generator=g), torch.randint(0, 35, (21,), generator=g))
     up = torch.randn(21, generator=g)
-    lse = streamed_row_stats(a, k, 8, masks, backend="triton")[0]
+    lse = row_stats(KERNEL, a, k, masks)[0]
     ga, gk = torch.autograd.grad((lse * up).sum(), (a, k))
     assert lse.dtype == torch.float32 and ga.dtype == dtype and gk.dtype == dtype
     ref, ref_a, ref_k = _row_stats_reference(a.detach(), k.detach(), masks, up)
@@ -195,7 +205,7 @@ def test_a_fully_masked_row_gives_minus_infinity_and_no_gradient(no_torch_tiles)
     # row 5 excludes both columns; every other row keeps at least one
     positive, own = torch.zeros(18, dtype=torch.long), torch.zeros(18, dtype=torch.long)
     own[5] = 1
-    lse = streamed_row_stats(a, k, 8, (positive, own), backend="triton")[0]
+    lse = row_stats(KERNEL, a, k, (positive, own))[0]
     assert lse[5] == float("-inf")
     finite = torch.ones(18, dtype=torch.bool)
     finite[5] = False
@@ -210,19 +220,19 @@ def test_a_fully_masked_row_gives_minus_infinity_and_no_gradient(no_torch_tiles)
 
 def test_triton_refuses_in_one_line_what_the_kernel_does_not_cover():
     z0, z1 = _inputs()
-    hard = InfoNCELoss(0.1, tile_size=8, tile_backend="triton", hardness_mode="all_negatives",
+    hard = InfoNCELoss(0.1, tile_size=8, hardness_mode="all_negatives",
                        hardness_strength=1.0)
-    with pytest.raises(ValueError, match=r"tile_backend='triton' cannot run here: .*HardnessBias"):
+    with pytest.raises(ValueError, match=r"tiling\(backend='triton'\) cannot run here: .*HardnessBias"):
         hard(z0.float(), z1.float())
     with pytest.raises(ValueError, match=r"cannot run here: the dtypes are torch.float64"):
-        InfoNCELoss(0.1, tile_size=8, tile_backend="triton")(z0, z1)
-    with pytest.raises(ValueError, match=r"covers AMCL's negative_term='softmax' only"):
-        AMCLLoss(_pair_net(), negative_term="topk", tile_size=8, tile_backend="triton")
+        InfoNCELoss(0.1, tile_size=8)(z0, z1)
+    with pytest.raises(ValueError, match=r"cannot run here: it has no AMCL top-kappa term"):
+        AMCLLoss(_pair_net(), negative_term="topk", tile_size=8)(z0.float(), z1.float())
 
 
 def test_compiled_loss_on_the_kernel_is_one_graph(no_torch_tiles):
     torch._dynamo.reset()
-    loss_fn = InfoNCELoss(0.1, form="cross_view", tile_size=8, tile_backend="triton")
+    loss_fn = InfoNCELoss(0.1, form="cross_view", tile_size=8)
     compiled = torch.compile(loss_fn, backend="aot_eager", fullgraph=True, dynamic=False)
     z0, z1 = (x.float().requires_grad_(True) for x in _inputs(seed=5))
     value = compiled(z0, z1)

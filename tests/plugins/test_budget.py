@@ -1,5 +1,6 @@
-"""The logits budget (:mod:`adaptcl.plugins.tiles.budget`): a materialised loss whose logits would
-exceed ``max_logits_bytes`` takes its exact tiled path, says so once and in ``last_stats``.
+"""The logits budget (:mod:`adaptcl.plugins.tiles.budget`): a ``tile_size="auto"`` loss whose
+materialised logits would exceed ``tiling(max_logits_bytes=...)`` takes its exact tiled path,
+says so once and in ``last_stats``.
 
 Every loss of the shared table that takes ``tile_size`` is run three ways on one batch:
 with a budget far below its logits (it must switch: the same bits as the explicit tiled path
@@ -16,9 +17,9 @@ import warnings
 import pytest
 import torch
 
-from adaptcl.plugins import InfoNCELoss, LogitsBudgetWarning, MACLLoss, info_nce
+from adaptcl.plugins import InfoNCELoss, LogitsBudgetWarning, MACLLoss, tiling
 from adaptcl.plugins.candidates import Candidates
-from adaptcl.plugins.tiles import budget
+from adaptcl.plugins.tiles import budget, dispatch
 
 from ._helpers import LOSSES, names
 
@@ -31,9 +32,12 @@ TINY = 1  # byte: every batch is over it, the tile is budget.MIN_TILE
 
 @pytest.fixture(autouse=True)
 def _fresh_warnings(monkeypatch):
-    """Each test starts with nothing said yet and no cached CUDA budget."""
+    """Each test starts with nothing said yet, no CUDA budget read, no shape switched and the
+    default setting (restored after it)."""
     monkeypatch.setattr(budget, "_SAID", set())
     monkeypatch.setattr(budget, "_CUDA_BUDGETS", {})
+    monkeypatch.setattr(budget, "_SWITCHED", {})
+    monkeypatch.setattr(dispatch, "_SETTING", dispatch.TilingSetting())
 
 
 def _value_and_grads(fn, x):
@@ -49,8 +53,9 @@ def _inputs(name, n=100):
 @pytest.mark.parametrize("name", METHODS)
 def test_over_budget_a_module_takes_its_tiled_path(name):
     case, x = LOSSES[name], _inputs(name)
-    capped = case.build(max_logits_bytes=TINY)
-    with pytest.warns(LogitsBudgetWarning, match=r"tile_size=64 instead"):
+    capped = case.build()
+    with pytest.warns(LogitsBudgetWarning, match=r"tile_size=64 instead"), tiling(
+            max_logits_bytes=TINY):
         value, grads = _value_and_grads(capped, x)
     assert capped.last_stats["auto_tile_size"].item() == budget.MIN_TILE
     tiled = case.build(tile_size=budget.MIN_TILE)
@@ -69,8 +74,8 @@ def test_over_budget_a_module_takes_its_tiled_path(name):
 @pytest.mark.parametrize("name", METHODS)
 def test_over_budget_a_functional_form_takes_its_tiled_path(name):
     case, x = LOSSES[name], _inputs(name)
-    with pytest.warns(LogitsBudgetWarning):
-        capped = case.functional(*x, max_logits_bytes=TINY)
+    with pytest.warns(LogitsBudgetWarning), tiling(max_logits_bytes=TINY):
+        capped = case.functional(*x)
     assert torch.equal(capped, case.functional(*x, tile_size=budget.MIN_TILE))
     torch.testing.assert_close(capped, case.functional(*x), **TOL)
 
@@ -79,8 +84,8 @@ def test_over_budget_a_functional_form_takes_its_tiled_path(name):
 def test_the_issue_example_tiles_a_1024_pair_batch_and_gives_the_materialised_value(form):
     g = torch.Generator().manual_seed(0)
     z0, z1 = (torch.randn(1024, 64, generator=g).requires_grad_() for _ in range(2))
-    capped = InfoNCELoss(temperature=0.1, max_logits_bytes=2**20, form=form)
-    with pytest.warns(LogitsBudgetWarning):
+    capped = InfoNCELoss(temperature=0.1, form=form)
+    with pytest.warns(LogitsBudgetWarning), tiling(max_logits_bytes=2**20):
         value, grads = _value_and_grads(capped, (z0, z1))
     # [tile, tile] float32 temporaries within 1 MiB: 4 * 4 * 256^2 bytes
     assert capped.last_stats["auto_tile_size"].item() == 256
@@ -92,42 +97,53 @@ def test_the_issue_example_tiles_a_1024_pair_batch_and_gives_the_materialised_va
 
 def test_the_switch_is_said_once_and_in_last_stats_on_every_call():
     x = _inputs("macl")
-    fn = MACLLoss(0.1, 0.5, max_logits_bytes=TINY)
-    with warnings.catch_warnings(record=True) as caught:
+    fn = MACLLoss(0.1, 0.5)
+    with warnings.catch_warnings(record=True) as caught, tiling(max_logits_bytes=TINY):
         warnings.simplefilter("always")  # not the filters' once-per-location: our own once
         for _ in range(3):
             fn(*x)
             assert fn.last_stats["auto_tile_size"].item() == budget.MIN_TILE
-        MACLLoss(0.1, 0.5, max_logits_bytes=TINY)(*x)  # another instance: still once a process
+        MACLLoss(0.1, 0.5)(*x)  # another instance: still once a process
+        with tiling(max_logits_bytes=2):  # another budget, the same tile: still once
+            fn(*x)
     said = [w for w in caught if issubclass(w.category, LogitsBudgetWarning)]
     assert len(said) == 1, [str(w.message) for w in caught]
     message = str(said[0].message)
     assert "\n" not in message
     assert message.startswith("MACL: the materialised logits would take about")
-    assert "max_logits_bytes" in message and "tile_size=64" in message
+    assert "tiling(max_logits_bytes=...)" in message and "tile_size=64" in message
 
 
 def test_under_budget_the_loss_stays_materialised_bit_for_bit():
     x = _inputs("infonce")
-    roomy = InfoNCELoss(0.1, max_logits_bytes=2**40)
-    with warnings.catch_warnings():
+    roomy = InfoNCELoss(0.1)
+    with warnings.catch_warnings(), tiling(max_logits_bytes=2**40):
         warnings.simplefilter("error")
         value = roomy(*x)
     assert torch.equal(value, InfoNCELoss(0.1)(*x))
     assert "auto_tile_size" not in roomy.last_stats
 
 
-def test_an_explicit_tile_size_is_the_tile_used_over_budget_and_off_below_it():
+def test_an_explicit_tile_size_or_none_is_the_losss_choice_whatever_the_budget(monkeypatch):
+    from adaptcl.plugins.tiles import loop
+
+    tiles = []
+    apply = loop._StreamedRowStats.apply
+    monkeypatch.setattr(loop._StreamedRowStats, "apply",
+                        lambda *args: tiles.append(args[2]) or apply(*args))
     x = _inputs("infonce")
-    # alone, tile_size always tiles (unchanged); with a budget it tiles only over the budget
-    over = InfoNCELoss(0.1, tile_size=48, max_logits_bytes=TINY)
-    with pytest.warns(LogitsBudgetWarning, match="tile_size=48"):
-        value = over(*x)
-    assert over.last_stats["auto_tile_size"].item() == 48
-    assert torch.equal(value, InfoNCELoss(0.1, tile_size=48)(*x))
-    under = InfoNCELoss(0.1, tile_size=48, max_logits_bytes=2**40)
-    assert torch.equal(under(*x), InfoNCELoss(0.1)(*x))
-    assert "auto_tile_size" not in under.last_stats
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing is switched, so nothing is said
+        for bytes_ in (TINY, 2**40):
+            with tiling(max_logits_bytes=bytes_):
+                fixed, never = InfoNCELoss(0.1, tile_size=48), InfoNCELoss(0.1, tile_size=None)
+                fixed(*x)
+                assert tiles == [48]  # the tile loop, at the loss's tile
+                never(*x)
+                assert tiles == [48]  # materialised: no tile
+                assert "auto_tile_size" not in fixed.last_stats
+                assert "auto_tile_size" not in never.last_stats
+            tiles.clear()
 
 
 def test_an_amcl_network_that_cannot_be_tiled_stays_materialised():
@@ -136,9 +152,9 @@ def test_an_amcl_network_that_cannot_be_tiled_stays_materialised():
     class Untileable(ConstantTemperature):  # no per-tile features: only the whole matrix
         features = squash = squash_grad = property()
 
-    fn = AMCLLoss(Untileable(0.2), max_logits_bytes=TINY)
+    fn = AMCLLoss(Untileable(0.2))
     x = _inputs("infonce")
-    with warnings.catch_warnings():
+    with warnings.catch_warnings(), tiling(max_logits_bytes=TINY):
         warnings.simplefilter("error")
         value = fn(*x)
     assert "auto_tile_size" not in fn.last_stats
@@ -151,13 +167,14 @@ def test_the_cpu_default_never_switches_warns_or_adds_a_statistic():
         warnings.simplefilter("error")
         fn = MACLLoss(0.1, 0.5)
         value = fn(*x)
-        roomy = MACLLoss(0.1, 0.5, max_logits_bytes=2**40)(*x)
+        roomy = MACLLoss(0.1, 0.5, tile_size=None)(*x)
     assert torch.equal(value, roomy)
     assert "auto_tile_size" not in fn.last_stats
     # and at the 65,536-pair batch that needs 206 GB materialised, shapes only (meta tensors)
     meta = torch.empty(2 * 65536, 128, device="meta")
     huge = [Candidates(anchors=meta, keys=meta, positive_sim=meta[:, 0])]
-    assert budget.plan_tiles("InfoNCE", huge, None, None) == (None, None)
+    assert dispatch.plan_tiles("InfoNCE", huge, "auto") == dispatch.MATERIALISED
+    assert budget.tile_over_budget("InfoNCE", huge, None) is None
     assert budget.logits_peak_bytes(huge) == 3 * 4 * (2 * 65536) ** 2
 
 
@@ -179,7 +196,7 @@ def test_the_estimate_counts_directions_heads_labels_and_float64():
 def test_the_default_budget_comes_from_the_device(monkeypatch):
     """Without ``max_logits_bytes`` the budget is ``device_budget``'s (CUDA's free memory):
     faked here so a CPU loss sees a small device."""
-    monkeypatch.setattr(budget, "device_budget", lambda device, peak: 2**20)
+    monkeypatch.setattr(budget, "device_budget", lambda device: 2**20)
     x = _inputs("infonce", n=300)  # 600 x 600 logits, 4.3 MB materialised
     fn = InfoNCELoss(0.1)
     with pytest.warns(LogitsBudgetWarning, match=r"the default budget"):
@@ -188,25 +205,52 @@ def test_the_default_budget_comes_from_the_device(monkeypatch):
     assert torch.equal(value, InfoNCELoss(0.1, tile_size=256)(*x))
 
 
-def test_the_cuda_budget_is_half_the_free_memory_read_once_per_shape(monkeypatch):
+def _fake_cuda(monkeypatch, free: int, reserved: int, allocated: int) -> list[int]:
+    """CUDA's memory queries, faked: returns the list of driver reads (device indices)."""
     calls = []
 
     def mem_get_info(index):
         calls.append(index)
-        return 10 * 2**30, 80 * 2**30
+        return free, 80 * 2**30
 
     monkeypatch.setattr(torch.cuda, "mem_get_info", mem_get_info)
-    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda index: 6 * 2**30)
-    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda index: 4 * 2**30)
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda index: reserved)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda index: allocated)
+    return calls
+
+
+def test_the_cuda_budget_is_half_the_free_memory_read_again_when_memory_changed(monkeypatch):
+    calls = _fake_cuda(monkeypatch, 10 * 2**30, 6 * 2**30, 4 * 2**30)
     cuda1 = torch.device("cuda", 1)
     # free 10 GiB + 2 GiB the caching allocator holds unused, half of it
-    assert budget.device_budget(cuda1, peak=123) == 6 * 2**30
-    assert budget.device_budget(cuda1, peak=123) == 6 * 2**30
-    assert calls == [1]  # the same shape reads the driver once
-    budget.device_budget(cuda1, peak=456)
+    assert budget.device_budget(cuda1) == 6 * 2**30
+    assert budget.device_budget(cuda1) == 6 * 2**30
+    assert calls == [1]  # nothing changed: the driver is read once
+    # the optimiser's state arrives: the allocator reserves more, the budget is read again
+    _fake_cuda(monkeypatch, 2 * 2**30, 14 * 2**30, 12 * 2**30)
+    monkeypatch.setattr(torch.cuda, "mem_get_info",
+                        lambda index: calls.append(index) or (2 * 2**30, 80 * 2**30))
+    assert budget.device_budget(cuda1) == 2 * 2**30
     assert calls == [1, 1]
-    assert budget.device_budget(torch.device("cpu"), peak=123) is None
-    assert budget.device_budget(torch.device("meta"), peak=123) is None
+    assert budget.device_budget(torch.device("cpu")) is None
+    assert budget.device_budget(torch.device("meta")) is None
+
+
+def test_a_shape_the_default_budget_switched_stays_tiled_at_its_tile(monkeypatch):
+    """One way: after a switch the shape keeps its tile however the free memory moves, so a
+    run changes path at most once per loss and shape, never back and forth."""
+    state = {"free": 2**20}
+    monkeypatch.setattr(budget, "device_budget", lambda device: state["free"])
+    meta = torch.empty(600, 16, device="meta")
+    cands = [Candidates(anchors=meta, keys=meta, positive_sim=meta[:, 0])]
+    with pytest.warns(LogitsBudgetWarning):
+        assert budget.tile_over_budget("InfoNCE", cands, None) == 256
+    state["free"] = 2**40  # memory freed: the logits would fit now
+    assert budget.tile_over_budget("InfoNCE", cands, None) == 256
+    other = [Candidates(anchors=meta[:500], keys=meta[:500], positive_sim=meta[:500, 0])]
+    assert budget.tile_over_budget("InfoNCE", other, None) is None  # another shape: it fits
+    # an explicit budget depends on the shapes alone
+    assert budget.tile_over_budget("InfoNCE", cands, 2**40) is None
 
 
 @pytest.mark.parametrize("budget_bytes, device, tile", [
@@ -230,12 +274,11 @@ def test_row_block_losses_pick_rows_of_the_whole_width():
     (True, TypeError), ("1MB", TypeError),
 ])
 def test_invalid_budgets_are_refused_in_one_line_naming_the_argument(bad, error):
-    x = _inputs("infonce", n=4)
-    for call in (lambda: InfoNCELoss(0.1, max_logits_bytes=bad),
-                 lambda: info_nce(*x, max_logits_bytes=bad)):
-        with pytest.raises(error, match=r"^max_logits_bytes must be ") as raised:
-            call()
-        assert "\n" not in str(raised.value)
+    before = dispatch.current_tiling()
+    with pytest.raises(error, match=r"^max_logits_bytes must be ") as raised:
+        tiling(max_logits_bytes=bad)
+    assert "\n" not in str(raised.value)
+    assert dispatch.current_tiling() == before  # a refused setting changes nothing
 
 
 @pytest.mark.parametrize("name", ["infonce", "macl", "dystress", "ascl_queue", "amcl_softmax",
@@ -244,26 +287,27 @@ def test_deciding_and_switching_never_synchronise(name):
     from .test_devices import HostSyncDetector
 
     case = LOSSES[name]
-    fn = case.build(max_logits_bytes=TINY, check_finite=False)
+    fn = case.build(check_finite=False)
     x = _inputs(name)
-    with HostSyncDetector() as detector, pytest.warns(LogitsBudgetWarning):
+    with HostSyncDetector() as detector, pytest.warns(LogitsBudgetWarning), tiling(
+            max_logits_bytes=TINY):
         fn(*x).backward()
     assert detector.calls == [], detector.calls
     assert "auto_tile_size" in fn.last_stats
 
 
-def test_the_budget_shows_in_repr():
-    assert "max_logits_bytes=1048576" in repr(InfoNCELoss(0.1, max_logits_bytes=2**20))
-    assert "max_logits_bytes" not in repr(InfoNCELoss(0.1))
+def test_the_tile_size_shows_in_repr_unless_auto():
+    assert "tile_size=64" in repr(InfoNCELoss(0.1, tile_size=64))
+    assert "tile_size=None" in repr(InfoNCELoss(0.1, tile_size=None))
+    assert "tile_size" not in repr(InfoNCELoss(0.1))
 
 
 def test_compiled_fullgraph_loss_switches_and_says_it_once():
     torch._dynamo.reset()
     x = _inputs("infonce", n=80)
-    eager = InfoNCELoss(0.1, max_logits_bytes=TINY)
-    compiled = torch.compile(InfoNCELoss(0.1, max_logits_bytes=TINY), fullgraph=True,
-                             backend="eager")
-    with warnings.catch_warnings(record=True) as caught:
+    eager = InfoNCELoss(0.1)
+    compiled = torch.compile(InfoNCELoss(0.1), fullgraph=True, backend="eager")
+    with warnings.catch_warnings(record=True) as caught, tiling(max_logits_bytes=TINY):
         warnings.simplefilter("always")
         for _ in range(2):
             value = compiled(*x)
@@ -284,7 +328,7 @@ def test_the_cuda_default_switches_when_free_memory_is_short(monkeypatch):
     with pytest.warns(LogitsBudgetWarning, match=re.escape("the default budget")):
         value, grads = _value_and_grads(fn, x)
     assert "auto_tile_size" in fn.last_stats
-    m_value, m_grads = _value_and_grads(MACLLoss(0.1, 0.5, max_logits_bytes=2**40), x)
+    m_value, m_grads = _value_and_grads(MACLLoss(0.1, 0.5, tile_size=None), x)
     torch.testing.assert_close(value, m_value, **TOL)
     for a, b in zip(grads, m_grads, strict=True):
         torch.testing.assert_close(a, b, **TOL)

@@ -225,7 +225,7 @@ BAD = {float: math.nan, bool: "yes", int: 1.5, str: "no-such-choice",
 # keywords that take any value on purpose (bool() of it) or are not checked arguments
 UNCHECKED = {"positive_in_denominator", "squared", "reweight", "adaptive", "negatives",
              "temperature_net", "gather_fn", "dim", "clamp"}
-INT_NONE = {"tile_size", "bound_warning_steps", "max_logits_bytes"}  # None-default ints
+INT_NONE = {"tile_size", "bound_warning_steps"}  # ints with a None (or "auto") default
 FLOAT_NONE = {"min_temperature"}
 STR_NONE = {"hardness_mode"}
 TENSOR_NONE = {"labels", "negative_labels", "negative_owners"}  # integer tensors
@@ -601,8 +601,8 @@ def test_a_subclass_gets_the_documented_shared_defaults():
             return 1 - c.positive_sim, {}
 
     loss_fn = Plain()
-    assert (loss_fn.reduction, loss_fn.tile_size, loss_fn.tile_backend,
-            loss_fn.gather_distributed, loss_fn.check_finite) == ("mean", None, "auto", False, True)
+    assert (loss_fn.reduction, loss_fn.tile_size, loss_fn.gather_distributed,
+            loss_fn.check_finite) == ("mean", "auto", False, True)
     z0, z1 = _x()[:2]
     torch.testing.assert_close(loss_fn(z0, z1), (1 - (F_normalize(z0) * F_normalize(z1)).sum(1)).mean())
 

@@ -23,8 +23,11 @@ from adaptcl.plugins import (
     MACLLoss,
     NCELoss,
     PairTemperature,
+    tiling,
 )
+from adaptcl.plugins.candidates import Candidates
 from adaptcl.plugins.tiles import _fused as fused
+from adaptcl.plugins.tiles import dispatch
 from tests._interpreted import run_interpreted
 
 HERE = Path(__file__).resolve().parent
@@ -44,8 +47,9 @@ def test_kernels_under_the_interpreter_equal_the_float64_reference():
 def test_triton_on_cpu_tensors_without_the_interpreter_refuses_in_one_line(monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     z0, z1 = _pair()
-    with pytest.raises(ValueError, match=r"tile_backend='triton' cannot run here: ") as err:
-        InfoNCELoss(0.1, tile_size=8, tile_backend="triton")(z0, z1)
+    with pytest.raises(ValueError, match=r"tiling\(backend='triton'\) cannot run here: ") as err, \
+            tiling(backend="triton"):
+        InfoNCELoss(0.1, tile_size=8)(z0, z1)
     assert "\n" not in str(err.value)
     expected = ("Triton is not installed" if not fused._HAS_TRITON else
                 "the tensors are on the CPU and TRITON_INTERPRET=1 is not set")
@@ -56,8 +60,9 @@ def test_the_interpreter_switched_on_after_triton_was_imported_is_refused(monkey
     pytest.importorskip("triton")  # imported here without the interpreter, as torch._dynamo does
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     z0, z1 = _pair()
-    with pytest.raises(ValueError, match=r"TRITON_INTERPRET=1 was set after Triton was imported"):
-        MACLLoss(0.1, 0.5, tile_size=8, tile_backend="triton")(z0, z1)
+    with pytest.raises(ValueError, match=r"TRITON_INTERPRET=1 was set after Triton was imported"), \
+            tiling(backend="triton"):
+        MACLLoss(0.1, 0.5, tile_size=8)(z0, z1)
 
 
 def test_auto_on_the_cpu_is_the_pytorch_loop_bit_for_bit():
@@ -69,20 +74,22 @@ def test_auto_on_the_cpu_is_the_pytorch_loop_bit_for_bit():
         a, b = (x.clone().requires_grad_(True) for x in (z0, z1))
         auto = make(tile_size=8)(a, b, **pairs)
         c, d = (x.clone().requires_grad_(True) for x in (z0, z1))
-        loop = make(tile_size=8, tile_backend="torch")(c, d, **pairs)
+        with tiling(backend="torch"):
+            loop = make(tile_size=8)(c, d, **pairs)
         assert torch.equal(auto, loop)
         for got, ref in zip(torch.autograd.grad(auto, (a, b)), torch.autograd.grad(loop, (c, d)),
                             strict=True):
             assert torch.equal(got, ref)
 
 
-def test_tile_backend_is_validated_and_losses_without_a_kernel_take_no_triton():
-    with pytest.raises(ValueError, match=r"tile_backend must be one of \('auto', 'triton', "):
-        InfoNCELoss(tile_backend="cuda")
-    with pytest.raises(ValueError, match=r"tile_backend must be one of \('auto', 'torch'\)"):
-        NCELoss(tile_backend="triton")
-    assert "tile_backend='torch'" in repr(InfoNCELoss(tile_size=8, tile_backend="torch"))
-    assert "tile_backend" not in repr(InfoNCELoss(tile_size=8))
+def test_the_backend_is_validated_and_losses_without_a_kernel_refuse_triton_when_tiled():
+    with pytest.raises(ValueError, match=r"^backend must be one of \('auto', 'triton', "):
+        tiling(backend="cuda")
+    z0, z1 = _pair()
+    with tiling(backend="triton"):
+        with pytest.raises(ValueError, match=r"cannot run here: survey loss has no kernel path"):
+            NCELoss(tile_size=8)(z0, z1)
+        NCELoss(tile_size=None)(z0, z1)  # materialised: no tiles to put on a kernel
 
 
 # --------------------------------------------------------------------------------------------
@@ -107,24 +114,35 @@ def test_gpu_kernel_equals_the_pytorch_tiles_at_a_large_batch(form):
         results = []
         for backend in ("triton", "torch"):
             a, b = z0.clone().requires_grad_(True), z1.clone().requires_grad_(True)
-            loss = make(tile_size=2048, tile_backend=backend)(a, b, *args, **pairs)
+            with tiling(backend=backend):
+                loss = make(tile_size=2048)(a, b, *args, **pairs)
             results.append((loss, *torch.autograd.grad(loss, (a, b))))
         for got, ref in zip(*results, strict=True):
             torch.testing.assert_close(got, ref, rtol=1e-3, atol=1e-6)
 
 
-def test_auto_takes_the_pytorch_loop_on_cuda_tensors_too():
-    """The kernel is opt-in: on an H200 it was slower than the loop (docs/gpu.md)."""
-    cuda_tensor = SimpleNamespace(device=torch.device("cuda", 0), dtype=torch.float32)
-    assert not fused.use_kernel("auto", cuda_tensor, cuda_tensor)
-    assert not fused.use_kernel("torch", cuda_tensor, cuda_tensor)
+def test_auto_takes_the_kernel_on_cuda_tensors_on_tensor_cores():
+    """Flipped by issue 47: ``"auto"`` takes the kernel on CUDA where it covers the case and
+    the products run on tensor cores (bf16 here), never under ``backend="torch"``."""
+    cuda_tensor = SimpleNamespace(device=torch.device("cuda", 0), dtype=torch.float32,
+                                  shape=(8192, 128), element_size=lambda: 4)
+    c = Candidates(anchors=cuda_tensor, keys=cuda_tensor, positive_sim=None,
+                   input_dtype=torch.bfloat16)
+    def plan(tile_size):
+        return dispatch.plan_tiles("InfoNCE", [c], tile_size,
+                                   kernel=lambda: dispatch.why_not_kernel(c)).path
+
+    assert fused.unsupported(cuda_tensor, cuda_tensor, c.excluded, None, None, None) is None
+    assert plan("auto") == plan(1024) == "kernel"
+    with tiling(backend="torch"):
+        assert plan(1024) == "loop"
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_gpu_kernel_compiles_in_one_graph():
     z0, z1 = (torch.randn(4096, 128, device="cuda") for _ in range(2))
-    loss_fn = MACLLoss(0.1, 0.5, tile_size=1024, tile_backend="triton")
-    assert fused.use_kernel("triton", z0, z1)
-    compiled = torch.compile(loss_fn, fullgraph=True)
-    torch.testing.assert_close(compiled(z0, z1), loss_fn(z0, z1), rtol=1e-4, atol=1e-6)
+    loss_fn = MACLLoss(0.1, 0.5, tile_size=1024)
+    with tiling(backend="triton"):
+        compiled = torch.compile(loss_fn, fullgraph=True)
+        torch.testing.assert_close(compiled(z0, z1), loss_fn(z0, z1), rtol=1e-4, atol=1e-6)

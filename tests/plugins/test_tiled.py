@@ -310,7 +310,8 @@ def test_functional_forms_take_tile_size():
 
 
 @pytest.mark.parametrize("bad, error", [(0, ValueError), (-3, ValueError), (1.5, TypeError),
-                                        (True, TypeError), ("8", TypeError)])
+                                        (True, TypeError), ("8", ValueError),
+                                        ("Auto", ValueError)])
 def test_tile_size_validation(bad, error):
     with pytest.raises(error, match="tile_size"):
         InfoNCELoss(0.1, tile_size=bad)
@@ -341,8 +342,8 @@ def test_ascl_num_neighbors_larger_than_negatives_raises_when_tiled():
         ASCLLoss(0.1, 0.05, 3, tile_size=2)(z0, z1, neg)
 
 
-def test_default_is_materialised_and_repr_shows_tiles():
-    assert InfoNCELoss(0.1).tile_size is None
+def test_default_is_auto_and_repr_shows_tiles():
+    assert InfoNCELoss(0.1).tile_size == "auto"
     assert "tile_size=128" in repr(MACLLoss(0.1, tile_size=128))
 
 

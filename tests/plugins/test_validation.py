@@ -113,7 +113,7 @@ def test_shared_keywords_rejected_the_same_way_by_every_loss(name, kwargs, match
 
 @pytest.mark.parametrize("name", EVERY_LOSS)
 def test_zero_tile_size_rejected_by_every_loss(name):
-    with pytest.raises(ValueError, match="tile_size must be >= 1"):
+    with pytest.raises(ValueError, match="tile_size must be an int >= 1, .auto. or None, got 0"):
         _make(name, tile_size=0)
 
 

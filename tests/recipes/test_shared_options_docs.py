@@ -45,7 +45,7 @@ def test_the_docs_table_lists_every_shared_option():
                              "--logger", "--devices", "--strategy", "--no-progress",
                              "--no-plot", "--jobs", "--cluster", "--cluster-partition",
                              "--cluster-time", "--cluster-gpus", "--cluster-option",
-                             "--max-cells"}
+                             "--max-cells", "--tile-size"}
 
 
 @pytest.mark.parametrize("option", sorted(_table()))

@@ -23,9 +23,11 @@ their modules, are also importable from here) with ``reduction="mean" | "sum" | 
 (per-anchor losses), and a module that validates its arguments once, calls the same code and
 keeps what it last computed in ``loss.last_stats``. Two-view modules are called like Lightly's
 losses, ``loss(z0, z1)``, plus an optional ``negatives=`` tensor; all share the keywords
-``gather_distributed``, ``gather_fn``, ``check_finite``, ``tile_size``, ``max_logits_bytes``
-(the budget beyond which a materialised loss takes its exact tiled path,
-:mod:`~adaptcl.plugins.tiles.budget`) and ``reduction``.
+``gather_distributed``, ``gather_fn``, ``check_finite``, ``tile_size`` (``"auto"``, ``None`` or
+an int: how the logits are computed, :mod:`~adaptcl.plugins.tiles.dispatch`) and
+``reduction``. What computes the tiles (the PyTorch loop or the fused Triton kernel) and the
+memory budget of ``tile_size="auto"`` are one scoped setting, :class:`tiling`, as
+``torch.nn.attention.sdpa_kernel`` is for attention.
 """
 
 from .amcl import AMCLLoss
@@ -74,10 +76,11 @@ from .schedule import (
 )
 from .survey import MarginContrastiveLoss, NCELoss, TripletLoss, margin_contrastive, nce, triplet
 from .tiles.budget import LogitsBudgetWarning
+from .tiles.dispatch import current_tiling, tiling
 
 __all__ = [
     "FORMS", "Candidates", "build_candidates", "KernelOutput", "contrastive_kernel",
-    "ContrastiveLoss", "LogitsBudgetWarning",
+    "ContrastiveLoss", "LogitsBudgetWarning", "tiling", "current_tiling",
     "InfoNCELoss", "DCLLoss", "FlatNCELoss", "DualTemperatureLoss", "info_nce", "dcl",
     "flat_nce", "dual_temperature",
     "MACLLoss", "macl", "macl_temperature",

@@ -36,16 +36,15 @@ from .base import (
     Stats,
     functional_candidates,
     loss_stats,
-    note_tile,
     reduce,
 )
 from .candidates import Candidates, Form, autocast_off
 from .distributed import GatherFn
 from .heads import as_heads
 from .kernel import no_negatives_output
-from .tiles.budget import plan_tiles
-from .tiles.loop import streamed_pair_lse, streamed_sum, streamed_top_columns, top_columns
-from .validation import TileBackend, check_choice, check_int, check_non_negative
+from .tiles.dispatch import TilePlan, pair_lse, plan_tiles, why_not_pair_kernel
+from .tiles.loop import streamed_sum, streamed_top_columns, top_columns
+from .validation import TileSize, check_choice, check_int, check_non_negative, check_tile_size
 
 #: the negative term of Table 2: the kappa hardest negatives, or the soft-max over all
 NegativeTerm = Literal["topk", "softmax"]
@@ -127,14 +126,11 @@ class AMCLLoss(ContrastiveLoss):
             temperature network exposing ``features``, ``squash`` and ``squash_grad`` (as
             :class:`PairTemperature` and :class:`ConstantTemperature` do): a pair's
             temperature is ``squash(<features(a), features(b)>)``, recomputed inside a tile.
-            A ``ValueError`` otherwise.
-        tile_backend: as in :class:`~adaptcl.plugins.InfoNCELoss`; the fused kernel covers
-            ``negative_term="softmax"`` with a :class:`PairTemperature` or
+            A ``ValueError`` otherwise. ``"auto"`` (default) as in
+            :class:`~adaptcl.plugins.InfoNCELoss`, the budget counting every head's pair
+            matrices; a temperature network that cannot be tiled stays materialised. The fused
+            kernel covers ``negative_term="softmax"`` with a :class:`PairTemperature` or
             :class:`ConstantTemperature` (``"topk"`` keeps the PyTorch path).
-        max_logits_bytes: beyond this many bytes of materialised pair matrices (all heads),
-            take the tiled path, as :class:`~adaptcl.plugins.InfoNCELoss`
-            (:mod:`adaptcl.plugins.tiles.budget`); a temperature network that cannot be tiled stays
-            materialised.
         bound_warning_steps: warn once per loss instance (``RuntimeWarning``,
             :data:`~adaptcl.plugins.amcl_temperature.BOUND_WARNING`) when the mean positive or
             the mean pair temperature of a :class:`PairTemperature` has stayed at ``eta`` or
@@ -170,15 +166,12 @@ class AMCLLoss(ContrastiveLoss):
                  objective: Objective = "nt_xent",
                  form: Form = "nt_xent", gather_distributed: bool = False,
                  gather_fn: GatherFn | None = None, check_finite: bool = True,
-                 tile_size: int | None = None, tile_backend: TileBackend = "auto",
-                 reduction: Reduction = "mean", bound_warning_steps: int | None = 100,
-                 max_logits_bytes: int | None = None) -> None:
+                 tile_size: TileSize = "auto",
+                 reduction: Reduction = "mean", bound_warning_steps: int | None = 100) -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
-                         check_finite=check_finite, tile_size=tile_size,
-                         tile_backend=tile_backend, reduction=reduction,
-                         max_logits_bytes=max_logits_bytes)
+                         check_finite=check_finite, tile_size=tile_size, reduction=reduction)
         options = _amcl_options(temperature_net, beta, negative_term, kappa, objective,
-                                self.tile_size, self.tile_backend)
+                                self.tile_size)
         self.temperature_net = options.pop("temperature_net")
         for name, value in options.items():
             setattr(self, name, value)
@@ -220,9 +213,7 @@ class AMCLLoss(ContrastiveLoss):
     def compute(self, z0: Tensor, z1: Tensor, negatives: Tensor | None) -> tuple[Tensor, Stats]:
         return _amcl(z0, z1, negatives, self.candidates, self.temperature_net, beta=self.beta,
                      negative_term=self.negative_term, kappa=self.kappa,
-                     objective=self.objective, tile_size=self.tile_size,
-                     tile_backend=self.tile_backend,
-                     max_logits_bytes=self.max_logits_bytes)
+                     objective=self.objective, tile_size=self.tile_size)
 
     def extra_repr(self) -> str:
         return (f"beta={self.beta}, negative_term={self.negative_term!r}, kappa={self.kappa}, "
@@ -235,19 +226,16 @@ def _tileable(net: nn.Module) -> bool:
 
 
 def _amcl_options(temperature_net: nn.Module, beta: float, negative_term: NegativeTerm, kappa: int,
-                  objective: Objective, tile_size: int | None, tile_backend: TileBackend = "auto") -> dict:
+                  objective: Objective, tile_size: TileSize) -> dict:
     """AMCL's hyper-parameters checked once for the module and the functional form."""
-    if tile_backend == "triton" and negative_term == "topk":
-        raise ValueError("tile_backend='triton' covers AMCL's negative_term='softmax' only (the "
-                         "top-kappa columns are chosen on the PyTorch path): use "
-                         "tile_backend='auto' or 'torch'")
     if not hasattr(temperature_net, "pairwise"):
         raise TypeError("temperature_net must be a PairTemperature or ConstantTemperature")
-    if tile_size is not None and not _tileable(temperature_net):
+    if isinstance(check_tile_size(tile_size), int) and not _tileable(temperature_net):
         raise ValueError(
             f"tile_size needs a temperature network with features/squash/squash_grad (like "
             f"PairTemperature or ConstantTemperature) to recompute pair temperatures inside a "
-            f"tile; {type(temperature_net).__name__} cannot be tiled: pass tile_size=None")
+            f"tile; {type(temperature_net).__name__} cannot be tiled: pass tile_size=None or "
+            f"'auto'")
     return {"temperature_net": temperature_net, "beta": check_non_negative("beta", beta),
             "negative_term": check_choice("negative_term", negative_term, NEGATIVE_TERMS),
             "kappa": check_int("kappa", kappa, minimum=1),
@@ -255,7 +243,7 @@ def _amcl_options(temperature_net: nn.Module, beta: float, negative_term: Negati
 
 
 def _top_pairs(c: Candidates, net: nn.Module, tau_pos: Tensor, kappa: int, infonce: bool,
-               tile_size: int | None) -> tuple[Tensor, Tensor, Tensor]:
+               plan: TilePlan) -> tuple[Tensor, Tensor, Tensor]:
     """Similarities and temperatures ``[A, kappa]`` of each anchor's kappa most similar
     candidates (the positive among them for InfoNCE, as column ``C``), and the mean pair
     temperature over all ``A x C`` pairs. Ties go to the lowest column in both paths."""
@@ -264,7 +252,7 @@ def _top_pairs(c: Candidates, net: nn.Module, tau_pos: Tensor, kappa: int, infon
         raise ValueError(f"kappa={kappa} is larger than the {available} "
                          "candidates available to each anchor")
     num_keys = c.keys.shape[0]
-    if tile_size is None:
+    if not plan.tiled:
         sims, taus = c.mask_(c.similarity()), net(c.anchors, c.keys)
         tau_mean = taus.detach().mean()
         if infonce:
@@ -274,7 +262,7 @@ def _top_pairs(c: Candidates, net: nn.Module, tau_pos: Tensor, kappa: int, infon
         top = top_columns(sims.detach(), columns, kappa)[1]
         return sims.gather(1, top), taus.gather(1, top), tau_mean
     extra = c.positive_sim.detach() if infonce else None
-    top = streamed_top_columns(c.anchors.detach(), c.keys.detach(), tile_size, c.excluded,
+    top = streamed_top_columns(c.anchors.detach(), c.keys.detach(), plan.tile, c.excluded,
                                kappa, extra)
     is_pos = top == num_keys
     cols = top.clamp(max=num_keys - 1)
@@ -283,30 +271,29 @@ def _top_pairs(c: Candidates, net: nn.Module, tau_pos: Tensor, kappa: int, infon
     pa, pk = net.features(c.anchors), net.features(c.keys)
     t_k = net.squash(torch.einsum("ad,akd->ak", pa, pk[cols]))
     t_k = torch.where(is_pos, tau_pos[:, None].to(t_k.dtype), t_k)
-    tau_mean = streamed_sum(net.squash, pa.detach(), pk.detach(), tile_size) / (
+    tau_mean = streamed_sum(net.squash, pa.detach(), pk.detach(), plan.tile) / (
         c.num_anchors * num_keys)
     return s_k, t_k, tau_mean
 
 
 def _softmax_term(c: Candidates, net: nn.Module, beta: float, dim: int,
-                  tile_size: int | None, tile_backend: TileBackend = "auto") -> tuple[Tensor, Tensor]:
+                  plan: TilePlan) -> tuple[Tensor, Tensor]:
     """``logsumexp_n pair_term(s_n, tau_n)`` over each anchor's negatives, and the mean pair
     temperature over all ``A x C`` pairs."""
-    if tile_size is None:
+    if not plan.tiled:
         tau = net(c.anchors, c.keys)
         terms = c.mask_(pair_term(c.similarity(), tau, beta, dim))
         return torch.logsumexp(terms, dim=1), tau.detach().mean()
     pa, pk = net.features(c.anchors), net.features(c.keys)
     dtype = c.anchors.dtype
-    neg, tau_sum = streamed_pair_lse(c.anchors, c.keys, pa.to(dtype), pk.to(dtype), tile_size,
-                                     c.excluded, _PairTerm(net, beta, dim), tile_backend)
+    neg, tau_sum = pair_lse(plan, c.anchors, c.keys, pa.to(dtype), pk.to(dtype), c.excluded,
+                            _PairTerm(net, beta, dim))
     return neg, tau_sum / (c.num_anchors * c.keys.shape[0])
 
 
 def _head_loss(c: Candidates, net: nn.Module, dim: int, *, beta: float,
                negative_term: NegativeTerm, kappa: int, objective: Objective,
-               tile_size: int | None,
-               tile_backend: TileBackend = "auto") -> tuple[Tensor, Tensor, Tensor]:
+               plan: TilePlan) -> tuple[Tensor, Tensor, Tensor]:
     """Per-anchor loss ``-s_pos / tau_pos + beta Omega(tau_pos) + negative term`` of one head
     and direction, with the mean positive and pair temperatures (detached)."""
     tau_pos = net.pairwise(c.anchors, c.positive_keys)
@@ -318,11 +305,11 @@ def _head_loss(c: Candidates, net: nn.Module, dim: int, *, beta: float,
         pos = c.positive_sim / tau_pos
         reg_pos = beta * omega(tau_pos, dim)
         if negative_term == "softmax":
-            neg, tau_mean = _softmax_term(c, net, beta, dim, tile_size, tile_backend)
+            neg, tau_mean = _softmax_term(c, net, beta, dim, plan)
             if infonce:
                 neg = torch.logaddexp(neg, pos - reg_pos)
         else:
-            s_k, t_k, tau_mean = _top_pairs(c, net, tau_pos, kappa, infonce, tile_size)
+            s_k, t_k, tau_mean = _top_pairs(c, net, tau_pos, kappa, infonce, plan)
             neg = pair_term(s_k, t_k, beta, dim).mean(dim=1)
         loss = -pos + reg_pos + neg
     return loss, tau_pos.detach().mean(), tau_mean.detach()
@@ -330,7 +317,7 @@ def _head_loss(c: Candidates, net: nn.Module, dim: int, *, beta: float,
 
 def _amcl(z0: Tensor, z1: Tensor, negatives: Tensor | None, build, net: nn.Module, *,
           beta: float, negative_term: NegativeTerm, kappa: int, objective: Objective,
-          tile_size: int | None, max_logits_bytes: int | None = None, tile_backend: TileBackend = "auto") -> tuple[Tensor, Stats]:
+          tile_size: TileSize) -> tuple[Tensor, Stats]:
     """AMCL's per-anchor losses (summed over heads) and statistics; ``build(z0, z1, neg)``
     makes one head's candidates."""
     z0, z1 = as_heads("z0", z0), as_heads("z1", z1)
@@ -341,55 +328,59 @@ def _amcl(z0: Tensor, z1: Tensor, negatives: Tensor | None, build, net: nn.Modul
         if negatives.shape[0] != z0.shape[0]:
             raise ValueError("negatives must have one [K, D] set per head")
     dim = z0.shape[-1]
-    total, taus_pos, taus_neg, align, auto = 0.0, [], [], [], None
+    total, taus_pos, taus_neg, align, plan = 0.0, [], [], [], None
     for h in range(z0.shape[0]):
         cands = build(z0[h], z1[h], None if negatives is None else negatives[h])
         if h == 0:  # every head's pair matrices live until the backward
-            tile_size, auto = plan_tiles("AMCL", cands, tile_size, max_logits_bytes,
-                                         heads=z0.shape[0], copies=AMCL_COPIES[negative_term],
-                                         tileable=_tileable(net))
+            plan = plan_tiles("AMCL", cands, tile_size, heads=z0.shape[0],
+                              copies=AMCL_COPIES[negative_term], tileable=_tileable(net),
+                              kernel=lambda cands=cands: _why_not_kernel(
+                                  cands, net, beta, dim, negative_term))
         losses = []
         for c in cands:
             loss, tau_pos, tau = _head_loss(c, net, dim, beta=beta, negative_term=negative_term,
-                                            kappa=kappa, objective=objective, tile_size=tile_size,
-                                            tile_backend=tile_backend)
+                                            kappa=kappa, objective=objective, plan=plan)
             losses.append(loss)
             taus_pos.append(tau_pos)
             taus_neg.append(tau)
         total = total + torch.cat(losses)
         align.append(cands[0].positive_sim.detach().mean())
-    return total, note_tile(loss_stats(total, temperature=torch.stack(taus_pos),
-                                       negative_temperature=torch.stack(taus_neg),
-                                       alignment=torch.stack(align)), auto)
+    return total, loss_stats(total, temperature=torch.stack(taus_pos),
+                             negative_temperature=torch.stack(taus_neg),
+                             alignment=torch.stack(align), plan=plan)
+
+
+def _why_not_kernel(cands: list[Candidates], net: nn.Module, beta: float, dim: int,
+                    negative_term: NegativeTerm) -> str | None:
+    """Why the fused kernel cannot compute this head's negative term (``None``: it can)."""
+    if negative_term == "topk":
+        return "it has no AMCL top-kappa term (negative_term='topk'; 'softmax' it has)"
+    reasons = (why_not_pair_kernel(c, _PairTerm(net, beta, dim)) for c in cands)
+    return next((why for why in reasons if why is not None), None)
 
 
 def amcl(z0: Tensor, z1: Tensor, temperature_net: nn.Module, beta: float = 1e-3, *,
          negatives: Tensor | None = None, negative_term: NegativeTerm = "softmax", kappa: int = 1,
          objective: Objective = "nt_xent", form: Form = "nt_xent", gather_distributed: bool = False,
          gather_fn: GatherFn | None = None, check_finite: bool = True,
-         tile_size: int | None = None, tile_backend: TileBackend = "auto",
-         reduction: Reduction = "mean",
-         max_logits_bytes: int | None = None) -> Tensor:
+         tile_size: TileSize = "auto",
+         reduction: Reduction = "mean") -> Tensor:
     """Functional AMCL; arguments as :class:`AMCLLoss`.
 
     Examples:
         >>> net = PairTemperature(dim=32)
         >>> loss = amcl(torch.randn(2, 16, 32), torch.randn(2, 16, 32), net, kappa=2)
     """
-    options = _amcl_options(temperature_net, beta, negative_term, kappa, objective, tile_size,
-                            tile_backend)
+    options = _amcl_options(temperature_net, beta, negative_term, kappa, objective, tile_size)
     net = options.pop("temperature_net")
 
     def build(a: Tensor, b: Tensor, neg: Tensor | None) -> list[Candidates]:
         return functional_candidates(a, b, neg, form=form, gather_distributed=gather_distributed,
                                      gather_fn=gather_fn, check_finite=check_finite,
-                                     tile_size=tile_size, tile_backend=tile_backend,
-                                     reduction=reduction,
-                                     max_logits_bytes=max_logits_bytes)
+                                     tile_size=tile_size,
+                                     reduction=reduction)
 
-    return reduce(_amcl(z0, z1, negatives, build, net, **options, tile_size=tile_size,
-                        tile_backend=tile_backend,
-                        max_logits_bytes=max_logits_bytes)[0], reduction)
+    return reduce(_amcl(z0, z1, negatives, build, net, **options, tile_size=tile_size)[0], reduction)
 
 
 __all__ = ["NegativeTerm", "NEGATIVE_TERMS", "Objective", "OBJECTIVES", "AMCLLoss", "AMCL_PAPER",

@@ -33,7 +33,6 @@ from .base import (
     functional_candidates,
     in_row_blocks,
     loss_stats,
-    note_tile,
     reduce,
 )
 from .candidates import (
@@ -53,9 +52,9 @@ from .kernel import (
     no_negatives_output,
     row_logsumexp,
 )
-from .tiles.budget import plan_tiles
-from .tiles.loop import Masks, mask_tile, streamed_row_stats, streamed_softmax_stats, top_columns
-from .validation import UNFUSED_BACKENDS, TileBackend, check_choice, check_int, check_positive
+from .tiles.dispatch import TilePlan, plan_tiles, row_stats, why_not_kernel
+from .tiles.loop import Masks, mask_tile, streamed_softmax_stats, top_columns
+from .validation import TileSize, check_choice, check_int, check_positive
 
 #: the soft-label rule: ASCL, AHCL (hard top-K labels) or hard (one-hot: InfoNCE)
 ASCLMode = Literal["ascl", "ahcl", "hard"]
@@ -160,34 +159,33 @@ class _TileTargets:
         return _capped(q, self.scale[r0:r1])
 
 
-def _tiled_ascl(c: Candidates, temperature: float, tile_size: int, *, mode: ASCLMode,
+def _tiled_ascl(c: Candidates, temperature: float, plan: TilePlan, *, mode: ASCLMode,
                 num_neighbors: int, sharpen_temperature: float,
-                bias: HardnessBias | None, backend: str) -> tuple[KernelOutput, Tensor]:
+                bias: HardnessBias | None) -> tuple[KernelOutput, Tensor]:
     """Streamed: a first gradient-free pass gathers the normaliser and entropy of the sharpened
     distribution (and the top-K columns for ``"hard"`` / ``"ahcl"``), the second streams
     ``lse_neg`` and, for ``"ascl"``, ``sum_j u_ij l_ij`` and ``sum_j u_ij``."""
     a, pos = scaled_anchors(c, temperature)
     n = c.num_negatives
     if num_neighbors == 0:
-        lse = streamed_row_stats(a, c.keys, tile_size, c.excluded, bias=bias, backend=backend)[0]
+        lse = row_stats(plan, a, c.keys, c.excluded, bias=bias)[0]
         out = kernel_from_lse(lse, pos, soft_targets=(torch.ones_like(pos), torch.zeros_like(pos)))
         return out, torch.zeros_like(pos).detach()
     _check_neighbours(num_neighbors, n)
     pk = c.positive_keys.detach()
     log_norm, entropy, top = streamed_softmax_stats(
-        pk, c.keys.detach(), sharpen_temperature, tile_size, c.excluded,
+        pk, c.keys.detach(), sharpen_temperature, plan.tile, c.excluded,
         top=num_neighbors if mode != "ascl" else 0)
     confidence = _confidence(entropy, n)
     if mode == "ascl":
         targets = _TileTargets(pk, sharpen_temperature, log_norm, confidence * num_neighbors)
-        lse, sum_ul, sum_u = streamed_row_stats(a, c.keys, tile_size, c.excluded, targets,
-                                                bias=bias, backend=backend)
+        lse, sum_ul, sum_u = row_stats(plan, a, c.keys, c.excluded, targets, bias=bias)
         total = 1 + sum_u
         weighted = sum_ul / total
     else:
         fill = _fill(mode, confidence)
         total = 1 + fill * num_neighbors
-        lse = streamed_row_stats(a, c.keys, tile_size, c.excluded, bias=bias, backend=backend)[0]
+        lse = row_stats(plan, a, c.keys, c.excluded, bias=bias)[0]
         with autocast_off(a):
             top_logits = torch.einsum("ad,akd->ak", a, c.keys[top])
         weighted = (fill / total) * top_logits.sum(dim=1)
@@ -195,20 +193,24 @@ def _tiled_ascl(c: Candidates, temperature: float, tile_size: int, *, mode: ASCL
 
 
 def _ascl(c: Candidates, *, temperature: float, sharpen_temperature: float, num_neighbors: int,
-          mode: ASCLMode, tile_size: int | None, hardness: tuple[str, float] | None = None,
-          tile_backend: TileBackend = "auto",
-          max_logits_bytes: int | None = None) -> tuple[Tensor, Stats]:
+          mode: ASCLMode, tile_size: TileSize,
+          hardness: tuple[str, float] | None = None) -> tuple[Tensor, Stats]:
     """ASCL's per-anchor losses and statistics on one direction's candidates."""
-    tile_size, auto = plan_tiles("ASCL", [c], tile_size, max_logits_bytes, copies=ASCL_COPIES)
     bias = None if hardness is None else HardnessBias(c, *hardness)
+
+    def why_not() -> str | None:
+        if mode == "ascl" and num_neighbors > 0:
+            return "it has no ASCL soft targets (mode='ascl'; 'hard' and 'ahcl' it has)"
+        return why_not_kernel(c, bias=bias)
+
+    plan = plan_tiles("ASCL", [c], tile_size, kernel=why_not, copies=ASCL_COPIES)
     if c.num_negatives == 0:
         # nothing to contrast against and no neighbour to label: 0, as InfoNCE
         out, confidence = no_negatives_output(c.positive_sim), torch.zeros_like(c.positive_sim)
-    elif tile_size is not None:
-        out, confidence = _tiled_ascl(c, temperature, tile_size, mode=mode,
+    elif plan.tiled:
+        out, confidence = _tiled_ascl(c, temperature, plan, mode=mode,
                                       num_neighbors=num_neighbors,
-                                      sharpen_temperature=sharpen_temperature, bias=bias,
-                                      backend=tile_backend)
+                                      sharpen_temperature=sharpen_temperature, bias=bias)
     else:
         with torch.no_grad(), autocast_off(c.anchors):
             y_pos, y_neg, confidence = _soft_targets(
@@ -223,8 +225,8 @@ def _ascl(c: Candidates, *, temperature: float, sharpen_temperature: float, num_
                 biased = neg + bias.tile(0, neg.shape[0], c.keys, c.excluded, 0, neg.shape[1])
                 lse = row_logsumexp(c.mask_(biased), inplace=True)
             out = kernel_from_lse(lse, pos, soft_targets=(y_pos, weighted))
-    return out.loss, note_tile(loss_stats(out.loss, [c], outputs=[out], temperature=temperature,
-                                          confidence=confidence), auto)
+    return out.loss, loss_stats(out.loss, [c], outputs=[out], temperature=temperature,
+                                confidence=confidence, plan=plan)
 
 
 def _check_ascl(temperature: float, sharpen_temperature: float, num_neighbors: int,
@@ -244,9 +246,8 @@ def ascl(z0: Tensor, z1: Tensor, temperature: float = 0.1, sharpen_temperature: 
          hardness_strength: float = 0.0,
          negative_owners: Tensor | None = None, gather_distributed: bool = False,
          gather_fn: GatherFn | None = None, check_finite: bool = True,
-         tile_size: int | None = None, tile_backend: TileBackend = "auto",
-         reduction: Reduction = "mean",
-         max_logits_bytes: int | None = None) -> Tensor:
+         tile_size: TileSize = "auto",
+         reduction: Reduction = "mean") -> Tensor:
     """Functional ASCL; arguments as :class:`ASCLLoss`.
 
     Examples:
@@ -257,13 +258,10 @@ def ascl(z0: Tensor, z1: Tensor, temperature: float = 0.1, sharpen_temperature: 
                           hardness_strength)
     (c,) = functional_candidates(z0, z1, negatives, form=form,
                                  gather_distributed=gather_distributed, gather_fn=gather_fn,
-                                 check_finite=check_finite, tile_size=tile_size,
-                                 tile_backend=tile_backend, reduction=reduction, max_logits_bytes=max_logits_bytes,
+                                 check_finite=check_finite, tile_size=tile_size, reduction=reduction,
                                  forms=ASCL_FORMS, negative_owners=negative_owners)
     hardness = hardness_spec(options.pop("hardness_mode"), options.pop("hardness_strength"))
-    return reduce(_ascl(c, **options, tile_size=tile_size, hardness=hardness,
-                        tile_backend=tile_backend,
-                        max_logits_bytes=max_logits_bytes)[0], reduction)
+    return reduce(_ascl(c, **options, tile_size=tile_size, hardness=hardness)[0], reduction)
 
 
 
@@ -281,15 +279,16 @@ class ASCLLoss(ContrastiveLoss):
         num_neighbors: K (paper: 1); 0 gives InfoNCE / MoCo.
         mode: ``"ascl"`` (soft), ``"ahcl"`` (adaptive hard) or ``"hard"``.
         form: ``"queue"`` (default) or ``"cross_view"`` (in-batch).
-        tile_size: stream the logits and the key-to-negative similarities in tiles (Inf-CL,
-            Cheng et al. 2024; :mod:`adaptcl.plugins.tiles.loop`), exact in every mode: a first
-            gradient-free pass gathers the normaliser and entropy of the sharpened distribution
-            (and merges the top-K across tiles for ``"hard"`` / ``"ahcl"``), the second streams
-            ``lse`` and the soft-target sum ``sum_j y_ij l_ij``. ``None`` (default) materialises.
+        tile_size: ``"auto"`` (default), ``None`` (materialise) or an int: stream the logits
+            and the key-to-negative similarities in tiles (Inf-CL, Cheng et al. 2024;
+            :mod:`adaptcl.plugins.tiles.loop`), exact in every mode: a first gradient-free pass
+            gathers the normaliser and entropy of the sharpened distribution (and merges the
+            top-K across tiles for ``"hard"`` / ``"ahcl"``), the second streams ``lse`` and the
+            soft-target sum ``sum_j y_ij l_ij``. As in :class:`~adaptcl.plugins.InfoNCELoss`.
         hardness_mode, hardness_strength: the hardness term of :mod:`adaptcl.plugins.hardness`
             (sentence-transformers' semantics; it enters the denominator only, the soft
             targets weigh the plain logits). Off by default.
-        gather_distributed / gather_fn / check_finite / reduction / max_logits_bytes: as in
+        gather_distributed / gather_fn / check_finite / reduction: as in
             :class:`~adaptcl.plugins.InfoNCELoss`.
 
     ``last_stats["confidence"]`` holds the mean label confidence c.
@@ -306,12 +305,9 @@ class ASCLLoss(ContrastiveLoss):
                  num_neighbors: int = 1, mode: ASCLMode = "ascl", *, form: ASCLForm = "queue",
                  hardness_mode: HardnessMode | None = None, hardness_strength: float = 0.0,
                  gather_distributed: bool = False, gather_fn: GatherFn | None = None,
-                 check_finite: bool = True, tile_size: int | None = None,
-                 tile_backend: TileBackend = "auto", reduction: Reduction = "mean", max_logits_bytes: int | None = None) -> None:
+                 check_finite: bool = True, tile_size: TileSize = "auto", reduction: Reduction = "mean") -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
-                         check_finite=check_finite, tile_size=tile_size,
-                         tile_backend=tile_backend, reduction=reduction,
-                         max_logits_bytes=max_logits_bytes, forms=ASCL_FORMS)
+                         check_finite=check_finite, tile_size=tile_size, reduction=reduction, forms=ASCL_FORMS)
         for name, value in _check_ascl(temperature, sharpen_temperature, num_neighbors,
                                        mode, hardness_mode, hardness_strength).items():
             setattr(self, name, value)
@@ -326,18 +322,14 @@ class ASCLLoss(ContrastiveLoss):
         return _ascl(c, temperature=self.temperature,
                      sharpen_temperature=self.sharpen_temperature,
                      num_neighbors=self.num_neighbors, mode=self.mode, tile_size=self.tile_size,
-                     hardness=hardness_spec(self.hardness_mode, self.hardness_strength),
-                     tile_backend=self.tile_backend,
-                     max_logits_bytes=self.max_logits_bytes)
+                     hardness=hardness_spec(self.hardness_mode, self.hardness_strength))
 
 
 def _ascl_byol(targets_view: list[Candidates], neighbours: list[Candidates], *,
                sharpen_temperature: float, num_neighbors: int, mode: ASCLMode,
-               tile_size: int | None, max_logits_bytes: int | None = None
-               ) -> tuple[Tensor, Stats]:
+               tile_size: TileSize) -> tuple[Tensor, Stats]:
     (c,), (near_all,) = targets_view, neighbours
-    tile_size, auto = plan_tiles("ASCL-BYOL", [c, near_all], tile_size, max_logits_bytes,
-                                 copies=4, row_blocks=True)
+    plan = plan_tiles("ASCL-BYOL", [c, near_all], tile_size, copies=4, row_blocks=True)
     n = near_all.num_negatives
     k = num_neighbors if n > 0 else 0  # a batch of one has no neighbour: plain BYOL
 
@@ -350,8 +342,8 @@ def _ascl_byol(targets_view: list[Candidates], neighbours: list[Candidates], *,
         agreement = y_pos * block.positive_sim + (y_neg * block.similarity()).sum(dim=1)
         return torch.stack([2 - 2 * agreement, confidence])
 
-    out = in_row_blocks(rows, c.num_anchors, tile_size)
-    return out[0], note_tile(loss_stats(out[0], [c], confidence=out[1]), auto)
+    out = in_row_blocks(rows, c.num_anchors, plan.tile)
+    return out[0], loss_stats(out[0], [c], confidence=out[1], plan=plan)
 
 
 def _byol_candidates(predictions: Tensor, targets: Tensor, negatives: Tensor | None,
@@ -377,9 +369,8 @@ def _check_byol(sharpen_temperature: float, num_neighbors: int, mode: ASCLMode) 
 def ascl_byol(predictions: Tensor, targets: Tensor, sharpen_temperature: float = 0.05,
               num_neighbors: int = 1, mode: ASCLMode = "ascl", *, gather_distributed: bool = False,
               gather_fn: GatherFn | None = None, check_finite: bool = True,
-              tile_size: int | None = None, tile_backend: TileBackend = "auto",
-              reduction: Reduction = "mean",
-              max_logits_bytes: int | None = None) -> Tensor:
+              tile_size: TileSize = "auto",
+              reduction: Reduction = "mean") -> Tensor:
     """Functional ASCL-BYOL; arguments as :class:`ASCLBYOLLoss`."""
     options = _check_byol(sharpen_temperature, num_neighbors, mode)
 
@@ -387,12 +378,10 @@ def ascl_byol(predictions: Tensor, targets: Tensor, sharpen_temperature: float =
         return functional_candidates(z0, z1, None, form="cross_view",
                                      gather_distributed=gather_distributed, gather_fn=gather_fn,
                                      check_finite=check_finite, tile_size=tile_size,
-                                     tile_backend=tile_backend, tile_backends=UNFUSED_BACKENDS,
-                                     reduction=reduction, max_logits_bytes=max_logits_bytes)
+                                     reduction=reduction)
 
     views = _byol_candidates(predictions, targets, None, build)
-    return reduce(_ascl_byol(*views, **options, tile_size=tile_size,
-                             max_logits_bytes=max_logits_bytes)[0], reduction)
+    return reduce(_ascl_byol(*views, **options, tile_size=tile_size)[0], reduction)
 
 
 class ASCLBYOLLoss(ContrastiveLoss):
@@ -406,26 +395,23 @@ class ASCLBYOLLoss(ContrastiveLoss):
 
     The shared keywords work as in the contrastive losses: ``gather_distributed`` /
     ``gather_fn`` make every rank's samples neighbours (``j`` runs over the gathered batch),
-    ``tile_size`` processes that many samples at a time under activation checkpointing (and
-    ``max_logits_bytes`` so many as fit the budget, as in :class:`~adaptcl.plugins.InfoNCELoss`). The
-    functional form is :func:`ascl_byol`.
+    an int ``tile_size`` processes that many samples at a time under activation checkpointing
+    (``"auto"``, the default, so many as fit where the rows exceed the logits budget, as in
+    :class:`~adaptcl.plugins.InfoNCELoss`; it has no kernel path). The functional form is
+    :func:`ascl_byol`.
 
     Examples:
         >>> loss_fn = ASCLBYOLLoss(sharpen_temperature=0.05, num_neighbors=1)
         >>> loss = loss_fn(torch.randn(8, 32), torch.randn(8, 32))
     """
 
-    tile_backends = UNFUSED_BACKENDS  # no fused kernel: "auto" is the PyTorch path
-
     def __init__(self, sharpen_temperature: float = 0.05, num_neighbors: int = 1,
                  mode: ASCLMode = "ascl", *, gather_distributed: bool = False,
                  gather_fn: GatherFn | None = None, check_finite: bool = True,
-                 tile_size: int | None = None, tile_backend: TileBackend = "auto",
-                 reduction: Reduction = "mean",
-                 max_logits_bytes: int | None = None) -> None:
+                 tile_size: TileSize = "auto",
+                 reduction: Reduction = "mean") -> None:
         super().__init__(form="cross_view", gather_distributed=gather_distributed,
-                         gather_fn=gather_fn, check_finite=check_finite, tile_size=tile_size,
-                         tile_backend=tile_backend, reduction=reduction, max_logits_bytes=max_logits_bytes,
+                         gather_fn=gather_fn, check_finite=check_finite, tile_size=tile_size, reduction=reduction,
                          forms=("cross_view",))
         for name, value in _check_byol(sharpen_temperature, num_neighbors, mode).items():
             setattr(self, name, value)
@@ -440,4 +426,4 @@ class ASCLBYOLLoss(ContrastiveLoss):
                                  lambda z0, z1: self.candidates(z0, z1, None))
         return _ascl_byol(*views, sharpen_temperature=self.sharpen_temperature,
                           num_neighbors=self.num_neighbors, mode=self.mode,
-                          tile_size=self.tile_size, max_logits_bytes=self.max_logits_bytes)
+                          tile_size=self.tile_size)

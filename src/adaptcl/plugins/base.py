@@ -21,8 +21,10 @@ from .kernel import (
     row_statistics,
 )
 from .targets import LabelTargets
+from .tiles.budget import LOGIT_COPIES
+from .tiles.dispatch import TilePlan, plan_tiles, why_not_kernel
 from .tiles.loop import TileTerm
-from .validation import TILE_BACKENDS, TileBackend, check_choice, check_shared
+from .validation import TileSize, check_choice, check_shared
 
 Stats = dict[str, Tensor]
 #: how per-anchor losses are reduced (as ``torch.nn.functional``'s ``reduction``)
@@ -41,13 +43,15 @@ def reduce(per_anchor: Tensor, reduction: Reduction) -> Tensor:
 
 def loss_stats(per_anchor: Tensor, cands: list[Candidates] | None = None, *,
                outputs: list[KernelOutput] | None = None, temperature: Tensor | float | None = None,
-               **extra: Tensor | float) -> Stats:
+               plan: TilePlan | None = None, **extra: Tensor | float) -> Stats:
     """The one builder of ``last_stats``: detached 0-d tensors (in the computation's dtype;
     python numbers as float32).
 
     ``loss`` is the mean per-anchor loss; ``alignment`` the mean positive cosine of the first
     direction; from kernel ``outputs`` the unweighted ``plain_loss``, ``mean_w`` (MACL's W) and
-    ``positive_probability``; ``temperature`` (its mean) and any ``extra`` value as given.
+    ``positive_probability``; ``temperature`` (its mean) and any ``extra`` value as given;
+    ``auto_tile_size`` (float32) when the logits budget switched the call to its tiled path
+    (``plan.chosen``, :mod:`~adaptcl.plugins.tiles.dispatch`).
     """
     def scalar(x: Tensor | float) -> Tensor:
         if not isinstance(x, Tensor):  # on the inputs' device, with no host-to-device copy
@@ -65,36 +69,40 @@ def loss_stats(per_anchor: Tensor, cands: list[Candidates] | None = None, *,
         stats["mean_w"] = scalar(torch.cat([o.log_w for o in outputs]).exp())
         stats["positive_probability"] = scalar(torch.cat([o.positive_probability for o in outputs]))
     stats.update({k: scalar(v) for k, v in extra.items()})
+    if plan is not None and plan.chosen is not None:
+        stats["auto_tile_size"] = scalar(plan.chosen)
     return stats
 
 
-def note_tile(stats: Stats, auto_tile: int | None) -> Stats:
-    """``stats`` with ``auto_tile_size`` (the tile, a float32 0-d tensor) when the logits
-    budget switched the call to its tiled path (:func:`~adaptcl.plugins.tiles.budget.plan_tiles`)."""
-    if auto_tile is not None:
-        stats["auto_tile_size"] = torch.full((), float(auto_tile), dtype=torch.float32,
-                                             device=stats["loss"].device)
-    return stats
+#: ``log_weights(cands, log W, plan)``: per-anchor log weights of a direction (see
+#: :func:`per_anchor_losses`)
+LogWeights = Callable[[Candidates, Tensor, TilePlan], Tensor]
 
 
-def run_kernel(
+def per_anchor_losses(
     cands: list[Candidates],
     temperature: Tensor | float,
     *,
+    method: str,
+    tile_size: TileSize,
     positive_in_denominator: bool = True,
-    log_weights: Callable[[Candidates, Tensor], Tensor] | None = None,
-    tile_size: int | None = None,
+    log_weights: LogWeights | None = None,
     term: TileTerm | None = None,
     hardness: tuple[str, float] | None = None,
-    tile_backend: TileBackend = "auto",
+    copies: int = LOGIT_COPIES,
+    heads: int = 1,
 ) -> tuple[Tensor, Stats]:
-    """Apply the kernel to every direction with one temperature rule: ``([A] losses, stats)``.
+    """The per-anchor losses of every direction, from their logits under one temperature
+    rule: ``([A] losses, stats)``. The InfoNCE family's one path (InfoNCE, DCL, Dual
+    temperature, MACL, DySTreSS, the schedule, the learned temperature).
 
-    ``log_weights(cands, log_w)`` may return per-anchor log weights from the direction's
-    candidates and its detached ``log W`` (they are detached anyway). ``tile_size`` streams
-    the similarity matrix in tiles (:mod:`adaptcl.plugins.tiles.loop`) instead of materialising it,
-    on ``tile_backend`` (the fused kernel or the PyTorch loop, :mod:`adaptcl.plugins.tiles`).
-    Anchors without negatives give 0 (:func:`~adaptcl.plugins.kernel.no_negatives_output`).
+    The call is planned once (:func:`~adaptcl.plugins.tiles.dispatch.plan_tiles`, as
+    ``method`` with ``tile_size``; ``copies`` ``[A, C]`` matrices at the materialised peak,
+    ``heads`` such calls alive until the backward): materialised, or streamed by the tile loop
+    or the fused kernel where it covers the case. ``log_weights(c, log_w, plan)`` may return
+    per-anchor log weights from the direction's candidates, its detached ``log W`` and the
+    plan (they are detached anyway). Anchors without negatives give 0
+    (:func:`~adaptcl.plugins.kernel.no_negatives_output`).
 
     The per-pair parts: ``term`` maps cosines to logits (a per-pair temperature; ``temperature``
     then only feeds ``last_stats``), candidates built with ``labels`` get multi-positive
@@ -102,31 +110,43 @@ def run_kernel(
     :mod:`~adaptcl.plugins.hardness`) adds its term to the negatives in the denominator.
     Without any of them each direction takes the plain InfoNCE path, unchanged.
     """
-    outputs = []
-    for c in cands:
+    parts = {}
+    for i, c in enumerate(cands):
         if c.num_negatives == 0:
+            continue
+        targets = None
+        if c.labels is not None:
+            _check_labelled(positive_in_denominator, log_weights)
+            targets = LabelTargets(c)
+        parts[i] = (targets, None if hardness is None else HardnessBias(c, *hardness))
+
+    def why_not() -> str | None:
+        reasons = (why_not_kernel(cands[i], targets, bias, term)
+                   for i, (targets, bias) in parts.items())
+        return next((r for r in reasons if r is not None), None)
+
+    plan = plan_tiles(method, cands, tile_size, kernel=why_not, copies=copies, heads=heads)
+    outputs = []
+    for i, c in enumerate(cands):
+        if i not in parts:
             outputs.append(no_negatives_output(c.positive_sim))
             continue
-        weight_fn = None if log_weights is None else (lambda lw, c=c: log_weights(c, lw))
+        targets, bias = parts[i]
+        weight_fn = None if log_weights is None else (lambda lw, c=c: log_weights(c, lw, plan))
         soft = None
-        if c.labels is None and hardness is None and term is None:
-            lse, pos = negative_lse(c, temperature, tile_size, tile_backend)
+        if targets is None and bias is None and term is None:
+            lse, pos = negative_lse(c, temperature, plan)
         else:
-            targets = None
-            if c.labels is not None:
-                _check_labelled(positive_in_denominator, log_weights)
-                targets = LabelTargets(c)
-            bias = None if hardness is None else HardnessBias(c, *hardness)
-            lse, pos, sums = row_statistics(c, temperature, tile_size, term=term,
-                                            weights=targets, bias=bias,
-                                            tile_backend=tile_backend)
+            lse, pos, sums = row_statistics(c, temperature, plan, term=term, weights=targets,
+                                            bias=bias)
             if sums is not None:
                 total = 1 + sums[1]
                 soft = (1 / total, sums[0] / total)
         outputs.append(kernel_from_lse(lse, pos, positive_in_denominator=positive_in_denominator,
                                        soft_targets=soft, log_weights=weight_fn))
     per_anchor = torch.cat([o.loss for o in outputs])
-    return per_anchor, loss_stats(per_anchor, cands, outputs=outputs, temperature=temperature)
+    return per_anchor, loss_stats(per_anchor, cands, outputs=outputs, temperature=temperature,
+                                  plan=plan)
 
 
 def _check_labelled(positive_in_denominator: bool, log_weights: object) -> None:
@@ -159,9 +179,8 @@ def in_row_blocks(rows_fn: Callable[[int, int], Tensor], num_rows: int,
 
 def functional_candidates(z0: Tensor, z1: Tensor, negatives: Tensor | None, *, form: Form,
                           gather_distributed: bool, gather_fn: GatherFn | None,
-                          check_finite: bool, tile_size: int | None, reduction: Reduction,
-                          max_logits_bytes: int | None = None, forms: tuple[str, ...] = FORMS, tile_backend: TileBackend = "auto",
-                          tile_backends: tuple[TileBackend, ...] = TILE_BACKENDS,
+                          check_finite: bool, tile_size: TileSize, reduction: Reduction,
+                          forms: tuple[str, ...] = FORMS,
                           **pairs: Tensor | None) -> list[Candidates]:
     """What a functional form does before its formula: check the shared keywords exactly as
     :class:`ContrastiveLoss` does, then build the candidates (``pairs``: ``labels``,
@@ -169,9 +188,7 @@ def functional_candidates(z0: Tensor, z1: Tensor, negatives: Tensor | None, *, f
     check_choice("form", form, forms)
     check_choice("reduction", reduction, REDUCTIONS)
     check_shared(gather_distributed=gather_distributed, gather_fn=gather_fn,
-                 check_finite=check_finite, tile_size=tile_size, tile_backend=tile_backend,
-                 tile_backends=tile_backends,
-                 max_logits_bytes=max_logits_bytes)
+                 check_finite=check_finite, tile_size=tile_size)
     return build_candidates(z0, z1, form, negatives, gather_distributed=gather_distributed,
                             gather_fn=gather_fn, check_finite=check_finite, **pairs)
 
@@ -209,14 +226,14 @@ class ContrastiveLoss(Loss):
     Every loss (InfoNCE, DCL, FlatNCE, Dual temperature, MACL, ASCL, ASCL-BYOL, AMCL, the
     survey losses) takes the same keywords, checked here by one function:
     ``gather_distributed`` (a bool), ``gather_fn`` (a gradient-carrying gather such as
-    ``lightly.utils.dist.gather``, or None), ``check_finite`` (a bool), ``tile_size`` (None or
-    an int >= 1), ``tile_backend`` (``"auto"``, ``"triton"`` or ``"torch"``: the fused kernel
-    or the PyTorch loop for the tiles, :mod:`~adaptcl.plugins.tiles`; a loss without a kernel
-    path restricts ``tile_backends``), ``max_logits_bytes`` (None or an int >= 1: the budget beyond which the
-    materialised logits give way to the exact tiled path, :mod:`~adaptcl.plugins.tiles.budget`;
-    ``None`` reads it from the free memory on CUDA and never switches elsewhere) and
-    ``reduction`` (``"mean"``, ``"sum"`` or ``"none"``
-    for per-anchor losses, as in ``torch.nn``). Inputs of mixed float32/float64 dtypes are computed in float64.
+    ``lightly.utils.dist.gather``, or None), ``check_finite`` (a bool), ``tile_size``
+    (``"auto"``, the default, ``None`` or an int >= 1: how the ``[A, C]`` logits are computed,
+    :mod:`~adaptcl.plugins.tiles.dispatch`; ``None`` materialises them, an int streams them in
+    tiles of that size, ``"auto"`` takes the fastest exact path that fits, which on the CPU
+    without a budget is the materialised one) and ``reduction`` (``"mean"``, ``"sum"`` or
+    ``"none"`` for per-anchor losses, as in ``torch.nn``). What computes the tiles and the
+    logits budget are one scoped setting, :class:`~adaptcl.plugins.tiling`, not keywords.
+    Inputs of mixed float32/float64 dtypes are computed in float64.
     Anchors with no negatives (a batch of one pair, an empty queue) contribute 0 with a zero
     gradient, as in Lightly and sentence-transformers.
 
@@ -233,23 +250,20 @@ class ContrastiveLoss(Loss):
     takes_labels: bool = False
     #: ``forward`` takes ``negative_owners`` (read by the hardness term)
     takes_owners: bool = False
-    #: the ``tile_backend`` values this loss accepts (no ``"triton"``: no fused kernel path)
-    tile_backends: tuple[TileBackend, ...] = TILE_BACKENDS
 
     def __init__(self, *, form: Form, gather_distributed: bool = False,
                  gather_fn: GatherFn | None = None, check_finite: bool = True,
-                 tile_size: int | None = None, reduction: Reduction = "mean",
-                 max_logits_bytes: int | None = None, forms: tuple[str, ...] = FORMS, tile_backend: TileBackend = "auto") -> None:
+                 tile_size: TileSize = "auto", reduction: Reduction = "mean",
+                 forms: tuple[str, ...] = FORMS) -> None:
         # One validation path for the keywords every loss shares (a subclass restricts
         # ``forms`` to those it defines).
         form = check_choice("form", form, forms)
         super().__init__(reduction=reduction)
         self.form = form
-        (self.gather_distributed, self.gather_fn, self.check_finite, self.tile_size,
-         self.tile_backend, self.max_logits_bytes) = check_shared(
-            gather_distributed=gather_distributed, gather_fn=gather_fn, check_finite=check_finite,
-            tile_size=tile_size, tile_backend=tile_backend, tile_backends=self.tile_backends,
-            max_logits_bytes=max_logits_bytes)
+        (self.gather_distributed, self.gather_fn, self.check_finite,
+         self.tile_size) = check_shared(gather_distributed=gather_distributed,
+                                        gather_fn=gather_fn, check_finite=check_finite,
+                                        tile_size=tile_size)
 
     @property
     def gathers(self) -> bool:
@@ -293,10 +307,6 @@ class ContrastiveLoss(Loss):
         return super().forward(z0, z1, negatives, **pairs)
 
     def extra_repr(self) -> str:
-        tiled = "" if self.tile_size is None else f", tile_size={self.tile_size}"
-        if self.tile_backend != "auto":
-            tiled += f", tile_backend={self.tile_backend!r}"
-        if self.max_logits_bytes is not None:
-            tiled += f", max_logits_bytes={self.max_logits_bytes}"
+        tiled = "" if self.tile_size == "auto" else f", tile_size={self.tile_size}"
         reduction = "" if self.reduction == "mean" else f", reduction={self.reduction!r}"
         return f"form={self.form!r}, gather_distributed={self.gather_distributed}{tiled}{reduction}"

@@ -67,15 +67,14 @@ from .base import (
     Reduction,
     Stats,
     functional_candidates,
-    note_tile,
+    per_anchor_losses,
     reduce,
-    run_kernel,
 )
 from .candidates import Candidates, Form
 from .distributed import GatherFn
 from .hardness import HardnessMode, check_hardness, hardness_spec
-from .tiles.budget import LOGIT_COPIES, plan_tiles
-from .validation import TileBackend, check_bool, check_choice, check_finite_number, check_positive
+from .tiles.budget import LOGIT_COPIES
+from .validation import TileSize, check_bool, check_choice, check_finite_number, check_positive
 
 __all__ = ["Shape", "DySTreSSLoss", "dystress", "dystress_temperature", "SHAPES"]
 
@@ -169,19 +168,16 @@ def _dystress(cands: list[Candidates], *, min_temperature: float, max_temperatur
               shape: Shape, threshold: float, width: float, detach_temperature: bool,
               positive_in_denominator: bool, hardness_mode: HardnessMode | None,
               hardness_strength: float,
-              tile_size: int | None, tile_backend: TileBackend = "auto", max_logits_bytes: int | None = None
-              ) -> tuple[Tensor, Stats]:
+              tile_size: TileSize) -> tuple[Tensor, Stats]:
     """DySTreSS's per-anchor losses and statistics on prepared candidates."""
-    # the per-pair temperatures add a fourth [A, C] matrix to the materialised peak
-    tile_size, auto = plan_tiles("DySTreSS", cands, tile_size, max_logits_bytes,
-                                 copies=LOGIT_COPIES + 1)
     term = _PairTemperatureTerm(min_temperature, max_temperature, shape, threshold, width,
                                 detach_temperature)
     tau_positive = term.temperature(cands[0].positive_sim.detach())
-    losses, stats = run_kernel(cands, tau_positive, positive_in_denominator=positive_in_denominator,
-                               tile_size=tile_size, tile_backend=tile_backend, term=term,
-                               hardness=hardness_spec(hardness_mode, hardness_strength))
-    return losses, note_tile(stats, auto)
+    # the per-pair temperatures add a fourth [A, C] matrix to the materialised peak
+    return per_anchor_losses(cands, tau_positive, method="DySTreSS", tile_size=tile_size,
+                             positive_in_denominator=positive_in_denominator, term=term,
+                             hardness=hardness_spec(hardness_mode, hardness_strength),
+                             copies=LOGIT_COPIES + 1)
 
 
 class DySTreSSLoss(ContrastiveLoss):
@@ -203,9 +199,8 @@ class DySTreSSLoss(ContrastiveLoss):
             all negatives), not ``TSDCLLoss``'s two separate log-sum-exps (module docstring).
         hardness_mode, hardness_strength: the hardness term of :mod:`adaptcl.plugins.hardness`
             (off by default).
-        form, gather_distributed, gather_fn, check_finite, tile_size, tile_backend, reduction: as in
+        form, gather_distributed, gather_fn, check_finite, tile_size, reduction: as in
             :class:`~adaptcl.plugins.InfoNCELoss`.
-        max_logits_bytes: as in :class:`~adaptcl.plugins.InfoNCELoss`.
 
     ``forward(z0, z1, negatives=None, *, labels=None, negative_labels=None,
     negative_owners=None)``: ``labels`` give multi-positive (SupCon) targets
@@ -230,13 +225,9 @@ class DySTreSSLoss(ContrastiveLoss):
                  hardness_mode: HardnessMode | None = None, hardness_strength: float = 0.0,
                  form: Form = "nt_xent", gather_distributed: bool = False,
                  gather_fn: GatherFn | None = None, check_finite: bool = True,
-                 tile_size: int | None = None,
-                 tile_backend: TileBackend = "auto", reduction: Reduction = "mean",
-                 max_logits_bytes: int | None = None) -> None:
+                 tile_size: TileSize = "auto", reduction: Reduction = "mean") -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
-                         check_finite=check_finite, tile_size=tile_size,
-                         tile_backend=tile_backend, reduction=reduction,
-                         max_logits_bytes=max_logits_bytes)
+                         check_finite=check_finite, tile_size=tile_size, reduction=reduction)
         options = _dystress_options(min_temperature, max_temperature, shape, threshold, width,
                                     detach_temperature, positive_in_denominator, hardness_mode,
                                     hardness_strength)
@@ -255,9 +246,7 @@ class DySTreSSLoss(ContrastiveLoss):
 
     def compute_from_candidates(self, cands: list[Candidates]) -> tuple[Tensor, Stats]:
         """DySTreSS's per-anchor losses on prepared candidates (adapters that build their own)."""
-        return _dystress(cands, **self._options(), tile_size=self.tile_size,
-                         tile_backend=self.tile_backend,
-                         max_logits_bytes=self.max_logits_bytes)
+        return _dystress(cands, **self._options(), tile_size=self.tile_size)
 
     def extra_repr(self) -> str:
         shape = (f"shape='piecewise', threshold={self.threshold}, width={self.width}"
@@ -279,9 +268,7 @@ def dystress(z0: Tensor, z1: Tensor, min_temperature: float = 0.1, max_temperatu
              negative_labels: Tensor | None = None, negative_owners: Tensor | None = None,
              form: Form = "nt_xent", gather_distributed: bool = False,
              gather_fn: GatherFn | None = None, check_finite: bool = True,
-             tile_size: int | None = None,
-             tile_backend: TileBackend = "auto", reduction: Reduction = "mean",
-             max_logits_bytes: int | None = None) -> Tensor:
+             tile_size: TileSize = "auto", reduction: Reduction = "mean") -> Tensor:
     """Functional DySTreSS; arguments as :class:`DySTreSSLoss` (and its ``forward``).
 
     Examples:
@@ -293,10 +280,7 @@ def dystress(z0: Tensor, z1: Tensor, min_temperature: float = 0.1, max_temperatu
     cands = functional_candidates(z0, z1, negatives, form=form,
                                   gather_distributed=gather_distributed, gather_fn=gather_fn,
                                   check_finite=check_finite, tile_size=tile_size,
-                                  tile_backend=tile_backend,
-                                  reduction=reduction, max_logits_bytes=max_logits_bytes,
+                                  reduction=reduction,
                                   labels=labels, negative_labels=negative_labels,
                                   negative_owners=negative_owners)
-    return reduce(_dystress(cands, **options, tile_size=tile_size,
-                            tile_backend=tile_backend,
-                            max_logits_bytes=max_logits_bytes)[0], reduction)
+    return reduce(_dystress(cands, **options, tile_size=tile_size)[0], reduction)

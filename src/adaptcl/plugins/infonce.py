@@ -23,27 +23,24 @@ from .base import (
     Stats,
     functional_candidates,
     loss_stats,
-    note_tile,
+    per_anchor_losses,
     reduce,
-    run_kernel,
 )
 from .candidates import Candidates, Form
 from .distributed import GatherFn
 from .hardness import HardnessMode, check_hardness, hardness_spec
 from .kernel import negative_lse, no_negatives_output
-from .tiles.budget import plan_tiles
-from .validation import TileBackend, check_positive
+from .tiles.dispatch import TilePlan, plan_tiles, why_not_kernel
+from .validation import TileSize, check_positive
 
 
 def _info_nce(cands: list[Candidates], temperature: float | Tensor, positive_in_denominator: bool,
-              tile_size: int | None, hardness: tuple[str, float] | None = None,
-              tile_backend: TileBackend = "auto", *,
-              max_logits_bytes: int | None = None) -> tuple[Tensor, Stats]:
-    tile_size, auto = plan_tiles("InfoNCE" if positive_in_denominator else "DCL", cands,
-                                 tile_size, max_logits_bytes)
-    losses, stats = run_kernel(cands, temperature, positive_in_denominator=positive_in_denominator,
-                               tile_size=tile_size, hardness=hardness, tile_backend=tile_backend)
-    return losses, note_tile(stats, auto)
+              tile_size: TileSize, hardness: tuple[str, float] | None = None
+              ) -> tuple[Tensor, Stats]:
+    return per_anchor_losses(cands, temperature,
+                             method="InfoNCE" if positive_in_denominator else "DCL",
+                             tile_size=tile_size, positive_in_denominator=positive_in_denominator,
+                             hardness=hardness)
 
 
 def info_nce(z0: Tensor, z1: Tensor, temperature: float = 0.1, *, negatives: Tensor | None = None,
@@ -52,9 +49,7 @@ def info_nce(z0: Tensor, z1: Tensor, temperature: float = 0.1, *, negatives: Ten
              labels: Tensor | None = None, negative_labels: Tensor | None = None,
              negative_owners: Tensor | None = None, gather_distributed: bool = False,
              gather_fn: GatherFn | None = None, check_finite: bool = True,
-             tile_size: int | None = None,
-             tile_backend: TileBackend = "auto", reduction: Reduction = "mean",
-             max_logits_bytes: int | None = None) -> Tensor:
+             tile_size: TileSize = "auto", reduction: Reduction = "mean") -> Tensor:
     """InfoNCE / NT-Xent of the pairs ``(z0[i], z1[i])``; arguments as :class:`InfoNCELoss`
     (and its ``forward``: ``labels`` give SupCon's multi-positive targets).
 
@@ -71,12 +66,11 @@ def info_nce(z0: Tensor, z1: Tensor, temperature: float = 0.1, *, negatives: Ten
     cands = functional_candidates(z0, z1, negatives, form=form,
                                   gather_distributed=gather_distributed, gather_fn=gather_fn,
                                   check_finite=check_finite, tile_size=tile_size,
-                                  tile_backend=tile_backend,
-                                  reduction=reduction, max_logits_bytes=max_logits_bytes,
+                                  reduction=reduction,
                                   labels=labels, negative_labels=negative_labels,
                                   negative_owners=negative_owners)
     return reduce(_info_nce(cands, temperature, bool(positive_in_denominator), tile_size,
-                            hardness, tile_backend, max_logits_bytes=max_logits_bytes)[0], reduction)
+                            hardness)[0], reduction)
 
 
 def dcl(z0: Tensor, z1: Tensor, temperature: float = 0.1, *, negatives: Tensor | None = None,
@@ -84,17 +78,13 @@ def dcl(z0: Tensor, z1: Tensor, temperature: float = 0.1, *, negatives: Tensor |
         hardness_strength: float = 0.0,
         negative_owners: Tensor | None = None, gather_distributed: bool = False,
         gather_fn: GatherFn | None = None, check_finite: bool = True,
-        tile_size: int | None = None,
-        tile_backend: TileBackend = "auto", reduction: Reduction = "mean",
-        max_logits_bytes: int | None = None) -> Tensor:
+        tile_size: TileSize = "auto", reduction: Reduction = "mean") -> Tensor:
     """Decoupled contrastive loss: InfoNCE with the positive removed from the denominator."""
     return info_nce(z0, z1, temperature, negatives=negatives, form=form,
                     positive_in_denominator=False, hardness_mode=hardness_mode,
                     hardness_strength=hardness_strength, negative_owners=negative_owners,
                     gather_distributed=gather_distributed, gather_fn=gather_fn,
-                    check_finite=check_finite, tile_size=tile_size,
-                    tile_backend=tile_backend, reduction=reduction,
-                    max_logits_bytes=max_logits_bytes)
+                    check_finite=check_finite, tile_size=tile_size, reduction=reduction)
 
 
 class InfoNCELoss(ContrastiveLoss):
@@ -119,19 +109,17 @@ class InfoNCELoss(ContrastiveLoss):
             the CPU; on an accelerator a device-side assertion (``torch._assert_async``) that
             never stalls the step and fails the next synchronising call with a
             ``RuntimeError``. Nothing else in any loss synchronises host and device.
-        tile_size: stream the similarity matrix in ``tile_size x tile_size`` tiles with an exact
-            recomputing backward (Inf-CL, Cheng et al. 2024; :mod:`adaptcl.plugins.tiles.loop`):
-            memory linear in the batch. ``None`` (default) materialises it.
-        tile_backend: what computes the tiles: ``"auto"`` (default; the PyTorch loop for now:
-            the kernel was slower on a GPU), ``"triton"`` (the fused kernel, opt-in, or a
-            one-line refusal) or ``"torch"`` (the loop); see :mod:`adaptcl.plugins.tiles`.
-        max_logits_bytes: the bytes the materialised logits may take (about three float32
-            ``[A, C]`` matrices at the peak); beyond it the loss takes its exact tiled path,
-            says so once (a :class:`~adaptcl.plugins.tiles.budget.LogitsBudgetWarning`) and in
-            ``last_stats["auto_tile_size"]``. ``None`` (default): a share of the free memory on
-            CUDA, no switch on the CPU. With ``tile_size`` too, that tile is used when over the
-            budget and the logits are materialised below it. See
-            :mod:`adaptcl.plugins.tiles.budget`.
+        tile_size: how the ``[A, C]`` logits are computed
+            (:mod:`adaptcl.plugins.tiles.dispatch`): ``"auto"`` (default) the fastest exact
+            path that fits (on CUDA the fused kernel where it covers the case and its products
+            run on tensor cores; else the materialised logits within the memory budget, and the
+            tiled path beyond it, said once by a
+            :class:`~adaptcl.plugins.tiles.budget.LogitsBudgetWarning` and in
+            ``last_stats["auto_tile_size"]``; on the CPU without a budget, materialised);
+            ``None`` materialises; an int streams them in ``tile_size x tile_size`` tiles with an
+            exact recomputing backward (Inf-CL, Cheng et al. 2024;
+            :mod:`adaptcl.plugins.tiles.loop`): memory linear in the batch. What computes the
+            tiles and the budget: :class:`~adaptcl.plugins.tiling`.
         reduction: ``"mean"`` (default), ``"sum"`` or ``"none"`` (per-anchor losses).
 
     ``forward(z0, z1, negatives=None, *, labels=None, negative_labels=None,
@@ -144,7 +132,9 @@ class InfoNCELoss(ContrastiveLoss):
         >>> loss = loss_fn(z0, z1)
         >>> supcon = loss_fn(z0, z1, labels=torch.tensor([0, 1, 0, 1, 2, 2, 3, 0]))
         >>> big = InfoNCELoss(temperature=0.1, tile_size=4096)  # batches far beyond memory
-        >>> capped = InfoNCELoss(temperature=0.1, max_logits_bytes=2**30)  # tiles beyond 1 GiB
+        >>> from adaptcl.plugins import tiling
+        >>> with tiling(max_logits_bytes=2**30):   # "auto": materialised up to 1 GiB of logits
+        ...     loss = InfoNCELoss(temperature=0.1)(z0, z1)
     """
 
     takes_labels = True
@@ -154,13 +144,9 @@ class InfoNCELoss(ContrastiveLoss):
                  positive_in_denominator: bool = True, hardness_mode: HardnessMode | None = None,
                  hardness_strength: float = 0.0, gather_distributed: bool = False,
                  gather_fn: GatherFn | None = None, check_finite: bool = True,
-                 tile_size: int | None = None,
-                 tile_backend: TileBackend = "auto", reduction: Reduction = "mean",
-                 max_logits_bytes: int | None = None) -> None:
+                 tile_size: TileSize = "auto", reduction: Reduction = "mean") -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
-                         check_finite=check_finite, tile_size=tile_size,
-                         tile_backend=tile_backend, reduction=reduction,
-                         max_logits_bytes=max_logits_bytes)
+                         check_finite=check_finite, tile_size=tile_size, reduction=reduction)
         self.temperature = check_positive("temperature", temperature)
         self.positive_in_denominator = bool(positive_in_denominator)
         self.hardness_mode, self.hardness_strength = check_hardness(hardness_mode,
@@ -177,8 +163,7 @@ class InfoNCELoss(ContrastiveLoss):
         gradient: the open_clip adapter's ``1 / logit_scale``)."""
         return _info_nce(cands, self.temperature if temperature is None else temperature,
                          self.positive_in_denominator, self.tile_size,
-                         hardness_spec(self.hardness_mode, self.hardness_strength),
-                         self.tile_backend, max_logits_bytes=self.max_logits_bytes)
+                         hardness_spec(self.hardness_mode, self.hardness_strength))
 
     def extra_repr(self) -> str:
         hardness = ("" if self.hardness_mode is None else
@@ -205,21 +190,18 @@ class DCLLoss(InfoNCELoss):
     def __init__(self, temperature: float = 0.1, *, form: Form = "nt_xent",
                  hardness_mode: HardnessMode | None = None, hardness_strength: float = 0.0,
                  gather_distributed: bool = False, gather_fn: GatherFn | None = None,
-                 check_finite: bool = True, tile_size: int | None = None,
-                 tile_backend: TileBackend = "auto",
-                 reduction: Reduction = "mean", max_logits_bytes: int | None = None) -> None:
+                 check_finite: bool = True, tile_size: TileSize = "auto",
+                 reduction: Reduction = "mean") -> None:
         super().__init__(temperature, form=form, positive_in_denominator=False,
                          hardness_mode=hardness_mode, hardness_strength=hardness_strength,
                          gather_distributed=gather_distributed, gather_fn=gather_fn,
-                         check_finite=check_finite, tile_size=tile_size,
-                         tile_backend=tile_backend, reduction=reduction,
-                         max_logits_bytes=max_logits_bytes)
+                         check_finite=check_finite, tile_size=tile_size, reduction=reduction)
 
 
-def _flat_nce(cands: list[Candidates], temperature: float, tile_size: int | None,
-              tile_backend: TileBackend = "auto", *,
-              max_logits_bytes: int | None = None) -> tuple[Tensor, Stats]:
-    tile_size, auto = plan_tiles("FlatNCE", cands, tile_size, max_logits_bytes)
+def _flat_nce(cands: list[Candidates], temperature: float,
+              tile_size: TileSize) -> tuple[Tensor, Stats]:
+    plan = plan_tiles("FlatNCE", cands, tile_size, kernel=lambda: next(
+        (why for why in map(why_not_kernel, cands) if why is not None), None))
     losses, plains = [], []
     for c in cands:
         if c.num_negatives == 0:
@@ -227,29 +209,27 @@ def _flat_nce(cands: list[Candidates], temperature: float, tile_size: int | None
             losses.append(out.loss)
             plains.append(out.plain)
             continue
-        lse, pos = negative_lse(c, temperature, tile_size, tile_backend)
+        lse, pos = negative_lse(c, temperature, plan)
         r = lse - pos
         losses.append(torch.exp(r - r.detach()))
         plains.append(F.softplus(r.detach()))
     per_anchor = torch.cat(losses)
-    return per_anchor, note_tile(loss_stats(per_anchor, cands, temperature=temperature,
-                                            plain_loss=torch.cat(plains)), auto)
+    return per_anchor, loss_stats(per_anchor, cands, temperature=temperature,
+                                  plain_loss=torch.cat(plains), plan=plan)
 
 
 def flat_nce(z0: Tensor, z1: Tensor, temperature: float = 0.1, *,
              negatives: Tensor | None = None, form: Form = "nt_xent",
              gather_distributed: bool = False, gather_fn: GatherFn | None = None,
-             check_finite: bool = True, tile_size: int | None = None, tile_backend: TileBackend = "auto",
-             reduction: Reduction = "mean", max_logits_bytes: int | None = None) -> Tensor:
+             check_finite: bool = True, tile_size: TileSize = "auto",
+             reduction: Reduction = "mean") -> Tensor:
     """FlatNCE of the pairs ``(z0[i], z1[i])``; arguments as :class:`FlatNCELoss`."""
     check_positive("temperature", temperature)
     cands = functional_candidates(z0, z1, negatives, form=form,
                                   gather_distributed=gather_distributed, gather_fn=gather_fn,
                                   check_finite=check_finite, tile_size=tile_size,
-                                  tile_backend=tile_backend,
-                                  reduction=reduction, max_logits_bytes=max_logits_bytes)
-    return reduce(_flat_nce(cands, temperature, tile_size, tile_backend,
-                            max_logits_bytes=max_logits_bytes)[0], reduction)
+                                  reduction=reduction)
+    return reduce(_flat_nce(cands, temperature, tile_size)[0], reduction)
 
 
 class FlatNCELoss(ContrastiveLoss):
@@ -267,55 +247,42 @@ class FlatNCELoss(ContrastiveLoss):
 
     def __init__(self, temperature: float = 0.1, *, form: Form = "nt_xent",
                  gather_distributed: bool = False, gather_fn: GatherFn | None = None,
-                 check_finite: bool = True, tile_size: int | None = None,
-                 tile_backend: TileBackend = "auto",
-                 reduction: Reduction = "mean", max_logits_bytes: int | None = None) -> None:
+                 check_finite: bool = True, tile_size: TileSize = "auto",
+                 reduction: Reduction = "mean") -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
-                         check_finite=check_finite, tile_size=tile_size,
-                         tile_backend=tile_backend, reduction=reduction,
-                         max_logits_bytes=max_logits_bytes)
+                         check_finite=check_finite, tile_size=tile_size, reduction=reduction)
         self.temperature = check_positive("temperature", temperature)
 
     def compute(self, z0: Tensor, z1: Tensor, negatives: Tensor | None) -> tuple[Tensor, Stats]:
-        return _flat_nce(self.candidates(z0, z1, negatives), self.temperature, self.tile_size,
-                         self.tile_backend,
-                         max_logits_bytes=self.max_logits_bytes)
+        return _flat_nce(self.candidates(z0, z1, negatives), self.temperature, self.tile_size)
 
 
 def _dual_temperature(cands: list[Candidates], temperature: float, temperature_beta: float,
-                      tile_size: int | None, tile_backend: TileBackend = "auto", *,
-                      max_logits_bytes: int | None = None) -> tuple[Tensor, Stats]:
-    tile_size, auto = plan_tiles("DualTemperature", cands, tile_size, max_logits_bytes)
-
-    def log_weights(c: Candidates, log_w_alpha: Tensor) -> Tensor:
+                      tile_size: TileSize) -> tuple[Tensor, Stats]:
+    def log_weights(c: Candidates, log_w_alpha: Tensor, plan: TilePlan) -> Tensor:
         with torch.no_grad():
-            lse, pos = negative_lse(c, temperature_beta, tile_size, tile_backend)
+            lse, pos = negative_lse(c, temperature_beta, plan)
             log_w_beta = F.logsigmoid(lse - pos)
         return log_w_beta - log_w_alpha
 
-    losses, stats = run_kernel(cands, temperature, log_weights=log_weights, tile_size=tile_size,
-                      tile_backend=tile_backend)
-    return losses, note_tile(stats, auto)
+    return per_anchor_losses(cands, temperature, method="DualTemperature", tile_size=tile_size,
+                             log_weights=log_weights)
 
 
 def dual_temperature(z0: Tensor, z1: Tensor, temperature: float = 0.1,
                      temperature_beta: float = 1.0, *, negatives: Tensor | None = None,
                      form: Form = "nt_xent", gather_distributed: bool = False,
                      gather_fn: GatherFn | None = None, check_finite: bool = True,
-                     tile_size: int | None = None,
-                     tile_backend: TileBackend = "auto", reduction: Reduction = "mean",
-                     max_logits_bytes: int | None = None) -> Tensor:
+                     tile_size: TileSize = "auto", reduction: Reduction = "mean") -> Tensor:
     """Dual temperature InfoNCE; arguments as :class:`DualTemperatureLoss`."""
     check_positive("temperature", temperature)
     check_positive("temperature_beta", temperature_beta)
     cands = functional_candidates(z0, z1, negatives, form=form,
                                   gather_distributed=gather_distributed, gather_fn=gather_fn,
                                   check_finite=check_finite, tile_size=tile_size,
-                                  tile_backend=tile_backend,
-                                  reduction=reduction, max_logits_bytes=max_logits_bytes)
-    return reduce(_dual_temperature(cands, temperature, temperature_beta, tile_size,
-                                    tile_backend,
-                                    max_logits_bytes=max_logits_bytes)[0], reduction)
+                                  reduction=reduction)
+    return reduce(_dual_temperature(cands, temperature, temperature_beta, tile_size)[0],
+                  reduction)
 
 
 class DualTemperatureLoss(ContrastiveLoss):
@@ -334,17 +301,12 @@ class DualTemperatureLoss(ContrastiveLoss):
     def __init__(self, temperature: float = 0.1, temperature_beta: float = 1.0, *,
                  form: Form = "nt_xent", gather_distributed: bool = False,
                  gather_fn: GatherFn | None = None, check_finite: bool = True,
-                 tile_size: int | None = None,
-                 tile_backend: TileBackend = "auto", reduction: Reduction = "mean",
-                 max_logits_bytes: int | None = None) -> None:
+                 tile_size: TileSize = "auto", reduction: Reduction = "mean") -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
-                         check_finite=check_finite, tile_size=tile_size,
-                         tile_backend=tile_backend, reduction=reduction,
-                         max_logits_bytes=max_logits_bytes)
+                         check_finite=check_finite, tile_size=tile_size, reduction=reduction)
         self.temperature = check_positive("temperature", temperature)
         self.temperature_beta = check_positive("temperature_beta", temperature_beta)
 
     def compute(self, z0: Tensor, z1: Tensor, negatives: Tensor | None) -> tuple[Tensor, Stats]:
         return _dual_temperature(self.candidates(z0, z1, negatives), self.temperature,
-                                 self.temperature_beta, self.tile_size, self.tile_backend,
-                                 max_logits_bytes=self.max_logits_bytes)
+                                 self.temperature_beta, self.tile_size)

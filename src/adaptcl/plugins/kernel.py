@@ -30,8 +30,8 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from .candidates import Candidates, autocast_off, rows_logits, scaled_anchors
-from .tiles.loop import TileBias, TileTerm, TileWeights, streamed_row_stats, tiled_negative_lse
-from .validation import TileBackend
+from .tiles.dispatch import MATERIALISED, TilePlan, row_stats
+from .tiles.loop import TileBias, TileTerm, TileWeights
 
 
 @dataclass
@@ -130,23 +130,24 @@ def contrastive_kernel(
                            soft_targets=soft_targets, log_weights=log_weights)
 
 
-def negative_lse(c: Candidates, temperature: Tensor | float, tile_size: int | None = None,
-                 tile_backend: TileBackend = "auto") -> tuple[Tensor, Tensor]:
+def negative_lse(c: Candidates, temperature: Tensor | float,
+                 plan: TilePlan = MATERIALISED) -> tuple[Tensor, Tensor]:
     """``(logsumexp over each anchor's negatives [A], positive logit [A])`` of one direction.
 
-    The one place that chooses between materialising the ``[A, C]`` logits (``tile_size=None``)
-    and streaming them in tiles (:func:`~adaptcl.plugins.tiles.loop.tiled_negative_lse`, on the
-    ``tile_backend`` of :mod:`~adaptcl.plugins.tiles`); same values and gradients either way.
+    The one place that runs ``plan`` (:mod:`~adaptcl.plugins.tiles.dispatch`) for the plain
+    logits: materialise the ``[A, C]`` logits, or stream them in tiles (the loop or the
+    kernel); same values and gradients either way, to float rounding.
     """
-    if tile_size is not None:
-        return tiled_negative_lse(c, temperature, tile_size, tile_backend)
+    if plan.tiled:
+        a, pos = scaled_anchors(c, temperature)
+        return row_stats(plan, a, c.keys, c.excluded)[0], pos
     neg, pos = rows_logits(c, temperature)
     return row_logsumexp(neg, inplace=True), pos
 
 
-def row_statistics(c: Candidates, temperature: Tensor | float, tile_size: int | None, *,
+def row_statistics(c: Candidates, temperature: Tensor | float, plan: TilePlan, *,
                    term: TileTerm | None = None, weights: TileWeights | None = None,
-                   bias: TileBias | None = None, tile_backend: TileBackend = "auto"
+                   bias: TileBias | None = None
                    ) -> tuple[Tensor, Tensor, tuple[Tensor, Tensor] | None]:
     """``(lse_neg [A], positive logit [A], (sum_j u_ij l_ij, sum_j u_ij) or None)`` of one
     direction with any of the parts a method may change per pair:
@@ -156,10 +157,9 @@ def row_statistics(c: Candidates, temperature: Tensor | float, tile_size: int | 
     * ``weights``: the un-normalised soft targets ``u_ij`` (multi-positive labels);
     * ``bias``: a detached term added to the logits inside the log-sum-exp only (hardness).
 
-    The one place where these paths choose between materialising the ``[A, C]`` logits
-    (``tile_size=None``) and streaming them (:func:`~adaptcl.plugins.tiles.loop.streamed_row_stats`
-    on ``tile_backend``); the weights, bias and term objects are the same on both, so are the
-    values and gradients.
+    The one place where these paths run ``plan``: materialise the ``[A, C]`` logits or stream
+    them (:func:`~adaptcl.plugins.tiles.dispatch.row_stats`); the weights, bias and term
+    objects are the same on every path, so are the values and gradients.
     Without any of the three, :func:`negative_lse` computes the same quantities.
     """
     if term is None:
@@ -168,9 +168,9 @@ def row_statistics(c: Candidates, temperature: Tensor | float, tile_size: int | 
         a = c.anchors
         with autocast_off(a):
             pos = term.logits(c.positive_sim)
-    if tile_size is not None:
-        lse, sum_ul, sum_u = streamed_row_stats(a, c.keys, tile_size, c.excluded, weights,
-                                                bias=bias, term=term, backend=tile_backend)
+    if plan.tiled:
+        lse, sum_ul, sum_u = row_stats(plan, a, c.keys, c.excluded, weights, bias=bias,
+                                       term=term)
         return lse, pos, None if weights is None else (sum_ul, sum_u)
     with autocast_off(a):
         logits = a @ c.keys.T

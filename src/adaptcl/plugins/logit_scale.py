@@ -72,15 +72,13 @@ from .base import (
     Stats,
     functional_candidates,
     loss_stats,
-    note_tile,
+    per_anchor_losses,
     reduce,
-    run_kernel,
 )
 from .candidates import Candidates, Form
 from .distributed import GatherFn
 from .heads import as_heads
-from .tiles.budget import plan_tiles
-from .validation import TileBackend, check_int, check_positive, check_temperature_range
+from .validation import TileSize, check_int, check_positive, check_temperature_range
 
 __all__ = ["LearnableTemperatureLoss", "learnable_temperature", "OPEN_CLIP_TEMPERATURE",
            "scale_bounds", "bounded_scale"]
@@ -115,8 +113,7 @@ def bounded_scale(logit_scale: Tensor, low: float, high: float) -> Tensor:
 
 def _learnable(z0: Tensor, z1: Tensor, negatives: Tensor | None, build, logit_scale: Tensor, *,
                min_temperature: float, max_temperature: float, positive_in_denominator: bool,
-               tile_size: int | None, tile_backend: TileBackend = "auto", max_logits_bytes: int | None = None
-               ) -> tuple[Tensor, Stats]:
+               tile_size: TileSize) -> tuple[Tensor, Stats]:
     """Per-anchor losses (summed over heads) at ``tau = exp(-clamp(s))``, and the statistics;
     ``build(z0, z1, negatives)`` makes one head's candidates."""
     heads = logit_scale.numel()
@@ -137,20 +134,16 @@ def _learnable(z0: Tensor, z1: Tensor, negatives: Tensor | None, build, logit_sc
     low, high = scale_bounds(min_temperature, max_temperature)
     tau = torch.exp(-bounded_scale(logit_scale, low, high)).reshape(-1)
     if not multi:
-        cands = build(z0, z1, negatives)
-        tile_size, auto = plan_tiles("LearnableTemperature", cands, tile_size, max_logits_bytes)
-        losses, stats = run_kernel(cands, tau[0], positive_in_denominator=positive_in_denominator,
-                                   tile_size=tile_size,
-                          tile_backend=tile_backend)
-        return losses, note_tile(stats, auto)
+        return per_anchor_losses(build(z0, z1, negatives), tau[0], method="LearnableTemperature",
+                                 tile_size=tile_size,
+                                 positive_in_denominator=positive_in_denominator)
     total, per_head = 0.0, []
     for h in range(heads):
         cands = build(z0[h], z1[h], None if negatives is None else negatives[h])
-        if h == 0:  # every head's matrices live until the backward
-            tile_size, auto = plan_tiles("LearnableTemperature", cands, tile_size,
-                                         max_logits_bytes, heads=heads)
-        losses, stats = run_kernel(cands, tau[h], positive_in_denominator=positive_in_denominator,
-                                   tile_size=tile_size, tile_backend=tile_backend)
+        # every head's matrices live until the backward (each head plans the same)
+        losses, stats = per_anchor_losses(cands, tau[h], method="LearnableTemperature",
+                                          tile_size=tile_size, heads=heads,
+                                          positive_in_denominator=positive_in_denominator)
         total = total + losses
         per_head.append(stats)
     # heads add up (AMCL's l = sum_c l_c): so do their unweighted losses; the rest is a mean
@@ -158,7 +151,7 @@ def _learnable(z0: Tensor, z1: Tensor, negatives: Tensor | None, build, logit_sc
     for key in per_head[0].keys() - {"loss", "temperature"}:
         values = torch.stack([stats[key] for stats in per_head])
         extra[key] = values.sum() if key == "plain_loss" else values.mean()
-    return total, note_tile(loss_stats(total, temperature=tau, **extra), auto)
+    return total, loss_stats(total, temperature=tau, **extra)
 
 
 class LearnableTemperatureLoss(ContrastiveLoss):
@@ -180,7 +173,7 @@ class LearnableTemperatureLoss(ContrastiveLoss):
             ``[N, D]`` (``[1, N, D]`` is accepted).
 
     ``form``, ``positive_in_denominator``, ``gather_distributed``, ``gather_fn``,
-    ``check_finite``, ``tile_size``, ``max_logits_bytes`` and ``reduction`` are as in
+    ``check_finite``, ``tile_size`` and ``reduction`` are as in
     :class:`~adaptcl.plugins.InfoNCELoss`. Gathered candidates carry no temperature (it is
     folded into the local anchors), so each rank's gradient wrt ``s`` is that of its own
     anchors' terms and DDP's average over ranks is the full batch's gradient.
@@ -203,13 +196,9 @@ class LearnableTemperatureLoss(ContrastiveLoss):
                  max_temperature: float = 1.0, num_heads: int = 1, form: Form = "nt_xent",
                  positive_in_denominator: bool = True, gather_distributed: bool = False,
                  gather_fn: GatherFn | None = None, check_finite: bool = True,
-                 tile_size: int | None = None,
-                 tile_backend: TileBackend = "auto", reduction: Reduction = "mean",
-                 max_logits_bytes: int | None = None) -> None:
+                 tile_size: TileSize = "auto", reduction: Reduction = "mean") -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
-                         check_finite=check_finite, tile_size=tile_size,
-                         tile_backend=tile_backend, reduction=reduction,
-                         max_logits_bytes=max_logits_bytes)
+                         check_finite=check_finite, tile_size=tile_size, reduction=reduction)
         options = _learnable_options(min_temperature, max_temperature, positive_in_denominator)
         for name, value in options.items():
             setattr(self, name, value)
@@ -244,7 +233,7 @@ class LearnableTemperatureLoss(ContrastiveLoss):
                           min_temperature=self.min_temperature,
                           max_temperature=self.max_temperature,
                           positive_in_denominator=self.positive_in_denominator,
-                          tile_size=self.tile_size, tile_backend=self.tile_backend, max_logits_bytes=self.max_logits_bytes)
+                          tile_size=self.tile_size)
 
     def extra_repr(self) -> str:
         return (f"num_heads={self.num_heads}, min_temperature={self.min_temperature}, "
@@ -268,9 +257,8 @@ def learnable_temperature(z0: Tensor, z1: Tensor, logit_scale: Tensor, *,
                           negatives: Tensor | None = None, form: Form = "nt_xent",
                           positive_in_denominator: bool = True, gather_distributed: bool = False,
                           gather_fn: GatherFn | None = None, check_finite: bool = True,
-                          tile_size: int | None = None, tile_backend: TileBackend = "auto",
-                          reduction: Reduction = "mean",
-                          max_logits_bytes: int | None = None) -> Tensor:
+                          tile_size: TileSize = "auto",
+                          reduction: Reduction = "mean") -> Tensor:
     """Functional learnable temperature at ``tau = exp(-clamp(logit_scale))``; arguments as
     :class:`LearnableTemperatureLoss`, with the parameter ``s`` passed in (0-d, or one per head
     for ``[heads, N, D]`` inputs), as open_clip's ``ClipLoss`` takes ``logit_scale``.
@@ -293,10 +281,9 @@ def learnable_temperature(z0: Tensor, z1: Tensor, logit_scale: Tensor, *,
     def build(a: Tensor, b: Tensor, neg: Tensor | None) -> list[Candidates]:
         return functional_candidates(a, b, neg, form=form, gather_distributed=gather_distributed,
                                      gather_fn=gather_fn, check_finite=check_finite,
-                                     tile_size=tile_size, tile_backend=tile_backend,
-                                     reduction=reduction,
-                                     max_logits_bytes=max_logits_bytes)
+                                     tile_size=tile_size,
+                                     reduction=reduction)
 
     per_anchor, _ = _learnable(z0, z1, negatives, build, logit_scale, **options,
-                               tile_size=tile_size, tile_backend=tile_backend, max_logits_bytes=max_logits_bytes)
+                               tile_size=tile_size)
     return reduce(per_anchor, reduction)

@@ -32,16 +32,15 @@ from .base import (
     Reduction,
     Stats,
     functional_candidates,
-    note_tile,
+    per_anchor_losses,
     reduce,
-    run_kernel,
 )
 from .candidates import Candidates, Form, alignment_magnitude
 from .distributed import GatherFn
 from .hardness import HardnessMode, check_hardness, hardness_spec
-from .tiles.budget import plan_tiles
+from .tiles.dispatch import TilePlan
 from .validation import (
-    TileBackend,
+    TileSize,
     check_choice,
     check_finite_number,
     check_non_negative,
@@ -124,25 +123,25 @@ def _macl(cands: list[Candidates], *, temperature: float | Tensor, alpha: float,
           weight_form: WeightForm,
           min_temperature: float | Tensor, positive_in_denominator: bool,
           hardness_mode: HardnessMode | None,
-          hardness_strength: float, tile_size: int | None,
-          all_reduce: bool, tile_backend: TileBackend = "auto", max_logits_bytes: int | None = None) -> tuple[Tensor, Stats]:
+          hardness_strength: float, tile_size: TileSize,
+          all_reduce: bool) -> tuple[Tensor, Stats]:
     """MACL's per-anchor losses and statistics on prepared candidates."""
-    tile_size, auto = plan_tiles("MACL", cands, tile_size, max_logits_bytes)
     a = alignment_magnitude(cands, all_reduce=all_reduce)
     tau = _batch_temperature(a, temperature=temperature, alpha=alpha, a0=a0, adaptive=adaptive,
                              temperature_form=temperature_form, min_temperature=min_temperature)
 
-    def log_weights(c: Candidates, log_w: Tensor) -> Tensor:
+    def log_weights(c: Candidates, log_w: Tensor, plan: TilePlan) -> Tensor:
         if weight_form == "inverse":
             return -log_w
         return torch.log(2 - c.positive_sim.detach()) - log_w
 
-    per_anchor, stats = run_kernel(cands, tau, positive_in_denominator=positive_in_denominator,
-                                   log_weights=log_weights if reweight else None,
-                                   tile_size=tile_size, tile_backend=tile_backend,
-                                   hardness=hardness_spec(hardness_mode, hardness_strength))
+    per_anchor, stats = per_anchor_losses(
+        cands, tau, method="MACL", tile_size=tile_size,
+        positive_in_denominator=positive_in_denominator,
+        log_weights=log_weights if reweight else None,
+        hardness=hardness_spec(hardness_mode, hardness_strength))
     stats["alignment"] = a
-    return per_anchor, note_tile(stats, auto)
+    return per_anchor, stats
 
 
 class MACLLoss(ContrastiveLoss):
@@ -170,12 +169,11 @@ class MACLLoss(ContrastiveLoss):
             :mod:`adaptcl.plugins.hardness` (sentence-transformers' semantics; off by default).
         gather_distributed / gather_fn: as in :class:`~adaptcl.plugins.InfoNCELoss`; the
             alignment is all-reduced so every rank uses the same temperature.
-        tile_size: stream the similarity matrix in tiles (Inf-CL, Cheng et al. 2024; see
-            :mod:`adaptcl.plugins.tiles.loop`). Exact: A is a mean over the row-wise positives, the
-            detached temperature is folded into the anchors and ``V = exp(lse_all - lse_neg)``
-            needs only ``lse_neg`` and the positive logit. ``None`` (default) materialises.
-        max_logits_bytes: beyond this many bytes of materialised logits, take the tiled path
-            (as :class:`~adaptcl.plugins.InfoNCELoss`; :mod:`adaptcl.plugins.tiles.budget`).
+        tile_size: ``"auto"`` (default), ``None`` (materialise) or an int (stream the
+            similarity matrix in tiles: Inf-CL, Cheng et al. 2024), as in
+            :class:`~adaptcl.plugins.InfoNCELoss`. Tiles are exact: A is a mean over the
+            row-wise positives, the detached temperature is folded into the anchors and
+            ``V = exp(lse_all - lse_neg)`` needs only ``lse_neg`` and the positive logit.
 
     ``forward(z0, z1, negatives=None, *, labels=None, negative_labels=None,
     negative_owners=None)``: ``labels`` give multi-positive (SupCon) targets with MACL's
@@ -202,13 +200,10 @@ class MACLLoss(ContrastiveLoss):
                  form: Form = "nt_xent", positive_in_denominator: bool = True,
                  hardness_mode: HardnessMode | None = None, hardness_strength: float = 0.0,
                  gather_distributed: bool = False, gather_fn: GatherFn | None = None,
-                 check_finite: bool = True, tile_size: int | None = None,
-                 tile_backend: TileBackend = "auto",
-                 reduction: Reduction = "mean", max_logits_bytes: int | None = None) -> None:
+                 check_finite: bool = True, tile_size: TileSize = "auto",
+                 reduction: Reduction = "mean") -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
-                         check_finite=check_finite, tile_size=tile_size,
-                         tile_backend=tile_backend, reduction=reduction,
-                         max_logits_bytes=max_logits_bytes)
+                         check_finite=check_finite, tile_size=tile_size, reduction=reduction)
         options = _macl_options(temperature, alpha, a0, reweight, adaptive, temperature_form,
                                 weight_form, min_temperature, positive_in_denominator,
                                 hardness_mode, hardness_strength)
@@ -248,8 +243,7 @@ class MACLLoss(ContrastiveLoss):
             options["temperature"] = temperature
             options["min_temperature"] = (temperature / 10 if min_temperature is None
                                           else min_temperature)
-        return _macl(cands, **options, tile_size=self.tile_size, all_reduce=self.gathers,
-                     tile_backend=self.tile_backend, max_logits_bytes=self.max_logits_bytes)
+        return _macl(cands, **options, tile_size=self.tile_size, all_reduce=self.gathers)
 
     def extra_repr(self) -> str:
         return (f"temperature={self.temperature}, alpha={self.alpha}, a0={self.a0}, "
@@ -266,8 +260,8 @@ def macl(z0: Tensor, z1: Tensor, temperature: float = 0.1, alpha: float = 0.5, a
          hardness_strength: float = 0.0, labels: Tensor | None = None,
          negative_labels: Tensor | None = None, negative_owners: Tensor | None = None,
          gather_distributed: bool = False, gather_fn: GatherFn | None = None,
-         check_finite: bool = True, tile_size: int | None = None, tile_backend: TileBackend = "auto",
-         reduction: Reduction = "mean", max_logits_bytes: int | None = None) -> Tensor:
+         check_finite: bool = True, tile_size: TileSize = "auto",
+         reduction: Reduction = "mean") -> Tensor:
     """Functional MACL; arguments as :class:`MACLLoss` (and its ``forward``).
 
     Examples:
@@ -279,13 +273,11 @@ def macl(z0: Tensor, z1: Tensor, temperature: float = 0.1, alpha: float = 0.5, a
     cands = functional_candidates(z0, z1, negatives, form=form,
                                   gather_distributed=gather_distributed, gather_fn=gather_fn,
                                   check_finite=check_finite, tile_size=tile_size,
-                                  tile_backend=tile_backend,
-                                  reduction=reduction, max_logits_bytes=max_logits_bytes,
+                                  reduction=reduction,
                                   labels=labels, negative_labels=negative_labels,
                                   negative_owners=negative_owners)
-    per_anchor, _ = _macl(cands, **options, tile_size=tile_size, tile_backend=tile_backend,
-                          all_reduce=gather_distributed or gather_fn is not None,
-                          max_logits_bytes=max_logits_bytes)
+    per_anchor, _ = _macl(cands, **options, tile_size=tile_size,
+                          all_reduce=gather_distributed or gather_fn is not None)
     return reduce(per_anchor, reduction)
 
 

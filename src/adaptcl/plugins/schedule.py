@@ -58,14 +58,12 @@ from .base import (
     Reduction,
     Stats,
     functional_candidates,
-    note_tile,
+    per_anchor_losses,
     reduce,
-    run_kernel,
 )
 from .candidates import Candidates, Form
 from .distributed import GatherFn
-from .tiles.budget import plan_tiles
-from .validation import TileBackend, check_int, check_temperature_range
+from .validation import TileSize, check_int, check_temperature_range
 
 __all__ = ["TemperatureScheduleLoss", "temperature_schedule", "cosine_temperature",
            "set_schedule_step", "advance_schedules", "SCHEDULE_PAPER", "ScheduleControls"]
@@ -103,14 +101,10 @@ def _schedule_options(min_temperature: float, max_temperature: float, period: in
 
 def _temperature_schedule(cands: list[Candidates], temperature: float, *,
                           positive_in_denominator: bool,
-                          tile_size: int | None,
-                          tile_backend: TileBackend = "auto", max_logits_bytes: int | None = None
-                          ) -> tuple[Tensor, Stats]:
+                          tile_size: TileSize) -> tuple[Tensor, Stats]:
     """InfoNCE (or DCL) at the step's temperature: the kernel of :class:`InfoNCELoss`."""
-    tile_size, auto = plan_tiles("TemperatureSchedule", cands, tile_size, max_logits_bytes)
-    losses, stats = run_kernel(cands, temperature, positive_in_denominator=positive_in_denominator,
-                               tile_size=tile_size, tile_backend=tile_backend)
-    return losses, note_tile(stats, auto)
+    return per_anchor_losses(cands, temperature, method="TemperatureSchedule",
+                             tile_size=tile_size, positive_in_denominator=positive_in_denominator)
 
 
 class TemperatureScheduleLoss(ContrastiveLoss):
@@ -128,7 +122,7 @@ class TemperatureScheduleLoss(ContrastiveLoss):
         step: the step to start at (>= 0); a driver sets it later (:attr:`step`).
 
     ``form``, ``positive_in_denominator``, ``gather_distributed``, ``gather_fn``,
-    ``check_finite``, ``tile_size``, ``max_logits_bytes`` and ``reduction`` are as in
+    ``check_finite``, ``tile_size`` and ``reduction`` are as in
     :class:`~adaptcl.plugins.InfoNCELoss`. Every rank computes the same temperature from the
     same step, so gathering needs no communication beyond the candidates.
 
@@ -149,13 +143,9 @@ class TemperatureScheduleLoss(ContrastiveLoss):
                  period: int = 400, *, step: int = 0, form: Form = "nt_xent",
                  positive_in_denominator: bool = True, gather_distributed: bool = False,
                  gather_fn: GatherFn | None = None, check_finite: bool = True,
-                 tile_size: int | None = None,
-                 tile_backend: TileBackend = "auto", reduction: Reduction = "mean",
-                 max_logits_bytes: int | None = None) -> None:
+                 tile_size: TileSize = "auto", reduction: Reduction = "mean") -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
-                         check_finite=check_finite, tile_size=tile_size,
-                         tile_backend=tile_backend, reduction=reduction,
-                         max_logits_bytes=max_logits_bytes)
+                         check_finite=check_finite, tile_size=tile_size, reduction=reduction)
         options = _schedule_options(min_temperature, max_temperature, period,
                                     positive_in_denominator)
         for name, value in options.items():
@@ -212,9 +202,7 @@ class TemperatureScheduleLoss(ContrastiveLoss):
         """Per-anchor losses on prepared candidates (adapters that build their own)."""
         return _temperature_schedule(cands, self.temperature,
                                      positive_in_denominator=self.positive_in_denominator,
-                                     tile_size=self.tile_size,
-                                     tile_backend=self.tile_backend,
-                                     max_logits_bytes=self.max_logits_bytes)
+                                     tile_size=self.tile_size)
 
     def extra_repr(self) -> str:
         return (f"min_temperature={self.min_temperature}, max_temperature="
@@ -270,9 +258,8 @@ def temperature_schedule(z0: Tensor, z1: Tensor, min_temperature: float = 0.1,
                          negatives: Tensor | None = None, form: Form = "nt_xent",
                          positive_in_denominator: bool = True, gather_distributed: bool = False,
                          gather_fn: GatherFn | None = None, check_finite: bool = True,
-                         tile_size: int | None = None, tile_backend: TileBackend = "auto",
-                         reduction: Reduction = "mean",
-                         max_logits_bytes: int | None = None) -> Tensor:
+                         tile_size: TileSize = "auto",
+                         reduction: Reduction = "mean") -> Tensor:
     """Functional temperature schedule at ``step``; arguments as :class:`TemperatureScheduleLoss`.
 
     Examples:
@@ -286,11 +273,10 @@ def temperature_schedule(z0: Tensor, z1: Tensor, min_temperature: float = 0.1,
                              options["max_temperature"], options["period"])
     cands = functional_candidates(z0, z1, negatives, form=form,
                                   gather_distributed=gather_distributed, gather_fn=gather_fn,
-                                  check_finite=check_finite, tile_size=tile_size,
-                                  tile_backend=tile_backend, reduction=reduction, max_logits_bytes=max_logits_bytes)
+                                  check_finite=check_finite, tile_size=tile_size, reduction=reduction)
     per_anchor, _ = _temperature_schedule(
         cands, tau, positive_in_denominator=options["positive_in_denominator"],
-        tile_size=tile_size, tile_backend=tile_backend, max_logits_bytes=max_logits_bytes)
+        tile_size=tile_size)
     return reduce(per_anchor, reduction)
 
 

@@ -9,8 +9,9 @@ Representation Learning" (EECS 442 project report; see ``002_748363f490ab5580.tx
 All take two views ``(z0, z1)`` (normalised inside) and use in-batch cross-view negatives by
 default, so they slot into the same pipelines as the InfoNCE family; they share its keywords
 (``gather_distributed``, ``gather_fn``, ``check_finite``, ``tile_size``: with a tile size the
-anchors are processed that many at a time under activation checkpointing;
-``max_logits_bytes``: beyond that budget the rows are so processed in blocks that fit it). An anchor with no
+anchors are processed that many at a time under activation checkpointing; ``"auto"`` does so,
+in blocks that fit, where the materialised rows exceed the logits budget). They have no kernel
+path: under ``tiling(backend="triton")`` a tiled call is refused. An anchor with no
 negatives (a batch of one pair) contributes only its positive term: the margin loss keeps
 ``1/2 d(a, p)^2``, the triplet and NCE losses give 0.
 """
@@ -31,13 +32,12 @@ from .base import (
     functional_candidates,
     in_row_blocks,
     loss_stats,
-    note_tile,
     reduce,
 )
 from .candidates import Candidates, Form, rows_logits
 from .distributed import GatherFn
-from .tiles.budget import plan_tiles
-from .validation import UNFUSED_BACKENDS, TileBackend, check_choice, check_positive
+from .tiles.dispatch import plan_tiles
+from .validation import TileSize, check_choice, check_positive
 
 #: the triplets kept: every (anchor, negative), or each anchor's closest negative
 Mining = Literal["all", "hardest"]
@@ -48,27 +48,25 @@ SURVEY_COPIES = 9
 
 
 def _survey(cands: list[Candidates], per_anchor: Callable[[Candidates], Tensor],
-            tile_size: int | None, max_logits_bytes: int | None = None
-            ) -> tuple[Tensor, Stats]:
+            tile_size: TileSize) -> tuple[Tensor, Stats]:
     """A loss defined per anchor on the cosine matrix, over every direction (``tile_size``
-    rows at a time under checkpointing: a budget picks row blocks of the whole width)."""
-    tile_size, auto = plan_tiles("survey loss", cands, tile_size, max_logits_bytes,
-                                 copies=SURVEY_COPIES, row_blocks=True)
+    rows at a time under checkpointing: a budget picks row blocks of the whole width; no
+    kernel path)."""
+    plan = plan_tiles("survey loss", cands, tile_size, copies=SURVEY_COPIES, row_blocks=True)
     losses = torch.cat([in_row_blocks(lambda r0, r1, c=c: per_anchor(c.rows(r0, r1)),
-                                      c.num_anchors, tile_size) for c in cands])
-    return losses, note_tile(loss_stats(losses, cands), auto)
+                                      c.num_anchors, plan.tile) for c in cands])
+    return losses, loss_stats(losses, cands, plan=plan)
 
 
 def _functional(per_anchor: Callable[[Candidates], Tensor], z0: Tensor, z1: Tensor,
                 negatives: Tensor | None, *, form: Form, gather_distributed: bool,
-                gather_fn: GatherFn | None, check_finite: bool, tile_size: int | None,
-                tile_backend: TileBackend, reduction: Reduction, max_logits_bytes: int | None) -> Tensor:
+                gather_fn: GatherFn | None, check_finite: bool, tile_size: TileSize,
+                reduction: Reduction) -> Tensor:
     cands = functional_candidates(z0, z1, negatives, form=form,
                                   gather_distributed=gather_distributed, gather_fn=gather_fn,
                                   check_finite=check_finite, tile_size=tile_size,
-                                  tile_backend=tile_backend, tile_backends=UNFUSED_BACKENDS,
-                                  reduction=reduction, max_logits_bytes=max_logits_bytes)
-    return reduce(_survey(cands, per_anchor, tile_size, max_logits_bytes)[0], reduction)
+                                  reduction=reduction)
+    return reduce(_survey(cands, per_anchor, tile_size)[0], reduction)
 
 
 def _distances(c: Candidates) -> tuple[Tensor, Tensor]:
@@ -121,47 +119,38 @@ def _nce_rows(c: Candidates, temperature: float) -> Tensor:
 def margin_contrastive(z0: Tensor, z1: Tensor, margin: float = 1.0, *, squared: bool = True,
                        negatives: Tensor | None = None, form: Form = "cross_view",
                        gather_distributed: bool = False, gather_fn: GatherFn | None = None,
-                       check_finite: bool = True, tile_size: int | None = None,
-                       tile_backend: TileBackend = "auto",
-                       reduction: Reduction = "mean", max_logits_bytes: int | None = None) -> Tensor:
+                       check_finite: bool = True, tile_size: TileSize = "auto",
+                       reduction: Reduction = "mean") -> Tensor:
     """Functional margin contrastive loss; arguments as :class:`MarginContrastiveLoss`."""
     margin = check_positive("margin", margin)
     return _functional(lambda c: _margin_rows(c, margin, bool(squared)), z0, z1, negatives,
                        form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
-                       check_finite=check_finite, tile_size=tile_size,
-                       tile_backend=tile_backend, reduction=reduction,
-                       max_logits_bytes=max_logits_bytes)
+                       check_finite=check_finite, tile_size=tile_size, reduction=reduction)
 
 
 def triplet(z0: Tensor, z1: Tensor, margin: float = 0.5, *, mining: Mining = "all",
             negatives: Tensor | None = None, form: Form = "cross_view",
             gather_distributed: bool = False, gather_fn: GatherFn | None = None,
-            check_finite: bool = True, tile_size: int | None = None,
-            tile_backend: TileBackend = "auto",
-            reduction: Reduction = "mean", max_logits_bytes: int | None = None) -> Tensor:
+            check_finite: bool = True, tile_size: TileSize = "auto",
+            reduction: Reduction = "mean") -> Tensor:
     """Functional triplet loss; arguments as :class:`TripletLoss`."""
     margin = check_positive("margin", margin)
     mining = check_choice("mining", mining, MINING)
     return _functional(lambda c: _triplet_rows(c, margin, mining), z0, z1, negatives, form=form,
                        gather_distributed=gather_distributed, gather_fn=gather_fn,
-                       check_finite=check_finite, tile_size=tile_size,
-                       tile_backend=tile_backend, reduction=reduction,
-                       max_logits_bytes=max_logits_bytes)
+                       check_finite=check_finite, tile_size=tile_size, reduction=reduction)
 
 
 def nce(z0: Tensor, z1: Tensor, temperature: float = 0.1, *, negatives: Tensor | None = None,
         form: Form = "cross_view", gather_distributed: bool = False,
         gather_fn: GatherFn | None = None, check_finite: bool = True,
-        tile_size: int | None = None, tile_backend: TileBackend = "auto",
-        reduction: Reduction = "mean",
-        max_logits_bytes: int | None = None) -> Tensor:
+        tile_size: TileSize = "auto",
+        reduction: Reduction = "mean") -> Tensor:
     """Functional NCE; arguments as :class:`NCELoss`."""
     temperature = check_positive("temperature", temperature)
     return _functional(lambda c: _nce_rows(c, temperature), z0, z1, negatives, form=form,
                        gather_distributed=gather_distributed, gather_fn=gather_fn,
-                       check_finite=check_finite, tile_size=tile_size,
-                       tile_backend=tile_backend, reduction=reduction,
-                       max_logits_bytes=max_logits_bytes)
+                       check_finite=check_finite, tile_size=tile_size, reduction=reduction)
 
 
 
@@ -178,24 +167,18 @@ class MarginContrastiveLoss(ContrastiveLoss):
         >>> loss = loss_fn(torch.randn(8, 32), torch.randn(8, 32))
     """
 
-    tile_backends = UNFUSED_BACKENDS  # no fused kernel: "auto" is the PyTorch path
-
     def __init__(self, margin: float = 1.0, *, squared: bool = True, form: Form = "cross_view",
                  gather_distributed: bool = False, gather_fn: GatherFn | None = None,
-                 check_finite: bool = True, tile_size: int | None = None,
-                 tile_backend: TileBackend = "auto",
-                 reduction: Reduction = "mean", max_logits_bytes: int | None = None) -> None:
+                 check_finite: bool = True, tile_size: TileSize = "auto",
+                 reduction: Reduction = "mean") -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
-                         check_finite=check_finite, tile_size=tile_size,
-                         tile_backend=tile_backend, reduction=reduction,
-                         max_logits_bytes=max_logits_bytes)
+                         check_finite=check_finite, tile_size=tile_size, reduction=reduction)
         self.margin = check_positive("margin", margin)
         self.squared = bool(squared)
 
     def compute(self, z0: Tensor, z1: Tensor, negatives: Tensor | None) -> tuple[Tensor, Stats]:
         return _survey(self.candidates(z0, z1, negatives),
-                       lambda c: _margin_rows(c, self.margin, self.squared), self.tile_size,
-                       self.max_logits_bytes)
+                       lambda c: _margin_rows(c, self.margin, self.squared), self.tile_size)
 
 
 class TripletLoss(ContrastiveLoss):
@@ -210,24 +193,18 @@ class TripletLoss(ContrastiveLoss):
         >>> loss = loss_fn(torch.randn(8, 32), torch.randn(8, 32))
     """
 
-    tile_backends = UNFUSED_BACKENDS  # no fused kernel: "auto" is the PyTorch path
-
     def __init__(self, margin: float = 0.5, *, mining: Mining = "all", form: Form = "cross_view",
                  gather_distributed: bool = False, gather_fn: GatherFn | None = None,
-                 check_finite: bool = True, tile_size: int | None = None,
-                 tile_backend: TileBackend = "auto",
-                 reduction: Reduction = "mean", max_logits_bytes: int | None = None) -> None:
+                 check_finite: bool = True, tile_size: TileSize = "auto",
+                 reduction: Reduction = "mean") -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
-                         check_finite=check_finite, tile_size=tile_size,
-                         tile_backend=tile_backend, reduction=reduction,
-                         max_logits_bytes=max_logits_bytes)
+                         check_finite=check_finite, tile_size=tile_size, reduction=reduction)
         self.margin = check_positive("margin", margin)
         self.mining = check_choice("mining", mining, MINING)
 
     def compute(self, z0: Tensor, z1: Tensor, negatives: Tensor | None) -> tuple[Tensor, Stats]:
         return _survey(self.candidates(z0, z1, negatives),
-                       lambda c: _triplet_rows(c, self.margin, self.mining), self.tile_size,
-                       self.max_logits_bytes)
+                       lambda c: _triplet_rows(c, self.margin, self.mining), self.tile_size)
 
 
 class NCELoss(ContrastiveLoss):
@@ -244,23 +221,17 @@ class NCELoss(ContrastiveLoss):
         >>> loss = loss_fn(torch.randn(8, 32), torch.randn(8, 32))
     """
 
-    tile_backends = UNFUSED_BACKENDS  # no fused kernel: "auto" is the PyTorch path
-
     def __init__(self, temperature: float = 0.1, *, form: Form = "cross_view",
                  gather_distributed: bool = False, gather_fn: GatherFn | None = None,
-                 check_finite: bool = True, tile_size: int | None = None,
-                 tile_backend: TileBackend = "auto",
-                 reduction: Reduction = "mean", max_logits_bytes: int | None = None) -> None:
+                 check_finite: bool = True, tile_size: TileSize = "auto",
+                 reduction: Reduction = "mean") -> None:
         super().__init__(form=form, gather_distributed=gather_distributed, gather_fn=gather_fn,
-                         check_finite=check_finite, tile_size=tile_size,
-                         tile_backend=tile_backend, reduction=reduction,
-                         max_logits_bytes=max_logits_bytes)
+                         check_finite=check_finite, tile_size=tile_size, reduction=reduction)
         self.temperature = check_positive("temperature", temperature)
 
     def compute(self, z0: Tensor, z1: Tensor, negatives: Tensor | None) -> tuple[Tensor, Stats]:
         return _survey(self.candidates(z0, z1, negatives),
-                       lambda c: _nce_rows(c, self.temperature), self.tile_size,
-                       self.max_logits_bytes)
+                       lambda c: _nce_rows(c, self.temperature), self.tile_size)
 
 
 __all__ = ["Mining", "MINING", "MarginContrastiveLoss", "TripletLoss", "NCELoss",

@@ -4,7 +4,7 @@ argument."""
 from __future__ import annotations
 
 import math
-from typing import Literal, get_args
+from typing import Literal
 
 import torch
 from torch import Tensor
@@ -77,13 +77,23 @@ def check_bool(name: str, value: bool) -> bool:
     return value
 
 
-#: what computes the tiles of the streamed path (:mod:`~adaptcl.plugins.tiles`): ``"auto"`` the
-#: fused Triton kernel where it covers the case, else the PyTorch loop; ``"triton"`` the kernel
-#: or a one-line refusal; ``"torch"`` the loop
-TileBackend = Literal["auto", "triton", "torch"]
-TILE_BACKENDS: tuple[TileBackend, ...] = get_args(TileBackend)
-#: the tile backends of a loss without a fused kernel path (``"auto"`` is then the PyTorch loop)
-UNFUSED_BACKENDS: tuple[TileBackend, ...] = ("auto", "torch")
+#: what a loss's ``tile_size`` may be: ``None`` (materialise the logits), ``"auto"`` (the
+#: dispatcher's choice, :mod:`~adaptcl.plugins.tiles.dispatch`) or an int >= 1 (tile at that size)
+TileSize = int | Literal["auto"] | None
+
+
+def check_tile_size(value: TileSize) -> TileSize:
+    """``None``, ``"auto"`` or an int >= 1 (a bool is refused): a loss's ``tile_size``."""
+    if value is None or value == "auto":
+        return value
+    if isinstance(value, str):
+        raise ValueError(f"tile_size must be an int >= 1, 'auto' or None, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"tile_size must be an int >= 1, 'auto' or None, got "
+                        f"{type(value).__name__}")
+    if value < 1:
+        raise ValueError(f"tile_size must be an int >= 1, 'auto' or None, got {value}")
+    return value
 
 
 def check_max_logits_bytes(value: int | None) -> int | None:
@@ -100,14 +110,10 @@ def check_max_logits_bytes(value: int | None) -> int | None:
 
 
 def check_shared(*, gather_distributed: bool, gather_fn, check_finite: bool,
-                 tile_size: int | None, tile_backend: TileBackend = "auto",
-                 tile_backends: tuple[TileBackend, ...] = TILE_BACKENDS,
-                 max_logits_bytes: int | None = None
-                 ) -> tuple[bool, object, bool, int | None, str, int | None]:
-    """The keywords every loss shares, checked the same way for all of them (``tile_backends``:
-    the tile backends the loss has, :mod:`~adaptcl.plugins.tiles`).
+                 tile_size: TileSize) -> tuple[bool, object, bool, TileSize]:
+    """The keywords every loss shares, checked the same way for all of them.
 
-    Returns ``(gather_distributed, gather_fn, check_finite, tile_size, tile_backend, max_logits_bytes)``.
+    Returns ``(gather_distributed, gather_fn, check_finite, tile_size)``.
     """
     check_bool("gather_distributed", gather_distributed)
     if gather_distributed and not torch.distributed.is_available():
@@ -115,11 +121,7 @@ def check_shared(*, gather_distributed: bool, gather_fn, check_finite: bool,
     if gather_fn is not None and not callable(gather_fn):
         raise TypeError(f"gather_fn must be callable or None, got {type(gather_fn).__name__}")
     check_bool("check_finite", check_finite)
-    if tile_size is not None:
-        check_int("tile_size", tile_size, minimum=1)
-    check_choice("tile_backend", tile_backend, tile_backends)
-    check_max_logits_bytes(max_logits_bytes)
-    return gather_distributed, gather_fn, check_finite, tile_size, tile_backend, max_logits_bytes
+    return gather_distributed, gather_fn, check_finite, check_tile_size(tile_size)
 
 
 def check_embedding_tensor(name: str, x: Tensor, *, dim: int | None = None, check_finite: bool = True) -> None:

@@ -304,17 +304,18 @@ def test_tile_size_passes_through_the_loss_factory(name):
 
 
 @pytest.mark.parametrize("name", ["graphcl", "macl"])
-def test_max_logits_bytes_passes_through_the_loss_factory(name, monkeypatch):
-    from adaptcl.plugins import LogitsBudgetWarning
+def test_tile_size_passes_through_the_loss_factory_and_a_budget_switches(name, monkeypatch):
+    from adaptcl.plugins import LogitsBudgetWarning, tiling
     from adaptcl.plugins.tiles import budget
 
     monkeypatch.setattr(budget, "_SAID", set())  # said once a process: not yet here
 
     torch.manual_seed(0)
     z0, z1 = torch.randn(90, 16, requires_grad=True), torch.randn(90, 16, requires_grad=True)
-    capped = graphcl_loss(name, max_logits_bytes=1)
-    assert capped.max_logits_bytes == 1
-    with pytest.warns(LogitsBudgetWarning):
+    assert graphcl_loss(name, tile_size=16).tile_size == 16
+    capped = graphcl_loss(name)
+    assert capped.tile_size == "auto"
+    with pytest.warns(LogitsBudgetWarning), tiling(max_logits_bytes=1):
         value = capped(z0, z1)
     assert capped.last_stats["auto_tile_size"].item() == 64
     torch.testing.assert_close(value, graphcl_loss(name)(z0, z1), rtol=1e-5, atol=1e-6)

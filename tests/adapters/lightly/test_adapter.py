@@ -409,9 +409,9 @@ def test_tile_size_passes_through_and_matches_the_materialised_loss(make):
 @pytest.mark.parametrize("name", ["NTXentLoss", "DCLLoss", "FlatNCELoss", "DualTemperatureLoss",
                                   "MACLLoss", "ASCLLoss", "DySTreSSLoss", "TemperatureScheduleLoss",
                                   "LearnableTemperatureLoss", "AMCLLoss"])
-def test_max_logits_bytes_passes_through_and_switches_to_the_tiled_path(name, monkeypatch):
+def test_a_budget_switches_every_loss_to_its_tiled_path(name, monkeypatch):
     import adaptcl.adapters.lightly as package
-    from adaptcl.plugins import LogitsBudgetWarning
+    from adaptcl.plugins import LogitsBudgetWarning, tiling
     from adaptcl.plugins.tiles import budget
 
     monkeypatch.setattr(budget, "_SAID", set())  # said once a process: not yet here
@@ -421,10 +421,10 @@ def test_max_logits_bytes_passes_through_and_switches_to_the_tiled_path(name, mo
     torch.manual_seed(0)
     z0 = torch.randn(*((2,) if name == "AMCLLoss" else ()), 70, 8, requires_grad=True)
     z1 = torch.randn(z0.shape, requires_grad=True)
-    capped, full = cls(*args, max_logits_bytes=1), cls(*args)
+    capped, full = cls(*args), cls(*args)
     full.load_state_dict(capped.state_dict())  # AMCL's temperature network, ASCL's queue
-    assert capped.criterion.max_logits_bytes == 1
-    with pytest.warns(LogitsBudgetWarning):
+    assert capped.criterion.tile_size == "auto"
+    with pytest.warns(LogitsBudgetWarning), tiling(max_logits_bytes=1):
         a = capped(z0, z1)
     assert capped.last_stats["auto_tile_size"].item() == 64
     b = full(z0, z1)
@@ -455,8 +455,12 @@ def test_package_keeps_every_public_name_and_lightlys_layout():
     assert isinstance(AMCLLoss(dim=4).criterion, torch.nn.Module)
 
 
-def test_tile_backend_reaches_the_core():
-    assert NTXentLoss(tile_size=8, tile_backend="torch").criterion.tile_backend == "torch"
-    assert MACLLoss(tile_size=8).criterion.tile_backend == "auto"
-    with pytest.raises(ValueError, match="tile_backend must be one of"):
-        NTXentLoss(tile_backend="cuda")
+def test_tile_size_reaches_the_core_and_is_the_only_tiling_keyword():
+    assert NTXentLoss(tile_size=8).criterion.tile_size == 8
+    assert NTXentLoss(tile_size=None).criterion.tile_size is None
+    assert MACLLoss().criterion.tile_size == "auto"
+    with pytest.raises(ValueError, match="^tile_size must be an int >= 1, 'auto' or None"):
+        NTXentLoss(tile_size="big")
+    for removed in ("tile_backend", "max_logits_bytes"):
+        with pytest.raises(TypeError, match=removed):
+            NTXentLoss(**{removed: None})

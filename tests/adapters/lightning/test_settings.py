@@ -31,7 +31,8 @@ BAD = [
     ("queue_size", 0, ValueError), ("num_neighbors", -1, ValueError),
     ("sharpen_temperature", 0, ValueError), ("dystress_max_temperature", -1.0, ValueError),
     ("max_temperature", 0.0, ValueError), ("period", 0, ValueError),
-    ("gather_distributed", 1, TypeError), ("optimizer", "lamb", ValueError),
+    ("gather_distributed", 1, TypeError), ("tile_size", "big", ValueError),
+    ("optimizer", "lamb", ValueError),
     ("lr", 0.0, ValueError), ("weight_decay", -1.0, ValueError),
     ("mini_batch_size", 0, ValueError), ("num_classes", 1, ValueError), ("knn_k", 0, ValueError), ("knn_t", 0.0, ValueError)]
 

@@ -1,6 +1,6 @@
-"""The tiled path's keywords shared with the other adapters: ``max_logits_bytes`` (the logits
-budget, :mod:`adaptcl.plugins.tiles.budget`) and ``tile_backend`` (:mod:`adaptcl.plugins.tiles._fused`)
-reach every drop-in's core loss and are validated by it."""
+"""The tiled path's controls shared with the other adapters: ``tile_size`` reaches every
+drop-in's core loss and is validated by it; the scoped ``tiling(backend=..., max_logits_bytes=...)``
+(:mod:`adaptcl.plugins.tiles.dispatch`) governs the drop-ins as every core loss."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from adaptcl.adapters.open_clip import (  # noqa: E402
     TemperatureScheduleClipLoss,
     build_clip_loss,
 )
-from adaptcl.plugins import LogitsBudgetWarning  # noqa: E402
+from adaptcl.plugins import LogitsBudgetWarning, tiling  # noqa: E402
 from adaptcl.plugins.tiles import _fused as fused
 from adaptcl.plugins.tiles import budget
 from tests.adapters.open_clip.test_losses import _step  # noqa: E402
@@ -44,11 +44,12 @@ def _inputs(seed=0, n=100, d=16):
     return torch.randn(n, d, generator=g), torch.randn(n, d, generator=g)
 
 
-def test_max_logits_bytes_switches_infonce_to_the_tiled_path_with_clips_gradients():
+def test_a_budget_switches_infonce_to_the_tiled_path_with_clips_gradients():
     image, text = _inputs()
-    capped = InfoNCEClipLoss(max_logits_bytes=1)
-    assert capped.max_logits_bytes == 1 and capped.criterion.max_logits_bytes == 1
-    with pytest.warns(LogitsBudgetWarning, match=r"tile_size=64 instead") as said:
+    capped = InfoNCEClipLoss()
+    assert capped.tile_size == capped.criterion.tile_size == "auto"
+    with pytest.warns(LogitsBudgetWarning, match=r"tile_size=64 instead") as said, tiling(
+            max_logits_bytes=1):
         got = _step(capped, image, text)
         again = _step(capped, image, text)
     assert sum(isinstance(w.message, LogitsBudgetWarning) for w in said) == 1  # once
@@ -69,14 +70,13 @@ def test_max_logits_bytes_switches_infonce_to_the_tiled_path_with_clips_gradient
 
 @pytest.mark.filterwarnings(IGNORES_SCALE)
 @pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)
-def test_every_loss_passes_both_keywords_to_its_core(cls):
-    loss = cls(tile_size=8, tile_backend="torch", max_logits_bytes=1 << 20)
-    assert (loss.tile_backend, loss.max_logits_bytes) == ("torch", 1 << 20)
-    assert (loss.criterion.tile_backend, loss.criterion.max_logits_bytes) == ("torch", 1 << 20)
-    assert (cls().tile_backend, cls().max_logits_bytes) == ("auto", None)
-    assert "tile_backend='torch'" in repr(loss) and "max_logits_bytes=1048576" in repr(loss)
-    with pytest.raises(AttributeError):  # read-only, as tile_size
-        loss.tile_backend = "auto"
+def test_every_loss_passes_its_tile_size_to_its_core(cls):
+    for tile_size in (8, None, "auto"):
+        loss = cls(tile_size=tile_size)
+        assert loss.tile_size == loss.criterion.tile_size == tile_size
+    assert "tile_size=8" in repr(cls(tile_size=8)) and "tile_size" not in repr(cls())
+    with pytest.raises(AttributeError):  # read-only
+        loss.tile_size = 8
 
 
 @pytest.mark.filterwarnings(IGNORES_SCALE)
@@ -84,7 +84,8 @@ def test_every_loss_passes_both_keywords_to_its_core(cls):
                                   "temperature_schedule"])
 def test_torch_backend_equals_the_default_on_the_cpu_bit_for_bit(name):
     image, text = _inputs(1, n=37)
-    got = _step(build_clip_loss(name, tile_size=8, tile_backend="torch"), image, text)
+    with tiling(backend="torch"):
+        got = _step(build_clip_loss(name, tile_size=8), image, text)
     want = _step(build_clip_loss(name, tile_size=8), image, text)
     for a, b in zip(got, want, strict=True):
         assert torch.equal(a, b)
@@ -93,8 +94,9 @@ def test_torch_backend_equals_the_default_on_the_cpu_bit_for_bit(name):
 def test_triton_on_cpu_tensors_without_the_interpreter_refuses_in_one_line(monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     image, text = _inputs(2, n=13)
-    loss = InfoNCEClipLoss(tile_size=8, tile_backend="triton")
-    with pytest.raises(ValueError, match=r"tile_backend='triton' cannot run here: ") as err:
+    loss = InfoNCEClipLoss(tile_size=8)
+    with pytest.raises(ValueError, match=r"tiling\(backend='triton'\) cannot run here: ") as err, \
+            tiling(backend="triton"):
         loss(image, text, torch.tensor(14.0))
     assert "\n" not in str(err.value)
     expected = ("Triton is not installed" if not fused._HAS_TRITON else
@@ -110,10 +112,11 @@ def test_triton_kernel_under_the_interpreter_equals_cliploss():
 
 
 @pytest.mark.parametrize(("kwargs", "error", "start"), [
-    ({"tile_backend": "cuda"}, ValueError, "tile_backend must be one of ('auto', 'triton', "),
-    ({"tile_backend": None}, ValueError, "tile_backend must be one of"),
-    ({"max_logits_bytes": 0}, ValueError, "max_logits_bytes must be >= 1"),
-    ({"max_logits_bytes": 1.5}, TypeError, "max_logits_bytes"),
+    ({"tile_size": "big"}, ValueError, "tile_size must be an int >= 1, 'auto' or None"),
+    ({"tile_size": 0}, ValueError, "tile_size must be an int >= 1, 'auto' or None"),
+    ({"tile_size": 1.5}, TypeError, "tile_size must be an int >= 1, 'auto' or None"),
+    ({"tile_backend": "torch"}, TypeError, ""),
+    ({"max_logits_bytes": 1}, TypeError, ""),
 ])
 @pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)
 def test_bad_values_are_refused_in_one_line_naming_the_argument(cls, kwargs, error, start):
@@ -121,3 +124,4 @@ def test_bad_values_are_refused_in_one_line_naming_the_argument(cls, kwargs, err
         cls(**kwargs)
     message = str(err.value)
     assert "\n" not in message and message.startswith(start), message
+    assert next(iter(kwargs)) in message  # the removed keywords too: unexpected, by name

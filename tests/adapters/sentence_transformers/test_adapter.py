@@ -144,10 +144,12 @@ def test_make_loss_takes_the_registry_names_and_old_spellings(tiny_bert):
         make_loss("amcl", model, projection=nn.Identity())
 
 
-def test_tile_backend_reaches_the_core_and_the_config():
-    loss = st_losses.MACLLoss(None, tile_size=5, tile_backend="torch")
-    assert loss.core.tile_backend == "torch"
-    assert loss.get_config_dict()["tile_backend"] == "torch"
-    assert "tile_backend" not in st_losses.MACLLoss(None, tile_size=5).get_config_dict()
-    with pytest.raises(ValueError, match="tile_backend must be one of"):
-        st_losses.InfoNCELoss(None, tile_backend="cuda")
+def test_tile_size_reaches_the_core_and_the_config_unless_auto():
+    loss = st_losses.MACLLoss(None, tile_size=5)
+    assert loss.core.tile_size == 5 and loss.get_config_dict()["tile_size"] == 5
+    assert st_losses.MACLLoss(None, tile_size=None).get_config_dict()["tile_size"] is None
+    assert "tile_size" not in st_losses.MACLLoss(None).get_config_dict()
+    with pytest.raises(ValueError, match="^tile_size must be"):
+        st_losses.InfoNCELoss(None, tile_size="cuda")
+    with pytest.raises(TypeError, match="tile_backend"):
+        st_losses.InfoNCELoss(None, tile_backend="torch")

@@ -180,13 +180,14 @@ def test_mini_batch_size_validation(argument, bad, error):
 def test_tile_size_is_validated_by_the_core():
     with pytest.raises(ValueError, match="tile_size"):
         st_losses.MACLLoss(None, tile_size=0)
-    with pytest.raises(ValueError, match="^max_logits_bytes must be >= 1"):
-        st_losses.MACLLoss(None, max_logits_bytes=0)
+    with pytest.raises(ValueError, match="^tile_size must be an int >= 1, 'auto' or None"):
+        st_losses.MACLLoss(None, tile_size="big")
 
 
 @pytest.mark.parametrize("name", list(LOSSES))
-def test_max_logits_bytes_reaches_the_core_and_the_model_card(tiny_bert, name, monkeypatch):
-    from adaptcl.plugins import LogitsBudgetWarning
+def test_a_budget_switches_the_core_and_tile_size_reaches_the_model_card(tiny_bert, name,
+                                                                         monkeypatch):
+    from adaptcl.plugins import LogitsBudgetWarning, tiling
     from adaptcl.plugins.tiles import budget
 
     monkeypatch.setattr(budget, "_SAID", set())  # said once a process: not yet here
@@ -195,10 +196,10 @@ def test_max_logits_bytes_reaches_the_core_and_the_model_card(tiny_bert, name, m
     dtype = torch.float64 if name == "amcl" else torch.float32
     model, features, plain, reference = _plain(tiny_bert, name, dtype)
     torch.manual_seed(1)
-    capped = LOSSES[name](model, max_logits_bytes=1).to(dtype)
+    capped = LOSSES[name](model).to(dtype)
     capped.load_state_dict(plain.state_dict())
-    with pytest.warns(LogitsBudgetWarning):
+    with pytest.warns(LogitsBudgetWarning), tiling(max_logits_bytes=1):
         _assert_same(_run(capped, features), reference)
-    assert capped.core.max_logits_bytes == 1 and "auto_tile_size" in capped.last_stats
-    assert capped.get_config_dict()["max_logits_bytes"] == 1
-    assert "max_logits_bytes" not in plain.get_config_dict()
+    assert capped.core.tile_size == "auto" and "auto_tile_size" in capped.last_stats
+    assert "tile_size" not in capped.get_config_dict()
+    assert LOSSES[name](model, tile_size=16).get_config_dict()["tile_size"] == 16

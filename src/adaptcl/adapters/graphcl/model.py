@@ -74,8 +74,8 @@ def graphcl_loss(name: str | nn.Module = "graphcl", temperature: float = DEFAULT
       the model (``model.parameters()``), so of its optimiser and ``state_dict``.
 
     ``kwargs`` go to the loss constructor (e.g. ``alpha=``, ``a0=`` for MACL, or ``tile_size=``
-    to stream the similarity matrix in tiles for very large batches, ``max_logits_bytes=`` to
-    do so only beyond that budget). Names are resolved by
+    to stream the similarity matrix in tiles for very large batches; its default ``"auto"``
+    does so only beyond the memory budget). Names are resolved by
     :func:`~adaptcl.registry.canonical_loss_name` (case-insensitive; an older spelling
     such as ``"nt_xent"`` builds InfoNCE with a ``FutureWarning``).
     """

@@ -11,7 +11,7 @@ from lightly.utils import dist as lightly_dist
 from torch import Tensor, nn
 
 from adaptcl.plugins.ascl import ASCLMode
-from adaptcl.plugins.validation import check_int
+from adaptcl.plugins.validation import TileSize, check_int
 
 from .loss import ASCLLoss
 
@@ -39,6 +39,7 @@ class ASCLMoCo(nn.Module):
         momentum: momentum of the key encoder (``m`` in ``update_momentum``).
         temperature, sharpen_temperature, num_neighbors, mode: ASCL's tau, tau', K and variant.
         gather_distributed: gather keys from every rank before they enter the queue.
+        tile_size: how the loss computes its logits (:class:`~adaptcl.plugins.ASCLLoss`).
 
     Examples:
         >>> model = ASCLMoCo(backbone, feature_dim=512, queue_size=4096)
@@ -52,7 +53,7 @@ class ASCLMoCo(nn.Module):
                  output_dim: int = 128, queue_size: int = 4096, momentum: float = 0.99,
                  temperature: float = 0.1, sharpen_temperature: float = 0.05,
                  num_neighbors: int = 1, mode: ASCLMode = "ascl",
-                 gather_distributed: bool = False) -> None:
+                 gather_distributed: bool = False, tile_size: TileSize = "auto") -> None:
         super().__init__()
         check_int("feature_dim", feature_dim, 1)
         check_int("queue_size", queue_size, 1)
@@ -70,7 +71,7 @@ class ASCLMoCo(nn.Module):
                                   num_neighbors=num_neighbors, mode=mode,
                                   memory_bank_size=(queue_size, output_dim),
                                   gather_distributed=gather_distributed,
-                                  persistent_memory_bank=True)
+                                  persistent_memory_bank=True, tile_size=tile_size)
 
     @property
     def queue(self) -> Tensor:

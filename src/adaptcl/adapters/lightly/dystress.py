@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from adaptcl import plugins
 from adaptcl.plugins.dystress import Shape
-from adaptcl.plugins.validation import TileBackend, check_positive
+from adaptcl.plugins.validation import TileSize, check_positive
 
 from .memory_bank import InBatchForm, MemoryBankLoss
 
@@ -40,9 +40,8 @@ class DySTreSSLoss(MemoryBankLoss):
         memory_bank_size: ``(num_features, dim)`` of a MoCo-style memory bank, 0 disables it.
         gather_distributed: gather negatives from every GPU before the loss.
         shape, threshold, width, detach_temperature: as in :class:`adaptcl.plugins.DySTreSSLoss`.
-        form, persistent_memory_bank, memory_bank_labels, check_finite, tile_size, tile_backend: as in
+        form, persistent_memory_bank, memory_bank_labels, check_finite, tile_size: as in
             :class:`~adaptcl.adapters.lightly.NTXentLoss`.
-        max_logits_bytes: as in :class:`~adaptcl.adapters.lightly.NTXentLoss`.
 
     Examples:
         >>> from adaptcl.adapters.lightly import DySTreSSLoss
@@ -56,16 +55,13 @@ class DySTreSSLoss(MemoryBankLoss):
                  shape: Shape = "cosine", threshold: float = 0.4, width: float = 0.7,
                  detach_temperature: bool = True, form: InBatchForm = "nt_xent",
                  persistent_memory_bank: bool = False, memory_bank_labels: bool = False,
-                 check_finite: bool = True, tile_size: int | None = None,
-                 tile_backend: TileBackend = "auto",
-                 max_logits_bytes: int | None = None) -> None:
+                 check_finite: bool = True, tile_size: TileSize = "auto") -> None:
         core = functools.partial(plugins.DySTreSSLoss, min_temperature, max_temperature,
                                  shape=shape, threshold=threshold, width=width,
                                  detach_temperature=detach_temperature)
         super().__init__(core, memory_bank_size, gather_distributed, form=form,
                          persistent_memory_bank=persistent_memory_bank,
-                         check_finite=check_finite, tile_size=tile_size, tile_backend=tile_backend,
-                         max_logits_bytes=max_logits_bytes,
+                         check_finite=check_finite, tile_size=tile_size,
                          memory_bank_labels=memory_bank_labels)
 
     @property

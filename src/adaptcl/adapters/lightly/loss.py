@@ -5,7 +5,7 @@ Each loss has the constructor order and call signature of its Lightly counterpar
 weight_fn, gather_distributed)``, ``MACLLoss(temperature, alpha, A_0)``, ``forward(out0,
 out1)``), keeps its hyper-parameters readable and settable as attributes
 (``loss.temperature = 0.2``), and adds the keyword-only options of the core (``form``,
-``check_finite``, ``tile_size``, ``max_logits_bytes``, ``persistent_memory_bank``). The memory
+``check_finite``, ``tile_size``, ``persistent_memory_bank``). The memory
 bank and the distributed gather are Lightly's, wired once in :class:`~.memory_bank.MemoryBankLoss`.
 
 Defaults that differ from Lightly's, so an aliased import never changes a value silently:
@@ -33,7 +33,7 @@ from adaptcl.plugins.amcl import NegativeTerm, Objective
 from adaptcl.plugins.ascl import ASCLMode
 from adaptcl.plugins.macl import TemperatureForm, WeightForm
 from adaptcl.plugins.validation import (
-    TileBackend,
+    TileSize,
     check_finite_number,
     check_int,
     check_non_negative,
@@ -68,12 +68,10 @@ class NTXentLoss(MemoryBankLoss):
         persistent_memory_bank: save the memory bank in ``state_dict`` (Lightly does not).
         memory_bank_labels: keep the class of every bank entry, for ``labels`` with a bank.
         check_finite: raise on NaN/inf embeddings (costs one host-device synchronisation).
-        tile_size: stream the similarity matrix in tiles (memory linear in the batch).
-        tile_backend: ``"auto"``, ``"triton"`` or ``"torch"``: the fused kernel or the PyTorch
-            loop for the tiles (:mod:`adaptcl.plugins.tiles`).
-        max_logits_bytes: beyond this many bytes of materialised logits, take the exact tiled
-            path (``None``: a share of the free memory on CUDA, no switch on the CPU; see
-            :mod:`adaptcl.plugins.tiles.budget`).
+        tile_size: ``"auto"`` (default: the fastest exact path that fits; on the CPU without
+            a budget, the materialised logits), ``None`` (materialise) or an int (stream the
+            similarity matrix in tiles, memory linear in the batch); see
+            :class:`adaptcl.plugins.InfoNCELoss` and :class:`adaptcl.plugins.tiling`.
 
     ``loss_fn(out0, out1, labels)`` with the class of each pair (``[N]`` integers or one-hot
     rows) is supervised contrastive learning (SupCon's ``L_out``, Khosla et al. 2020): every
@@ -91,14 +89,11 @@ class NTXentLoss(MemoryBankLoss):
     def __init__(self, temperature: float = 0.5, memory_bank_size: BankSize = 0,
                  gather_distributed: bool = False, *, form: InBatchForm = "nt_xent",
                  persistent_memory_bank: bool = False, memory_bank_labels: bool = False,
-                 check_finite: bool = True, tile_size: int | None = None,
-                 tile_backend: TileBackend = "auto",
-                 max_logits_bytes: int | None = None) -> None:
+                 check_finite: bool = True, tile_size: TileSize = "auto") -> None:
         super().__init__(functools.partial(plugins.InfoNCELoss, temperature), memory_bank_size,
                          gather_distributed, form=form,
                          persistent_memory_bank=persistent_memory_bank,
-                         check_finite=check_finite, tile_size=tile_size, tile_backend=tile_backend,
-                         max_logits_bytes=max_logits_bytes,
+                         check_finite=check_finite, tile_size=tile_size,
                          memory_bank_labels=memory_bank_labels)
 
     temperature = core_attribute("temperature", check_positive)
@@ -118,9 +113,8 @@ class DCLLoss(MemoryBankLoss):
         temperature: similarities are scaled by its inverse (> 0).
         weight_fn: ``None`` or a function of the two normalised views returning ``[N]`` weights.
         gather_distributed: gather negatives from every GPU before the loss.
-        memory_bank_size, form, persistent_memory_bank, check_finite, tile_size, tile_backend: as in
+        memory_bank_size, form, persistent_memory_bank, check_finite, tile_size: as in
             :class:`NTXentLoss`.
-        max_logits_bytes: as in :class:`NTXentLoss`.
 
     Examples:
         >>> from lightly.loss.dcl_loss import negative_mises_fisher_weights
@@ -132,9 +126,7 @@ class DCLLoss(MemoryBankLoss):
                  weight_fn: Callable[[Tensor, Tensor], Tensor] | None = None,
                  gather_distributed: bool = False, *, memory_bank_size: BankSize = 0,
                  form: InBatchForm = "nt_xent", persistent_memory_bank: bool = False,
-                 check_finite: bool = True, tile_size: int | None = None,
-                 tile_backend: TileBackend = "auto",
-                 max_logits_bytes: int | None = None) -> None:
+                 check_finite: bool = True, tile_size: TileSize = "auto") -> None:
         if weight_fn is not None and not callable(weight_fn):
             raise TypeError(
                 f"weight_fn must be callable or None, got {type(weight_fn).__name__} (Lightly's "
@@ -143,8 +135,7 @@ class DCLLoss(MemoryBankLoss):
         super().__init__(functools.partial(plugins.DCLLoss, temperature), memory_bank_size,
                          gather_distributed, form=form,
                          persistent_memory_bank=persistent_memory_bank,
-                         check_finite=check_finite, tile_size=tile_size, tile_backend=tile_backend,
-                         max_logits_bytes=max_logits_bytes)
+                         check_finite=check_finite, tile_size=tile_size)
         self.weight_fn = weight_fn
 
     temperature = core_attribute("temperature", check_positive)
@@ -209,12 +200,11 @@ class FlatNCELoss(MemoryBankLoss):
     def __init__(self, temperature: float = 0.1, memory_bank_size: BankSize = 0,
                  gather_distributed: bool = False, *, form: InBatchForm = "nt_xent",
                  persistent_memory_bank: bool = False, check_finite: bool = True,
-                 tile_size: int | None = None, max_logits_bytes: int | None = None, tile_backend: TileBackend = "auto") -> None:
+                 tile_size: TileSize = "auto") -> None:
         super().__init__(functools.partial(plugins.FlatNCELoss, temperature), memory_bank_size,
                          gather_distributed, form=form,
                          persistent_memory_bank=persistent_memory_bank,
-                         check_finite=check_finite, tile_size=tile_size, tile_backend=tile_backend,
-                         max_logits_bytes=max_logits_bytes)
+                         check_finite=check_finite, tile_size=tile_size)
 
     temperature = core_attribute("temperature", check_positive)
 
@@ -233,15 +223,12 @@ class DualTemperatureLoss(MemoryBankLoss):
     def __init__(self, temperature: float = 0.1, temperature_beta: float = 1.0,
                  memory_bank_size: BankSize = 0, gather_distributed: bool = False,
                  *, form: InBatchForm = "nt_xent", persistent_memory_bank: bool = False,
-                 check_finite: bool = True, tile_size: int | None = None,
-                 tile_backend: TileBackend = "auto",
-                 max_logits_bytes: int | None = None) -> None:
+                 check_finite: bool = True, tile_size: TileSize = "auto") -> None:
         super().__init__(functools.partial(plugins.DualTemperatureLoss, temperature,
                                            temperature_beta), memory_bank_size,
                          gather_distributed, form=form,
                          persistent_memory_bank=persistent_memory_bank,
-                         check_finite=check_finite, tile_size=tile_size, tile_backend=tile_backend,
-                         max_logits_bytes=max_logits_bytes)
+                         check_finite=check_finite, tile_size=tile_size)
 
     temperature = core_attribute("temperature", check_positive)
     temperature_beta = core_attribute("temperature_beta", check_positive)
@@ -275,9 +262,8 @@ class MACLLoss(MemoryBankLoss):
         reweight, adaptive, temperature_form, weight_form, min_temperature: ablation switches
             of :class:`adaptcl.plugins.MACLLoss`; ``min_temperature`` defaults to a tenth of
             ``temperature`` and follows it when ``temperature`` is set later.
-        form, persistent_memory_bank, memory_bank_labels, check_finite, tile_size, tile_backend: as in
+        form, persistent_memory_bank, memory_bank_labels, check_finite, tile_size: as in
             :class:`NTXentLoss` (``labels`` need ``reweight=False``).
-        max_logits_bytes: as in :class:`NTXentLoss`.
 
     Examples:
         >>> # from lightly.loss import MACLLoss
@@ -294,15 +280,14 @@ class MACLLoss(MemoryBankLoss):
                  min_temperature: float | None = None, form: InBatchForm = "nt_xent",
                  persistent_memory_bank: bool = False, memory_bank_labels: bool = False,
                  A_0: float | None = None, check_finite: bool = True,
-                 tile_size: int | None = None, max_logits_bytes: int | None = None, tile_backend: TileBackend = "auto") -> None:
+                 tile_size: TileSize = "auto") -> None:
         core = functools.partial(
             plugins.MACLLoss, temperature, alpha, a0 if A_0 is None else A_0,
             reweight=reweight, adaptive=adaptive, temperature_form=temperature_form,
             weight_form=weight_form, min_temperature=min_temperature)
         super().__init__(core, memory_bank_size, gather_distributed, form=form,
                          persistent_memory_bank=persistent_memory_bank,
-                         check_finite=check_finite, tile_size=tile_size, tile_backend=tile_backend,
-                         max_logits_bytes=max_logits_bytes,
+                         check_finite=check_finite, tile_size=tile_size,
                          memory_bank_labels=memory_bank_labels)
         self._floor_follows_temperature = min_temperature is None
 
@@ -353,14 +338,12 @@ class ASCLLoss(MemoryBankLoss):
                  num_neighbors: int = 1, mode: ASCLMode = "ascl",
                  memory_bank_size: BankSize = 0, gather_distributed: bool = False,
                  *, persistent_memory_bank: bool = False, check_finite: bool = True,
-                 tile_size: int | None = None, max_logits_bytes: int | None = None, tile_backend: TileBackend = "auto") -> None:
+                 tile_size: TileSize = "auto") -> None:
         core = functools.partial(plugins.ASCLLoss, temperature, sharpen_temperature,
                                  num_neighbors, mode)
         super().__init__(core, memory_bank_size, gather_distributed, form="cross_view",
                          persistent_memory_bank=persistent_memory_bank,
-                         check_finite=check_finite, tile_size=tile_size,
-                         tile_backend=tile_backend,
-                         max_logits_bytes=max_logits_bytes, forms=("cross_view",))
+                         check_finite=check_finite, tile_size=tile_size, forms=("cross_view",))
 
     temperature = core_attribute("temperature", check_positive)
     sharpen_temperature = core_attribute("sharpen_temperature", check_positive)
@@ -393,8 +376,7 @@ class AMCLLoss(MultiHeadBankLoss):
         num_heads: number of heads C (the bank keeps one queue per head).
         form: in-batch candidate set without a memory bank.
         temperature_net: a custom temperature module (e.g. ``plugins.ConstantTemperature``).
-        persistent_memory_bank, check_finite, tile_size, tile_backend: as in :class:`NTXentLoss`.
-        max_logits_bytes: as in :class:`NTXentLoss`.
+        persistent_memory_bank, check_finite, tile_size: as in :class:`NTXentLoss`.
         bound_warning_steps: warn once when the learned temperatures sit at a bound this many
             training steps in a row (``None`` disables); see :class:`adaptcl.plugins.AMCLLoss`.
 
@@ -411,9 +393,7 @@ class AMCLLoss(MultiHeadBankLoss):
                  gather_distributed: bool = False, *, num_heads: int = 1,
                  form: InBatchForm = "nt_xent", temperature_net: nn.Module | None = None,
                  persistent_memory_bank: bool = False, check_finite: bool = True,
-                 tile_size: int | None = None,
-                 tile_backend: TileBackend = "auto",
-                 max_logits_bytes: int | None = None,
+                 tile_size: TileSize = "auto",
                  bound_warning_steps: int | None = 100) -> None:
         check_int("dim", dim, 1)
         net = (_amcl.PairTemperature(dim, eta=eta, iota=iota) if temperature_net is None
@@ -424,8 +404,7 @@ class AMCLLoss(MultiHeadBankLoss):
                                  bound_warning_steps=bound_warning_steps)
         super().__init__(core, memory_bank_size, gather_distributed, num_heads=num_heads,
                          form=form, persistent_memory_bank=persistent_memory_bank,
-                         check_finite=check_finite, tile_size=tile_size, tile_backend=tile_backend,
-                         max_logits_bytes=max_logits_bytes)
+                         check_finite=check_finite, tile_size=tile_size)
 
     @property
     def temperature_net(self) -> nn.Module:

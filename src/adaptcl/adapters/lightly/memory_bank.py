@@ -36,7 +36,7 @@ from torch import Tensor, nn
 
 from adaptcl.plugins.candidates import compute_dtype, normalize
 from adaptcl.plugins.validation import (
-    TileBackend,
+    TileSize,
     check_bool,
     check_choice,
     check_int,
@@ -108,17 +108,15 @@ class MemoryBankLoss(nn.Module):
 
     Args:
         make_core: builds the core loss from the keyword arguments ``form``,
-            ``gather_distributed``, ``gather_fn``, ``check_finite``, ``tile_size`` and
-            ``max_logits_bytes``.
+            ``gather_distributed``, ``gather_fn``, ``check_finite`` and ``tile_size``.
         memory_bank_size: ``(num_features, dim)`` of the memory bank, 0 disables it.
         gather_distributed: gather candidates (or, with a bank, keys) from every rank.
         form: in-batch candidate set without a bank (one of ``forms``).
         persistent_memory_bank: save the bank in ``state_dict`` (Lightly does not).
         check_finite: raise ``ValueError`` on NaN/inf embeddings (one reduction and one
             host-device synchronisation per call; turn off in tuned training loops).
-        tile_size: stream the similarity matrix in tiles (see :mod:`adaptcl.plugins.tiles.loop`).
-        tile_backend: what computes the tiles (see :mod:`adaptcl.plugins.tiles`).
-        max_logits_bytes: the logits budget (see :mod:`adaptcl.plugins.tiles.budget`).
+        tile_size: ``"auto"``, ``None`` or an int: how the logits are computed (see
+            :mod:`adaptcl.plugins.tiles.dispatch`).
         forms: the in-batch forms this loss supports.
         bank_width: bank entries per row (heads of a multi-head loss).
         memory_bank_labels: keep the class of every bank entry (a second Lightly bank of
@@ -131,15 +129,12 @@ class MemoryBankLoss(nn.Module):
                  memory_bank_size: int | Sequence[int] = 0,
                  gather_distributed: bool = False, *, form: InBatchForm = "nt_xent",
                  persistent_memory_bank: bool = False, check_finite: bool = True,
-                 tile_size: int | None = None,
-                 max_logits_bytes: int | None = None,
-                 tile_backend: TileBackend = "auto", forms: tuple[str, ...] = IN_BATCH_FORMS,
+                 tile_size: TileSize = "auto", forms: tuple[str, ...] = IN_BATCH_FORMS,
                  bank_width: int = 1, memory_bank_labels: bool = False) -> None:
         super().__init__()
         # the core's checks, made before Lightly's bank sees gather_distributed
         check_shared(gather_distributed=gather_distributed, gather_fn=None,
-                     check_finite=check_finite, tile_size=tile_size, tile_backend=tile_backend,
-                     max_logits_bytes=max_logits_bytes)
+                     check_finite=check_finite, tile_size=tile_size)
         check_bool("persistent_memory_bank", persistent_memory_bank)
         check_bool("memory_bank_labels", memory_bank_labels)
         if form == "queue":
@@ -161,7 +156,7 @@ class MemoryBankLoss(nn.Module):
         self.criterion = make_core(
             form=self.form, gather_distributed=gather_distributed,
             gather_fn=lightly_gather if gather_distributed else None,
-            check_finite=check_finite, tile_size=tile_size, tile_backend=tile_backend, max_logits_bytes=max_logits_bytes,
+            check_finite=check_finite, tile_size=tile_size,
         )
         # A one-entry-per-row bank holds unit rows (Lightly's initial ones and _bank_rows'):
         # the core uses them as they are, as Lightly does, so an entry equals the key it was

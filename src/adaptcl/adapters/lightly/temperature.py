@@ -33,7 +33,7 @@ from torch import Tensor
 from adaptcl import plugins
 from adaptcl.plugins.logit_scale import OPEN_CLIP_TEMPERATURE
 from adaptcl.plugins.schedule import SCHEDULE_PAPER, ScheduleControls
-from adaptcl.plugins.validation import TileBackend
+from adaptcl.plugins.validation import TileSize
 
 from .memory_bank import InBatchForm, MemoryBankLoss, MultiHeadBankLoss
 
@@ -61,9 +61,8 @@ class TemperatureScheduleLoss(ScheduleControls, MemoryBankLoss):
         gather_distributed: gather negatives from every GPU before the loss.
         step: the step to start at.
         positive_in_denominator: ``False`` gives DCL at the scheduled temperature.
-        form, persistent_memory_bank, check_finite, tile_size, tile_backend: as in
+        form, persistent_memory_bank, check_finite, tile_size: as in
             :class:`NTXentLoss`.
-        max_logits_bytes: as in :class:`NTXentLoss`.
 
     Examples:
         >>> loss_fn = TemperatureScheduleLoss(0.1, 1.0, period=400)
@@ -79,14 +78,13 @@ class TemperatureScheduleLoss(ScheduleControls, MemoryBankLoss):
                  gather_distributed: bool = False, *, step: int = 0,
                  positive_in_denominator: bool = True, form: InBatchForm = "nt_xent",
                  persistent_memory_bank: bool = False, check_finite: bool = True,
-                 tile_size: int | None = None, max_logits_bytes: int | None = None, tile_backend: TileBackend = "auto") -> None:
+                 tile_size: TileSize = "auto") -> None:
         core = functools.partial(plugins.TemperatureScheduleLoss, min_temperature,
                                  max_temperature, period, step=step,
                                  positive_in_denominator=positive_in_denominator)
         super().__init__(core, memory_bank_size, gather_distributed, form=form,
                          persistent_memory_bank=persistent_memory_bank,
-                         check_finite=check_finite, tile_size=tile_size, tile_backend=tile_backend,
-                         max_logits_bytes=max_logits_bytes)
+                         check_finite=check_finite, tile_size=tile_size)
 
     def extra_repr(self) -> str:
         c = self.criterion
@@ -115,9 +113,8 @@ class LearnableTemperatureLoss(MultiHeadBankLoss):
         num_heads: one learned temperature per head; ``forward`` then takes ``[C, N, D]`` and
             the bank keeps one queue per head.
         positive_in_denominator: ``False`` gives DCL at the learned temperature.
-        form, persistent_memory_bank, check_finite, tile_size, tile_backend: as in
+        form, persistent_memory_bank, check_finite, tile_size: as in
             :class:`NTXentLoss`.
-        max_logits_bytes: as in :class:`NTXentLoss`.
 
     Examples:
         >>> loss_fn = LearnableTemperatureLoss(0.07)
@@ -132,17 +129,14 @@ class LearnableTemperatureLoss(MultiHeadBankLoss):
                  max_temperature: float = OPEN_CLIP_TEMPERATURE["max_temperature"],
                  num_heads: int = 1, positive_in_denominator: bool = True,
                  form: InBatchForm = "nt_xent", persistent_memory_bank: bool = False,
-                 check_finite: bool = True, tile_size: int | None = None,
-                 tile_backend: TileBackend = "auto",
-                 max_logits_bytes: int | None = None) -> None:
+                 check_finite: bool = True, tile_size: TileSize = "auto") -> None:
         core = functools.partial(plugins.LearnableTemperatureLoss, temperature,
                                  min_temperature=min_temperature,
                                  max_temperature=max_temperature, num_heads=num_heads,
                                  positive_in_denominator=positive_in_denominator)
         super().__init__(core, memory_bank_size, gather_distributed, num_heads=num_heads,
                          form=form, persistent_memory_bank=persistent_memory_bank,
-                         check_finite=check_finite, tile_size=tile_size, tile_backend=tile_backend,
-                         max_logits_bytes=max_logits_bytes)
+                         check_finite=check_finite, tile_size=tile_size)
 
     @property
     def logit_scale(self) -> Tensor:

@@ -90,7 +90,7 @@ def build_ssl_module(method: Method, loss: str, settings: SSLModuleSettings | No
                                 queue_size=s.queue_size, temperature=s.temperature,
                                 sharpen_temperature=s.sharpen_temperature, num_neighbors=k,
                                 mode=mode, gather_distributed=s.gather_distributed,
-                                **module_kwargs)
+                                tile_size=s.tile_size, **module_kwargs)
     module = _MODULES[method]
     if loss == "amcl":
         return _amcl_module(method, s, net, feature_dim, module_kwargs)
@@ -116,10 +116,10 @@ def _settings(settings: SSLModuleSettings | None,
 
 def _queue(method: Method, s: SSLModuleSettings) -> dict[str, Any]:
     """The memory-bank keywords of a loss: MoCo's queue, saved in checkpoints so that a resumed
-    run keeps it; none for the in-batch methods."""
+    run keeps it; none for the in-batch methods (and the loss's ``tile_size``)."""
     bank = (s.queue_size, s.output_dim) if method == "moco" else 0
     return dict(memory_bank_size=bank, gather_distributed=s.gather_distributed,
-                persistent_memory_bank=bool(bank))
+                persistent_memory_bank=bool(bank), tile_size=s.tile_size)
 
 
 def _amcl_module(method: Method, s: SSLModuleSettings, net: Any, feature_dim: int,
@@ -153,7 +153,8 @@ def _amcl_module(method: Method, s: SSLModuleSettings, net: Any, feature_dim: in
         criterion = L.AMCLLoss(out, s.beta, s.negative_term, s.kappa, s.amcl_objective,
                                num_heads=s.num_heads,
                                **(_queue(method, s) if method == "moco" else
-                                  {"gather_distributed": s.gather_distributed}))
+                                  {"gather_distributed": s.gather_distributed,
+                                   "tile_size": s.tile_size}))
     return module(net, feature_dim, criterion, projection_head=heads, **module_kwargs)
 
 

@@ -78,6 +78,7 @@ from adaptcl.plugins import (  # noqa: E402
     set_schedule_step,
 )
 from adaptcl.plugins.validation import (  # noqa: E402
+    TileSize,
     check_choice,
     check_int,
     check_non_negative,
@@ -536,14 +537,14 @@ class ASCLMoCoModule(SSLModule):
                  output_dim: int = 128, queue_size: int = 4096, momentum: float = 0.99,
                  temperature: float = 0.1, sharpen_temperature: float = 0.05,
                  num_neighbors: int = 1, mode: ASCLMode = "ascl", gather_distributed: bool = False,
-                 **kwargs: Any) -> None:
+                 tile_size: TileSize = "auto", **kwargs: Any) -> None:
         kwargs.setdefault("optimizer", "sgd")
         kwargs.setdefault("lr", 0.06)
         kwargs.setdefault("weight_decay", 1e-4)
         model = ASCLMoCo(backbone, feature_dim, hidden_dim=hidden_dim, output_dim=output_dim,
                          queue_size=queue_size, momentum=momentum, temperature=temperature,
                          sharpen_temperature=sharpen_temperature, num_neighbors=num_neighbors,
-                         mode=mode, gather_distributed=gather_distributed)
+                         mode=mode, gather_distributed=gather_distributed, tile_size=tile_size)
         super().__init__(backbone, feature_dim, model.criterion, **kwargs)
         # The backbone and the criterion belong to ``self.model``: drop the second registration
         # SSLModule made, so the state dict holds each weight and the queue once (the

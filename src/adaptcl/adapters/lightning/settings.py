@@ -31,12 +31,14 @@ from adaptcl.adapters.lightning.caching import check_mini_batch_size
 from adaptcl.adapters.lightning.methods import BACKBONES, Backbone
 from adaptcl.plugins.amcl import NEGATIVE_TERMS, OBJECTIVES, NegativeTerm, Objective
 from adaptcl.plugins.validation import (
+    TileSize,
     check_bool,
     check_choice,
     check_finite_number,
     check_int,
     check_non_negative,
     check_positive,
+    check_tile_size,
 )
 
 if TYPE_CHECKING:  # pragma: no cover - the Literal lives beside the module that uses it
@@ -68,7 +70,8 @@ class SSLModuleSettings:
     tau_max (``None``: ``2 * temperature``; tau_min is ``temperature``); ``max_temperature``
     and ``period`` (optimisation steps) the temperature schedule's tau_max and period (tau_min:
     ``temperature``); ``queue_size`` MoCo's queue; ``gather_distributed`` gathers negatives
-    across DDP ranks.
+    across DDP ranks; ``tile_size`` how the contrastive losses compute their logits
+    (:mod:`adaptcl.plugins.tiles.dispatch`).
 
     Optimisation and monitor: ``optimizer``, ``lr`` and ``weight_decay`` (``None``: the
     method's own defaults, e.g. Adam 1e-3 for SimCLR, SGD 0.06 for MoCo), ``mini_batch_size``
@@ -106,6 +109,7 @@ class SSLModuleSettings:
     max_temperature: float = 1.0
     period: int = 400
     gather_distributed: bool = False
+    tile_size: TileSize = "auto"
     # the optimiser (None: the method's own) and the kNN monitor
     optimizer: OptimizerName | None = None
     lr: float | None = None
@@ -130,6 +134,7 @@ class SSLModuleSettings:
         check_choice("negative_term", self.negative_term, NEGATIVE_TERMS)
         check_choice("amcl_objective", self.amcl_objective, OBJECTIVES)
         check_bool("gather_distributed", self.gather_distributed)
+        check_tile_size(self.tile_size)
         if self.weight_decay is not None:
             check_non_negative("weight_decay", self.weight_decay)
         check_mini_batch_size(self.mini_batch_size)

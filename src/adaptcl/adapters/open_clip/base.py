@@ -20,6 +20,7 @@ from adaptcl.adapters import require
 from adaptcl.plugins import ContrastiveLoss
 from adaptcl.plugins.base import Stats
 from adaptcl.plugins.validation import (
+    TileSize,
     check_bool,
     check_embedding_tensor,
     check_int,
@@ -86,8 +87,8 @@ class AdaptiveClipLoss(open_clip_loss.ClipLoss):
         local_loss, gather_with_grad, cache_labels, rank, world_size, use_horovod: exactly
             ``ClipLoss``'s (``use_horovod=True`` needs horovod installed).
         criterion: the core loss that computes the per-anchor losses of both directions from
-            the candidates (its ``tile_size`` streams the similarity matrix on its
-            ``tile_backend``; its ``max_logits_bytes`` switches to the tiled path over budget).
+            the candidates (its ``tile_size`` says how the similarity matrix is computed,
+            :mod:`adaptcl.plugins.tiles.dispatch`).
 
     Subclasses implement :meth:`compute` (the core call, with the temperature rule) and set
     :attr:`takes_labels` and :attr:`uses_logit_scale`.
@@ -114,21 +115,10 @@ class AdaptiveClipLoss(open_clip_loss.ClipLoss):
         self._warned = False
 
     @property
-    def tile_size(self) -> int | None:
-        """The core's tile size (``None``: the similarity matrix is materialised)."""
+    def tile_size(self) -> TileSize:
+        """The core's tile size (``None``: the similarity matrix is materialised; ``"auto"``:
+        :mod:`adaptcl.plugins.tiles.dispatch` chooses)."""
         return self.criterion.tile_size
-
-    @property
-    def tile_backend(self) -> str:
-        """What computes the core's tiles: ``"auto"``, ``"triton"`` or ``"torch"``
-        (:mod:`adaptcl.plugins.tiles`)."""
-        return self.criterion.tile_backend
-
-    @property
-    def max_logits_bytes(self) -> int | None:
-        """The core's logits budget beyond which it takes the tiled path (``None``: the default
-        of :mod:`adaptcl.plugins.tiles.budget`)."""
-        return self.criterion.max_logits_bytes
 
     def compute(self, cands: list, logit_scale: Tensor | float) -> tuple[Tensor, Stats]:
         raise NotImplementedError  # pragma: no cover - abstract

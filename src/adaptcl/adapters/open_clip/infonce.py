@@ -15,7 +15,7 @@ from torch import Tensor
 
 from adaptcl import plugins
 from adaptcl.plugins.base import Stats
-from adaptcl.plugins.validation import TileBackend
+from adaptcl.plugins.validation import TileSize
 
 from .base import AdaptiveClipLoss
 
@@ -43,14 +43,12 @@ class InfoNCEClipLoss(AdaptiveClipLoss):
     Args:
         local_loss, gather_with_grad, cache_labels, rank, world_size, use_horovod: as in
             ``ClipLoss``.
-        tile_size: stream the ``[N, N]`` logits in ``tile_size`` blocks with an exact
+        tile_size: an int streams the ``[N, N]`` logits in ``tile_size`` blocks with an exact
             recomputing backward (memory linear in the batch; Inf-CL, Cheng et al. 2024);
-            ``None`` (default) materialises them as ``ClipLoss`` does.
-        tile_backend: ``"auto"``, ``"triton"`` or ``"torch"``: the fused kernel or the PyTorch
-            loop for the tiles (:mod:`adaptcl.plugins.tiles`).
-        max_logits_bytes: beyond this many bytes of materialised logits, take the exact tiled
-            path (``None``: a share of the free memory on CUDA, no switch on the CPU; see
-            :mod:`adaptcl.plugins.tiles.budget`).
+            ``None`` materialises them as ``ClipLoss`` does; ``"auto"`` (default) takes the
+            fastest exact path that fits (:class:`adaptcl.plugins.InfoNCELoss`; on the CPU
+            without a budget, the materialised one). What computes the tiles and the budget:
+            :class:`adaptcl.plugins.tiling`.
         check_finite: fail on NaN/inf features.
 
     ``forward(image_features, text_features, logit_scale, logit_bias=None, output_dict=False,
@@ -72,11 +70,9 @@ class InfoNCEClipLoss(AdaptiveClipLoss):
 
     def __init__(self, local_loss: bool = False, gather_with_grad: bool = False,
                  cache_labels: bool = False, rank: int = 0, world_size: int = 1,
-                 use_horovod: bool = False, *, tile_size: int | None = None,
-                 tile_backend: TileBackend = "auto", max_logits_bytes: int | None = None,
+                 use_horovod: bool = False, *, tile_size: TileSize = "auto",
                  check_finite: bool = True) -> None:
-        core = self._core(tile_size=tile_size, tile_backend=tile_backend,
-                          max_logits_bytes=max_logits_bytes, check_finite=check_finite)
+        core = self._core(tile_size=tile_size, check_finite=check_finite)
         super().__init__(local_loss, gather_with_grad, cache_labels, rank, world_size,
                          use_horovod, criterion=core)
 

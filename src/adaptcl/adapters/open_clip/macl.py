@@ -13,7 +13,7 @@ from torch import Tensor
 from adaptcl import plugins
 from adaptcl.plugins.base import Stats
 from adaptcl.plugins.macl import TemperatureForm, WeightForm
-from adaptcl.plugins.validation import TileBackend, check_positive
+from adaptcl.plugins.validation import TileSize, check_positive
 
 from .base import AdaptiveClipLoss
 from .infonce import _temperature
@@ -47,7 +47,7 @@ class MACLClipLoss(AdaptiveClipLoss):
             in :class:`adaptcl.plugins.MACLLoss` (reweighting by ``sg(1 / W)``, Eq. 11, is on
             by default as there).
         min_temperature: an absolute floor of tau; ``None`` (default): ``tau0 / 10``.
-        tile_size, tile_backend, max_logits_bytes, check_finite: as in
+        tile_size, check_finite: as in
             :class:`~adaptcl.adapters.open_clip.InfoNCEClipLoss`.
 
     ``labels`` (multi-positive targets) need ``reweight=False``. ``last_stats`` holds
@@ -65,8 +65,7 @@ class MACLClipLoss(AdaptiveClipLoss):
                  use_horovod: bool = False, *, alpha: float = 0.5, a0: float = 0.0,
                  reweight: bool = True, adaptive: bool = True, temperature_form: TemperatureForm = "linear",
                  weight_form: WeightForm = "inverse", min_temperature: float | None = None,
-                 positive_in_denominator: bool = True, tile_size: int | None = None,
-                 tile_backend: TileBackend = "auto", max_logits_bytes: int | None = None,
+                 positive_in_denominator: bool = True, tile_size: TileSize = "auto",
                  check_finite: bool = True) -> None:
         if min_temperature is not None:
             check_positive("min_temperature", min_temperature)
@@ -80,8 +79,7 @@ class MACLClipLoss(AdaptiveClipLoss):
                                 positive_in_denominator=positive_in_denominator,
                                 form="cross_view_symmetric",
                                 gather_distributed=bool(local_loss) and world_size > 1,
-                                tile_size=tile_size, tile_backend=tile_backend,
-                                max_logits_bytes=max_logits_bytes, check_finite=check_finite)
+                                tile_size=tile_size, check_finite=check_finite)
         super().__init__(local_loss, gather_with_grad, cache_labels, rank, world_size,
                          use_horovod, criterion=core)
         #: the floor of tau given by the user (``None``: tau0 / 10)

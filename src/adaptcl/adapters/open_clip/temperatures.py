@@ -20,7 +20,7 @@ from adaptcl import plugins
 from adaptcl.plugins.base import Stats
 from adaptcl.plugins.dystress import Shape
 from adaptcl.plugins.schedule import SCHEDULE_PAPER, ScheduleControls
-from adaptcl.plugins.validation import TileBackend
+from adaptcl.plugins.validation import TileSize
 
 from .base import AdaptiveClipLoss
 
@@ -45,7 +45,7 @@ class DySTreSSClipLoss(AdaptiveClipLoss):
             and 0.2; CLIP's learned tau ends near 0.01, so consider lower values).
         shape, threshold, width, detach_temperature, positive_in_denominator: as in
             :class:`adaptcl.plugins.DySTreSSLoss`.
-        tile_size, tile_backend, max_logits_bytes, check_finite: as in
+        tile_size, check_finite: as in
             :class:`~adaptcl.adapters.open_clip.InfoNCEClipLoss`.
 
     ``labels`` give multi-positive targets. ``last_stats["temperature"]`` is the mean
@@ -64,16 +64,13 @@ class DySTreSSClipLoss(AdaptiveClipLoss):
                  use_horovod: bool = False, *, min_temperature: float = 0.1,
                  max_temperature: float = 0.2, shape: Shape = "cosine", threshold: float = 0.4,
                  width: float = 0.7, detach_temperature: bool = True,
-                 positive_in_denominator: bool = True, tile_size: int | None = None,
-                 tile_backend: TileBackend = "auto", max_logits_bytes: int | None = None,
+                 positive_in_denominator: bool = True, tile_size: TileSize = "auto",
                  check_finite: bool = True) -> None:
         core = plugins.DySTreSSLoss(min_temperature, max_temperature, shape=shape,
                                     threshold=threshold, width=width,
                                     detach_temperature=detach_temperature,
                                     positive_in_denominator=positive_in_denominator,
                                     form="cross_view_symmetric", tile_size=tile_size,
-                                    tile_backend=tile_backend,
-                                    max_logits_bytes=max_logits_bytes,
                                     check_finite=check_finite)
         super().__init__(local_loss, gather_with_grad, cache_labels, rank, world_size,
                          use_horovod, criterion=core)
@@ -109,7 +106,7 @@ class TemperatureScheduleClipLoss(ScheduleControls, AdaptiveClipLoss):
         min_temperature, max_temperature, period, step: the schedule (the authors': 0.1,
             1.0, 400 steps; CLIP's learned tau ends near 0.01, so consider lower values).
         positive_in_denominator: ``False`` gives DCL at the scheduled temperature.
-        tile_size, tile_backend, max_logits_bytes, check_finite: as in
+        tile_size, check_finite: as in
             :class:`~adaptcl.adapters.open_clip.InfoNCEClipLoss`.
 
     Examples:
@@ -131,15 +128,12 @@ class TemperatureScheduleClipLoss(ScheduleControls, AdaptiveClipLoss):
                  min_temperature: float = SCHEDULE_PAPER["min_temperature"],
                  max_temperature: float = SCHEDULE_PAPER["max_temperature"],
                  period: int = SCHEDULE_PAPER["period"], step: int = 0,
-                 positive_in_denominator: bool = True, tile_size: int | None = None,
-                 tile_backend: TileBackend = "auto", max_logits_bytes: int | None = None,
+                 positive_in_denominator: bool = True, tile_size: TileSize = "auto",
                  check_finite: bool = True) -> None:
         core = plugins.TemperatureScheduleLoss(min_temperature, max_temperature, period,
                                                step=step,
                                                positive_in_denominator=positive_in_denominator,
                                                form="cross_view_symmetric", tile_size=tile_size,
-                                               tile_backend=tile_backend,
-                                               max_logits_bytes=max_logits_bytes,
                                                check_finite=check_finite)
         super().__init__(local_loss, gather_with_grad, cache_labels, rank, world_size,
                          use_horovod, criterion=core)

@@ -34,10 +34,10 @@ of the saved model: save them with :meth:`AdaptiveContrastiveLoss.save_loss_stat
 resumes from one) and restore them with :meth:`~AdaptiveContrastiveLoss.load_loss_state`. A
 resumed training step whose model was restored but not the loss raises, naming the callback.
 
-Large batches: ``tile_size=`` streams the similarity matrix in tiles with an exact backward
-(Inf-CL, Cheng et al. 2024; :mod:`adaptcl.plugins.tiles.loop`), so the loss itself needs memory
-linear in the batch (``max_logits_bytes=`` does so only where the materialised logits would
-exceed that budget, :mod:`adaptcl.plugins.tiles.budget`); ``mini_batch_size=`` adds gradient caching
+Large batches: ``tile_size=`` (an int) streams the similarity matrix in tiles with an exact
+backward (Inf-CL, Cheng et al. 2024; :mod:`adaptcl.plugins.tiles.loop`), so the loss itself
+needs memory linear in the batch (the default ``"auto"`` does so only where the materialised
+logits would exceed the memory budget, :mod:`adaptcl.plugins.tiles.dispatch`); ``mini_batch_size=`` adds gradient caching
 (GradCache, Gao et al. 2021) through sentence-transformers' own machinery (``CachedLossMixin``, as
 ``CachedMultipleNegativesRankingLoss``): the texts are embedded in mini-batches without a graph,
 the loss and its gradient wrt the embeddings are computed on the full batch, and each mini-batch

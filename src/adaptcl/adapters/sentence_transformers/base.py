@@ -142,8 +142,8 @@ class AdaptiveContrastiveLoss(CachedLossMixin, nn.Module):
     across ranks too) and, as in ``MultipleNegativesRankingLoss``, touches the anchor -> candidates
     direction only: the reverse direction of ``symmetric=True`` runs without it.
 
-    The subclasses also take ``tile_size`` and ``tile_backend`` and ``max_logits_bytes`` (passed to the core loss):
-    see :mod:`adaptcl.plugins.tiles.loop` and :mod:`adaptcl.plugins.tiles.budget`.
+    The subclasses also take ``tile_size`` (``"auto"``, ``None`` or an int, passed to the core
+    loss): see :mod:`adaptcl.plugins.tiles.dispatch`.
     """
 
     citation_text = INFONCE_CITATION
@@ -324,12 +324,8 @@ class AdaptiveContrastiveLoss(CachedLossMixin, nn.Module):
             config["symmetric"] = True
         if self.joint:
             config.update(directions=self.directions, partition_mode="joint")
-        if getattr(self.core, "tile_size", None) is not None:
+        if getattr(self.core, "tile_size", "auto") != "auto":
             config["tile_size"] = self.core.tile_size
-        if getattr(self.core, "tile_backend", "auto") != "auto":
-            config["tile_backend"] = self.core.tile_backend
-        if getattr(self.core, "max_logits_bytes", None) is not None:
-            config["max_logits_bytes"] = self.core.max_logits_bytes
         if self.mini_batch_size is not None:
             config["mini_batch_size"] = self.mini_batch_size
         if self.mini_batch_num_tokens is not None:

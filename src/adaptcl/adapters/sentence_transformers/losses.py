@@ -32,7 +32,7 @@ from adaptcl.plugins.ascl import ASCLMode
 from adaptcl.plugins.dystress import Shape
 from adaptcl.plugins.hardness import HardnessMode
 from adaptcl.plugins.macl import TemperatureForm
-from adaptcl.plugins.validation import TileBackend
+from adaptcl.plugins.validation import TileSize
 
 require("sentence_transformers", "text")
 
@@ -63,13 +63,11 @@ class _ScalarTemperatureLoss(AdaptiveContrastiveLoss):
     def __init__(self, model: nn.Module | None, core_cls: type[nn.Module], *core_args: Any,
                  temperature: float | None, scale: float | None, similarity_fct: Callable | None,
                  core_kwargs: dict[str, Any], gather_across_devices: bool, check_finite: bool,
-                 tile_size: int | None, tile_backend: TileBackend, max_logits_bytes: int | None = None,
-                 **base_kwargs: Any) -> None:
+                 tile_size: TileSize, **base_kwargs: Any) -> None:
         self._check_model(model)
         _check_similarity_fct(similarity_fct)
         core = core_cls(_resolve_temperature(temperature, scale), *core_args, form="cross_view",
-                        check_finite=check_finite, tile_size=tile_size, tile_backend=tile_backend,
-                        max_logits_bytes=max_logits_bytes,
+                        check_finite=check_finite, tile_size=tile_size,
                         **_gather_kwargs(gather_across_devices), **core_kwargs)
         super().__init__(model, core, gather_across_devices=gather_across_devices, **base_kwargs)
 
@@ -109,9 +107,7 @@ class InfoNCELoss(_ScalarTemperatureLoss):
                  hardness_mode: HardnessMode | None = None,
                  hardness_strength: float = 0.0, use_labels: bool = False,
                  projection: nn.Module | None = None,
-                 gather_across_devices: bool = False, tile_size: int | None = None,
-                 tile_backend: TileBackend = "auto",
-                 max_logits_bytes: int | None = None,
+                 gather_across_devices: bool = False, tile_size: TileSize = "auto",
                  mini_batch_size: int | None = None, mini_batch_num_tokens: int | None = None,
                  check_finite: bool = True, show_progress_bar: bool = False) -> None:
         super().__init__(model, plugins.InfoNCELoss, temperature=temperature, scale=scale,
@@ -119,9 +115,7 @@ class InfoNCELoss(_ScalarTemperatureLoss):
                          core_kwargs={"hardness_mode": hardness_mode,
                                       "hardness_strength": hardness_strength},
                          gather_across_devices=gather_across_devices,
-                         check_finite=check_finite, tile_size=tile_size,
-                         tile_backend=tile_backend,
-                         max_logits_bytes=max_logits_bytes, projection=projection,
+                         check_finite=check_finite, tile_size=tile_size, projection=projection,
                          mini_batch_size=mini_batch_size, mini_batch_num_tokens=mini_batch_num_tokens,
                          symmetric=symmetric, directions=directions, partition_mode=partition_mode,
                          show_progress_bar=show_progress_bar, use_labels=use_labels)
@@ -156,9 +150,7 @@ class MACLLoss(_ScalarTemperatureLoss):
                  hardness_mode: HardnessMode | None = None,
                  hardness_strength: float = 0.0, use_labels: bool = False,
                  projection: nn.Module | None = None,
-                 gather_across_devices: bool = False, tile_size: int | None = None,
-                 tile_backend: TileBackend = "auto",
-                 max_logits_bytes: int | None = None,
+                 gather_across_devices: bool = False, tile_size: TileSize = "auto",
                  mini_batch_size: int | None = None, mini_batch_num_tokens: int | None = None,
                  check_finite: bool = True, show_progress_bar: bool = False) -> None:
         super().__init__(model, plugins.MACLLoss, alpha, a0, temperature=temperature, scale=scale,
@@ -170,8 +162,6 @@ class MACLLoss(_ScalarTemperatureLoss):
                                       "hardness_strength": hardness_strength},
                          gather_across_devices=gather_across_devices, check_finite=check_finite,
                          tile_size=tile_size,
-                         tile_backend=tile_backend,
-                         max_logits_bytes=max_logits_bytes,
                          projection=projection, mini_batch_size=mini_batch_size,
                          mini_batch_num_tokens=mini_batch_num_tokens,
                          symmetric=symmetric, directions=directions, partition_mode=partition_mode,
@@ -204,9 +194,7 @@ class ASCLLoss(_ScalarTemperatureLoss):
                  mode: ASCLMode = "ascl",
                  hardness_mode: HardnessMode | None = None, hardness_strength: float = 0.0,
                  projection: nn.Module | None = None, gather_across_devices: bool = False,
-                 tile_size: int | None = None,
-                 max_logits_bytes: int | None = None,
-                 tile_backend: TileBackend = "auto", mini_batch_size: int | None = None,
+                 tile_size: TileSize = "auto", mini_batch_size: int | None = None,
                  mini_batch_num_tokens: int | None = None, check_finite: bool = True,
                  show_progress_bar: bool = False) -> None:
         super().__init__(model, plugins.ASCLLoss, sharpen_temperature, num_neighbors, mode,
@@ -215,8 +203,6 @@ class ASCLLoss(_ScalarTemperatureLoss):
                                       "hardness_strength": hardness_strength},
                          gather_across_devices=gather_across_devices, check_finite=check_finite,
                          tile_size=tile_size,
-                         tile_backend=tile_backend,
-                         max_logits_bytes=max_logits_bytes,
                          projection=projection, mini_batch_size=mini_batch_size,
                          mini_batch_num_tokens=mini_batch_num_tokens, show_progress_bar=show_progress_bar)
 
@@ -244,9 +230,7 @@ class AMCLLoss(AdaptiveContrastiveLoss):
                  hidden_dim: int | None = None, beta: float = 1e-3, eta: float = 1e-5,
                  iota: float = 2.0, negative_term: NegativeTerm = "softmax", kappa: int = 1,
                  objective: Objective = "infonce", gather_across_devices: bool = False,
-                 tile_size: int | None = None,
-                 max_logits_bytes: int | None = None,
-                 tile_backend: TileBackend = "auto", mini_batch_size: int | None = None,
+                 tile_size: TileSize = "auto", mini_batch_size: int | None = None,
                  mini_batch_num_tokens: int | None = None, check_finite: bool = True,
                  show_progress_bar: bool = False, bound_warning_steps: int | None = 100) -> None:
         self._check_model(model)
@@ -259,8 +243,6 @@ class AMCLLoss(AdaptiveContrastiveLoss):
                                 beta=beta, negative_term=negative_term, kappa=kappa,
                                 objective=objective, form="cross_view", check_finite=check_finite,
                                 tile_size=tile_size,
-                                tile_backend=tile_backend,
-                                max_logits_bytes=max_logits_bytes,
                                 bound_warning_steps=bound_warning_steps,
                                 **_gather_kwargs(gather_across_devices))
         super().__init__(model, core, gather_across_devices=gather_across_devices,
@@ -322,9 +304,7 @@ class DySTreSSLoss(AdaptiveContrastiveLoss):
                  partition_mode: PartitionMode | None = None,
                  hardness_mode: HardnessMode | None = None, hardness_strength: float = 0.0,
                  use_labels: bool = False, projection: nn.Module | None = None,
-                 gather_across_devices: bool = False, tile_size: int | None = None,
-                 tile_backend: TileBackend = "auto",
-                 max_logits_bytes: int | None = None,
+                 gather_across_devices: bool = False, tile_size: TileSize = "auto",
                  mini_batch_size: int | None = None, mini_batch_num_tokens: int | None = None,
                  check_finite: bool = True, show_progress_bar: bool = False) -> None:
         self._check_model(model)
@@ -334,8 +314,6 @@ class DySTreSSLoss(AdaptiveContrastiveLoss):
                                     hardness_mode=hardness_mode,
                                     hardness_strength=hardness_strength, form="cross_view",
                                     check_finite=check_finite, tile_size=tile_size,
-                                    tile_backend=tile_backend,
-                                    max_logits_bytes=max_logits_bytes,
                                     **_gather_kwargs(gather_across_devices))
         super().__init__(model, core, projection=projection,
                          gather_across_devices=gather_across_devices,

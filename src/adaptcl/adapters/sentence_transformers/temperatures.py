@@ -41,7 +41,7 @@ from adaptcl import plugins
 from adaptcl.adapters import require
 from adaptcl.plugins.logit_scale import OPEN_CLIP_TEMPERATURE
 from adaptcl.plugins.schedule import SCHEDULE_PAPER, ScheduleControls
-from adaptcl.plugins.validation import TileBackend
+from adaptcl.plugins.validation import TileSize
 
 require("sentence_transformers", "text")
 
@@ -78,17 +78,13 @@ class TemperatureScheduleLoss(ScheduleControls, AdaptiveContrastiveLoss):
                  max_temperature: float = SCHEDULE_PAPER["max_temperature"],
                  period: int = SCHEDULE_PAPER["period"], step: int = 0, symmetric: bool = False,
                  projection: nn.Module | None = None, gather_across_devices: bool = False,
-                 tile_size: int | None = None,
-                 max_logits_bytes: int | None = None,
-                 tile_backend: TileBackend = "auto", mini_batch_size: int | None = None,
+                 tile_size: TileSize = "auto", mini_batch_size: int | None = None,
                  mini_batch_num_tokens: int | None = None, check_finite: bool = True,
                  show_progress_bar: bool = False) -> None:
         self._check_model(model)
         core = plugins.TemperatureScheduleLoss(min_temperature, max_temperature, period,
                                                step=step, form="cross_view",
                                                check_finite=check_finite, tile_size=tile_size,
-                                               tile_backend=tile_backend,
-                                               max_logits_bytes=max_logits_bytes,
                                                **_gather_kwargs(gather_across_devices))
         super().__init__(model, core, projection=projection,
                          gather_across_devices=gather_across_devices,
@@ -136,9 +132,7 @@ class LearnableTemperatureLoss(_ScalarTemperatureLoss):
                  min_temperature: float = OPEN_CLIP_TEMPERATURE["min_temperature"],
                  max_temperature: float = OPEN_CLIP_TEMPERATURE["max_temperature"],
                  symmetric: bool = False, projection: nn.Module | None = None,
-                 gather_across_devices: bool = False, tile_size: int | None = None,
-                 tile_backend: TileBackend = "auto",
-                 max_logits_bytes: int | None = None,
+                 gather_across_devices: bool = False, tile_size: TileSize = "auto",
                  mini_batch_size: int | None = None, mini_batch_num_tokens: int | None = None,
                  check_finite: bool = True, show_progress_bar: bool = False) -> None:
         super().__init__(model, plugins.LearnableTemperatureLoss, temperature=temperature,
@@ -146,8 +140,7 @@ class LearnableTemperatureLoss(_ScalarTemperatureLoss):
                          core_kwargs={"min_temperature": min_temperature,
                                       "max_temperature": max_temperature},
                          gather_across_devices=gather_across_devices, check_finite=check_finite,
-                         tile_size=tile_size, tile_backend=tile_backend,
-                         max_logits_bytes=max_logits_bytes, projection=projection,
+                         tile_size=tile_size, projection=projection,
                          mini_batch_size=mini_batch_size,
                          mini_batch_num_tokens=mini_batch_num_tokens, symmetric=symmetric,
                          show_progress_bar=show_progress_bar)

@@ -5,10 +5,15 @@ its logits is computed exactly in tiles. This package holds the machinery below 
 the methods describe their math (a term, label targets, a pair temperature) and never name a
 backend:
 
+* :mod:`~adaptcl.plugins.tiles.dispatch`: the dispatcher above both backends, planning each
+  loss call once (materialise, the loop or the kernel, and the tile) from the loss's
+  ``tile_size`` and the scoped setting :class:`~adaptcl.plugins.tiling`;
 * :mod:`~adaptcl.plugins.tiles.loop`: the PyTorch tile loop, the reference and what runs on
   CPUs (online log-sum-exp forward, recomputing backward);
-* :mod:`~adaptcl.plugins.tiles.budget`: the logits budget beyond which a materialised loss
-  takes its tiled path;
+* :mod:`~adaptcl.plugins.tiles.budget`: the logits budget beyond which a ``tile_size="auto"``
+  loss takes its tiled path;
+* :mod:`~adaptcl.plugins.tiles.precision`: the precision of the products, one policy for every
+  backend;
 * ``_fused``, ``_triton_rowstats``, ``_triton_pairlse`` (private): the fused Triton kernels,
   registered as :mod:`torch.library` ops, imported on first use only.
 """

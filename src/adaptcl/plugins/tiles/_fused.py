@@ -29,17 +29,12 @@ What the kernel covers (everything else keeps the PyTorch tiled path, the refere
 Not covered: a hardness bias, ASCL's soft targets, AMCL's top-kappa term, float64, mixed
 dtypes.
 
-``tile_backend``: ``"torch"`` is the PyTorch loop; ``"triton"`` the kernel (on CPU tensors
-only under Triton's interpreter, ``TRITON_INTERPRET=1``), refusing in one line where it cannot
-run; ``"auto"`` is the PyTorch loop everywhere for now. The ops are registered with
-:mod:`torch.library` (``adaptcl::row_stats`` and ``adaptcl::row_stats_backward``) so
-``torch.compile`` keeps a loss in one graph.
-
-Why ``"auto"`` does not take the kernel: its first run on a GPU (one H200, torch 2.11, Triton
-3.6; docs/gpu.md) found it slower than the PyTorch loop (MACL, batch 65,536 in the 2N form,
-bf16: 1,326 ms against 1,050 ms), the cross-view case not finished after a minute, and the
-kernel's CUDA tests failing. Until a GPU run shows it correct and faster, the kernel is opt-in
-(``tile_backend="triton"``), tested for values under the interpreter only.
+Which calls run here is the dispatcher's decision
+(:mod:`~adaptcl.plugins.tiles.dispatch`); this module only answers whether the kernel can
+compute a case (:func:`unsupported`, :func:`pair_unsupported`) and computes it. On CPU tensors
+the kernels run only under Triton's interpreter (``TRITON_INTERPRET=1``). The ops are
+registered with :mod:`torch.library` (``adaptcl::row_stats`` and
+``adaptcl::row_stats_backward``) so ``torch.compile`` keeps a loss in one graph.
 """
 
 from __future__ import annotations
@@ -107,25 +102,6 @@ def unsupported(a: Tensor, k: Tensor, masks: tuple[Tensor | None, ...], weights:
     if term is not None and not hasattr(term, "kernel_term"):
         return f"it has no {type(term).__name__} term"
     return None
-
-
-def use_kernel(backend: str, a: Tensor, k: Tensor, masks: tuple[Tensor | None, ...] = (),
-               weights: object = None, bias: object = None, term: object = None) -> bool:
-    """Whether ``backend`` runs this case on the kernel; ``"triton"`` refuses (``ValueError``,
-    one line) a case the kernel cannot run. ``"auto"`` takes the PyTorch loop (see the module's
-    docstring for why)."""
-    return _choose(backend, lambda: unsupported(a, k, masks, weights, bias, term))
-
-
-def _choose(backend: str, why) -> bool:
-    """``backend``'s choice, ``why()`` saying what keeps the kernel from this case (or None)."""
-    if backend != "triton":  # "auto": the PyTorch loop until the kernel wins on a GPU
-        return False
-    reason = why()
-    if reason is not None:
-        raise ValueError(f"tile_backend='triton' cannot run here: {reason}; use "
-                         f"tile_backend='auto' or 'torch'")
-    return True
 
 
 # --------------------------------------------------------------------------------------------
@@ -253,12 +229,6 @@ def pair_unsupported(a: Tensor, k: Tensor, pa: Tensor, pk: Tensor,
         net = getattr(pair, "net", pair)
         why = f"it has no pair temperature of {type(net).__name__}"
     return why
-
-
-def use_pair_kernel(backend: str, a: Tensor, k: Tensor, pa: Tensor, pk: Tensor,
-                    masks: tuple[Tensor | None, ...], pair: object) -> bool:
-    """:func:`use_kernel` for AMCL's pair log-sum-exp."""
-    return _choose(backend, lambda: pair_unsupported(a, k, pa, pk, masks, pair))
 
 
 def _pair_args(a, k, pa, pk, positive_index, self_index, params):

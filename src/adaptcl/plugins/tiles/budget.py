@@ -8,27 +8,37 @@ FlatNCE, Dual temperature and the learned temperature (NT-Xent and cross-view fo
 hardness term adds nothing), one more with multi-positive ``labels`` (4.2) and for DySTreSS's
 pair temperatures (4.2), ASCL 6.6, ASCL-BYOL 6.7 (two matrices), AMCL 11.3 per head
 (``"softmax"``) and 5.3 (``"topk"``), the survey losses 6.4-8.2. Each loss passes its count
-(rounded up) to :func:`plan_tiles`. The tiled path (:mod:`adaptcl.plugins.tiles.loop`) computes the
-same value and gradient in memory linear in the batch. :func:`plan_tiles` compares the materialised estimate, :func:`logits_peak_bytes`, with a
-budget and picks the path:
+(rounded up) to the dispatcher (:mod:`~adaptcl.plugins.tiles.dispatch`), which asks
+:func:`tile_over_budget` whether a ``tile_size="auto"`` call fits:
 
-* ``tile_size=T`` alone: always tiled with ``T`` (the user chose; unchanged behaviour);
-* ``max_logits_bytes=B``: tiled when the estimate exceeds ``B``, materialised otherwise; the
-  tile is ``T`` when given, else :func:`auto_tile_size` (the largest power of two whose
-  ``[tile, tile]`` float32 temporaries fit ``B``, at most 2,048 on the CPU, which
-  ``bench_tiled.py`` measures, and 16,384 on CUDA, where per-tile launches dominate below
-  8,192: tile 2,048 -> 956 ms, 4,096 -> 253, 8,192 -> 178, 16,384 -> 168 ms at 65,536 pairs
-  on an H200);
-* neither: on CUDA the budget is :data:`CUDA_BUDGET_FRACTION` of the memory free to PyTorch
-  on the inputs' device (``torch.cuda.mem_get_info`` plus what the caching allocator holds
-  unused), read once per device and shape; on every other device no budget, so the CPU
-  never switches by itself (its numbers stay bit for bit what they were).
+* the estimate is :func:`logits_peak_bytes`, from the shapes alone;
+* the budget is the scoped setting's ``max_logits_bytes``
+  (:func:`~adaptcl.plugins.tiles.dispatch.tiling`) or, without one, :func:`device_budget`:
+  on CUDA :data:`CUDA_BUDGET_FRACTION` of the memory free to PyTorch on the inputs' device
+  (``torch.cuda.mem_get_info`` plus what the caching allocator holds unused), on every other
+  device none, so the CPU never switches by itself (its numbers stay bit for bit what they
+  were);
+* over the budget the tile is :func:`auto_tile_size`: the largest power of two whose
+  ``[tile, tile]`` float32 temporaries fit the budget, at most 2,048 on the CPU (what
+  ``bench_tiled.py`` measures) and 16,384 on CUDA, where per-tile launches dominate below
+  8,192 (tile 2,048 -> 956 ms, 4,096 -> 253, 8,192 -> 178, 16,384 -> 168 ms at 65,536 pairs on
+  an H200).
 
-A switch is said once per process and loss (a :class:`LogitsBudgetWarning`) and in
-``last_stats["auto_tile_size"]`` (the tile used) on every call that took it. The decision
-reads shapes only, never tensor values: no host-device synchronisation, and
-``torch.compile(fullgraph=True)`` traces it (the device query and the warning run at trace
-time, as constants).
+When CUDA's budget is read. Not once for the life of the process (it would be read before the
+optimiser's state exists): :func:`device_budget` reads the driver again whenever the caching
+allocator's reserved bytes changed since its last read on that device (two host-side counters
+and ``cudaMemGetInfo``, a driver query that does not synchronise any stream); in a steady
+training loop the allocator stops growing after the first steps and nothing is read any more.
+A shape that the default budget once switched to tiles stays tiled, at that tile, for the rest
+of the process: a run changes path at most once per loss and shape, and never flips back and
+forth with the allocator's state from step to step. Pass ``tiling(max_logits_bytes=...)`` for a
+decision that depends on nothing but the shapes.
+
+A switch is said once per process for each loss, device and tile (a
+:class:`LogitsBudgetWarning`) and in ``last_stats["auto_tile_size"]`` (the tile used) on every
+call that took it. The decision reads shapes and host-side counters only, never tensor values:
+no host-device synchronisation, and ``torch.compile(fullgraph=True)`` traces it (the device
+query and the warning run at trace time, as constants).
 """
 
 from __future__ import annotations
@@ -53,7 +63,10 @@ MAX_TILE = {"cpu": 2048, "cuda": 16384}
 MIN_TILE = 64
 
 _SAID: set[tuple] = set()
-_CUDA_BUDGETS: dict[tuple[int, int], int] = {}
+#: per CUDA device index: (the allocator's reserved bytes when the budget was read, the budget)
+_CUDA_BUDGETS: dict[int, tuple[int, int]] = {}
+#: (loss, device, estimated peak) -> tile: the shapes the default budget switched to tiles
+_SWITCHED: dict[tuple, int] = {}
 
 
 class LogitsBudgetWarning(UserWarning):
@@ -85,21 +98,22 @@ def auto_tile_size(budget: int, device_type: str, columns: int | None = None,
     return tile
 
 
-def device_budget(device: torch.device, peak: int) -> int | None:
+def device_budget(device: torch.device) -> int | None:
     """The default budget on ``device``: a share of CUDA's free memory, ``None`` elsewhere.
 
-    Read once per device and estimated peak (that is, per shape) in eager mode; traced as a
-    constant under ``torch.compile``.
+    Read again whenever the caching allocator's reserved bytes on the device changed since the
+    last read (module docstring) in eager mode; traced as a constant under ``torch.compile``.
     """
     if device.type != "cuda":
         return None
-    index = 0 if device.index is None else device.index
+    index = torch.cuda.current_device() if device.index is None else device.index
     if torch.compiler.is_compiling():
         return _cuda_budget(index)
-    key = (index, peak if isinstance(peak, int) else -1)
-    if key not in _CUDA_BUDGETS:
-        _CUDA_BUDGETS[key] = _cuda_budget(index)
-    return _CUDA_BUDGETS[key]
+    reserved = torch.cuda.memory_reserved(index)
+    read = _CUDA_BUDGETS.get(index)
+    if read is None or read[0] != reserved:
+        read = _CUDA_BUDGETS[index] = (reserved, _cuda_budget(index))
+    return read[1]
 
 
 def _constant_under_compile(fn):
@@ -119,50 +133,51 @@ def _cuda_budget(index: int) -> int:
     return int(CUDA_BUDGET_FRACTION * (free + unused))
 
 
-def plan_tiles(method: str, cands: list[Candidates], tile_size: int | None,
-               max_logits_bytes: int | None, *, heads: int = 1, copies: int = LOGIT_COPIES,
-               tileable: bool = True, row_blocks: bool = False) -> tuple[int | None, int | None]:
-    """``(tile size to run with, the tile the budget chose or None)`` for one call of
-    ``method`` on ``cands`` (see the module docstring for the rules). ``tileable=False``
-    (a loss whose configuration has no tiled path) never switches; ``row_blocks``: the tile
-    is a number of anchor rows against every column (:func:`auto_tile_size`)."""
-    if not tileable or (tile_size is not None and max_logits_bytes is None):
-        return tile_size, None
+def tile_over_budget(method: str, cands: list[Candidates], max_logits_bytes: int | None, *,
+                     heads: int = 1, copies: int = LOGIT_COPIES,
+                     row_blocks: bool = False) -> int | None:
+    """The tile to run ``method`` on ``cands`` with when its materialised logits exceed the
+    budget (``max_logits_bytes``, else :func:`device_budget`), or ``None`` when they fit or
+    there is no budget. ``row_blocks``: the tile is a number of anchor rows against every
+    column (:func:`auto_tile_size`). Says a switch once (:class:`LogitsBudgetWarning`)."""
     device = cands[0].anchors.device
     peak = logits_peak_bytes(cands, heads=heads, copies=copies)
-    budget = max_logits_bytes if max_logits_bytes is not None else device_budget(device, peak)
+    by_default = max_logits_bytes is None
+    key = (method, str(device), peak if isinstance(peak, int) else -1)
+    if by_default and key in _SWITCHED and not torch.compiler.is_compiling():
+        return _SWITCHED[key]  # one way: a shape the default budget tiled stays tiled
+    budget = device_budget(device) if by_default else max_logits_bytes
     if budget is None or peak <= budget:
-        return None, None
-    if tile_size is not None:
-        tile = tile_size
-    else:
-        columns = max(c.keys.shape[0] for c in cands) if row_blocks else None
-        tile = auto_tile_size(budget, device.type, columns, copies)
-    _say_once(method, str(device), budget, max_logits_bytes is None, tile,
-              peak if isinstance(peak, int) else 0)
-    return tile, tile
+        return None
+    columns = max(c.keys.shape[0] for c in cands) if row_blocks else None
+    tile = auto_tile_size(budget, device.type, columns, copies)
+    if by_default and not torch.compiler.is_compiling():
+        _SWITCHED[key] = tile
+    _say_once(method, str(device), budget, by_default, tile, peak if isinstance(peak, int) else 0)
+    return tile
 
 
 @_constant_under_compile
 def _say_once(method: str, device: str, budget: int, by_default: bool, tile: int,
               peak: int) -> bool:
-    """The warning, once per process for each loss, device, budget and tile (a constant
-    under ``torch.compile``: it runs while tracing)."""
-    key = (method, device, budget, tile)
+    """The warning, once per process for each loss, device and tile (a constant under
+    ``torch.compile``: it runs while tracing)."""
+    key = (method, device, tile)
     if key not in _SAID:
         _SAID.add(key)
         need = f"about {peak / 2**20:,.0f} MiB" if peak else "more"
         given = (f"{CUDA_BUDGET_FRACTION:.0%} of the free memory, the default budget" if by_default
-                 else "max_logits_bytes")
+                 else "tiling(max_logits_bytes=...)")
         warnings.warn(
             f"{method}: the materialised logits would take {need} on {device}, over the "
             f"budget of {budget:,} bytes ({given}); computing the exact tiled path with "
             f"tile_size={tile} instead (same value and gradient to float rounding; "
             f"last_stats['auto_tile_size'] says so on each call). Pass tile_size= to choose "
-            f"the tile or a larger max_logits_bytes= to materialise (shown once per process).",
+            f"the tile, or a larger tiling(max_logits_bytes=...) to materialise (shown once "
+            f"per process).",
             LogitsBudgetWarning, stacklevel=2)
     return True
 
 
-__all__ = ["LogitsBudgetWarning", "logits_peak_bytes",
-           "auto_tile_size", "device_budget", "plan_tiles"]
+__all__ = ["LogitsBudgetWarning", "logits_peak_bytes", "auto_tile_size", "device_budget",
+           "tile_over_budget"]

@@ -53,9 +53,11 @@ When to tile: measured with ``benchmarks/bench_tiled.py`` (MACL, NT-Xent form, d
 tile 2048, 2 shared CPU cores), tiled / materialised time is 1.11x at batch 1024, 1.01x at
 4096 and 1.17x at 8192: materialising is never slower where it fits, tiling costs 1-17% (it
 recomputes each tile in backward), while the materialised peak grows as ~3 copies of
-``4 * (2N)^2`` bytes (3.0 GiB at N = 8192 against 72 MiB tiled). Keep ``tile_size=None`` while
-the matrix fits comfortably; turn it on beyond that, e.g. ``MACLLoss(..., tile_size=4096)`` at
-batch 65,536 (535 MiB peak where one materialised matrix alone is 64 GiB).
+``4 * (2N)^2`` bytes (3.0 GiB at N = 8192 against 72 MiB tiled). So the default
+``tile_size="auto"`` materialises while the matrix fits the budget and tiles beyond it
+(:mod:`~adaptcl.plugins.tiles.dispatch`); an explicit tile, e.g. ``MACLLoss(...,
+tile_size=4096)`` at batch 65,536 (535 MiB peak where one materialised matrix alone is
+64 GiB), tiles whatever the budget.
 
 Example:
     >>> import torch
@@ -75,7 +77,6 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from ..candidates import Candidates, autocast_off, scaled_anchors
-from . import _fused as fused
 
 NEG_INF = float("-inf")
 Masks = tuple[Tensor | None, ...]
@@ -283,31 +284,25 @@ class _StreamedRowStats(torch.autograd.Function):
 
 def streamed_row_stats(a: Tensor, k: Tensor, tile: int, masks: Masks,
                        weights: TileWeights | None = None, *, bias: TileBias | None = None,
-                       term: TileTerm | None = None,
-                       backend: str = "auto") -> tuple[Tensor, Tensor, Tensor]:
+                       term: TileTerm | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """``(logsumexp_j (l_ij + b_ij), sum_j u_ij l_ij, sum_j u_ij)`` over the unmasked columns
-    of ``l = term(a @ k.T)`` (``a @ k.T`` without a ``term``), streamed; differentiable in
-    ``a`` and ``k`` (``u`` and ``b`` are detached).
-
-    ``backend`` (``"auto"``, ``"triton"``, ``"torch"``) picks the fused kernel
-    (:mod:`~adaptcl.plugins.tiles`, whose blocks are autotuned: ``tile`` is then unused) or
-    this module's loop over ``tile x tile`` tiles."""
+    of ``l = term(a @ k.T)`` (``a @ k.T`` without a ``term``), streamed over ``tile x tile``
+    tiles; differentiable in ``a`` and ``k`` (``u`` and ``b`` are detached). The losses reach
+    it through the dispatcher (:func:`~adaptcl.plugins.tiles.dispatch.row_stats`), which may
+    run the fused kernel instead."""
     with autocast_off(a):
-        if fused.use_kernel(backend, a, k, masks, weights, bias, term):
-            return fused.fused_row_stats(a, k, masks, weights, term)
         return _StreamedRowStats.apply(a, k, tile, masks, weights, bias, term)
 
 
-def tiled_negative_lse(c: Candidates, temperature: Tensor | float, tile_size: int,
-                       backend: str = "auto") -> tuple[Tensor, Tensor]:
+def tiled_negative_lse(c: Candidates, temperature: Tensor | float,
+                       tile_size: int) -> tuple[Tensor, Tensor]:
     """``(lse_neg [A], positive logit [A])`` of one direction, streamed over tiles.
 
     Equals ``(torch.logsumexp(neg, 1), pos)`` for ``neg, pos = rows_logits(c, temperature)``,
-    value and gradient, without allocating ``neg`` (``backend`` as in
-    :func:`streamed_row_stats`).
+    value and gradient, without allocating ``neg``.
     """
     a, pos = scaled_anchors(c, temperature)
-    return streamed_row_stats(a, c.keys, tile_size, c.excluded, backend=backend)[0], pos
+    return streamed_row_stats(a, c.keys, tile_size, c.excluded)[0], pos
 
 
 @torch.no_grad()
@@ -439,12 +434,11 @@ class _StreamedPairLSE(torch.autograd.Function):
 
 
 def streamed_pair_lse(a: Tensor, k: Tensor, pa: Tensor, pk: Tensor, tile: int, masks: Masks,
-                      pair: PairTerm, backend: str = "auto") -> tuple[Tensor, Tensor]:
-    """``(logsumexp_j pair.term(s_ij, r_ij) [A], sum of pair.statistic over all pairs)``
-    (``backend`` as in :func:`streamed_row_stats`; the kernel needs ``pair.kernel_pair()``)."""
+                      pair: PairTerm) -> tuple[Tensor, Tensor]:
+    """``(logsumexp_j pair.term(s_ij, r_ij) [A], sum of pair.statistic over all pairs)``,
+    streamed over ``tile x tile`` tiles (the dispatcher's
+    :func:`~adaptcl.plugins.tiles.dispatch.pair_lse` may run the kernel instead)."""
     with autocast_off(a):
-        if fused.use_pair_kernel(backend, a, k, pa, pk, masks, pair):
-            return fused.fused_pair_lse(a, k, pa, pk, masks, pair)
         return _StreamedPairLSE.apply(a, k, pa, pk, tile, masks, pair)
 
 

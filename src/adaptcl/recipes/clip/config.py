@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from adaptcl.adapters.open_clip.names import LOSS_NAMES
-from adaptcl.recipes.common import gradient_cache, macl_settings
+from adaptcl.recipes.common import gradient_cache, macl_settings, tiling
 from adaptcl.recipes.common.cifar import CIFAR10_TEMPLATES
 from adaptcl.recipes.common.cifar_settings import limit_setting, npz_variant_setting
 from adaptcl.recipes.engine import options
@@ -99,6 +99,7 @@ class ClipConfig:
     max_temperature: float = setting(0.1, check=positive, losses=("dystress",),
                                      help="DySTreSS's highest pair "
                                      "temperature")
+    tile_size: str | int | None = tiling.tile_size()
     num_workers: int = setting(0, check=non_negative, identity=False, sweep=False,
                                help="DataLoader worker processes")
 

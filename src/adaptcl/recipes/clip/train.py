@@ -45,10 +45,11 @@ def loss_options(loss: str, targets: str, cfg: ClipConfig) -> dict[str, Any]:
 
 
 def build_loss(loss: str, targets: str, cfg: ClipConfig) -> torch.nn.Module:
-    """The open_clip adapter's drop-in for ``ClipLoss`` named ``loss`` (one process)."""
+    """The open_clip adapter's drop-in for ``ClipLoss`` named ``loss`` (one process), at the
+    run's tile size."""
     from adaptcl.adapters.open_clip import build_clip_loss
 
-    return build_clip_loss(loss, **loss_options(loss, targets, cfg))
+    return build_clip_loss(loss, tile_size=cfg.tile_size, **loss_options(loss, targets, cfg))
 
 
 def evaluate(model: Any, data: ClipData, tokens: CaptionTokens, retrieval: Any,

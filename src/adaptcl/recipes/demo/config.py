@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from adaptcl.recipes.common import macl_settings
+from adaptcl.recipes.common import macl_settings, tiling
 from adaptcl.recipes.engine import options
 from adaptcl.recipes.engine.settings import (
     at_least,
@@ -31,6 +31,7 @@ class DemoConfig:
     temperature: float = setting(0.1, check=positive, help="tau (NT-Xent) and tau0 (MACL)")
     macl_alpha: float = macl_settings.alpha()
     macl_a0: float = macl_settings.a0()
+    tile_size: str | int | None = tiling.tile_size()
     test_fraction: float = setting(0.25, check=open_fraction, help="share of the digits held "
                                    "out for the evaluation")
     knn_k: int = setting(15, check=positive, help="neighbours of the kNN vote")

@@ -28,14 +28,17 @@ REFERENCES = ("raw_pixels", "random_encoder")  # no training step, first seed on
 
 
 def build_losses(config: DemoConfig) -> dict[str, tuple[str, nn.Module]]:
-    """key -> (table name, loss module) of the two losses compared."""
+    """key -> (table name, loss module) of the two losses compared (at the run's tile size)."""
     from adaptcl.plugins import InfoNCELoss, MACLLoss
 
+    tiles = config.tile_size
     return {
-        "infonce": (f"NT-Xent (tau={config.temperature:g})", InfoNCELoss(config.temperature)),
+        "infonce": (f"NT-Xent (tau={config.temperature:g})",
+                    InfoNCELoss(config.temperature, tile_size=tiles)),
         "macl": (f"MACL (tau0={config.temperature:g}, alpha={config.macl_alpha:g}, "
                  f"A0={config.macl_a0:g})",
-                 MACLLoss(config.temperature, config.macl_alpha, config.macl_a0, reweight=True)),
+                 MACLLoss(config.temperature, config.macl_alpha, config.macl_a0, reweight=True,
+                          tile_size=tiles)),
     }
 
 

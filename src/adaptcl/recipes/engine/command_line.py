@@ -70,10 +70,12 @@ def _unwrap(hint: Any) -> tuple[Any, bool, bool]:
 
 
 @functools.cache
-def _item(kind: type, optional: bool) -> Any:
+def _item(kind: type, optional: bool, converted: Any = None) -> Any:
     """An option's item type for tyro, read by our converter: ``kind(text)`` (or, when
     ``optional``, ``none`` in any case), an :class:`_Invalid` where that fails, so that tyro
-    never refuses a value itself."""
+    never refuses a value itself. ``converted``: the annotation of a setting whose own
+    ``convert`` reads its values (``str | int | None``: ``"auto"`` or a number), so that a
+    default of any of its types is one."""
     import tyro
 
     name = getattr(kind, "__name__", "VALUE")
@@ -90,8 +92,10 @@ def _item(kind: type, optional: bool) -> Any:
     spec = tyro.constructors.PrimitiveConstructorSpec(
         nargs=1, metavar=name.upper() + ("|none" if optional else ""),
         instance_from_str=parse, str_from_instance=lambda v: ["none" if v is None else str(v)],
-        is_instance=lambda v: (optional and v is None) or (
+        is_instance=lambda v: converted is not None or (optional and v is None) or (
             isinstance(v, numbers) and not isinstance(v, bool)))
+    if converted is not None:
+        return Annotated[converted, spec]
     return Annotated[kind | None if optional else kind, spec]  # type: ignore[operator]
 
 
@@ -108,7 +112,8 @@ def _view(config_class: type, defaults: Mapping[str, Any], presets: Sequence[str
         kind, is_list, optional = _unwrap(hints[f.name])
         text = spec.help + ("" if spec.choices is None else "; one of " + ", ".join(
             "none" if c is None else str(c) for c in spec.choices))
-        metavar = getattr(kind, "__name__", "VALUE").upper() + ("|none" if optional else "")
+        metavar = spec.metavar or (getattr(kind, "__name__", "VALUE").upper()
+                                   + ("|none" if optional else ""))
         if is_list or f.name in swept or f.name == "cluster_option":
             metavar = f"{metavar} [{metavar} ...]"
         # a help text that says its default itself (an environment variable) gets no other
@@ -118,7 +123,8 @@ def _view(config_class: type, defaults: Mapping[str, Any], presets: Sequence[str
             fields.append((f.name, Annotated[bool, arg], dataclasses.field(default=default)))
             continue
         value = list(default) if isinstance(default, (list, tuple)) else [default]
-        fields.append((f.name, Annotated[list[_item(kind, optional)], arg],  # type: ignore[misc]
+        item = _item(kind, optional, None if spec.convert is None or is_list else hints[f.name])
+        fields.append((f.name, Annotated[list[item], arg],  # type: ignore[misc]
                        dataclasses.field(default_factory=lambda v=value: list(v))))
     shown = f": {', '.join(presets)} (default: {presets[0]})" if presets else ": this recipe has none"
     meta = [("preset", Annotated[str | None, tyro.conf.arg(

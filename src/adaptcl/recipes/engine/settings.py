@@ -59,6 +59,8 @@ class Spec:
     axis: str | None = None
     folder: bool = False
     losses: tuple[str, ...] | None = None
+    omit_default: bool = False
+    metavar: str | None = None
 
 
 def setting(default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MISSING,
@@ -66,7 +68,8 @@ def setting(default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MI
             convert: Callable[[Any], Any] | None = None, check: Check | None = None,
             identity: bool | str | Callable[[Any], Any] = True, sweep: bool = True,
             axis: str | None = None, folder: bool = False,
-            losses: Sequence[str] | None = None) -> Any:
+            losses: Sequence[str] | None = None, omit_default: bool = False,
+            metavar: str | None = None) -> Any:
     """A config field and its :class:`Spec`.
 
     Args:
@@ -86,13 +89,18 @@ def setting(default: Any = dataclasses.MISSING, *, factory: Any = dataclasses.MI
         losses: the losses that read the setting (their registry names; ``None``: every
             loss). A cell of another loss leaves it out of what varies its identity (see
             :func:`identity_settings`): a sweep over it computes that loss's cell once.
+        omit_default: leave the setting out of a run's identity at its default value: a
+            setting added after records were stored, whose default computes what those records
+            computed, keeps their identities (any other value enters it).
+        metavar: how the option's value is shown in ``--help`` (default: its type's name).
     """
     if losses is not None and (isinstance(losses, str) or not all(
             isinstance(name, str) for name in losses)):
         raise TypeError(f"losses must be a sequence of loss names, got {losses!r}")
     spec = Spec(help=help, choices=tuple(choices) if choices is not None else None,
                 convert=convert, check=check, identity=identity, sweep=sweep, axis=axis,
-                folder=folder, losses=tuple(losses) if losses is not None else None)
+                folder=folder, losses=tuple(losses) if losses is not None else None,
+                omit_default=omit_default, metavar=metavar)
     return dataclasses.field(default=default, default_factory=factory,
                              metadata={"adaptcl": spec})
 
@@ -260,8 +268,10 @@ def identity_settings(config: Any, part: str | None = None, *, loss: str | None 
     determine the cell's numbers: it enters at ``base``'s value (the run's first point, the
     same at every point of a sweep; a run that does not sweep it keeps the value, so the cell's
     identity, and a record stored before, stay as they were), or not at all without ``base``.
+    A setting declared ``omit_default`` enters only where its value is not the default.
     """
     out = {}
+    defaults = field_defaults(type(config))
     for name, spec in specs(config).items():
         rule = spec.identity
         if spec.axis or rule is False or (isinstance(rule, str) and part not in (None, rule)):
@@ -272,5 +282,7 @@ def identity_settings(config: Any, part: str | None = None, *, loss: str | None 
                 continue
             source = base
         value = getattr(source, name)
+        if spec.omit_default and value == defaults[name]:
+            continue
         out[name] = rule(value) if callable(rule) else value
     return out

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from adaptcl.adapters.lightning.methods import BACKBONES, METHOD_LOSSES, METHODS, check_method_loss
-from adaptcl.recipes.common import gradient_cache, macl_settings, schedule
+from adaptcl.recipes.common import gradient_cache, macl_settings, schedule, tiling
 from adaptcl.recipes.common.cifar_settings import limit_setting, npz_variant_setting
 from adaptcl.recipes.common.schedule import resolve_schedule
 from adaptcl.recipes.engine import options
@@ -90,6 +90,7 @@ class ImagesConfig:
                                              "0.15)")
     max_temperature: float = schedule.max_temperature()
     schedule_period: float | None = schedule.schedule_period()
+    tile_size: str | int | None = tiling.tile_size()
     alpha: float = macl_settings.alpha()
     a0: float | None = macl_settings.a0(None, help="MACL's A0 (none: 0, MoCo 0.2)")
     num_heads: int = setting(2, check=positive, losses=AMCL_LOSSES, help="AMCL heads C")

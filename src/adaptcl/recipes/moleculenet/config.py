@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from adaptcl.recipes.common import macl_settings
+from adaptcl.recipes.common import macl_settings, tiling
 from adaptcl.recipes.common.devices import check_devices
 from adaptcl.recipes.engine import options
 from adaptcl.recipes.engine.settings import (
@@ -89,6 +89,7 @@ class MoleculeNetConfig:
     temperature: float = setting(0.1, check=positive, **_PRETRAIN, help="tau (tau0 for MACL)")
     alpha: float = macl_settings.alpha(**_PRETRAIN)
     a0: float = macl_settings.a0(**_PRETRAIN)
+    tile_size: str | int | None = tiling.tile_size(identity="pretrain")
     aug: str = setting("random2", choices=AUGMENTATIONS, **_PRETRAIN, help="GraphCL "
                        "augmentation of both views")
     aug_ratio: float = setting(0.2, check=fraction, **_PRETRAIN, help="augmentation ratio")

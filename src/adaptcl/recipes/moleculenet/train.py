@@ -36,9 +36,10 @@ def build_encoder(cfg: MoleculeNetConfig, dropout: float) -> MolGINEncoder:
 
 
 def pretrain_loss(cfg: MoleculeNetConfig, loss: str) -> torch.nn.Module:
-    """The pre-training loss ``loss`` with the run's temperature (and MACL's alpha, A0)."""
+    """The pre-training loss ``loss`` with the run's temperature and tile size (and MACL's
+    alpha, A0)."""
     extra = {"alpha": cfg.alpha, "a0": cfg.a0} if loss == "macl" else {}
-    return graphcl_loss(loss, temperature=cfg.temperature, **extra)
+    return graphcl_loss(loss, temperature=cfg.temperature, tile_size=cfg.tile_size, **extra)
 
 
 def pretrained_encoder(cfg: MoleculeNetConfig, loss: str, final: Path,

@@ -13,6 +13,7 @@ from adaptcl.adapters.sentence_transformers.simcse_names import (
     paper_family,
 )
 from adaptcl.evaluation.senteval.sts import STS_TASKS
+from adaptcl.recipes.common import tiling
 from adaptcl.recipes.engine import options
 from adaptcl.recipes.engine.settings import at_least, check_settings, fraction, positive, setting
 from adaptcl.registry import loss_help
@@ -72,6 +73,7 @@ class SimCSERecipeConfig:
                                  "and its adaptive quantities every N steps")
     dropout: float | None = setting(None, check=fraction, identity="training", help="override "
                                     "the model's dropout (SimCSE 0.1)")
+    tile_size: str | int | None = tiling.tile_size(identity="training")
     sts: bool = setting(True, identity="scoring", help="--no-sts: skip the STS evaluation")
     baseline: bool = setting(True, identity=False, help="--no-baseline: do not score the "
                              "untrained starting point")

@@ -76,7 +76,7 @@ def train_cell(cfg: SimCSERecipeConfig, cell: Cell, model: str, sentences: list[
     projection = None if cell.method == "amcl" else training_projection(cfg.pooler, st_model)
     # under torchrun every rank's in-batch negatives join every other rank's
     loss = make_loss(cell.method, st_model, projection=projection,
-                     gather_across_devices=world_size() > 1)
+                     gather_across_devices=world_size() > 1, tile_size=cfg.tile_size)
     dev = load_stsb(senteval_root, "dev")
     extra = {"bf16-mixed": {"bf16": True}, "16-mixed": {"fp16": True}}.get(cfg.precision, {})
     # use_cpu keeps a CUDA machine's GPU out of a --device cpu run

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from adaptcl.adapters.graphcl.names import LOSS_ALIASES, LOSS_NAMES
-from adaptcl.recipes.common import macl_settings, schedule
+from adaptcl.recipes.common import macl_settings, schedule, tiling
 from adaptcl.recipes.common.devices import check_devices
 from adaptcl.recipes.common.schedule import resolve_schedule
 from adaptcl.recipes.engine import options
@@ -57,6 +57,7 @@ class TUConfig:
     a0: float = macl_settings.a0()
     max_temperature: float = schedule.max_temperature()
     schedule_period: float | None = schedule.schedule_period()
+    tile_size: str | int | None = tiling.tile_size()
     aug: str = setting("auto", choices=AUGMENTATIONS, help="GraphCL augmentation of the second "
                        "view (auto: random4 on social sets, random2 on the others)")
     aug_ratio: float = setting(0.2, check=fraction, help="augmentation ratio")

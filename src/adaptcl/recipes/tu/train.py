@@ -28,15 +28,16 @@ from adaptcl.recipes.tu.config import TUConfig
 
 
 def build_loss(cfg: TUConfig, name: str, steps_per_epoch: int = 1) -> torch.nn.Module:
-    """The loss module of ``name`` with the run's temperature (and MACL's alpha, A0; the
-    schedule's tau_max and its period, ``schedule_period`` epochs of ``steps_per_epoch``)."""
+    """The loss module of ``name`` with the run's temperature and tile size (and MACL's alpha,
+    A0; the schedule's tau_max and its period, ``schedule_period`` epochs of
+    ``steps_per_epoch``)."""
     extra: dict[str, Any] = {}
     if name == "macl":
         extra = {"alpha": cfg.alpha, "a0": cfg.a0}
     elif name == "temperature_schedule":
         extra = {"max_temperature": cfg.max_temperature,
                  "period": schedule_steps(cfg.schedule_period, steps_per_epoch)}
-    return graphcl_loss(name, temperature=cfg.temperature, **extra)
+    return graphcl_loss(name, temperature=cfg.temperature, tile_size=cfg.tile_size, **extra)
 
 
 def views(cfg: TUConfig, dataset: str, generator: torch.Generator) -> tuple[Any, Any]:
