@@ -4,16 +4,13 @@ the single-process uncached full-batch step's."""
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
-import torch.distributed as dist
 from torch import nn
 
 from adaptcl.plugins import InfoNCELoss, MACLLoss, cached_forward
 
-from .._distributed import spawn_results
+from .._distributed import gloo_results
 
 WORLD, N, D_IN = 2, 8, 6
 LOSSES = {"nt_xent": lambda gather: InfoNCELoss(0.2, gather_distributed=gather),
@@ -45,25 +42,20 @@ def _batch():
             torch.randn(WORLD * N, D_IN, generator=g, dtype=torch.float64))
 
 
-def _worker(rank: int, port: int, results) -> None:
-    os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
-    dist.init_process_group("gloo", rank=rank, world_size=WORLD)
-    try:
-        torch.set_num_threads(1)
-        x0, x1 = (x[rank * N:(rank + 1) * N] for x in _batch())
-        out = {}
-        for name, make in LOSSES.items():
-            model = nn.parallel.DistributedDataParallel(_TwoViews(_encoder(), 3))
-            make(True)(*model(x0, x1)).backward()
-            out[name] = [p.grad.tolist() for p in model.module.encoder.parameters()]
-        results[rank] = out
-    finally:
-        dist.destroy_process_group()
+def _rank_gradients(rank: int) -> dict[str, list]:
+    """Each loss's encoder gradients on ``rank``, its half of the batch cached under DDP."""
+    x0, x1 = (x[rank * N:(rank + 1) * N] for x in _batch())
+    out = {}
+    for name, make in LOSSES.items():
+        model = nn.parallel.DistributedDataParallel(_TwoViews(_encoder(), 3))
+        make(True)(*model(x0, x1)).backward()
+        out[name] = [p.grad.tolist() for p in model.module.encoder.parameters()]
+    return out
 
 
 @pytest.mark.slow  # two processes, ~10 s
 def test_two_ranks_cached_equal_single_process_full_batch():
-    results = spawn_results(_worker, WORLD)
+    results = gloo_results(_rank_gradients, WORLD)
     x0, x1 = _batch()
     for name, make in LOSSES.items():
         encoder = _encoder()
