@@ -74,6 +74,10 @@ def _raise_terminated(signum: int, frame: object) -> None:
     raise Terminated()
 
 
+def _child_ended(signum: int, frame: object) -> None:
+    """The SIGCHLD handler while a run stops: nothing to do (see :class:`_QuietChildren`)."""
+
+
 class _QuietChildren:
     """SIGCHLD left alone while a SIGTERM stops the run.
 
@@ -82,21 +86,28 @@ class _QuietChildren:
     signal_handling``) then raises "DataLoader worker (pid N) is killed by signal: Terminated"
     wherever the run is unwinding, which replaces the stop and cuts its cleanup short. Once the
     run is stopping nothing waits for a worker, so their deaths are part of the stop: the
-    handler is set aside on SIGTERM (a pending SIGCHLD then finds none) and put back when the
-    CLI returns.
+    handler is set aside on SIGTERM for one that does nothing, and put back when the CLI
+    returns.
+
+    Not ``SIG_DFL``: the SIGCHLD of a worker that died with the SIGTERM may have been received
+    (CPython's C handler flagged it) and not yet handled, as Python runs the handlers in signal
+    order, SIGTERM (15) before SIGCHLD (17). Finding no Python handler when it gets to that
+    flag, CPython writes "OSError: Signal 17 ignored due to race condition" with a traceback
+    (``Modules/signalmodule.c``); a Python handler that does nothing takes it quietly.
     """
 
     def __init__(self) -> None:
         self._held: Callable[..., Any] | None = None
 
     def hold(self) -> None:
-        """Set a Python SIGCHLD handler aside (SIG_DFL: children are still reaped by whoever
-        waits for them); one set from C, or none, raises nothing into the run."""
+        """Set a Python SIGCHLD handler aside for :func:`_child_ended` (children are still
+        reaped by whoever waits for them, as under ``SIG_DFL``); one set from C, or none,
+        raises nothing into the run and stays."""
         if self._held is None and hasattr(signal, "SIGCHLD"):
             handler = signal.getsignal(signal.SIGCHLD)
-            if callable(handler):
+            if callable(handler) and handler is not _child_ended:
                 self._held = handler
-                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                signal.signal(signal.SIGCHLD, _child_ended)
 
     def release(self) -> None:
         if self._held is not None:
