@@ -51,7 +51,9 @@ class InfoNCEClipLoss(AdaptiveClipLoss):
         max_logits_bytes: beyond this many bytes of materialised logits, take the exact tiled
             path (``None``: a share of the free memory on CUDA, no switch on the CPU; see
             :mod:`adaptcl.plugins.budget`).
-        check_finite: fail on NaN/inf features.
+        check_finite: NaN/inf features are a ``ValueError`` on the CPU; on a GPU a NaN loss
+            (which a ``GradScaler`` skips, as with ``ClipLoss``) and a ``NonFiniteWarning``,
+            never a wait (:func:`~adaptcl.plugins.validation.check_all_finite`).
 
     ``forward(image_features, text_features, logit_scale, logit_bias=None, output_dict=False,
     *, labels=None)``: with ``labels`` every image (text) of the anchor's class is a positive
