@@ -145,13 +145,25 @@ def main(argv: list[str] | None = None) -> int:
     if on_sigterm:
         signal.signal(signal.SIGTERM, _raise_terminated)
     try:
-        return _handled(prog, lambda: int(importlib.import_module(
-            f"adaptcl.recipes.{name}.recipe").RECIPE.main(rest, prog) or 0))
+        return _handled(prog, lambda: _run(name, rest, prog))
     finally:
         _close_process_group()
         if on_sigterm:  # the caller's process gets its default back
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             _quiet_children.release()
+
+
+def _run(name: str, rest: list[str], prog: str) -> int:
+    """The recipe's ``main``, with SIGINT and SIGTERM unblocked first: Lightning's launcher
+    starts the other ranks of a run on several devices with both blocked
+    (:mod:`adaptcl.recipes.common.ddp`), so that one sent before this process has its handlers
+    waits for them instead of killing it (whose death Lightning's observer answers by
+    SIGKILLing rank 0); here they are in."""
+    if threading.current_thread() is threading.main_thread() and hasattr(signal,
+                                                                          "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    return int(importlib.import_module(f"adaptcl.recipes.{name}.recipe").RECIPE.main(rest, prog)
+               or 0)
 
 
 def _close_process_group() -> None:
@@ -190,10 +202,10 @@ def _handled(prog: str, call: Callable[[], int]) -> int:
     except KeyboardInterrupt as stop:
         terminated = isinstance(stop, Terminated)
         if distributed_follower():  # every rank is stopped; rank 0's line and status say so
-            # a SIGTERM stops every rank at one step (recipes.common.lightning), so a follower
-            # exits 0: Lightning's launcher SIGKILLs rank 0 when a rank it started ends with
-            # another status, which would cut rank 0's line and its 143 short
-            return 0 if terminated else 128 + signal.SIGINT
+            # a SIGTERM or a Ctrl-C stops every rank at one point (recipes.common.lightning),
+            # so a follower exits 0: Lightning's launcher SIGKILLs rank 0 when a rank it
+            # started ends with another status, which would cut rank 0's line and its 143 short
+            return 0
         how = "terminated (SIGTERM)" if terminated else "interrupted"
         print(f"\n{prog}: {how}; finished runs are kept{_kept(stop)}: rerun the same command "
               "to resume", file=sys.stderr)
