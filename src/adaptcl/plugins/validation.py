@@ -163,15 +163,15 @@ def check_all_finite(name: str, x: Tensor) -> None:
     """
     if x.device.type == "meta":
         return
-    finite = torch.isfinite(x).all()
     if _on_host(x):
+        finite = torch.isfinite(x).all()
         # Under torch.compile a host read is a graph break; the traced assertion is not.
         if torch.compiler.is_compiling():
             torch._assert_async(finite, f"{name} contains NaN or inf")
         elif not bool(finite):
             raise NonFiniteError(f"{name} contains NaN or inf")
     elif not torch.compiler.is_compiling():
-        _NON_FINITE.note(name, finite)
+        _NON_FINITE.note(name, torch.isfinite(x).all())
 
 
 class NonFiniteWarning(RuntimeWarning):
@@ -228,7 +228,9 @@ def check_labels(name: str, labels: Tensor, length: int | None, device: torch.de
 
     A bool or floating-point tensor is a ``TypeError`` (a float label column is a score, not a
     class); the range check is a ``ValueError`` on the CPU and, on an accelerator, a device-side
-    assertion that never stalls the step (as :func:`check_all_finite`).
+    assertion that never stalls the step, as torch's own checks of class indices
+    (``F.cross_entropy``'s targets): a label out of range is a mistake in the data, not a step
+    for a ``GradScaler`` to skip (unlike NaN or inf, :func:`check_all_finite`).
     """
     if not isinstance(labels, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor of integer labels, got {type(labels).__name__}")
