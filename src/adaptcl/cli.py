@@ -55,6 +55,10 @@ def _raise_terminated(signum: int, frame: object) -> None:
     raise Terminated()
 
 
+def _child_ended(signum: int, frame: object) -> None:
+    """The SIGCHLD handler while a run stops: nothing to do (see :class:`_QuietChildren`)."""
+
+
 class _QuietChildren:
     """SIGCHLD left alone while a SIGTERM stops the run.
 
@@ -63,21 +67,28 @@ class _QuietChildren:
     signal_handling``) then raises "DataLoader worker (pid N) is killed by signal: Terminated"
     wherever the run is unwinding, which replaces the stop and cuts its cleanup short. Once the
     run is stopping nothing waits for a worker, so their deaths are part of the stop: the
-    handler is set aside on SIGTERM (a pending SIGCHLD then finds none) and put back when the
-    CLI returns.
+    handler is set aside on SIGTERM for one that does nothing, and put back when the CLI
+    returns.
+
+    Not ``SIG_DFL``: the SIGCHLD of a worker that died with the SIGTERM may have been received
+    (CPython's C handler flagged it) and not yet handled, as Python runs the handlers in signal
+    order, SIGTERM (15) before SIGCHLD (17). Finding no Python handler when it gets to that
+    flag, CPython writes "OSError: Signal 17 ignored due to race condition" with a traceback
+    (``Modules/signalmodule.c``); a Python handler that does nothing takes it quietly.
     """
 
     def __init__(self) -> None:
         self._held: Callable[..., Any] | None = None
 
     def hold(self) -> None:
-        """Set a Python SIGCHLD handler aside (SIG_DFL: children are still reaped by whoever
-        waits for them); one set from C, or none, raises nothing into the run."""
+        """Set a Python SIGCHLD handler aside for :func:`_child_ended` (children are still
+        reaped by whoever waits for them, as under ``SIG_DFL``); one set from C, or none,
+        raises nothing into the run and stays."""
         if self._held is None and hasattr(signal, "SIGCHLD"):
             handler = signal.getsignal(signal.SIGCHLD)
-            if callable(handler):
+            if callable(handler) and handler is not _child_ended:
                 self._held = handler
-                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                signal.signal(signal.SIGCHLD, _child_ended)
 
     def release(self) -> None:
         if self._held is not None:
@@ -115,13 +126,25 @@ def main(argv: list[str] | None = None) -> int:
     if on_sigterm:
         signal.signal(signal.SIGTERM, _raise_terminated)
     try:
-        return _handled(prog, lambda: int(importlib.import_module(
-            f"adaptcl.recipes.{name}.recipe").RECIPE.main(rest, prog) or 0))
+        return _handled(prog, lambda: _run(name, rest, prog))
     finally:
         _close_process_group()
         if on_sigterm:  # the caller's process gets its default back
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             _quiet_children.release()
+
+
+def _run(name: str, rest: list[str], prog: str) -> int:
+    """The recipe's ``main``, with SIGINT and SIGTERM unblocked first: Lightning's launcher
+    starts the other ranks of a run on several devices with both blocked
+    (:mod:`adaptcl.recipes.common.ddp`), so that one sent before this process has its handlers
+    waits for them instead of killing it (whose death Lightning's observer answers by
+    SIGKILLing rank 0); here they are in."""
+    if threading.current_thread() is threading.main_thread() and hasattr(signal,
+                                                                          "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    return int(importlib.import_module(f"adaptcl.recipes.{name}.recipe").RECIPE.main(rest, prog)
+               or 0)
 
 
 def _close_process_group() -> None:
@@ -160,10 +183,10 @@ def _handled(prog: str, call: Callable[[], int]) -> int:
     except KeyboardInterrupt as stop:
         terminated = isinstance(stop, Terminated)
         if distributed_follower():  # every rank is stopped; rank 0's line and status say so
-            # a SIGTERM stops every rank at one step (recipes.common.lightning), so a follower
-            # exits 0: Lightning's launcher SIGKILLs rank 0 when a rank it started ends with
-            # another status, which would cut rank 0's line and its 143 short
-            return 0 if terminated else 128 + signal.SIGINT
+            # a SIGTERM or a Ctrl-C stops every rank at one point (recipes.common.lightning),
+            # so a follower exits 0: Lightning's launcher SIGKILLs rank 0 when a rank it
+            # started ends with another status, which would cut rank 0's line and its 143 short
+            return 0
         how = "terminated (SIGTERM)" if terminated else "interrupted"
         print(f"\n{prog}: {how}; finished runs are kept{_kept(stop)}: rerun the same command "
               "to resume", file=sys.stderr)

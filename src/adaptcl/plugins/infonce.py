@@ -105,10 +105,12 @@ class InfoNCELoss(ContrastiveLoss):
             ``MultipleNegativesRankingLoss``; see :mod:`adaptcl.plugins.hardness`. Off by default.
         gather_distributed: gather candidates from every rank before the loss.
         gather_fn: custom gradient-carrying gather (e.g. ``lightly.utils.dist.gather``).
-        check_finite: fail on NaN/inf embeddings (one cheap reduction): a ``ValueError`` on
-            the CPU; on an accelerator a device-side assertion (``torch._assert_async``) that
-            never stalls the step and fails the next synchronising call with a
-            ``RuntimeError``. Nothing else in any loss synchronises host and device.
+        check_finite: look for NaN/inf embeddings (one cheap reduction,
+            :func:`~adaptcl.plugins.validation.check_all_finite`): on the CPU a
+            :class:`~adaptcl.plugins.validation.NonFiniteError` (a ``ValueError``) at once; on
+            an accelerator nothing is raised or waited for: the loss comes out NaN (under AMP,
+            ``GradScaler`` skips the step) and a ``NonFiniteWarning`` follows. Nothing else in
+            any loss synchronises host and device.
         tile_size: how the ``[A, C]`` logits are computed
             (:mod:`adaptcl.plugins.tiles.dispatch`): ``"auto"`` (default) the fastest exact
             path that fits (on CUDA the fused kernel where it covers the case and its products

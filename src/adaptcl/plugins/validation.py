@@ -3,8 +3,10 @@ argument."""
 
 from __future__ import annotations
 
+import collections
 import math
-from typing import Literal
+import warnings
+from typing import Any, Literal
 
 import torch
 from torch import Tensor
@@ -141,24 +143,84 @@ def check_embedding_tensor(name: str, x: Tensor, *, dim: int | None = None, chec
 
 
 def check_all_finite(name: str, x: Tensor) -> None:
-    """Fail on NaN/inf without stalling an accelerator.
+    """Refuse NaN/inf on the CPU; on an accelerator, let them through and say so, never
+    stalling it.
 
-    One reduction over ``[N, D]``, negligible next to the N x N similarity matrix. On the CPU
-    its result is read at once (nothing to wait for): :class:`NonFiniteError` (a ``ValueError``). Under ``torch.compile``, and
-    on an accelerator, where reading
-    it would synchronise host and device on every step, so the check is a device-side
-    assertion (``torch._assert_async``) that fails the next synchronising call with a
-    ``RuntimeError`` naming the tensor. On the ``meta`` device there are no values to check.
+    One reduction over ``x``, negligible next to the N x N similarity matrix.
+
+    * **CPU**: its result is read at once (nothing to wait for): :class:`NonFiniteError` (a
+      ``ValueError``) naming the tensor. Under ``torch.compile`` (where a host read would break
+      the graph) the traced ``torch._assert_async`` raises a ``RuntimeError`` instead.
+    * **Accelerator** (CUDA and the others): nothing is raised and nothing waits. Reading the
+      result would synchronise host and device on every step, and a device-side assertion
+      ends the process's CUDA context. The values go on into the loss, which comes out NaN,
+      as open_clip's ``ClipLoss``, Lightly's losses and sentence-transformers' MNRL do: under
+      AMP, ``torch.amp.GradScaler`` skips that step (its gradients are not finite). The user
+      is told by a :class:`NonFiniteWarning` once the device has got there: the result is
+      copied to pinned host memory behind an event, and a later check looks whether the event
+      is done (``query``, never ``synchronize``); the warning comes at the first check after
+      that, usually the next step's. Under ``torch.compile`` there is no host side to tell
+      from: the NaN loss is the only sign. Not during CUDA graph capture.
+    * **meta**: there are no values to check.
     """
     if x.device.type == "meta":
         return
-    finite = torch.isfinite(x).all()
-    # Under torch.compile a host read is a graph break; the traced assertion is not.
-    if x.device.type == "cpu" and not torch.compiler.is_compiling():
-        if not bool(finite):
+    if _on_host(x):
+        finite = torch.isfinite(x).all()
+        # Under torch.compile a host read is a graph break; the traced assertion is not.
+        if torch.compiler.is_compiling():
+            torch._assert_async(finite, f"{name} contains NaN or inf")
+        elif not bool(finite):
             raise NonFiniteError(f"{name} contains NaN or inf")
-    else:
-        torch._assert_async(finite, f"{name} contains NaN or inf")
+    elif not torch.compiler.is_compiling():
+        _NON_FINITE.note(name, torch.isfinite(x).all())
+
+
+class NonFiniteWarning(RuntimeWarning):
+    """NaN or inf that a loss met on an accelerator (``check_finite=True``): that step's loss is
+    NaN, which ``torch.amp.GradScaler`` skips (:func:`check_all_finite`)."""
+
+
+def _on_host(x: Tensor) -> bool:
+    """Whether ``x``'s values are read at once (the CPU), not behind an accelerator's queue."""
+    return x.device.type == "cpu"
+
+
+class _Unreported:
+    """The accelerator's finiteness checks whose results the host has not looked at yet, oldest
+    first: each a flag copied to pinned host memory and the event after the copy. Looked at
+    without waiting (``Event.query``), at every new check."""
+
+    def __init__(self) -> None:
+        self._pending: collections.deque[tuple[str, Tensor, Any]] = collections.deque()
+
+    def note(self, name: str, finite: Tensor) -> None:
+        self.tell()
+        bad = finite.logical_not()
+        if bad.device.type == "cuda" and torch.cuda.is_current_stream_capturing():
+            return  # a graph being captured may neither copy to the host nor be queried
+        if bad.device.type == "cpu":  # (a stand-in for an accelerator in the tests)
+            self._pending.append((name, bad, None))
+            return
+        flag = torch.empty((), dtype=torch.bool, pin_memory=True)
+        flag.copy_(bad, non_blocking=True)
+        done = torch.Event(device=bad.device)
+        done.record()
+        self._pending.append((name, flag, done))
+
+    def tell(self) -> None:
+        """Warn of each result the device has got to that found NaN or inf, oldest first."""
+        while self._pending and (self._pending[0][2] is None or self._pending[0][2].query()):
+            name, flag, _ = self._pending.popleft()
+            if bool(flag):
+                # one location (this line): Python's default filter shows it once per name
+                warnings.warn(NonFiniteWarning(
+                    f"{name} contained NaN or inf: the loss of that step is NaN (under AMP, "
+                    "GradScaler skips the step); check_finite=False silences this"),
+                    stacklevel=1)
+
+
+_NON_FINITE = _Unreported()
 
 
 def check_labels(name: str, labels: Tensor, length: int | None, device: torch.device, *,
@@ -168,7 +230,9 @@ def check_labels(name: str, labels: Tensor, length: int | None, device: torch.de
 
     A bool or floating-point tensor is a ``TypeError`` (a float label column is a score, not a
     class); the range check is a ``ValueError`` on the CPU and, on an accelerator, a device-side
-    assertion that never stalls the step (as :func:`check_all_finite`).
+    assertion that never stalls the step, as torch's own checks of class indices
+    (``F.cross_entropy``'s targets): a label out of range is a mistake in the data, not a step
+    for a ``GradScaler`` to skip (unlike NaN or inf, :func:`check_all_finite`).
     """
     if not isinstance(labels, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor of integer labels, got {type(labels).__name__}")

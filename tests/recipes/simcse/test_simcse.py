@@ -185,8 +185,14 @@ def test_tensorboard_logger_writes_the_trainers_event_files_with_the_adaptive_cu
     assert not list((tmp_path / "out").rglob("metrics.csv"))  # no second, replayed copy
 
 
-def test_device_cpu_trains_with_use_cpu_instead_of_being_refused(tmp_path, shared_data,
+@pytest.mark.parametrize("device", ["cpu", "auto"])
+def test_device_cpu_trains_with_use_cpu_instead_of_being_refused(device, tmp_path, shared_data,
                                                                    monkeypatch):
+    """``--device cpu``, and ``auto`` where it resolves to the CPU, give the trainer
+    ``use_cpu=True``: without it transformers under torchrun trained as one process."""
+    if device == "auto":
+        monkeypatch.setattr("torch.cuda.is_available", lambda: False)  # auto -> cpu
+
     class Captured(Exception):
         pass
 
@@ -198,7 +204,7 @@ def test_device_cpu_trains_with_use_cpu_instead_of_being_refused(tmp_path, share
 
     monkeypatch.setattr(training, "train_simcse", capture)
     model = build_tiny_model(tmp_path / "tiny", "bert")
-    cfg = _config(model, shared_data, tmp_path / "out", device="cpu", precision="bf16-mixed")
+    cfg = _config(model, shared_data, tmp_path / "out", device=device, precision="bf16-mixed")
     recipe = SimCSERecipe(cfg)
     recipe.prepare(recipe.point_configs())
     inputs = recipe.inputs[()]
@@ -265,6 +271,26 @@ def test_zero_step_run_is_refused_and_nothing_stored(tmp_path, shared_data, monk
         SimCSERecipe(config).run()
     assert not list((tmp_path / "out").rglob("seed42.json"))
     assert not (tmp_path / "out" / "results.json").exists()
+
+
+def test_a_run_that_trained_as_other_processes_than_launched_is_not_stored(tmp_path, shared_data,
+                                                                           monkeypatch):
+    """The identity records the processes launched (``WORLD_SIZE``); a trainer that trained as
+    another number (transformers under torchrun without ``use_cpu`` on a CPU machine: one
+    process on every sentence) stores nothing."""
+    model = build_tiny_model(tmp_path / "tiny", "bert")
+    config = _config(model, shared_data, tmp_path / "out", losses=["infonce"], sts=False)
+
+    def one_process(*args, **kwargs):
+        return {"final_model": str(model), "global_step": 3, "world_size": 1,
+                "history": [{"loss": 1.0, "step": 3}], "best_dev_spearman": 0.5}
+
+    monkeypatch.setattr(training, "train_cell", one_process)
+    monkeypatch.setenv("WORLD_SIZE", "2")  # as torchrun launches rank 0
+    with pytest.raises(RuntimeError, match=r"^wiki/infonce/seed42: launched as 2 process\(es\) "
+                                           r"\(WORLD_SIZE\) but the trainer trained as 1; "):
+        SimCSERecipe(config).run()
+    assert not list((tmp_path / "out").rglob("seed42.json"))
 
 
 def test_plot_says_why_when_nothing_was_logged(tmp_path, monkeypatch):

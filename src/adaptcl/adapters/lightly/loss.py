@@ -67,7 +67,9 @@ class NTXentLoss(MemoryBankLoss):
             ``"cross_view_symmetric"``.
         persistent_memory_bank: save the memory bank in ``state_dict`` (Lightly does not).
         memory_bank_labels: keep the class of every bank entry, for ``labels`` with a bank.
-        check_finite: raise on NaN/inf embeddings (costs one host-device synchronisation).
+        check_finite: NaN/inf embeddings are a ``ValueError`` on the CPU; on a GPU a NaN
+            loss (which a ``GradScaler`` skips) and a ``NonFiniteWarning``, never a wait
+            (:func:`~adaptcl.plugins.validation.check_all_finite`).
         tile_size: ``"auto"`` (default: the fastest exact path that fits; on the CPU without
             a budget, the materialised logits), ``None`` (materialise) or an int (stream the
             similarity matrix in tiles, memory linear in the batch); see

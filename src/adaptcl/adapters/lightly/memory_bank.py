@@ -113,8 +113,9 @@ class MemoryBankLoss(nn.Module):
         gather_distributed: gather candidates (or, with a bank, keys) from every rank.
         form: in-batch candidate set without a bank (one of ``forms``).
         persistent_memory_bank: save the bank in ``state_dict`` (Lightly does not).
-        check_finite: raise ``ValueError`` on NaN/inf embeddings (one reduction and one
-            host-device synchronisation per call; turn off in tuned training loops).
+        check_finite: NaN/inf embeddings are a ``ValueError`` on the CPU; on a GPU a NaN
+            loss, which a ``GradScaler`` skips under AMP, and a ``NonFiniteWarning``, never a
+            wait (:func:`~adaptcl.plugins.validation.check_all_finite`).
         tile_size: ``"auto"``, ``None`` or an int: how the logits are computed (see
             :mod:`adaptcl.plugins.tiles.dispatch`).
         forms: the in-batch forms this loss supports.

@@ -182,15 +182,15 @@ class RandomStates(pl.Callback):
 
 
 def build_trainer(max_epochs: int, *, device: str = "cpu", devices: int = 1,
-                  strategy: str = "auto", precision: Precision = "32", logger: Any = False,
+                  strategy: str | Any = "auto", precision: Precision = "32", logger: Any = False,
                   ckpt_dir: str | Path | None = None, callbacks: list[Any] | None = None,
                   progress: bool = True, val_every: int = 0) -> pl.Trainer:
     """Lightning's ``Trainer`` for ``device`` (``"cpu"``, ``"cuda"`` or ``"cuda:N"``).
 
-    ``devices``/``strategy`` (e.g. 4 and ``"ddp"``; SyncBatchNorm on GPUs), ``precision``
-    and ``logger`` go to the Trainer as they are. With ``ckpt_dir``, ``last.ckpt`` is written
-    there after every training epoch (no version counter, through
-    :class:`AtomicCheckpointIO`), so ``fit(...,
+    ``devices``/``strategy`` (e.g. 4 and ``"ddp"``, or a ``Strategy`` as the Trainer takes it;
+    SyncBatchNorm on GPUs under DDP), ``precision`` and ``logger`` go to the Trainer as they
+    are. With ``ckpt_dir``, ``last.ckpt`` is written there after every training epoch (no
+    version counter, through :class:`AtomicCheckpointIO`), so ``fit(...,
     ckpt_path=<ckpt_dir>/last.ckpt)`` resumes. ``val_every`` runs the validation loop (the
     online kNN monitor) every that many epochs, 0 never.
     """
@@ -204,6 +204,8 @@ def build_trainer(max_epochs: int, *, device: str = "cpu", devices: int = 1,
                                          enable_version_counter=False))
         plugins.append(AtomicCheckpointIO())
     accelerator = "gpu" if device.startswith("cuda") else "cpu"
+    ddp = (strategy.startswith("ddp") if isinstance(strategy, str)
+           else isinstance(strategy, pl.strategies.DDPStrategy))
     chosen: Any = [int(device[5:])] if device.startswith("cuda:") else devices
     return pl.Trainer(
         max_epochs=max_epochs, accelerator=accelerator, devices=chosen, strategy=strategy,
@@ -212,5 +214,5 @@ def build_trainer(max_epochs: int, *, device: str = "cpu", devices: int = 1,
         enable_model_summary=False, num_sanity_val_steps=0, log_every_n_steps=1,
         check_val_every_n_epoch=max(1, val_every), limit_val_batches=1.0 if val_every else 0,
         # SyncBatchNorm needs GPU modules; CPU DDP keeps per-rank BN
-        sync_batchnorm=strategy.startswith("ddp") and accelerator == "gpu")
+        sync_batchnorm=ddp and accelerator == "gpu")
 

@@ -21,6 +21,7 @@ from adaptcl.plugins import ContrastiveLoss
 from adaptcl.plugins.base import Stats
 from adaptcl.plugins.validation import (
     TileSize,
+    check_all_finite,
     check_bool,
     check_embedding_tensor,
     check_int,
@@ -66,17 +67,22 @@ def _scalar(name: str, value: Tensor | float, device: torch.device) -> Tensor | 
 
 def check_logit_scale(logit_scale: Tensor | float, device: torch.device) -> Tensor | float:
     """open_clip's ``logit_scale`` (``model.logit_scale.exp()``: the inverse temperature), a
-    finite number > 0; on an accelerator the value check never stalls the step."""
+    finite number > 0: a ``ValueError`` on the CPU. On an accelerator the check never stalls
+    the step: NaN or inf is let through and told later, as the features' ``check_finite``
+    (:func:`~adaptcl.plugins.validation.check_all_finite`: the loss is NaN, which a
+    ``GradScaler`` skips, as with ``ClipLoss``); a finite value <= 0 (the log passed for its
+    exponential) is a device-side assertion, as torch's own checks of an index."""
     scale = _scalar("logit_scale", logit_scale, device)
     if not isinstance(scale, Tensor):
         return check_positive("logit_scale", scale)
-    ok = torch.isfinite(scale) & (scale > 0)
+    finite = torch.isfinite(scale)
     if scale.device.type == "cpu" and not torch.compiler.is_compiling():
-        if not bool(ok):
+        if not bool(finite & (scale > 0)):
             raise ValueError(f"logit_scale must be a finite number > 0 (the model's "
                              f"logit_scale.exp()), got {float(scale)}")
     elif scale.device.type != "meta":
-        torch._assert_async(ok, "logit_scale must be a finite number > 0")
+        check_all_finite("logit_scale", scale)
+        torch._assert_async(~finite | (scale > 0), "logit_scale must be a finite number > 0")
     return scale
 
 

@@ -49,7 +49,9 @@ class InfoNCEClipLoss(AdaptiveClipLoss):
             fastest exact path that fits (:class:`adaptcl.plugins.InfoNCELoss`; on the CPU
             without a budget, the materialised one). What computes the tiles and the budget:
             :class:`adaptcl.plugins.tiling`.
-        check_finite: fail on NaN/inf features.
+        check_finite: NaN/inf features are a ``ValueError`` on the CPU; on a GPU a NaN loss
+            (which a ``GradScaler`` skips, as with ``ClipLoss``) and a ``NonFiniteWarning``,
+            never a wait (:func:`~adaptcl.plugins.validation.check_all_finite`).
 
     ``forward(image_features, text_features, logit_scale, logit_bias=None, output_dict=False,
     *, labels=None)``: with ``labels`` every image (text) of the anchor's class is a positive

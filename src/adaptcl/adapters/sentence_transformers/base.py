@@ -127,8 +127,10 @@ class AdaptiveContrastiveLoss(CachedLossMixin, nn.Module):
         directions, partition_mode: ``MultipleNegativesRankingLoss``'s (6.2), with its
             defaults, checks and values; the core's temperature rule applies to every term
             (a joint softmax needs a core with ``compute_from_candidates``).
-        check_finite: raise ``ValueError`` on NaN/inf embeddings (costs one host-device
-            synchronisation per call; ``False`` skips it).
+        check_finite: NaN/inf embeddings are a ``ValueError`` on the CPU; on a GPU a NaN
+            loss, which the trainer's ``GradScaler`` skips under fp16, and a
+            ``NonFiniteWarning``, never a wait (the core's
+            :func:`~adaptcl.plugins.validation.check_all_finite`); ``False`` skips the check.
         show_progress_bar: progress bar over the cached mini-batches.
         use_labels: read the ``labels`` sentence-transformers passes to ``forward`` (the
             dataset's ``label`` column) as the class of each pair: every in-batch candidate of

@@ -20,6 +20,7 @@ from torch_geometric.loader import DataLoader
 from adaptcl.adapters.graphcl.lightning import GraphCLModule
 from adaptcl.adapters.lightning.trainer import RandomStates, TrainingClock, build_trainer
 from adaptcl.plugins.validation import NonFiniteError
+from adaptcl.recipes.common.ddp import ddp_strategy
 from adaptcl.recipes.common.lightning import fit, resume_checkpoint
 from adaptcl.recipes.engine.errors import DivergedError, require_steps, trained_embeddings
 from adaptcl.recipes.engine.loggers import lightning_logger
@@ -84,7 +85,8 @@ def fit_graphs(model: torch.nn.Module, dataset: Callable[[int], Dataset], *, epo
     if on_epoch is not None:
         callbacks.append(pl.callbacks.LambdaCallback(on_train_epoch_end=lambda trainer, _: (
             on_epoch(trainer.current_epoch, trainer.global_step))))
-    trainer = build_trainer(epochs, device=device, devices=devices, strategy=strategy,
+    trainer = build_trainer(epochs, device=device, devices=devices,
+                            strategy=ddp_strategy(strategy, devices),
                             precision=precision, logger=lightning_logger(logger, log_dir or "."),
                             ckpt_dir=checkpoint_dir, callbacks=callbacks,
                             progress=on_terminal(progress))

@@ -20,6 +20,7 @@ from adaptcl.adapters.lightning.trainer import (
 )
 from adaptcl.evaluation.images import evaluate_backbone
 from adaptcl.plugins.validation import NonFiniteError
+from adaptcl.recipes.common.ddp import ddp_strategy
 from adaptcl.recipes.common.lightning import fit, resume_checkpoint
 from adaptcl.recipes.common.schedule import schedule_steps
 from adaptcl.recipes.common.step_cost import step_cost
@@ -63,7 +64,7 @@ def lightning_trainer(cfg: ImagesConfig, log_dir: Path, ckpt_dir: Path | None = 
                       callbacks: list[Any] | None = None) -> Any:
     """Lightning's Trainer of the run's settings (the online kNN every ``knn_every`` epochs)."""
     return build_trainer(cfg.epochs, device=resolve_device(cfg.device), devices=cfg.devices,
-                         strategy=cfg.strategy, precision=cfg.precision,
+                         strategy=ddp_strategy(cfg.strategy, cfg.devices), precision=cfg.precision,
                          logger=lightning_logger(cfg.logger, log_dir), ckpt_dir=ckpt_dir,
                          callbacks=callbacks,
                          progress=on_terminal(cfg.progress), val_every=cfg.knn_every)

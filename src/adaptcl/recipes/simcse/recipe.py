@@ -137,6 +137,8 @@ class SimCSERecipe(Recipe):
                                      self.senteval_root, out, log_dir, resume=resume))
         if follower:  # rank 0 saved the model, scores it and stores the record
             return None
+        if cell.method != BASELINE:
+            train.check_processes(run, cell.label())
         record = train.run_record(run, train_seconds=time.perf_counter() - start)
         if cfg.sts:  # as adaptcl sts scores an encoder
             encoder = build_encoder(run["final_model"], device=self.device, show_progress=cfg.progress,

@@ -28,7 +28,7 @@ from adaptcl.recipes.engine.errors import note
 from adaptcl.recipes.engine.files import note_corrupt, read_json, write_json_atomic
 from adaptcl.recipes.engine.loggers import MetricLogger
 from adaptcl.recipes.engine.store import distributed_follower
-from adaptcl.recipes.engine.torch_env import seed_everything
+from adaptcl.recipes.engine.torch_env import resolve_device, seed_everything
 from adaptcl.recipes.simcse.config import SimCSERecipeConfig
 
 CHECKPOINTS = "checkpoints"  # the trainer's output_dir inside a run folder (the adapter's)
@@ -38,6 +38,16 @@ RUN_IDENTITY = "identity.json"  # which cell identity a run folder belongs to
 def world_size() -> int:
     """The processes of this run (``torchrun`` sets ``WORLD_SIZE``; 1 otherwise)."""
     return int(os.environ.get("WORLD_SIZE", "1") or "1")
+
+
+def check_processes(run: dict[str, Any], where: str) -> None:
+    """Refuse a trained ``run`` whose trainer did not train as the processes launched: the
+    cell's identity records those (``processes``), so its record would claim settings it did
+    not run with. ``RuntimeError`` (ours or the trainer's fault, not the user's)."""
+    launched, ran = world_size(), int(run.get("world_size") or 1)
+    if ran != launched:
+        raise RuntimeError(f"{where}: launched as {launched} process(es) (WORLD_SIZE) but the "
+                           f"trainer trained as {ran}; nothing was stored")
 
 
 def check_trainer_device(device: str) -> None:
@@ -79,8 +89,10 @@ def train_cell(cfg: SimCSERecipeConfig, cell: Cell, model: str, sentences: list[
                      gather_across_devices=world_size() > 1, tile_size=cfg.tile_size)
     dev = load_stsb(senteval_root, "dev")
     extra = {"bf16-mixed": {"bf16": True}, "16-mixed": {"fp16": True}}.get(cfg.precision, {})
-    # use_cpu keeps a CUDA machine's GPU out of a --device cpu run
-    extra = {**extra, "use_cpu": cfg.device == "cpu"}
+    # use_cpu keeps a CUDA machine's GPU out of a --device cpu run, and --device auto on a
+    # machine without one must say so too: without use_cpu, transformers under torchrun finds
+    # no GPU and trains as one process (accelerate's PartialState is left undistributed)
+    extra = {**extra, "use_cpu": resolve_device(cfg.device) == "cpu"}
     tensorboard_dir = None
     if cfg.logger == "tensorboard":  # live, through transformers' TensorBoardCallback
         tensorboard_dir = log_dir
