@@ -12,7 +12,8 @@ import pytest
 from adaptcl import cli
 from adaptcl.recipes.common.tiling import parse_tile_size
 from adaptcl.recipes.engine.provenance import stable_hash
-from adaptcl.recipes.engine.settings import Sweep, identity_settings, spec_of
+from adaptcl.recipes.engine.settings import identity_settings, spec_of
+from adaptcl.recipes.engine.sweep import Sweep
 
 #: recipe -> its config class, for the recipes that train with the core's losses
 TRAINING = {"tu": "adaptcl.recipes.tu.config:TUConfig",
