@@ -48,7 +48,8 @@ tests_for() {
                  tests/adapters/lightning/test_mixed_precision.py tests/plugins/test_parity.py \
                  tests/adapters/lightly/test_temperature_rules.py \
                  tests/adapters/lightning/test_temperature_rules.py \
-                 tests/adapters/lightning/test_settings.py ;;
+                 tests/adapters/lightning/test_settings.py \
+                 tests/adapters/lightning/test_gradient_caching.py ;;
     text) echo tests/adapters/sentence_transformers/test_adapter.py \
                tests/adapters/sentence_transformers/test_cached.py \
                tests/adapters/sentence_transformers/test_composition.py \

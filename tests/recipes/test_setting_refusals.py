@@ -50,8 +50,14 @@ def _invalid(name: str, hint: typing.Any, spec: Spec) -> tuple[str, str] | None:
     """``(value, what the line must hold)``: a value the declaration of the field ``name``
     refuses (``{afile}``: a file of the test's), or ``None`` where it declares nothing to refuse
     (a flag, a free text such as a model name or a device)."""
-    if spec.choices is not None or spec.convert is not None:
+    if spec.choices is not None:
         return "no-such-value", "unknown "  # ... 'no-such-value'; choose from ...
+    if spec.convert is not None:  # the line is the converter's own refusal
+        try:
+            spec.convert("no-such-value")
+        except ValueError as refusal:
+            return "no-such-value", str(refusal).split("'no-such-value'")[0]
+        return "no-such-value", "error: "  # a converter that takes anything fails its case
     if spec.folder:
         return "{afile}/sub", f"--{name.replace('_', '-')} '{{afile}}/sub' is inside"
     if spec.axis == "seed":
@@ -107,14 +113,14 @@ def test_a_value_outside_the_declaration_is_one_line_before_any_file(
 def test_every_number_declares_its_range():
     """A number with no declared range would be refused, if at all, by a loss or a model deep in
     the run (after the data loaded, a config.yaml and locks written): every ``int`` / ``float``
-    setting declares a ``check`` (``finite`` where any finite value is right), but the seeds
-    axis, checked as seeds."""
+    setting declares a ``check`` (``finite`` where any finite value is right) or a ``convert``
+    that refuses what it cannot read (``--tile-size``), but the seeds axis, checked as seeds."""
     missing = []
     for name, recipe in _recipes().items():
         hints = typing.get_type_hints(recipe.config_class)
         for f in dataclasses.fields(recipe.config_class):
             spec = spec_of(f)
             if _number_kind(hints[f.name]) and spec.check is None and spec.axis != "seed" \
-                    and spec.choices is None:
+                    and spec.choices is None and spec.convert is None:
                 missing.append(f"{name}.{f.name}")
     assert not missing, f"numbers without a declared range: {missing}"
