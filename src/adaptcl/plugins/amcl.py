@@ -45,6 +45,7 @@ from .heads import as_heads
 from .kernel import no_negatives_output
 from .tiles.budget import plan_tiles
 from .tiles.loop import streamed_pair_lse, streamed_sum, streamed_top_columns, top_columns
+from .tiles.precision import gathered_product, logits_product
 from .validation import TileBackend, check_choice, check_int, check_non_negative
 
 #: the negative term of Table 2: the kappa hardest negatives, or the soft-max over all
@@ -263,9 +264,9 @@ def _top_pairs(c: Candidates, net: nn.Module, tau_pos: Tensor, kappa: int, infon
     if kappa > available:
         raise ValueError(f"kappa={kappa} is larger than the {available} "
                          "candidates available to each anchor")
-    num_keys = c.keys.shape[0]
+    num_keys, precision = c.keys.shape[0], c.product_precision
     if tile_size is None:
-        sims, taus = c.mask_(c.similarity()), net(c.anchors, c.keys)
+        sims, taus = c.mask_(c.similarity()), _pair_temperatures(c, net)
         tau_mean = taus.detach().mean()
         if infonce:
             sims = torch.cat([sims, c.positive_sim[:, None]], dim=1)
@@ -275,17 +276,28 @@ def _top_pairs(c: Candidates, net: nn.Module, tau_pos: Tensor, kappa: int, infon
         return sims.gather(1, top), taus.gather(1, top), tau_mean
     extra = c.positive_sim.detach() if infonce else None
     top = streamed_top_columns(c.anchors.detach(), c.keys.detach(), tile_size, c.excluded,
-                               kappa, extra)
+                               kappa, extra, precision)
     is_pos = top == num_keys
     cols = top.clamp(max=num_keys - 1)
-    s_k = torch.einsum("ad,akd->ak", c.anchors, c.keys[cols])
+    s_k = gathered_product(c.anchors, c.keys[cols], precision)
     s_k = torch.where(is_pos, c.positive_sim[:, None], s_k)
     pa, pk = net.features(c.anchors), net.features(c.keys)
-    t_k = net.squash(torch.einsum("ad,akd->ak", pa, pk[cols]))
+    t_k = net.squash(gathered_product(pa, pk[cols], precision))
     t_k = torch.where(is_pos, tau_pos[:, None].to(t_k.dtype), t_k)
-    tau_mean = streamed_sum(net.squash, pa.detach(), pk.detach(), tile_size) / (
+    tau_mean = streamed_sum(net.squash, pa.detach(), pk.detach(), tile_size, precision) / (
         c.num_anchors * num_keys)
     return s_k, t_k, tau_mean
+
+
+def _pair_temperatures(c: Candidates, net: nn.Module) -> Tensor:
+    """``[A, C]`` temperatures of every anchor-key pair: ``net.squash(phi(a) @ phi(k).T)``
+    with the product at the candidates' precision where the network exposes that form (as
+    :class:`PairTemperature` and :class:`ConstantTemperature` do), else ``net(a, k)``."""
+    if not _tileable(net):
+        return net(c.anchors, c.keys)
+    with autocast_off(c.anchors):
+        r = logits_product(net.features(c.anchors), net.features(c.keys), c.product_precision)
+        return net.squash(r)
 
 
 def _softmax_term(c: Candidates, net: nn.Module, beta: float, dim: int,
@@ -293,13 +305,14 @@ def _softmax_term(c: Candidates, net: nn.Module, beta: float, dim: int,
     """``logsumexp_n pair_term(s_n, tau_n)`` over each anchor's negatives, and the mean pair
     temperature over all ``A x C`` pairs."""
     if tile_size is None:
-        tau = net(c.anchors, c.keys)
+        tau = _pair_temperatures(c, net)
         terms = c.mask_(pair_term(c.similarity(), tau, beta, dim))
         return torch.logsumexp(terms, dim=1), tau.detach().mean()
     pa, pk = net.features(c.anchors), net.features(c.keys)
     dtype = c.anchors.dtype
     neg, tau_sum = streamed_pair_lse(c.anchors, c.keys, pa.to(dtype), pk.to(dtype), tile_size,
-                                     c.excluded, _PairTerm(net, beta, dim), tile_backend)
+                                     c.excluded, _PairTerm(net, beta, dim), tile_backend,
+                                     c.product_precision)
     return neg, tau_sum / (c.num_anchors * c.keys.shape[0])
 
 

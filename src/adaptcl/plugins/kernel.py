@@ -31,6 +31,7 @@ from torch.autograd.function import once_differentiable
 
 from .candidates import Candidates, autocast_off, rows_logits, scaled_anchors
 from .tiles.loop import TileBias, TileTerm, TileWeights, streamed_row_stats, tiled_negative_lse
+from .tiles.precision import logits_product
 from .validation import TileBackend
 
 
@@ -170,10 +171,11 @@ def row_statistics(c: Candidates, temperature: Tensor | float, tile_size: int | 
             pos = term.logits(c.positive_sim)
     if tile_size is not None:
         lse, sum_ul, sum_u = streamed_row_stats(a, c.keys, tile_size, c.excluded, weights,
-                                                bias=bias, term=term, backend=tile_backend)
+                                                bias=bias, term=term, backend=tile_backend,
+                                                precision=c.product_precision)
         return lse, pos, None if weights is None else (sum_ul, sum_u)
     with autocast_off(a):
-        logits = a @ c.keys.T
+        logits = logits_product(a, c.keys, c.product_precision)
         if term is not None:
             logits = term.logits(logits)
         rows, cols = logits.shape

@@ -227,7 +227,7 @@ def _or(x: Tensor | None, default: Tensor) -> Tensor:
 
 
 def fused_row_stats(a: Tensor, k: Tensor, masks: tuple[Tensor | None, ...], weights: object = None,
-                    term: object = None) -> tuple[Tensor, Tensor, Tensor]:
+                    term: object = None, precision: str = "ieee") -> tuple[Tensor, Tensor, Tensor]:
     """The kernel's ``(lse, sum_ul, sum_u)``, as :func:`~adaptcl.plugins.tiles.loop.streamed_row_stats`
     returns them (``lse`` and ``sum_ul`` differentiable in ``a`` and ``k``; float32)."""
     positive_index, self_index = (tuple(masks) + (None, None))[:2]
@@ -335,7 +335,8 @@ pair_lse_op.register_autograd(_pair_backward, setup_context=_pair_setup_context)
 
 
 def fused_pair_lse(a: Tensor, k: Tensor, pa: Tensor, pk: Tensor,
-                   masks: tuple[Tensor | None, ...], pair: object) -> tuple[Tensor, Tensor]:
+                   masks: tuple[Tensor | None, ...], pair: object,
+                   precision: str = "ieee") -> tuple[Tensor, Tensor]:
     """The kernel's ``(lse [A], sum of tau over every pair)``, as
     :func:`~adaptcl.plugins.tiles.loop.streamed_pair_lse` returns them."""
     positive_index, self_index = (tuple(masks) + (None, None))[:2]
