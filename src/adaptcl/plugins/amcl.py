@@ -46,6 +46,7 @@ from .kernel import no_negatives_output
 from .tiles.budget import plan_tiles
 from .tiles.loop import streamed_pair_lse, streamed_sum, streamed_top_columns, top_columns
 from .tiles.precision import gathered_product, logits_product
+from .tiles.terms import RegularisedPairTerm, description
 from .validation import TileBackend, check_choice, check_int, check_non_negative
 
 #: the negative term of Table 2: the kappa hardest negatives, or the soft-max over all
@@ -96,12 +97,13 @@ class _PairTerm:
     def statistic(self, r: Tensor) -> Tensor:
         return self.net.squash(r)
 
-    def kernel_pair(self) -> tuple[float, ...] | None:
-        """``(squash kind, t0, t1, t2, beta, dim)`` for the fused kernel
-        (:mod:`~adaptcl.plugins.tiles`), or ``None`` for a network it does not know."""
-        if not hasattr(self.net, "kernel_squash"):
+    def describe(self) -> RegularisedPairTerm | None:
+        """This term as the tiles' typed description, or ``None`` for a temperature network
+        that describes nothing (the fused kernel then leaves it to the PyTorch loop)."""
+        temperature = description(self.net)
+        if temperature is None:
             return None
-        return (*self.net.kernel_squash(), self.beta, self.dim)
+        return RegularisedPairTerm(temperature, self.beta, self.dim)
 
 
 

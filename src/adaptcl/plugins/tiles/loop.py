@@ -458,7 +458,7 @@ def streamed_pair_lse(a: Tensor, k: Tensor, pa: Tensor, pk: Tensor, tile: int, m
     the kernel needs ``pair.describe()``)."""
     precision = product_precision(a.dtype) if precision is None else precision
     with autocast_off(a):
-        if fused.use_pair_kernel(backend, a, k, pa, pk, masks, pair):
+        if fused.use_pair_kernel(backend, a, k, pa, pk, masks, pair, precision):
             return fused.fused_pair_lse(a, k, pa, pk, masks, pair, precision)
         return _StreamedPairLSE.apply(a, k, pa, pk, tile, masks, pair, precision)
 
