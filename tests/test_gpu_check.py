@@ -57,12 +57,12 @@ def test_cpu_run_end_to_end_a_part_over_its_limit_timed_out_the_others_reported(
     assert env["device"] == "cpu" and env["torch"] and len(env["commit"] or "x" * 40) == 40
     assert set(env) >= {"gpu", "driver", "torch_cuda", "triton", "dirty"}
     parts = _parts(out)
-    assert list(parts) == ["pytest", "bench-quick", "bench-tiled", *RECIPE_PARTS]
+    assert list(parts) == ["kernels", "pytest", "bench-quick", "bench-tiled", *RECIPE_PARTS]
     quick = parts["bench-quick"]
     assert (quick["status"], quick["exit_status"], quick["limit_s"]) == ("timed out", None, 0.5)
     assert quick["wall_s"] < 15 and "still running after its limit" in quick["reason"]
     assert quick["results"] == {"missing": "no bench_gpu.json"}
-    for name in ("pytest", "bench-tiled", "tu", "images", "moleculenet", "clip"):  # ran after all
+    for name in ("kernels", "pytest", "bench-tiled", "tu", "images", "moleculenet", "clip"):
         part = parts[name]
         assert (part["status"], part["exit_status"]) == ("ok", 0), part
         assert 0 < part["wall_s"] <= part["limit_s"] and part["command"]
@@ -94,7 +94,11 @@ def test_cpu_run_end_to_end_a_part_over_its_limit_timed_out_the_others_reported(
     assert "| adaptcl MACL tiled | bf16 | 8 | 128 |" in md
     assert "| accuracy | MUTAG | macl |" in md and "time per epoch, cifar10/macl/0" in md
     assert "**skipped**: left out with --skip" in md
-    assert (out / "parts.log").read_text().count("===== ") == 14  # a header and a footer per run
+    targets = {r["case"]: r for r in parts["kernels"]["results"]["targets"]}
+    assert all(r["status"] in ("ok", "unavailable") for r in targets.values()), targets
+    assert targets["cross-view InfoNCE, 65,536 x 128, bf16"]["target"] == "<= 12 ms"
+    assert "| cross-view InfoNCE, 65,536 x 128, bf16 | 256 x 8 | torch |" in md
+    assert (out / "parts.log").read_text().count("===== ") == 16  # a header and a footer per run
 
 
 def test_a_timed_out_part_loses_its_whole_process_group(gpu_check, tmp_path):
@@ -137,6 +141,7 @@ def test_full_size_gpu_commands_are_accepted_by_the_recipes_and_the_benchmark(
     spec.loader.exec_module(bench)
     args = gpu_check.parse_args(["--device", "cuda", "--data-root", str(tmp_path)])
     parts = {p.name: p for p in gpu_check.plan(args, tmp_path)}
+    assert list(parts)[0] == "kernels" and "--targets" in parts["kernels"].argv  # first
     assert parts["pytest"].argv[3:6] == ["-m", "gpu", "tests"]
     assert "--quick" in parts["bench-quick"].argv
     tiled = parts["bench-tiled"].argv
@@ -148,7 +153,7 @@ def test_full_size_gpu_commands_are_accepted_by_the_recipes_and_the_benchmark(
     tiny = gpu_check.plan(gpu_check.parse_args(["--device", "cpu", "--tiny", "--data-root",
                                                 str(tmp_path)]), tmp_path)
     for part in [*parts.values(), *tiny]:
-        if part.name.startswith("bench"):
+        if part.name.startswith("bench") or part.name == "kernels":
             bench.parse_args(part.argv[2:])  # exits 2 on an option it does not have
     commands = [p.argv[3:] + ["--print-config"] for p in [*parts.values(), *tiny]
                 if p.name in RECIPE_PARTS]
