@@ -20,8 +20,8 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 
 #: (largest per-anchor loss error, gradient relative error) per precision, at the test's sizes:
-#: about 5x what the table measured (cross-view InfoNCE, temperature 0.1)
-BOUNDS = {"ieee": (3e-6, 1e-5), "tf32": (3e-4, 2e-3), "bf16": (3e-3, 1e-2), "fp16": (3e-4, 2e-3)}
+#: 5-10x what the table measured (cross-view InfoNCE, temperature 0.1, 128 and 4,099 rows)
+BOUNDS = {"ieee": (1e-5, 1e-5), "tf32": (3e-4, 2e-3), "bf16": (3e-3, 1e-2), "fp16": (3e-4, 2e-3)}
 
 
 def accuracy_script():

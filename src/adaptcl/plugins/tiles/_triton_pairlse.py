@@ -31,9 +31,11 @@ from ._triton_rowstats import (
     _as_operand,
     _block,
     _dot,
+    _finish_lse2,
     _gram,
     _kept,
     _needs_mask,
+    _online_lse2,
     _per_row,
     _row_masks,
     _store_block,
@@ -56,6 +58,20 @@ def _squash_grad(r, t0, t2):
     """``d tau / d r`` of the sigmoid squash (0 where the clamp holds ``r``)."""
     sig = tl.sigmoid(-tl.minimum(tl.maximum(r, -t2), t2))
     return tl.where((r >= -t2) & (r <= t2), sig * (1.0 - sig) * (-t0), 0.0)
+
+
+@triton.jit
+def _resident(X, PX, idx, n, D, P, SQUASH: tl.constexpr, B: tl.constexpr, BK: tl.constexpr,
+              KCH: tl.constexpr, BP: tl.constexpr, PCH: tl.constexpr, PRECISION: tl.constexpr):
+    """The rows ``idx`` of ``X`` and ``PX`` kept in registers where their features fit one
+    chunk (zeros otherwise: the chunked products load their own)."""
+    x = tl.zeros((B, BK), dtype=X.dtype.element_ty)
+    px = tl.zeros((B, BP), dtype=PX.dtype.element_ty)
+    if KCH == 1:
+        x = _block(X, idx, tl.arange(0, BK), n, D, PRECISION)
+    if PCH == 1 and SQUASH != 0:
+        px = _block(PX, idx, tl.arange(0, BP), n, P, PRECISION)
+    return x, px
 
 
 @triton.jit
@@ -85,24 +101,14 @@ def pair_lse_fwd(A, K, PA, PK, POS, SELF, LSE, TAU_SUM, M, N, D, P, beta, half_d
                  PRECISION: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
                  BK: tl.constexpr, KCH: tl.constexpr, BP: tl.constexpr, PCH: tl.constexpr):
     rows = tl.program_id(0) * BM + tl.arange(0, BM)
-    a = tl.zeros((BM, BK), dtype=A.dtype.element_ty)
-    pa = tl.zeros((BM, BP), dtype=PA.dtype.element_ty)
-    if KCH == 1:
-        a = _block(A, rows, tl.arange(0, BK), M, D, PRECISION)
-    if PCH == 1 and SQUASH != 0:
-        pa = _block(PA, rows, tl.arange(0, BP), M, P, PRECISION)
+    a, pa = _resident(A, PA, rows, M, D, P, SQUASH, BM, BK, KCH, BP, PCH, PRECISION)
     pos, own = _row_masks(POS, SELF, rows, M, HAS_POS, HAS_SELF)
     m2 = tl.full((BM,), float("-inf"), dtype=tl.float32)
     total = tl.zeros((BM,), dtype=tl.float32)
     tau_sum = tl.zeros((BM,), dtype=tl.float32)
     for c0 in range(0, N, BN):
         cols = c0 + tl.arange(0, BN)
-        k = tl.zeros((BN, BK), dtype=K.dtype.element_ty)
-        pk = tl.zeros((BN, BP), dtype=PK.dtype.element_ty)
-        if KCH == 1:
-            k = _block(K, cols, tl.arange(0, BK), N, D, PRECISION)
-        if PCH == 1 and SQUASH != 0:
-            pk = _block(PK, cols, tl.arange(0, BP), N, P, PRECISION)
+        k, pk = _resident(K, PK, cols, N, D, P, SQUASH, BN, BK, KCH, BP, PCH, PRECISION)
         s, r, tau = _pair_tile(A, K, PA, PK, rows, cols, M, N, D, P, a, k, pa, pk, t0, t1, t2,
                                SQUASH, BM, BN, BK, KCH, BP, PCH, PRECISION)
         inside = (rows[:, None] < M) & (cols[None, :] < N)
@@ -111,14 +117,8 @@ def pair_lse_fwd(A, K, PA, PK, POS, SELF, LSE, TAU_SUM, M, N, D, P, beta, half_d
         if _needs_mask(pos, own, c0, N, BN, HAS_POS, HAS_SELF):
             x2 = tl.where(_kept(cols, pos, own, N, HAS_POS, HAS_SELF, False), x2,
                           float("-inf"))
-        m_new = tl.maximum(m2, tl.max(x2, axis=1))
-        shift = tl.where(m_new == float("-inf"), 0.0, m_new)
-        total = total * tl.exp2(m2 - shift) + tl.sum(tl.exp2(x2 - shift[:, None]), axis=1)
-        m2 = m_new
-    shift = tl.where(m2 == float("-inf"), 0.0, m2)
-    lse = tl.where(total > 0, (shift + tl.log2(tl.where(total > 0, total, 1.0))) * LN2,
-                   float("-inf"))
-    tl.store(LSE + rows, lse, mask=rows < M)
+        m2, total = _online_lse2(m2, total, x2)
+    tl.store(LSE + rows, _finish_lse2(m2, total), mask=rows < M)
     tl.store(TAU_SUM + rows, tau_sum, mask=rows < M)
 
 
@@ -148,12 +148,7 @@ def pair_lse_dq(A, K, PA, PK, POS, SELF, LSE, G, GA, GPA, M, N, D, P, beta, half
     """``dA = W_s @ K`` and ``dPA = W_r @ PK`` of one anchor block."""
     rows = tl.program_id(0) * BM + tl.arange(0, BM)
     dout, pout = tl.arange(0, BDO), tl.arange(0, BPO)
-    a = tl.zeros((BM, BK), dtype=A.dtype.element_ty)
-    pa = tl.zeros((BM, BP), dtype=PA.dtype.element_ty)
-    if KCH == 1:
-        a = _block(A, rows, tl.arange(0, BK), M, D, PRECISION)
-    if PCH == 1 and SQUASH != 0:
-        pa = _block(PA, rows, tl.arange(0, BP), M, P, PRECISION)
+    a, pa = _resident(A, PA, rows, M, D, P, SQUASH, BM, BK, KCH, BP, PCH, PRECISION)
     pos, own = _row_masks(POS, SELF, rows, M, HAS_POS, HAS_SELF)
     lse2 = tl.load(LSE + rows, mask=rows < M, other=0.0) * LOG2E
     g = tl.load(G + rows, mask=rows < M, other=0.0)
@@ -161,12 +156,7 @@ def pair_lse_dq(A, K, PA, PK, POS, SELF, LSE, G, GA, GPA, M, N, D, P, beta, half
     acc_p = tl.zeros((BM, BPO), dtype=tl.float32)
     for c0 in range(0, N, BN):
         cols = c0 + tl.arange(0, BN)
-        k = tl.zeros((BN, BK), dtype=K.dtype.element_ty)
-        pk = tl.zeros((BN, BP), dtype=PK.dtype.element_ty)
-        if KCH == 1:
-            k = _block(K, cols, tl.arange(0, BK), N, D, PRECISION)
-        if PCH == 1 and SQUASH != 0:
-            pk = _block(PK, cols, tl.arange(0, BP), N, P, PRECISION)
+        k, pk = _resident(K, PK, cols, N, D, P, SQUASH, BN, BK, KCH, BP, PCH, PRECISION)
         s, r, tau = _pair_tile(A, K, PA, PK, rows, cols, M, N, D, P, a, k, pa, pk, t0, t1, t2,
                                SQUASH, BM, BN, BK, KCH, BP, PCH, PRECISION)
         g_s, g_r = _pair_weights(s, r, tau, cols, N, pos, own, lse2, g, c0, beta, half_dim,
@@ -196,12 +186,7 @@ def pair_lse_dk(A, K, PA, PK, POS, SELF, LSE, G, GK, GPK, M, N, D, P, beta, half
     cols = tl.program_id(0) * BN + tl.arange(0, BN)
     c0 = tl.program_id(0) * BN
     dout, pout = tl.arange(0, BDO), tl.arange(0, BPO)
-    k = tl.zeros((BN, BK), dtype=K.dtype.element_ty)
-    pk = tl.zeros((BN, BP), dtype=PK.dtype.element_ty)
-    if KCH == 1:
-        k = _block(K, cols, tl.arange(0, BK), N, D, PRECISION)
-    if PCH == 1 and SQUASH != 0:
-        pk = _block(PK, cols, tl.arange(0, BP), N, P, PRECISION)
+    k, pk = _resident(K, PK, cols, N, D, P, SQUASH, BN, BK, KCH, BP, PCH, PRECISION)
     acc_k = tl.zeros((BN, BDO), dtype=tl.float32)
     acc_p = tl.zeros((BN, BPO), dtype=tl.float32)
     for r0 in range(0, M, BM):
@@ -209,12 +194,7 @@ def pair_lse_dk(A, K, PA, PK, POS, SELF, LSE, G, GK, GPK, M, N, D, P, beta, half
         pos, own = _row_masks(POS, SELF, rows, M, HAS_POS, HAS_SELF)
         lse2 = tl.load(LSE + rows, mask=rows < M, other=0.0) * LOG2E
         g = tl.load(G + rows, mask=rows < M, other=0.0)
-        a = tl.zeros((BM, BK), dtype=A.dtype.element_ty)
-        pa = tl.zeros((BM, BP), dtype=PA.dtype.element_ty)
-        if KCH == 1:
-            a = _block(A, rows, tl.arange(0, BK), M, D, PRECISION)
-        if PCH == 1 and SQUASH != 0:
-            pa = _block(PA, rows, tl.arange(0, BP), M, P, PRECISION)
+        a, pa = _resident(A, PA, rows, M, D, P, SQUASH, BM, BK, KCH, BP, PCH, PRECISION)
         s_t, r_t, tau_t = _pair_tile(K, A, PK, PA, cols, rows, N, M, D, P, k, a, pk, pa, t0, t1,
                                      t2, SQUASH, BN, BM, BK, KCH, BP, PCH, PRECISION)
         g_s, g_r = _pair_weights(s_t, r_t, tau_t, cols, N, pos, own, lse2, g, c0, beta,

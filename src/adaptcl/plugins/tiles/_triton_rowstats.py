@@ -336,18 +336,30 @@ def row_stats_fwd(A, K, POS, SELF, RLAB, KLAB, LSE, SUM_UL, SUM_U, M, N, D,
             if _needs_mask(pos, own, c0, N, BN, HAS_POS, HAS_SELF):
                 x2 = tl.where(_kept(cols, pos, own, N, HAS_POS, HAS_SELF, False), x2,
                               float("-inf"))
-        m_new = tl.maximum(m2, tl.max(x2, axis=1))
-        shift = tl.where(m_new == float("-inf"), 0.0, m_new)
-        total = total * tl.exp2(m2 - shift) + tl.sum(tl.exp2(x2 - shift[:, None]), axis=1)
-        m2 = m_new
-    shift = tl.where(m2 == float("-inf"), 0.0, m2)
-    lse = tl.where(total > 0, (shift + tl.log2(tl.where(total > 0, total, 1.0))) * LN2,
-                   float("-inf"))
+        m2, total = _online_lse2(m2, total, x2)
     ok = rows < M
-    tl.store(LSE + rows, lse, mask=ok)
+    tl.store(LSE + rows, _finish_lse2(m2, total), mask=ok)
     if HAS_LAB:
         tl.store(SUM_UL + rows, sum_ul, mask=ok)
         tl.store(SUM_U + rows, sum_u, mask=ok)
+
+
+@triton.jit
+def _online_lse2(m2, total, x2):
+    """One tile of log2-unit logits ``x2`` (``-inf``: excluded) into the running max ``m2`` and
+    sum ``total`` of ``2^(x2 - m2)`` per row (the shift is 0 while a row has seen nothing)."""
+    m_new = tl.maximum(m2, tl.max(x2, axis=1))
+    shift = tl.where(m_new == float("-inf"), 0.0, m_new)
+    total = total * tl.exp2(m2 - shift) + tl.sum(tl.exp2(x2 - shift[:, None]), axis=1)
+    return m_new, total
+
+
+@triton.jit
+def _finish_lse2(m2, total):
+    """The rows' natural log-sum-exp; ``-inf`` where every column was excluded."""
+    shift = tl.where(m2 == float("-inf"), 0.0, m2)
+    return tl.where(total > 0, (shift + tl.log2(tl.where(total > 0, total, 1.0))) * LN2,
+                    float("-inf"))
 
 
 @triton.jit
