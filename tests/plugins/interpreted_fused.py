@@ -46,6 +46,8 @@ if not fused.interpreting():
     pytest.skip("run with TRITON_INTERPRET=1 (tests/plugins/test_fused.py does)",
                 allow_module_level=True)
 
+from adaptcl.plugins.tiles import _triton_rowstats as K  # noqa: E402 - Triton, interpreted
+
 N, D, BANK = 13, 20, 7
 RTOL, ATOL = 2e-4, 2e-5
 
@@ -308,3 +310,43 @@ def test_kernel_accuracy_at_each_precision_within_the_tables_bounds():
     from tests.plugins.test_accuracy import accuracy_script, check_bounds
 
     check_bounds(accuracy_script().measure(["kernel"], 64, 32, torch.device("cpu")))
+
+
+def _term_kernel():
+    """A kernel that evaluates the row-statistics kernels' term and slope on a vector (Triton
+    resolves a kernel's names in its module, so the kernels' module is read through ``K``)."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def term(S, L, G, n, t_min, t_max, threshold, width, TERM: tl.constexpr,
+             DETACH: tl.constexpr, B: tl.constexpr):
+        i = tl.arange(0, B)
+        s = tl.load(S + i, mask=i < n, other=0.0)
+        tl.store(L + i, K._logits(s, TERM, t_min, t_max, threshold, width), mask=i < n)
+        tl.store(G + i, K._slope(s, TERM, DETACH, t_min, t_max, threshold, width), mask=i < n)
+
+    return term
+
+
+@pytest.mark.parametrize("shape,threshold,width", [("cosine", 0.4, 0.7),
+                                                   ("piecewise", 0.4, 0.7),
+                                                   ("piecewise", -0.3, 0.25)])
+@pytest.mark.parametrize("detach", [True, False])
+def test_the_kernels_temperature_term_equals_dystress_over_every_cosine(shape, threshold, width,
+                                                                        detach):
+    """The kernel's ``s / tau(s)`` and its slope (sin / cos polynomials, the piecewise phase
+    reduced to half a period) against DySTreSS's float64 term, for cosines across [-1, 1]
+    (a little beyond, as rounded products give) and a ramp spanning several periods."""
+    from adaptcl.plugins.dystress import _PairTemperatureTerm
+
+    term = _term_kernel()
+    s = torch.linspace(-1.01, 1.01, 1001)
+    logits, slope = torch.empty_like(s), torch.empty_like(s)
+    kind = {"cosine": 1, "piecewise": 2}[shape]
+    term[(1,)](s, logits, slope, s.numel(), 0.1, 0.2, threshold, width, TERM=kind,
+               DETACH=detach, B=1024)
+    ref = _PairTemperatureTerm(0.1, 0.2, shape, threshold, width, detach)
+    s64 = s.double()
+    torch.testing.assert_close(logits.double(), ref.logits(s64), rtol=2e-6, atol=1e-6)
+    torch.testing.assert_close(slope.double(), ref.slope(s64), rtol=2e-6, atol=1e-5)

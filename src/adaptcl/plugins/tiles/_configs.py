@@ -93,7 +93,8 @@ def _rule(arch: str, kernel: str, operands: str, width: int, heavy: bool) -> Blo
         else:
             block = Block(64, 64, 8, 2) if hopper or operands == "half" else Block(32, 64, 8, 2)
     elif pair:  # two accumulators and eight [block, block] temporaries per tile
-        block = Block(64, 32, 8, 2) if out <= 256 and kernel == "pair_dq" else Block(32, 32, 8, 2)
+        wide = out <= 256 and kernel == "pair_dq" and (hopper or operands == "half")
+        block = Block(64, 32, 8, 2) if wide else Block(32, 32, 8, 2)
     elif out <= 128 and operands == "half" and hopper:
         block = Block(128, 64, 8, 3)
     elif out <= 128 and operands == "half":

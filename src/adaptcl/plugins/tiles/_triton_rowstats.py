@@ -85,9 +85,10 @@ def _tf32(x):
 @triton.jit
 def _block(X, idx, d, n, D, PRECISION: tl.constexpr):
     """Rows ``idx`` (of ``n``), features ``d`` (of ``D``) of a row-major ``[n, D]`` operand,
-    as the products read it (0 outside the problem)."""
-    x = tl.load(X + idx[:, None] * D + d[None, :], mask=(idx[:, None] < n) & (d[None, :] < D),
-                other=0.0)
+    as the products read it (0 outside the problem). Offsets in int64: ``n * D`` passes 2^31
+    at two million rows of 1,024 features."""
+    x = tl.load(X + idx.to(tl.int64)[:, None] * D + d[None, :],
+                mask=(idx[:, None] < n) & (d[None, :] < D), other=0.0)
     if PRECISION == "tf32":
         x = _tf32(x)
     return x
@@ -146,7 +147,7 @@ def _gram(X, Y, xi, yi, nx, ny, D, x_res, y_res, BX: tl.constexpr, BY: tl.conste
 
 @triton.jit
 def _store_block(X, idx, d, n, D, value):
-    tl.store(X + idx[:, None] * D + d[None, :], value.to(X.dtype.element_ty),
+    tl.store(X + idx.to(tl.int64)[:, None] * D + d[None, :], value.to(X.dtype.element_ty),
              mask=(idx[:, None] < n) & (d[None, :] < D))
 
 
