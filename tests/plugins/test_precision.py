@@ -164,3 +164,30 @@ def test_a_loss_at_a_rounded_precision_traces_in_one_graph(tile, matmul_precisio
     explanation = dynamo.explain(MACLLoss(0.1, 0.5, tile_size=tile))(z0, z1)
     assert [r.reason.splitlines()[0] for r in explanation.break_reasons] == []
     assert explanation.graph_count == 1
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("precision", ["bf16", "fp16", "tf32"])
+def test_on_cuda_the_products_are_the_tensor_cores_with_a_float32_output(precision,
+                                                                         matmul_precision):
+    """cuBLAS at the precision (bf16/fp16 operands with a float32 output; TF32 where the float32
+    setting allows it) equals the CPU's emulation to float32 accumulation (TF32: within three
+    times the emulation's error, a kernel may truncate where it rounds), and is not the product
+    rounded to the operands' dtype (0.06 off on a logit of 20 in bf16)."""
+    matmul_precision("high" if precision == "tf32" else "highest")
+    g = torch.Generator().manual_seed(8)
+    a, k = torch.randn(256, 128, generator=g), torch.randn(300, 128, generator=g)
+    got = P.logits_product(a.cuda(), k.cuda(), precision).cpu()
+    emulated = P.logits_product(a, k, precision)
+    assert got.dtype == torch.float32
+    if precision == "tf32":
+        exact = a.double() @ k.double().T
+        assert (got - exact).abs().max() <= 3 * (emulated - exact).abs().max()
+        ieee = (exact.float().double() - exact).abs().max()  # float32's own rounding
+        assert (got - exact).abs().max() > 10 * ieee  # the operands were rounded
+    else:
+        torch.testing.assert_close(got, emulated, rtol=1e-5, atol=2e-5 * emulated.abs().max())
+        dtype = P.OPERAND_DTYPES[precision]
+        rounded_output = (a.to(dtype) @ k.to(dtype).T).float()
+        assert (got - rounded_output).abs().max() > 10 * (got - emulated).abs().max()
