@@ -11,6 +11,8 @@ its peer where the target is relative:
 * MACL, DCL, DySTreSS and ``labels=`` at 65,536 (each at most 1.3x the InfoNCE kernel);
 * AMCL's pair term (at most 2.5x);
 * dim 512 (at most 3x the dim-128 time);
+* the one-pass backward (``ADAPTCL_TRITON_BACKWARD=onepass``) beside the default split one, to
+  decide which should be the default;
 * float32 inputs at PyTorch's default "highest" precision: the kernel (IEEE products) and the
   PyTorch tile loop, which it must not be slower than;
 * the first call in a fresh process with an empty Triton cache (at most 10 s): a subprocess
@@ -54,6 +56,7 @@ class Case:
     relative_to: str | None = None
     max_ratio: float | None = None
     peer: bool = False  # a row that only stands beside another (no target of its own)
+    env: tuple[tuple[str, str], ...] = ()  # environment variables set while the row runs
 
 
 def tiled(cls_name: str, *args, **kwargs) -> Callable[[str], Callable]:
@@ -131,6 +134,8 @@ def cases(scale: int = 1) -> list[Case]:
              relative_to=INFONCE, max_ratio=2.5),
         Case("cross-view InfoNCE, 65,536 x 512, bf16", n, wide, "bf16", cross,
              relative_to=INFONCE, max_ratio=3.0),
+        Case("cross-view InfoNCE, one-pass backward, 65,536, bf16", n, d, "bf16", cross,
+             peer=True, env=(("ADAPTCL_TRITON_BACKWARD", "onepass"),)),
         Case("PyTorch tile loop, float32 highest, 65,536", n, d, "fp32", cross, peer=True),
         Case("cross-view InfoNCE, float32 highest, 65,536", n, d, "fp32", cross,
              relative_to="PyTorch tile loop, float32 highest, 65,536", max_ratio=1.0),
@@ -165,6 +170,19 @@ def _timer(device: torch.device):
 
 def run_case(case: Case, device: torch.device, backend: str, repeats: int) -> dict:
     """One row: ``{"status": "ok", "time_s", "first_s", "peak_bytes"}`` or the failure."""
+    saved = {name: os.environ.get(name) for name, _ in case.env}
+    os.environ.update(dict(case.env))
+    try:
+        return _run_case(case, device, backend, repeats)
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+def _run_case(case: Case, device: torch.device, backend: str, repeats: int) -> dict:
     dtype = {"bf16": torch.bfloat16, "fp32": torch.float32}[case.dtype]
     record = {"case": case.name, "batch": case.batch, "dim": case.dim, "dtype": case.dtype,
               "backend": backend}

@@ -38,11 +38,12 @@ OPERAND_TYPES = {"bf16": "bf16", "fp16": "fp16", "tf32": "fp32", "ieee": "fp32"}
 POINTERS = {"A", "K", "PA", "PK"}
 INDEX_POINTERS = {"POS", "SELF", "RLAB", "KLAB"}
 FLOAT_POINTERS = {"LSE", "SUM_UL", "SUM_U", "G_LSE", "G_UL", "G", "TAU_SUM", "GA", "GK", "GPA",
-                  "GPK"}
+                  "GPK", "GA32"}
 INTS = {"M", "N", "D", "P"}
 KERNEL_FUNCTIONS = {"fwd": ("_triton_rowstats", "row_stats_fwd"),
                     "dq": ("_triton_rowstats", "row_stats_dq"),
                     "dk": ("_triton_rowstats", "row_stats_dk"),
+                    "bwd": ("_triton_rowstats", "row_stats_bwd_onepass"),
                     "pair_fwd": ("_triton_pairlse", "pair_lse_fwd"),
                     "pair_dq": ("_triton_pairlse", "pair_lse_dq"),
                     "pair_dk": ("_triton_pairlse", "pair_lse_dk")}

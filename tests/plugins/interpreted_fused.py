@@ -350,3 +350,33 @@ def test_the_kernels_temperature_term_equals_dystress_over_every_cosine(shape, t
     s64 = s.double()
     torch.testing.assert_close(logits.double(), ref.logits(s64), rtol=2e-6, atol=1e-6)
     torch.testing.assert_close(slope.double(), ref.slope(s64), rtol=2e-6, atol=1e-5)
+
+
+ONE_PASS = {
+    "infonce_nt_xent": lambda **t: InfoNCELoss(0.1, **t),
+    "macl_cross_view_bank": lambda **t: MACLLoss(0.2, 0.5, form="cross_view", **t),
+    "dystress_attached_labels": lambda **t: DySTreSSLoss(0.1, 0.2, detach_temperature=False,
+                                                         **t),
+}
+
+
+@pytest.mark.parametrize("name", list(ONE_PASS))
+def test_the_one_pass_backward_equals_the_float64_loss(name, monkeypatch):
+    """``ADAPTCL_TRITON_BACKWARD=onepass``: one backward launch (``dA`` by atomics), at a width
+    that takes one output block (12 features; the interpreter's blocks are 16 wide); the two
+    split launches must not run."""
+    from adaptcl.plugins.tiles import _configs
+
+    monkeypatch.setenv(_configs.BACKWARD_ENV, "onepass")
+    for split in ("row_stats_dq", "row_stats_dk"):
+        monkeypatch.setattr(K, split, None)  # launching either would fail
+    g = torch.Generator().manual_seed(13)
+    z = [torch.randn(29, 12, generator=g, dtype=torch.float64) for _ in range(2)]
+    bank = [torch.randn(7, 12, generator=g, dtype=torch.float64)] if "bank" in name else []
+    pairs = ({"labels": torch.randint(0, 4, (29,), generator=g)} if "labels" in name else {})
+    value, grads = _run(ONE_PASS[name](tile_size=None).double(), z + bank, torch.float64, **pairs)
+    got, got_grads = _run(ONE_PASS[name](tile_size=8, tile_backend="triton"), z + bank,
+                          torch.float32, **pairs)
+    torch.testing.assert_close(got.double(), value, rtol=RTOL, atol=ATOL)
+    for a, b in zip(got_grads, grads, strict=True):
+        torch.testing.assert_close(a.double(), b, rtol=RTOL, atol=ATOL)

@@ -6,9 +6,9 @@ non-constexpr global, which the interpreter accepted and CUDA did not compile. H
 goes through ``triton.compile`` for each architecture (PTX, then a cubin from Triton's bundled
 ``ptxas``; no GPU needed), over a covering set (:data:`GATE`) in which each term (none,
 cosine, piecewise), each flag (the positive and self masks, labels, a detached temperature),
-each pair kernel with each squash and each precision (bf16, fp16, TF32, IEEE) appears, at the
-feature widths of the issue's targets (128, 512) and with the backward's output split (2,048),
-each with the block the fixed table chooses. The test asserts that:
+each pair kernel with each squash, the one-pass backward and each precision (bf16, fp16, TF32,
+IEEE) appears, at the feature widths of the issue's targets (128, 512) and with the backward's
+output split (2,048), each with the block the fixed table chooses. The test asserts that:
 
 * everything compiles;
 * the PTX multiplies on tensor cores (``mma.sync`` on sm_80, ``wgmma`` on sm_90) for bf16, fp16
@@ -41,13 +41,13 @@ from ._kernel_specs import (  # noqa: E402
     report,
 )
 
-ROW, PAIR = ("fwd", "dq", "dk"), ("pair_fwd", "pair_dq", "pair_dk")
+ROW, PAIR = ("fwd", "dq", "dk", "bwd"), ("pair_fwd", "pair_dq", "pair_dk")
 #: the shared memory one block may take, by architecture (A100: 163 KiB, H100: 227 KiB)
 SHARED = {80: 163 * 1024, 90: 227 * 1024}
 SPILL_BYTES = 512
 
 
-def _row(arch: int, precision: str, width: int, flags: dict, kernels=ROW) -> list[Spec]:
+def _row(arch: int, precision: str, width: int, flags: dict, kernels=ROW[:3]) -> list[Spec]:
     return [Spec(arch, k, precision, width, tuple(sorted(
         {f: v for f, v in flags.items() if not (k == "fwd" and f == "DETACH")}.items())))
         for k in kernels]
@@ -69,6 +69,9 @@ def gate() -> list[Spec]:
         specs += _pair(arch, "tf32", 128, 1, PAIR_FLAGS[1])  # ConstantTemperature
     specs += _row(90, "bf16", 512, ROW_FLAGS[4])  # dim 512: chunked features
     specs += _row(90, "bf16", 2048, ROW_FLAGS[0], kernels=("dq", "dk"))  # split output
+    for arch in (80, 90):  # the one-pass backward (ADAPTCL_TRITON_BACKWARD=onepass)
+        specs += _row(arch, "bf16", 128, ROW_FLAGS[0], kernels=("bwd",))
+    specs += _row(90, "tf32", 128, ROW_FLAGS[1], kernels=("bwd",))
     specs += _pair(90, "ieee", 32, 32, PAIR_FLAGS[2])
     return specs
 

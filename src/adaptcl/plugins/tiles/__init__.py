@@ -14,7 +14,7 @@ backend:
   every path uses;
 * :mod:`~adaptcl.plugins.tiles.terms`: the typed descriptions of a method's math that the
   kernels translate;
-* ``_fused``, ``_triton_rowstats``, ``_triton_pairlse``, ``_configs`` (private): the fused
-  Triton kernels, registered as :mod:`torch.library` ops and imported on first use only, and
-  their fixed block configurations per GPU architecture.
+* ``_fused``, ``_triton_rowstats``, ``_triton_pairlse``, ``_triton_common``, ``_configs``
+  (private): the fused Triton kernels, registered as :mod:`torch.library` ops and imported on
+  first use only, and their fixed block configurations per GPU architecture.
 """

@@ -9,7 +9,8 @@ host. So the kernels launch with a configuration looked up here, a Python dict r
   other GPU: small blocks that fit every architecture's shared memory), ``"interpreter"``
   (Triton's interpreter on the CPU: small blocks, so the tests run the chunked and the
   split-output paths on small shapes);
-* the kernel (``fwd``, ``dq``, ``dk`` and AMCL's ``pair_fwd``, ``pair_dq``, ``pair_dk``);
+* the kernel (``fwd``, ``dq``, ``dk``, the one-pass ``bwd`` and AMCL's ``pair_fwd``,
+  ``pair_dq``, ``pair_dk``);
 * the operands: ``"half"`` (bf16 / fp16 on tensor cores), ``"tf32"``, ``"ieee"`` (float32 on
   the CUDA cores, whose dot needs smaller blocks);
 * the padded feature width (a power of two from 16).
@@ -38,7 +39,9 @@ import torch
 #: the environment variable that turns autotuning on
 AUTOTUNE_ENV = "ADAPTCL_TRITON_AUTOTUNE"
 ARCHS = ("sm_90", "sm_80", "default", "interpreter")
-KERNELS = ("fwd", "dq", "dk", "pair_fwd", "pair_dq", "pair_dk")
+KERNELS = ("fwd", "dq", "dk", "bwd", "pair_fwd", "pair_dq", "pair_dk")
+#: the environment variable that asks for the one-pass backward (``onepass``)
+BACKWARD_ENV = "ADAPTCL_TRITON_BACKWARD"
 OPERANDS = ("half", "tf32", "ieee")
 WIDTHS = (16, 32, 64, 128, 256, 512, 1024, 2048)
 
@@ -85,15 +88,16 @@ def _rule(arch: str, kernel: str, operands: str, width: int, heavy: bool) -> Blo
         return Block(32, 32, 4, 1)
     hopper = arch == "sm_90"
     pair = kernel.startswith("pair")
+    two = pair or kernel == "bwd"  # two accumulators: AMCL's sides, or dK and a dA share
     resident = width <= LAYOUT[operands][0]
-    out = min(width, LAYOUT[operands][2]) * (2 if pair else 1)
+    out = min(width, LAYOUT[operands][2]) * (2 if two else 1)
     if kernel.endswith("fwd"):
         if resident and not pair and not heavy and operands == "half":
             block = Block(128, 64, 8, 3 if hopper else 2)
         else:
             block = Block(64, 64, 8, 2) if hopper or operands == "half" else Block(32, 64, 8, 2)
-    elif pair:  # two accumulators and eight [block, block] temporaries per tile
-        wide = out <= 256 and kernel == "pair_dq" and (hopper or operands == "half")
+    elif two:  # two accumulators (and for AMCL eight [block, block] temporaries per tile)
+        wide = out <= 256 and kernel in ("pair_dq", "bwd") and (hopper or operands == "half")
         block = Block(64, 32, 8, 2) if wide else Block(32, 32, 8, 2)
     elif out <= 128 and operands == "half" and hopper:
         block = Block(128, 64, 8, 3)
@@ -105,7 +109,7 @@ def _rule(arch: str, kernel: str, operands: str, width: int, heavy: bool) -> Blo
         block = Block(64, 32, 8, 2)
     else:
         block = Block(32, 32, 8, 2)
-    if kernel == "dk":  # the program's block is the column block
+    if kernel in ("dk", "bwd"):  # the program's block is the column block
         block = replace(block, bm=block.bn, bn=block.bm)
     if operands == "tf32":  # float32 operands take twice the shared memory per stage
         block = replace(block, stages=max(1, block.stages - 1))
@@ -159,6 +163,12 @@ def features(width: int, precision: str, arch: str) -> dict[str, int]:
 def pair_width(precision: str, arch: str) -> int:
     """The widest feature width the pair kernels take at ``precision``."""
     return PAIR_WIDTH[_layout_key(precision, arch)]
+
+
+def one_pass_backward() -> bool:
+    """Whether ``ADAPTCL_TRITON_BACKWARD=onepass`` asks for the one-pass backward (the
+    default is FlashAttention-2's deterministic split; see ``_triton_rowstats.py``)."""
+    return os.environ.get(BACKWARD_ENV, "split").lower() == "onepass"
 
 
 def autotuning() -> bool:

@@ -152,13 +152,16 @@ def _operands(precision: str, *xs: Tensor) -> list[Tensor]:
 
 
 def _launch(kernel, name: str, precision: str, width: int, grid, args: tuple,
-            meta: dict, device: torch.device, sizes: tuple[int, int]) -> None:
+            meta: dict, device: torch.device, sizes: tuple[int, int], reset=None) -> None:
     """``kernel[grid(block)](*args, **meta)`` with the table's block for ``name`` (or the
-    autotuned one where ``ADAPTCL_TRITON_AUTOTUNE`` asks)."""
+    autotuned one where ``ADAPTCL_TRITON_AUTOTUNE`` asks; ``reset()`` before each launch
+    clears what a kernel accumulates into)."""
     heavy = bool(meta.get("HAS_LAB")) or bool(meta.get("TERM"))
     block = configs.block(name, precision, width, configs.arch_of(device), heavy)
 
     def run(b: configs.Block) -> None:
+        if reset is not None:
+            reset()
         kernel[grid(b)](*args, **meta, BM=b.bm, BN=b.bn, num_warps=b.warps, num_stages=b.stages)
 
     if configs.autotuning() and device.type == "cuda":
@@ -226,8 +229,9 @@ def row_stats_backward_op(a: Tensor, k: Tensor, lse: Tensor, g_lse: Tensor, g_ul
                           labels: Tensor | None, key_labels: Tensor | None, term_kind: int,
                           term_params: list[float], detach: bool,
                           precision: str) -> tuple[Tensor, Tensor]:
-    """``(dA, dK)`` of :func:`row_stats_op` for the upstream ``(g_lse, g_ul)`` (two launches:
-    FlashAttention-2's query and key passes)."""
+    """``(dA, dK)`` of :func:`row_stats_op` for the upstream ``(g_lse, g_ul)``: two launches,
+    FlashAttention-2's query and key passes, or one where ``ADAPTCL_TRITON_BACKWARD=onepass``
+    asks and the width takes one output block (``dA`` then by float32 atomics)."""
     rows, cols, dim = a.shape[0], k.shape[0], a.shape[1]
     ga, gk = torch.empty_like(a), torch.empty_like(k)
     if rows == 0 or cols == 0:
@@ -240,6 +244,12 @@ def row_stats_backward_op(a: Tensor, k: Tensor, lse: Tensor, g_lse: Tensor, g_ul
             **_flags(positive_index, self_index, labels, term_kind)}
     outputs = _cdiv(configs.padded(dim), feats["BDO"])
     lib = kernels()
+    if outputs == 1 and configs.one_pass_backward():
+        ga32 = torch.zeros(a.shape, dtype=torch.float32, device=a.device)
+        _launch(lib.row_stats_bwd_onepass, "bwd", precision, dim,
+                lambda b: (_cdiv(cols, b.bn),), (*args, ga32, gk, rows, cols, dim, *term_params),
+                meta, a.device, (rows, cols), reset=ga32.zero_)
+        return ga32.to(a.dtype), gk
     _launch(lib.row_stats_dq, "dq", precision, dim, lambda b: (_cdiv(rows, b.bm), outputs),
             (*args, ga, rows, cols, dim, *term_params), meta, a.device, (rows, cols))
     _launch(lib.row_stats_dk, "dk", precision, dim, lambda b: (_cdiv(cols, b.bn), outputs),

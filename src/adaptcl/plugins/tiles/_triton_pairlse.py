@@ -25,7 +25,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ._triton_rowstats import (
+from ._triton_common import (
     LN2,
     LOG2E,
     _as_operand,

@@ -6,7 +6,8 @@ Triton decides when a kernel is defined whether it is compiled or interpreted
 Triton is first imported.
 
 Three kernels, each one launch over the whole problem (FlashAttention-2's split of the backward
-into a query and a key pass: no atomics, so the gradients are deterministic):
+into a query and a key pass: no atomics, so the gradients are deterministic), and a fourth that
+replaces the two backward ones on request (``row_stats_bwd_onepass``, below):
 
 * ``row_stats_fwd``: one program per block of ``BM`` anchors walks over every block of ``BN``
   columns; per tile it forms ``s = a @ k.T``, the logits ``l = term(s)``, masks the excluded
@@ -49,11 +50,23 @@ import math
 
 import triton
 import triton.language as tl
-from triton import knobs
 
-INTERPRET: tl.constexpr = tl.constexpr(bool(knobs.runtime.interpret))
-LOG2E: tl.constexpr = tl.constexpr(1.0 / math.log(2.0))
-LN2: tl.constexpr = tl.constexpr(math.log(2.0))
+from ._triton_common import (
+    LOG2E,
+    _as_operand,
+    _block,
+    _dot,
+    _finish_lse2,
+    _gram,
+    _kept,
+    _needs_mask,
+    _online_lse2,
+    _per_col,
+    _per_row,
+    _row_masks,
+    _store_block,
+)
+
 PI: tl.constexpr = tl.constexpr(math.pi)
 # sin(pi v) = v (S0 + S1 v^2 + ... + S5 v^10), cos(pi v) = C0 + C1 v^2 + ... + C6 v^12
 S0: tl.constexpr = tl.constexpr(math.pi)
@@ -68,150 +81,6 @@ C3: tl.constexpr = tl.constexpr(-math.pi**6 / 720)
 C4: tl.constexpr = tl.constexpr(math.pi**8 / 40320)
 C5: tl.constexpr = tl.constexpr(-math.pi**10 / 3628800)
 C6: tl.constexpr = tl.constexpr(math.pi**12 / 479001600)
-
-
-# --------------------------------------------------------------------------------------------
-# Operands and products
-# --------------------------------------------------------------------------------------------
-
-
-@triton.jit
-def _tf32(x):
-    """``x`` (float32) rounded to TF32's 10 mantissa bits, to nearest, ties away from zero."""
-    bits = x.to(tl.int32, bitcast=True)
-    return ((bits + 4096) & -8192).to(tl.float32, bitcast=True)
-
-
-@triton.jit
-def _block(X, idx, d, n, D, PRECISION: tl.constexpr):
-    """Rows ``idx`` (of ``n``), features ``d`` (of ``D``) of a row-major ``[n, D]`` operand,
-    as the products read it (0 outside the problem). Offsets in int64: ``n * D`` passes 2^31
-    at two million rows of 1,024 features."""
-    x = tl.load(X + idx.to(tl.int64)[:, None] * D + d[None, :],
-                mask=(idx[:, None] < n) & (d[None, :] < D), other=0.0)
-    if PRECISION == "tf32":
-        x = _tf32(x)
-    return x
-
-
-@triton.jit
-def _bf16_rne(x):
-    """``x`` (float32) rounded to bf16's 7 mantissa bits, to nearest, ties to even (the GPU's
-    cast; the interpreter's truncates)."""
-    bits = x.to(tl.int32, bitcast=True)
-    bits = bits + (32767 + ((bits >> 16) & 1))
-    return (bits & -65536).to(tl.float32, bitcast=True)
-
-
-@triton.jit
-def _as_operand(w, like, PRECISION: tl.constexpr):
-    """Float32 tile weights in the operands' dtype (``like``'s), rounded as the products read
-    them (to nearest, as PyTorch's casts)."""
-    if INTERPRET and PRECISION == "bf16":
-        w = _bf16_rne(w)
-    w = w.to(like.dtype)
-    if PRECISION == "tf32":
-        w = _tf32(w)
-    return w
-
-
-@triton.jit
-def _dot(x, y, acc, PRECISION: tl.constexpr):
-    """``acc + x @ y``, float32 accumulation. Under the interpreter (whose ``dot`` of bf16 /
-    fp16 operands is wrong) the operands, already rounded, are multiplied in float32."""
-    if INTERPRET:
-        x = x.to(tl.float32)
-        y = y.to(tl.float32)
-    if PRECISION == "tf32":
-        acc = tl.dot(x, y, acc, input_precision="tf32")
-    else:
-        acc = tl.dot(x, y, acc, input_precision="ieee")
-    return acc
-
-
-@triton.jit
-def _gram(X, Y, xi, yi, nx, ny, D, x_res, y_res, BX: tl.constexpr, BY: tl.constexpr,
-          BK: tl.constexpr, KCH: tl.constexpr, PRECISION: tl.constexpr):
-    """``[BX, BY]`` float32 ``X[xi] @ Y[yi].T``: from the resident blocks ``x_res`` /
-    ``y_res`` (``[B, BK]``) when the features fit one chunk, else in ``KCH`` chunks."""
-    s = tl.zeros((BX, BY), dtype=tl.float32)
-    if KCH == 1:
-        s = _dot(x_res, tl.trans(y_res), s, PRECISION)
-    else:
-        for c in range(KCH):  # a loop, not unrolled: one chunk's buffers per pipeline stage
-            d = c * BK + tl.arange(0, BK)
-            s = _dot(_block(X, xi, d, nx, D, PRECISION),
-                     tl.trans(_block(Y, yi, d, ny, D, PRECISION)), s, PRECISION)
-    return s
-
-
-@triton.jit
-def _store_block(X, idx, d, n, D, value):
-    tl.store(X + idx.to(tl.int64)[:, None] * D + d[None, :], value.to(X.dtype.element_ty),
-             mask=(idx[:, None] < n) & (d[None, :] < D))
-
-
-# --------------------------------------------------------------------------------------------
-# Masks
-# --------------------------------------------------------------------------------------------
-
-
-@triton.jit
-def _row_masks(POS, SELF, rows, M, HAS_POS: tl.constexpr, HAS_SELF: tl.constexpr):
-    """The rows' excluded columns (``-1``: none, or a row outside the problem)."""
-    pos = tl.full(rows.shape, -1, dtype=tl.int64)
-    own = tl.full(rows.shape, -1, dtype=tl.int64)
-    if HAS_POS:
-        pos = tl.load(POS + rows, mask=rows < M, other=-1).to(tl.int64)
-    if HAS_SELF:
-        own = tl.load(SELF + rows, mask=rows < M, other=-1).to(tl.int64)
-    return pos, own
-
-
-@triton.jit
-def _needs_mask(pos, own, c0, N, BN: tl.constexpr, HAS_POS: tl.constexpr,
-                HAS_SELF: tl.constexpr):
-    """Whether the column block ``[c0, c0 + BN)`` holds an excluded column of one of the rows
-    or runs past the last column (a scalar)."""
-    needs = c0 + BN > N
-    if HAS_POS:
-        needs = needs | (tl.max(((pos >= c0) & (pos < c0 + BN)).to(tl.int32), axis=0) > 0)
-    if HAS_SELF:
-        needs = needs | (tl.max(((own >= c0) & (own < c0 + BN)).to(tl.int32), axis=0) > 0)
-    return needs
-
-
-@triton.jit
-def _kept(cols, pos, own, N, HAS_POS: tl.constexpr, HAS_SELF: tl.constexpr,
-          T: tl.constexpr):
-    """``[rows, cols]`` (``[cols, rows]`` if ``T``): the column exists and is neither the
-    row's positive nor the row itself."""
-    c = _per_col(cols, T)
-    keep = c < N
-    if HAS_POS:
-        keep = keep & (_per_row(pos, T) != c)
-    if HAS_SELF:
-        keep = keep & (_per_row(own, T) != c)
-    return keep
-
-
-@triton.jit
-def _per_row(x, T: tl.constexpr):
-    """A per-row vector broadcast over a tile (``[rows, cols]``, or ``[cols, rows]`` if ``T``)."""
-    if T:
-        out = x[None, :]
-    else:
-        out = x[:, None]
-    return out
-
-
-@triton.jit
-def _per_col(x, T: tl.constexpr):
-    if T:
-        out = x[:, None]
-    else:
-        out = x[None, :]
-    return out
 
 
 # --------------------------------------------------------------------------------------------
@@ -346,24 +215,6 @@ def row_stats_fwd(A, K, POS, SELF, RLAB, KLAB, LSE, SUM_UL, SUM_U, M, N, D,
 
 
 @triton.jit
-def _online_lse2(m2, total, x2):
-    """One tile of log2-unit logits ``x2`` (``-inf``: excluded) into the running max ``m2`` and
-    sum ``total`` of ``2^(x2 - m2)`` per row (the shift is 0 while a row has seen nothing)."""
-    m_new = tl.maximum(m2, tl.max(x2, axis=1))
-    shift = tl.where(m_new == float("-inf"), 0.0, m_new)
-    total = total * tl.exp2(m2 - shift) + tl.sum(tl.exp2(x2 - shift[:, None]), axis=1)
-    return m_new, total
-
-
-@triton.jit
-def _finish_lse2(m2, total):
-    """The rows' natural log-sum-exp; ``-inf`` where every column was excluded."""
-    shift = tl.where(m2 == float("-inf"), 0.0, m2)
-    return tl.where(total > 0, (shift + tl.log2(tl.where(total > 0, total, 1.0))) * LN2,
-                    float("-inf"))
-
-
-@triton.jit
 def _weights(s, rows, cols, N, pos, own, lse2, g, g_ul, rl, KLAB, c0, t_min, t_max,
              threshold, width, HAS_POS: tl.constexpr, HAS_SELF: tl.constexpr,
              HAS_LAB: tl.constexpr, TERM: tl.constexpr, DETACH: tl.constexpr,
@@ -465,4 +316,50 @@ def row_stats_dk(A, K, POS, SELF, RLAB, KLAB, LSE, G_LSE, G_UL, GK, M, N, D,
         else:
             out_a = _block(A, rows, dout, M, D, PRECISION)
         acc = _dot(_as_operand(w_t, out_a, PRECISION), out_a, acc, PRECISION)
+    _store_block(GK, cols, dout, N, D, acc)
+
+
+@triton.jit
+def row_stats_bwd_onepass(A, K, POS, SELF, RLAB, KLAB, LSE, G_LSE, G_UL, GA32, GK, M, N, D,
+                          t_min, t_max, threshold, width,
+                          HAS_POS: tl.constexpr, HAS_SELF: tl.constexpr, HAS_LAB: tl.constexpr,
+                          TERM: tl.constexpr, DETACH: tl.constexpr, PRECISION: tl.constexpr,
+                          BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                          KCH: tl.constexpr, BDO: tl.constexpr):
+    """The backward in one pass (FlashAttention-3's): per column block, ``dK`` as
+    ``row_stats_dk`` accumulates it, and each tile's share of ``dA``, ``W @ K``, added to a
+    float32 ``dA`` with atomics (their order varies: the gradient is not deterministic). Each
+    tile is recomputed once, not twice; ``BDO`` spans the whole width."""
+    cols = tl.program_id(0) * BN + tl.arange(0, BN)
+    c0 = tl.program_id(0) * BN
+    dout = tl.arange(0, BDO)
+    d0 = tl.arange(0, BK)
+    k = tl.zeros((BN, BK), dtype=K.dtype.element_ty)
+    if KCH == 1:
+        k = _block(K, cols, d0, N, D, PRECISION)
+    if KCH == 1 and BDO == BK:
+        out_k = k
+    else:
+        out_k = _block(K, cols, dout, N, D, PRECISION)
+    acc = tl.zeros((BN, BDO), dtype=tl.float32)
+    for r0 in range(0, M, BM):
+        rows = r0 + tl.arange(0, BM)
+        pos, own = _row_masks(POS, SELF, rows, M, HAS_POS, HAS_SELF)
+        lse2, g, g_ul, rl = _row_grads(LSE, G_LSE, G_UL, RLAB, rows, M, HAS_LAB)
+        a = tl.zeros((BM, BK), dtype=A.dtype.element_ty)
+        if KCH == 1:
+            a = _block(A, rows, d0, M, D, PRECISION)
+        s_t = _gram(K, A, cols, rows, N, M, D, k, a, BN, BM, BK, KCH, PRECISION)
+        w_t = _weights(s_t, rows, cols, N, pos, own, lse2, g, g_ul, rl, KLAB, c0, t_min,
+                       t_max, threshold, width, HAS_POS, HAS_SELF, HAS_LAB, TERM, DETACH, BN,
+                       True)
+        if KCH == 1 and BDO == BK:
+            out_a = a
+        else:
+            out_a = _block(A, rows, dout, M, D, PRECISION)
+        w_op = _as_operand(w_t, out_a, PRECISION)
+        acc = _dot(w_op, out_a, acc, PRECISION)
+        share = _dot(tl.trans(w_op), out_k, tl.zeros((BM, BDO), dtype=tl.float32), PRECISION)
+        tl.atomic_add(GA32 + rows.to(tl.int64)[:, None] * D + dout[None, :], share,
+                      mask=(rows[:, None] < M) & (dout[None, :] < D), sem="relaxed")
     _store_block(GK, cols, dout, N, D, acc)
