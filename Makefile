@@ -40,8 +40,8 @@ bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_tiled.py
 
 # The GPU check (docs/gpu.md): CUDA tests, GPU benchmark and every recipe on the GPU, each under
-# its own time limit, at most 8 minutes in all; report in results/gpu-check/ (report.md,
-# report.json).
+# its own time limit, at most 9 minutes in all, the fused kernels' targets first; report in
+# results/gpu-check/ (report.md, report.json).
 # Meant for a CUDA machine holding the project and its wheels, so it needs no venv: the venv's
 # Python when there is one, else $(PYTHON) (one line saying to run `make setup` if it has no
 # torch). GPU_CHECK_ARGS="--device cpu --tiny": the CPU path, a few minutes.

@@ -44,6 +44,11 @@ Examples::
     python benchmarks/bench_gpu.py --batches 65536 262144 --dims 512 --dtypes bf16 --out r.json
     python benchmarks/bench_gpu.py --batches 65536 262144 --dims 128 --dtypes bf16 --tiled-only \
         --step-batch 0                                  # the tiled losses alone
+    python benchmarks/bench_gpu.py --targets            # the fused kernels against issue 47's
+                                                        # targets, within --budget (110 s)
+
+``--targets`` runs ``kernel_targets.py`` (beside this file) instead of the tables above: the
+kernels' cases at the issue's sizes, each with its target and whether it was met.
 """
 
 from __future__ import annotations
@@ -474,6 +479,11 @@ def environment(device: torch.device) -> dict[str, object]:
 
     env = run_environment(device=str(device))
     env["tf32_matmul"] = torch.backends.cuda.matmul.allow_tf32
+    env["float32_matmul_precision"] = torch.get_float32_matmul_precision()
+    if importlib.util.find_spec("triton") is not None:
+        import triton
+
+        env["triton"] = triton.__version__
     if device.type == "cuda":
         env["gpu"] = torch.cuda.get_device_name(device)
     return env
@@ -500,6 +510,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="time the tiled losses alone (their cases at large batches)")
     parser.add_argument("--device", default="cuda",
                         help="cuda (default; exits 0 without CUDA) or cpu (smoke test only)")
+    parser.add_argument("--targets", action="store_true",
+                        help="the fused kernels against issue 47's targets (kernel_targets.py)")
+    parser.add_argument("--tiny", action="store_true",
+                        help="with --targets: toy sizes (the CPU smoke test)")
+    parser.add_argument("--budget", type=float, default=110.0,
+                        help="with --targets: seconds for every case together (default 110)")
     args = parser.parse_args(argv)
     if args.quick:
         args.batches, args.dims, args.repeats, args.warmup = [4096, 16384], [128], 3, 1
@@ -510,6 +526,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def run_targets(args: argparse.Namespace, device: torch.device, env: dict) -> int:
+    """``--targets``: issue 47's table (``kernel_targets.py``), printed and written as JSON."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    import kernel_targets
+
+    print(f"bench_gpu.py --targets on {env.get('gpu') or 'cpu'}: torch {env['torch']}, "
+          f"budget {args.budget:.0f} s, {args.repeats} repeats", flush=True)
+    log = lambda line: print(line, file=sys.stderr, flush=True)  # noqa: E731 - progress only
+    records = kernel_targets.run(device, tiny=args.tiny, repeats=args.repeats,
+                                 budget=args.budget, log=log)
+    print(kernel_targets.render(records, env), flush=True)
+    from adaptcl.recipes.engine.files import write_json_atomic
+
+    write_json_atomic(args.out, {"environment": env, "config": {
+        k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
+        "targets": records})
+    print(f"wrote {args.out}")
+    return 1 if any(r["status"] == "error" for r in records) else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     device = torch.device(args.device)
@@ -518,6 +554,8 @@ def main(argv: list[str] | None = None) -> int:
               "(run it on a GPU machine, or pass --device cpu to exercise the script).")
         return 0
     env = environment(device)
+    if args.targets:
+        return run_targets(args, device, env)
     candidates = [c for c in available_candidates(device) if c.tiled or not args.tiled_only]
     print(f"bench_gpu.py on {env.get('gpu') or 'cpu'}: torch {env['torch']}, batches "
           f"{args.batches}, dims {args.dims}, dtypes {args.dtypes}, {args.repeats} repeats "

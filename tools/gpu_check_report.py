@@ -4,6 +4,7 @@ markdown report of them all.
 * ``pytest``: its junit XML (counts, and each failure's test id with the first line of its
   message);
 * ``bench``: ``bench_gpu.py``'s JSON: one row per loss case and SimCLR step;
+* ``targets``: ``bench_gpu.py --targets``' JSON: one row per kernel case with its target;
 * ``recipe``: the recipe's ``results.json``: every summary mean (metric, dataset, method),
   the failed cells, and for ``images`` the time per epoch (``results.json``'s own if a run
   records it, else its ``train_seconds`` divided by the epochs).
@@ -22,7 +23,8 @@ MIB = 2**20
 def parse_part(part, record: dict[str, Any]) -> dict[str, Any]:
     """What ``part`` (a :class:`gpu_check_run.Part`) measured; ``{"missing": why}`` when its
     output file is not there (a part that failed or timed out early)."""
-    parser = {"pytest": parse_pytest, "bench": parse_bench, "recipe": parse_recipe}[part.parse]
+    parser = {"pytest": parse_pytest, "bench": parse_bench, "recipe": parse_recipe,
+              "targets": parse_targets}[part.parse]
     try:
         return parser(Path(part.artifact), record)
     except FileNotFoundError as error:
@@ -64,6 +66,15 @@ def parse_bench(path: Path, record: dict[str, Any]) -> dict[str, Any]:
                      "time_vs_peer": _round(r.get("time_vs_lightly_ntxent"), 3),
                      "memory_vs_peer": _round(r.get("memory_vs_lightly_ntxent"), 3)})
     return {"rows": rows, "gpu": data["environment"].get("gpu")}
+
+
+def parse_targets(path: Path, record: dict[str, Any]) -> dict[str, Any]:
+    data = json.loads(path.read_text())
+    rows = [{"case": r["case"], "batch": r.get("batch"), "dim": r.get("dim"),
+             "backend": r.get("backend"), "status": r["status"], **_timing(r),
+             "first_s": _round(r.get("first_s"), 2), "target": r.get("target"),
+             "ratio": _round(r.get("ratio"), 3), "met": r.get("met")} for r in data["targets"]]
+    return {"targets": rows, "gpu": data["environment"].get("gpu")}
 
 
 def _round(value, digits: int):
@@ -146,7 +157,7 @@ def render(report: dict[str, Any]) -> str:
 
 
 def _kind(results: dict[str, Any]) -> str:
-    return next((k for k in ("counts", "rows", "means") if k in results), "")
+    return next((k for k in ("counts", "rows", "means", "targets") if k in results), "")
 
 
 def _render_pytest(results: dict[str, Any]) -> list[str]:
@@ -180,4 +191,18 @@ def _render_recipe(results: dict[str, Any]) -> list[str]:
     return out
 
 
-RENDERERS = {"counts": _render_pytest, "rows": _render_bench, "means": _render_recipe}
+def _render_targets(results: dict[str, Any]) -> list[str]:
+    out = ["", "| case | rows x dim | backend | time ms | first call s | peak MiB | target "
+               "| ratio | met |", "| --- | ---: | --- | ---: | ---: | ---: | --- | ---: | :---: |"]
+    for r in results["targets"]:
+        size = "-" if r["batch"] is None else f"{r['batch']:,} x {r['dim']}"
+        time_ms = _cell(r["time_ms"], ",.2f") if r["status"] == "ok" else r["status"]
+        met = {True: "yes", False: "**no**", None: "-"}[r["met"]]
+        out.append(f"| {r['case']} | {size} | {r['backend']} | {time_ms} "
+                   f"| {_cell(r['first_s'], '.2f')} | {_cell(r['peak_mib'], '.0f')} "
+                   f"| {r['target'] or '-'} | {_cell(r['ratio'], '.2f')} | {met} |")
+    return out
+
+
+RENDERERS = {"counts": _render_pytest, "rows": _render_bench, "means": _render_recipe,
+             "targets": _render_targets}

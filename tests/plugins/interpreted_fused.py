@@ -47,6 +47,8 @@ if not fused.interpreting():
     pytest.skip("run with TRITON_INTERPRET=1 (tests/plugins/test_fused.py does)",
                 allow_module_level=True)
 
+from adaptcl.plugins.tiles import _triton_rowstats as K  # noqa: E402 - Triton, interpreted
+
 N, D, BANK = 13, 20, 7
 RTOL, ATOL = 2e-4, 2e-5
 #: the dispatcher's plan of a call on the kernel
@@ -242,3 +244,148 @@ def test_compiled_loss_on_the_kernel_is_one_graph(no_torch_tiles):
     for got, ref in zip(grads, torch.autograd.grad(expected, (z0, z1)), strict=True):
         torch.testing.assert_close(got, ref)
     torch._dynamo.reset()
+
+
+# --------------------------------------------------------------------------------------------
+# The products' precision, and the kernels' block paths
+# --------------------------------------------------------------------------------------------
+
+#: each product precision: PyTorch's float32 setting and the inputs' dtype that select it
+PRECISIONS = {"ieee": ("highest", torch.float32), "tf32": ("high", torch.float32),
+              "bf16": ("medium", torch.float32), "fp16": ("highest", torch.float16)}
+AT_PRECISION = {
+    "infonce_nt_xent": lambda **t: InfoNCELoss(0.1, **t),
+    "macl_cross_view": lambda **t: MACLLoss(0.1, 0.5, form="cross_view", **t),
+    "dystress_attached": lambda **t: DySTreSSLoss(0.1, 0.2, detach_temperature=False, **t),
+    "dystress_piecewise": lambda **t: DySTreSSLoss(0.1, 0.2, shape="piecewise", threshold=-0.3,
+                                                   width=0.4, form="cross_view", **t),
+    "amcl": lambda **t: AMCLLoss(_pair_net(), beta=1e-2, **t),
+}
+
+
+@pytest.fixture
+def matmul_precision():
+    before = torch.get_float32_matmul_precision()
+    yield torch.set_float32_matmul_precision
+    torch.set_float32_matmul_precision(before)
+
+
+#: every precision for a plain and a pair term; one or two for the others (the interpreter is slow)
+PRECISION_CASES = [(name, precision) for name in ("infonce_nt_xent", "amcl")
+                   for precision in PRECISIONS] + [
+    ("dystress_attached", "bf16"), ("dystress_attached", "tf32"), ("dystress_piecewise", "fp16"),
+    ("macl_cross_view", "bf16")]
+
+
+@pytest.mark.parametrize("name,precision", PRECISION_CASES)
+def test_kernel_equals_the_tile_loop_at_each_precision(name, precision, matmul_precision):
+    """The kernel rounds its operands (and the backward's tile weights) as the PyTorch loop's
+    emulation does, so the two agree to float32 accumulation at every precision, far inside
+    the precision's own error; 37 pairs span three column blocks, so masked and unmasked
+    blocks both occur. fp16 inputs' gradients are fp16 (one rounding of a float32 gradient)."""
+    setting, dtype = PRECISIONS[precision]
+    matmul_precision(setting)
+    g = torch.Generator().manual_seed(11)
+    inputs = [torch.randn(37, D, generator=g) for _ in range(2)]
+    labels = torch.randint(0, 5, (37,), generator=g) if name == "dystress_attached" else None
+    pairs = {} if labels is None else {"labels": labels}
+    got = _run(AT_PRECISION[name](tile_size=8), inputs, dtype, **pairs)
+    with tiling(backend="torch"):
+        want = _run(AT_PRECISION[name](tile_size=8), inputs, dtype, **pairs)
+    torch.testing.assert_close(got[0], want[0], rtol=2e-6, atol=2e-6)
+    grad_tol = {"rtol": 2e-2, "atol": 1e-3} if dtype == torch.float16 else {"rtol": 2e-5,
+                                                                            "atol": 2e-6}
+    for a, b in zip(got[1], want[1], strict=True):
+        assert a.dtype == b.dtype
+        torch.testing.assert_close(a, b, **grad_tol)
+
+
+@pytest.mark.parametrize("dim", [12, 40])
+def test_kernel_resident_and_chunked_features(dim, no_torch_tiles):
+    """12 features fit one resident chunk; 40 are multiplied in chunks and the backward's
+    output is split (the interpreter's blocks are 16 wide)."""
+    g = torch.Generator().manual_seed(12)
+    z = [torch.randn(29, dim, generator=g, dtype=torch.float64) for _ in range(2)]
+    reference = MACLLoss(0.1, 0.5)
+    value, grads = _run(reference, z, torch.float64)
+    got, got_grads = _run(MACLLoss(0.1, 0.5, tile_size=8), z, torch.float32)
+    torch.testing.assert_close(got.double(), value, rtol=RTOL, atol=ATOL)
+    for a, b in zip(got_grads, grads, strict=True):
+        torch.testing.assert_close(a.double(), b, rtol=RTOL, atol=ATOL)
+
+
+def test_kernel_accuracy_at_each_precision_within_the_tables_bounds():
+    """The kernel column of docs/large_batches.md's accuracy table, at a size the interpreter
+    runs in seconds (benchmarks/bench_accuracy.py measures it)."""
+    from tests.plugins.test_accuracy import accuracy_script, check_bounds
+
+    check_bounds(accuracy_script().measure(["kernel"], 64, 32, torch.device("cpu")))
+
+
+def _term_kernel():
+    """A kernel that evaluates the row-statistics kernels' term and slope on a vector (Triton
+    resolves a kernel's names in its module, so the kernels' module is read through ``K``)."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def term(S, L, G, n, t_min, t_max, threshold, width, TERM: tl.constexpr,
+             DETACH: tl.constexpr, B: tl.constexpr):
+        i = tl.arange(0, B)
+        s = tl.load(S + i, mask=i < n, other=0.0)
+        tl.store(L + i, K._logits(s, TERM, t_min, t_max, threshold, width), mask=i < n)
+        tl.store(G + i, K._slope(s, TERM, DETACH, t_min, t_max, threshold, width), mask=i < n)
+
+    return term
+
+
+@pytest.mark.parametrize("shape,threshold,width", [("cosine", 0.4, 0.7),
+                                                   ("piecewise", 0.4, 0.7),
+                                                   ("piecewise", -0.3, 0.25)])
+@pytest.mark.parametrize("detach", [True, False])
+def test_the_kernels_temperature_term_equals_dystress_over_every_cosine(shape, threshold, width,
+                                                                        detach):
+    """The kernel's ``s / tau(s)`` and its slope (sin / cos polynomials, the piecewise phase
+    reduced to half a period) against DySTreSS's float64 term, for cosines across [-1, 1]
+    (a little beyond, as rounded products give) and a ramp spanning several periods."""
+    from adaptcl.plugins.dystress import _PairTemperatureTerm
+
+    term = _term_kernel()
+    s = torch.linspace(-1.01, 1.01, 1001)
+    logits, slope = torch.empty_like(s), torch.empty_like(s)
+    kind = {"cosine": 1, "piecewise": 2}[shape]
+    term[(1,)](s, logits, slope, s.numel(), 0.1, 0.2, threshold, width, TERM=kind,
+               DETACH=detach, B=1024)
+    ref = _PairTemperatureTerm(0.1, 0.2, shape, threshold, width, detach)
+    s64 = s.double()
+    torch.testing.assert_close(logits.double(), ref.logits(s64), rtol=2e-6, atol=1e-6)
+    torch.testing.assert_close(slope.double(), ref.slope(s64), rtol=2e-6, atol=1e-5)
+
+
+ONE_PASS = {
+    "infonce_nt_xent": lambda **t: InfoNCELoss(0.1, **t),
+    "macl_cross_view_bank": lambda **t: MACLLoss(0.2, 0.5, form="cross_view", **t),
+    "dystress_attached_labels": lambda **t: DySTreSSLoss(0.1, 0.2, detach_temperature=False,
+                                                         **t),
+}
+
+
+@pytest.mark.parametrize("name", list(ONE_PASS))
+def test_the_one_pass_backward_equals_the_float64_loss(name, monkeypatch):
+    """``ADAPTCL_TRITON_BACKWARD=onepass``: one backward launch (``dA`` by atomics), at a width
+    that takes one output block (12 features; the interpreter's blocks are 16 wide); the two
+    split launches must not run."""
+    from adaptcl.plugins.tiles import _configs
+
+    monkeypatch.setenv(_configs.BACKWARD_ENV, "onepass")
+    for split in ("row_stats_dq", "row_stats_dk"):
+        monkeypatch.setattr(K, split, None)  # launching either would fail
+    g = torch.Generator().manual_seed(13)
+    z = [torch.randn(29, 12, generator=g, dtype=torch.float64) for _ in range(2)]
+    bank = [torch.randn(7, 12, generator=g, dtype=torch.float64)] if "bank" in name else []
+    pairs = ({"labels": torch.randint(0, 4, (29,), generator=g)} if "labels" in name else {})
+    value, grads = _run(ONE_PASS[name](tile_size=None).double(), z + bank, torch.float64, **pairs)
+    got, got_grads = _run(ONE_PASS[name](tile_size=8), z + bank, torch.float32, **pairs)
+    torch.testing.assert_close(got.double(), value, rtol=RTOL, atol=ATOL)
+    for a, b in zip(got_grads, grads, strict=True):
+        torch.testing.assert_close(a.double(), b, rtol=RTOL, atol=ATOL)

@@ -2,11 +2,13 @@
 
 Under ``torch.autocast`` a model hands the loss half-precision embeddings. Every core loss
 must then normalise, build its logits, softmax/log-sum-exp, entropy and MACL's ``V`` in
-float32 (DESIGN: "Mixed precision"). The check: the loss of half-precision embeddings under
-autocast equals, to float32 rounding, the loss of the *same* values upcast to float32 with
-autocast off, and the gradient reaching the half-precision embeddings is that float32 gradient
-rounded once to the half dtype. A loss that ran any step in bf16/fp16 would differ by the
-dtype's rounding (0.4 % / 0.05 %) instead of float32's (1e-7).
+float32 (DESIGN: "Mixed precision"); only the operands of its products are in the half dtype
+(the precision policy, :mod:`adaptcl.plugins.tiles.precision`: tensor cores, float32
+accumulation). The check: the loss of half-precision embeddings under autocast equals, to
+float32 rounding, the loss of the *same* values upcast to float32 with autocast off and the
+products at the half dtype's precision, and the gradient reaching the half-precision embeddings
+is that float32 gradient rounded once to the half dtype. A loss that ran any other step in
+bf16/fp16 would differ by the dtype's rounding (0.4 % / 0.05 %) instead of float32's (1e-7).
 
 The temperature is 0.05 (SimCSE's): ``exp(1 / 0.05) = 4.9e8`` exceeds float16's largest value
 (65,504), so a softmax exponentiated in float16 would overflow.
@@ -23,11 +25,16 @@ import pytest
 import torch
 
 from adaptcl.plugins import MACLLoss
+from adaptcl.plugins import candidates as candidates_module
 
 from ._helpers import LOSSES, names
 
 N, D, QUEUE, TAU = 12, 16, 20, 0.05
 HALF = {"bf16": torch.bfloat16, "fp16": torch.float16}
+# The backward's products round their gradient tiles to the half dtype (as autocast's own matmuls
+# do), so float16 training scales the loss (torch.amp.GradScaler); here by a fixed power of two
+# at which no gradient tile of these inputs underflows or overflows float16.
+GRAD_SCALE = 2.0**8
 # Every loss of the shared table with the shared keywords, at TAU (where a temperature applies).
 EVERY_LOSS = names(shared=True)
 
@@ -47,7 +54,7 @@ def _run(loss_fn, z0, z1, queue, name: str):
 
 @pytest.mark.parametrize("precision", list(HALF))
 @pytest.mark.parametrize("name", EVERY_LOSS)
-def test_loss_under_autocast_computes_in_float32(name, precision, device):
+def test_loss_under_autocast_computes_in_float32(name, precision, device, monkeypatch):
     dtype = HALF[precision]
     half_loss_fn = LOSSES[name].build(temperature=TAU, dim=D).to(device)
     float_loss_fn = copy.deepcopy(half_loss_fn)
@@ -57,12 +64,14 @@ def test_loss_under_autocast_computes_in_float32(name, precision, device):
     with torch.autocast(device_type=device.type, dtype=dtype):
         loss = _run(half_loss_fn, z0, z1, queue, name)
     f0, f1 = (z.detach().float().requires_grad_(True) for z in (z0, z1))
-    expected = _run(float_loss_fn, f0, f1, queue.float(), name)
+    with monkeypatch.context() as policy:  # float32 inputs, products at the half precision
+        policy.setattr(candidates_module, "precision_of", lambda dtype: precision)
+        expected = _run(float_loss_fn, f0, f1, queue.float(), name)
 
     assert loss.dtype == torch.float32 and torch.isfinite(loss)
     torch.testing.assert_close(loss, expected, rtol=1e-6, atol=1e-7)
-    loss.backward()
-    expected.backward()
+    (loss * GRAD_SCALE).backward()
+    (expected * GRAD_SCALE).backward()
     for half_z, float_z in ((z0, f0), (z1, f1)):
         if float_z.grad is None:  # a detached input (ASCL-BYOL's targets)
             assert half_z.grad is None

@@ -44,6 +44,8 @@ from .heads import as_heads
 from .kernel import no_negatives_output
 from .tiles.dispatch import TilePlan, pair_lse, plan_tiles, why_not_pair_kernel
 from .tiles.loop import streamed_sum, streamed_top_columns, top_columns
+from .tiles.precision import gathered_product, logits_product
+from .tiles.terms import RegularisedPairTerm, description
 from .validation import TileSize, check_choice, check_int, check_non_negative, check_tile_size
 
 #: the negative term of Table 2: the kappa hardest negatives, or the soft-max over all
@@ -94,12 +96,13 @@ class _PairTerm:
     def statistic(self, r: Tensor) -> Tensor:
         return self.net.squash(r)
 
-    def kernel_pair(self) -> tuple[float, ...] | None:
-        """``(squash kind, t0, t1, t2, beta, dim)`` for the fused kernel
-        (:mod:`~adaptcl.plugins.tiles`), or ``None`` for a network it does not know."""
-        if not hasattr(self.net, "kernel_squash"):
+    def describe(self) -> RegularisedPairTerm | None:
+        """This term as the tiles' typed description, or ``None`` for a temperature network
+        that describes nothing (the fused kernel then leaves it to the PyTorch loop)."""
+        temperature = description(self.net)
+        if temperature is None:
             return None
-        return (*self.net.kernel_squash(), self.beta, self.dim)
+        return RegularisedPairTerm(temperature, self.beta, self.dim)
 
 
 
@@ -251,9 +254,9 @@ def _top_pairs(c: Candidates, net: nn.Module, tau_pos: Tensor, kappa: int, infon
     if kappa > available:
         raise ValueError(f"kappa={kappa} is larger than the {available} "
                          "candidates available to each anchor")
-    num_keys = c.keys.shape[0]
+    num_keys, precision = c.keys.shape[0], c.product_precision
     if not plan.tiled:
-        sims, taus = c.mask_(c.similarity()), net(c.anchors, c.keys)
+        sims, taus = c.mask_(c.similarity()), _pair_temperatures(c, net)
         tau_mean = taus.detach().mean()
         if infonce:
             sims = torch.cat([sims, c.positive_sim[:, None]], dim=1)
@@ -263,17 +266,28 @@ def _top_pairs(c: Candidates, net: nn.Module, tau_pos: Tensor, kappa: int, infon
         return sims.gather(1, top), taus.gather(1, top), tau_mean
     extra = c.positive_sim.detach() if infonce else None
     top = streamed_top_columns(c.anchors.detach(), c.keys.detach(), plan.tile, c.excluded,
-                               kappa, extra)
+                               kappa, extra, precision)
     is_pos = top == num_keys
     cols = top.clamp(max=num_keys - 1)
-    s_k = torch.einsum("ad,akd->ak", c.anchors, c.keys[cols])
+    s_k = gathered_product(c.anchors, c.keys[cols], precision)
     s_k = torch.where(is_pos, c.positive_sim[:, None], s_k)
     pa, pk = net.features(c.anchors), net.features(c.keys)
-    t_k = net.squash(torch.einsum("ad,akd->ak", pa, pk[cols]))
+    t_k = net.squash(gathered_product(pa, pk[cols], precision))
     t_k = torch.where(is_pos, tau_pos[:, None].to(t_k.dtype), t_k)
-    tau_mean = streamed_sum(net.squash, pa.detach(), pk.detach(), plan.tile) / (
+    tau_mean = streamed_sum(net.squash, pa.detach(), pk.detach(), plan.tile, precision) / (
         c.num_anchors * num_keys)
     return s_k, t_k, tau_mean
+
+
+def _pair_temperatures(c: Candidates, net: nn.Module) -> Tensor:
+    """``[A, C]`` temperatures of every anchor-key pair: ``net.squash(phi(a) @ phi(k).T)``
+    with the product at the candidates' precision where the network exposes that form (as
+    :class:`PairTemperature` and :class:`ConstantTemperature` do), else ``net(a, k)``."""
+    if not _tileable(net):
+        return net(c.anchors, c.keys)
+    with autocast_off(c.anchors):
+        r = logits_product(net.features(c.anchors), net.features(c.keys), c.product_precision)
+        return net.squash(r)
 
 
 def _softmax_term(c: Candidates, net: nn.Module, beta: float, dim: int,
@@ -281,7 +295,7 @@ def _softmax_term(c: Candidates, net: nn.Module, beta: float, dim: int,
     """``logsumexp_n pair_term(s_n, tau_n)`` over each anchor's negatives, and the mean pair
     temperature over all ``A x C`` pairs."""
     if not plan.tiled:
-        tau = net(c.anchors, c.keys)
+        tau = _pair_temperatures(c, net)
         terms = c.mask_(pair_term(c.similarity(), tau, beta, dim))
         return torch.logsumexp(terms, dim=1), tau.detach().mean()
     pa, pk = net.features(c.anchors), net.features(c.keys)

@@ -28,6 +28,7 @@ import torch
 from torch import Tensor, nn
 
 from .candidates import autocast_off, compute_dtype
+from .tiles.terms import FixedPairTemperature, SigmoidPairTemperature
 from .validation import check_int, check_positive
 
 #: How close (absolute) a mean learned temperature must be to ``eta`` or ``eta + iota`` to count
@@ -78,9 +79,9 @@ class PairTemperature(nn.Module):
         sig = torch.sigmoid(-r.clamp(-self.clamp, self.clamp))
         return sig * (1 - sig) * (-self.iota) * ((r >= -self.clamp) & (r <= self.clamp))
 
-    def kernel_squash(self) -> tuple[int, float, float, float]:
-        """:meth:`squash` for the fused kernel: ``(1, iota, eta, clamp)``."""
-        return 1, self.iota, self.eta, self.clamp
+    def describe(self) -> SigmoidPairTemperature:
+        """:meth:`squash` as the tiles' typed description (the fused kernel computes it)."""
+        return SigmoidPairTemperature(scale=self.iota, floor=self.eta, bound=self.clamp)
 
     def features(self, x: Tensor) -> Tensor:
         """``phi(x)`` in the network's dtype, outside autocast: a pair's temperature is
@@ -118,9 +119,9 @@ class ConstantTemperature(nn.Module):
     def squash_grad(self, r: Tensor) -> Tensor:
         return torch.zeros_like(r)
 
-    def kernel_squash(self) -> tuple[int, float, float, float]:
-        """:meth:`squash` for the fused kernel: ``(0, temperature, 0, 0)``."""
-        return 0, self.temperature, 0.0, 0.0
+    def describe(self) -> FixedPairTemperature:
+        """:meth:`squash` as the tiles' typed description."""
+        return FixedPairTemperature(self.temperature)
 
     def features(self, x: Tensor) -> Tensor:
         """No features: every pair has the same temperature."""

@@ -39,7 +39,6 @@ from .candidates import (
     MASKED,
     Candidates,
     autocast_off,
-    compute_dtype,
     rows_logits,
     scaled_anchors,
 )
@@ -54,6 +53,7 @@ from .kernel import (
 )
 from .tiles.dispatch import TilePlan, plan_tiles, row_stats, why_not_kernel
 from .tiles.loop import Masks, mask_tile, streamed_softmax_stats, top_columns
+from .tiles.precision import ProductPrecision, gathered_product, product
 from .validation import TileSize, check_choice, check_int, check_positive
 
 #: the soft-label rule: ASCL, AHCL (hard top-K labels) or hard (one-hot: InfoNCE)
@@ -146,15 +146,17 @@ def soft_labels(key_sim: Tensor, valid: Tensor, *, mode: ASCLMode = "ascl", num_
 class _TileTargets:
     """ASCL's un-normalised targets on a tile, ``min(1, s_i q_ij)`` with
     ``q_ij = exp(<k_i, k_j> / tau' - log_norm_i)`` over the valid columns (detached); the
-    :class:`~adaptcl.plugins.tiles.loop.TileWeights` of the streamed soft-target sum."""
+    :class:`~adaptcl.plugins.tiles.loop.TileWeights` of the streamed soft-target sum (the
+    products ``<k_i, k_j>`` at ``precision``)."""
 
     def __init__(self, positive_keys: Tensor, sharpen_temperature: float, log_norm: Tensor,
-                 scale: Tensor) -> None:
+                 scale: Tensor, precision: ProductPrecision = "ieee") -> None:
         self.positive_keys, self.sharpen_temperature = positive_keys, sharpen_temperature
-        self.log_norm, self.scale = log_norm, scale
+        self.log_norm, self.scale, self.precision = log_norm, scale, precision
 
     def tile(self, r0: int, r1: int, keys: Tensor, masks: Masks, c0: int, c1: int) -> Tensor:
-        x = (self.positive_keys[r0:r1] @ keys.T).div_(self.sharpen_temperature)
+        x = product(self.positive_keys[r0:r1], keys.T, self.precision).div_(
+            self.sharpen_temperature)
         q = mask_tile(x, masks, c0, c1).sub_(self.log_norm[r0:r1, None]).exp_()
         return _capped(q, self.scale[r0:r1])
 
@@ -166,7 +168,7 @@ def _tiled_ascl(c: Candidates, temperature: float, plan: TilePlan, *, mode: ASCL
     distribution (and the top-K columns for ``"hard"`` / ``"ahcl"``), the second streams
     ``lse_neg`` and, for ``"ascl"``, ``sum_j u_ij l_ij`` and ``sum_j u_ij``."""
     a, pos = scaled_anchors(c, temperature)
-    n = c.num_negatives
+    n, precision = c.num_negatives, c.product_precision
     if num_neighbors == 0:
         lse = row_stats(plan, a, c.keys, c.excluded, bias=bias)[0]
         out = kernel_from_lse(lse, pos, soft_targets=(torch.ones_like(pos), torch.zeros_like(pos)))
@@ -175,10 +177,11 @@ def _tiled_ascl(c: Candidates, temperature: float, plan: TilePlan, *, mode: ASCL
     pk = c.positive_keys.detach()
     log_norm, entropy, top = streamed_softmax_stats(
         pk, c.keys.detach(), sharpen_temperature, plan.tile, c.excluded,
-        top=num_neighbors if mode != "ascl" else 0)
+        top=num_neighbors if mode != "ascl" else 0, precision=precision)
     confidence = _confidence(entropy, n)
     if mode == "ascl":
-        targets = _TileTargets(pk, sharpen_temperature, log_norm, confidence * num_neighbors)
+        targets = _TileTargets(pk, sharpen_temperature, log_norm, confidence * num_neighbors,
+                               precision)
         lse, sum_ul, sum_u = row_stats(plan, a, c.keys, c.excluded, targets, bias=bias)
         total = 1 + sum_u
         weighted = sum_ul / total
@@ -187,7 +190,7 @@ def _tiled_ascl(c: Candidates, temperature: float, plan: TilePlan, *, mode: ASCL
         total = 1 + fill * num_neighbors
         lse = row_stats(plan, a, c.keys, c.excluded, bias=bias)[0]
         with autocast_off(a):
-            top_logits = torch.einsum("ad,akd->ak", a, c.keys[top])
+            top_logits = gathered_product(a, c.keys[top], precision)
         weighted = (fill / total) * top_logits.sum(dim=1)
     return kernel_from_lse(lse, pos, soft_targets=(1 / total, weighted)), confidence
 
@@ -214,7 +217,8 @@ def _ascl(c: Candidates, *, temperature: float, sharpen_temperature: float, num_
     else:
         with torch.no_grad(), autocast_off(c.anchors):
             y_pos, y_neg, confidence = _soft_targets(
-                c.positive_keys.detach() @ c.keys.detach().T, c.positive_mask(), c.num_negatives,
+                product(c.positive_keys.detach(), c.keys.detach().T, c.product_precision),
+                c.positive_mask(), c.num_negatives,
                 mode=mode, num_neighbors=num_neighbors, sharpen_temperature=sharpen_temperature)
         neg, pos = rows_logits(c, temperature)
         if bias is None:
@@ -355,8 +359,9 @@ def _byol_candidates(predictions: Tensor, targets: Tensor, negatives: Tensor | N
         targets_view = build(targets.detach(), predictions)
     except ValueError as e:  # name the arguments as the caller knows them
         raise ValueError(str(e).replace("z0", "targets").replace("z1", "predictions")) from None
-    # the neighbour view in the dtype of the whole computation (float64 if either input is)
-    neighbours = targets.detach().to(compute_dtype(predictions, targets))
+    # the neighbour view in the dtype of both inputs (float64 if either is; bfloat16 when both
+    # are, which sets the precision of its products as the batch's does)
+    neighbours = targets.detach().to(torch.promote_types(predictions.dtype, targets.dtype))
     return targets_view, build(neighbours, neighbours)
 
 

@@ -34,6 +34,8 @@ from torch import Tensor
 
 from . import distributed
 from .distributed import GatherFn
+from .tiles.precision import ProductPrecision, logits_product
+from .tiles.precision import product_precision as precision_of
 from .validation import check_choice, check_embedding_tensor, check_labels, check_pair
 
 #: the candidate sets (the forms above)
@@ -144,6 +146,12 @@ class Candidates:
         return self.anchors.shape[0]
 
     @property
+    def product_precision(self) -> ProductPrecision:
+        """The precision of this direction's products ``anchors @ keys.T``
+        (:func:`~adaptcl.plugins.tiles.precision.product_precision` of :attr:`input_dtype`)."""
+        return precision_of(self.anchors.dtype if self.input_dtype is None else self.input_dtype)
+
+    @property
     def num_negatives(self) -> int:
         """Negatives per anchor (candidates that are neither the positive nor the anchor)."""
         n = self.keys.shape[0]
@@ -181,9 +189,10 @@ class Candidates:
         return matrix
 
     def similarity(self) -> Tensor:
-        """Fresh ``[A, C]`` cosine matrix (unmasked), in float32 even under autocast."""
+        """Fresh ``[A, C]`` cosine matrix (unmasked), in float32 even under autocast (its
+        products at :attr:`product_precision`)."""
         with autocast_off(self.anchors):
-            return self.anchors @ self.keys.T
+            return logits_product(self.anchors, self.keys, self.product_precision)
 
     def positive_mask(self) -> Tensor:
         """Boolean ``[A, C]``: True where a column is a negative of the row's anchor."""
@@ -401,8 +410,9 @@ def scaled_anchors(cands: Candidates, temperature: Tensor | float) -> tuple[Tens
 
 
 def rows_logits(cands: Candidates, temperature: Tensor | float) -> tuple[Tensor, Tensor]:
-    """Masked ``[A, C]`` negative logits and ``[A]`` positive logits in float32."""
+    """Masked ``[A, C]`` negative logits and ``[A]`` positive logits in float32 (the products
+    at :attr:`Candidates.product_precision`)."""
     anchors, positive = scaled_anchors(cands, temperature)
     with autocast_off(cands.anchors):
-        logits = cands.mask_(anchors @ cands.keys.T)
+        logits = cands.mask_(logits_product(anchors, cands.keys, cands.product_precision))
     return logits, positive

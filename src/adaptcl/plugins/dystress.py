@@ -74,6 +74,7 @@ from .candidates import Candidates, Form
 from .distributed import GatherFn
 from .hardness import HardnessMode, check_hardness, hardness_spec
 from .tiles.budget import LOGIT_COPIES
+from .tiles.terms import SimilarityTemperature
 from .validation import TileSize, check_bool, check_choice, check_finite_number, check_positive
 
 __all__ = ["Shape", "DySTreSSLoss", "dystress", "dystress_temperature", "SHAPES"]
@@ -137,11 +138,10 @@ class _PairTemperatureTerm:
         # d(s / tau(s)) / ds = 1 / tau - s tau'(s) / tau^2
         return (tau - s * d_tau) / (tau * tau)
 
-    def kernel_term(self) -> tuple[int, tuple[float, float, float, float], bool]:
-        """``(shape code, (tau_min, tau_max, threshold, width), detach)``: the same term for
-        the fused kernel (:mod:`~adaptcl.plugins.tiles`; shape 1 cosine, 2 piecewise)."""
-        return (SHAPES.index(self.shape) + 1, (self.min, self.max, self.threshold, self.width),
-                self.detach)
+    def describe(self) -> SimilarityTemperature:
+        """This term as the tiles' typed description (the fused kernel computes it)."""
+        return SimilarityTemperature(self.shape, self.min, self.max, self.threshold, self.width,
+                                     self.detach)
 
 
 def _dystress_options(min_temperature: float, max_temperature: float, shape: Shape,

@@ -49,6 +49,7 @@ from torch import Tensor
 from .candidates import Candidates, autocast_off
 from .targets import same_class
 from .tiles.loop import Masks
+from .tiles.precision import product
 from .validation import check_choice, check_non_negative
 
 __all__ = ["HardnessMode", "HARDNESS_MODES", "HardnessBias", "check_hardness"]
@@ -113,6 +114,7 @@ class HardnessBias:
 
     def tile(self, r0: int, r1: int, keys: Tensor, masks: Masks, c0: int, c1: int) -> Tensor:
         with autocast_off(self.anchors):
-            term = (self.anchors[r0:r1] @ keys.detach().T).mul_(self.strength)
+            term = product(self.anchors[r0:r1], keys.detach().T,
+                           self.c.product_precision).mul_(self.strength)
         selected = self._selected(r0, r1, c0, c1, term.device)
         return term if selected is None else term.mul_(selected)

@@ -32,6 +32,7 @@ from torch.autograd.function import once_differentiable
 from .candidates import Candidates, autocast_off, rows_logits, scaled_anchors
 from .tiles.dispatch import MATERIALISED, TilePlan, row_stats
 from .tiles.loop import TileBias, TileTerm, TileWeights
+from .tiles.precision import logits_product
 
 
 @dataclass
@@ -173,7 +174,7 @@ def row_statistics(c: Candidates, temperature: Tensor | float, plan: TilePlan, *
                                        term=term)
         return lse, pos, None if weights is None else (sum_ul, sum_u)
     with autocast_off(a):
-        logits = a @ c.keys.T
+        logits = logits_product(a, c.keys, c.product_precision)
         if term is not None:
             logits = term.logits(logits)
         rows, cols = logits.shape

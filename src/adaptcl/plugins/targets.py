@@ -54,6 +54,7 @@ from torch import Tensor
 
 from .candidates import Candidates
 from .tiles.loop import Masks, mask_tile
+from .tiles.terms import SameClassTargets
 
 __all__ = ["LabelTargets", "same_class"]
 
@@ -82,7 +83,7 @@ class LabelTargets:
         u = same_class(self.c, r0, r1, c0, c1).to(keys.dtype)
         return mask_tile(u, masks, c0, c1, fill=0.0)
 
-    def kernel_labels(self) -> tuple[Tensor, Tensor]:
-        """``(labels [A], key_labels [C])``: what the fused kernel compares per tile
-        (:mod:`~adaptcl.plugins.tiles`) to build the same targets."""
-        return self.c.labels, self.c.key_labels
+    def describe(self) -> SameClassTargets:
+        """These targets as the tiles' typed description (the fused kernel compares the labels
+        per tile to build the same targets)."""
+        return SameClassTargets(self.c.labels, self.c.key_labels)

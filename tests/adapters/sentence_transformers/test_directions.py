@@ -146,3 +146,22 @@ def test_the_settings_are_in_the_config_and_symmetric_is_its_spelling():
     assert symmetric.directions == ("query_to_doc", "doc_to_query")
     assert symmetric.partition_mode == "per_direction"
     assert "directions" not in symmetric.get_config_dict()
+
+
+def test_joint_rows_of_bf16_embeddings_multiply_in_bf16():
+    """The joint rows carry the batch's dtype to the precision policy
+    (adaptcl.plugins.tiles.precision): bf16 columns give, bit for bit, the float32 loss of the
+    same values with bf16 products (PyTorch's "medium"), not the IEEE one."""
+    columns = [c.detach().bfloat16() for c in _columns(columns=3, seed=3)]
+    loss = st_losses.InfoNCELoss(None, 20.0, directions=("query_to_doc", "doc_to_doc"))
+    half = loss.compute_loss_from_embeddings(columns, None)
+    upcast = [c.float() for c in columns]
+    before = torch.get_float32_matmul_precision()
+    try:
+        torch.set_float32_matmul_precision("medium")
+        medium = loss.compute_loss_from_embeddings(upcast, None)
+        torch.set_float32_matmul_precision("highest")
+        highest = loss.compute_loss_from_embeddings(upcast, None)
+    finally:
+        torch.set_float32_matmul_precision(before)
+    assert torch.equal(half, medium) and not torch.equal(half, highest)

@@ -42,11 +42,12 @@ def gather_labels(labels: Tensor, world_size: int, use_horovod: bool) -> Tensor:
 
 
 def _direction(anchors: Tensor, keys: Tensor, positive_index: Tensor, labels: Tensor | None,
-               key_labels: Tensor | None) -> Candidates:
+               key_labels: Tensor | None, input_dtype: torch.dtype) -> Candidates:
     positive_keys = keys if anchors.shape[0] == keys.shape[0] else keys[positive_index]
     return Candidates(anchors=anchors, keys=keys, positive_sim=(anchors * positive_keys).sum(dim=1),
                       positive_index=positive_index, positive_keys=positive_keys, labels=labels,
-                      key_labels=key_labels, num_batch_keys=keys.shape[0])
+                      key_labels=key_labels, num_batch_keys=keys.shape[0],
+                      input_dtype=input_dtype)
 
 
 def clip_candidates(image_features: Tensor, text_features: Tensor, positive_index: Tensor,
@@ -60,6 +61,8 @@ def clip_candidates(image_features: Tensor, text_features: Tensor, positive_inde
     checked by the caller.
     """
     dtype = compute_dtype(image_features, text_features)
+    # the towers' dtype (bf16 under autocast) sets the precision of the products
+    given = torch.promote_types(image_features.dtype, text_features.dtype)
     image, text = normalize(image_features, dtype), normalize(text_features, dtype)
     all_image, all_text, all_labels = image, text, labels
     if world_size > 1:
@@ -70,5 +73,5 @@ def clip_candidates(image_features: Tensor, text_features: Tensor, positive_inde
             all_labels = gather_labels(labels, world_size, use_horovod)
         if not local_loss:
             image, text, labels = all_image, all_text, all_labels
-    return [_direction(image, all_text, positive_index, labels, all_labels),
-            _direction(text, all_image, positive_index, labels, all_labels)]
+    return [_direction(image, all_text, positive_index, labels, all_labels, given),
+            _direction(text, all_image, positive_index, labels, all_labels, given)]

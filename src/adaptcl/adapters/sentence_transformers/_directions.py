@@ -137,7 +137,8 @@ def joint_candidates(queries: Tensor, docs: Tensor, negatives: Tensor | None,
                       positive_keys=torch.cat([d, torch.zeros_like(d)], 1),
                       sample_index=None if negative_owners is None else own,
                       num_batch_keys=all_d.shape[0], negative_owners=negative_owners,
-                      extra_excluded=tuple(excluded), hardness_columns=all_docs.shape[0])
+                      extra_excluded=tuple(excluded), hardness_columns=all_docs.shape[0],
+                      input_dtype=torch.promote_types(queries.dtype, docs.dtype))
 
 
 def joint_loss(core: nn.Module, cands: Candidates) -> Tensor:

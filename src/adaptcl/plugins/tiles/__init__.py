@@ -12,8 +12,12 @@ backend:
   CPUs (online log-sum-exp forward, recomputing backward);
 * :mod:`~adaptcl.plugins.tiles.budget`: the logits budget beyond which a ``tile_size="auto"``
   loss takes its tiled path;
-* :mod:`~adaptcl.plugins.tiles.precision`: the precision of the products, one policy for every
-  backend;
-* ``_fused``, ``_triton_rowstats``, ``_triton_pairlse`` (private): the fused Triton kernels,
-  registered as :mod:`torch.library` ops, imported on first use only.
+* :mod:`~adaptcl.plugins.tiles.precision`: the precision of the products (bf16 / fp16 inputs
+  on tensor cores, float32 by PyTorch's setting, float64 exact) and the one product function
+  every path uses;
+* :mod:`~adaptcl.plugins.tiles.terms`: the typed descriptions of a method's math that the
+  kernels translate;
+* ``_fused``, ``_triton_rowstats``, ``_triton_pairlse``, ``_triton_common``, ``_configs``
+  (private): the fused Triton kernels, registered as :mod:`torch.library` ops and imported on
+  first use only, and their fixed block configurations per GPU architecture.
 """

@@ -3,7 +3,8 @@
 Reference:
     Cheng et al., "Breaking the Memory Barrier: Near Infinite Batch Size Scaling for Contrastive
     Loss" (Inf-CL, 2024, arXiv:2410.17243; ``inf_cl/flash.py``); Dao, "FlashAttention-2",
-    2023 (arXiv:2307.08691), for the split of the backward into a query and a key pass.
+    2023 (arXiv:2307.08691), for the split of the backward into a query and a key pass; Shah et
+    al., "FlashAttention-3", 2024 (arXiv:2407.08608), for ``exp2`` with the scale folded in.
 
 The PyTorch tiled path is a Python loop over tiles; here the same row statistics are three
 Triton kernels, one launch each (see ``_triton_rowstats.py``): a forward that keeps per anchor
@@ -11,30 +12,35 @@ block a running max and sum over every column block (and the label targets' two 
 backward that recomputes each tile from the embeddings and the saved ``lse`` (``dA`` per anchor
 block, ``dK`` per column block). Memory stays linear in the batch.
 
-What the kernel covers (everything else keeps the PyTorch tiled path, the reference):
+What the kernel covers (:func:`unsupported` says why not, in one phrase, for anything else):
 
 * the logits ``a @ k.T`` (any temperature folded into ``a``: InfoNCE in every form, DCL, MACL,
   the schedule, the learned temperature, a memory bank, gathered columns) with the positive
   and self columns masked by global index;
-* multi-positive targets from labels (:class:`~adaptcl.plugins.targets.LabelTargets`, which
-  exposes ``kernel_labels()``);
-* DySTreSS's pair temperature ``s / tau(s)`` (its term exposes ``kernel_term()``);
-* AMCL's softmax term ``logsumexp_j s_ij / tau(r_ij) - beta Omega(tau(r_ij))`` with the pair
-  temperatures of a :class:`~adaptcl.plugins.PairTemperature` or
-  :class:`~adaptcl.plugins.ConstantTemperature` (``_triton_pairlse.py``: the same structure,
-  two products per tile, four gradients);
-* float32, bfloat16 and float16 inputs (float32 accumulation; TF32 for float32 only where
-  ``torch.backends.cuda.matmul.allow_tf32`` allows it).
+* multi-positive targets from labels (weights describing
+  :class:`~adaptcl.plugins.tiles.terms.SameClassTargets`);
+* DySTreSS's pair temperature ``s / tau(s)`` (a term describing
+  :class:`~adaptcl.plugins.tiles.terms.SimilarityTemperature`);
+* AMCL's softmax term ``logsumexp_j s_ij / tau(r_ij) - beta Omega(tau(r_ij))`` (a pair term
+  describing :class:`~adaptcl.plugins.tiles.terms.RegularisedPairTerm`; ``_triton_pairlse.py``:
+  the same structure, two products per tile);
+* float32, bfloat16 and float16 inputs, the products at the precision policy's precision
+  (:mod:`~adaptcl.plugins.tiles.precision`: bf16 / fp16 operands on tensor cores, TF32, or
+  IEEE float32), float32 accumulation, log-sum-exp and gradients.
 
 Not covered: a hardness bias, ASCL's soft targets, AMCL's top-kappa term, float64, mixed
 dtypes.
 
-Which calls run here is the dispatcher's decision
-(:mod:`~adaptcl.plugins.tiles.dispatch`); this module only answers whether the kernel can
-compute a case (:func:`unsupported`, :func:`pair_unsupported`) and computes it. On CPU tensors
-the kernels run only under Triton's interpreter (``TRITON_INTERPRET=1``). The ops are
-registered with :mod:`torch.library` (``adaptcl::row_stats`` and
-``adaptcl::row_stats_backward``) so ``torch.compile`` keeps a loss in one graph.
+Which calls run here is the dispatcher's decision (:mod:`~adaptcl.plugins.tiles.dispatch`);
+this module only answers whether the kernel can compute a case (:func:`unsupported`,
+:func:`pair_unsupported`) and computes it. On CPU tensors the kernels run only under Triton's
+interpreter (``TRITON_INTERPRET=1``). The methods never name the kernels' codes: they describe
+their math with the typed values of :mod:`~adaptcl.plugins.tiles.terms`, which this module
+translates. Block sizes come from a fixed table per GPU architecture (``_configs.py``); nothing
+is autotuned, and nothing synchronises with the host, unless ``ADAPTCL_TRITON_AUTOTUNE=1``
+asks. The ops are registered with :mod:`torch.library` (``adaptcl::row_stats``,
+``adaptcl::row_stats_backward``, ``adaptcl::pair_lse``, ``adaptcl::pair_lse_backward``) so
+``torch.compile`` keeps a loss in one graph.
 """
 
 from __future__ import annotations
@@ -45,6 +51,16 @@ from types import ModuleType
 
 import torch
 from torch import Tensor
+
+from . import _configs as configs
+from .precision import product_precision
+from .terms import (
+    RegularisedPairTerm,
+    SameClassTargets,
+    SigmoidPairTemperature,
+    SimilarityTemperature,
+    description,
+)
 
 _DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 # looked up once, without importing it (a CPU-only torch has no Triton)
@@ -97,24 +113,64 @@ def unsupported(a: Tensor, k: Tensor, masks: tuple[Tensor | None, ...], weights:
         return f"it masks at most two columns per row, not {len(masks)}"
     if bias is not None:
         return f"it has no {type(bias).__name__} (a bias inside the log-sum-exp)"
-    if weights is not None and not hasattr(weights, "kernel_labels"):
+    if weights is not None and not isinstance(description(weights), SameClassTargets):
         return f"it has no {type(weights).__name__} weights (only label targets)"
-    if term is not None and not hasattr(term, "kernel_term"):
+    if term is not None and not isinstance(description(term), SimilarityTemperature):
         return f"it has no {type(term).__name__} term"
     return None
+
+
+# --------------------------------------------------------------------------------------------
+# Launching: operands at the products' precision, blocks from the fixed table
+# --------------------------------------------------------------------------------------------
+
+#: the operands' dtype per precision (TF32 and IEEE products read float32)
+_OPERAND = {"bf16": torch.bfloat16, "fp16": torch.float16, "tf32": torch.float32,
+            "ieee": torch.float32}
+
+
+def _operands(precision: str, *xs: Tensor) -> list[Tensor]:
+    """``xs`` as the kernels read them: contiguous, in the precision's operand dtype (a cast
+    of ``[N, D]``, O(N D); the gradients stay in the inputs' dtype)."""
+    return [x.to(_OPERAND[precision]).contiguous() for x in xs]
+
+
+def _launch(kernel, name: str, precision: str, width: int, grid, args: tuple,
+            meta: dict, device: torch.device, sizes: tuple[int, int], reset=None) -> None:
+    """``kernel[grid(block)](*args, **meta)`` with the table's block for ``name`` (or the
+    autotuned one where ``ADAPTCL_TRITON_AUTOTUNE`` asks; ``reset()`` before each launch
+    clears what a kernel accumulates into)."""
+    heavy = bool(meta.get("HAS_LAB")) or bool(meta.get("TERM"))
+    block = configs.block(name, precision, width, configs.arch_of(device), heavy)
+
+    def run(b: configs.Block) -> None:
+        if reset is not None:
+            reset()
+        kernel[grid(b)](*args, **meta, BM=b.bm, BN=b.bn, num_warps=b.warps, num_stages=b.stages)
+
+    if configs.autotuning() and device.type == "cuda":
+        key = (name, precision, configs.padded(width), *sorted(meta.items()),
+               *(configs.size_bin(n) for n in sizes))
+        block = configs.tuned(key, block, run)
+    run(block)
 
 
 # --------------------------------------------------------------------------------------------
 # The torch.library ops
 # --------------------------------------------------------------------------------------------
 
-_NO_TERM = (0, (1.0, 1.0, 0.0, 1.0), True)
+_NO_TERM = (0, [1.0, 1.0, 0.0, 1.0], True)
+_SHAPES = {"cosine": 1, "piecewise": 2}
 
 
-def _precision(x: Tensor) -> str:
-    if x.dtype == torch.float32 and x.device.type == "cuda" and torch.backends.cuda.matmul.allow_tf32:
-        return "tf32"
-    return "ieee"
+def _term_codes(term: object) -> tuple[int, list[float], bool]:
+    """A :class:`~adaptcl.plugins.tiles.terms.SimilarityTemperature` as the kernels' ``TERM``
+    code, its four parameters and whether it is detached (no term: the identity)."""
+    d = None if term is None else description(term)
+    if d is None:
+        return _NO_TERM
+    return (_SHAPES[d.shape], [d.min_temperature, d.max_temperature, d.threshold, d.width],
+            d.detach)
 
 
 def _flags(pos, own, labels, term_kind):
@@ -125,25 +181,28 @@ def _flags(pos, own, labels, term_kind):
 @torch.library.custom_op("adaptcl::row_stats", mutates_args=())
 def row_stats_op(a: Tensor, k: Tensor, positive_index: Tensor | None, self_index: Tensor | None,
                  labels: Tensor | None, key_labels: Tensor | None, term_kind: int,
-                 term_params: list[float], detach: bool) -> tuple[Tensor, Tensor, Tensor]:
+                 term_params: list[float], detach: bool,
+                 precision: str) -> tuple[Tensor, Tensor, Tensor]:
     """``(lse, sum_ul, sum_u)`` [A] float32 of the masked ``term(a @ k.T)`` (one launch)."""
-    lib = kernels()
     rows, cols, dim = a.shape[0], k.shape[0], a.shape[1]
     lse = torch.empty(rows, dtype=torch.float32, device=a.device)
     sum_ul, sum_u = torch.zeros_like(lse), torch.zeros_like(lse)
     if rows == 0:
         return lse, sum_ul, sum_u
-    dummy = lse
-    grid = lambda meta: (_cdiv(rows, meta["BM"]),)  # noqa: E731
-    lib.row_stats_fwd[grid](
-        a, k, _or(positive_index, dummy), _or(self_index, dummy), _or(labels, dummy),
-        _or(key_labels, dummy), lse, sum_ul, sum_u, rows, cols, dim, *term_params,
-        PRECISION=_precision(a), **_flags(positive_index, self_index, labels, term_kind))
+    ops = _operands(precision, a, k)
+    args = (*ops, _or(positive_index, lse), _or(self_index, lse), _or(labels, lse),
+            _or(key_labels, lse), lse, sum_ul, sum_u, rows, cols, dim, *term_params)
+    feats = configs.features(dim, precision, configs.arch_of(a.device))
+    meta = {"PRECISION": precision, "BK": feats["BK"], "KCH": feats["KCH"],
+            **_flags(positive_index, self_index, labels, term_kind)}
+    _launch(kernels().row_stats_fwd, "fwd", precision, dim, lambda b: (_cdiv(rows, b.bm),),
+            args, meta, a.device, (rows, cols))
     return lse, sum_ul, sum_u
 
 
 @row_stats_op.register_fake
-def _(a, k, positive_index, self_index, labels, key_labels, term_kind, term_params, detach):
+def _(a, k, positive_index, self_index, labels, key_labels, term_kind, term_params, detach,
+      precision):
     lse = a.new_empty(a.shape[0], dtype=torch.float32)
     return lse, torch.empty_like(lse), torch.empty_like(lse)
 
@@ -152,34 +211,47 @@ def _(a, k, positive_index, self_index, labels, key_labels, term_kind, term_para
 def row_stats_backward_op(a: Tensor, k: Tensor, lse: Tensor, g_lse: Tensor, g_ul: Tensor,
                           positive_index: Tensor | None, self_index: Tensor | None,
                           labels: Tensor | None, key_labels: Tensor | None, term_kind: int,
-                          term_params: list[float], detach: bool) -> tuple[Tensor, Tensor]:
-    """``(dA, dK)`` of :func:`row_stats_op` for the upstream ``(g_lse, g_ul)`` (two launches)."""
-    lib = kernels()
+                          term_params: list[float], detach: bool,
+                          precision: str) -> tuple[Tensor, Tensor]:
+    """``(dA, dK)`` of :func:`row_stats_op` for the upstream ``(g_lse, g_ul)``: two launches,
+    FlashAttention-2's query and key passes, or one where ``ADAPTCL_TRITON_BACKWARD=onepass``
+    asks and the width takes one output block (``dA`` then by float32 atomics)."""
     rows, cols, dim = a.shape[0], k.shape[0], a.shape[1]
     ga, gk = torch.empty_like(a), torch.empty_like(k)
     if rows == 0 or cols == 0:
         return ga.zero_(), gk.zero_()
-    args = (a, k, _or(positive_index, lse), _or(self_index, lse), _or(labels, lse),
+    ops = _operands(precision, a, k)
+    args = (*ops, _or(positive_index, lse), _or(self_index, lse), _or(labels, lse),
             _or(key_labels, lse), lse, g_lse.float().contiguous(), g_ul.float().contiguous())
-    options = {"PRECISION": _precision(a), "DETACH": detach,
-               **_flags(positive_index, self_index, labels, term_kind)}
-    lib.row_stats_dq[lambda m: (_cdiv(rows, m["BM"]), _cdiv(dim, m["BDO"]))](
-        *args, ga, rows, cols, dim, *term_params, **options)
-    lib.row_stats_dk[lambda m: (_cdiv(cols, m["BN"]), _cdiv(dim, m["BDO"]))](
-        *args, gk, rows, cols, dim, *term_params, **options)
+    feats = configs.features(dim, precision, configs.arch_of(a.device))
+    meta = {"PRECISION": precision, "DETACH": detach, **feats,
+            **_flags(positive_index, self_index, labels, term_kind)}
+    outputs = _cdiv(configs.padded(dim), feats["BDO"])
+    lib = kernels()
+    if outputs == 1 and configs.one_pass_backward():
+        ga32 = torch.zeros(a.shape, dtype=torch.float32, device=a.device)
+        _launch(lib.row_stats_bwd_onepass, "bwd", precision, dim,
+                lambda b: (_cdiv(cols, b.bn),), (*args, ga32, gk, rows, cols, dim, *term_params),
+                meta, a.device, (rows, cols), reset=ga32.zero_)
+        return ga32.to(a.dtype), gk
+    _launch(lib.row_stats_dq, "dq", precision, dim, lambda b: (_cdiv(rows, b.bm), outputs),
+            (*args, ga, rows, cols, dim, *term_params), meta, a.device, (rows, cols))
+    _launch(lib.row_stats_dk, "dk", precision, dim, lambda b: (_cdiv(cols, b.bn), outputs),
+            (*args, gk, rows, cols, dim, *term_params), meta, a.device, (rows, cols))
     return ga, gk
 
 
 @row_stats_backward_op.register_fake
 def _(a, k, lse, g_lse, g_ul, positive_index, self_index, labels, key_labels, term_kind,
-      term_params, detach):
+      term_params, detach, precision):
     return torch.empty_like(a), torch.empty_like(k)
 
 
 def _setup_context(ctx, inputs, output):
-    a, k, positive_index, self_index, labels, key_labels, term_kind, term_params, detach = inputs
+    (a, k, positive_index, self_index, labels, key_labels, term_kind, term_params, detach,
+     precision) = inputs
     ctx.save_for_backward(a, k, output[0], positive_index, self_index, labels, key_labels)
-    ctx.term = (term_kind, term_params, detach)
+    ctx.term = (term_kind, term_params, detach, precision)
 
 
 def _backward(ctx, g_lse, g_ul, _g_u):
@@ -188,7 +260,7 @@ def _backward(ctx, g_lse, g_ul, _g_u):
     g_ul = torch.zeros_like(lse) if g_ul is None else g_ul
     ga, gk = row_stats_backward_op(a, k, lse, g_lse, g_ul, positive_index, self_index, labels,
                                    key_labels, *ctx.term)
-    return ga, gk, None, None, None, None, None, None, None
+    return ga, gk, None, None, None, None, None, None, None, None
 
 
 row_stats_op.register_autograd(_backward, setup_context=_setup_context)
@@ -203,14 +275,16 @@ def _or(x: Tensor | None, default: Tensor) -> Tensor:
 
 
 def fused_row_stats(a: Tensor, k: Tensor, masks: tuple[Tensor | None, ...], weights: object = None,
-                    term: object = None) -> tuple[Tensor, Tensor, Tensor]:
+                    term: object = None, precision: str = "ieee") -> tuple[Tensor, Tensor, Tensor]:
     """The kernel's ``(lse, sum_ul, sum_u)``, as :func:`~adaptcl.plugins.tiles.loop.streamed_row_stats`
-    returns them (``lse`` and ``sum_ul`` differentiable in ``a`` and ``k``; float32)."""
+    returns them (``lse`` and ``sum_ul`` differentiable in ``a`` and ``k``; float32), with the
+    products at ``precision``."""
     positive_index, self_index = (tuple(masks) + (None, None))[:2]
-    labels, key_labels = (None, None) if weights is None else weights.kernel_labels()
-    kind, params, detach = _NO_TERM if term is None else term.kernel_term()
-    lse, sum_ul, sum_u = row_stats_op(a.contiguous(), k.contiguous(), positive_index, self_index,
-                                      labels, key_labels, kind, list(params), bool(detach))
+    targets = None if weights is None else description(weights)
+    labels, key_labels = (None, None) if targets is None else (targets.labels, targets.key_labels)
+    kind, params, detach = _term_codes(term)
+    lse, sum_ul, sum_u = row_stats_op(a, k, positive_index, self_index, labels, key_labels, kind,
+                                      list(params), bool(detach), precision)
     return lse, sum_ul, sum_u.detach()
 
 
@@ -218,46 +292,73 @@ def fused_row_stats(a: Tensor, k: Tensor, masks: tuple[Tensor | None, ...], weig
 # AMCL's pair log-sum-exp
 # --------------------------------------------------------------------------------------------
 
-
 def pair_unsupported(a: Tensor, k: Tensor, pa: Tensor, pk: Tensor,
-                     masks: tuple[Tensor | None, ...], pair: object) -> str | None:
-    """Why the pair kernel cannot compute this case, or ``None``."""
+                     masks: tuple[Tensor | None, ...], pair: object,
+                     precision: str | None = None) -> str | None:
+    """Why the pair kernel cannot compute this case, or ``None`` (``precision``: that of the
+    products, by default the policy's for ``a``'s dtype)."""
     why = unsupported(a, k, masks, None, None, None)
     if why is None and (pa.dtype != a.dtype or pk.dtype != a.dtype):
         why = f"the temperature features are {pa.dtype} and {pk.dtype}, not {a.dtype}"
-    if why is None and (not hasattr(pair, "kernel_pair") or pair.kernel_pair() is None):
+    if why is None:
+        precision = product_precision(a.dtype) if precision is None else precision
+        widest = configs.pair_width(precision, configs.arch_of(a.device))
+        if max(a.shape[1], pa.shape[1]) > widest:
+            why = (f"its feature widths ({a.shape[1]}, {pa.shape[1]}) exceed {widest} at "
+                   f"{precision} products (the backward keeps both gradients' rows at full "
+                   f"width)")
+    if why is None and not isinstance(description(pair), RegularisedPairTerm):
         net = getattr(pair, "net", pair)
         why = f"it has no pair temperature of {type(net).__name__}"
     return why
 
 
-def _pair_args(a, k, pa, pk, positive_index, self_index, params):
-    """The kernels' leading arguments and scalars: ``params = (squash kind, t0, t1, t2, beta,
-    dim)``."""
+def _pair_codes(pair: object) -> list[float]:
+    """A :class:`~adaptcl.plugins.tiles.terms.RegularisedPairTerm` as the kernels' parameters
+    ``(squash kind, t0, t1, t2, beta, dim)``."""
+    d = description(pair)
+    tau = d.temperature
+    if isinstance(tau, SigmoidPairTemperature):
+        squash = [1.0, tau.scale, tau.floor, tau.bound]
+    else:
+        squash = [0.0, tau.temperature, 0.0, 0.0]
+    return [*squash, float(d.beta), float(d.dim)]
+
+
+def _pair_args(a, k, pa, pk, positive_index, self_index, params, precision):
+    """The kernels' scalars and flags (``params``: :func:`_pair_codes`)."""
     kind, t0, t1, t2, beta, dim = params
     scalars = (a.shape[0], k.shape[0], a.shape[1], pa.shape[1], beta, 0.5 * dim, t0, t1, t2)
-    flags = {"HAS_POS": positive_index is not None, "HAS_SELF": self_index is not None,
-             "SQUASH": int(kind), "PRECISION": _precision(a)}
-    return scalars, flags
+    arch = configs.arch_of(a.device)
+    feats = configs.features(a.shape[1], precision, arch)
+    pfeats = configs.features(pa.shape[1], precision, arch)
+    meta = {"HAS_POS": positive_index is not None, "HAS_SELF": self_index is not None,
+            "SQUASH": int(kind), "PRECISION": precision, "BK": feats["BK"], "KCH": feats["KCH"],
+            "BP": pfeats["BK"], "PCH": pfeats["KCH"]}
+    width = max(a.shape[1], pa.shape[1] * (int(kind) != 0))
+    return scalars, meta, width
 
 
 @torch.library.custom_op("adaptcl::pair_lse", mutates_args=())
 def pair_lse_op(a: Tensor, k: Tensor, pa: Tensor, pk: Tensor, positive_index: Tensor | None,
-                self_index: Tensor | None, params: list[float]) -> tuple[Tensor, Tensor]:
+                self_index: Tensor | None, params: list[float],
+                precision: str) -> tuple[Tensor, Tensor]:
     """``(lse [A], per-row sum of tau [A])`` of AMCL's ``s / tau(r) - beta Omega(tau(r))``."""
     lse = torch.empty(a.shape[0], dtype=torch.float32, device=a.device)
     tau_sum = torch.zeros_like(lse)
     if a.shape[0] == 0:
         return lse, tau_sum
-    scalars, flags = _pair_args(a, k, pa, pk, positive_index, self_index, params)
-    pair_kernels().pair_lse_fwd[lambda m: (_cdiv(a.shape[0], m["BM"]),)](
-        a, k, pa, pk, _or(positive_index, lse), _or(self_index, lse), lse, tau_sum, *scalars,
-        **flags)
+    scalars, meta, width = _pair_args(a, k, pa, pk, positive_index, self_index, params, precision)
+    args = (*_operands(precision, a, k, pa, pk), _or(positive_index, lse), _or(self_index, lse),
+            lse, tau_sum, *scalars)
+    _launch(pair_kernels().pair_lse_fwd, "pair_fwd", precision, width,
+            lambda b: (_cdiv(a.shape[0], b.bm),), args, meta, a.device,
+            (a.shape[0], k.shape[0]))
     return lse, tau_sum
 
 
 @pair_lse_op.register_fake
-def _(a, k, pa, pk, positive_index, self_index, params):
+def _(a, k, pa, pk, positive_index, self_index, params, precision):
     lse = a.new_empty(a.shape[0], dtype=torch.float32)
     return lse, torch.empty_like(lse)
 
@@ -265,50 +366,54 @@ def _(a, k, pa, pk, positive_index, self_index, params):
 @torch.library.custom_op("adaptcl::pair_lse_backward", mutates_args=())
 def pair_lse_backward_op(a: Tensor, k: Tensor, pa: Tensor, pk: Tensor, lse: Tensor, g: Tensor,
                          positive_index: Tensor | None, self_index: Tensor | None,
-                         params: list[float]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """``(dA, dK, dPA, dPK)`` of :func:`pair_lse_op` (four launches, one per gradient)."""
+                         params: list[float],
+                         precision: str) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """``(dA, dK, dPA, dPK)`` of :func:`pair_lse_op` (two launches, each recomputing a tile
+    once for both gradients of its side)."""
     outs = [torch.zeros_like(x) for x in (a, k, pa, pk)]
     if a.shape[0] == 0 or k.shape[0] == 0:
         return tuple(outs)
     lib = pair_kernels()
-    scalars, flags = _pair_args(a, k, pa, pk, positive_index, self_index, params)
-    args = (a, k, pa, pk, _or(positive_index, lse), _or(self_index, lse), lse,
-            g.float().contiguous())
-    launches = ((lib.pair_lse_dq, "BM", False), (lib.pair_lse_dk, "BN", False),
-                (lib.pair_lse_dq, "BM", True), (lib.pair_lse_dk, "BN", True))
-    for out, (kernel, block, features) in zip(outs, launches, strict=True):
-        n, width = out.shape
-        kernel[lambda m, n=n, b=block, w=width: (_cdiv(n, m[b]), _cdiv(w, m["BDO"]))](
-            *args, out, *scalars, FEATURES=features, **flags)
+    scalars, meta, width = _pair_args(a, k, pa, pk, positive_index, self_index, params, precision)
+    meta |= {"BDO": configs.padded(a.shape[1]), "BPO": configs.padded(pa.shape[1])}
+    args = (*_operands(precision, a, k, pa, pk), _or(positive_index, lse), _or(self_index, lse),
+            lse, g.float().contiguous())
+    sizes = (a.shape[0], k.shape[0])
+    _launch(lib.pair_lse_dq, "pair_dq", precision, width, lambda b: (_cdiv(a.shape[0], b.bm),),
+            (*args, outs[0], outs[2], *scalars), meta, a.device, sizes)
+    _launch(lib.pair_lse_dk, "pair_dk", precision, width, lambda b: (_cdiv(k.shape[0], b.bn),),
+            (*args, outs[1], outs[3], *scalars), meta, a.device, sizes)
     return tuple(outs)
 
 
 @pair_lse_backward_op.register_fake
-def _(a, k, pa, pk, lse, g, positive_index, self_index, params):
+def _(a, k, pa, pk, lse, g, positive_index, self_index, params, precision):
     return tuple(torch.empty_like(x) for x in (a, k, pa, pk))
 
 
 def _pair_setup_context(ctx, inputs, output):
-    a, k, pa, pk, positive_index, self_index, params = inputs
+    a, k, pa, pk, positive_index, self_index, params, precision = inputs
     ctx.save_for_backward(a, k, pa, pk, output[0], positive_index, self_index)
-    ctx.params = params
+    ctx.params, ctx.precision = params, precision
 
 
 def _pair_backward(ctx, g, _g_tau_sum):
     a, k, pa, pk, lse, positive_index, self_index = ctx.saved_tensors
     g = torch.zeros_like(lse) if g is None else g
-    grads = pair_lse_backward_op(a, k, pa, pk, lse, g, positive_index, self_index, ctx.params)
-    return (*grads, None, None, None)
+    grads = pair_lse_backward_op(a, k, pa, pk, lse, g, positive_index, self_index, ctx.params,
+                                 ctx.precision)
+    return (*grads, None, None, None, None)
 
 
 pair_lse_op.register_autograd(_pair_backward, setup_context=_pair_setup_context)
 
 
 def fused_pair_lse(a: Tensor, k: Tensor, pa: Tensor, pk: Tensor,
-                   masks: tuple[Tensor | None, ...], pair: object) -> tuple[Tensor, Tensor]:
+                   masks: tuple[Tensor | None, ...], pair: object,
+                   precision: str = "ieee") -> tuple[Tensor, Tensor]:
     """The kernel's ``(lse [A], sum of tau over every pair)``, as
     :func:`~adaptcl.plugins.tiles.loop.streamed_pair_lse` returns them."""
     positive_index, self_index = (tuple(masks) + (None, None))[:2]
-    lse, tau_sum = pair_lse_op(a.contiguous(), k.contiguous(), pa.contiguous(), pk.contiguous(),
-                               positive_index, self_index, [float(x) for x in pair.kernel_pair()])
+    lse, tau_sum = pair_lse_op(a, k, pa, pk, positive_index, self_index, _pair_codes(pair),
+                               precision)
     return lse, tau_sum.sum().detach()

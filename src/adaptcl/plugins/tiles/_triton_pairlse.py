@@ -3,15 +3,21 @@
 
 Per tile of anchors x columns they form two bilinear forms, ``s = a @ k.T`` (the cosines) and
 ``r = pa @ pk.T`` (the temperature network's features), the pair temperature
-``tau = squash(r)`` (``iota sigmoid(-clamp(r)) + eta``, or a constant) and the term
-``s / tau - beta Omega(tau)``, ``Omega(tau) = (dim / 2) log tau + 1 / tau``:
+``tau = squash(r)`` (``scale sigmoid(-clamp(r)) + floor``, or a constant: ``SQUASH=0`` forms no
+``r`` at all) and the term ``s / tau - beta Omega(tau)``, ``Omega(tau) = (dim / 2) log tau +
+1 / tau``:
 
-* ``pair_lse_fwd`` keeps the online log-sum-exp of the term over the unmasked columns and the
-  sum of ``tau`` over every pair (AMCL's monitored mean temperature);
-* ``pair_lse_dq`` (per anchor block) and ``pair_lse_dk`` (per column block) recompute the tile
-  and accumulate either the gradient of the cosine side (``FEATURES=False``: ``a`` / ``k``,
-  weights ``W / tau``) or of the temperature side (``True``: ``pa`` / ``pk``, weights
-  ``W d term / d tau  squash'(r)``).
+* ``pair_lse_fwd`` keeps the online log-sum-exp (base 2, as ``_triton_rowstats``) of the term
+  over the unmasked columns and the sum of ``tau`` over every pair (AMCL's monitored mean
+  temperature);
+* ``pair_lse_dq`` (per anchor block) and ``pair_lse_dk`` (per column block) recompute each tile
+  once and accumulate both gradients of their side at once: the cosine side (``dA`` / ``dK``,
+  weights ``W / tau``) and the temperature side (``dPA`` / ``dPK``, weights
+  ``W d term / d tau  squash'(r)``). Two backward launches of four products per tile, where
+  one launch per gradient recomputed each tile four times.
+
+The accumulators span the whole (padded) feature widths, so both stay below 1,024 features
+(``_fused.pair_unsupported`` says so otherwise).
 """
 
 from __future__ import annotations
@@ -19,16 +25,20 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-from ._triton_rowstats import (
-    INTERPRET,
+from ._triton_common import (
+    LN2,
+    LOG2E,
+    _as_operand,
     _block,
-    _columns_kept,
-    _configs,
-    _finish_lse,
-    _online_lse,
-    _operand,
+    _dot,
+    _finish_lse2,
+    _gram,
+    _kept,
+    _needs_mask,
+    _online_lse2,
+    _per_row,
+    _row_masks,
     _store_block,
-    _tile,
 )
 
 
@@ -44,114 +54,161 @@ def _squash(r, SQUASH: tl.constexpr, t0, t1, t2):
 
 
 @triton.jit
-def _squash_grad(r, SQUASH: tl.constexpr, t0, t1, t2):
-    if SQUASH == 0:
-        out = r * 0.0
-    else:
-        sig = tl.sigmoid(-tl.minimum(tl.maximum(r, -t2), t2))
-        out = tl.where((r >= -t2) & (r <= t2), sig * (1.0 - sig) * (-t0), 0.0)
-    return out
+def _squash_grad(r, t0, t2):
+    """``d tau / d r`` of the sigmoid squash (0 where the clamp holds ``r``)."""
+    sig = tl.sigmoid(-tl.minimum(tl.maximum(r, -t2), t2))
+    return tl.where((r >= -t2) & (r <= t2), sig * (1.0 - sig) * (-t0), 0.0)
 
 
 @triton.jit
-def _pair_weights(A, K, PA, PK, rows, cols, M, N, D, P, POS, SELF, LSE, G, beta, half_dim,
-                  t0, t1, t2, HAS_POS: tl.constexpr, HAS_SELF: tl.constexpr,
-                  SQUASH: tl.constexpr, FEATURES: tl.constexpr, PRECISION: tl.constexpr,
-                  BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
-    """``d loss / d s`` (FEATURES False) or ``d loss / d r`` (True) of one recomputed tile."""
-    s = _tile(A, K, rows, cols, M, N, D, BM, BN, BK, PRECISION)
-    r = _tile(PA, PK, rows, cols, M, N, P, BM, BN, BK, PRECISION)
-    tau = _squash(r, SQUASH, t0, t1, t2)
-    inv = 1.0 / tau
-    term = s * inv - beta * (half_dim * tl.log(tau) + inv)
-    keep = _columns_kept(rows, cols, M, N, POS, SELF, HAS_POS, HAS_SELF)
-    lse = tl.load(LSE + rows, mask=rows < M, other=0.0)
-    g = tl.load(G + rows, mask=rows < M, other=0.0)
-    w = tl.where(keep, tl.exp(term - lse[:, None]), 0.0) * g[:, None]
-    if FEATURES:
-        d_tau = -s * inv * inv - beta * (half_dim * inv - inv * inv)
-        out = w * d_tau * _squash_grad(r, SQUASH, t0, t1, t2)
-    else:
-        out = w * inv
-    return out
+def _resident(X, PX, idx, n, D, P, SQUASH: tl.constexpr, B: tl.constexpr, BK: tl.constexpr,
+              KCH: tl.constexpr, BP: tl.constexpr, PCH: tl.constexpr, PRECISION: tl.constexpr):
+    """The rows ``idx`` of ``X`` and ``PX`` kept in registers where their features fit one
+    chunk (zeros otherwise: the chunked products load their own)."""
+    x = tl.zeros((B, BK), dtype=X.dtype.element_ty)
+    px = tl.zeros((B, BP), dtype=PX.dtype.element_ty)
+    if KCH == 1:
+        x = _block(X, idx, tl.arange(0, BK), n, D, PRECISION)
+    if PCH == 1 and SQUASH != 0:
+        px = _block(PX, idx, tl.arange(0, BP), n, P, PRECISION)
+    return x, px
 
 
-_TUNE = {"key": ["D", "P", "SQUASH"]}  # per width, not per batch (see _triton_rowstats)
+@triton.jit
+def _pair_tile(A, K, PA, PK, xi, yi, nx, ny, D, P, x_res, y_res, px_res, py_res,
+               t0, t1, t2, SQUASH: tl.constexpr, BX: tl.constexpr, BY: tl.constexpr,
+               BK: tl.constexpr, KCH: tl.constexpr, BP: tl.constexpr, PCH: tl.constexpr,
+               PRECISION: tl.constexpr):
+    """``(s, r, tau)`` of one tile ``X[xi]`` against ``Y[yi]`` (``r`` is 0 for SQUASH 0)."""
+    s = _gram(A, K, xi, yi, nx, ny, D, x_res, y_res, BX, BY, BK, KCH, PRECISION)
+    r = s * 0.0
+    if SQUASH != 0:
+        r = _gram(PA, PK, xi, yi, nx, ny, P, px_res, py_res, BX, BY, BP, PCH, PRECISION)
+    return s, r, _squash(r, SQUASH, t0, t1, t2)
 
 
-@triton.autotune(configs=_configs(INTERPRET, False), **_TUNE)
+@triton.jit
+def _pair_term2(s, tau, beta, half_dim):
+    """The term ``s / tau - beta Omega(tau)`` in log2 units, and ``1 / tau``."""
+    inv = tl.fdiv(tau * 0.0 + 1.0, tau)
+    term = s * inv - beta * (half_dim * LN2 * tl.log2(tau) + inv)
+    return term * LOG2E, inv
+
+
 @triton.jit
 def pair_lse_fwd(A, K, PA, PK, POS, SELF, LSE, TAU_SUM, M, N, D, P, beta, half_dim, t0, t1, t2,
                  HAS_POS: tl.constexpr, HAS_SELF: tl.constexpr, SQUASH: tl.constexpr,
                  PRECISION: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
-                 BK: tl.constexpr):
+                 BK: tl.constexpr, KCH: tl.constexpr, BP: tl.constexpr, PCH: tl.constexpr):
     rows = tl.program_id(0) * BM + tl.arange(0, BM)
-    m_run = tl.full((BM,), float("-inf"), dtype=tl.float32)
-    s_run = tl.zeros((BM,), dtype=tl.float32)
+    a, pa = _resident(A, PA, rows, M, D, P, SQUASH, BM, BK, KCH, BP, PCH, PRECISION)
+    pos, own = _row_masks(POS, SELF, rows, M, HAS_POS, HAS_SELF)
+    m2 = tl.full((BM,), float("-inf"), dtype=tl.float32)
+    total = tl.zeros((BM,), dtype=tl.float32)
     tau_sum = tl.zeros((BM,), dtype=tl.float32)
     for c0 in range(0, N, BN):
         cols = c0 + tl.arange(0, BN)
-        s = _tile(A, K, rows, cols, M, N, D, BM, BN, BK, PRECISION)
-        tau = _squash(_tile(PA, PK, rows, cols, M, N, P, BM, BN, BK, PRECISION), SQUASH,
-                      t0, t1, t2)
+        k, pk = _resident(K, PK, cols, N, D, P, SQUASH, BN, BK, KCH, BP, PCH, PRECISION)
+        s, r, tau = _pair_tile(A, K, PA, PK, rows, cols, M, N, D, P, a, k, pa, pk, t0, t1, t2,
+                               SQUASH, BM, BN, BK, KCH, BP, PCH, PRECISION)
         inside = (rows[:, None] < M) & (cols[None, :] < N)
         tau_sum += tl.sum(tl.where(inside, tau, 0.0), axis=1)
-        term = s / tau - beta * (half_dim * tl.log(tau) + 1.0 / tau)
-        keep = _columns_kept(rows, cols, M, N, POS, SELF, HAS_POS, HAS_SELF)
-        m_run, s_run = _online_lse(m_run, s_run, tl.where(keep, term, float("-inf")))
-    tl.store(LSE + rows, _finish_lse(m_run, s_run), mask=rows < M)
+        x2, _ = _pair_term2(s, tau, beta, half_dim)
+        if _needs_mask(pos, own, c0, N, BN, HAS_POS, HAS_SELF):
+            x2 = tl.where(_kept(cols, pos, own, N, HAS_POS, HAS_SELF, False), x2,
+                          float("-inf"))
+        m2, total = _online_lse2(m2, total, x2)
+    tl.store(LSE + rows, _finish_lse2(m2, total), mask=rows < M)
     tl.store(TAU_SUM + rows, tau_sum, mask=rows < M)
 
 
-@triton.autotune(configs=_configs(INTERPRET, True), **_TUNE)
 @triton.jit
-def pair_lse_dq(A, K, PA, PK, POS, SELF, LSE, G, OUT, M, N, D, P, beta, half_dim, t0, t1, t2,
-                HAS_POS: tl.constexpr, HAS_SELF: tl.constexpr, SQUASH: tl.constexpr,
-                FEATURES: tl.constexpr, PRECISION: tl.constexpr, BM: tl.constexpr,
-                BN: tl.constexpr, BK: tl.constexpr, BDO: tl.constexpr):
-    """``OUT = W @ K`` (``dA``) or ``W @ PK`` (``dPA``, FEATURES) for one anchor block."""
+def _pair_weights(s, r, tau, cols, N, pos, own, lse2, g, c0, beta, half_dim, t0, t2,
+                  HAS_POS: tl.constexpr, HAS_SELF: tl.constexpr, SQUASH: tl.constexpr,
+                  BN: tl.constexpr, T: tl.constexpr):
+    """``(d loss / d s, d loss / d r)`` of one recomputed tile (``[cols, rows]`` if ``T``)."""
+    x2, inv = _pair_term2(s, tau, beta, half_dim)
+    p = tl.exp2(x2 - _per_row(lse2, T))
+    if _needs_mask(pos, own, c0, N, BN, HAS_POS, HAS_SELF):
+        p = tl.where(_kept(cols, pos, own, N, HAS_POS, HAS_SELF, T), p, 0.0)
+    w = p * _per_row(g, T)
+    g_r = w * 0.0
+    if SQUASH != 0:  # d term / d tau = -s / tau^2 - beta (dim / (2 tau) - 1 / tau^2)
+        d_tau = -s * inv * inv - beta * (half_dim * inv - inv * inv)
+        g_r = w * d_tau * _squash_grad(r, t0, t2)
+    return w * inv, g_r
+
+
+@triton.jit
+def pair_lse_dq(A, K, PA, PK, POS, SELF, LSE, G, GA, GPA, M, N, D, P, beta, half_dim,
+                t0, t1, t2, HAS_POS: tl.constexpr, HAS_SELF: tl.constexpr,
+                SQUASH: tl.constexpr, PRECISION: tl.constexpr, BM: tl.constexpr,
+                BN: tl.constexpr, BK: tl.constexpr, KCH: tl.constexpr, BP: tl.constexpr,
+                PCH: tl.constexpr, BDO: tl.constexpr, BPO: tl.constexpr):
+    """``dA = W_s @ K`` and ``dPA = W_r @ PK`` of one anchor block."""
     rows = tl.program_id(0) * BM + tl.arange(0, BM)
-    d = tl.program_id(1) * BDO + tl.arange(0, BDO)
-    acc = tl.zeros((BM, BDO), dtype=tl.float32)
+    dout, pout = tl.arange(0, BDO), tl.arange(0, BPO)
+    a, pa = _resident(A, PA, rows, M, D, P, SQUASH, BM, BK, KCH, BP, PCH, PRECISION)
+    pos, own = _row_masks(POS, SELF, rows, M, HAS_POS, HAS_SELF)
+    lse2 = tl.load(LSE + rows, mask=rows < M, other=0.0) * LOG2E
+    g = tl.load(G + rows, mask=rows < M, other=0.0)
+    acc_a = tl.zeros((BM, BDO), dtype=tl.float32)
+    acc_p = tl.zeros((BM, BPO), dtype=tl.float32)
     for c0 in range(0, N, BN):
         cols = c0 + tl.arange(0, BN)
-        w = _pair_weights(A, K, PA, PK, rows, cols, M, N, D, P, POS, SELF, LSE, G, beta,
-                          half_dim, t0, t1, t2, HAS_POS, HAS_SELF, SQUASH, FEATURES, PRECISION,
-                          BM, BN, BK)
-        if FEATURES:
-            other = _block(PK, cols, d, N, P)
+        k, pk = _resident(K, PK, cols, N, D, P, SQUASH, BN, BK, KCH, BP, PCH, PRECISION)
+        s, r, tau = _pair_tile(A, K, PA, PK, rows, cols, M, N, D, P, a, k, pa, pk, t0, t1, t2,
+                               SQUASH, BM, BN, BK, KCH, BP, PCH, PRECISION)
+        g_s, g_r = _pair_weights(s, r, tau, cols, N, pos, own, lse2, g, c0, beta, half_dim,
+                                 t0, t2, HAS_POS, HAS_SELF, SQUASH, BN, False)
+        if KCH == 1 and BDO == BK:
+            out_k = k
         else:
-            other = _block(K, cols, d, N, D)
-        acc = tl.dot(_operand(w.to(other.dtype), PRECISION), _operand(other, PRECISION), acc,
-                     input_precision=PRECISION)
-    if FEATURES:
-        _store_block(OUT, rows, d, M, P, acc)
-    else:
-        _store_block(OUT, rows, d, M, D, acc)
+            out_k = _block(K, cols, dout, N, D, PRECISION)
+        acc_a = _dot(_as_operand(g_s, out_k, PRECISION), out_k, acc_a, PRECISION)
+        if SQUASH != 0:
+            if PCH == 1 and BPO == BP:
+                out_pk = pk
+            else:
+                out_pk = _block(PK, cols, pout, N, P, PRECISION)
+            acc_p = _dot(_as_operand(g_r, out_pk, PRECISION), out_pk, acc_p, PRECISION)
+    _store_block(GA, rows, dout, M, D, acc_a)
+    _store_block(GPA, rows, pout, M, P, acc_p)
 
 
-@triton.autotune(configs=_configs(INTERPRET, True), **_TUNE)
 @triton.jit
-def pair_lse_dk(A, K, PA, PK, POS, SELF, LSE, G, OUT, M, N, D, P, beta, half_dim, t0, t1, t2,
-                HAS_POS: tl.constexpr, HAS_SELF: tl.constexpr, SQUASH: tl.constexpr,
-                FEATURES: tl.constexpr, PRECISION: tl.constexpr, BM: tl.constexpr,
-                BN: tl.constexpr, BK: tl.constexpr, BDO: tl.constexpr):
-    """``OUT = W.T @ A`` (``dK``) or ``W.T @ PA`` (``dPK``, FEATURES) for one column block."""
+def pair_lse_dk(A, K, PA, PK, POS, SELF, LSE, G, GK, GPK, M, N, D, P, beta, half_dim,
+                t0, t1, t2, HAS_POS: tl.constexpr, HAS_SELF: tl.constexpr,
+                SQUASH: tl.constexpr, PRECISION: tl.constexpr, BM: tl.constexpr,
+                BN: tl.constexpr, BK: tl.constexpr, KCH: tl.constexpr, BP: tl.constexpr,
+                PCH: tl.constexpr, BDO: tl.constexpr, BPO: tl.constexpr):
+    """``dK = W_s.T @ A`` and ``dPK = W_r.T @ PA`` of one column block (transposed tiles)."""
     cols = tl.program_id(0) * BN + tl.arange(0, BN)
-    d = tl.program_id(1) * BDO + tl.arange(0, BDO)
-    acc = tl.zeros((BN, BDO), dtype=tl.float32)
+    c0 = tl.program_id(0) * BN
+    dout, pout = tl.arange(0, BDO), tl.arange(0, BPO)
+    k, pk = _resident(K, PK, cols, N, D, P, SQUASH, BN, BK, KCH, BP, PCH, PRECISION)
+    acc_k = tl.zeros((BN, BDO), dtype=tl.float32)
+    acc_p = tl.zeros((BN, BPO), dtype=tl.float32)
     for r0 in range(0, M, BM):
         rows = r0 + tl.arange(0, BM)
-        w = _pair_weights(A, K, PA, PK, rows, cols, M, N, D, P, POS, SELF, LSE, G, beta,
-                          half_dim, t0, t1, t2, HAS_POS, HAS_SELF, SQUASH, FEATURES, PRECISION,
-                          BM, BN, BK)
-        if FEATURES:
-            other = _block(PA, rows, d, M, P)
+        pos, own = _row_masks(POS, SELF, rows, M, HAS_POS, HAS_SELF)
+        lse2 = tl.load(LSE + rows, mask=rows < M, other=0.0) * LOG2E
+        g = tl.load(G + rows, mask=rows < M, other=0.0)
+        a, pa = _resident(A, PA, rows, M, D, P, SQUASH, BM, BK, KCH, BP, PCH, PRECISION)
+        s_t, r_t, tau_t = _pair_tile(K, A, PK, PA, cols, rows, N, M, D, P, k, a, pk, pa, t0, t1,
+                                     t2, SQUASH, BN, BM, BK, KCH, BP, PCH, PRECISION)
+        g_s, g_r = _pair_weights(s_t, r_t, tau_t, cols, N, pos, own, lse2, g, c0, beta,
+                                 half_dim, t0, t2, HAS_POS, HAS_SELF, SQUASH, BN, True)
+        if KCH == 1 and BDO == BK:
+            out_a = a
         else:
-            other = _block(A, rows, d, M, D)
-        acc = tl.dot(tl.trans(_operand(w.to(other.dtype), PRECISION)),
-                     _operand(other, PRECISION), acc, input_precision=PRECISION)
-    if FEATURES:
-        _store_block(OUT, cols, d, N, P, acc)
-    else:
-        _store_block(OUT, cols, d, N, D, acc)
+            out_a = _block(A, rows, dout, M, D, PRECISION)
+        acc_k = _dot(_as_operand(g_s, out_a, PRECISION), out_a, acc_k, PRECISION)
+        if SQUASH != 0:
+            if PCH == 1 and BPO == BP:
+                out_pa = pa
+            else:
+                out_pa = _block(PA, rows, pout, M, P, PRECISION)
+            acc_p = _dot(_as_operand(g_r, out_pa, PRECISION), out_pa, acc_p, PRECISION)
+    _store_block(GK, cols, dout, N, D, acc_k)
+    _store_block(GPK, cols, pout, N, P, acc_p)

@@ -5,253 +5,361 @@ Triton decides when a kernel is defined whether it is compiled or interpreted
 (``TRITON_INTERPRET``), for its own library too: the interpreter needs the variable set before
 Triton is first imported.
 
-Three kernels, each one launch over the whole problem:
+Three kernels, each one launch over the whole problem (FlashAttention-2's split of the backward
+into a query and a key pass: no atomics, so the gradients are deterministic), and a fourth that
+replaces the two backward ones on request (``row_stats_bwd_onepass``, below):
 
 * ``row_stats_fwd``: one program per block of ``BM`` anchors walks over every block of ``BN``
-  columns; per tile it forms ``s = a @ k.T`` (the feature dimension in chunks of ``BK``), the
-  logits ``l = term(s)``, masks the excluded columns by their global index, and keeps per row
-  the running max ``m`` and the rescaled sum ``sum exp(l - m)`` (online log-sum-exp), plus
-  ``sum_j u_ij l_ij`` and ``sum_j u_ij`` of the label targets. It writes three ``[A]`` vectors.
-* ``row_stats_dq``: one program per (anchor block, feature chunk) recomputes each tile and
-  accumulates ``dA = W @ K`` with ``W_ij = (exp(l_ij - lse_i) g_i + u_ij g'_i) term'(s_ij)``.
-* ``row_stats_dk``: one program per (column block, feature chunk) recomputes the same tiles
-  and accumulates ``dK = W.T @ A`` (FlashAttention-2's split of the backward into a query
-  pass and a key pass; nothing is atomic).
+  columns; per tile it forms ``s = a @ k.T``, the logits ``l = term(s)``, masks the excluded
+  columns by their global index, and keeps per row the running max and the rescaled sum of
+  ``2^(l log2 e - max)`` (online log-sum-exp in base 2), plus ``sum_j u_ij l_ij`` and
+  ``sum_j u_ij`` of the label targets. It writes three ``[A]`` vectors.
+* ``row_stats_dq``: one program per anchor block recomputes each tile and accumulates the
+  whole ``dA`` row block, ``W @ K``, ``W_ij = (p_ij g_i + u_ij g'_i) term'(s_ij)``.
+* ``row_stats_dk``: one program per column block recomputes the transposed tiles
+  ``s.T = k @ a.T`` and accumulates ``dK = W.T @ A``.
 
-Products accumulate in float32; float32 inputs use TF32 only when the caller says so.
+How they are laid out for speed:
+
+* the anchor block (``dq``: the anchor block; ``dk``: the column block) stays resident in
+  registers across the loop when the feature width fits one chunk (``KCH == 1``: up to 256
+  features); wider features are multiplied in ``KCH`` chunks of ``BK``;
+* the backward's accumulator spans ``BDO`` output features, the whole padded width up to the
+  configuration's cap (1,024), so a tile is recomputed once per pass, not once per feature
+  chunk; only wider features split the output (``program_id(1)``);
+* ``exp2`` with ``log2 e`` folded into one multiply-add per entry; the log-sum-exp is stored in
+  natural units;
+* the positive / self masks are applied only to the column blocks that hold a masked column of
+  some row of the block (or the batch's last, partial block); every other tile skips them;
+* products at the caller's precision: the operands arrive in bf16 / fp16 (tensor cores,
+  float32 accumulation), float32 with ``PRECISION="tf32"`` (rounded to TF32 to nearest, as the
+  CPU's emulation does, :mod:`~adaptcl.plugins.tiles.precision`) or ``"ieee"``; the backward's
+  tile weights are rounded to the operands' dtype, as the PyTorch loop's products round them.
+
+DySTreSS's temperature uses ``sin(pi v)`` / ``cos(pi v)`` as odd / even polynomials on
+``|v| <= 1/2`` (Taylor to degree 11 / 12, remainders below 1e-7) instead of the libdevice
+calls, and fast division: a few fused multiply-adds per entry.
+
+Block sizes are constexprs chosen per GPU architecture from a fixed table (``_configs.py``);
+nothing is autotuned unless ``ADAPTCL_TRITON_AUTOTUNE=1`` asks.
 """
 
 from __future__ import annotations
 
+import math
+
 import triton
 import triton.language as tl
-from triton import knobs
 
-PI = 3.141592653589793
-INTERPRET: tl.constexpr = tl.constexpr(bool(knobs.runtime.interpret))
+from ._triton_common import (
+    LOG2E,
+    _as_operand,
+    _block,
+    _dot,
+    _finish_lse2,
+    _gram,
+    _kept,
+    _needs_mask,
+    _online_lse2,
+    _per_col,
+    _per_row,
+    _row_masks,
+    _store_block,
+)
+
+PI: tl.constexpr = tl.constexpr(math.pi)
+# sin(pi v) = v (S0 + S1 v^2 + ... + S5 v^10), cos(pi v) = C0 + C1 v^2 + ... + C6 v^12
+S0: tl.constexpr = tl.constexpr(math.pi)
+S1: tl.constexpr = tl.constexpr(-math.pi**3 / 6)
+S2: tl.constexpr = tl.constexpr(math.pi**5 / 120)
+S3: tl.constexpr = tl.constexpr(-math.pi**7 / 5040)
+S4: tl.constexpr = tl.constexpr(math.pi**9 / 362880)
+S5: tl.constexpr = tl.constexpr(-math.pi**11 / 39916800)
+C1: tl.constexpr = tl.constexpr(-math.pi**2 / 2)
+C2: tl.constexpr = tl.constexpr(math.pi**4 / 24)
+C3: tl.constexpr = tl.constexpr(-math.pi**6 / 720)
+C4: tl.constexpr = tl.constexpr(math.pi**8 / 40320)
+C5: tl.constexpr = tl.constexpr(-math.pi**10 / 3628800)
+C6: tl.constexpr = tl.constexpr(math.pi**12 / 479001600)
+
+
+# --------------------------------------------------------------------------------------------
+# The term: s -> logits
+# --------------------------------------------------------------------------------------------
+
+
+@triton.jit
+def _sinpi(v):
+    """``sin(pi v)`` for ``|v| <= 1/2``."""
+    v2 = v * v
+    p = S5 * v2 + S4
+    p = p * v2 + S3
+    p = p * v2 + S2
+    p = p * v2 + S1
+    p = p * v2 + S0
+    return v * p
+
+
+@triton.jit
+def _cospi(v):
+    """``cos(pi v)`` for ``|v| <= 1/2``."""
+    v2 = v * v
+    p = C6 * v2 + C5
+    p = p * v2 + C4
+    p = p * v2 + C3
+    p = p * v2 + C2
+    p = p * v2 + C1
+    return p * v2 + 1.0
+
+
+@triton.jit
+def _phase(s, TERM: tl.constexpr, threshold, width):
+    """``v`` with ``|v| <= 1/2`` whose ``sin(pi v)^2`` (cosine shape) or ``cos(pi v)^2``
+    (piecewise ramp) is the temperature's share of ``max - min``."""
+    if TERM == 1:  # 1/2 (1 + cos(pi (1 + s))) = sin(pi s / 2)^2, |s / 2| <= 1/2 for cosines
+        v = 0.5 * s
+    else:  # 1/2 (1 + cos(pi x)) = cos(pi x / 2)^2, periodic in x / 2: reduce it
+        u = (s - threshold) / (2.0 * width)
+        v = u - tl.floor(u + 0.5)
+    return v
+
+
+@triton.jit
+def _temperature(s, TERM: tl.constexpr, t_min, t_max, threshold, width):
+    """DySTreSS's ``tau(s)``: the cosine (TERM 1) or piecewise (2) shape."""
+    sv = _sinpi(_phase(s, TERM, threshold, width))
+    if TERM == 1:
+        tau = t_min + (t_max - t_min) * sv * sv
+    else:
+        tau = tl.where(s > threshold, t_max, t_max - (t_max - t_min) * sv * sv)
+    return tau
 
 
 @triton.jit
 def _logits(s, TERM: tl.constexpr, t_min, t_max, threshold, width):
-    """``term(s)``: ``s`` (TERM 0), ``s / tau(s)`` with DySTreSS's cosine (1) or piecewise (2) tau."""
+    """``term(s)``: ``s`` (TERM 0) or ``s / tau(s)``."""
     if TERM == 0:
         out = s
     else:
-        half = 0.5 * (t_max - t_min)
-        if TERM == 1:
-            tau = t_min + half * (1.0 + tl.cos(PI * (1.0 + s)))
-        else:
-            ramp = t_min + half * (1.0 + tl.cos(PI * (s - threshold) / width))
-            tau = tl.where(s > threshold, t_max, ramp)
-        out = s / tau
+        out = tl.fdiv(s, _temperature(s, TERM, t_min, t_max, threshold, width))
     return out
 
 
 @triton.jit
 def _slope(s, TERM: tl.constexpr, DETACH: tl.constexpr, t_min, t_max, threshold, width):
-    """``d term / d s`` (1 without a term; ``1 / tau`` when tau is detached)."""
-    half = 0.5 * (t_max - t_min)
+    """``d term / d s`` (``1 / tau`` when tau is detached)."""
+    v = _phase(s, TERM, threshold, width)
+    sv = _sinpi(v)
+    span = t_max - t_min
     if TERM == 1:
-        tau = t_min + half * (1.0 + tl.cos(PI * (1.0 + s)))
-        d_tau = -half * PI * tl.sin(PI * (1.0 + s))
+        tau = t_min + span * sv * sv
+        d_tau = (span * PI) * sv * _cospi(v)
     else:
-        rate = PI / width
-        ramp = t_min + half * (1.0 + tl.cos(rate * (s - threshold)))
-        tau = tl.where(s > threshold, t_max, ramp)
-        d_tau = tl.where(s > threshold, 0.0, -half * rate * tl.sin(rate * (s - threshold)))
+        tau = tl.where(s > threshold, t_max, t_max - span * sv * sv)
+        d_tau = tl.where(s > threshold, 0.0, -(span * PI / width) * sv * _cospi(v))
     if DETACH:
-        out = 1.0 / tau
+        out = tl.fdiv(tau * 0.0 + 1.0, tau)
     else:
-        out = (tau - s * d_tau) / (tau * tau)
+        out = tl.fdiv(tau - s * d_tau, tau * tau)
     return out
 
 
-@triton.jit
-def _tile(A, K, rows, cols, M, N, D, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-          PRECISION: tl.constexpr):
-    """``s = a[rows] @ k[cols].T`` in float32, the feature dimension in chunks of ``BK``."""
-    s = tl.zeros((BM, BN), dtype=tl.float32)
-    for d0 in range(0, D, BK):
-        d = d0 + tl.arange(0, BK)
-        a = _block(A, rows, d, M, D)
-        k = _block(K, cols, d, N, D)
-        s = tl.dot(_operand(a, PRECISION), tl.trans(_operand(k, PRECISION)), s,
-                   input_precision=PRECISION)
-    return s
+# --------------------------------------------------------------------------------------------
+# Kernels
+# --------------------------------------------------------------------------------------------
 
 
 @triton.jit
-def _operand(x, PRECISION: tl.constexpr):
-    """A product's operand as loaded, or in float32 under the interpreter (whose ``dot`` of
-    bfloat16/float16 operands is wrong): ``PRECISION`` is ``"ieee"`` there."""
-    if INTERPRET:
-        x = x.to(tl.float32)
-    return x
-
-
-@triton.jit
-def _columns_kept(rows, cols, M, N, POS, SELF, HAS_POS: tl.constexpr, HAS_SELF: tl.constexpr):
-    """``[BM, BN]``: the column exists and is not the row's positive nor the row itself."""
-    keep = (cols[None, :] < N) & (rows[:, None] < M)
-    if HAS_POS:
-        pos = tl.load(POS + rows, mask=rows < M, other=-1)
-        keep = keep & (cols[None, :] != pos[:, None])
-    if HAS_SELF:
-        own = tl.load(SELF + rows, mask=rows < M, other=-1)
-        keep = keep & (cols[None, :] != own[:, None])
-    return keep
-
-
-@triton.jit
-def _same_class(rows, cols, M, N, RLAB, KLAB, keep):
-    """``[BM, BN]`` float32 targets ``u_ij = [label_i == key_label_j]`` on the kept columns."""
-    rl = tl.load(RLAB + rows, mask=rows < M, other=-2)
-    kl = tl.load(KLAB + cols, mask=cols < N, other=-3)
-    return tl.where(keep & (rl[:, None] == kl[None, :]), 1.0, 0.0)
-
-
-@triton.jit
-def _weights(A, K, rows, cols, M, N, D, POS, SELF, RLAB, KLAB, LSE, G_LSE, G_UL,
-             t_min, t_max, threshold, width, HAS_POS: tl.constexpr, HAS_SELF: tl.constexpr,
-             HAS_LAB: tl.constexpr, TERM: tl.constexpr, DETACH: tl.constexpr,
-             PRECISION: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
-    """The backward's ``W = d loss / d s`` of one recomputed tile (float32, 0 off the problem)."""
-    s = _tile(A, K, rows, cols, M, N, D, BM, BN, BK, PRECISION)
-    keep = _columns_kept(rows, cols, M, N, POS, SELF, HAS_POS, HAS_SELF)
-    lse = tl.load(LSE + rows, mask=rows < M, other=0.0)
-    g = tl.load(G_LSE + rows, mask=rows < M, other=0.0)
-    logits = _logits(s, TERM, t_min, t_max, threshold, width)
-    w = tl.where(keep, tl.exp(logits - lse[:, None]), 0.0) * g[:, None]
+def row_stats_fwd(A, K, POS, SELF, RLAB, KLAB, LSE, SUM_UL, SUM_U, M, N, D,
+                  t_min, t_max, threshold, width,
+                  HAS_POS: tl.constexpr, HAS_SELF: tl.constexpr, HAS_LAB: tl.constexpr,
+                  TERM: tl.constexpr, PRECISION: tl.constexpr,
+                  BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, KCH: tl.constexpr):
+    rows = tl.program_id(0) * BM + tl.arange(0, BM)
+    d0 = tl.arange(0, BK)
+    a = tl.zeros((BM, BK), dtype=A.dtype.element_ty)
+    if KCH == 1:
+        a = _block(A, rows, d0, M, D, PRECISION)
+    pos, own = _row_masks(POS, SELF, rows, M, HAS_POS, HAS_SELF)
     if HAS_LAB:
-        g_ul = tl.load(G_UL + rows, mask=rows < M, other=0.0)
-        w += _same_class(rows, cols, M, N, RLAB, KLAB, keep) * g_ul[:, None]
+        rl = tl.load(RLAB + rows, mask=rows < M, other=-2)
+    m2 = tl.full((BM,), float("-inf"), dtype=tl.float32)  # running max, in log2 units
+    total = tl.zeros((BM,), dtype=tl.float32)
+    sum_ul = tl.zeros((BM,), dtype=tl.float32)
+    sum_u = tl.zeros((BM,), dtype=tl.float32)
+    for c0 in range(0, N, BN):
+        cols = c0 + tl.arange(0, BN)
+        k = tl.zeros((BN, BK), dtype=K.dtype.element_ty)
+        if KCH == 1:
+            k = _block(K, cols, d0, N, D, PRECISION)
+        s = _gram(A, K, rows, cols, M, N, D, a, k, BM, BN, BK, KCH, PRECISION)
+        logits = _logits(s, TERM, t_min, t_max, threshold, width)
+        x2 = logits * LOG2E
+        if HAS_LAB:
+            keep = _kept(cols, pos, own, N, HAS_POS, HAS_SELF, False)
+            kl = tl.load(KLAB + cols, mask=cols < N, other=-3)
+            u = tl.where(keep & (rl[:, None] == kl[None, :]), 1.0, 0.0)
+            sum_ul += tl.sum(u * logits, axis=1)
+            sum_u += tl.sum(u, axis=1)
+            x2 = tl.where(keep, x2, float("-inf"))
+        else:
+            if _needs_mask(pos, own, c0, N, BN, HAS_POS, HAS_SELF):
+                x2 = tl.where(_kept(cols, pos, own, N, HAS_POS, HAS_SELF, False), x2,
+                              float("-inf"))
+        m2, total = _online_lse2(m2, total, x2)
+    ok = rows < M
+    tl.store(LSE + rows, _finish_lse2(m2, total), mask=ok)
+    if HAS_LAB:
+        tl.store(SUM_UL + rows, sum_ul, mask=ok)
+        tl.store(SUM_U + rows, sum_u, mask=ok)
+
+
+@triton.jit
+def _weights(s, rows, cols, N, pos, own, lse2, g, g_ul, rl, KLAB, c0, t_min, t_max,
+             threshold, width, HAS_POS: tl.constexpr, HAS_SELF: tl.constexpr,
+             HAS_LAB: tl.constexpr, TERM: tl.constexpr, DETACH: tl.constexpr,
+             BN: tl.constexpr, T: tl.constexpr):
+    """The backward's ``W = d loss / d s`` of one recomputed tile (``[rows, cols]``, or
+    ``[cols, rows]`` if ``T``; float32; 0 on the excluded columns)."""
+    logits = _logits(s, TERM, t_min, t_max, threshold, width)
+    p = tl.exp2(logits * LOG2E - _per_row(lse2, T))
+    if HAS_LAB:
+        keep = _kept(cols, pos, own, N, HAS_POS, HAS_SELF, T)
+        p = tl.where(keep, p, 0.0)
+    else:
+        if _needs_mask(pos, own, c0, N, BN, HAS_POS, HAS_SELF):
+            p = tl.where(_kept(cols, pos, own, N, HAS_POS, HAS_SELF, T), p, 0.0)
+    w = p * _per_row(g, T)
+    if HAS_LAB:
+        kl = tl.load(KLAB + cols, mask=cols < N, other=-3)
+        same = keep & (_per_row(rl, T) == _per_col(kl, T))
+        w += tl.where(same, _per_row(g_ul, T), 0.0)
     if TERM != 0:
         w = w * _slope(s, TERM, DETACH, t_min, t_max, threshold, width)
     return w
 
 
 @triton.jit
-def _block(X, idx, d, n, D):
-    """Rows ``idx`` (of ``n``), features ``d`` (of ``D``) of a row-major ``[n, D]`` tensor."""
-    return tl.load(X + idx[:, None] * D + d[None, :], mask=(idx[:, None] < n) & (d[None, :] < D),
-                   other=0.0)
-
-
-@triton.jit
-def _store_block(X, idx, d, n, D, value):
-    tl.store(X + idx[:, None] * D + d[None, :], value.to(X.dtype.element_ty),
-             mask=(idx[:, None] < n) & (d[None, :] < D))
-
-
-@triton.jit
-def _online_lse(m_run, s_run, logits):
-    """One column block into the running max ``m_run`` and sum ``s_run`` of ``exp(l - m)``
-    per row (``-inf`` entries add nothing; the shift is 0 while a row has seen nothing)."""
-    m_new = tl.maximum(m_run, tl.max(logits, axis=1))
-    shift = tl.where(m_new == float("-inf"), 0.0, m_new)
-    s_new = s_run * tl.exp(m_run - shift) + tl.sum(tl.exp(logits - shift[:, None]), axis=1)
-    return m_new, s_new
-
-
-@triton.jit
-def _finish_lse(m_run, s_run):
-    """``log sum exp`` of the rows; ``-inf`` where every column was masked (``s_run = 0``)."""
-    shift = tl.where(m_run == float("-inf"), 0.0, m_run)
-    return tl.where(s_run > 0, shift + tl.log(tl.where(s_run > 0, s_run, 1.0)), float("-inf"))
-
-
-def _configs(interpret: bool, bwd: bool) -> list[triton.Config]:
-    """One small block under the interpreter; Hopper/Ampere candidates on a GPU."""
-    if interpret:
-        return [triton.Config({"BM": 16, "BN": 16, "BK": 16, "BDO": 16}, num_warps=1)]
-    # Few candidates: each is compiled and timed once per key on first use (12 per kernel
-    # took minutes at a batch of 65,536 on an H200 and timed out the GPU check).
-    extra = {"BDO": 128} if bwd else {}
-    return [triton.Config({"BM": bm, "BN": bn, "BK": bk, **extra}, num_warps=warps,
-                          num_stages=stages)
-            for bm, bn, bk, warps, stages in ((128, 64, 64, 8, 3), (64, 64, 64, 4, 3),
-                                              (128, 128, 64, 8, 3), (64, 64, 128, 4, 4))]
-
-
-def _prune(configs, named_args, **kwargs):
-    """Drop feature chunks wider than the (power-of-two rounded) feature dimension."""
-    width = max(16, triton.next_power_of_2(named_args["D"]))
-    kept = [c for c in configs if c.kwargs["BK"] <= max(width, 64)
-            and c.kwargs.get("BDO", 0) <= max(width, 64)]
-    return kept or configs[:1]
-
-
-# Tuned once per feature width and variant, not per batch: a key on the batch sizes re-tunes
-# at every new size (a last, smaller batch; each tile of another shape).
-_TUNE = {"key": ["D", "HAS_LAB", "TERM"], "prune_configs_by": {"early_config_prune": _prune}}
-
-
-@triton.autotune(configs=_configs(INTERPRET, False), **_TUNE)
-@triton.jit
-def row_stats_fwd(A, K, POS, SELF, RLAB, KLAB, LSE, SUM_UL, SUM_U, M, N, D,
-                  t_min, t_max, threshold, width,
-                  HAS_POS: tl.constexpr, HAS_SELF: tl.constexpr, HAS_LAB: tl.constexpr,
-                  TERM: tl.constexpr, PRECISION: tl.constexpr,
-                  BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
-    rows = tl.program_id(0) * BM + tl.arange(0, BM)
-    m_run = tl.full((BM,), float("-inf"), dtype=tl.float32)
-    s_run = tl.zeros((BM,), dtype=tl.float32)
-    sum_ul = tl.zeros((BM,), dtype=tl.float32)
-    sum_u = tl.zeros((BM,), dtype=tl.float32)
-    for c0 in range(0, N, BN):
-        cols = c0 + tl.arange(0, BN)
-        logits = _logits(_tile(A, K, rows, cols, M, N, D, BM, BN, BK, PRECISION),
-                         TERM, t_min, t_max, threshold, width)
-        keep = _columns_kept(rows, cols, M, N, POS, SELF, HAS_POS, HAS_SELF)
-        if HAS_LAB:
-            u = _same_class(rows, cols, M, N, RLAB, KLAB, keep)
-            sum_ul += tl.sum(u * logits, axis=1)
-            sum_u += tl.sum(u, axis=1)
-        m_run, s_run = _online_lse(m_run, s_run, tl.where(keep, logits, float("-inf")))
+def _row_grads(LSE, G_LSE, G_UL, RLAB, rows, M, HAS_LAB: tl.constexpr):
+    """Per row: ``lse`` in log2 units, the upstream gradients and the label (float32)."""
     ok = rows < M
-    tl.store(LSE + rows, _finish_lse(m_run, s_run), mask=ok)
+    lse2 = tl.load(LSE + rows, mask=ok, other=0.0) * LOG2E
+    g = tl.load(G_LSE + rows, mask=ok, other=0.0)
+    g_ul = g
+    rl = rows
     if HAS_LAB:
-        tl.store(SUM_UL + rows, sum_ul, mask=ok)
-        tl.store(SUM_U + rows, sum_u, mask=ok)
+        g_ul = tl.load(G_UL + rows, mask=ok, other=0.0)
+        rl = tl.load(RLAB + rows, mask=ok, other=-2)
+    return lse2, g, g_ul, rl
 
 
-@triton.autotune(configs=_configs(INTERPRET, True), **_TUNE)
 @triton.jit
 def row_stats_dq(A, K, POS, SELF, RLAB, KLAB, LSE, G_LSE, G_UL, GA, M, N, D,
                  t_min, t_max, threshold, width,
                  HAS_POS: tl.constexpr, HAS_SELF: tl.constexpr, HAS_LAB: tl.constexpr,
                  TERM: tl.constexpr, DETACH: tl.constexpr, PRECISION: tl.constexpr,
-                 BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BDO: tl.constexpr):
+                 BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, KCH: tl.constexpr,
+                 BDO: tl.constexpr):
     rows = tl.program_id(0) * BM + tl.arange(0, BM)
-    d = tl.program_id(1) * BDO + tl.arange(0, BDO)
+    dout = tl.program_id(1) * BDO + tl.arange(0, BDO)
+    d0 = tl.arange(0, BK)
+    a = tl.zeros((BM, BK), dtype=A.dtype.element_ty)
+    if KCH == 1:
+        a = _block(A, rows, d0, M, D, PRECISION)
+    pos, own = _row_masks(POS, SELF, rows, M, HAS_POS, HAS_SELF)
+    lse2, g, g_ul, rl = _row_grads(LSE, G_LSE, G_UL, RLAB, rows, M, HAS_LAB)
     acc = tl.zeros((BM, BDO), dtype=tl.float32)
     for c0 in range(0, N, BN):
         cols = c0 + tl.arange(0, BN)
-        w = _weights(A, K, rows, cols, M, N, D, POS, SELF, RLAB, KLAB, LSE, G_LSE, G_UL,
-                     t_min, t_max, threshold, width, HAS_POS, HAS_SELF, HAS_LAB, TERM, DETACH,
-                     PRECISION, BM, BN, BK)
-        k = _block(K, cols, d, N, D)
-        acc = tl.dot(_operand(w.to(k.dtype), PRECISION), _operand(k, PRECISION), acc,
-                     input_precision=PRECISION)
-    _store_block(GA, rows, d, M, D, acc)
+        k = tl.zeros((BN, BK), dtype=K.dtype.element_ty)
+        if KCH == 1:
+            k = _block(K, cols, d0, N, D, PRECISION)
+        s = _gram(A, K, rows, cols, M, N, D, a, k, BM, BN, BK, KCH, PRECISION)
+        w = _weights(s, rows, cols, N, pos, own, lse2, g, g_ul, rl, KLAB, c0, t_min, t_max,
+                     threshold, width, HAS_POS, HAS_SELF, HAS_LAB, TERM, DETACH, BN, False)
+        if KCH == 1 and BDO == BK:  # the tile's own key block is the output's operand
+            out_k = k
+        else:
+            out_k = _block(K, cols, dout, N, D, PRECISION)
+        acc = _dot(_as_operand(w, out_k, PRECISION), out_k, acc, PRECISION)
+    _store_block(GA, rows, dout, M, D, acc)
 
 
-@triton.autotune(configs=_configs(INTERPRET, True), **_TUNE)
 @triton.jit
 def row_stats_dk(A, K, POS, SELF, RLAB, KLAB, LSE, G_LSE, G_UL, GK, M, N, D,
                  t_min, t_max, threshold, width,
                  HAS_POS: tl.constexpr, HAS_SELF: tl.constexpr, HAS_LAB: tl.constexpr,
                  TERM: tl.constexpr, DETACH: tl.constexpr, PRECISION: tl.constexpr,
-                 BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, BDO: tl.constexpr):
+                 BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, KCH: tl.constexpr,
+                 BDO: tl.constexpr):
     cols = tl.program_id(0) * BN + tl.arange(0, BN)
-    d = tl.program_id(1) * BDO + tl.arange(0, BDO)
+    dout = tl.program_id(1) * BDO + tl.arange(0, BDO)
+    d0 = tl.arange(0, BK)
+    k = tl.zeros((BN, BK), dtype=K.dtype.element_ty)
+    if KCH == 1:
+        k = _block(K, cols, d0, N, D, PRECISION)
+    c0 = tl.program_id(0) * BN
     acc = tl.zeros((BN, BDO), dtype=tl.float32)
     for r0 in range(0, M, BM):
         rows = r0 + tl.arange(0, BM)
-        w = _weights(A, K, rows, cols, M, N, D, POS, SELF, RLAB, KLAB, LSE, G_LSE, G_UL,
-                     t_min, t_max, threshold, width, HAS_POS, HAS_SELF, HAS_LAB, TERM, DETACH,
-                     PRECISION, BM, BN, BK)
-        a = _block(A, rows, d, M, D)
-        acc = tl.dot(tl.trans(_operand(w.to(a.dtype), PRECISION)), _operand(a, PRECISION), acc,
-                     input_precision=PRECISION)
-    _store_block(GK, cols, d, N, D, acc)
+        pos, own = _row_masks(POS, SELF, rows, M, HAS_POS, HAS_SELF)
+        lse2, g, g_ul, rl = _row_grads(LSE, G_LSE, G_UL, RLAB, rows, M, HAS_LAB)
+        a = tl.zeros((BM, BK), dtype=A.dtype.element_ty)
+        if KCH == 1:
+            a = _block(A, rows, d0, M, D, PRECISION)
+        s_t = _gram(K, A, cols, rows, N, M, D, k, a, BN, BM, BK, KCH, PRECISION)
+        w_t = _weights(s_t, rows, cols, N, pos, own, lse2, g, g_ul, rl, KLAB, c0, t_min,
+                       t_max, threshold, width, HAS_POS, HAS_SELF, HAS_LAB, TERM, DETACH, BN,
+                       True)
+        if KCH == 1 and BDO == BK:
+            out_a = a
+        else:
+            out_a = _block(A, rows, dout, M, D, PRECISION)
+        acc = _dot(_as_operand(w_t, out_a, PRECISION), out_a, acc, PRECISION)
+    _store_block(GK, cols, dout, N, D, acc)
+
+
+@triton.jit
+def row_stats_bwd_onepass(A, K, POS, SELF, RLAB, KLAB, LSE, G_LSE, G_UL, GA32, GK, M, N, D,
+                          t_min, t_max, threshold, width,
+                          HAS_POS: tl.constexpr, HAS_SELF: tl.constexpr, HAS_LAB: tl.constexpr,
+                          TERM: tl.constexpr, DETACH: tl.constexpr, PRECISION: tl.constexpr,
+                          BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                          KCH: tl.constexpr, BDO: tl.constexpr):
+    """The backward in one pass (FlashAttention-3's): per column block, ``dK`` as
+    ``row_stats_dk`` accumulates it, and each tile's share of ``dA``, ``W @ K``, added to a
+    float32 ``dA`` with atomics (their order varies: the gradient is not deterministic). Each
+    tile is recomputed once, not twice; ``BDO`` spans the whole width."""
+    cols = tl.program_id(0) * BN + tl.arange(0, BN)
+    c0 = tl.program_id(0) * BN
+    dout = tl.arange(0, BDO)
+    d0 = tl.arange(0, BK)
+    k = tl.zeros((BN, BK), dtype=K.dtype.element_ty)
+    if KCH == 1:
+        k = _block(K, cols, d0, N, D, PRECISION)
+    if KCH == 1 and BDO == BK:
+        out_k = k
+    else:
+        out_k = _block(K, cols, dout, N, D, PRECISION)
+    acc = tl.zeros((BN, BDO), dtype=tl.float32)
+    for r0 in range(0, M, BM):
+        rows = r0 + tl.arange(0, BM)
+        pos, own = _row_masks(POS, SELF, rows, M, HAS_POS, HAS_SELF)
+        lse2, g, g_ul, rl = _row_grads(LSE, G_LSE, G_UL, RLAB, rows, M, HAS_LAB)
+        a = tl.zeros((BM, BK), dtype=A.dtype.element_ty)
+        if KCH == 1:
+            a = _block(A, rows, d0, M, D, PRECISION)
+        s_t = _gram(K, A, cols, rows, N, M, D, k, a, BN, BM, BK, KCH, PRECISION)
+        w_t = _weights(s_t, rows, cols, N, pos, own, lse2, g, g_ul, rl, KLAB, c0, t_min,
+                       t_max, threshold, width, HAS_POS, HAS_SELF, HAS_LAB, TERM, DETACH, BN,
+                       True)
+        if KCH == 1 and BDO == BK:
+            out_a = a
+        else:
+            out_a = _block(A, rows, dout, M, D, PRECISION)
+        w_op = _as_operand(w_t, out_a, PRECISION)
+        acc = _dot(w_op, out_a, acc, PRECISION)
+        share = _dot(tl.trans(w_op), out_k, tl.zeros((BM, BDO), dtype=tl.float32), PRECISION)
+        tl.atomic_add(GA32 + rows.to(tl.int64)[:, None] * D + dout[None, :], share,
+                      mask=(rows[:, None] < M) & (dout[None, :] < D), sem="relaxed")
+    _store_block(GK, cols, dout, N, D, acc)

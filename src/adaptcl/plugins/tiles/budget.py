@@ -48,6 +48,7 @@ import warnings
 import torch
 
 from ..candidates import Candidates
+from ._trace import constant_under_compile as _constant_under_compile
 
 #: float32 copies of the ``[A, C]`` matrix the materialised path holds at its peak
 LOGIT_COPIES = 3
@@ -114,15 +115,6 @@ def device_budget(device: torch.device) -> int | None:
     if read is None or read[0] != reserved:
         read = _CUDA_BUDGETS[index] = (reserved, _cuda_budget(index))
     return read[1]
-
-
-def _constant_under_compile(fn):
-    """Mark ``fn`` as :func:`torch.compiler.assume_constant_result` does (it sets this one
-    attribute), without its ``import torch._dynamo``: that import would add about 2 s to every
-    ``import adaptcl.plugins``. ``tests/plugins/test_budget.py`` checks that the public
-    decorator still marks functions this way."""
-    fn._dynamo_marked_constant = True
-    return fn
 
 
 @_constant_under_compile

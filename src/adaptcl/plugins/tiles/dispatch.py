@@ -50,7 +50,7 @@ from ..validation import TileSize, check_choice, check_max_logits_bytes
 from . import _fused as fused
 from . import loop
 from .budget import LOGIT_COPIES, tile_over_budget
-from .precision import on_tensor_cores, product_precision
+from .precision import ProductPrecision, on_tensor_cores
 
 #: what computes a tiled call: ``"auto"`` the fused Triton kernel on CUDA where it covers the
 #: case and the products run on tensor cores, else the PyTorch loop; ``"triton"`` the kernel or
@@ -140,6 +140,9 @@ class TilePlan:
     materialised; the kernel runs its own blocks"""
     chosen: int | None = None
     """the tile the budget chose for ``tile_size="auto"`` (``last_stats["auto_tile_size"]``)"""
+    precision: ProductPrecision = "ieee"
+    """the products' precision on a tiled path (:mod:`~adaptcl.plugins.tiles.precision`: the
+    candidates' :attr:`~adaptcl.plugins.candidates.Candidates.product_precision`)"""
 
     @property
     def tiled(self) -> bool:
@@ -169,15 +172,16 @@ def plan_tiles(method: str, cands: list[Candidates], tile_size: TileSize, *,
         return MATERIALISED
     backend = _SETTING.backend
     why = _once(kernel if kernel is not None else lambda: f"{method} has no kernel path")
+    precision = cands[0].product_precision
     if tile_size != "auto":
-        return TilePlan(_tiled_path(backend, cands, why), tile_size)
+        return TilePlan(_tiled_path(backend, cands, why), tile_size, precision=precision)
     if backend == "triton" or (backend == "auto" and _kernel_pays(cands, why)):
-        return TilePlan(_tiled_path(backend, cands, why))
+        return TilePlan(_tiled_path(backend, cands, why), precision=precision)
     tile = tile_over_budget(method, cands, _SETTING.max_logits_bytes, heads=heads,
                             copies=copies, row_blocks=row_blocks)
     if tile is None:
         return MATERIALISED
-    return TilePlan(_tiled_path(backend, cands, why), tile, chosen=tile)
+    return TilePlan(_tiled_path(backend, cands, why), tile, chosen=tile, precision=precision)
 
 
 def _once(fn: Callable[[], str | None]) -> Callable[[], str | None]:
@@ -192,7 +196,7 @@ def _once(fn: Callable[[], str | None]) -> Callable[[], str | None]:
 
 
 def _on_tensor_cores(c: Candidates) -> bool:
-    return on_tensor_cores(product_precision(c.input_dtype or c.anchors.dtype))
+    return on_tensor_cores(c.product_precision)
 
 
 def _kernel_pays(cands: list[Candidates], why: Callable[[], str | None]) -> bool:
@@ -233,7 +237,8 @@ def why_not_pair_kernel(c: Candidates, pair: object) -> str | None:
     """:func:`why_not_kernel` for AMCL's pair log-sum-exp with the pair term ``pair``. The
     temperature network's features enter the kernel in the anchors' dtype (the loss casts
     them), so the anchors and keys stand for them here."""
-    return fused.pair_unsupported(c.anchors, c.keys, c.anchors, c.keys, c.excluded, pair)
+    return fused.pair_unsupported(c.anchors, c.keys, c.anchors, c.keys, c.excluded, pair,
+                                  c.product_precision)
 
 
 def row_stats(plan: TilePlan, a: Tensor, k: Tensor, masks: loop.Masks,
@@ -243,8 +248,9 @@ def row_stats(plan: TilePlan, a: Tensor, k: Tensor, masks: loop.Masks,
     or the loop; ``plan`` is tiled)."""
     if plan.path == "kernel":
         with autocast_off(a):
-            return fused.fused_row_stats(a, k, masks, weights, term)
-    return loop.streamed_row_stats(a, k, plan.tile, masks, weights, bias=bias, term=term)
+            return fused.fused_row_stats(a, k, masks, weights, term, plan.precision)
+    return loop.streamed_row_stats(a, k, plan.tile, masks, weights, bias=bias, term=term,
+                                   precision=plan.precision)
 
 
 def pair_lse(plan: TilePlan, a: Tensor, k: Tensor, pa: Tensor, pk: Tensor, masks: loop.Masks,
@@ -252,8 +258,8 @@ def pair_lse(plan: TilePlan, a: Tensor, k: Tensor, pa: Tensor, pk: Tensor, masks
     """:func:`~adaptcl.plugins.tiles.loop.streamed_pair_lse` on ``plan``'s path."""
     if plan.path == "kernel":
         with autocast_off(a):
-            return fused.fused_pair_lse(a, k, pa, pk, masks, pair)
-    return loop.streamed_pair_lse(a, k, pa, pk, plan.tile, masks, pair)
+            return fused.fused_pair_lse(a, k, pa, pk, masks, pair, plan.precision)
+    return loop.streamed_pair_lse(a, k, pa, pk, plan.tile, masks, pair, plan.precision)
 
 
 __all__ = ["TileBackend", "TILE_BACKENDS", "TilePath", "KERNEL_FROM_LOGITS", "TilingSetting",

@@ -77,6 +77,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from ..candidates import Candidates, autocast_off, scaled_anchors
+from .precision import ProductPrecision, product, product_precision
 
 NEG_INF = float("-inf")
 Masks = tuple[Tensor | None, ...]
@@ -226,7 +227,8 @@ class _StreamedRowStats(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, a: Tensor, k: Tensor, tile: int, masks: Masks, weights: TileWeights | None,
-                bias: TileBias | None, term: TileTerm | None) -> tuple[Tensor, Tensor, Tensor]:  # type: ignore[override]
+                bias: TileBias | None, term: TileTerm | None,
+                precision: ProductPrecision) -> tuple[Tensor, Tensor, Tensor]:  # type: ignore[override]
         rows, cols = a.shape[0], k.shape[0]
         lse = torch.empty(rows, dtype=a.dtype, device=a.device)
         sum_ul = torch.zeros_like(lse)
@@ -237,7 +239,7 @@ class _StreamedRowStats(torch.autograd.Function):
             online = OnlineLSE(r1 - r0, a)
             for c0, c1 in blocks(cols, tile):
                 kb = k[c0:c1]
-                logits = ab @ kb.T
+                logits = product(ab, kb.T, precision)
                 if term is not None:
                     logits = term.logits(logits)
                 if weights is not None:
@@ -250,6 +252,7 @@ class _StreamedRowStats(torch.autograd.Function):
             lse[r0:r1] = online.result()
         ctx.save_for_backward(a, k, lse)
         ctx.tile, ctx.masks, ctx.weights, ctx.bias, ctx.term = tile, masks, weights, bias, term
+        ctx.precision = precision
         ctx.mark_non_differentiable(sum_u)
         return lse, sum_ul, sum_u
 
@@ -258,6 +261,7 @@ class _StreamedRowStats(torch.autograd.Function):
     def backward(ctx, g_lse: Tensor, g_ul: Tensor, _g_u: Tensor):  # type: ignore[override]
         a, k, lse = ctx.saved_tensors
         tile, masks, weights, bias, term = ctx.tile, ctx.masks, ctx.weights, ctx.bias, ctx.term
+        precision = ctx.precision
         ga = torch.zeros_like(a) if ctx.needs_input_grad[0] else None
         gk = torch.zeros_like(k) if ctx.needs_input_grad[1] else None
         for r0, r1 in blocks(a.shape[0], tile):
@@ -265,7 +269,7 @@ class _StreamedRowStats(torch.autograd.Function):
             row_masks = row_slice(masks, r0, r1)
             for c0, c1 in blocks(k.shape[0], tile):
                 kb = k[c0:c1]
-                s = ab @ kb.T
+                s = product(ab, kb.T, precision)
                 w = s if term is None else term.logits(s)
                 if bias is not None:
                     w.add_(bias.tile(r0, r1, kb, row_masks, c0, c1))
@@ -276,22 +280,26 @@ class _StreamedRowStats(torch.autograd.Function):
                 if term is not None:
                     w.mul_(term.slope(s))
                 if ga is not None:
-                    ga[r0:r1].addmm_(w, kb)
+                    product(w, kb, precision, out=ga[r0:r1])
                 if gk is not None:
-                    gk[c0:c1].addmm_(w.T, ab)
-        return ga, gk, None, None, None, None, None
+                    product(w.T, ab, precision, out=gk[c0:c1])
+        return ga, gk, None, None, None, None, None, None
 
 
 def streamed_row_stats(a: Tensor, k: Tensor, tile: int, masks: Masks,
                        weights: TileWeights | None = None, *, bias: TileBias | None = None,
-                       term: TileTerm | None = None) -> tuple[Tensor, Tensor, Tensor]:
+                       term: TileTerm | None = None,
+                       precision: ProductPrecision | None = None) -> tuple[Tensor, Tensor, Tensor]:
     """``(logsumexp_j (l_ij + b_ij), sum_j u_ij l_ij, sum_j u_ij)`` over the unmasked columns
     of ``l = term(a @ k.T)`` (``a @ k.T`` without a ``term``), streamed over ``tile x tile``
-    tiles; differentiable in ``a`` and ``k`` (``u`` and ``b`` are detached). The losses reach
-    it through the dispatcher (:func:`~adaptcl.plugins.tiles.dispatch.row_stats`), which may
-    run the fused kernel instead."""
+    tiles; differentiable in ``a`` and ``k`` (``u`` and ``b`` are detached). ``precision``:
+    that of the products (:mod:`~adaptcl.plugins.tiles.precision`; ``None``: the policy's for
+    ``a``'s dtype). The losses reach it through the dispatcher
+    (:func:`~adaptcl.plugins.tiles.dispatch.row_stats`), which may run the fused kernel
+    instead."""
+    precision = product_precision(a.dtype) if precision is None else precision
     with autocast_off(a):
-        return _StreamedRowStats.apply(a, k, tile, masks, weights, bias, term)
+        return _StreamedRowStats.apply(a, k, tile, masks, weights, bias, term, precision)
 
 
 def tiled_negative_lse(c: Candidates, temperature: Tensor | float,
@@ -302,19 +310,21 @@ def tiled_negative_lse(c: Candidates, temperature: Tensor | float,
     value and gradient, without allocating ``neg``.
     """
     a, pos = scaled_anchors(c, temperature)
-    return streamed_row_stats(a, c.keys, tile_size, c.excluded)[0], pos
+    return streamed_row_stats(a, c.keys, tile_size, c.excluded,
+                              precision=c.product_precision)[0], pos
 
 
 @torch.no_grad()
 def streamed_softmax_stats(q: Tensor, k: Tensor, temperature: float, tile: int, masks: Masks, *,
-                           top: int = 0) -> tuple[Tensor, Tensor, Tensor | None]:
+                           top: int = 0, precision: ProductPrecision = "ieee"
+                           ) -> tuple[Tensor, Tensor, Tensor | None]:
     """Row statistics of ``softmax_j(<q_i, k_j> / temperature)`` over unmasked columns, streamed
     without gradient: ``(log normaliser [A], entropy [A], top columns [A, top] or None)``.
 
     The entropy is accumulated in shifted coordinates, ``H = log S - T / S`` with
     ``S = sum e^(x - m)`` and ``T = sum e^(x - m) (x - m)``, both rescaled when the running max
     ``m`` moves, so no large logits cancel. The top columns are those of ``<q_i, k_j>``
-    (:func:`top_columns`' tie-breaking).
+    (:func:`top_columns`' tie-breaking). The products are at ``precision``.
     """
     a, n = q.shape[0], k.shape[0]
     log_norm = torch.empty(a, dtype=q.dtype, device=q.device)
@@ -327,7 +337,7 @@ def streamed_softmax_stats(q: Tensor, k: Tensor, temperature: float, tile: int, 
         t = torch.zeros_like(m)
         best = None
         for c0, c1 in blocks(n, tile):
-            d = mask_tile(q[r0:r1] @ k[c0:c1].T, row_masks, c0, c1)
+            d = mask_tile(product(q[r0:r1], k[c0:c1].T, precision), row_masks, c0, c1)
             if top:
                 best = merge_top(best, d, c0, top)
             x = d.div_(temperature)
@@ -352,9 +362,11 @@ def streamed_softmax_stats(q: Tensor, k: Tensor, temperature: float, tile: int, 
 
 @torch.no_grad()
 def streamed_top_columns(a: Tensor, k: Tensor, tile: int, masks: Masks, kappa: int,
-                         extra: Tensor | None = None) -> Tensor:
+                         extra: Tensor | None = None,
+                         precision: ProductPrecision = "ieee") -> Tensor:
     """Columns ``[A, kappa]`` of the largest entries of each row of the masked ``a @ k.T``
-    (with ``extra [A]`` appended as column ``C``), merged across tiles by :func:`merge_top`."""
+    (with ``extra [A]`` appended as column ``C``; products at ``precision``), merged across
+    tiles by :func:`merge_top`."""
     rows, cols = a.shape[0], k.shape[0]
     out = torch.empty(rows, kappa, dtype=torch.long, device=a.device)
     for r0, r1 in blocks(rows, tile):
@@ -364,7 +376,8 @@ def streamed_top_columns(a: Tensor, k: Tensor, tile: int, masks: Masks, kappa: i
             best = (extra[r0:r1, None],
                     torch.full((r1 - r0, 1), cols, dtype=torch.long, device=a.device))
         for c0, c1 in blocks(cols, tile):
-            best = merge_top(best, mask_tile(a[r0:r1] @ k[c0:c1].T, row_masks, c0, c1), c0, kappa)
+            s = product(a[r0:r1], k[c0:c1].T, precision)
+            best = merge_top(best, mask_tile(s, row_masks, c0, c1), c0, kappa)
         out[r0:r1] = best[1]
     return out
 
@@ -395,7 +408,7 @@ class _StreamedPairLSE(torch.autograd.Function):
     ``a, k, pa, pk``; also the (non-differentiable) sum of ``statistic(r)`` over every pair."""
 
     @staticmethod
-    def forward(ctx, a, k, pa, pk, tile, masks, pair):  # type: ignore[override]
+    def forward(ctx, a, k, pa, pk, tile, masks, pair, precision):  # type: ignore[override]
         rows, cols = a.shape[0], k.shape[0]
         lse = torch.empty(rows, dtype=a.dtype, device=a.device)
         total = torch.zeros((), dtype=a.dtype, device=a.device)
@@ -403,12 +416,13 @@ class _StreamedPairLSE(torch.autograd.Function):
             row_masks = row_slice(masks, r0, r1)
             online = OnlineLSE(r1 - r0, a)
             for c0, c1 in blocks(cols, tile):
-                s, r = a[r0:r1] @ k[c0:c1].T, pa[r0:r1] @ pk[c0:c1].T
+                s = product(a[r0:r1], k[c0:c1].T, precision)
+                r = product(pa[r0:r1], pk[c0:c1].T, precision)
                 total = total + pair.statistic(r).sum()
                 online.update(mask_tile(pair.term(s, r), row_masks, c0, c1))
             lse[r0:r1] = online.result()
         ctx.save_for_backward(a, k, pa, pk, lse)
-        ctx.tile, ctx.masks, ctx.pair = tile, masks, pair
+        ctx.tile, ctx.masks, ctx.pair, ctx.precision = tile, masks, pair, precision
         ctx.mark_non_differentiable(total)
         return lse, total
 
@@ -416,39 +430,43 @@ class _StreamedPairLSE(torch.autograd.Function):
     @once_differentiable
     def backward(ctx, g_lse, _g_total):  # type: ignore[override]
         a, k, pa, pk, lse = ctx.saved_tensors
-        tile, masks, pair = ctx.tile, ctx.masks, ctx.pair
+        tile, masks, pair, precision = ctx.tile, ctx.masks, ctx.pair, ctx.precision
         ga, gk, gpa, gpk = (torch.zeros_like(t) for t in (a, k, pa, pk))
         for r0, r1 in blocks(a.shape[0], tile):
             row_masks = row_slice(masks, r0, r1)
             for c0, c1 in blocks(k.shape[0], tile):
                 ab, kb, pab, pkb = a[r0:r1], k[c0:c1], pa[r0:r1], pk[c0:c1]
-                s, r = ab @ kb.T, pab @ pkb.T
+                s, r = product(ab, kb.T, precision), product(pab, pkb.T, precision)
                 w = mask_tile(pair.term(s, r), row_masks, c0, c1)
                 w.sub_(lse[r0:r1, None]).exp_().mul_(g_lse[r0:r1, None])
                 g_s, g_r = pair.grads(s, r, w)
-                ga[r0:r1].addmm_(g_s, kb)
-                gk[c0:c1].addmm_(g_s.T, ab)
-                gpa[r0:r1].addmm_(g_r, pkb)
-                gpk[c0:c1].addmm_(g_r.T, pab)
-        return ga, gk, gpa, gpk, None, None, None
+                product(g_s, kb, precision, out=ga[r0:r1])
+                product(g_s.T, ab, precision, out=gk[c0:c1])
+                product(g_r, pkb, precision, out=gpa[r0:r1])
+                product(g_r.T, pab, precision, out=gpk[c0:c1])
+        return ga, gk, gpa, gpk, None, None, None, None
 
 
 def streamed_pair_lse(a: Tensor, k: Tensor, pa: Tensor, pk: Tensor, tile: int, masks: Masks,
-                      pair: PairTerm) -> tuple[Tensor, Tensor]:
+                      pair: PairTerm,
+                      precision: ProductPrecision | None = None) -> tuple[Tensor, Tensor]:
     """``(logsumexp_j pair.term(s_ij, r_ij) [A], sum of pair.statistic over all pairs)``,
-    streamed over ``tile x tile`` tiles (the dispatcher's
+    streamed over ``tile x tile`` tiles (``precision``, that of both products, as in
+    :func:`streamed_row_stats`; the dispatcher's
     :func:`~adaptcl.plugins.tiles.dispatch.pair_lse` may run the kernel instead)."""
+    precision = product_precision(a.dtype) if precision is None else precision
     with autocast_off(a):
-        return _StreamedPairLSE.apply(a, k, pa, pk, tile, masks, pair)
+        return _StreamedPairLSE.apply(a, k, pa, pk, tile, masks, pair, precision)
 
 
 @torch.no_grad()
-def streamed_sum(fn, a: Tensor, b: Tensor, tile: int) -> Tensor:
-    """``fn(a @ b.T).sum()`` over tiles, without gradient."""
+def streamed_sum(fn, a: Tensor, b: Tensor, tile: int,
+                 precision: ProductPrecision = "ieee") -> Tensor:
+    """``fn(a @ b.T).sum()`` over tiles (products at ``precision``), without gradient."""
     total = torch.zeros((), dtype=a.dtype, device=a.device)
     for r0, r1 in blocks(a.shape[0], tile):
         for c0, c1 in blocks(b.shape[0], tile):
-            total += fn(a[r0:r1] @ b[c0:c1].T).sum()
+            total += fn(product(a[r0:r1], b[c0:c1].T, precision)).sum()
     return total
 
 
