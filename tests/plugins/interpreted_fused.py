@@ -306,7 +306,7 @@ def test_kernel_resident_and_chunked_features(dim, no_torch_tiles):
     output is split (the interpreter's blocks are 16 wide)."""
     g = torch.Generator().manual_seed(12)
     z = [torch.randn(29, dim, generator=g, dtype=torch.float64) for _ in range(2)]
-    reference = MACLLoss(0.1, 0.5)
+    reference = MACLLoss(0.1, 0.5, tile_size=None)
     value, grads = _run(reference, z, torch.float64)
     got, got_grads = _run(MACLLoss(0.1, 0.5, tile_size=8), z, torch.float32)
     torch.testing.assert_close(got.double(), value, rtol=RTOL, atol=ATOL)

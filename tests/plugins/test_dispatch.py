@@ -167,8 +167,8 @@ def _path(cands, tile_size="auto", why=None):
 def test_auto_takes_the_kernel_on_cuda_from_the_threshold_on_tensor_cores(cuda_budget):
     side = 2**13  # 8,192 x 8,192 logits: KERNEL_FROM_LOGITS
     assert side * side == dispatch.KERNEL_FROM_LOGITS
-    for dtype in (torch.bfloat16, torch.float16):
-        assert _path(_cuda(side, dtype)) == dispatch.TilePlan("kernel")
+    for dtype, precision in ((torch.bfloat16, "bf16"), (torch.float16, "fp16")):
+        assert _path(_cuda(side, dtype)) == dispatch.TilePlan("kernel", precision=precision)
     assert cuda_budget["reads"] == 0  # the kernel pays: the budget is not even read
     # one row short of the threshold: materialised while the logits fit
     assert _path(_cuda(side - 1, torch.bfloat16, columns=side)) == dispatch.MATERIALISED
@@ -176,7 +176,7 @@ def test_auto_takes_the_kernel_on_cuda_from_the_threshold_on_tensor_cores(cuda_b
     cuda_budget["bytes"] = 2**20
     with pytest.warns(budget.LogitsBudgetWarning):
         plan = _path(_cuda(4096, torch.bfloat16))
-    assert plan == dispatch.TilePlan("kernel", 256, chosen=256)
+    assert plan == dispatch.TilePlan("kernel", 256, chosen=256, precision="bf16")
 
 
 def test_float32_follows_the_matmul_precision_and_ieee_stays_off_the_kernel(cuda_budget):
@@ -186,9 +186,9 @@ def test_float32_follows_the_matmul_precision_and_ieee_stays_off_the_kernel(cuda
         assert torch.get_float32_matmul_precision() == "highest"  # PyTorch's default
         assert _path(big) == dispatch.MATERIALISED  # IEEE products: not on tensor cores
         assert _path(big, 1024) == dispatch.TilePlan("loop", 1024)
-        for precision in ("high", "medium"):  # TF32, bf16
-            torch.set_float32_matmul_precision(precision)
-            assert _path(big) == dispatch.TilePlan("kernel")
+        for setting, precision in (("high", "tf32"), ("medium", "bf16")):
+            torch.set_float32_matmul_precision(setting)
+            assert _path(big) == dispatch.TilePlan("kernel", precision=precision)
     finally:
         torch.set_float32_matmul_precision(previous)
     cuda_budget["bytes"] = 2**20
@@ -200,10 +200,11 @@ def test_float32_follows_the_matmul_precision_and_ieee_stays_off_the_kernel(cuda
 def test_a_case_the_kernel_does_not_cover_and_backend_torch_stay_off_it(cuda_budget):
     big = _cuda(2**14, torch.bfloat16)
     assert _path(big, why="it has no HardnessBias") == dispatch.MATERIALISED
-    assert _path(big, 512, why="it has no HardnessBias") == dispatch.TilePlan("loop", 512)
+    assert _path(big, 512, why="it has no HardnessBias") == dispatch.TilePlan(
+        "loop", 512, precision="bf16")
     with tiling(backend="torch"):
         assert _path(big) == dispatch.MATERIALISED
-        assert _path(big, 512) == dispatch.TilePlan("loop", 512)
+        assert _path(big, 512) == dispatch.TilePlan("loop", 512, precision="bf16")
     with tiling(backend="triton"):
         assert _path(_cuda(64, torch.float32)) == dispatch.TilePlan("kernel")  # any size
         with pytest.raises(ValueError, match=r"cannot run here: it has no HardnessBias; use "):
@@ -224,7 +225,7 @@ def asked(monkeypatch):
         questions.append({"weights": weights, "bias": bias, "term": term, "masks": len(masks)})
         return "spied"
 
-    def pair_unsupported(a, k, pa, pk, masks, pair):
+    def pair_unsupported(a, k, pa, pk, masks, pair, precision=None):
         questions.append({"pair": pair})
         return "spied"
 

@@ -121,7 +121,8 @@ def _train_one_epoch(loss, args, seed=0) -> CLIP:
 @pytest.mark.parametrize("accum_freq", [1, 2])
 def test_open_clip_trains_own_train_one_epoch_with_the_guides_create_loss(accum_freq):
     namespace: dict = {"__name__": "__docs__"}
-    run_block(_guide_block(1), namespace)  # the launcher: defines create_loss, runs nothing
+    launcher = next(b for b in python_blocks(GUIDE) if "def create_loss(args)" in b.code)
+    run_block(launcher, namespace)  # the launcher: defines create_loss, runs nothing
     args = _args(accum_freq=accum_freq, batch_size=4)
     loss = namespace["create_loss"](args)
     assert type(loss) is MACLClipLoss and loss.cache_labels and loss.criterion.alpha == 0.5
