@@ -19,6 +19,7 @@ from adaptcl.adapters.open_clip import build_clip_loss  # noqa: E402
 from adaptcl.plugins import cached_forward  # noqa: E402
 from adaptcl.recipes.clip.config import ClipConfig  # noqa: E402
 from adaptcl.recipes.clip.model import ClipModule, build_clip  # noqa: E402
+from tests.recipes._cli import one_line_error  # noqa: E402
 from tests.recipes.clip.test_clip_run import TINY as RUN_TINY  # noqa: E402
 
 TINY = [*RUN_TINY, "--losses", "macl", "--targets", "pairs", "--seeds", "0"]
@@ -95,14 +96,6 @@ def test_a_quarter_batch_records_the_same_losses_and_is_no_new_identity(shared_d
     assert len(again["reused"]) == 1 and not again["computed"]
 
 
-def _one_line_error(capsys, argv: list[str], expected: str) -> None:
-    code = cli.main(argv)
-    err = capsys.readouterr().err
-    lines = [line for line in err.splitlines() if "error" in line.lower()]
-    assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
-    assert expected in lines[0], err
-
-
 @pytest.mark.parametrize(("size", "expected"), [
     ("48", "mini_batch_size (48) must divide batch_size (128) into chunks of one size, e.g. "
            "32 or 64"),
@@ -112,6 +105,6 @@ def _one_line_error(capsys, argv: list[str], expected: str) -> None:
 def test_bad_mini_batch_sizes_are_one_line_before_any_file(shared_data, tmp_path, capsys, size,
                                                            expected):
     out = tmp_path / "out"
-    _one_line_error(capsys, ["clip", "--data-root", str(shared_data), "--output-dir", str(out),
+    one_line_error(capsys, ["clip", "--data-root", str(shared_data), "--output-dir", str(out),
                              "--mini-batch-size", size], expected)
     assert not out.exists()

@@ -17,6 +17,7 @@ from adaptcl.recipes.engine import Cell  # noqa: E402
 from adaptcl.recipes.images import train  # noqa: E402
 from adaptcl.recipes.images.config import ImagesConfig  # noqa: E402
 from adaptcl.recipes.images.data import load_splits  # noqa: E402
+from tests.recipes._cli import one_line_error  # noqa: E402
 from tests.recipes._lightning_kill import Killed, kill_trainers_at_epoch  # noqa: E402
 from tests.recipes.images.test_images_resume_rng import TINY as RESUME_TINY  # noqa: E402
 
@@ -75,14 +76,6 @@ def test_a_cached_run_killed_after_an_epoch_resumes_as_the_uninterrupted_run(
     assert resumed["metrics"] == whole["metrics"]
 
 
-def _one_line_error(capsys, argv: list[str], expected: str) -> None:
-    code = cli.main(argv)
-    err = capsys.readouterr().err
-    lines = [line for line in err.splitlines() if "error" in line.lower()]
-    assert code == 2 and len(lines) == 1 and "Traceback" not in err, err
-    assert lines[0].startswith("adaptcl images: error: ") and expected in lines[0], err
-
-
 @pytest.mark.parametrize(("argv", "expected"), [
     (["--mini-batch-size", "100"], "mini_batch_size (100) must divide batch_size (128) into "
                                    "chunks of one size, e.g. 64 or 128"),
@@ -95,6 +88,6 @@ def _one_line_error(capsys, argv: list[str], expected: str) -> None:
 def test_bad_mini_batch_sizes_are_one_line_before_any_file(shared_data, tmp_path, capsys, argv,
                                                            expected):
     out = tmp_path / "out"
-    _one_line_error(capsys, ["images", "--data-root", str(shared_data), "--output-dir",
+    one_line_error(capsys, ["images", "--data-root", str(shared_data), "--output-dir",
                              str(out), *argv], expected)
     assert not out.exists()
