@@ -22,6 +22,8 @@ FRAMEWORKS = ("lightly", "sentence_transformers", "transformers", "torch_geometr
 ADAPTERS = {
     "adaptcl.adapters.lightly": "vision",
     "adaptcl.adapters.lightning.modules": "vision",
+    "adaptcl.adapters.lightning.backbones": "vision",
+    "adaptcl.adapters.lightning.features": "vision",
     "adaptcl.adapters.lightning.factory": "vision",
     "adaptcl.adapters.sentence_transformers.losses": "text",
     "adaptcl.adapters.sentence_transformers.simcse": "text",

@@ -2,9 +2,10 @@
 
 One step = backbone + projection head on two views (separate passes, as Lightly's SimCLR
 examples do), the loss, backward and an Adam step, on the same fixed batch of ``--batch-size``
-32x32 images. The encoder is Lightly's CIFAR ResNet-18 (``lightning_modules.cifar_resnet``) at
-``--width`` with a ``SimCLRProjectionHead``. Each candidate trains its own copy of the same
-initial model (so the candidates do not perturb each other). After ``--warmup`` rounds the
+32x32 images. The encoder is Lightly's CIFAR ResNet-18
+(``adaptcl.adapters.lightning.backbones.cifar_resnet``) at ``--width`` with a
+``SimCLRProjectionHead``. Each candidate trains its own copy of the same initial model (so the
+candidates do not perturb each other). After ``--warmup`` rounds the
 candidates run round-robin, with a rotating start, for ``--repeats`` rounds; the verdict is the
 median over rounds of ``t(MACL) / t(Lightly NT-Xent)``, which cancels slow drifts of a shared
 machine's load. adaptcl's ``NTXentLoss`` is timed too, to split MACL's overhead into "adapter
@@ -49,7 +50,7 @@ def main() -> int:
     from lightly.models.modules.heads import SimCLRProjectionHead
 
     from adaptcl.adapters.lightly import MACLLoss, NTXentLoss
-    from adaptcl.adapters.lightning.modules import cifar_resnet
+    from adaptcl.adapters.lightning.backbones import cifar_resnet
 
     torch.manual_seed(0)
     backbone, feature_dim = cifar_resnet("resnet-18", width=args.width)

@@ -86,6 +86,8 @@ else:
 @pytest.mark.parametrize(("module", "blocked", "extra"), [
     ("adaptcl.adapters.lightly", "lightly", "vision"),
     ("adaptcl.adapters.lightning.modules", "lightly,pytorch_lightning", "vision"),
+    ("adaptcl.adapters.lightning.backbones", "lightly", "vision"),
+    ("adaptcl.adapters.lightning.features", "lightly", "vision"),
     ("adaptcl.adapters.lightning.factory", "pytorch_lightning", "vision"),
     ("adaptcl.adapters.lightning:SimCLRModule", "lightly,pytorch_lightning", "vision"),
     ("adaptcl.adapters.sentence_transformers.losses", "sentence_transformers", "text"),

@@ -17,7 +17,7 @@ def knn_accuracy(train_x, train_y, test_x, test_y, num_classes: int, k: int = 20
     """Top-1 accuracy of Lightly's weighted kNN (``knn_predict``) on normalised features."""
     import torch.nn.functional as F
 
-    from adaptcl.adapters.lightning.modules import knn_correct
+    from adaptcl.adapters.lightning.features import knn_correct
 
     if not len(test_x):
         return float("nan")
@@ -70,7 +70,7 @@ def backbone_features(backbone: Any, bank_loader: Any, test_loader: Any, device:
     ``device`` is the run's, given by the caller: a module's own device says nothing of where it
     trained once Lightning's ``Strategy.teardown()`` has moved it back to the CPU after ``fit``.
     """
-    from adaptcl.adapters.lightning.modules import extract_features
+    from adaptcl.adapters.lightning.features import extract_features
 
     backbone.to(device)
     return (*extract_features(backbone, bank_loader, device, keep_on_device=True,

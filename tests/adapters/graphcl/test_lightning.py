@@ -306,7 +306,9 @@ def test_the_module_imports_no_part_of_the_vision_adapter():
 
     code = ("import sys, adaptcl.adapters.graphcl.lightning\n"
             "print(sorted(m for m in sys.modules if m.split('.')[0] == 'lightly' "
-            "or m in ('adaptcl.adapters.lightning.modules', 'adaptcl.adapters.lightning.factory')))")
+            "or m in ('adaptcl.adapters.lightning.base', 'adaptcl.adapters.lightning.modules', "
+            "'adaptcl.adapters.lightning.backbones', 'adaptcl.adapters.lightning.features', "
+            "'adaptcl.adapters.lightning.factory')))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           env=env_with_src(), check=True)
     assert done.stdout.strip() == "[]"

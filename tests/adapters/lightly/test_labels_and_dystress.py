@@ -132,7 +132,7 @@ def test_supervised_simclr_trains_on_a_labelled_loader():
     model, and the loss differs from the unsupervised one on the same batch."""
     from lightly.models.modules import SimCLRProjectionHead
 
-    from adaptcl.adapters.lightning.modules import small_cnn
+    from adaptcl.adapters.lightning.backbones import small_cnn
 
     torch.manual_seed(0)
     backbone, dim = small_cnn(width=4)

@@ -27,7 +27,8 @@ SCRIPT = textwrap.dedent('''
     from torch.utils.data import DataLoader, Dataset
 
     from adaptcl.adapters.lightly import MACLLoss
-    from adaptcl.adapters.lightning.modules import SimCLRModule, small_cnn
+    from adaptcl.adapters.lightning.backbones import small_cnn
+    from adaptcl.adapters.lightning.modules import SimCLRModule
 
     torch.set_num_threads(1)
     out_dir = sys.argv[1]

@@ -53,12 +53,12 @@ from lightly.models.modules.heads import (  # noqa: E402
 from pytorch_lightning.plugins.precision import MixedPrecision  # noqa: E402
 
 from adaptcl.adapters.lightly import AMCLProjectionHead, MACLLoss, PairTemperature  # noqa: E402
+from adaptcl.adapters.lightning.backbones import small_cnn  # noqa: E402
 from adaptcl.adapters.lightning.modules import (  # noqa: E402
     BarlowTwinsModule,
     MoCoV2Module,
     SimCLRModule,
     SimSiamModule,
-    small_cnn,
 )
 from adaptcl.plugins import AMCLBarlowTwinsLoss, AMCLSimSiamLoss  # noqa: E402
 

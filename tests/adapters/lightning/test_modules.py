@@ -25,6 +25,7 @@ from adaptcl.adapters.lightly import (  # noqa: E402
     NTXentLoss,
     PairTemperature,
 )
+from adaptcl.adapters.lightning.backbones import cifar_resnet, small_cnn  # noqa: E402
 from adaptcl.adapters.lightning.factory import build_ssl_module  # noqa: E402
 from adaptcl.adapters.lightning.methods import METHOD_LOSSES  # noqa: E402
 from adaptcl.adapters.lightning.modules import (  # noqa: E402
@@ -33,8 +34,6 @@ from adaptcl.adapters.lightning.modules import (  # noqa: E402
     MoCoV2Module,
     SimCLRModule,
     SimSiamModule,
-    cifar_resnet,
-    small_cnn,
 )
 from adaptcl.adapters.lightning.trainer import (  # noqa: E402
     AtomicCheckpointIO,

@@ -14,8 +14,8 @@ pytest.importorskip("lightly")
 pytest.importorskip("pytorch_lightning")
 
 from adaptcl.adapters.lightning import SSLModuleSettings  # noqa: E402
+from adaptcl.adapters.lightning.base import SSLModule  # noqa: E402
 from adaptcl.adapters.lightning.factory import build_ssl_module  # noqa: E402
-from adaptcl.adapters.lightning.modules import SSLModule  # noqa: E402
 
 SMALL = dict(width=0.0625, hidden_dim=32, output_dim=16, queue_size=32, num_classes=4)
 

@@ -18,9 +18,10 @@ from adaptcl.adapters.lightly import (  # noqa: E402
     NTXentLoss,
     TemperatureScheduleLoss,
 )
+from adaptcl.adapters.lightning.backbones import small_cnn  # noqa: E402
 from adaptcl.adapters.lightning.factory import build_ssl_module  # noqa: E402
 from adaptcl.adapters.lightning.methods import METHOD_LOSSES  # noqa: E402
-from adaptcl.adapters.lightning.modules import MoCoV2Module, SimCLRModule, small_cnn  # noqa: E402
+from adaptcl.adapters.lightning.modules import MoCoV2Module, SimCLRModule  # noqa: E402
 from adaptcl.plugins import cosine_temperature  # noqa: E402
 
 N_IMAGES, BATCH = 32, 8  # 4 steps per epoch

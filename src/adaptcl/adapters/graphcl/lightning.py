@@ -3,7 +3,7 @@
 :class:`GraphCLModule` trains a :class:`~adaptcl.adapters.graphcl.GraphCL` model (You et al.,
 "Graph Contrastive Learning with Augmentations", NeurIPS 2020) with any loss of
 :mod:`adaptcl.plugins` (MACL, Huang et al., ICML 2023, among them) under ``pl.Trainer``, the
-way :mod:`adaptcl.adapters.lightning.modules` trains the image methods:
+way :class:`adaptcl.adapters.lightning.base.SSLModule` trains the image methods:
 
 - ``training_step`` is the step of :func:`~adaptcl.adapters.graphcl.train_epoch` (both hand
   it to :class:`~adaptcl.adapters.graphcl.steps.StepRecorder`): the loss of a

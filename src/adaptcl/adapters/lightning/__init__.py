@@ -5,10 +5,16 @@ Organised by job:
 - :mod:`.methods` -- the methods (``"simclr"``, ``"moco"``, ``"simsiam"``, ``"barlowtwins"``,
   ``"ascl-moco"``) and the losses each accepts, by name; imports no framework, so a command
   line lists them in ``--help`` without loading Lightning;
-- :mod:`.modules` -- the ``LightningModule`` of each method (:class:`SimCLRModule`,
+- :mod:`.base` -- :class:`SSLModule`, what the methods' modules share: the optimiser and its
+  schedule, logging the loss's statistics, the online kNN monitor, checkpoints and gradient
+  caching;
+- :mod:`.modules` -- the ``LightningModule`` of each method on it (:class:`SimCLRModule`,
   :class:`MoCoV2Module`, :class:`SimSiamModule`, :class:`BarlowTwinsModule`,
-  :class:`ASCLMoCoModule` on the shared :class:`SSLModule`), Lightly's CIFAR ResNet, the kNN
-  monitor and :class:`AtomicCheckpointIO`;
+  :class:`ASCLMoCoModule`);
+- :mod:`.backbones` -- the encoders: Lightly's CIFAR ResNet (:func:`cifar_resnet`) and
+  :func:`small_cnn`;
+- :mod:`.features` -- a frozen encoder's features (:func:`extract_features`) and Lightly's
+  weighted kNN on them (:func:`knn_correct`), shared by the kNN monitor and the evaluation;
 - :mod:`.resume` -- what a module carries across a resume, two framework-free mixins (the graph
   adapter's module takes them too): :class:`CheckpointedHistory`, its per-step lists in the
   checkpoint, and :class:`ResumeRecord`, where its training was resumed;
@@ -36,19 +42,17 @@ from adaptcl.adapters import lazy_exports
 from adaptcl.adapters.lightning.methods import METHOD_LOSSES, METHODS, check_method_loss
 
 if TYPE_CHECKING:  # pragma: no cover - for type checkers; at run time __getattr__ imports them
+    from adaptcl.adapters.lightning.backbones import cifar_resnet, small_cnn
+    from adaptcl.adapters.lightning.base import SSLModule
     from adaptcl.adapters.lightning.caching import GradientCaching
     from adaptcl.adapters.lightning.factory import build_ssl_module, ssl_transforms
+    from adaptcl.adapters.lightning.features import extract_features, knn_correct
     from adaptcl.adapters.lightning.modules import (
         ASCLMoCoModule,
         BarlowTwinsModule,
         MoCoV2Module,
         SimCLRModule,
         SimSiamModule,
-        SSLModule,
-        cifar_resnet,
-        extract_features,
-        knn_correct,
-        small_cnn,
     )
     from adaptcl.adapters.lightning.resume import CheckpointedHistory, ResumeRecord
     from adaptcl.adapters.lightning.settings import SSLModuleSettings
@@ -61,9 +65,11 @@ if TYPE_CHECKING:  # pragma: no cover - for type checkers; at run time __getattr
     )
 
 _EXPORTS = {
-    **dict.fromkeys(("SSLModule", "SimCLRModule", "MoCoV2Module",
-                     "SimSiamModule", "BarlowTwinsModule", "ASCLMoCoModule", "cifar_resnet",
-                     "small_cnn", "extract_features", "knn_correct"), "modules"),
+    "SSLModule": "base",
+    **dict.fromkeys(("SimCLRModule", "MoCoV2Module", "SimSiamModule", "BarlowTwinsModule",
+                     "ASCLMoCoModule"), "modules"),
+    "cifar_resnet": "backbones", "small_cnn": "backbones",
+    "extract_features": "features", "knn_correct": "features",
     **dict.fromkeys(("build_ssl_module", "ssl_transforms"), "factory"),
     "SSLModuleSettings": "settings", "ResumeRecord": "resume", "CheckpointedHistory": "resume",
     **dict.fromkeys(("AtomicCheckpointIO", "RandomStates", "StepMeter", "TrainingClock",

@@ -41,6 +41,8 @@ pl = require("pytorch_lightning", "vision")
 
 from adaptcl.adapters import lightly as L  # noqa: E402
 from adaptcl.adapters.lightning import modules as M  # noqa: E402
+from adaptcl.adapters.lightning.backbones import cifar_resnet  # noqa: E402
+from adaptcl.adapters.lightning.base import SSLModule  # noqa: E402
 from adaptcl.adapters.lightning.methods import (  # noqa: E402
     METHOD_LOSSES,
     METHODS,
@@ -55,7 +57,7 @@ _MODULES = {"simclr": M.SimCLRModule, "moco": M.MoCoV2Module, "simsiam": M.SimSi
 
 
 def build_ssl_module(method: Method, loss: str, settings: SSLModuleSettings | None = None,
-                     **kwargs: Any) -> M.SSLModule:
+                     **kwargs: Any) -> SSLModule:
     """The Lightning module of ``method`` trained with the loss named ``loss``.
 
     ``settings`` (:class:`~adaptcl.adapters.lightning.settings.SSLModuleSettings`, default its
@@ -63,7 +65,7 @@ def build_ssl_module(method: Method, loss: str, settings: SSLModuleSettings | No
     kNN monitor; each loss reads the fields it needs. ``kwargs`` that name a field of it replace
     that field (``build_ssl_module("simclr", "macl", width=0.125)`` is ``build_ssl_module(
     "simclr", "macl", SSLModuleSettings(width=0.125))``); the others go to the method's
-    :class:`~adaptcl.adapters.lightning.modules.SSLModule` (``momentum``, ``lr_schedule``,
+    :class:`~adaptcl.adapters.lightning.base.SSLModule` (``momentum``, ``lr_schedule``,
     ``warmup_epochs``, ``knn_bank_loader``, ...).
 
     The backbone is Lightly's CIFAR ResNet. AMCL's multi-heads wrap the method's own Lightly
@@ -81,7 +83,7 @@ def build_ssl_module(method: Method, loss: str, settings: SSLModuleSettings | No
     """
     s, module_kwargs = _settings(settings, kwargs)
     loss = check_method_loss(method, loss)
-    net, feature_dim = M.cifar_resnet(s.backbone, width=s.width)
+    net, feature_dim = cifar_resnet(s.backbone, width=s.width)
     module_kwargs = s.training_options() | module_kwargs
     hid, out = s.hidden_dim, s.output_dim
     if method == "ascl-moco":
@@ -123,7 +125,7 @@ def _queue(method: Method, s: SSLModuleSettings) -> dict[str, Any]:
 
 
 def _amcl_module(method: Method, s: SSLModuleSettings, net: Any, feature_dim: int,
-                 module_kwargs: dict[str, Any]) -> M.SSLModule:
+                 module_kwargs: dict[str, Any]) -> SSLModule:
     """``method`` with AMCL: its multi-heads around the method's own Lightly head(s)."""
     from lightly.models.modules.heads import (
         BarlowTwinsProjectionHead,

@@ -6,7 +6,7 @@ They need no framework themselves, so the graph adapter's module mixes them in w
 image methods' (Lightly) part of this package; mix them in before ``pl.LightningModule`` (their
 ``on_save_checkpoint``, ``on_load_checkpoint`` and ``on_train_start`` are Lightning's hooks) and
 call :meth:`ResumeRecord.record_resume` from ``on_load_checkpoint``. Used by the image methods'
-:class:`~adaptcl.adapters.lightning.modules.SSLModule`, the graph adapter's
+:class:`~adaptcl.adapters.lightning.base.SSLModule`, the graph adapter's
 :class:`~adaptcl.adapters.graphcl.lightning.GraphCLModule` and the ``clip`` recipe's module.
 
 Example:

@@ -6,7 +6,7 @@ loss: the backbone and heads, every loss's hyper-parameters, the optimiser and t
 monitor. It is checked when it is made (a bad value is one ``ValueError``/``TypeError`` naming
 its field), so a settings object that exists is valid whichever loss it is given to. Imports no
 framework (the optimiser's names are checked against
-:mod:`~adaptcl.adapters.lightning.modules` when one is given).
+:mod:`~adaptcl.adapters.lightning.base` when one is given).
 
 The same idea as solo-learn's one ``cfg`` per method and LightningCLI's typed init arguments,
 kept to a flat dataclass: a script builds it once from keywords (or from its own config) and
@@ -42,7 +42,7 @@ from adaptcl.plugins.validation import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover - the Literal lives beside the module that uses it
-    from adaptcl.adapters.lightning.modules import OptimizerName
+    from adaptcl.adapters.lightning.base import OptimizerName
 
 __all__ = ["SSLModuleSettings"]
 
@@ -60,7 +60,7 @@ class SSLModuleSettings:
     the method and the loss; each loss reads the fields it needs and ignores the others.
 
     Architecture: ``backbone`` and ``width`` (Lightly's CIFAR ResNet,
-    :func:`~adaptcl.adapters.lightning.modules.cifar_resnet`), the heads' ``hidden_dim`` and
+    :func:`~adaptcl.adapters.lightning.backbones.cifar_resnet`), the heads' ``hidden_dim`` and
     ``output_dim``.
 
     Losses: ``temperature`` is tau of the fixed-temperature losses (and ASCL-MoCo's);
@@ -139,7 +139,7 @@ class SSLModuleSettings:
             check_non_negative("weight_decay", self.weight_decay)
         check_mini_batch_size(self.mini_batch_size)
         if self.optimizer is not None:
-            from adaptcl.adapters.lightning.modules import OPTIMIZERS
+            from adaptcl.adapters.lightning.base import OPTIMIZERS
 
             check_choice("optimizer", self.optimizer, OPTIMIZERS)
 
