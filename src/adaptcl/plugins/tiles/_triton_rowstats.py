@@ -91,27 +91,27 @@ C6: tl.constexpr = tl.constexpr(math.pi**12 / 479001600)
 
 
 @triton.jit
+def _horner5(x, c5: tl.constexpr, c4: tl.constexpr, c3: tl.constexpr, c2: tl.constexpr,
+             c1: tl.constexpr, c0: tl.constexpr):
+    """``c5 x^5 + ... + c0`` by Horner's rule: five multiply-adds."""
+    p = c5 * x + c4
+    p = p * x + c3
+    p = p * x + c2
+    p = p * x + c1
+    return p * x + c0
+
+
+@triton.jit
 def _sinpi(v):
     """``sin(pi v)`` for ``|v| <= 1/2``."""
-    v2 = v * v
-    p = S5 * v2 + S4
-    p = p * v2 + S3
-    p = p * v2 + S2
-    p = p * v2 + S1
-    p = p * v2 + S0
-    return v * p
+    return v * _horner5(v * v, S5, S4, S3, S2, S1, S0)
 
 
 @triton.jit
 def _cospi(v):
     """``cos(pi v)`` for ``|v| <= 1/2``."""
     v2 = v * v
-    p = C6 * v2 + C5
-    p = p * v2 + C4
-    p = p * v2 + C3
-    p = p * v2 + C2
-    p = p * v2 + C1
-    return p * v2 + 1.0
+    return _horner5(v2, C6, C5, C4, C3, C2, C1) * v2 + 1.0
 
 
 @triton.jit
