@@ -1,6 +1,8 @@
 """Triton helpers the fused kernels share (``_triton_rowstats``, ``_triton_pairlse``), imported
-on first use only: the operands and products at the caller's precision, the masks of the
-excluded columns, the online log-sum-exp in base 2.
+on first use only: the operands (resident or chunked) and products at the caller's precision,
+a backward's accumulation step, the masks of the excluded columns and what a backward reads per
+row, the online log-sum-exp in base 2. Triton inlines every call, so a kernel built of these
+steps compiles as if written out.
 
 Every global a kernel reads is a ``tl.constexpr`` (the compiled path refuses any other; the
 interpreter does not, which ``tests/plugins/test_kernel_compile.py`` catches).
@@ -95,6 +97,42 @@ def _gram(X, Y, xi, yi, nx, ny, D, x_res, y_res, BX: tl.constexpr, BY: tl.conste
 
 
 @triton.jit
+def _resident(X, idx, n, D, B: tl.constexpr, BK: tl.constexpr, KCH: tl.constexpr,
+              PRECISION: tl.constexpr):
+    """The ``[B, BK]`` block of rows ``idx`` of ``X`` kept in registers across a kernel's loop
+    where the features fit one chunk (``KCH == 1``); zeros otherwise (the chunked products load
+    their own)."""
+    x = tl.zeros((B, BK), dtype=X.dtype.element_ty)
+    if KCH == 1:
+        x = _block(X, idx, tl.arange(0, BK), n, D, PRECISION)
+    return x
+
+
+@triton.jit
+def _out_operand(X, idx, dout, n, D, x_res, BK: tl.constexpr, KCH: tl.constexpr,
+                 BDO: tl.constexpr, PRECISION: tl.constexpr):
+    """Rows ``idx``, output features ``dout`` of ``X``, a backward's product operand: the
+    resident block ``x_res`` where it spans the whole output block (one chunk, ``BDO == BK``),
+    else loaded."""
+    if KCH == 1 and BDO == BK:
+        out = x_res
+    else:
+        out = _block(X, idx, dout, n, D, PRECISION)
+    return out
+
+
+@triton.jit
+def _accumulate(acc, w, X, idx, dout, n, D, x_res, BK: tl.constexpr, KCH: tl.constexpr,
+                BDO: tl.constexpr, PRECISION: tl.constexpr):
+    """A backward's step: ``acc + w @ X[idx, dout]`` (float32; the operand as
+    ``_out_operand`` takes it), the tile weights ``w`` rounded to the operands' dtype; and
+    the rounded weights."""
+    out = _out_operand(X, idx, dout, n, D, x_res, BK, KCH, BDO, PRECISION)
+    w_op = _as_operand(w, out, PRECISION)
+    return _dot(w_op, out, acc, PRECISION), w_op
+
+
+@triton.jit
 def _store_block(X, idx, d, n, D, value):
     tl.store(X + idx.to(tl.int64)[:, None] * D + d[None, :], value.to(X.dtype.element_ty),
              mask=(idx[:, None] < n) & (d[None, :] < D))
@@ -115,6 +153,16 @@ def _row_masks(POS, SELF, rows, M, HAS_POS: tl.constexpr, HAS_SELF: tl.constexpr
     if HAS_SELF:
         own = tl.load(SELF + rows, mask=rows < M, other=-1).to(tl.int64)
     return pos, own
+
+
+@triton.jit
+def _row_state(POS, SELF, LSE, G, rows, M, HAS_POS: tl.constexpr, HAS_SELF: tl.constexpr):
+    """What a backward reads per row: the excluded columns, the forward's log-sum-exp in log2
+    units and its upstream gradient (0 for a row outside the problem)."""
+    pos, own = _row_masks(POS, SELF, rows, M, HAS_POS, HAS_SELF)
+    lse2 = tl.load(LSE + rows, mask=rows < M, other=0.0) * LOG2E
+    g = tl.load(G + rows, mask=rows < M, other=0.0)
+    return pos, own, lse2, g
 
 
 @triton.jit

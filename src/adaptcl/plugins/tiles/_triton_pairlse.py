@@ -28,16 +28,16 @@ import triton.language as tl
 from ._triton_common import (
     LN2,
     LOG2E,
-    _as_operand,
-    _block,
-    _dot,
+    _accumulate,
     _finish_lse2,
     _gram,
     _kept,
     _needs_mask,
     _online_lse2,
     _per_row,
+    _resident,
     _row_masks,
+    _row_state,
     _store_block,
 )
 
@@ -61,16 +61,15 @@ def _squash_grad(r, t0, t2):
 
 
 @triton.jit
-def _resident(X, PX, idx, n, D, P, SQUASH: tl.constexpr, B: tl.constexpr, BK: tl.constexpr,
-              KCH: tl.constexpr, BP: tl.constexpr, PCH: tl.constexpr, PRECISION: tl.constexpr):
-    """The rows ``idx`` of ``X`` and ``PX`` kept in registers where their features fit one
-    chunk (zeros otherwise: the chunked products load their own)."""
-    x = tl.zeros((B, BK), dtype=X.dtype.element_ty)
+def _pair_resident(X, PX, idx, n, D, P, SQUASH: tl.constexpr, B: tl.constexpr,
+                   BK: tl.constexpr, KCH: tl.constexpr, BP: tl.constexpr, PCH: tl.constexpr,
+                   PRECISION: tl.constexpr):
+    """``_resident``'s blocks of the rows ``idx`` of ``X`` and of ``PX`` (zeros where
+    ``SQUASH=0`` forms no ``r``)."""
+    x = _resident(X, idx, n, D, B, BK, KCH, PRECISION)
     px = tl.zeros((B, BP), dtype=PX.dtype.element_ty)
-    if KCH == 1:
-        x = _block(X, idx, tl.arange(0, BK), n, D, PRECISION)
-    if PCH == 1 and SQUASH != 0:
-        px = _block(PX, idx, tl.arange(0, BP), n, P, PRECISION)
+    if SQUASH != 0:
+        px = _resident(PX, idx, n, P, B, BP, PCH, PRECISION)
     return x, px
 
 
@@ -101,14 +100,14 @@ def pair_lse_fwd(A, K, PA, PK, POS, SELF, LSE, TAU_SUM, M, N, D, P, beta, half_d
                  PRECISION: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
                  BK: tl.constexpr, KCH: tl.constexpr, BP: tl.constexpr, PCH: tl.constexpr):
     rows = tl.program_id(0) * BM + tl.arange(0, BM)
-    a, pa = _resident(A, PA, rows, M, D, P, SQUASH, BM, BK, KCH, BP, PCH, PRECISION)
+    a, pa = _pair_resident(A, PA, rows, M, D, P, SQUASH, BM, BK, KCH, BP, PCH, PRECISION)
     pos, own = _row_masks(POS, SELF, rows, M, HAS_POS, HAS_SELF)
     m2 = tl.full((BM,), float("-inf"), dtype=tl.float32)
     total = tl.zeros((BM,), dtype=tl.float32)
     tau_sum = tl.zeros((BM,), dtype=tl.float32)
     for c0 in range(0, N, BN):
         cols = c0 + tl.arange(0, BN)
-        k, pk = _resident(K, PK, cols, N, D, P, SQUASH, BN, BK, KCH, BP, PCH, PRECISION)
+        k, pk = _pair_resident(K, PK, cols, N, D, P, SQUASH, BN, BK, KCH, BP, PCH, PRECISION)
         s, r, tau = _pair_tile(A, K, PA, PK, rows, cols, M, N, D, P, a, k, pa, pk, t0, t1, t2,
                                SQUASH, BM, BN, BK, KCH, BP, PCH, PRECISION)
         inside = (rows[:, None] < M) & (cols[None, :] < N)
@@ -140,6 +139,37 @@ def _pair_weights(s, r, tau, cols, N, pos, own, lse2, g, c0, beta, half_dim, t0,
 
 
 @triton.jit
+def _pair_tile_grads(A, K, PA, PK, rows, cols, c0, dout, pout, a, k, pa, pk, acc, acc_p, pos,
+                     own, lse2, g, M, N, D, P, beta, half_dim, t0, t1, t2,
+                     HAS_POS: tl.constexpr, HAS_SELF: tl.constexpr, SQUASH: tl.constexpr,
+                     PRECISION: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+                     BK: tl.constexpr, KCH: tl.constexpr, BP: tl.constexpr, PCH: tl.constexpr,
+                     BDO: tl.constexpr, BPO: tl.constexpr, T: tl.constexpr):
+    """One recomputed tile of anchors ``rows`` x columns ``cols`` into both accumulators of a
+    side: ``acc + W_s @ K[cols]`` and ``acc_p + W_r @ PK[cols]`` (the anchors'), or with ``T``
+    the transposed tile and ``W_s.T @ A[rows]``, ``W_r.T @ PA[rows]`` (the columns')."""
+    if T:
+        s, r, tau = _pair_tile(K, A, PK, PA, cols, rows, N, M, D, P, k, a, pk, pa, t0, t1, t2,
+                               SQUASH, BN, BM, BK, KCH, BP, PCH, PRECISION)
+    else:
+        s, r, tau = _pair_tile(A, K, PA, PK, rows, cols, M, N, D, P, a, k, pa, pk, t0, t1, t2,
+                               SQUASH, BM, BN, BK, KCH, BP, PCH, PRECISION)
+    g_s, g_r = _pair_weights(s, r, tau, cols, N, pos, own, lse2, g, c0, beta, half_dim, t0, t2,
+                             HAS_POS, HAS_SELF, SQUASH, BN, T)
+    if T:
+        acc, _ = _accumulate(acc, g_s, A, rows, dout, M, D, a, BK, KCH, BDO, PRECISION)
+        if SQUASH != 0:
+            acc_p, _ = _accumulate(acc_p, g_r, PA, rows, pout, M, P, pa, BP, PCH, BPO,
+                                   PRECISION)
+    else:
+        acc, _ = _accumulate(acc, g_s, K, cols, dout, N, D, k, BK, KCH, BDO, PRECISION)
+        if SQUASH != 0:
+            acc_p, _ = _accumulate(acc_p, g_r, PK, cols, pout, N, P, pk, BP, PCH, BPO,
+                                   PRECISION)
+    return acc, acc_p
+
+
+@triton.jit
 def pair_lse_dq(A, K, PA, PK, POS, SELF, LSE, G, GA, GPA, M, N, D, P, beta, half_dim,
                 t0, t1, t2, HAS_POS: tl.constexpr, HAS_SELF: tl.constexpr,
                 SQUASH: tl.constexpr, PRECISION: tl.constexpr, BM: tl.constexpr,
@@ -148,30 +178,17 @@ def pair_lse_dq(A, K, PA, PK, POS, SELF, LSE, G, GA, GPA, M, N, D, P, beta, half
     """``dA = W_s @ K`` and ``dPA = W_r @ PK`` of one anchor block."""
     rows = tl.program_id(0) * BM + tl.arange(0, BM)
     dout, pout = tl.arange(0, BDO), tl.arange(0, BPO)
-    a, pa = _resident(A, PA, rows, M, D, P, SQUASH, BM, BK, KCH, BP, PCH, PRECISION)
-    pos, own = _row_masks(POS, SELF, rows, M, HAS_POS, HAS_SELF)
-    lse2 = tl.load(LSE + rows, mask=rows < M, other=0.0) * LOG2E
-    g = tl.load(G + rows, mask=rows < M, other=0.0)
+    a, pa = _pair_resident(A, PA, rows, M, D, P, SQUASH, BM, BK, KCH, BP, PCH, PRECISION)
+    pos, own, lse2, g = _row_state(POS, SELF, LSE, G, rows, M, HAS_POS, HAS_SELF)
     acc_a = tl.zeros((BM, BDO), dtype=tl.float32)
     acc_p = tl.zeros((BM, BPO), dtype=tl.float32)
     for c0 in range(0, N, BN):
         cols = c0 + tl.arange(0, BN)
-        k, pk = _resident(K, PK, cols, N, D, P, SQUASH, BN, BK, KCH, BP, PCH, PRECISION)
-        s, r, tau = _pair_tile(A, K, PA, PK, rows, cols, M, N, D, P, a, k, pa, pk, t0, t1, t2,
-                               SQUASH, BM, BN, BK, KCH, BP, PCH, PRECISION)
-        g_s, g_r = _pair_weights(s, r, tau, cols, N, pos, own, lse2, g, c0, beta, half_dim,
-                                 t0, t2, HAS_POS, HAS_SELF, SQUASH, BN, False)
-        if KCH == 1 and BDO == BK:
-            out_k = k
-        else:
-            out_k = _block(K, cols, dout, N, D, PRECISION)
-        acc_a = _dot(_as_operand(g_s, out_k, PRECISION), out_k, acc_a, PRECISION)
-        if SQUASH != 0:
-            if PCH == 1 and BPO == BP:
-                out_pk = pk
-            else:
-                out_pk = _block(PK, cols, pout, N, P, PRECISION)
-            acc_p = _dot(_as_operand(g_r, out_pk, PRECISION), out_pk, acc_p, PRECISION)
+        k, pk = _pair_resident(K, PK, cols, N, D, P, SQUASH, BN, BK, KCH, BP, PCH, PRECISION)
+        acc_a, acc_p = _pair_tile_grads(A, K, PA, PK, rows, cols, c0, dout, pout, a, k, pa, pk,
+                                        acc_a, acc_p, pos, own, lse2, g, M, N, D, P, beta,
+                                        half_dim, t0, t1, t2, HAS_POS, HAS_SELF, SQUASH,
+                                        PRECISION, BM, BN, BK, KCH, BP, PCH, BDO, BPO, False)
     _store_block(GA, rows, dout, M, D, acc_a)
     _store_block(GPA, rows, pout, M, P, acc_p)
 
@@ -186,29 +203,16 @@ def pair_lse_dk(A, K, PA, PK, POS, SELF, LSE, G, GK, GPK, M, N, D, P, beta, half
     cols = tl.program_id(0) * BN + tl.arange(0, BN)
     c0 = tl.program_id(0) * BN
     dout, pout = tl.arange(0, BDO), tl.arange(0, BPO)
-    k, pk = _resident(K, PK, cols, N, D, P, SQUASH, BN, BK, KCH, BP, PCH, PRECISION)
+    k, pk = _pair_resident(K, PK, cols, N, D, P, SQUASH, BN, BK, KCH, BP, PCH, PRECISION)
     acc_k = tl.zeros((BN, BDO), dtype=tl.float32)
     acc_p = tl.zeros((BN, BPO), dtype=tl.float32)
     for r0 in range(0, M, BM):
         rows = r0 + tl.arange(0, BM)
-        pos, own = _row_masks(POS, SELF, rows, M, HAS_POS, HAS_SELF)
-        lse2 = tl.load(LSE + rows, mask=rows < M, other=0.0) * LOG2E
-        g = tl.load(G + rows, mask=rows < M, other=0.0)
-        a, pa = _resident(A, PA, rows, M, D, P, SQUASH, BM, BK, KCH, BP, PCH, PRECISION)
-        s_t, r_t, tau_t = _pair_tile(K, A, PK, PA, cols, rows, N, M, D, P, k, a, pk, pa, t0, t1,
-                                     t2, SQUASH, BN, BM, BK, KCH, BP, PCH, PRECISION)
-        g_s, g_r = _pair_weights(s_t, r_t, tau_t, cols, N, pos, own, lse2, g, c0, beta,
-                                 half_dim, t0, t2, HAS_POS, HAS_SELF, SQUASH, BN, True)
-        if KCH == 1 and BDO == BK:
-            out_a = a
-        else:
-            out_a = _block(A, rows, dout, M, D, PRECISION)
-        acc_k = _dot(_as_operand(g_s, out_a, PRECISION), out_a, acc_k, PRECISION)
-        if SQUASH != 0:
-            if PCH == 1 and BPO == BP:
-                out_pa = pa
-            else:
-                out_pa = _block(PA, rows, pout, M, P, PRECISION)
-            acc_p = _dot(_as_operand(g_r, out_pa, PRECISION), out_pa, acc_p, PRECISION)
+        pos, own, lse2, g = _row_state(POS, SELF, LSE, G, rows, M, HAS_POS, HAS_SELF)
+        a, pa = _pair_resident(A, PA, rows, M, D, P, SQUASH, BM, BK, KCH, BP, PCH, PRECISION)
+        acc_k, acc_p = _pair_tile_grads(A, K, PA, PK, rows, cols, c0, dout, pout, a, k, pa, pk,
+                                        acc_k, acc_p, pos, own, lse2, g, M, N, D, P, beta,
+                                        half_dim, t0, t1, t2, HAS_POS, HAS_SELF, SQUASH,
+                                        PRECISION, BM, BN, BK, KCH, BP, PCH, BDO, BPO, True)
     _store_block(GK, cols, dout, N, D, acc_k)
     _store_block(GPK, cols, pout, N, P, acc_p)

@@ -53,17 +53,19 @@ import triton.language as tl
 
 from ._triton_common import (
     LOG2E,
-    _as_operand,
-    _block,
+    _accumulate,
     _dot,
     _finish_lse2,
     _gram,
     _kept,
     _needs_mask,
     _online_lse2,
+    _out_operand,
     _per_col,
     _per_row,
+    _resident,
     _row_masks,
+    _row_state,
     _store_block,
 )
 
@@ -89,27 +91,27 @@ C6: tl.constexpr = tl.constexpr(math.pi**12 / 479001600)
 
 
 @triton.jit
+def _horner5(x, c5: tl.constexpr, c4: tl.constexpr, c3: tl.constexpr, c2: tl.constexpr,
+             c1: tl.constexpr, c0: tl.constexpr):
+    """``c5 x^5 + ... + c0`` by Horner's rule: five multiply-adds."""
+    p = c5 * x + c4
+    p = p * x + c3
+    p = p * x + c2
+    p = p * x + c1
+    return p * x + c0
+
+
+@triton.jit
 def _sinpi(v):
     """``sin(pi v)`` for ``|v| <= 1/2``."""
-    v2 = v * v
-    p = S5 * v2 + S4
-    p = p * v2 + S3
-    p = p * v2 + S2
-    p = p * v2 + S1
-    p = p * v2 + S0
-    return v * p
+    return v * _horner5(v * v, S5, S4, S3, S2, S1, S0)
 
 
 @triton.jit
 def _cospi(v):
     """``cos(pi v)`` for ``|v| <= 1/2``."""
     v2 = v * v
-    p = C6 * v2 + C5
-    p = p * v2 + C4
-    p = p * v2 + C3
-    p = p * v2 + C2
-    p = p * v2 + C1
-    return p * v2 + 1.0
+    return _horner5(v2, C6, C5, C4, C3, C2, C1) * v2 + 1.0
 
 
 @triton.jit
@@ -176,10 +178,7 @@ def row_stats_fwd(A, K, POS, SELF, RLAB, KLAB, LSE, SUM_UL, SUM_U, M, N, D,
                   TERM: tl.constexpr, PRECISION: tl.constexpr,
                   BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, KCH: tl.constexpr):
     rows = tl.program_id(0) * BM + tl.arange(0, BM)
-    d0 = tl.arange(0, BK)
-    a = tl.zeros((BM, BK), dtype=A.dtype.element_ty)
-    if KCH == 1:
-        a = _block(A, rows, d0, M, D, PRECISION)
+    a = _resident(A, rows, M, D, BM, BK, KCH, PRECISION)
     pos, own = _row_masks(POS, SELF, rows, M, HAS_POS, HAS_SELF)
     if HAS_LAB:
         rl = tl.load(RLAB + rows, mask=rows < M, other=-2)
@@ -189,9 +188,7 @@ def row_stats_fwd(A, K, POS, SELF, RLAB, KLAB, LSE, SUM_UL, SUM_U, M, N, D,
     sum_u = tl.zeros((BM,), dtype=tl.float32)
     for c0 in range(0, N, BN):
         cols = c0 + tl.arange(0, BN)
-        k = tl.zeros((BN, BK), dtype=K.dtype.element_ty)
-        if KCH == 1:
-            k = _block(K, cols, d0, N, D, PRECISION)
+        k = _resident(K, cols, N, D, BN, BK, KCH, PRECISION)
         s = _gram(A, K, rows, cols, M, N, D, a, k, BM, BN, BK, KCH, PRECISION)
         logits = _logits(s, TERM, t_min, t_max, threshold, width)
         x2 = logits * LOG2E
@@ -212,6 +209,11 @@ def row_stats_fwd(A, K, POS, SELF, RLAB, KLAB, LSE, SUM_UL, SUM_U, M, N, D,
     if HAS_LAB:
         tl.store(SUM_UL + rows, sum_ul, mask=ok)
         tl.store(SUM_U + rows, sum_u, mask=ok)
+
+
+# --------------------------------------------------------------------------------------------
+# The backward's steps: each kernel below is its own loop around them
+# --------------------------------------------------------------------------------------------
 
 
 @triton.jit
@@ -239,18 +241,69 @@ def _weights(s, rows, cols, N, pos, own, lse2, g, g_ul, rl, KLAB, c0, t_min, t_m
     return w
 
 
+
+
 @triton.jit
-def _row_grads(LSE, G_LSE, G_UL, RLAB, rows, M, HAS_LAB: tl.constexpr):
-    """Per row: ``lse`` in log2 units, the upstream gradients and the label (float32)."""
-    ok = rows < M
-    lse2 = tl.load(LSE + rows, mask=ok, other=0.0) * LOG2E
-    g = tl.load(G_LSE + rows, mask=ok, other=0.0)
+def _row_grads(POS, SELF, LSE, G_LSE, G_UL, RLAB, rows, M, HAS_POS: tl.constexpr,
+               HAS_SELF: tl.constexpr, HAS_LAB: tl.constexpr):
+    """Per row: the excluded columns, ``lse`` in log2 units, the upstream gradients and the
+    label (float32; ``_row_state``'s, and the label targets')."""
+    pos, own, lse2, g = _row_state(POS, SELF, LSE, G_LSE, rows, M, HAS_POS, HAS_SELF)
     g_ul = g
     rl = rows
     if HAS_LAB:
-        g_ul = tl.load(G_UL + rows, mask=ok, other=0.0)
-        rl = tl.load(RLAB + rows, mask=ok, other=-2)
-    return lse2, g, g_ul, rl
+        g_ul = tl.load(G_UL + rows, mask=rows < M, other=0.0)
+        rl = tl.load(RLAB + rows, mask=rows < M, other=-2)
+    return pos, own, lse2, g, g_ul, rl
+
+
+@triton.jit
+def _tile_grad(A, K, KLAB, rows, cols, c0, dout, a, k, acc, pos, own, lse2, g, g_ul, rl, M, N,
+               D, t_min, t_max, threshold, width, HAS_POS: tl.constexpr,
+               HAS_SELF: tl.constexpr, HAS_LAB: tl.constexpr, TERM: tl.constexpr,
+               DETACH: tl.constexpr, PRECISION: tl.constexpr, BM: tl.constexpr,
+               BN: tl.constexpr, BK: tl.constexpr, KCH: tl.constexpr, BDO: tl.constexpr,
+               T: tl.constexpr):
+    """One recomputed tile of anchors ``rows`` x columns ``cols`` into a backward's
+    accumulator: ``acc + W @ K[cols]`` (the anchors' side), or with ``T`` the transposed tile
+    ``s.T = k @ a.T`` and ``acc + W.T @ A[rows]`` (the columns'); and the tile's weights as
+    operands (``W.T`` if ``T``)."""
+    if T:
+        s = _gram(K, A, cols, rows, N, M, D, k, a, BN, BM, BK, KCH, PRECISION)
+    else:
+        s = _gram(A, K, rows, cols, M, N, D, a, k, BM, BN, BK, KCH, PRECISION)
+    w = _weights(s, rows, cols, N, pos, own, lse2, g, g_ul, rl, KLAB, c0, t_min, t_max,
+                 threshold, width, HAS_POS, HAS_SELF, HAS_LAB, TERM, DETACH, BN, T)
+    if T:
+        acc, w_op = _accumulate(acc, w, A, rows, dout, M, D, a, BK, KCH, BDO, PRECISION)
+    else:
+        acc, w_op = _accumulate(acc, w, K, cols, dout, N, D, k, BK, KCH, BDO, PRECISION)
+    return acc, w_op
+
+
+@triton.jit
+def _anchor_block_grad(A, K, POS, SELF, RLAB, KLAB, LSE, G_LSE, G_UL, r0, cols, c0, dout, k,
+                       acc, M, N, D, t_min, t_max, threshold, width, HAS_POS: tl.constexpr,
+                       HAS_SELF: tl.constexpr, HAS_LAB: tl.constexpr, TERM: tl.constexpr,
+                       DETACH: tl.constexpr, PRECISION: tl.constexpr, BM: tl.constexpr,
+                       BN: tl.constexpr, BK: tl.constexpr, KCH: tl.constexpr,
+                       BDO: tl.constexpr):
+    """A column pass's step: the anchor block from ``r0`` (its rows' state and features read
+    here) against the pass's column block, ``_tile_grad`` transposed. Also its rows and the
+    tile's weights ``W.T`` as operands."""
+    rows = r0 + tl.arange(0, BM)
+    pos, own, lse2, g, g_ul, rl = _row_grads(POS, SELF, LSE, G_LSE, G_UL, RLAB, rows, M, HAS_POS,
+                                             HAS_SELF, HAS_LAB)
+    a = _resident(A, rows, M, D, BM, BK, KCH, PRECISION)
+    acc, w_op = _tile_grad(A, K, KLAB, rows, cols, c0, dout, a, k, acc, pos, own, lse2, g, g_ul,
+                           rl, M, N, D, t_min, t_max, threshold, width, HAS_POS, HAS_SELF,
+                           HAS_LAB, TERM, DETACH, PRECISION, BM, BN, BK, KCH, BDO, True)
+    return acc, rows, w_op
+
+
+# --------------------------------------------------------------------------------------------
+# The backward kernels
+# --------------------------------------------------------------------------------------------
 
 
 @triton.jit
@@ -262,26 +315,17 @@ def row_stats_dq(A, K, POS, SELF, RLAB, KLAB, LSE, G_LSE, G_UL, GA, M, N, D,
                  BDO: tl.constexpr):
     rows = tl.program_id(0) * BM + tl.arange(0, BM)
     dout = tl.program_id(1) * BDO + tl.arange(0, BDO)
-    d0 = tl.arange(0, BK)
-    a = tl.zeros((BM, BK), dtype=A.dtype.element_ty)
-    if KCH == 1:
-        a = _block(A, rows, d0, M, D, PRECISION)
-    pos, own = _row_masks(POS, SELF, rows, M, HAS_POS, HAS_SELF)
-    lse2, g, g_ul, rl = _row_grads(LSE, G_LSE, G_UL, RLAB, rows, M, HAS_LAB)
+    a = _resident(A, rows, M, D, BM, BK, KCH, PRECISION)
+    pos, own, lse2, g, g_ul, rl = _row_grads(POS, SELF, LSE, G_LSE, G_UL, RLAB, rows, M, HAS_POS,
+                                             HAS_SELF, HAS_LAB)
     acc = tl.zeros((BM, BDO), dtype=tl.float32)
     for c0 in range(0, N, BN):
         cols = c0 + tl.arange(0, BN)
-        k = tl.zeros((BN, BK), dtype=K.dtype.element_ty)
-        if KCH == 1:
-            k = _block(K, cols, d0, N, D, PRECISION)
-        s = _gram(A, K, rows, cols, M, N, D, a, k, BM, BN, BK, KCH, PRECISION)
-        w = _weights(s, rows, cols, N, pos, own, lse2, g, g_ul, rl, KLAB, c0, t_min, t_max,
-                     threshold, width, HAS_POS, HAS_SELF, HAS_LAB, TERM, DETACH, BN, False)
-        if KCH == 1 and BDO == BK:  # the tile's own key block is the output's operand
-            out_k = k
-        else:
-            out_k = _block(K, cols, dout, N, D, PRECISION)
-        acc = _dot(_as_operand(w, out_k, PRECISION), out_k, acc, PRECISION)
+        k = _resident(K, cols, N, D, BN, BK, KCH, PRECISION)
+        acc, _ = _tile_grad(A, K, KLAB, rows, cols, c0, dout, a, k, acc, pos, own, lse2, g,
+                            g_ul, rl, M, N, D, t_min, t_max, threshold, width, HAS_POS,
+                            HAS_SELF, HAS_LAB, TERM, DETACH, PRECISION, BM, BN, BK, KCH, BDO,
+                            False)
     _store_block(GA, rows, dout, M, D, acc)
 
 
@@ -294,28 +338,14 @@ def row_stats_dk(A, K, POS, SELF, RLAB, KLAB, LSE, G_LSE, G_UL, GK, M, N, D,
                  BDO: tl.constexpr):
     cols = tl.program_id(0) * BN + tl.arange(0, BN)
     dout = tl.program_id(1) * BDO + tl.arange(0, BDO)
-    d0 = tl.arange(0, BK)
-    k = tl.zeros((BN, BK), dtype=K.dtype.element_ty)
-    if KCH == 1:
-        k = _block(K, cols, d0, N, D, PRECISION)
+    k = _resident(K, cols, N, D, BN, BK, KCH, PRECISION)
     c0 = tl.program_id(0) * BN
     acc = tl.zeros((BN, BDO), dtype=tl.float32)
     for r0 in range(0, M, BM):
-        rows = r0 + tl.arange(0, BM)
-        pos, own = _row_masks(POS, SELF, rows, M, HAS_POS, HAS_SELF)
-        lse2, g, g_ul, rl = _row_grads(LSE, G_LSE, G_UL, RLAB, rows, M, HAS_LAB)
-        a = tl.zeros((BM, BK), dtype=A.dtype.element_ty)
-        if KCH == 1:
-            a = _block(A, rows, d0, M, D, PRECISION)
-        s_t = _gram(K, A, cols, rows, N, M, D, k, a, BN, BM, BK, KCH, PRECISION)
-        w_t = _weights(s_t, rows, cols, N, pos, own, lse2, g, g_ul, rl, KLAB, c0, t_min,
-                       t_max, threshold, width, HAS_POS, HAS_SELF, HAS_LAB, TERM, DETACH, BN,
-                       True)
-        if KCH == 1 and BDO == BK:
-            out_a = a
-        else:
-            out_a = _block(A, rows, dout, M, D, PRECISION)
-        acc = _dot(_as_operand(w_t, out_a, PRECISION), out_a, acc, PRECISION)
+        acc, _, _ = _anchor_block_grad(A, K, POS, SELF, RLAB, KLAB, LSE, G_LSE, G_UL, r0, cols,
+                                       c0, dout, k, acc, M, N, D, t_min, t_max, threshold,
+                                       width, HAS_POS, HAS_SELF, HAS_LAB, TERM, DETACH,
+                                       PRECISION, BM, BN, BK, KCH, BDO)
     _store_block(GK, cols, dout, N, D, acc)
 
 
@@ -333,32 +363,14 @@ def row_stats_bwd_onepass(A, K, POS, SELF, RLAB, KLAB, LSE, G_LSE, G_UL, GA32, G
     cols = tl.program_id(0) * BN + tl.arange(0, BN)
     c0 = tl.program_id(0) * BN
     dout = tl.arange(0, BDO)
-    d0 = tl.arange(0, BK)
-    k = tl.zeros((BN, BK), dtype=K.dtype.element_ty)
-    if KCH == 1:
-        k = _block(K, cols, d0, N, D, PRECISION)
-    if KCH == 1 and BDO == BK:
-        out_k = k
-    else:
-        out_k = _block(K, cols, dout, N, D, PRECISION)
+    k = _resident(K, cols, N, D, BN, BK, KCH, PRECISION)
+    out_k = _out_operand(K, cols, dout, N, D, k, BK, KCH, BDO, PRECISION)
     acc = tl.zeros((BN, BDO), dtype=tl.float32)
     for r0 in range(0, M, BM):
-        rows = r0 + tl.arange(0, BM)
-        pos, own = _row_masks(POS, SELF, rows, M, HAS_POS, HAS_SELF)
-        lse2, g, g_ul, rl = _row_grads(LSE, G_LSE, G_UL, RLAB, rows, M, HAS_LAB)
-        a = tl.zeros((BM, BK), dtype=A.dtype.element_ty)
-        if KCH == 1:
-            a = _block(A, rows, d0, M, D, PRECISION)
-        s_t = _gram(K, A, cols, rows, N, M, D, k, a, BN, BM, BK, KCH, PRECISION)
-        w_t = _weights(s_t, rows, cols, N, pos, own, lse2, g, g_ul, rl, KLAB, c0, t_min,
-                       t_max, threshold, width, HAS_POS, HAS_SELF, HAS_LAB, TERM, DETACH, BN,
-                       True)
-        if KCH == 1 and BDO == BK:
-            out_a = a
-        else:
-            out_a = _block(A, rows, dout, M, D, PRECISION)
-        w_op = _as_operand(w_t, out_a, PRECISION)
-        acc = _dot(w_op, out_a, acc, PRECISION)
+        acc, rows, w_op = _anchor_block_grad(A, K, POS, SELF, RLAB, KLAB, LSE, G_LSE, G_UL, r0,
+                                             cols, c0, dout, k, acc, M, N, D, t_min, t_max,
+                                             threshold, width, HAS_POS, HAS_SELF, HAS_LAB, TERM,
+                                             DETACH, PRECISION, BM, BN, BK, KCH, BDO)
         share = _dot(tl.trans(w_op), out_k, tl.zeros((BM, BDO), dtype=tl.float32), PRECISION)
         tl.atomic_add(GA32 + rows.to(tl.int64)[:, None] * D + dout[None, :], share,
                       mask=(rows[:, None] < M) & (dout[None, :] < D), sem="relaxed")
