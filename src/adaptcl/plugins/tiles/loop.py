@@ -76,7 +76,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from ..candidates import Candidates, autocast_off, scaled_anchors
+from ..candidates import autocast_off
 from .precision import ProductPrecision, product, product_precision
 
 NEG_INF = float("-inf")
@@ -302,18 +302,6 @@ def streamed_row_stats(a: Tensor, k: Tensor, tile: int, masks: Masks,
         return _StreamedRowStats.apply(a, k, tile, masks, weights, bias, term, precision)
 
 
-def tiled_negative_lse(c: Candidates, temperature: Tensor | float,
-                       tile_size: int) -> tuple[Tensor, Tensor]:
-    """``(lse_neg [A], positive logit [A])`` of one direction, streamed over tiles.
-
-    Equals ``(torch.logsumexp(neg, 1), pos)`` for ``neg, pos = rows_logits(c, temperature)``,
-    value and gradient, without allocating ``neg``.
-    """
-    a, pos = scaled_anchors(c, temperature)
-    return streamed_row_stats(a, c.keys, tile_size, c.excluded,
-                              precision=c.product_precision)[0], pos
-
-
 @torch.no_grad()
 def streamed_softmax_stats(q: Tensor, k: Tensor, temperature: float, tile: int, masks: Masks, *,
                            top: int = 0, precision: ProductPrecision = "ieee"
@@ -475,6 +463,6 @@ def materialised_bytes(num_anchors: int, num_candidates: int, dtype: torch.dtype
     return num_anchors * num_candidates * torch.empty((), dtype=dtype).element_size()
 
 
-__all__ = ["TileWeights", "TileBias", "TileTerm", "PairTerm", "streamed_row_stats", "tiled_negative_lse",
+__all__ = ["TileWeights", "TileBias", "TileTerm", "PairTerm", "streamed_row_stats",
            "streamed_softmax_stats", "streamed_top_columns", "streamed_pair_lse",
            "streamed_sum", "top_columns", "merge_top", "materialised_bytes"]
