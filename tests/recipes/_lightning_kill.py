@@ -7,6 +7,7 @@ checkpoint was written and before anything of epoch ``k`` ran: the stand-in for 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -40,3 +41,13 @@ def kill_trainers_at_epoch(monkeypatch: pytest.MonkeyPatch, module: Any, factory
 
     monkeypatch.setattr(module, factory, killed)
     return original
+
+
+def killed_once(monkeypatch: pytest.MonkeyPatch, module: Any, factory: str,
+                run: Callable[[], Any], epoch: int = 1) -> None:
+    """``run()`` with ``module.<factory>``'s Trainers killed at the start of ``epoch`` (it must
+    raise :class:`Killed`), then the factory restored: running again resumes."""
+    original = kill_trainers_at_epoch(monkeypatch, module, factory, epoch)
+    with pytest.raises(Killed):
+        run()
+    monkeypatch.setattr(module, factory, original)

@@ -18,7 +18,7 @@ from adaptcl.recipes.images import train  # noqa: E402
 from adaptcl.recipes.images.config import ImagesConfig  # noqa: E402
 from adaptcl.recipes.images.data import load_splits  # noqa: E402
 from tests.recipes._cli import one_line_error  # noqa: E402
-from tests.recipes._lightning_kill import Killed, kill_trainers_at_epoch  # noqa: E402
+from tests.recipes._lightning_kill import killed_once  # noqa: E402
 from tests.recipes.images.test_images_resume_rng import TINY as RESUME_TINY  # noqa: E402
 
 TINY = ["--train-limit", "64", "--test-limit", "32", "--epochs", "1", "--batch-size", "32",
@@ -62,10 +62,8 @@ def test_a_cached_run_killed_after_an_epoch_resumes_as_the_uninterrupted_run(
                        **RESUME)
     splits = load_splits(shared_data, cfg)
     whole = train.train_and_score(cfg, splits, CELL, tmp_path / "whole", tmp_path / "logs0")
-    original = kill_trainers_at_epoch(monkeypatch, train, "lightning_trainer", 1)
-    with pytest.raises(Killed):
-        train.train_and_score(cfg, splits, CELL, tmp_path / "resumed", tmp_path / "logs1")
-    monkeypatch.setattr(train, "lightning_trainer", original)
+    killed_once(monkeypatch, train, "lightning_trainer", lambda: train.train_and_score(
+        cfg, splits, CELL, tmp_path / "resumed", tmp_path / "logs1"))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         resumed = train.train_and_score(cfg, splits, CELL, tmp_path / "resumed",

@@ -21,7 +21,7 @@ from adaptcl.recipes.engine import Cell  # noqa: E402
 from adaptcl.recipes.images import train  # noqa: E402
 from adaptcl.recipes.images.config import ImagesConfig  # noqa: E402
 from adaptcl.recipes.images.data import load_splits  # noqa: E402
-from tests.recipes._lightning_kill import Killed, kill_trainers_at_epoch  # noqa: E402
+from tests.recipes._lightning_kill import killed_once  # noqa: E402
 
 TINY = dict(train_limit=96, test_limit=64, epochs=3, batch_size=32, width=0.0625,
             hidden_dim=16, output_dim=8, linear_epochs=0, knn_every=1,
@@ -37,11 +37,9 @@ def test_a_run_resumed_after_an_epoch_is_the_uninterrupted_run(shared_data, tmp_
     splits = load_splits(shared_data, cfg)
     whole = train.train_and_score(cfg, splits, CELL, tmp_path / "whole", tmp_path / "logs0")
 
-    original = kill_trainers_at_epoch(monkeypatch, train, "lightning_trainer", 1)
-    with pytest.raises(Killed):
-        train.train_and_score(cfg, splits, CELL, tmp_path / "resumed", tmp_path / "logs1")
+    killed_once(monkeypatch, train, "lightning_trainer", lambda: train.train_and_score(
+        cfg, splits, CELL, tmp_path / "resumed", tmp_path / "logs1"))
     assert (tmp_path / "resumed" / "last.ckpt").is_file()
-    monkeypatch.setattr(train, "lightning_trainer", original)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         resumed = train.train_and_score(cfg, splits, CELL, tmp_path / "resumed",
