@@ -281,7 +281,7 @@ def row_stats_op(a: Tensor, k: Tensor, positive_index: Tensor | None, self_index
     inputs = _row_inputs(a, k, positive_index, self_index, labels, key_labels, precision)
     args = {**inputs.kernel_args(lse), "LSE": lse, "SUM_UL": sum_ul, "SUM_U": sum_u,
             **dict(zip(_TERM_ARGS, term_params, strict=True))}
-    feats = configs.features(dim, precision, configs.arch_of(a.device))
+    feats = configs.features(dim, precision, configs.arch_of(a.device), "fwd")
     meta = {"PRECISION": precision, "BK": feats["BK"], "KCH": feats["KCH"],
             **_flags(positive_index, self_index, labels, term_kind)}
     _launch(kernels().row_stats_fwd, "fwd", precision, dim, lambda b: (_cdiv(rows, b.bm),),
@@ -318,14 +318,14 @@ def row_stats_backward_op(a: Tensor, k: Tensor, lse: Tensor, g_lse: Tensor, g_ul
              **_flags(positive_index, self_index, labels, term_kind)}
     arch = configs.arch_of(a.device)
     lib = kernels()
-    onepass = configs.features(dim, precision, arch)
+    onepass = configs.features(dim, precision, arch, "bwd")
     if onepass["BDO"] >= configs.padded(dim) and configs.one_pass_backward():
         ga32 = torch.zeros(a.shape, dtype=torch.float32, device=a.device)
         _launch(lib.row_stats_bwd_onepass, "bwd", precision, dim,
                 lambda b: (_cdiv(cols, b.bn),), {**args, "GA32": ga32, "GK": gk},
                 {**flags, **onepass}, a.device, (rows, cols), reset=ga32.zero_)
         return inputs.to_anchors(ga32.to(a.dtype)), inputs.to_keys(gk)
-    feats = configs.features(dim, precision, arch)
+    feats = configs.features(dim, precision, arch, "dq")
     outputs = _cdiv(configs.padded(dim), feats["BDO"])
     _launch(lib.row_stats_dq, "dq", precision, dim, lambda b: (_cdiv(rows, b.bm), outputs),
             {**args, "GA": ga}, {**flags, **feats}, a.device, (rows, cols))
