@@ -333,8 +333,9 @@ def _term_kernel():
              DETACH: tl.constexpr, B: tl.constexpr):
         i = tl.arange(0, B)
         s = tl.load(S + i, mask=i < n, other=0.0)
-        tl.store(L + i, K._logits(s, TERM, t_min, t_max, threshold, width), mask=i < n)
-        tl.store(G + i, K._slope(s, TERM, DETACH, t_min, t_max, threshold, width), mask=i < n)
+        logits, slope = K._term(s, TERM, DETACH, (t_min, t_max, threshold, width))
+        tl.store(L + i, logits, mask=i < n)
+        tl.store(G + i, slope, mask=i < n)
 
     return term
 
@@ -389,3 +390,70 @@ def test_the_one_pass_backward_equals_the_float64_loss(name, monkeypatch):
     torch.testing.assert_close(got.double(), value, rtol=RTOL, atol=ATOL)
     for a, b in zip(got_grads, grads, strict=True):
         torch.testing.assert_close(a.double(), b, rtol=RTOL, atol=ATOL)
+
+
+# --------------------------------------------------------------------------------------------
+# Which blocks take the per-element masks and label targets
+# --------------------------------------------------------------------------------------------
+
+
+def _slow_blocks_kernel():
+    """A kernel that records, per (anchor block, column block), whether the row kernels take
+    the tile's slow path: as the forward and ``dq`` decide it (the anchor block's column spans)
+    and as ``dk`` does (the column block's anchor spans)."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def slow(POS, SELF, RLAB, KLAB, BY_ROWS, BY_COLS, M, N, RB, CB, HAS_POS: tl.constexpr,
+             HAS_SELF: tl.constexpr, HAS_LAB: tl.constexpr, BM: tl.constexpr,
+             BN: tl.constexpr):
+        b = tl.program_id(0)
+        if b < RB:  # an anchor block against every column block
+            rows = b * BM + tl.arange(0, BM)
+            spans = K._columns_to_mask(POS, SELF, RLAB, KLAB, rows, M, N, HAS_POS, HAS_SELF,
+                                       HAS_LAB)
+            for c in range(CB):
+                tl.store(BY_ROWS + b * CB + c, K._slow(spans, c * BN, BN, c * BN + BN > N))
+        else:  # a column block against every anchor block
+            c = b - RB
+            cols = c * BN + tl.arange(0, BN)
+            spans = K._anchors_to_mask(POS, SELF, RLAB, KLAB, cols, c * BN, M, N, HAS_POS,
+                                       HAS_SELF, HAS_LAB, BN)
+            for r in range(RB):
+                tl.store(BY_COLS + r * CB + c, K._slow(spans, r * BM, BM, c * BN + BN > N))
+
+    return slow
+
+
+def test_only_the_blocks_that_need_them_take_the_masks_and_label_targets():
+    """SupCon's 2N form at 192 anchors of 12 classes, sorted by label as ``_fused`` sorts
+    them: every block that holds an excluded column, a same-class key or the last partial
+    column block takes the slow path on both sides (a missed one would give wrong values), and
+    the spans keep the others off it (at most one more block per row of blocks than needed)."""
+    from adaptcl.plugins.tiles._fused import _row_inputs
+
+    g = torch.Generator().manual_seed(21)
+    n, block = 96, 16
+    labels = torch.randint(0, 12, (n,), generator=g).repeat(2)
+    rows = torch.arange(2 * n)
+    z = torch.randn(2 * n, 4, generator=g)
+    inputs = _row_inputs(z, z, (rows + n) % (2 * n), rows, labels, labels, "ieee")
+    pos, own, rl, kl = inputs.positive_index, inputs.self_index, inputs.labels, inputs.key_labels
+    m, cols = 2 * n, 2 * n - 5  # the last column block partial
+    needs = (rl[:, None] == kl[None, :cols]) | (pos[:, None] == torch.arange(cols)) | (
+        own[:, None] == torch.arange(cols))
+    blocks = -(-m // block), -(-cols // block)
+    padded = torch.zeros(blocks[0] * block, blocks[1] * block, dtype=torch.bool)
+    padded[:m, :cols] = needs
+    padded[:, cols:] = True  # the partial block
+    expected = padded.view(blocks[0], block, blocks[1], block).any(3).any(1)
+    by_rows = torch.zeros(blocks, dtype=torch.int32)
+    by_cols = torch.zeros(blocks, dtype=torch.int32)
+    _slow_blocks_kernel()[(sum(blocks),)](pos, own, rl, kl, by_rows, by_cols, m, cols, *blocks,
+                                          HAS_POS=True, HAS_SELF=True, HAS_LAB=True, BM=block,
+                                          BN=block)
+    for got in (by_rows.bool(), by_cols.bool()):
+        assert torch.all(got | ~expected), "a block that needs the masks skipped them"
+        assert got.sum() <= expected.sum() + blocks[0], (got.sum(), expected.sum())
+    assert expected.float().mean() < 0.5, expected.float().mean()

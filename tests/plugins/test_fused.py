@@ -162,3 +162,28 @@ def test_gpu_kernel_compiles_in_one_graph():
             compiled(z0, z1).backward()
         finally:
             torch.cuda.set_sync_debug_mode("default")
+
+
+def test_the_labelled_row_problem_is_sorted_by_label_with_its_masks_renumbered():
+    """``_row_inputs`` sorts anchors and keys by label (the kernels then skip the blocks whose
+    labels cannot meet): every anchor keeps its features, its label's rank and its excluded
+    columns (the same keys, renumbered); ``-1`` (no column) stays; rows come back in place."""
+    g = torch.Generator().manual_seed(5)
+    a, k = torch.randn(9, 3, generator=g), torch.randn(11, 3, generator=g)
+    labels = torch.tensor([7, 2, 9, 2, 7, 100, 9, 2, 7])
+    key_labels = torch.tensor([-1, 9, 2, 7, 100, 2, -1, 7, 9, 2, 3])
+    positive = torch.tensor([3, 2, 1, 5, 7, 4, 8, 9, -1])
+    inputs = fused._row_inputs(a, k, positive, None, labels, key_labels, "ieee")
+    order, key_order = inputs.anchor_order, inputs.key_order
+    assert torch.equal(inputs.a, a[order]) and torch.equal(inputs.k, k[key_order])
+    assert torch.all(inputs.labels[1:] >= inputs.labels[:-1])
+    assert torch.all(inputs.key_labels[1:] >= inputs.key_labels[:-1])
+    same = labels[:, None] == key_labels[None, :]
+    assert torch.equal(inputs.labels[:, None] == inputs.key_labels[None, :],
+                       same[order][:, key_order])
+    kept = inputs.positive_index >= 0
+    assert torch.equal(key_order[inputs.positive_index[kept]], positive[order][kept])
+    assert torch.equal(inputs.positive_index[~kept], positive[order][~kept])
+    assert inputs.self_index is None
+    assert torch.equal(inputs.to_anchors(inputs.of_anchors(labels)), labels)
+    assert torch.equal(inputs.to_keys(key_labels[key_order]), key_labels)

@@ -15,9 +15,10 @@ host. So the kernels launch with a configuration looked up here, a Python dict r
   the CUDA cores, whose dot needs smaller blocks);
 * the padded feature width (a power of two from 16).
 
-Each entry is a :class:`Block`; the feature chunking follows from the width and the operands
-(:data:`LAYOUT`): one resident chunk up to a width, chunks beyond it, and the backward's output
-block the whole width up to a cap (wider features split it). ``tests/plugins/test_kernel_compile.py``
+Each entry is a :class:`Block`; the feature chunking follows from the width, the operands and
+the kernel (:data:`LAYOUT`; the split backward's own on sm_90, :data:`BACKWARD_LAYOUT`): one
+resident chunk up to a width, chunks beyond it, and the backward's output block the whole width
+up to a cap (wider features split it). ``tests/plugins/test_kernel_compile.py``
 compiles every entry for sm_80 and sm_90 on the CPU and reports its registers, spills and shared
 memory.
 
@@ -63,9 +64,20 @@ class Block:
 #: registers: small chunks there.
 LAYOUT = {"half": (128, 128, 512), "tf32": (128, 64, 256), "ieee": (32, 32, 64),
           "interpreter": (16, 16, 16)}
+#: the split backward's (``dq``, ``dk``) on sm_90 with bf16 / fp16 operands up to 512 features:
+#: the program's block resident in shared memory (wgmma reads it there) at every width, the
+#: accumulator at most 256 wide (a 512-wide one would not fit one warpgroup's registers)
+BACKWARD_LAYOUT = (512, 128, 256)
 #: the widest feature width of AMCL's pair kernels (their backward keeps both gradients' rows
 #: at full width) per operand class
 PAIR_WIDTH = {"half": 512, "tf32": 128, "ieee": 64, "interpreter": 1024}
+
+
+def _layout(kernel: str | None, operands: str, arch: str, width: int) -> tuple[int, int, int]:
+    """The resident width, chunk and output block ``kernel`` takes at a padded ``width``."""
+    if kernel in ("dq", "dk") and arch == "sm_90" and operands == "half" and width <= 512:
+        return BACKWARD_LAYOUT
+    return LAYOUT[operands]
 
 
 def _table() -> dict[tuple[str, str, str, int, bool], Block]:
@@ -81,31 +93,71 @@ def _rule(arch: str, kernel: str, operands: str, width: int, heavy: bool) -> Blo
     ``[block, min(width, output)]`` float32 accumulator (two for AMCL), the forward none.
     sm_80's ``mma.sync`` holds its operands in registers where sm_90's ``wgmma`` reads them
     from shared memory: smaller backward blocks there. ``heavy``: label targets or a term,
-    whose tile temporaries take a forward's registers too."""
+    whose tile temporaries take a forward's registers too. The row statistics' kernels:
+    :func:`_row_rule`."""
     if arch == "interpreter":
         return Block(16, 16, 1, 1)
     if operands == "ieee" or arch == "default":  # CUDA cores, or an unknown shared memory
         return Block(32, 32, 4, 1)
+    if not kernel.startswith("pair"):
+        return _row_rule(arch, kernel, operands, width, heavy)
     hopper = arch == "sm_90"
-    pair = kernel.startswith("pair")
-    two = pair or kernel == "bwd"  # two accumulators: AMCL's sides, or dK and a dA share
-    resident = width <= LAYOUT[operands][0]
-    out = min(width, LAYOUT[operands][2]) * (2 if two else 1)
+    out = min(width, LAYOUT[operands][2]) * 2
     if kernel.endswith("fwd"):
-        if resident and not pair and not heavy and operands == "half":
-            block = Block(128, 64, 8, 3 if hopper else 2)
-        else:
-            block = Block(64, 64, 8, 2) if hopper or operands == "half" else Block(32, 64, 8, 2)
-    elif two:  # two accumulators (and for AMCL eight [block, block] temporaries per tile)
-        wide = out <= 256 and kernel in ("pair_dq", "bwd") and (hopper or operands == "half")
+        block = Block(64, 64, 8, 2) if hopper or operands == "half" else Block(32, 64, 8, 2)
+    else:  # two accumulators (and for AMCL eight [block, block] temporaries per tile)
+        wide = out <= 256 and kernel == "pair_dq" and (hopper or operands == "half")
         block = Block(64, 32, 8, 2) if wide else Block(32, 32, 8, 2)
-    elif out <= 128 and operands == "half" and hopper:
-        block = Block(128, 64, 8, 3)
-    elif out <= 128 and operands == "half":
+    if operands == "tf32":  # float32 operands take twice the shared memory per stage
+        block = replace(block, stages=max(1, block.stages - 1))
+    return block
+
+
+def _row_rule(arch: str, kernel: str, operands: str, width: int, heavy: bool) -> Block:
+    """The row statistics' blocks on tensor cores (``fwd``, ``dq``, ``dk``, the one-pass
+    ``bwd``), read from ptxas' report and the SASS for sm_90 (bf16, D <= 128 the main path):
+
+    * the forward's ``128 x 64`` block: 60-72 registers, two blocks per SM by shared memory;
+      with label targets or DySTreSS's term (72-137 registers) one warpgroup per program
+      (``64 x 64``, 4 warps: three programs per SM);
+    * the split backward at two programs per SM, so one program's products overlap
+      another's exponentials: ``dq`` in ``128 x 32`` blocks of two warpgroups (114-127
+      registers), ``dk`` the same transposed (``32`` anchors per step against ``128`` columns,
+      115-128); 128-row programs read each streamed block once for two warpgroups (half the
+      L2 traffic of 64-row programs). Label targets and DySTreSS's term hold 128-168
+      registers: one warpgroup per program (``64 x 32``, 4 warps: three per SM). Wider
+      features keep the program's block resident (:func:`features`): 256 in one warpgroup
+      (196-255 registers, two per SM), 512 in ``128 x 32`` blocks of two (one per SM: its
+      shared memory; with a term 16 anchors per ``dk`` step, no spill);
+    * sm_80 (``mma.sync``, operands in registers) in ``64 x 64`` blocks up to 128 features; its
+      chunked forward in one stage (two spill).
+    """
+    hopper = arch == "sm_90"
+    resident, _chunk, output = _layout(kernel, operands, arch, width)
+    if kernel == "fwd":
+        if width <= resident and operands == "half" and not heavy:
+            block = Block(128, 64, 8, 3 if hopper else 2)
+        elif width <= resident and operands == "half":
+            block = Block(64, 64, 4, 3) if hopper else Block(64, 64, 8, 2)
+        elif hopper:
+            block = Block(64, 64, 8, 2)
+        else:  # sm_80's chunked operands in registers: one stage, no spill (two spill)
+            block = Block(64, 64, 8, 1) if operands == "half" else Block(32, 64, 8, 2)
+    elif kernel == "bwd":  # two accumulators: dK and a dA share
+        wide = min(width, output) * 2 <= 256 and (hopper or operands == "half")
+        block = Block(64, 32, 8, 2) if wide else Block(32, 32, 8, 2)
+    elif hopper and operands == "half" and width <= 512:
+        if width <= 128 and not heavy:
+            block = Block(128, 32, 8, 2)
+        elif width <= 256:
+            block = Block(64, 32, 4, 2)
+        elif not heavy:
+            block = Block(128, 32, 8, 2)
+        else:  # a term's temporaries beside the 256-wide accumulator: fewer anchors per step
+            block = Block(128, 16, 8, 2) if kernel == "dk" else Block(128, 32, 8, 1)
+    elif min(width, output) <= 128 and operands == "half":
         block = Block(64, 64, 8, 2)
-    elif out <= 256 and operands == "half" and hopper:
-        block = Block(64, 64, 8, 2)
-    elif out <= 256:
+    elif min(width, output) <= 256:
         block = Block(64, 32, 8, 2)
     else:
         block = Block(32, 32, 8, 2)
@@ -151,11 +203,13 @@ def block(kernel: str, precision: str, width: int, arch: str, heavy: bool = Fals
     return TABLE[arch, kernel, operands_of(precision), min(padded(width), WIDTHS[-1]), heavy]
 
 
-def features(width: int, precision: str, arch: str) -> dict[str, int]:
+def features(width: int, precision: str, arch: str, kernel: str | None = None) -> dict[str, int]:
     """``BK`` (the chunk), ``KCH`` (chunks) and ``BDO`` (the backward's output block) of a
-    feature ``width``."""
-    resident, chunk, output = LAYOUT[_layout_key(precision, arch)]
+    feature ``width`` for ``kernel`` (:data:`LAYOUT`; the split backward's own on sm_90,
+    :data:`BACKWARD_LAYOUT`)."""
+    operands = _layout_key(precision, arch)
     full = padded(width)
+    resident, chunk, output = _layout(kernel, operands, arch, full)
     bk = full if full <= resident else chunk
     return {"BK": bk, "KCH": full // bk, "BDO": min(full, output)}
 

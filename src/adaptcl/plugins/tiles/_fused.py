@@ -48,6 +48,7 @@ from __future__ import annotations
 import importlib.util
 import os
 from types import ModuleType
+from typing import NamedTuple
 
 import torch
 from torch import Tensor
@@ -135,24 +136,112 @@ def _operands(precision: str, *xs: Tensor) -> list[Tensor]:
     return [x.to(_OPERAND[precision]).contiguous() for x in xs]
 
 
-def _launch(kernel, name: str, precision: str, width: int, grid, args: tuple,
+def _launch(kernel, name: str, precision: str, width: int, grid, args: dict | tuple,
             meta: dict, device: torch.device, sizes: tuple[int, int], reset=None) -> None:
-    """``kernel[grid(block)](*args, **meta)`` with the table's block for ``name`` (or the
+    """``kernel[grid(block)](**args, **meta)`` with the table's block for ``name`` (or the
     autotuned one where ``ADAPTCL_TRITON_AUTOTUNE`` asks; ``reset()`` before each launch
-    clears what a kernel accumulates into)."""
+    clears what a kernel accumulates into). ``args``: the kernel's arguments by name (the row
+    kernels), or in order (AMCL's pair kernels, until their launches name them)."""
     heavy = bool(meta.get("HAS_LAB")) or bool(meta.get("TERM"))
     block = configs.block(name, precision, width, configs.arch_of(device), heavy)
+    named = args if isinstance(args, dict) else {}
+    ordered = () if isinstance(args, dict) else args
 
     def run(b: configs.Block) -> None:
         if reset is not None:
             reset()
-        kernel[grid(b)](*args, **meta, BM=b.bm, BN=b.bn, num_warps=b.warps, num_stages=b.stages)
+        kernel[grid(b)](*ordered, **named, **meta, BM=b.bm, BN=b.bn, num_warps=b.warps,
+                        num_stages=b.stages)
 
     if configs.autotuning() and device.type == "cuda":
         key = (name, precision, configs.padded(width), *sorted(meta.items()),
                *(configs.size_bin(n) for n in sizes))
         block = configs.tuned(key, block, run)
     run(block)
+
+
+# --------------------------------------------------------------------------------------------
+# The row statistics' inputs: in label order where label targets are asked for
+# --------------------------------------------------------------------------------------------
+
+#: the names of DySTreSS's four parameters in the row kernels
+_TERM_ARGS = ("t_min", "t_max", "threshold", "width")
+
+
+class _RowInputs(NamedTuple):
+    """The row kernels' inputs, and where they were reordered the orders (position in the
+    kernel's problem -> row of the caller's): ``None`` without labels."""
+
+    a: Tensor
+    k: Tensor
+    positive_index: Tensor | None
+    self_index: Tensor | None
+    labels: Tensor | None
+    key_labels: Tensor | None
+    anchor_order: Tensor | None
+    key_order: Tensor | None
+
+    def kernel_args(self, placeholder: Tensor) -> dict[str, Tensor | int]:
+        """The kernels' shared arguments by name (``placeholder`` for an absent mask or
+        label: never read, its flag is off)."""
+        return {"A": self.a, "K": self.k, "POS": _or(self.positive_index, placeholder),
+                "SELF": _or(self.self_index, placeholder), "RLAB": _or(self.labels, placeholder),
+                "KLAB": _or(self.key_labels, placeholder), "M": self.a.shape[0],
+                "N": self.k.shape[0], "D": self.a.shape[1]}
+
+    def to_anchors(self, x: Tensor) -> Tensor:
+        """``x`` (per row of the kernel's problem) in the caller's row order."""
+        return x if self.anchor_order is None else _placed(x, self.anchor_order)
+
+    def to_keys(self, x: Tensor) -> Tensor:
+        return x if self.key_order is None else _placed(x, self.key_order)
+
+    def of_anchors(self, x: Tensor) -> Tensor:
+        """``x`` (per caller's row) in the kernel's row order."""
+        return x if self.anchor_order is None else x[self.anchor_order]
+
+
+def _row_inputs(a: Tensor, k: Tensor, positive_index: Tensor | None, self_index: Tensor | None,
+                labels: Tensor | None, key_labels: Tensor | None, precision: str) -> _RowInputs:
+    """The operands at ``precision``, the masks and the labels as the row kernels take them.
+
+    With label targets, the anchors and the keys are sorted by label (stable), the masks
+    renumbered to the sorted keys and the labels replaced by their dense ranks over every
+    label present (the kernels compare them in int32). A block of sorted anchors then meets the
+    keys of its own few classes only: the kernels test per block whether its labels can meet
+    (and whether it holds an excluded column) and do the per-element label and mask work in
+    those blocks alone (``_triton_rowstats.py``). One sort of ``A + C`` labels and a gather of
+    the rows, O((A + C) D); without labels nothing moves.
+    """
+    a, k = _operands(precision, a, k)
+    if labels is None:
+        return _RowInputs(a, k, positive_index, self_index, None, None, None, None)
+    ranks = torch.unique(torch.cat([labels, key_labels]), return_inverse=True)[1]
+    anchor_ranks, key_ranks = ranks[:labels.numel()], ranks[labels.numel():]
+    anchor_order = torch.argsort(anchor_ranks, stable=True)
+    key_order = torch.argsort(key_ranks, stable=True)
+    key_position = _placed(torch.arange(k.shape[0], device=k.device), key_order)
+    return _RowInputs(a[anchor_order], k[key_order],
+                      _renumbered(positive_index, anchor_order, key_position),
+                      _renumbered(self_index, anchor_order, key_position),
+                      anchor_ranks[anchor_order], key_ranks[key_order], anchor_order, key_order)
+
+
+def _placed(x: Tensor, order: Tensor) -> Tensor:
+    """``y`` with ``y[order[i]] = x[i]``: rows of a sorted problem back in place."""
+    out = torch.empty_like(x)
+    out[order] = x
+    return out
+
+
+def _renumbered(index: Tensor | None, anchor_order: Tensor,
+                key_position: Tensor) -> Tensor | None:
+    """A mask's column per anchor, for the anchors and keys in their sorted orders (``-1``,
+    no column, stays)."""
+    if index is None:
+        return None
+    index = index[anchor_order]
+    return torch.where(index >= 0, key_position[index.clamp(min=0)], index)
 
 
 # --------------------------------------------------------------------------------------------
@@ -189,15 +278,15 @@ def row_stats_op(a: Tensor, k: Tensor, positive_index: Tensor | None, self_index
     sum_ul, sum_u = torch.zeros_like(lse), torch.zeros_like(lse)
     if rows == 0:
         return lse, sum_ul, sum_u
-    ops = _operands(precision, a, k)
-    args = (*ops, _or(positive_index, lse), _or(self_index, lse), _or(labels, lse),
-            _or(key_labels, lse), lse, sum_ul, sum_u, rows, cols, dim, *term_params)
-    feats = configs.features(dim, precision, configs.arch_of(a.device))
+    inputs = _row_inputs(a, k, positive_index, self_index, labels, key_labels, precision)
+    args = {**inputs.kernel_args(lse), "LSE": lse, "SUM_UL": sum_ul, "SUM_U": sum_u,
+            **dict(zip(_TERM_ARGS, term_params, strict=True))}
+    feats = configs.features(dim, precision, configs.arch_of(a.device), "fwd")
     meta = {"PRECISION": precision, "BK": feats["BK"], "KCH": feats["KCH"],
             **_flags(positive_index, self_index, labels, term_kind)}
     _launch(kernels().row_stats_fwd, "fwd", precision, dim, lambda b: (_cdiv(rows, b.bm),),
             args, meta, a.device, (rows, cols))
-    return lse, sum_ul, sum_u
+    return inputs.to_anchors(lse), inputs.to_anchors(sum_ul), inputs.to_anchors(sum_u)
 
 
 @row_stats_op.register_fake
@@ -217,28 +306,32 @@ def row_stats_backward_op(a: Tensor, k: Tensor, lse: Tensor, g_lse: Tensor, g_ul
     FlashAttention-2's query and key passes, or one where ``ADAPTCL_TRITON_BACKWARD=onepass``
     asks and the width takes one output block (``dA`` then by float32 atomics)."""
     rows, cols, dim = a.shape[0], k.shape[0], a.shape[1]
-    ga, gk = torch.empty_like(a), torch.empty_like(k)
     if rows == 0 or cols == 0:
-        return ga.zero_(), gk.zero_()
-    ops = _operands(precision, a, k)
-    args = (*ops, _or(positive_index, lse), _or(self_index, lse), _or(labels, lse),
-            _or(key_labels, lse), lse, g_lse.float().contiguous(), g_ul.float().contiguous())
-    feats = configs.features(dim, precision, configs.arch_of(a.device))
-    meta = {"PRECISION": precision, "DETACH": detach, **feats,
-            **_flags(positive_index, self_index, labels, term_kind)}
-    outputs = _cdiv(configs.padded(dim), feats["BDO"])
+        return torch.zeros_like(a), torch.zeros_like(k)
+    inputs = _row_inputs(a, k, positive_index, self_index, labels, key_labels, precision)
+    ga, gk = torch.empty_like(a), torch.empty_like(k)
+    args = {**inputs.kernel_args(lse), "LSE": inputs.of_anchors(lse),
+            "G_LSE": inputs.of_anchors(g_lse.float()).contiguous(),
+            "G_UL": inputs.of_anchors(g_ul.float()).contiguous(),
+            **dict(zip(_TERM_ARGS, term_params, strict=True))}
+    flags = {"PRECISION": precision, "DETACH": detach,
+             **_flags(positive_index, self_index, labels, term_kind)}
+    arch = configs.arch_of(a.device)
     lib = kernels()
-    if outputs == 1 and configs.one_pass_backward():
+    onepass = configs.features(dim, precision, arch, "bwd")
+    if onepass["BDO"] >= configs.padded(dim) and configs.one_pass_backward():
         ga32 = torch.zeros(a.shape, dtype=torch.float32, device=a.device)
         _launch(lib.row_stats_bwd_onepass, "bwd", precision, dim,
-                lambda b: (_cdiv(cols, b.bn),), (*args, ga32, gk, rows, cols, dim, *term_params),
-                meta, a.device, (rows, cols), reset=ga32.zero_)
-        return ga32.to(a.dtype), gk
+                lambda b: (_cdiv(cols, b.bn),), {**args, "GA32": ga32, "GK": gk},
+                {**flags, **onepass}, a.device, (rows, cols), reset=ga32.zero_)
+        return inputs.to_anchors(ga32.to(a.dtype)), inputs.to_keys(gk)
+    feats = configs.features(dim, precision, arch, "dq")
+    outputs = _cdiv(configs.padded(dim), feats["BDO"])
     _launch(lib.row_stats_dq, "dq", precision, dim, lambda b: (_cdiv(rows, b.bm), outputs),
-            (*args, ga, rows, cols, dim, *term_params), meta, a.device, (rows, cols))
+            {**args, "GA": ga}, {**flags, **feats}, a.device, (rows, cols))
     _launch(lib.row_stats_dk, "dk", precision, dim, lambda b: (_cdiv(cols, b.bn), outputs),
-            (*args, gk, rows, cols, dim, *term_params), meta, a.device, (rows, cols))
-    return ga, gk
+            {**args, "GK": gk}, {**flags, **feats}, a.device, (rows, cols))
+    return inputs.to_anchors(ga), inputs.to_keys(gk)
 
 
 @row_stats_backward_op.register_fake

@@ -212,6 +212,60 @@ def _per_col(x, T: tl.constexpr):
 
 
 # --------------------------------------------------------------------------------------------
+# Spans: which blocks need the per-element masks and label targets
+# --------------------------------------------------------------------------------------------
+
+#: an empty span's ends (no int64 index or label reaches them)
+NONE_LO: tl.constexpr = tl.constexpr(2**62)
+NONE_HI: tl.constexpr = tl.constexpr(-2**62)
+#: an empty index span's ends (int32: every index is below 2^31)
+NO_FIRST: tl.constexpr = tl.constexpr(2**31 - 1)
+NO_LAST: tl.constexpr = tl.constexpr(-1)
+#: the rows a span's scan reads per step
+SCAN: tl.constexpr = tl.constexpr(1024)
+
+
+@triton.jit
+def _value_span(X, idx, n, FLOOR: tl.constexpr):
+    """The least and greatest ``X[idx]`` (int64 scalars) over ``idx < n`` and values of at
+    least ``FLOOR``; ``(NONE_LO, NONE_HI)`` where there is none."""
+    x = tl.load(X + idx, mask=idx < n, other=0).to(tl.int64)
+    ok = (idx < n) & (x >= FLOOR)
+    return (tl.min(tl.where(ok, x, NONE_LO), axis=0),
+            tl.max(tl.where(ok, x, NONE_HI), axis=0))
+
+
+@triton.jit
+def _index_span(X, lo, hi, n):
+    """The first and last index ``i < n`` (int32 scalars) whose ``X[i]`` lies in
+    ``[lo, hi]``; ``(NO_FIRST, NO_LAST)`` where there is none. One scan of ``X``, ``SCAN`` rows
+    a step, before a kernel's loop: it replaces a per-tile reduction."""
+    first = tl.full((SCAN,), NO_FIRST, dtype=tl.int32)
+    last = tl.full((SCAN,), NO_LAST, dtype=tl.int32)
+    for i0 in range(0, n, SCAN):
+        i = i0 + tl.arange(0, SCAN)
+        x = tl.load(X + i, mask=i < n, other=0).to(tl.int64)
+        hit = (i < n) & (x >= lo) & (x <= hi)
+        first = tl.minimum(first, tl.where(hit, i, NO_FIRST))
+        last = tl.maximum(last, tl.where(hit, i, NO_LAST))
+    return tl.min(first, axis=0), tl.max(last, axis=0)
+
+
+@triton.jit
+def _index_span_of(span):
+    """An int64 span of column indices (``_value_span`` of a mask) as an int32 index span."""
+    lo, hi = span
+    return (tl.minimum(lo, NO_FIRST).to(tl.int32), tl.maximum(hi, NO_LAST).to(tl.int32))
+
+
+@triton.jit
+def _meets(span, start, B: tl.constexpr):
+    """Whether the span ``(lo, hi)`` meets ``[start, start + B)`` (a scalar)."""
+    lo, hi = span
+    return (lo < start + B) & (hi >= start)
+
+
+# --------------------------------------------------------------------------------------------
 # The online log-sum-exp, base 2
 # --------------------------------------------------------------------------------------------
 
