@@ -162,6 +162,9 @@ def parse(recipe: Any, argv: Sequence[str], prog: str) -> Invocation:
     from_file: dict[str, Any] = {}
     if meta.config is not None:
         from_file = read_config_file(meta.config, recipe.name, config_class)
+        if not isinstance(from_file.get("preset"), (str, type(None))):
+            raise RecipeError(f"--config {meta.config}: preset must be str or none, got "
+                              f"{from_file['preset']!r}")
         if meta.preset is None and from_file.get("preset") is not None:
             preset = from_file["preset"]
     from_file.pop("preset", None)
@@ -177,7 +180,8 @@ def parse(recipe: Any, argv: Sequence[str], prog: str) -> Invocation:
     try:  # each of the file's settings on its own, so that its errors name the file
         with warnings.catch_warnings():  # (an old loss spelling is noted once, below)
             warnings.simplefilter("ignore", FutureWarning)
-            check_given(config_class, from_file)
+            for settings in (config_class, JobOptions):
+                check_given(settings, from_file)
     except ValueError as err:
         raise RecipeError(f"--config {meta.config}: {err}") from None
     defaults.update(from_file)
