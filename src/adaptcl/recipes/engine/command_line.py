@@ -21,6 +21,7 @@ import argparse
 import dataclasses
 import difflib
 import functools
+import re
 import types
 import typing
 import warnings
@@ -50,6 +51,22 @@ class _Invalid(NamedTuple):
 
     text: str
     kind: str
+
+
+def terminal_text(text: str) -> str:
+    """A docstring's reST inline markup as a terminal shows it (``--help``): a literal
+    (````x````) and a role (``:class:`~a.b.C```, ``:ref:`words <target>```) as their text, the
+    last part of a ``~`` target.
+
+    >>> terminal_text("``adaptcl <recipe> ...``: see :func:`~adaptcl.cli.main`")
+    'adaptcl <recipe> ...: see main'
+    """
+    def role(match: re.Match[str]) -> str:
+        shown, short = match.group("text").strip(), match.group("short")
+        return shown.rsplit(".", 1)[-1] if short else shown
+
+    text = re.sub(r":[a-z]+(?::[a-z]+)*:`(?P<short>~)?(?P<text>[^`<]*)(?:<[^`>]*>)?`", role, text)
+    return re.sub(r"``(.+?)``", r"\1", text)
 
 
 def _option(name: str) -> str:
@@ -110,7 +127,7 @@ def _view(config_class: type, defaults: Mapping[str, Any], presets: Sequence[str
     for f in (*dataclasses.fields(config_class), *dataclasses.fields(JobOptions)):
         spec, default = spec_of(f), defaults[f.name]
         kind, is_list, optional = _unwrap(hints[f.name])
-        text = spec.help + ("" if spec.choices is None else "; one of " + ", ".join(
+        text = terminal_text(spec.help) + ("" if spec.choices is None else "; one of " + ", ".join(
             "none" if c is None else str(c) for c in spec.choices))
         metavar = spec.metavar or (getattr(kind, "__name__", "VALUE").upper()
                                    + ("|none" if optional else ""))
@@ -192,7 +209,7 @@ def parse(recipe: Any, argv: Sequence[str], prog: str) -> Invocation:
               if recipe.example else "")
     view = _view(config_class, defaults, list(presets))
     parsed, unknown = tyro.cli(view, args=list(argv), prog=prog, return_unknown_args=True,
-                               description=f"{recipe.description}\n\n{usage}{epilog}")
+                               description=terminal_text(f"{recipe.description}\n\n{usage}{epilog}"))
     if unknown:
         raise RecipeError(_unrecognized(unknown, view))
     _check_values(parsed)

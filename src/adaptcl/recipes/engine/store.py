@@ -46,6 +46,7 @@ from adaptcl.recipes.engine.errors import (
     NonResultError,
     RecipeError,
     check_record,
+    distributed_follower,
     first_line,
     note,
     plural,
@@ -179,17 +180,6 @@ def _read_record(path: Path) -> dict[str, Any]:
             and isinstance(stored.get("identity_hash"), str)):
         raise ValueError("not a run record")
     return stored
-
-
-def distributed_follower() -> bool:
-    """Whether this process is a non-zero rank of a distributed launch (``RANK``,
-    ``LOCAL_RANK`` or ``NODE_RANK`` set and not 0): it computes each cell with rank 0 but owns
-    no result, so it takes no lock and registers nothing."""
-    for name in ("RANK", "LOCAL_RANK", "NODE_RANK"):
-        with contextlib.suppress(ValueError):
-            if int(os.environ.get(name, "0") or "0") != 0:
-                return True
-    return False
 
 
 class ActiveRuns:
