@@ -54,9 +54,9 @@ class _Invalid(NamedTuple):
 
 
 def terminal_text(text: str) -> str:
-    """A docstring's reST inline markup as a terminal shows it (``--help``): a literal
-    (````x````) and a role (``:class:`~a.b.C```, ``:ref:`words <target>```) as their text, the
-    last part of a ``~`` target.
+    """A docstring's reST inline markup as a terminal shows it (``--help``): an inline literal
+    and a role (``:func:``, ``:class:``, ``:ref:``, ...) as their text, the last part of a
+    target written with ``~``.
 
     >>> terminal_text("``adaptcl <recipe> ...``: see :func:`~adaptcl.cli.main`")
     'adaptcl <recipe> ...: see main'
