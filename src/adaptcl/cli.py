@@ -23,6 +23,7 @@ from adaptcl.recipes.engine import (
     RunStopped,
     distributed_follower,
     storage_error,
+    terminal_text,
 )
 
 # sub-command -> one-line help (its module: adaptcl.recipes.<name>.recipe)
@@ -103,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0].startswith("-") or argv[0] not in RECIPES:
         parser = argparse.ArgumentParser(
-            prog="adaptcl", description=__doc__.splitlines()[0],
+            prog="adaptcl", description=terminal_text(__doc__.splitlines()[0]),
             epilog="recipes:\n" + "\n".join(f"  {n:<12} {h}" for n, h in RECIPES.items())
             + "\n\nadaptcl <recipe> --help shows a recipe's options.",
             formatter_class=argparse.RawDescriptionHelpFormatter)

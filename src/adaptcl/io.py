@@ -27,7 +27,8 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO[Any]], object], *,
 
     The temporary file (``.<name>.<random>.tmp``) is flushed, fsynced, given ordinary
     permissions and renamed with ``os.replace``, so a kill or a full disk leaves the old file
-    or none, never a truncated one; on an error the temporary file is removed.
+    or none, never a truncated one; on an error the temporary file is removed, and a system
+    error that names no file (a full disk while writing) names ``path``.
 
     >>> import tempfile, pathlib
     >>> p = atomic_write(pathlib.Path(tempfile.mkdtemp()) / "a.txt", lambda h: h.write("hi"),
@@ -36,19 +37,35 @@ def atomic_write(path: str | os.PathLike, write: Callable[[IO[Any]], object], *,
     'hi'
     """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         with (os.fdopen(fd, "wb") if binary else os.fdopen(fd, "w", encoding="utf-8")) as handle:
             write(handle)
             handle.flush()
             os.fsync(handle.fileno())
         os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; these are ordinary files
         os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+    except BaseException as err:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        if isinstance(err, OSError) and err.errno is not None and _names_no_output(err, path):
+            # the kernel's error of a write to the open file (a full disk) names no file, one
+            # of the temporary file names ours
+            err.filename = str(path)
         raise
     return path
+
+
+def _names_no_output(err: OSError, path: Path) -> bool:
+    """Whether ``err`` names no file the user knows of: none, or only the temporary file
+    :func:`atomic_write` writes ``path`` through."""
+    if err.filename2 is not None:  # a copy or a rename: its destination is named
+        return False
+    return err.filename is None or (
+        Path(os.fsdecode(err.filename)).parent == path.parent
+        and Path(os.fsdecode(err.filename)).name.startswith(f".{path.name}."))
 
 
 def resolve_data_root(data_root: str | os.PathLike | None) -> Path:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import subprocess
 import sys
 import time
@@ -61,6 +62,39 @@ def test_full_disk_while_writing_is_one_line_and_keeps_nothing_half_written(tmp_
                                     "--output-dir", str(tmp_path / "out")], "the disk is full")
     assert "seed0.json" in line and "rerun the same command" in line
     assert not list((tmp_path / "out").rglob("*.json"))
+
+
+def test_a_full_disk_that_names_no_file_is_one_line_naming_the_file_being_written(
+        tmp_path, capsys, monkeypatch):
+    """The kernel's ENOSPC of a write to an open file names no file: the line names the run
+    record being written, not only "(No space left on device)"."""
+    real = os.fsync
+
+    def full(fd):
+        if "seed0.json" in os.readlink(f"/proc/self/fd/{fd}"):  # the record, after training
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real(fd)
+
+    monkeypatch.setattr(os, "fsync", full)
+    out = tmp_path / "out"
+    line = one_line_error(capsys, ["demo", "--epochs", "1", "--seeds", "0", "--no-progress",
+                                   "--output-dir", str(out)], "the disk is full writing ")
+    assert re.search(rf"writing {re.escape(str(out / 'runs'))}/\S+/seed0\.json \(No space left "
+                     r"on device\); finished runs are kept, so rerun the same command", line), line
+    assert not list(out.rglob("*seed0.json*"))  # nor its temporary file
+
+
+def test_a_full_disk_is_refused_before_any_work(tmp_path, capsys, monkeypatch):
+    import shutil
+
+    real = shutil.disk_usage
+    full = tmp_path / "full"
+    full.mkdir()
+    monkeypatch.setattr(shutil, "disk_usage", lambda path: real(path)._replace(free=4096)
+                        if Path(path) == full else real(path))
+    one_line_error(capsys, ["demo", "--output-dir", str(full / "out")],
+                   f"the disk is full under --output-dir '{full / 'out'}' (4,096 bytes free)")
+    assert list(full.iterdir()) == []
 
 
 def test_unknown_option_names_the_recipe(capsys):
@@ -276,6 +310,15 @@ def test_help_of_every_recipe_returns_in_under_3_s(recipe):
                           capture_output=True, text=True, timeout=10)  # a slow one fails fast
     assert proc.returncode == 0, proc.stderr
     assert time.perf_counter() - start < 3.0
+    assert not re.search(r"``|:[a-z]+:`", proc.stdout), proc.stdout  # no reST markup
+
+
+def test_adaptcl_help_shows_no_rest_markup(capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main(["--help"])
+    out = capsys.readouterr().out
+    assert info.value.code == 0 and "adaptcl <recipe> ...: one sub-command per recipe." in out
+    assert "``" not in out, out
 
 
 def test_missing_extra_is_a_one_line_error(monkeypatch, capsys, tmp_path):
@@ -309,3 +352,15 @@ def test_only_rank_zero_speaks(tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("LOCAL_RANK", "0")
     assert cli.main(["demo", "--output-dir", str(afile)]) == 2
     assert "is a file" in capsys.readouterr().err
+
+
+def test_only_rank_zero_notes(capsys, monkeypatch):
+    """A non-zero rank runs the command again: its notes would repeat rank 0's."""
+    argv = ["demo", "--seeds", "0", "0", "--print-config"]
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    assert cli.main(argv) == 0
+    assert capsys.readouterr().err == ""
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    assert cli.main(argv) == 0
+    assert capsys.readouterr().err == ("adaptcl: note: --seeds: 0 is given more than once; "
+                                       "running each once\n")

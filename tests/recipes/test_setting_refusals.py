@@ -1,6 +1,7 @@
 """Every setting of every recipe refuses a value outside what it declares: one line ``adaptcl
 <recipe>: error: ...`` naming it, exit 2, before any work or file write (no ``config.yaml``, no
-lock), whichever losses run.
+lock), whichever losses run; on the command line, and in a config file, where a value may also
+be of the wrong type (``losses: [macl, 0]``, ``losses: 5``, ``{macl: 1}``, ``null``).
 
 The table is derived from the declarations themselves (:func:`~adaptcl.recipes.engine.setting`:
 its type, ``choices``, ``convert``, ``check``, ``folder``, ``axis``), so a recipe added later is
@@ -10,11 +11,14 @@ walked too, and a number can only escape it by declaring no range, which
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import importlib
+import types
 import typing
 
 import pytest
+import yaml
 
 from adaptcl.cli import RECIPES
 from adaptcl.recipes.engine.job_options import JobOptions
@@ -124,3 +128,71 @@ def test_every_number_declares_its_range():
                     and spec.choices is None and spec.convert is None:
                 missing.append(f"{name}.{f.name}")
     assert not missing, f"numbers without a declared range: {missing}"
+
+
+#: one value of each YAML type a config file may hold where a setting wants another
+YAML_VALUES = (None, True, 0, 1.5, "text")
+
+
+def _accepts(hint: typing.Any, value: typing.Any) -> bool:
+    """Whether a field (an item of a list field) annotated ``hint`` takes ``value``'s type, read
+    from the annotation here (a ``float`` takes an int, a ``bool`` is no number)."""
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return any(_accepts(arg, value) for arg in typing.get_args(hint))
+    if typing.get_origin(hint) is collections.abc.Callable:
+        return callable(value)
+    if isinstance(value, bool) or hint is bool:
+        return hint is bool and isinstance(value, bool)
+    return isinstance(value, {float: (int, float)}.get(hint, hint)) if isinstance(hint, type) \
+        else True
+
+
+def _wrong_types(hint: typing.Any, default: typing.Any, several: bool) -> list[typing.Any]:
+    """Values of the wrong type for a field annotated ``hint`` whose default is ``default``:
+    a mapping and a nested list everywhere; for a list field its item alone, and a list holding
+    an item of each YAML type the item does not take; for a scalar each such value, and
+    (``several``: a setting whose values may be listed) a list of its default and it."""
+    listed = typing.get_origin(hint) in (list, tuple)
+    item = typing.get_args(hint)[0] if listed else hint
+    good = (default[0] if default else None) if listed else default
+    wrong = [v for v in YAML_VALUES if not _accepts(item, v)]
+    values: list[typing.Any] = [{"key": 1}, [[good]]]
+    if listed:
+        values += [good, None, *([good, v] for v in wrong)]
+    else:
+        values += [*wrong, *([good, v] for v in wrong if several)]
+    return values
+
+
+def _config_cases() -> list[tuple[str, str, list[typing.Any]]]:
+    """``(recipe, field, wrong values)`` for every setting of every recipe (its config and the
+    job options)."""
+    cases = []
+    for name, recipe in _recipes().items():
+        hints = typing.get_type_hints(recipe.config_class) | typing.get_type_hints(JobOptions)
+        defaults = {f.name: f.default_factory() if f.default is dataclasses.MISSING else f.default
+                    for f in (*dataclasses.fields(recipe.config_class),
+                              *dataclasses.fields(JobOptions))}
+        for field, hint in hints.items():
+            cases.append((name, field, _wrong_types(hint, defaults[field], hint is not bool)))
+    return cases
+
+
+@pytest.mark.parametrize(("recipe", "field", "values"), _config_cases(),
+                         ids=lambda v: v if isinstance(v, str) else "")
+def test_a_value_of_the_wrong_type_in_a_config_file_is_one_line_before_any_file(
+        recipe, field, values, tmp_path, monkeypatch, capsys):
+    """Each wrong value in turn: one line naming the file and the setting, exit 2, before
+    anything is written (``--print-config`` too: it prints no config)."""
+    monkeypatch.chdir(tmp_path)
+    option = f"--{field.replace('_', '-')}"
+    config, out = tmp_path / "config.yaml", tmp_path / "out"
+    for value in values:
+        config.write_text(yaml.safe_dump({"recipe": recipe, field: value}))
+        for meta in ([], ["--print-config"]):
+            argv = [recipe, *REQUIRED.get(recipe, []), "--config", str(config), *meta]
+            if field != "output_dir":
+                argv += ["--output-dir", str(out)]
+            line = one_line_error(capsys, argv, f"--config {config}: ")
+            assert field in line or option in line, (value, line)
+            assert sorted(p.name for p in tmp_path.iterdir()) == ["config.yaml"], value

@@ -80,3 +80,28 @@ def test_a_table_of_methods_scales_and_rounds_each_metric_and_records_the_baseli
     on_disk = json.loads((tmp_path / "results.json").read_text())
     assert on_disk["baseline"] == "base" and on_disk["axes"] == ["dataset", "loss"]
     assert on_disk["settings"] == {"lr": 0.1} and on_disk["config"]["output_dir"] == "x"
+
+
+def test_every_setting_of_the_runs_identities_is_in_the_header(tmp_path):
+    """A setting that enters an identity beside the config's (gradient caching's chunk, the
+    devices), one whose runs differ, one that only some runs hold: each with its value(s) in
+    ``results.md`` above the tables, after the recipe's own header; no row, data or code."""
+    cells = [Cell("d", "m", 0, lr=0.1), Cell("d", "m", 0, lr=0.2)]
+    identities = {c: {"settings": {"lr": c.lr, "width": 4, "tile": None, "flag": True,
+                                   "grid": [1, 10]} | ({"mini_batch_size": 16} if c.lr == 0.2
+                                                        else {}),
+                      "distributed": {"devices": 2, "strategy": "ddp"}, "processes": 2,
+                      "row": "d", "data": {"sha256": "ab" * 32}, "code": {"version": "x"}}
+                  for c in cells}
+    grid = GridRun(cells=cells, identities=identities)
+    for cell in cells:
+        grid.records[cell] = {"metrics": {"acc": 0.5}}
+    spec = ReportSpec(metrics=("acc",), header="# toy: the recipe's own words\n")
+    Report("toy", tmp_path, spec, axes=("dataset", "loss"), methods=["m"], config=_Config(),
+           sweep={"lr": [0.1, 0.2]}).write(grid)
+    head = (tmp_path / "results.md").read_text().split("\n## ")[0]
+    assert head.startswith("# toy: the recipe's own words\n\nSettings of the runs (what their "
+                           "identities hold): ")
+    assert head.endswith(": lr=0.1 or 0.2, width=4, tile=none, flag=true, grid=[1, 10], "
+                         "distributed.devices=2, distributed.strategy=ddp, processes=2, "
+                         "mini_batch_size=16.\n"), head  # in the order the runs show them

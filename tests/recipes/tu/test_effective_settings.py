@@ -67,3 +67,23 @@ def test_a_schedule_period_of_one_step_is_refused_before_any_work(period, shown,
                    "temperature_schedule's temperature would stay at --max-temperature; give "
                    "at least 1 epoch (2 steps)\n")
     assert not out.exists()
+
+
+@pytest.mark.slow  # four MUTAG cells of one epoch, one reused
+def test_a_single_valued_run_is_the_cell_of_its_value_when_the_setting_becomes_an_axis(
+        shared_data, tmp_path, capsys):
+    """``--temperature 0.2 --tile-size 64`` stores ``MUTAG/macl/seed0``; with both swept the cell
+    ``temperature=0.2/tile_size=64`` is that run (same identity): reused, not trained again."""
+    import json
+
+    out = tmp_path / "out"
+    argv = ["tu", "--data-root", str(shared_data), "--datasets", "MUTAG", "--losses", "macl",
+            "--seeds", "0", "--epochs", "1", "--folds", "2", "--inner-folds", "2",
+            "--no-progress", "--no-plot", "--output-dir", str(out)]
+    assert cli.main([*argv, "--temperature", "0.2", "--tile-size", "64"]) == 0
+    assert cli.main([*argv, "--temperature", "0.2", "0.3", "--tile-size", "64", "128"]) == 0
+    result = json.loads((out / "results.json").read_text())
+    assert result["reused"] == [{"dataset": "MUTAG", "loss": "macl", "temperature": 0.2,
+                                 "tile_size": "64", "seed": 0}]  # as given
+    assert len(result["computed"]) == 3
+    assert result["runs"][0]["same_as"] == "MUTAG/macl/seed0"

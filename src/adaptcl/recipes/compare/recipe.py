@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from adaptcl.recipes.engine.cells import Cell
+from adaptcl.recipes.engine.command_line import terminal_text
 from adaptcl.recipes.engine.errors import RecipeError, user_errors
 from adaptcl.recipes.engine.files import check_output_dir
 from adaptcl.recipes.engine.plots import draw_summaries, save_plot
@@ -215,7 +216,7 @@ class Compare:
 
     @classmethod
     def main(cls, argv: Sequence[str], prog: str) -> int:
-        parser = _Parser(prog=prog, description=__doc__.splitlines()[0],
+        parser = _Parser(prog=prog, description=terminal_text(__doc__.splitlines()[0]),
                          epilog="example:\n" + EXAMPLE,
                          formatter_class=argparse.RawDescriptionHelpFormatter)
         parser.add_argument("paths", nargs="+", metavar="RESULT_JSON",

@@ -6,6 +6,7 @@ fast.
 """
 
 from adaptcl.recipes.engine.cells import Cell, RunLayout
+from adaptcl.recipes.engine.command_line import terminal_text
 from adaptcl.recipes.engine.errors import (
     CellConfigError,
     CellsFailedError,
@@ -13,6 +14,7 @@ from adaptcl.recipes.engine.errors import (
     NonResultError,
     RecipeError,
     RunStopped,
+    distributed_follower,
     note,
     require_steps,
     trained_embeddings,
@@ -30,11 +32,11 @@ from adaptcl.recipes.engine.settings import (
     positive,
     setting,
 )
-from adaptcl.recipes.engine.store import GridRun, distributed_follower
+from adaptcl.recipes.engine.store import GridRun
 from adaptcl.recipes.engine.sweep import Sweep
 
 __all__ = ["Cell", "CellConfigError", "CellsFailedError", "DivergedError", "Figure", "GridRun", "NonResultError",
            "Recipe", "RecipeError", "ReportSpec", "RunLayout", "RunStopped", "Sweep", "at_least",
            "check_settings", "distributed_follower", "fraction", "non_negative", "note",
            "open_fraction", "positive", "require_steps", "setting", "storage_error",
-           "trained_embeddings", "user_errors"]
+           "terminal_text", "trained_embeddings", "user_errors"]

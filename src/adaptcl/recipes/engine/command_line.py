@@ -21,6 +21,7 @@ import argparse
 import dataclasses
 import difflib
 import functools
+import re
 import types
 import typing
 import warnings
@@ -50,6 +51,22 @@ class _Invalid(NamedTuple):
 
     text: str
     kind: str
+
+
+def terminal_text(text: str) -> str:
+    """A docstring's reST inline markup as a terminal shows it (``--help``): an inline literal
+    and a role (``:func:``, ``:class:``, ``:ref:``, ...) as their text, the last part of a
+    target written with ``~``.
+
+    >>> terminal_text("``adaptcl <recipe> ...``: see :func:`~adaptcl.cli.main`")
+    'adaptcl <recipe> ...: see main'
+    """
+    def role(match: re.Match[str]) -> str:
+        shown, short = match.group("text").strip(), match.group("short")
+        return shown.rsplit(".", 1)[-1] if short else shown
+
+    text = re.sub(r":[a-z]+(?::[a-z]+)*:`(?P<short>~)?(?P<text>[^`<]*)(?:<[^`>]*>)?`", role, text)
+    return re.sub(r"``(.+?)``", r"\1", text)
 
 
 def _option(name: str) -> str:
@@ -110,7 +127,7 @@ def _view(config_class: type, defaults: Mapping[str, Any], presets: Sequence[str
     for f in (*dataclasses.fields(config_class), *dataclasses.fields(JobOptions)):
         spec, default = spec_of(f), defaults[f.name]
         kind, is_list, optional = _unwrap(hints[f.name])
-        text = spec.help + ("" if spec.choices is None else "; one of " + ", ".join(
+        text = terminal_text(spec.help) + ("" if spec.choices is None else "; one of " + ", ".join(
             "none" if c is None else str(c) for c in spec.choices))
         metavar = spec.metavar or (getattr(kind, "__name__", "VALUE").upper()
                                    + ("|none" if optional else ""))
@@ -162,6 +179,9 @@ def parse(recipe: Any, argv: Sequence[str], prog: str) -> Invocation:
     from_file: dict[str, Any] = {}
     if meta.config is not None:
         from_file = read_config_file(meta.config, recipe.name, config_class)
+        if not isinstance(from_file.get("preset"), (str, type(None))):
+            raise RecipeError(f"--config {meta.config}: preset must be str or none, got "
+                              f"{from_file['preset']!r}")
         if meta.preset is None and from_file.get("preset") is not None:
             preset = from_file["preset"]
     from_file.pop("preset", None)
@@ -177,7 +197,8 @@ def parse(recipe: Any, argv: Sequence[str], prog: str) -> Invocation:
     try:  # each of the file's settings on its own, so that its errors name the file
         with warnings.catch_warnings():  # (an old loss spelling is noted once, below)
             warnings.simplefilter("ignore", FutureWarning)
-            check_given(config_class, from_file)
+            for settings in (config_class, JobOptions):
+                check_given(settings, from_file)
     except ValueError as err:
         raise RecipeError(f"--config {meta.config}: {err}") from None
     defaults.update(from_file)
@@ -188,7 +209,7 @@ def parse(recipe: Any, argv: Sequence[str], prog: str) -> Invocation:
               if recipe.example else "")
     view = _view(config_class, defaults, list(presets))
     parsed, unknown = tyro.cli(view, args=list(argv), prog=prog, return_unknown_args=True,
-                               description=f"{recipe.description}\n\n{usage}{epilog}")
+                               description=terminal_text(f"{recipe.description}\n\n{usage}{epilog}"))
     if unknown:
         raise RecipeError(_unrecognized(unknown, view))
     _check_values(parsed)

@@ -1,4 +1,5 @@
-"""What stops a run, and how it is said: user errors, non-results, divergences, failed jobs.
+"""What stops a run, and how it is said: user errors, non-results, divergences, failed jobs;
+notes, said by one process of a distributed run.
 
 The bottom layer of the engine: imports only the standard library.
 """
@@ -8,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import math
 import numbers
+import os
 import sys
 import warnings
 from collections.abc import Iterator, Mapping
@@ -45,9 +47,23 @@ class RunStopped(RuntimeError):
     several devices died): every process prints this one line, that a rerun resumes, exit 1."""
 
 
+def distributed_follower() -> bool:
+    """Whether this process is a non-zero rank of a distributed launch (``RANK``,
+    ``LOCAL_RANK`` or ``NODE_RANK`` set and not 0): it computes each cell with rank 0 but owns
+    no result, so it takes no lock and registers nothing."""
+    for name in ("RANK", "LOCAL_RANK", "NODE_RANK"):
+        with contextlib.suppress(ValueError):
+            if int(os.environ.get(name, "0") or "0") != 0:
+                return True
+    return False
+
+
 def note(message: str) -> None:
-    """``adaptcl: note: <message>`` on stderr: what the user should know that is no error."""
-    print(f"adaptcl: note: {message}", file=sys.stderr, flush=True)
+    """``adaptcl: note: <message>`` on stderr: what the user should know that is no error. A
+    non-zero rank of a distributed run (:func:`distributed_follower`) runs the command again
+    and would say it again: rank 0 says it."""
+    if not distributed_follower():
+        print(f"adaptcl: note: {message}", file=sys.stderr, flush=True)
 
 
 @contextlib.contextmanager

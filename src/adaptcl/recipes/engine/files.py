@@ -43,9 +43,15 @@ def storage_error(err: BaseException, path: str | os.PathLike | None = None) -> 
     return None
 
 
+#: the free space under which an output folder's disk counts as full: a run's first write after
+#: training (its record, a checkpoint) would fail there
+MIN_FREE_BYTES = 1 << 20
+
+
 def check_output_dir(path: str | os.PathLike, option: str = "--output-dir") -> Path:
-    """Refuse, creating nothing, an output folder that is a file, or that (or its nearest
-    existing parent) this process may not write.
+    """Refuse, creating nothing, an output folder that is a file, that (or its nearest
+    existing parent) this process may not write, or whose disk is full (less than
+    :data:`MIN_FREE_BYTES` free: refused before the training, not after it).
 
     >>> check_output_dir(__file__)
     Traceback (most recent call last):
@@ -62,6 +68,10 @@ def check_output_dir(path: str | os.PathLike, option: str = "--output-dir") -> P
         where = "" if existing == out else f" (its parent {str(existing)!r} is not writable)"
         raise PermissionError(f"{option} {str(out)!r} is not writable{where}: pick a folder "
                               "this user can write")
+    free = shutil.disk_usage(existing).free
+    if free < MIN_FREE_BYTES:
+        raise RecipeError(f"the disk is full under {option} {str(out)!r} ({free:,} bytes "
+                          "free): make room or pick a folder on another disk")
     return out
 
 

@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from adaptcl.recipes.engine.cells import Cell
-from adaptcl.recipes.engine.errors import check_seed, note, plural
+from adaptcl.recipes.engine.errors import check_seed, distributed_follower, note, plural
 from adaptcl.recipes.engine.jobs import JobRunner, run_jobs
 from adaptcl.recipes.engine.progress import progress
 from adaptcl.recipes.engine.provenance import git_commit, stable_hash
@@ -19,7 +19,6 @@ from adaptcl.recipes.engine.store import (
     RunStore,
     collect,
     compute_one,
-    distributed_follower,
 )
 
 

@@ -21,9 +21,8 @@ import shutil
 from dataclasses import dataclass
 from typing import Any
 
-from adaptcl.recipes.engine.errors import RecipeError
+from adaptcl.recipes.engine.errors import RecipeError, distributed_follower
 from adaptcl.recipes.engine.settings import RUN_ONLY, at_least, check_settings, setting
-from adaptcl.recipes.engine.store import distributed_follower
 
 #: a local job's time limit in minutes (submitit's own default is 2)
 LOCAL_TIMEOUT_MIN = 7 * 24 * 60

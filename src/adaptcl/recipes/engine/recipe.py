@@ -17,6 +17,7 @@ from adaptcl.recipes.engine.config_file import config_text, keep_previous_run
 from adaptcl.recipes.engine.errors import (
     CellConfigError,
     RunStopped,
+    distributed_follower,
     note,
     user_errors,
     warnings_as_notes,
@@ -29,7 +30,7 @@ from adaptcl.recipes.engine.plots import save_plot
 from adaptcl.recipes.engine.provenance import code_version, stable_hash
 from adaptcl.recipes.engine.report import Report, ReportSpec
 from adaptcl.recipes.engine.settings import axis_fields, identity_settings, specs
-from adaptcl.recipes.engine.store import GridRun, distributed_follower
+from adaptcl.recipes.engine.store import GridRun
 from adaptcl.recipes.engine.sweep import Point, Sweep
 from adaptcl.recipes.engine.torch_env import apply_thread_policy, resolve_device
 

@@ -1,13 +1,14 @@
 """The result files of a run: ``results.json`` (summaries, records, environment) and
-``results.md`` (the tables), rewritten after every finished cell so an interrupted run leaves a
-table marked partial."""
+``results.md`` (the tables, under the recipe's header and every setting of the runs'
+identities), rewritten after every finished cell so an interrupted run leaves a table marked
+partial."""
 
 from __future__ import annotations
 
 import hashlib
 import json
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -127,6 +128,8 @@ class Report:
         if spec.details is not None:
             result.update(spec.details(grid))
         header = spec.header(grid) if callable(spec.header) else spec.header
+        header = (header.rstrip("\n") + "\n\n" if header else "") + settings_text(
+            grid.identities.get(c) or {} for c in grid.cells)
         diverged_error = grid.diverged_error()
         result["outputs"] = write_results(self.out_dir, result, header + body,
                                           diverged=str(diverged_error) if diverged_error else "")
@@ -164,6 +167,65 @@ class Report:
                                               spec.digits_of(headline))
             rows.append(row)
         return markdown_table(rows)
+
+
+#: the parts of a cell's identity that are no setting: the table's row, the data's fingerprint,
+#: the code and the frameworks' versions (the environment footer and results.json say them)
+_NOT_SETTINGS = ("row", "data", "code", "frameworks")
+
+
+def _shown_settings(identity: Mapping[str, Any]) -> dict[str, Any]:
+    """The settings of a cell's identity as its report shows them, ``{name: value}``: its
+    ``settings`` part, then every other part but ``_NOT_SETTINGS`` (``distributed``,
+    ``encoder``, ``pretrained``), a mapping as ``part.name`` entries.
+
+    >>> _shown_settings({"settings": {"lr": 0.1, "mini_batch_size": 16}, "code": "abc",
+    ...                 "distributed": {"devices": 2, "strategy": "ddp"}})
+    {'lr': 0.1, 'mini_batch_size': 16, 'distributed.devices': 2, 'distributed.strategy': 'ddp'}
+    """
+    out: dict[str, Any] = {}
+
+    def add(name: str, value: Any) -> None:
+        if isinstance(value, Mapping) and "sha256" not in value:  # a fingerprint is one value
+            for key, item in value.items():
+                add(f"{name}.{key}" if name else str(key), item)
+        else:
+            out[name] = value
+
+    add("", identity.get("settings") or {})
+    for part, value in identity.items():
+        if part not in ("settings", *_NOT_SETTINGS):
+            add(part, value)
+    return out
+
+
+def _setting_text(value: Any) -> str:
+    """A setting's value as ``results.md`` and the command line spell it: ``none``, ``true``,
+    ``[0.1, 1.0]``, a fingerprint by the start of its hash."""
+    if value is None or isinstance(value, bool):
+        return {None: "none", True: "true", False: "false"}[value]
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_setting_text(v) for v in value) + "]"
+    if isinstance(value, Mapping):
+        return _short_fingerprint(value)
+    return str(value)
+
+
+def settings_text(identities: Iterable[Mapping[str, Any]]) -> str:
+    """The paragraph of ``results.md`` naming every setting the runs' ``identities`` hold
+    (``_shown_settings``) with its value, ``name=a or b`` where runs differ; empty without
+    any. Every setting that determines a number is in the report, whatever its recipe's
+    header says."""
+    values: dict[str, list[str]] = {}
+    for identity in identities:
+        for name, value in _shown_settings(identity).items():
+            texts = values.setdefault(name, [])
+            if _setting_text(value) not in texts:
+                texts.append(_setting_text(value))
+    if not values:
+        return ""
+    shown = ", ".join(f"{name}={' or '.join(texts)}" for name, texts in values.items())
+    return f"Settings of the runs (what their identities hold): {shown}.\n\n"
 
 
 def write_results(out_dir: str | os.PathLike, result: Mapping[str, Any], markdown: str, *,

@@ -11,6 +11,7 @@ that may be any finite value says so with :data:`finite`.
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import math
 import os
@@ -168,6 +169,8 @@ def _kinds(hint: Any) -> tuple[type, ...]:
     """The types a value (an item of a list) of a field annotated ``hint`` may have."""
     if typing.get_origin(hint) in (list, tuple):
         return _kinds(typing.get_args(hint)[0])
+    if typing.get_origin(hint) is collections.abc.Callable:
+        return (collections.abc.Callable,)  # a model given through the Python API
     args = typing.get_args(hint)
     if args and typing.get_origin(hint) in (typing.Union, types.UnionType):
         return tuple(k for a in args for k in _kinds(a))
@@ -178,15 +181,31 @@ def _kinds(hint: Any) -> tuple[type, ...]:
     return (hint,) if isinstance(hint, type) else (object,)
 
 
-def _check_type(name: str, hint: Any, value: Any) -> None:
+def _wanted(kinds: tuple[type, ...]) -> str:
+    """``kinds`` as a message names them: ``float``, ``str or none``."""
+    return " or ".join("none" if k is type(None) else k.__name__ for k in kinds
+                       if (k is not int or float not in kinds) and k is not os.PathLike)
+
+
+def _check_type(name: str, hint: Any, value: Any, *, several: bool = False,
+                items: bool = True) -> None:
+    """Refuse a ``value`` of the field ``name`` (annotated ``hint``) that is not of its type,
+    in one ``ValueError`` naming the field: a list field takes a list of its item type; a
+    scalar one value of its type or, where ``several`` (a config file's swept setting), a list
+    of such values. ``items=False`` checks the list only (seeds are checked as seeds)."""
     kinds = _kinds(hint)
-    for item in value if isinstance(value, (list, tuple)) else [value]:
+    if typing.get_origin(hint) in (list, tuple):
+        if not isinstance(value, (list, tuple)):
+            raise ValueError(f"{name} must be a list of {_wanted(kinds)}, got {value!r}")
+        values = value
+    else:
+        values = value if several and isinstance(value, (list, tuple)) else [value]
+    for item in values if items else ():
         wrong = isinstance(item, bool) and bool not in kinds  # True is an int to Python
         if wrong or not isinstance(item, kinds):
-            wanted = " or ".join("none" if k is type(None) else k.__name__ for k in kinds
-                                 if (k is not int or float not in kinds)
-                                 and k is not os.PathLike)
-            raise ValueError(f"{name} must be {wanted}, got {item!r}")
+            quote = (f" (text in quotes: '{item}')" if str in kinds and not isinstance(item, bool)
+                     and isinstance(item, (int, float)) else "")  # YAML's precision: 32
+            raise ValueError(f"{name} must be {_wanted(kinds)}, got {item!r}{quote}")
 
 
 def check_settings(config: Any) -> None:
@@ -203,19 +222,26 @@ def check_settings(config: Any) -> None:
 
 
 def check_given(config_class: type, values: Mapping[str, Any]) -> None:
-    """Check each of ``values`` (a config file's settings; a swept one a list of values) as
-    :func:`check_settings` checks its field, one field at a time: ``ValueError`` naming it."""
+    """Check each of ``values`` (a config file's settings, of ``config_class`` or another
+    settings class such as the job options: a setting of neither is left alone) as
+    :func:`check_settings` checks its field, one field at a time: ``ValueError`` naming it.
+
+    Every value must have its field's type (a file holds any YAML: ``losses: 5``, ``[macl,
+    null]``, ``{macl: 1}``); a scalar but a flag may hold a list, the values of a sweep (one
+    value where the setting cannot vary, as on the command line)."""
     hints, known = typing.get_type_hints(config_class), specs(config_class)
     for name, value in values.items():
         if name in known:
-            _checked(name, known[name], hints[name], value, unique=False)
+            _checked(name, known[name], hints[name], value, unique=False,
+                     several=hints[name] is not bool)
 
 
-def _checked(name: str, spec: Spec, hint: Any, value: Any, unique: bool = True) -> Any:
+def _checked(name: str, spec: Spec, hint: Any, value: Any, unique: bool = True,
+             several: bool = False) -> Any:
     """``value`` of the field ``name`` checked, in its canonical form (see
-    :func:`check_settings`); ``unique=False`` keeps an axis' repeats (and says nothing)."""
-    if spec.choices is None and spec.convert is None and spec.axis != "seed":
-        _check_type(name, hint, value)  # (seeds are checked as seeds below)
+    :func:`check_settings`); ``unique=False`` keeps an axis' repeats (and says nothing);
+    ``several``: a scalar may hold a list of values (a config file's sweep)."""
+    _check_type(name, hint, value, several=several, items=spec.axis != "seed")
     if isinstance(value, (list, tuple)):
         items = [_canonical(name, spec, item) for item in value]
         if spec.axis:

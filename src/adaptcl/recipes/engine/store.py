@@ -46,6 +46,7 @@ from adaptcl.recipes.engine.errors import (
     NonResultError,
     RecipeError,
     check_record,
+    distributed_follower,
     first_line,
     note,
     plural,
@@ -69,21 +70,36 @@ class RunStore:
         #: how many records of another identity (settings, data or code) were set aside
         self.stale = 0
         self._stamp = _now().strftime("%Y%m%dT%H%M%S")
+        self._read: dict[Path, dict[str, Any] | None] = {}  # other cells' records, by path
 
     def path(self, cell: Cell) -> Path:
         return self.layout.record(cell)
 
     def load(self, cell: Cell, identity: Mapping[str, Any]) -> dict[str, Any] | None:
         """The stored record of ``cell`` if computed with ``identity``, else ``None`` (an
-        unreadable one is also named on stderr)."""
+        unreadable one is also named on stderr).
+
+        Where ``cell``'s own file holds none, a record of the same run stored for the cell in
+        another layout of the grid is found by its identity: a setting given one value there
+        and swept here, or the reverse (``runs/MUTAG/macl/seed0.json`` of ``--temperature
+        0.2`` is the cell ``MUTAG/macl/temperature=0.2/seed0`` of ``--temperature 0.2 0.3``).
+        It is stored at ``cell``'s path too, marked ``same_as`` (its label there)."""
+        wanted = stable_hash(identity)
+        record = self._load_own(cell, wanted)
+        if record is None:
+            record = self._same_run(cell, wanted)
+            if record is not None and not distributed_follower():  # rank 0 stores
+                self.save(cell, identity, record)
+        return record
+
+    def _load_own(self, cell: Cell, wanted: str) -> dict[str, Any] | None:
+        """The record at ``cell``'s own path if its identity hash is ``wanted``; one of another
+        identity, or unreadable, is set aside."""
         path = self.path(cell)
         if not path.is_file():
             return None
         try:
-            stored = read_json(path)
-            if not (isinstance(stored, dict) and isinstance(stored.get("record"), dict)
-                    and isinstance(stored.get("identity_hash"), str)):
-                raise ValueError("not a run record")
+            stored = _read_record(path)
         except FileNotFoundError:  # another process set it aside meanwhile
             return None
         except (ValueError, OSError) as err:
@@ -91,9 +107,31 @@ class RunStore:
             if target is not None:
                 note_corrupt("run record", path, err, f"moved to {target} and recomputed")
             return None
-        if stored["identity_hash"] == stable_hash(identity):
+        if stored["identity_hash"] == wanted:
             return stored["record"]
         self.stale += self._set_aside(path) is not None
+        return None
+
+    def _same_run(self, cell: Cell, wanted: str) -> dict[str, Any] | None:
+        """A record of identity hash ``wanted`` stored for ``cell``'s axes and seed under other
+        swept settings' folders (``<row>/<column>/[<setting>=<value>/...]seed<k>.json``), with
+        ``same_as``; each file is read once per store."""
+        *_, last = cell.parts()
+        folder = self.layout.runs.joinpath(*cell.parts()[:len(cell.axes)])
+        own = self.path(cell)
+        for path in sorted(folder.rglob(f"{last}.json")) if folder.is_dir() else ():
+            between = path.relative_to(folder).parts[:-1]
+            if path == own or not all("=" in part for part in between):
+                continue
+            if path not in self._read:
+                try:
+                    self._read[path] = _read_record(path)
+                except (ValueError, OSError):  # its own cell's to set aside, not this one's
+                    self._read[path] = None
+            stored = self._read[path]
+            if stored is not None and stored["identity_hash"] == wanted:
+                label = path.relative_to(self.layout.runs).with_suffix("").as_posix()
+                return {**stored["record"], "same_as": stored["record"].get("same_as", label)}
         return None
 
     @contextlib.contextmanager
@@ -135,15 +173,13 @@ class RunStore:
         return target
 
 
-def distributed_follower() -> bool:
-    """Whether this process is a non-zero rank of a distributed launch (``RANK``,
-    ``LOCAL_RANK`` or ``NODE_RANK`` set and not 0): it computes each cell with rank 0 but owns
-    no result, so it takes no lock and registers nothing."""
-    for name in ("RANK", "LOCAL_RANK", "NODE_RANK"):
-        with contextlib.suppress(ValueError):
-            if int(os.environ.get(name, "0") or "0") != 0:
-                return True
-    return False
+def _read_record(path: Path) -> dict[str, Any]:
+    """A stored run record (``{"identity", "identity_hash", "record"}``), or ``ValueError``."""
+    stored = read_json(path)
+    if not (isinstance(stored, dict) and isinstance(stored.get("record"), dict)
+            and isinstance(stored.get("identity_hash"), str)):
+        raise ValueError("not a run record")
+    return stored
 
 
 class ActiveRuns:

@@ -16,11 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from adaptcl.recipes.common.encoder_eval import STS_COLUMNS, framework_progress_bars, sts_row
-from adaptcl.recipes.engine import Cell, Figure, GridRun, Recipe, ReportSpec
+from adaptcl.recipes.engine import Cell, Figure, GridRun, Recipe, ReportSpec, distributed_follower
 from adaptcl.recipes.engine.plots import explain_empty
 from adaptcl.recipes.engine.provenance import package_versions, stable_hash
 from adaptcl.recipes.engine.settings import identity_settings
-from adaptcl.recipes.engine.store import distributed_follower
 from adaptcl.recipes.engine.summary import point_text
 from adaptcl.recipes.engine.sweep import Point
 from adaptcl.recipes.simcse.config import BASELINE, PRESETS, SimCSERecipeConfig

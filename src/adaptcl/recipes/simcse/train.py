@@ -24,10 +24,9 @@ from adaptcl.adapters.sentence_transformers import (
     unsupervised_dataset,
 )
 from adaptcl.recipes.engine import Cell
-from adaptcl.recipes.engine.errors import note
+from adaptcl.recipes.engine.errors import distributed_follower, note
 from adaptcl.recipes.engine.files import note_corrupt, read_json, write_json_atomic
 from adaptcl.recipes.engine.loggers import MetricLogger
-from adaptcl.recipes.engine.store import distributed_follower
 from adaptcl.recipes.engine.torch_env import resolve_device, seed_everything
 from adaptcl.recipes.simcse.config import SimCSERecipeConfig
 
