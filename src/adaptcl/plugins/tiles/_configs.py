@@ -63,8 +63,8 @@ class Block:
 #: registers: small chunks there.
 LAYOUT = {"half": (128, 128, 512), "tf32": (128, 64, 256), "ieee": (32, 32, 64),
           "interpreter": (16, 16, 16)}
-#: the widest feature width of AMCL's pair kernels (their backward keeps both gradients' rows
-#: at full width) per operand class
+#: the widest feature width of AMCL's pair kernels per operand class (wider features split
+#: their backward's accumulators into more output blocks, each recomputing its tiles)
 PAIR_WIDTH = {"half": 512, "tf32": 128, "ieee": 64, "interpreter": 1024}
 
 
@@ -81,7 +81,9 @@ def _rule(arch: str, kernel: str, operands: str, width: int, heavy: bool) -> Blo
     ``[block, min(width, output)]`` float32 accumulator (two for AMCL), the forward none.
     sm_80's ``mma.sync`` holds its operands in registers where sm_90's ``wgmma`` reads them
     from shared memory: smaller backward blocks there. ``heavy``: label targets or a term,
-    whose tile temporaries take a forward's registers too."""
+    whose tile temporaries take a forward's registers too. AMCL's kernels: :func:`_pair_rule`."""
+    if kernel.startswith("pair"):
+        return _pair_rule(arch, kernel, operands)
     if arch == "interpreter":
         return Block(16, 16, 1, 1)
     if operands == "ieee" or arch == "default":  # CUDA cores, or an unknown shared memory
@@ -114,6 +116,77 @@ def _rule(arch: str, kernel: str, operands: str, width: int, heavy: bool) -> Blo
     if operands == "tf32":  # float32 operands take twice the shared memory per stage
         block = replace(block, stages=max(1, block.stages - 1))
     return block
+
+
+def _pair_rule(arch: str, kernel: str, operands: str) -> Block:
+    """AMCL's pair kernels (``_triton_pairlse``): one block at every width; wider features
+    split the backward's outputs instead (:func:`pair_outputs`).
+
+    * The backward chains two products (the tile, then ``W @ K``), for which Triton lays all
+      warps along the tile's rows, 16 rows each: 64 rows on 4 warps, one warpgroup. 64 rows
+      on 8 warps gave both warpgroups the same rows, and ``pair_dk``'s 32-row block fell back
+      to ``mma.sync`` on sm_90 (``wgmma`` takes 64 rows a warpgroup); ``pair_dk``'s own block
+      is its column block, the transposed tile's rows. One warpgroup of at most 255
+      registers leaves room for two programs per SM, whose products and exps overlap.
+    * The forward keeps no accumulator: 64 x 64 tiles, two programs per SM in the shared
+      memory of the resident blocks (bf16 / fp16).
+    * Stages: three on sm_90 (``wgmma`` reads them from shared memory), two on sm_80 (a third
+      tips ``mma.sync``'s registers into spilling), fewer for float32 operands (twice the
+      shared memory).
+    * IEEE float32 runs on the CUDA cores (and an unknown GPU gets blocks that fit any):
+      small blocks; the interpreter: 16-wide blocks, so the tests run partial and split
+      paths on small shapes.
+
+    >>> _pair_rule("sm_90", "pair_dk", "half")
+    Block(bm=32, bn=64, warps=4, stages=3)
+    """
+    if arch == "interpreter":
+        return Block(16, 16, 1, 1)
+    if operands == "ieee" or arch == "default":
+        return Block(32, 32, 4, 1)
+    if kernel == "pair_fwd":
+        return Block(64, 64, 4, 2 if operands == "half" else 1)
+    stages = (3 if arch == "sm_90" else 2) if operands == "half" else 2
+    if kernel == "pair_dq":
+        return Block(64, 32, 4, stages)
+    return Block(32, 64, 4, stages)  # pair_dk: the program's block is the column block
+
+
+#: the float32 accumulator columns one program of AMCL's pair backward keeps, both sides
+#: together, per architecture and operand class (a program of 64 rows on 4 warps: half as
+#: many registers a thread). sm_80's ``mma.sync`` holds its operands in registers, and float32
+#: operands take twice the registers of bf16 / fp16 (ptxas' report: 255 registers and no
+#: spill for both sides at D = P = 128 on bf16 / fp16, sm_90 and sm_80)
+PAIR_ACCUMULATORS = {"sm_90": {"half": 256, "tf32": 128, "ieee": 128},
+                     "sm_80": {"half": 256, "tf32": 64, "ieee": 128},
+                     "default": {"half": 128, "tf32": 64, "ieee": 128}}
+
+
+def pair_outputs(precision: str, arch: str, width: int, pair_width: int,
+                 squash: bool) -> tuple[int, int]:
+    """The output blocks ``(BDO, BPO)`` of AMCL's pair backward for the feature widths
+    ``width`` (the cosines') and ``pair_width`` (the temperature network's): the whole padded
+    widths where both sides fit :data:`PAIR_ACCUMULATORS` (one program per row block keeps
+    both), else blocks of half of it per side, one program each, each recomputing its tiles
+    (``SQUASH=0`` has one side: blocks of the whole of it); never wider than the layout's
+    output block (:data:`LAYOUT`: the interpreter's 16 columns, so the tests run both
+    layouts). ``_triton_pairlse.backward_parts`` counts the programs.
+
+    >>> pair_outputs("bf16", "sm_90", 128, 128, True)
+    (128, 128)
+    >>> pair_outputs("bf16", "sm_90", 256, 256, True)  # four programs a row block
+    (128, 128)
+    """
+    width, pair_width = padded(width), padded(pair_width)
+    widest = LAYOUT[_layout_key(precision, arch)][2]
+    budget = (2 * widest if arch == "interpreter"
+              else PAIR_ACCUMULATORS[arch][operands_of(precision)])
+    if not squash:
+        return min(width, budget, widest), pair_width
+    if width + pair_width <= budget and max(width, pair_width) <= widest:
+        return width, pair_width
+    side = min(budget // 2, widest)
+    return min(width, side), min(pair_width, side)
 
 
 TABLE = _table()
