@@ -83,7 +83,7 @@ def _rule(arch: str, kernel: str, operands: str, width: int, heavy: bool) -> Blo
     from shared memory: smaller backward blocks there. ``heavy``: label targets or a term,
     whose tile temporaries take a forward's registers too. AMCL's kernels: :func:`_pair_rule`."""
     if kernel.startswith("pair"):
-        return _pair_rule(arch, kernel, operands)
+        return _pair_rule(arch, kernel, operands, width)
     if arch == "interpreter":
         return Block(16, 16, 1, 1)
     if operands == "ieee" or arch == "default":  # CUDA cores, or an unknown shared memory
@@ -118,9 +118,20 @@ def _rule(arch: str, kernel: str, operands: str, width: int, heavy: bool) -> Blo
     return block
 
 
-def _pair_rule(arch: str, kernel: str, operands: str) -> Block:
-    """AMCL's pair kernels (``_triton_pairlse``): one block at every width; wider features
-    split the backward's outputs instead (:func:`pair_outputs`).
+#: per architecture, the widest feature width at which AMCL's pair backward runs on 64-row
+#: blocks of 4 warps (sm_90: ``wgmma``), splitting its outputs where both sides' accumulators
+#: do not fit (:func:`pair_outputs`); wider features keep every output in one program on
+#: 32-row blocks of 8 warps (``mma.sync``), which spread the accumulators over the 8 warps.
+#: At 512 features on sm_90 the split recomputed each tile for 8 output blocks (815 SASS
+#: instructions per tile element, 12 products) where one 32-row program takes 226 and 4; on
+#: sm_80 the 64-row blocks spill beyond 128 features, the 32-row ones do not (ptxas, bf16)
+PAIR_SPLIT_WIDEST = {"sm_90": 256, "sm_80": 128}
+
+
+def _pair_rule(arch: str, kernel: str, operands: str, width: int) -> Block:
+    """AMCL's pair kernels (``_triton_pairlse``): one block per kernel up to
+    :data:`PAIR_SPLIT_WIDEST` features (where both sides' accumulators do not fit, the
+    backward's outputs split instead, :func:`pair_outputs`), 32-row blocks beyond.
 
     * The backward chains two products (the tile, then ``W @ K``), for which Triton lays all
       warps along the tile's rows, 16 rows each: 64 rows on 4 warps, one warpgroup. 64 rows
@@ -129,7 +140,8 @@ def _pair_rule(arch: str, kernel: str, operands: str) -> Block:
       is its column block, the transposed tile's rows. One warpgroup of at most 255
       registers leaves room for two programs per SM, whose products and exps overlap.
     * The forward keeps no accumulator: 64 x 64 tiles, two programs per SM in the shared
-      memory of the resident blocks (bf16 / fp16).
+      memory of the resident blocks (bf16 / fp16); on sm_80, 8 warps beyond 128 features and
+      32 rows for TF32 (``mma.sync``'s operands in registers spilled otherwise).
     * Stages: three on sm_90 (``wgmma`` reads them from shared memory), two on sm_80 (a third
       tips ``mma.sync``'s registers into spilling), fewer for float32 operands (twice the
       shared memory).
@@ -137,15 +149,20 @@ def _pair_rule(arch: str, kernel: str, operands: str) -> Block:
       small blocks; the interpreter: 16-wide blocks, so the tests run partial and split
       paths on small shapes.
 
-    >>> _pair_rule("sm_90", "pair_dk", "half")
+    >>> _pair_rule("sm_90", "pair_dk", "half", 128)
     Block(bm=32, bn=64, warps=4, stages=3)
     """
     if arch == "interpreter":
         return Block(16, 16, 1, 1)
     if operands == "ieee" or arch == "default":
         return Block(32, 32, 4, 1)
-    if kernel == "pair_fwd":
-        return Block(64, 64, 4, 2 if operands == "half" else 1)
+    wide = width > PAIR_SPLIT_WIDEST[arch]
+    if kernel == "pair_fwd" and operands == "tf32":
+        return Block(64, 64, 4, 1) if arch == "sm_90" else Block(32, 64, 4, 1)
+    if kernel == "pair_fwd":  # sm_80's chunked products spill on 4 warps
+        return Block(64, 64, 8 if wide and arch == "sm_80" else 4, 2)
+    if wide:
+        return Block(32, 32, 8, 2)
     stages = (3 if arch == "sm_90" else 2) if operands == "half" else 2
     if kernel == "pair_dq":
         return Block(64, 32, 4, stages)
@@ -167,10 +184,11 @@ def pair_outputs(precision: str, arch: str, width: int, pair_width: int,
     """The output blocks ``(BDO, BPO)`` of AMCL's pair backward for the feature widths
     ``width`` (the cosines') and ``pair_width`` (the temperature network's): the whole padded
     widths where both sides fit :data:`PAIR_ACCUMULATORS` (one program per row block keeps
-    both), else blocks of half of it per side, one program each, each recomputing its tiles
-    (``SQUASH=0`` has one side: blocks of the whole of it); never wider than the layout's
-    output block (:data:`LAYOUT`: the interpreter's 16 columns, so the tests run both
-    layouts). ``_triton_pairlse.backward_parts`` counts the programs.
+    both) or the features are wider than :data:`PAIR_SPLIT_WIDEST` (32-row blocks), else
+    blocks of half of it per side, one program each, each recomputing its tiles (``SQUASH=0``
+    has one side: blocks of the whole of it); never wider than the layout's output block
+    (:data:`LAYOUT`: the interpreter's 16 columns, so the tests run both layouts).
+    ``_triton_pairlse.backward_parts`` counts the programs.
 
     >>> pair_outputs("bf16", "sm_90", 128, 128, True)
     (128, 128)
@@ -179,8 +197,12 @@ def pair_outputs(precision: str, arch: str, width: int, pair_width: int,
     """
     width, pair_width = padded(width), padded(pair_width)
     widest = LAYOUT[_layout_key(precision, arch)][2]
-    budget = (2 * widest if arch == "interpreter"
-              else PAIR_ACCUMULATORS[arch][operands_of(precision)])
+    if arch == "interpreter":
+        budget = 2 * widest
+    elif max(width, pair_width * squash) > PAIR_SPLIT_WIDEST.get(arch, WIDTHS[-1]):
+        return width, pair_width
+    else:
+        budget = PAIR_ACCUMULATORS[arch][operands_of(precision)]
     if not squash:
         return min(width, budget, widest), pair_width
     if width + pair_width <= budget and max(width, pair_width) <= widest:
