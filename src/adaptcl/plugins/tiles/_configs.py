@@ -124,8 +124,9 @@ def _rule(arch: str, kernel: str, operands: str, width: int, heavy: bool) -> Blo
 #: 32-row blocks of 8 warps (``mma.sync``), which spread the accumulators over the 8 warps.
 #: At 512 features on sm_90 the split recomputed each tile for 8 output blocks (815 SASS
 #: instructions per tile element, 12 products) where one 32-row program takes 226 and 4; on
-#: sm_80 the 64-row blocks spill beyond 128 features, the 32-row ones do not (ptxas, bf16)
-PAIR_SPLIT_WIDEST = {"sm_90": 256, "sm_80": 128}
+#: sm_80 the 64-row blocks spill beyond 128 features (64 for TF32), the 32-row ones do not
+#: (ptxas)
+PAIR_SPLIT_WIDEST = {"sm_90": {"half": 256, "tf32": 256}, "sm_80": {"half": 128, "tf32": 64}}
 
 
 def _pair_rule(arch: str, kernel: str, operands: str, width: int) -> Block:
@@ -143,8 +144,8 @@ def _pair_rule(arch: str, kernel: str, operands: str, width: int) -> Block:
       memory of the resident blocks (bf16 / fp16); on sm_80, 8 warps beyond 128 features and
       32 rows for TF32 (``mma.sync``'s operands in registers spilled otherwise).
     * Stages: three on sm_90 (``wgmma`` reads them from shared memory), two on sm_80 (a third
-      tips ``mma.sync``'s registers into spilling), fewer for float32 operands (twice the
-      shared memory).
+      tips ``mma.sync``'s registers into spilling), one fewer for float32 operands (twice the
+      shared memory and, on sm_80, the registers).
     * IEEE float32 runs on the CUDA cores (and an unknown GPU gets blocks that fit any):
       small blocks; the interpreter: 16-wide blocks, so the tests run partial and split
       paths on small shapes.
@@ -156,14 +157,14 @@ def _pair_rule(arch: str, kernel: str, operands: str, width: int) -> Block:
         return Block(16, 16, 1, 1)
     if operands == "ieee" or arch == "default":
         return Block(32, 32, 4, 1)
-    wide = width > PAIR_SPLIT_WIDEST[arch]
+    wide = width > PAIR_SPLIT_WIDEST[arch][operands]
     if kernel == "pair_fwd" and operands == "tf32":
         return Block(64, 64, 4, 1) if arch == "sm_90" else Block(32, 64, 4, 1)
     if kernel == "pair_fwd":  # sm_80's chunked products spill on 4 warps
         return Block(64, 64, 8 if wide and arch == "sm_80" else 4, 2)
     if wide:
         return Block(32, 32, 8, 2)
-    stages = (3 if arch == "sm_90" else 2) if operands == "half" else 2
+    stages = {"sm_90": 3, "sm_80": 2}[arch] if operands == "half" else {"sm_90": 2, "sm_80": 1}[arch]
     if kernel == "pair_dq":
         return Block(64, 32, 4, stages)
     return Block(32, 64, 4, stages)  # pair_dk: the program's block is the column block
@@ -199,7 +200,8 @@ def pair_outputs(precision: str, arch: str, width: int, pair_width: int,
     widest = LAYOUT[_layout_key(precision, arch)][2]
     if arch == "interpreter":
         budget = 2 * widest
-    elif max(width, pair_width * squash) > PAIR_SPLIT_WIDEST.get(arch, WIDTHS[-1]):
+    elif max(width, pair_width * squash) > PAIR_SPLIT_WIDEST.get(arch, {}).get(
+            operands_of(precision), WIDTHS[-1]):
         return width, pair_width
     else:
         budget = PAIR_ACCUMULATORS[arch][operands_of(precision)]

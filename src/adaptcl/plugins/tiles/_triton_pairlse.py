@@ -15,10 +15,12 @@ Per tile of anchors x columns they form two bilinear forms, ``s = a @ k.T`` (the
   ``W / tau``) and the temperature side (``dPA`` / ``dPK``, weights
   ``W d term / d tau  squash'(r)``).
 
-How they are shaped for the hardware (``tests/plugins/test_kernel_compile.py`` reads it from the
-compiled code; ``docs/large_batches.md`` publishes the numbers):
+How they are shaped for the hardware (ptxas' report and the SASS of ``triton.compile``'s
+cubin say so on a CPU, ``tests/plugins/test_kernel_compile.py``; ``docs/large_batches.md``
+gives the numbers):
 
-* **one warpgroup per 64 rows of a backward tile.** Triton gives a chained product (the tile
+* **one warpgroup per 64 rows of a backward tile** (up to ``_configs.PAIR_SPLIT_WIDEST``
+  features). Triton gives a chained product (the tile
   ``s``, then ``W @ K``) all its warps along the rows, 16 rows each, so a backward program has
   ``16 x warps`` rows in its tile (``_configs._pair_rule``): 64 rows on 4 warps, never 64 rows
   on 8 warps (both warpgroups would compute the same rows). ``pair_lse_dk``'s own block is the
@@ -26,14 +28,17 @@ compiled code; ``docs/large_batches.md`` publishes the numbers):
 * **the backward's outputs by side.** A program keeps both sides' float32 accumulators where
   they fit its registers (``_configs.pair_outputs``: D + P up to 256 columns on bf16 / fp16,
   255 registers a thread at D = P = 128); wider features give each program one output block
-  of one side (``program_id(1)``, :func:`backward_parts`), each recomputing its tiles;
+  of one side (``program_id(1)``, :func:`backward_parts`), each recomputing its tiles, up to
+  ``_configs.PAIR_SPLIT_WIDEST`` features (sm_90: 256). Beyond it a 64-row tile cannot hold
+  the accumulators and the split would recompute each tile for 8 blocks: one program keeps
+  every output on 32-row blocks of 8 warps (``mma.sync``), as before this layout;
 * **the temperature with one exp and one reciprocal per pair.** With ``x = clamp(r)``,
   ``e = exp(-|x|)`` (never overflows), ``u = 1 + e``, ``v = tau u = scale (e if x >= 0 else
   1) + floor u`` and ``q = 1 / (u v)``: ``tau = v^2 q``, ``1 / tau = u^2 q``, and the slope's
   ``sigmoid'(x) / tau = e q``. Every exp is ``exp2`` (``ex2.approx.ftz``; ``tl.sigmoid``'s is
   not ftz); the reciprocal and ``log2`` are ``rcp.approx.ftz`` / ``lg2.approx.ftz`` (one MUFU
-  instruction each, within 2 ulp; :func:`_rcp`, :func:`_log2`; ``tl.log2`` compiles to a
-  software routine), exact under the interpreter. So four MUFU operations per pair in every
+  instruction each: 1 ulp, 2^-22 absolute; :func:`_rcp`, :func:`_log2`; ``tl.log2`` compiles
+  to a software routine), exact under the interpreter. So four MUFU operations per pair in every
   pass, where InfoNCE has one: the term's exp, reciprocal and log, and the pass's exp.
   ``SQUASH=0`` folds its constant temperature into one multiply-add per pair (one MUFU);
 * the column mask, and the forward's count of ``tau`` over existing columns, only in the blocks
