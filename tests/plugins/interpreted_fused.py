@@ -159,6 +159,46 @@ def test_kernel_amcl_pair_log_sum_exp(name, monkeypatch):
     _check(make, bank=bank)
 
 
+@pytest.mark.parametrize("dim", [12, 20])
+@pytest.mark.parametrize("net", ["pair", "constant"])
+def test_kernel_amcl_backward_in_one_program_or_per_output_block(dim, net, monkeypatch):
+    """The pair backward's two layouts (``_configs.pair_outputs``): 12 features (and network
+    features) fit the interpreter's 16-column output block, so one program keeps both sides'
+    accumulators; 20 take two blocks per side, one program each (``SQUASH=0``: the cosine
+    side's two blocks). Every gradient against the float64 materialised loss."""
+    from adaptcl.plugins.tiles import _configs
+    from adaptcl.plugins.tiles._triton_pairlse import backward_parts
+
+    monkeypatch.setattr(tiled_module._StreamedPairLSE, "apply", None)  # the loop must not run
+    parts = []
+    real = _configs.pair_outputs
+
+    def pair_outputs(precision, arch, width, pair_width, squash):
+        blocks = real(precision, arch, width, pair_width, squash)
+        parts.append(backward_parts(int(squash), _configs.padded(width),
+                                    _configs.padded(pair_width), *blocks))
+        return blocks
+
+    monkeypatch.setattr(_configs, "pair_outputs", pair_outputs)
+    g = torch.Generator().manual_seed(14)
+    z = [torch.randn(29, dim, generator=g, dtype=torch.float64) for _ in range(2)]
+
+    def make(**t):
+        with torch.random.fork_rng():
+            torch.manual_seed(0)
+            tau = PairTemperature(dim, eta=0.05, iota=2.0) if net == "pair" else (
+                ConstantTemperature(0.2))
+        return AMCLLoss(tau, beta=1e-2, **t)
+
+    value, grads = _run(make(tile_size=None).double(), z, torch.float64)
+    got, got_grads = _run(make(tile_size=8), z, torch.float32)
+    assert set(parts) == {{12: 1, 20: 4 if net == "pair" else 2}[dim]}
+    torch.testing.assert_close(got.double(), value, rtol=RTOL, atol=ATOL)
+    for a, b in zip(got_grads, grads, strict=True):
+        assert b.abs().sum() > 0
+        torch.testing.assert_close(a.double(), b, rtol=RTOL, atol=ATOL)
+
+
 LABELLED = {
     "infonce": lambda **t: InfoNCELoss(0.1, **t),
     "macl": lambda **t: MACLLoss(0.1, 0.5, reweight=False, form="cross_view", **t),

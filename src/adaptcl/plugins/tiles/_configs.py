@@ -68,8 +68,8 @@ LAYOUT = {"half": (128, 128, 512), "tf32": (128, 64, 256), "ieee": (32, 32, 64),
 #: the program's block resident in shared memory (wgmma reads it there) at every width, the
 #: accumulator at most 256 wide (a 512-wide one would not fit one warpgroup's registers)
 BACKWARD_LAYOUT = (512, 128, 256)
-#: the widest feature width of AMCL's pair kernels (their backward keeps both gradients' rows
-#: at full width) per operand class
+#: the widest feature width of AMCL's pair kernels per operand class (wider features split
+#: their backward's accumulators into more output blocks, each recomputing its tiles)
 PAIR_WIDTH = {"half": 512, "tf32": 128, "ieee": 64, "interpreter": 1024}
 
 
@@ -89,28 +89,19 @@ def _table() -> dict[tuple[str, str, str, int, bool], Block]:
 
 def _rule(arch: str, kernel: str, operands: str, width: int, heavy: bool) -> Block:
     """The blocks: the widest whose accumulators and tiles fit the registers without spilling
-    (ptxas' report, ``python -m tests.plugins._kernel_specs``): the backward keeps a
+    (ptxas' report, ``python -m benchmarks.kernel_report``): the backward keeps a
     ``[block, min(width, output)]`` float32 accumulator (two for AMCL), the forward none.
     sm_80's ``mma.sync`` holds its operands in registers where sm_90's ``wgmma`` reads them
     from shared memory: smaller backward blocks there. ``heavy``: label targets or a term,
     whose tile temporaries take a forward's registers too. The row statistics' kernels:
-    :func:`_row_rule`."""
+    :func:`_row_rule`; AMCL's: :func:`_pair_rule`."""
+    if kernel.startswith("pair"):
+        return _pair_rule(arch, kernel, operands, width)
     if arch == "interpreter":
         return Block(16, 16, 1, 1)
     if operands == "ieee" or arch == "default":  # CUDA cores, or an unknown shared memory
         return Block(32, 32, 4, 1)
-    if not kernel.startswith("pair"):
-        return _row_rule(arch, kernel, operands, width, heavy)
-    hopper = arch == "sm_90"
-    out = min(width, LAYOUT[operands][2]) * 2
-    if kernel.endswith("fwd"):
-        block = Block(64, 64, 8, 2) if hopper or operands == "half" else Block(32, 64, 8, 2)
-    else:  # two accumulators (and for AMCL eight [block, block] temporaries per tile)
-        wide = out <= 256 and kernel == "pair_dq" and (hopper or operands == "half")
-        block = Block(64, 32, 8, 2) if wide else Block(32, 32, 8, 2)
-    if operands == "tf32":  # float32 operands take twice the shared memory per stage
-        block = replace(block, stages=max(1, block.stages - 1))
-    return block
+    return _row_rule(arch, kernel, operands, width, heavy)
 
 
 def _row_rule(arch: str, kernel: str, operands: str, width: int, heavy: bool) -> Block:
@@ -166,6 +157,101 @@ def _row_rule(arch: str, kernel: str, operands: str, width: int, heavy: bool) ->
     if operands == "tf32":  # float32 operands take twice the shared memory per stage
         block = replace(block, stages=max(1, block.stages - 1))
     return block
+
+
+#: per architecture, the widest feature width at which AMCL's pair backward runs on 64-row
+#: blocks of 4 warps (sm_90: ``wgmma``), splitting its outputs where both sides' accumulators
+#: do not fit (:func:`pair_outputs`); wider features keep every output in one program on
+#: 32-row blocks of 8 warps (``mma.sync``), which spread the accumulators over the 8 warps.
+#: At 512 features on sm_90 the split recomputed each tile for 8 output blocks (815 SASS
+#: instructions per tile element, 12 products) where one 32-row program takes 226 and 4; on
+#: sm_80 the 64-row blocks spill beyond 128 features (64 for TF32), the 32-row ones do not
+#: (ptxas)
+PAIR_SPLIT_WIDEST = {"sm_90": {"half": 256, "tf32": 256}, "sm_80": {"half": 128, "tf32": 64}}
+
+
+def _pair_rule(arch: str, kernel: str, operands: str, width: int) -> Block:
+    """AMCL's pair kernels (``_triton_pairlse``): one block per kernel up to
+    :data:`PAIR_SPLIT_WIDEST` features (where both sides' accumulators do not fit, the
+    backward's outputs split instead, :func:`pair_outputs`), 32-row blocks beyond.
+
+    * The backward chains two products (the tile, then ``W @ K``), for which Triton lays all
+      warps along the tile's rows, 16 rows each: 64 rows on 4 warps, one warpgroup. 64 rows
+      on 8 warps gave both warpgroups the same rows, and ``pair_dk``'s 32-row block fell back
+      to ``mma.sync`` on sm_90 (``wgmma`` takes 64 rows a warpgroup); ``pair_dk``'s own block
+      is its column block, the transposed tile's rows. One warpgroup of at most 255
+      registers leaves room for two programs per SM, whose products and exps overlap.
+    * The forward keeps no accumulator: 64 x 64 tiles, two programs per SM in the shared
+      memory of the resident blocks (bf16 / fp16); on sm_80, 8 warps beyond 128 features and
+      32 rows for TF32 (``mma.sync``'s operands in registers spilled otherwise).
+    * Stages: three on sm_90 (``wgmma`` reads them from shared memory), two on sm_80 (a third
+      tips ``mma.sync``'s registers into spilling), one fewer for float32 operands (twice the
+      shared memory and, on sm_80, the registers).
+    * IEEE float32 runs on the CUDA cores (and an unknown GPU gets blocks that fit any):
+      small blocks; the interpreter: 16-wide blocks, so the tests run partial and split
+      paths on small shapes.
+
+    >>> _pair_rule("sm_90", "pair_dk", "half", 128)
+    Block(bm=32, bn=64, warps=4, stages=3)
+    """
+    if arch == "interpreter":
+        return Block(16, 16, 1, 1)
+    if operands == "ieee" or arch == "default":
+        return Block(32, 32, 4, 1)
+    wide = width > PAIR_SPLIT_WIDEST[arch][operands]
+    if kernel == "pair_fwd" and operands == "tf32":
+        return Block(64, 64, 4, 1) if arch == "sm_90" else Block(32, 64, 4, 1)
+    if kernel == "pair_fwd":  # sm_80's chunked products spill on 4 warps
+        return Block(64, 64, 8 if wide and arch == "sm_80" else 4, 2)
+    if wide:
+        return Block(32, 32, 8, 2)
+    stages = {"sm_90": 3, "sm_80": 2}[arch] if operands == "half" else {"sm_90": 2, "sm_80": 1}[arch]
+    if kernel == "pair_dq":
+        return Block(64, 32, 4, stages)
+    return Block(32, 64, 4, stages)  # pair_dk: the program's block is the column block
+
+
+#: the float32 accumulator columns one program of AMCL's pair backward keeps, both sides
+#: together, per architecture and operand class (a program of 64 rows on 4 warps: half as
+#: many registers a thread). sm_80's ``mma.sync`` holds its operands in registers, and float32
+#: operands take twice the registers of bf16 / fp16 (ptxas' report: 255 registers and no
+#: spill for both sides at D = P = 128 on bf16 / fp16, sm_90 and sm_80)
+PAIR_ACCUMULATORS = {"sm_90": {"half": 256, "tf32": 128, "ieee": 128},
+                     "sm_80": {"half": 256, "tf32": 64, "ieee": 128},
+                     "default": {"half": 128, "tf32": 64, "ieee": 128}}
+
+
+def pair_outputs(precision: str, arch: str, width: int, pair_width: int,
+                 squash: bool) -> tuple[int, int]:
+    """The output blocks ``(BDO, BPO)`` of AMCL's pair backward for the feature widths
+    ``width`` (the cosines') and ``pair_width`` (the temperature network's): the whole padded
+    widths where both sides fit :data:`PAIR_ACCUMULATORS` (one program per row block keeps
+    both) or the features are wider than :data:`PAIR_SPLIT_WIDEST` (32-row blocks), else
+    blocks of half of it per side, one program each, each recomputing its tiles (``SQUASH=0``
+    has one side: blocks of the whole of it); never wider than the layout's output block
+    (:data:`LAYOUT`: the interpreter's 16 columns, so the tests run both layouts).
+    ``_triton_pairlse.backward_parts`` counts the programs.
+
+    >>> pair_outputs("bf16", "sm_90", 128, 128, True)
+    (128, 128)
+    >>> pair_outputs("bf16", "sm_90", 256, 256, True)  # four programs a row block
+    (128, 128)
+    """
+    width, pair_width = padded(width), padded(pair_width)
+    widest = LAYOUT[_layout_key(precision, arch)][2]
+    if arch == "interpreter":
+        budget = 2 * widest
+    elif max(width, pair_width * squash) > PAIR_SPLIT_WIDEST.get(arch, {}).get(
+            operands_of(precision), WIDTHS[-1]):
+        return width, pair_width
+    else:
+        budget = PAIR_ACCUMULATORS[arch][operands_of(precision)]
+    if not squash:
+        return min(width, budget, widest), pair_width
+    if width + pair_width <= budget and max(width, pair_width) <= widest:
+        return width, pair_width
+    side = min(budget // 2, widest)
+    return min(width, side), min(pair_width, side)
 
 
 TABLE = _table()

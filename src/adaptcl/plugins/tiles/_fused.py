@@ -398,8 +398,8 @@ def pair_unsupported(a: Tensor, k: Tensor, pa: Tensor, pk: Tensor,
         widest = configs.pair_width(precision, configs.arch_of(a.device))
         if max(a.shape[1], pa.shape[1]) > widest:
             why = (f"its feature widths ({a.shape[1]}, {pa.shape[1]}) exceed {widest} at "
-                   f"{precision} products (the backward keeps both gradients' rows at full "
-                   f"width)")
+                   f"{precision} products (wider features split the backward into more output "
+                   f"blocks, each recomputing every tile)")
     if why is None and not isinstance(description(pair), RegularisedPairTerm):
         net = getattr(pair, "net", pair)
         why = f"it has no pair temperature of {type(net).__name__}"
@@ -419,9 +419,11 @@ def _pair_codes(pair: object) -> list[float]:
 
 
 def _pair_args(a, k, pa, pk, positive_index, self_index, params, precision):
-    """The kernels' scalars and flags (``params``: :func:`_pair_codes`)."""
+    """The kernels' sizes and term scalars by name, their flags and feature layout, and the
+    width their block is looked up at (``params``: :func:`_pair_codes`)."""
     kind, t0, t1, t2, beta, dim = params
-    scalars = (a.shape[0], k.shape[0], a.shape[1], pa.shape[1], beta, 0.5 * dim, t0, t1, t2)
+    scalars = {"M": a.shape[0], "N": k.shape[0], "D": a.shape[1], "P": pa.shape[1],
+               "beta": beta, "half_dim": 0.5 * dim, "t0": t0, "t1": t1, "t2": t2}
     arch = configs.arch_of(a.device)
     feats = configs.features(a.shape[1], precision, arch)
     pfeats = configs.features(pa.shape[1], precision, arch)
@@ -430,6 +432,15 @@ def _pair_args(a, k, pa, pk, positive_index, self_index, params, precision):
             "BP": pfeats["BK"], "PCH": pfeats["KCH"]}
     width = max(a.shape[1], pa.shape[1] * (int(kind) != 0))
     return scalars, meta, width
+
+
+def _in_order(kernel, **named) -> tuple:
+    """``named`` as ``kernel``'s leading positional arguments, in its signature's order (every
+    name checked): a launch written by name, for ``_launch``, which appends the constexprs."""
+    names = list(kernel.arg_names[:len(named)])
+    if sorted(names) != sorted(named):
+        raise TypeError(f"{kernel.__name__} takes {names} first, not {sorted(named)}")
+    return tuple(named[name] for name in names)
 
 
 @torch.library.custom_op("adaptcl::pair_lse", mutates_args=())
@@ -442,11 +453,12 @@ def pair_lse_op(a: Tensor, k: Tensor, pa: Tensor, pk: Tensor, positive_index: Te
     if a.shape[0] == 0:
         return lse, tau_sum
     scalars, meta, width = _pair_args(a, k, pa, pk, positive_index, self_index, params, precision)
-    args = (*_operands(precision, a, k, pa, pk), _or(positive_index, lse), _or(self_index, lse),
-            lse, tau_sum, *scalars)
-    _launch(pair_kernels().pair_lse_fwd, "pair_fwd", precision, width,
-            lambda b: (_cdiv(a.shape[0], b.bm),), args, meta, a.device,
-            (a.shape[0], k.shape[0]))
+    ops = dict(zip(("A", "K", "PA", "PK"), _operands(precision, a, k, pa, pk), strict=True))
+    fwd = pair_kernels().pair_lse_fwd
+    args = _in_order(fwd, **ops, POS=_or(positive_index, lse), SELF=_or(self_index, lse),
+                     LSE=lse, TAU_SUM=tau_sum, **scalars)
+    _launch(fwd, "pair_fwd", precision, width, lambda b: (_cdiv(a.shape[0], b.bm),), args, meta,
+            a.device, (a.shape[0], k.shape[0]))
     return lse, tau_sum
 
 
@@ -461,21 +473,32 @@ def pair_lse_backward_op(a: Tensor, k: Tensor, pa: Tensor, pk: Tensor, lse: Tens
                          positive_index: Tensor | None, self_index: Tensor | None,
                          params: list[float],
                          precision: str) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """``(dA, dK, dPA, dPK)`` of :func:`pair_lse_op` (two launches, each recomputing a tile
-    once for both gradients of its side)."""
+    """``(dA, dK, dPA, dPK)`` of :func:`pair_lse_op`: two launches (the anchors' and the
+    columns'), each recomputing a tile once for both gradients of its side where their
+    accumulators fit one program, else once per output block
+    (``_triton_pairlse.backward_parts``)."""
     outs = [torch.zeros_like(x) for x in (a, k, pa, pk)]
     if a.shape[0] == 0 or k.shape[0] == 0:
         return tuple(outs)
     lib = pair_kernels()
     scalars, meta, width = _pair_args(a, k, pa, pk, positive_index, self_index, params, precision)
-    meta |= {"BDO": configs.padded(a.shape[1]), "BPO": configs.padded(pa.shape[1])}
-    args = (*_operands(precision, a, k, pa, pk), _or(positive_index, lse), _or(self_index, lse),
-            lse, g.float().contiguous())
+    bdo, bpo = configs.pair_outputs(precision, configs.arch_of(a.device), a.shape[1],
+                                    pa.shape[1], meta["SQUASH"] != 0)
+    parts = lib.backward_parts(meta["SQUASH"], configs.padded(a.shape[1]),
+                               configs.padded(pa.shape[1]), bdo, bpo)
+    meta |= {"BDO": bdo, "BPO": bpo}
+    ops = dict(zip(("A", "K", "PA", "PK"), _operands(precision, a, k, pa, pk), strict=True))
+    rows = {"POS": _or(positive_index, lse), "SELF": _or(self_index, lse), "LSE": lse,
+            "G": g.float().contiguous()}
     sizes = (a.shape[0], k.shape[0])
-    _launch(lib.pair_lse_dq, "pair_dq", precision, width, lambda b: (_cdiv(a.shape[0], b.bm),),
-            (*args, outs[0], outs[2], *scalars), meta, a.device, sizes)
-    _launch(lib.pair_lse_dk, "pair_dk", precision, width, lambda b: (_cdiv(k.shape[0], b.bn),),
-            (*args, outs[1], outs[3], *scalars), meta, a.device, sizes)
+    _launch(lib.pair_lse_dq, "pair_dq", precision, width,
+            lambda b: (_cdiv(a.shape[0], b.bm), parts),
+            _in_order(lib.pair_lse_dq, **ops, **rows, GA=outs[0], GPA=outs[2], **scalars),
+            meta, a.device, sizes)
+    _launch(lib.pair_lse_dk, "pair_dk", precision, width,
+            lambda b: (_cdiv(k.shape[0], b.bn), parts),
+            _in_order(lib.pair_lse_dk, **ops, **rows, GK=outs[1], GPK=outs[3], **scalars),
+            meta, a.device, sizes)
     return tuple(outs)
 
 
