@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from collections.abc import Callable
 from types import ModuleType
 
 import torch
@@ -135,6 +136,15 @@ def _operands(precision: str, *xs: Tensor) -> list[Tensor]:
     return [x.to(_OPERAND[precision]).contiguous() for x in xs]
 
 
+#: When set, :func:`_launch` calls ``launch_observer(kernel, name, args, meta, block,
+#: precision, width)`` before each launch, with what it would launch (``args``: the runtime
+#: arguments, a tuple or a dict of keywords; ``meta``: the constexprs but the block's), and
+#: skips the launch when it returns true. The kernel report (``benchmarks/kernel_reach.py``)
+#: enumerates the launches the losses can make with it; keep the call where every launch
+#: passes.
+launch_observer: Callable[..., bool] | None = None
+
+
 def _launch(kernel, name: str, precision: str, width: int, grid, args: tuple,
             meta: dict, device: torch.device, sizes: tuple[int, int], reset=None) -> None:
     """``kernel[grid(block)](*args, **meta)`` with the table's block for ``name`` (or the
@@ -142,6 +152,9 @@ def _launch(kernel, name: str, precision: str, width: int, grid, args: tuple,
     clears what a kernel accumulates into)."""
     heavy = bool(meta.get("HAS_LAB")) or bool(meta.get("TERM"))
     block = configs.block(name, precision, width, configs.arch_of(device), heavy)
+    if launch_observer is not None and launch_observer(kernel, name, args, meta, block,
+                                                       precision, width):
+        return
 
     def run(b: configs.Block) -> None:
         if reset is not None:
