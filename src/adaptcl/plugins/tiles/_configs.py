@@ -17,9 +17,9 @@ host. So the kernels launch with a configuration looked up here, a Python dict r
 
 Each entry is a :class:`Block`; the feature chunking follows from the width and the operands
 (:data:`LAYOUT`): one resident chunk up to a width, chunks beyond it, and the backward's output
-block the whole width up to a cap (wider features split it). ``tests/plugins/test_kernel_compile.py``
-compiles every entry for sm_80 and sm_90 on the CPU and reports its registers, spills and shared
-memory.
+block the whole width up to a cap (wider features split it). ``python -m benchmarks.kernel_report``
+compiles every launch for sm_80 and sm_90 on the CPU and reports its registers, spills, shared
+memory and structure; ``tests/plugins/test_kernel_compile.py`` asserts on them.
 
 ``ADAPTCL_TRITON_AUTOTUNE=1`` instead times the entry and a few alternatives once per key (the
 kernel, its flags, the width and the batch sizes rounded up to powers of two), synchronising
@@ -77,7 +77,7 @@ def _table() -> dict[tuple[str, str, str, int, bool], Block]:
 
 def _rule(arch: str, kernel: str, operands: str, width: int, heavy: bool) -> Block:
     """The blocks: the widest whose accumulators and tiles fit the registers without spilling
-    (ptxas' report, ``python -m tests.plugins._kernel_specs``): the backward keeps a
+    (ptxas' report, ``python -m benchmarks.kernel_report``): the backward keeps a
     ``[block, min(width, output)]`` float32 accumulator (two for AMCL), the forward none.
     sm_80's ``mma.sync`` holds its operands in registers where sm_90's ``wgmma`` reads them
     from shared memory: smaller backward blocks there. ``heavy``: label targets or a term,
