@@ -88,6 +88,12 @@ def test_ctas_per_sm_follow_cudas_register_and_shared_memory_rules():
     assert occupancy(90, 128, 8, 0)["registers"] == 2
     # 129 round up to 4,352 per warp: three per sub-partition, 12 per SM, one CTA of eight
     assert occupancy(90, 129, 8, 0)["registers"] == 1
+    # 170 x 32 = 5,440, allocated as 5,632: two warps per sub-partition (not three), two CTAs
+    # of four warps
+    assert occupancy(90, 170, 4, 0)["registers"] == 2
+    # each sub-partition holds whole warps: 200 x 32 = 6,400 per warp, two of them in each
+    # quarter (not 65,536 / 6,400 = 10 in all), eight warps, four CTAs of two (not five)
+    assert occupancy(90, 200, 2, 0)["registers"] == 4
     # 87,048 bytes + the driver's 1 KiB, rounded to 128: 88,192 per CTA; 228 KiB hold two,
     # sm_80's 164 KiB one
     assert occupancy(90, 64, 8, 87048)["shared"] == 2
