@@ -85,6 +85,7 @@ def _assert_none(compiled, bad) -> None:
     assert not found, f"{len(found)} of {len(compiled)} launches:\n" + "\n".join(found)
 
 
+@pytest.mark.slow
 def test_the_gate_compiles_every_reachable_set_at_its_points_and_covers_the_table():
     specs = gate()
     reached = reachable("--gate")
@@ -164,6 +165,7 @@ def test_no_tile_computed_twice(compiled):
         if d.copies > 1))
 
 
+@pytest.mark.slow
 def test_a_non_constexpr_global_fails_the_gate(monkeypatch, tmp_path):
     """The first GPU run's failure, put back: ``PI`` as a plain float. The interpreter ran it;
     the gate must not."""
