@@ -42,12 +42,13 @@ the driver reserves since Ampere, rounded up to 128 bytes, against 164 KiB per S
 kernel prints no ptxas report). ``benchmarks/kernel_report.py`` prints the table;
 ``tests/plugins/test_kernel_compile.py`` asserts on it.
 
-Example (a few seconds)::
+Example (the enumeration about 20 s, the compile a few)::
 
     >>> from benchmarks.kernel_reach import reachable
-    >>> spec = next(s for s in reachable() if s.kernel == "dk" and s.arch == 90)
-    >>> compile_spec(spec).registers   # doctest: +SKIP
-    228
+    >>> spec = next(s for s in reachable("--gate") if s.kernel == "dk" and s.arch == 90
+    ...             and s.precision == "bf16" and s.width == 128)
+    >>> compile_spec(spec).serialised   # at main: each wgmma waits for the previous one
+    ['C7515']
 """
 
 from __future__ import annotations
