@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 TORCH_SPEC ?= torch==2.14.1 torchvision==0.29.1
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-pins bench gpu-check lint docs floors mutate clean
+.PHONY: setup demo test test-pins bench kernel-report gpu-check lint docs floors mutate clean
 
 setup: $(STAMP)
 
@@ -38,6 +38,16 @@ test-pins: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/bench_losses.py
 	$(BIN)/python benchmarks/bench_tiled.py
+
+# The fused kernels' report (docs/large_batches.md, "The kernel report"): every launch the losses
+# can make, compiled for sm_80 and sm_90 on this CPU with Triton's bundled ptxas and cuobjdump,
+# one markdown row each (registers, spills, CTAs per SM, MMA family, serialised wgmma, SASS
+# instructions and MUFU operations per tile element against InfoNCE's). Everything takes long
+# on two cores; KERNEL_REPORT_ARGS="--arch 90 --precision bf16 --width 128" is the docs' table.
+KERNEL_REPORT_ARGS ?=
+
+kernel-report: $(STAMP)
+	$(BIN)/python -m benchmarks.kernel_report $(KERNEL_REPORT_ARGS)
 
 # The GPU check (docs/gpu.md): CUDA tests, GPU benchmark and every recipe on the GPU, each under
 # its own time limit, at most 9 minutes in all, the fused kernels' targets first; report in

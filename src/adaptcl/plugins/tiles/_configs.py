@@ -18,9 +18,9 @@ host. So the kernels launch with a configuration looked up here, a Python dict r
 Each entry is a :class:`Block`; the feature chunking follows from the width, the operands and
 the kernel (:data:`LAYOUT`; the split backward's own on sm_90, :data:`BACKWARD_LAYOUT`): one
 resident chunk up to a width, chunks beyond it, and the backward's output block the whole width
-up to a cap (wider features split it). ``tests/plugins/test_kernel_compile.py``
-compiles every entry for sm_80 and sm_90 on the CPU and reports its registers, spills and shared
-memory.
+up to a cap (wider features split it). ``python -m benchmarks.kernel_report``
+compiles every launch for sm_80 and sm_90 on the CPU and reports its registers, spills, shared
+memory and structure; ``tests/plugins/test_kernel_compile.py`` asserts on them.
 
 ``ADAPTCL_TRITON_AUTOTUNE=1`` instead times the entry and a few alternatives once per key (the
 kernel, its flags, the width and the batch sizes rounded up to powers of two), synchronising

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from collections.abc import Callable
 from types import ModuleType
 from typing import NamedTuple
 
@@ -136,21 +137,30 @@ def _operands(precision: str, *xs: Tensor) -> list[Tensor]:
     return [x.to(_OPERAND[precision]).contiguous() for x in xs]
 
 
-def _launch(kernel, name: str, precision: str, width: int, grid, args: dict | tuple,
+#: When set, :func:`_launch` calls ``launch_observer(kernel, name, args, meta, block,
+#: precision, width)`` before each launch, with what it would launch (``args``: the runtime
+#: arguments by name; ``meta``: the constexprs but the block's), and
+#: skips the launch when it returns true. The kernel report (``benchmarks/kernel_reach.py``)
+#: enumerates the launches the losses can make with it; keep the call where every launch
+#: passes.
+launch_observer: Callable[..., bool] | None = None
+
+
+def _launch(kernel, name: str, precision: str, width: int, grid, args: dict,
             meta: dict, device: torch.device, sizes: tuple[int, int], reset=None) -> None:
     """``kernel[grid(block)](**args, **meta)`` with the table's block for ``name`` (or the
     autotuned one where ``ADAPTCL_TRITON_AUTOTUNE`` asks; ``reset()`` before each launch
-    clears what a kernel accumulates into). ``args``: the kernel's arguments by name (the row
-    kernels), or in order (AMCL's pair kernels, until their launches name them)."""
+    clears what a kernel accumulates into). ``args``: the kernel's runtime arguments by name."""
     heavy = bool(meta.get("HAS_LAB")) or bool(meta.get("TERM"))
     block = configs.block(name, precision, width, configs.arch_of(device), heavy)
-    named = args if isinstance(args, dict) else {}
-    ordered = () if isinstance(args, dict) else args
+    if launch_observer is not None and launch_observer(kernel, name, args, meta, block,
+                                                       precision, width):
+        return
 
     def run(b: configs.Block) -> None:
         if reset is not None:
             reset()
-        kernel[grid(b)](*ordered, **named, **meta, BM=b.bm, BN=b.bn, num_warps=b.warps,
+        kernel[grid(b)](**args, **meta, BM=b.bm, BN=b.bn, num_warps=b.warps,
                         num_stages=b.stages)
 
     if configs.autotuning() and device.type == "cuda":
@@ -434,15 +444,6 @@ def _pair_args(a, k, pa, pk, positive_index, self_index, params, precision):
     return scalars, meta, width
 
 
-def _in_order(kernel, **named) -> tuple:
-    """``named`` as ``kernel``'s leading positional arguments, in its signature's order (every
-    name checked): a launch written by name, for ``_launch``, which appends the constexprs."""
-    names = list(kernel.arg_names[:len(named)])
-    if sorted(names) != sorted(named):
-        raise TypeError(f"{kernel.__name__} takes {names} first, not {sorted(named)}")
-    return tuple(named[name] for name in names)
-
-
 @torch.library.custom_op("adaptcl::pair_lse", mutates_args=())
 def pair_lse_op(a: Tensor, k: Tensor, pa: Tensor, pk: Tensor, positive_index: Tensor | None,
                 self_index: Tensor | None, params: list[float],
@@ -455,8 +456,8 @@ def pair_lse_op(a: Tensor, k: Tensor, pa: Tensor, pk: Tensor, positive_index: Te
     scalars, meta, width = _pair_args(a, k, pa, pk, positive_index, self_index, params, precision)
     ops = dict(zip(("A", "K", "PA", "PK"), _operands(precision, a, k, pa, pk), strict=True))
     fwd = pair_kernels().pair_lse_fwd
-    args = _in_order(fwd, **ops, POS=_or(positive_index, lse), SELF=_or(self_index, lse),
-                     LSE=lse, TAU_SUM=tau_sum, **scalars)
+    args = dict(**ops, POS=_or(positive_index, lse), SELF=_or(self_index, lse), LSE=lse,
+                TAU_SUM=tau_sum, **scalars)
     _launch(fwd, "pair_fwd", precision, width, lambda b: (_cdiv(a.shape[0], b.bm),), args, meta,
             a.device, (a.shape[0], k.shape[0]))
     return lse, tau_sum
@@ -493,11 +494,11 @@ def pair_lse_backward_op(a: Tensor, k: Tensor, pa: Tensor, pk: Tensor, lse: Tens
     sizes = (a.shape[0], k.shape[0])
     _launch(lib.pair_lse_dq, "pair_dq", precision, width,
             lambda b: (_cdiv(a.shape[0], b.bm), parts),
-            _in_order(lib.pair_lse_dq, **ops, **rows, GA=outs[0], GPA=outs[2], **scalars),
+            dict(**ops, **rows, GA=outs[0], GPA=outs[2], **scalars),
             meta, a.device, sizes)
     _launch(lib.pair_lse_dk, "pair_dk", precision, width,
             lambda b: (_cdiv(k.shape[0], b.bn), parts),
-            _in_order(lib.pair_lse_dk, **ops, **rows, GK=outs[1], GPK=outs[3], **scalars),
+            dict(**ops, **rows, GK=outs[1], GPK=outs[3], **scalars),
             meta, a.device, sizes)
     return tuple(outs)
 
