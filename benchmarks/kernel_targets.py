@@ -79,9 +79,16 @@ def tiled(cls_name: str, *args, **kwargs) -> Callable[[str], Callable]:
     def build(backend: str):
         import adaptcl.plugins as plugins
 
-        loss = getattr(plugins, cls_name)(*args, check_finite=False, tile_size=4096, **kwargs)
+        loss = getattr(plugins, cls_name)(*args, check_finite=False,
+                                          tile_size=tile_of(backend), **kwargs)
         return OnBackend(loss, backend)
     return build
+
+
+def tile_of(backend: str) -> int | str:
+    """The losses' ``tile_size`` on ``backend``: the loop's tile, or ``"auto"`` for the kernels,
+    which run their own blocks (an int is the loop's tile only)."""
+    return 4096 if backend == "torch" else "auto"
 
 
 def with_labels(build: Callable[[str], Callable], classes: int) -> Callable[[str], Callable]:
@@ -102,7 +109,7 @@ def amcl(dim: int) -> Callable[[str], Callable]:
 
         net = plugins.PairTemperature(dim)
         loss = plugins.AMCLLoss(net, beta=1e-3, form="cross_view", check_finite=False,
-                                tile_size=4096)
+                                tile_size=tile_of(backend))
         return OnBackend(loss, backend)
     return build
 
