@@ -62,3 +62,15 @@ def test_kernel_equals_cliploss_with_logit_scales_gradient():
     assert got[3].abs() > 0
     for a, b in zip(got, want, strict=True):
         torch.testing.assert_close(a, b, rtol=2e-5, atol=1e-6)
+
+
+def test_an_int_tile_size_is_the_loops_tile_and_triton_refuses_it():
+    """An int ``tile_size`` is the PyTorch loop's tile (issue 53): the kernel runs its own
+    blocks, so ``tiling(backend="triton")`` refuses it in one line instead of ignoring it."""
+    g = torch.Generator().manual_seed(1)
+    image, text = torch.randn(13, 20, generator=g), torch.randn(13, 20, generator=g)
+    with tiling(backend="triton"), pytest.raises(ValueError) as raised:
+        InfoNCEClipLoss(tile_size=8)(image, text, torch.tensor(14.0))
+    assert "tile_size=8 is a tile of the PyTorch loop, and it runs its own blocks" in str(
+        raised.value)
+    assert "\n" not in str(raised.value)
