@@ -1,7 +1,7 @@
 """The accuracy of each product precision and backend against float64 (docs/large_batches.md).
 
 For cross-view InfoNCE at temperature 0.1 (logits up to 10) on ``--rows`` pairs of ``--dim``
-features, each precision of the policy (:mod:`adaptcl.plugins.tiles.precision`: IEEE, TF32,
+features, each precision of the policy (:mod:`adaptcl.plugins._products`: IEEE, TF32,
 bf16, fp16) on each backend (the materialised logits, the PyTorch tile loop, the fused kernel)
 against the same loss in float64:
 
@@ -16,7 +16,7 @@ against the same loss in float64:
 The inputs are float32 leaves and the products are set to each precision, so the gradients
 stay float32 and the table shows the products' error alone (a bf16 leaf would add its own
 rounding of the gradient, 2^-9). On the CPU the tensor cores are emulated exactly
-(:func:`~adaptcl.plugins.tiles.precision.rounded`); the kernel column runs under Triton's
+(:func:`~adaptcl.plugins._products.rounded`); the kernel column runs under Triton's
 interpreter in a fresh process, at ``--kernel-rows`` and beside the loop at that size (the
 interpreter is slow; the kernel and the loop round identically,
 ``tests/plugins/interpreted_fused.py``). ``--device cuda`` runs all three on the GPU, the
@@ -54,24 +54,30 @@ def products_at(precision: str):
     the inputs' dtype, replaced for the measurement)."""
     from adaptcl.plugins import candidates
 
-    saved = candidates.precision_of
-    candidates.precision_of = lambda dtype: precision if dtype == torch.float32 else saved(dtype)
+    saved = candidates.product_precision
+
+    def forced(dtype, device):
+        return precision if dtype == torch.float32 else saved(dtype, device)
+
+    candidates.product_precision = forced
     try:
         yield
     finally:
-        candidates.precision_of = saved
+        candidates.product_precision = saved
 
 
 def loss_for(backend: str):
-    """Cross-view InfoNCE on ``backend`` (the one place this file selects a backend)."""
+    """Cross-view InfoNCE on ``backend`` (the one place this file selects a backend): the loop
+    at ``TILE``, the kernel in its own blocks (``tile_size="auto"`` under
+    ``tiling(backend="triton")``)."""
     from adaptcl.plugins import InfoNCELoss, tiling
 
-    if backend == "materialised":
-        return InfoNCELoss(TEMPERATURE, form="cross_view", reduction="none", tile_size=None)
-    loss = InfoNCELoss(TEMPERATURE, form="cross_view", reduction="none", tile_size=TILE)
+    tile_size, name = {"materialised": (None, "auto"), "loop": (TILE, "torch"),
+                       "kernel": ("auto", "triton")}[backend]
+    loss = InfoNCELoss(TEMPERATURE, form="cross_view", reduction="none", tile_size=tile_size)
 
     def on_backend(*args):
-        with tiling(backend="triton" if backend == "kernel" else "torch"):
+        with tiling(backend=name):
             return loss(*args)
     return on_backend
 

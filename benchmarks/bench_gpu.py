@@ -92,9 +92,10 @@ def _plugin(cls_name: str, tiled: bool = False, backend: str = "torch",
         import adaptcl.plugins as plugins
 
         # the untiled rows time the materialised path (tile_size=None); the tiled ones run on
-        # `backend`, the scoped setting of adaptcl.plugins.tiling
-        loss = getattr(plugins, cls_name)(check_finite=False, **kwargs,
-                                          tile_size=tile_size if tiled else None)
+        # `backend`, the scoped setting of adaptcl.plugins.tiling: the loop at `tile_size`, the
+        # kernels in their own blocks (tile_size="auto": an int is the loop's tile only)
+        tiles = (tile_size if backend == "torch" else "auto") if tiled else None
+        loss = getattr(plugins, cls_name)(check_finite=False, **kwargs, tile_size=tiles)
 
         def loss_fn(z0: torch.Tensor, z1: torch.Tensor) -> torch.Tensor:
             with plugins.tiling(backend=backend):

@@ -12,7 +12,7 @@ Two cases, each the step the recipe trains (its module's own code):
 Random inputs: the time and memory of a step do not depend on the pixels, and no data set
 holds 65,536 CIFAR-10 training images. Every step runs under ``torch.autocast`` in bfloat16 (as
 ``--precision bf16-mixed``); the loss takes its tiled path by itself where its logits would not
-fit (the budget of :mod:`adaptcl.plugins.tiles.budget`).
+fit (the budget of :mod:`adaptcl.plugins.tiles._budget`).
 
 Per case, in one process:
 

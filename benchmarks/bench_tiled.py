@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.smoke:
         args.huge, args.huge_tile, args.batches, args.tile, args.rounds, args.repeats = 2048, 512, [256], 128, 1, 1
 
-    from adaptcl.plugins.tiles.loop import materialised_bytes
+    from adaptcl.plugins.tiles._loop import materialised_bytes
 
     report: dict = {"dim": args.dim, "threads": args.threads}
     print(f"MACLLoss(0.1, 0.5, 0.0), form nt_xent (2N anchors x 2N candidates), dim {args.dim}, "

@@ -13,7 +13,7 @@ expanded over
 * the options of the call: multi-positive ``labels`` (where the class takes them), a bank of
   extra negatives (and the bank's labels), a batch gathered over two ranks (one process, as
   the interpreted tests do);
-* both backward passes: the split default and ``ADAPTCL_TRITON_BACKWARD=onepass``.
+* both backward passes: the split default and ``tiling(backward="onepass")``.
 
 A new loss in the table, a new choice option or value in a constructor's signature, a new
 constexpr the launcher passes: each joins by itself.
@@ -52,6 +52,7 @@ import inspect
 import itertools
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -77,7 +78,8 @@ PROBE = (90, "bf16", 256)
 ROWS, BANK, TEMPERATURE = 4, 3, 0.2
 #: the loop-free launch parameters: the block's, not the loss's nor the layout's
 BLOCK = ("BM", "BN")
-_REFUSED = "tiling(backend='triton') cannot run here: "
+#: the dispatcher's refusal under ``tiling(backend="triton")``: the loss, then why
+_REFUSED = re.compile(r"tiling\(backend='triton'\) cannot run (?P<method>.+?) here: (?P<why>.+?); use ")
 
 
 @dataclass(frozen=True)
@@ -270,6 +272,7 @@ def run(config: Configuration, arch: int | None, precision: str, dim: int, *,
     import torch
 
     from adaptcl.plugins import tiling
+    from adaptcl.plugins.execution import BACKWARDS
     from adaptcl.plugins.tiles import _configs, _fused
 
     setting, dtype = PRECISIONS[precision]
@@ -289,8 +292,7 @@ def run(config: Configuration, arch: int | None, precision: str, dim: int, *,
     if values["bank_labels"]:
         call["negative_labels"] = torch.tensor([-1, 0, 1])
     record: list = []
-    saved = (_fused.launch_observer, _configs.arch_of, torch.get_float32_matmul_precision(),
-             os.environ.get(_configs.BACKWARD_ENV))
+    saved = (_fused.launch_observer, _configs.arch_of, torch.get_float32_matmul_precision())
     _fused.launch_observer = _observer(record, skip=not execute)
     if arch is not None:
         _configs.arch_of = lambda device: f"sm_{arch}"
@@ -302,25 +304,24 @@ def run(config: Configuration, arch: int | None, precision: str, dim: int, *,
             return Outcome(invalid=f"{type(error).__name__}: {error}")
         leaves = [v.clone().requires_grad_() for v in views]
         params = [p for p in loss.parameters() if p.requires_grad]
-        with tiling(backend="triton"):
+        # float32 products follow the matmul precision on the CPU as on CUDA only where the
+        # tensor cores are emulated
+        with tiling(backend="triton", emulate_tensor_cores=True):
             try:
                 value = loss(*leaves, **call)
             except (TypeError, ValueError) as error:
-                if str(error).startswith(_REFUSED):
-                    return Outcome(refused=str(error)[len(_REFUSED):].split("; use")[0])
+                refused = _REFUSED.match(str(error))
+                if refused:
+                    return Outcome(refused=refused["why"])
                 return Outcome(invalid=f"{type(error).__name__}: {error}")
             if value.requires_grad:
-                for backward in ("split", "onepass"):
-                    os.environ[_configs.BACKWARD_ENV] = backward
-                    torch.autograd.grad(value, leaves + params, retain_graph=True,
-                                        allow_unused=True)
+                for backward in BACKWARDS:
+                    with tiling(backward=backward):
+                        torch.autograd.grad(value, leaves + params, retain_graph=True,
+                                            allow_unused=True)
     finally:
         _fused.launch_observer, _configs.arch_of = saved[0], saved[1]
         torch.set_float32_matmul_precision(saved[2])
-        if saved[3] is None:
-            os.environ.pop(_configs.BACKWARD_ENV, None)
-        else:
-            os.environ[_configs.BACKWARD_ENV] = saved[3]
     return Outcome(launches=record)
 
 

@@ -11,7 +11,7 @@ its peer where the target is relative:
 * MACL, DCL, DySTreSS and ``labels=`` at 65,536 (each at most 1.3x the InfoNCE kernel);
 * AMCL's pair term (at most 2.5x);
 * dim 512 (at most 3x the dim-128 time);
-* the one-pass backward (``ADAPTCL_TRITON_BACKWARD=onepass``) beside the default split one, to
+* the one-pass backward (``tiling(backward="onepass")``) beside the default split one, to
   decide which should be the default;
 * float32 inputs at PyTorch's default "highest" precision: the kernel (IEEE products) and the
   PyTorch tile loop, which it must not be slower than;
@@ -56,7 +56,7 @@ class Case:
     relative_to: str | None = None
     max_ratio: float | None = None
     peer: bool = False  # a row that only stands beside another (no target of its own)
-    env: tuple[tuple[str, str], ...] = ()  # environment variables set while the row runs
+    setting: tuple[tuple[str, object], ...] = ()  # tiling(...) fields set while the row runs
 
 
 class OnBackend(torch.nn.Module):
@@ -79,9 +79,16 @@ def tiled(cls_name: str, *args, **kwargs) -> Callable[[str], Callable]:
     def build(backend: str):
         import adaptcl.plugins as plugins
 
-        loss = getattr(plugins, cls_name)(*args, check_finite=False, tile_size=4096, **kwargs)
+        loss = getattr(plugins, cls_name)(*args, check_finite=False,
+                                          tile_size=tile_of(backend), **kwargs)
         return OnBackend(loss, backend)
     return build
+
+
+def tile_of(backend: str) -> int | str:
+    """The losses' ``tile_size`` on ``backend``: the loop's tile, or ``"auto"`` for the kernels,
+    which run their own blocks (an int is the loop's tile only)."""
+    return 4096 if backend == "torch" else "auto"
 
 
 def with_labels(build: Callable[[str], Callable], classes: int) -> Callable[[str], Callable]:
@@ -102,7 +109,7 @@ def amcl(dim: int) -> Callable[[str], Callable]:
 
         net = plugins.PairTemperature(dim)
         loss = plugins.AMCLLoss(net, beta=1e-3, form="cross_view", check_finite=False,
-                                tile_size=4096)
+                                tile_size=tile_of(backend))
         return OnBackend(loss, backend)
     return build
 
@@ -148,7 +155,7 @@ def cases(scale: int = 1) -> list[Case]:
         Case("cross-view InfoNCE, 65,536 x 512, bf16", n, wide, "bf16", cross,
              relative_to=INFONCE, max_ratio=3.0),
         Case("cross-view InfoNCE, one-pass backward, 65,536, bf16", n, d, "bf16", cross,
-             peer=True, env=(("ADAPTCL_TRITON_BACKWARD", "onepass"),)),
+             peer=True, setting=(("backward", "onepass"),)),
         Case("PyTorch tile loop, float32 highest, 65,536", n, d, "fp32", cross, peer=True),
         Case("cross-view InfoNCE, float32 highest, 65,536", n, d, "fp32", cross,
              relative_to="PyTorch tile loop, float32 highest, 65,536", max_ratio=1.0),
@@ -183,16 +190,10 @@ def _timer(device: torch.device):
 
 def run_case(case: Case, device: torch.device, backend: str, repeats: int) -> dict:
     """One row: ``{"status": "ok", "time_s", "first_s", "peak_bytes"}`` or the failure."""
-    saved = {name: os.environ.get(name) for name, _ in case.env}
-    os.environ.update(dict(case.env))
-    try:
+    from adaptcl.plugins import tiling
+
+    with tiling(**dict(case.setting)):
         return _run_case(case, device, backend, repeats)
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 def _run_case(case: Case, device: torch.device, backend: str, repeats: int) -> dict:

@@ -29,8 +29,7 @@ PAIRS = [
     ("adaptcl.plugins.ascl", "ASCLMode", "MODES"),
     ("adaptcl.plugins.ascl", "ASCLForm", "ASCL_FORMS"),
     ("adaptcl.plugins.survey", "Mining", "MINING"),
-    ("adaptcl.plugins.tiles.dispatch", "TileBackend", "TILE_BACKENDS"),
-    ("adaptcl.plugins.tiles.dispatch", "TilePath", None),
+    ("adaptcl.plugins.execution", "Backward", "BACKWARDS"),
     ("adaptcl.precision", "Precision", "PRECISIONS"),
     ("adaptcl.adapters.lightly.memory_bank", "InBatchForm", "IN_BATCH_FORMS"),
     ("adaptcl.adapters.lightning.methods", "Backbone", "BACKBONES"),
@@ -145,18 +144,17 @@ def test_every_public_signature_shows_its_choices_and_refuses_the_others():
 
 def test_tile_size_is_the_only_tiling_keyword_everywhere_and_refused_by_name():
     """Issue 47: every public loss, adapter and functional form takes ``tile_size: TileSize =
-    "auto"`` and no other tiling keyword (``tile_backend`` and ``max_logits_bytes`` are the
-    scoped setting ``adaptcl.plugins.tiling``, the one signature that keeps them); a value
-    outside ``None``, ``"auto"`` and the ints >= 1 is refused at construction naming
-    ``tile_size``."""
-    from adaptcl.plugins import tiling
+    "auto"`` and no other tiling keyword (``tile_backend`` and ``max_logits_bytes`` are fields
+    of the scoped setting ``adaptcl.plugins.tiling``, issue 53); a value outside ``None``,
+    ``"auto"`` and the ints >= 1 is refused at construction naming ``tile_size``."""
+    from adaptcl.plugins import TilingSetting
     from adaptcl.plugins.validation import TileSize
 
     seen, refused = [], 0
     for qualified, obj in _public_callables():
         init = obj.__init__ if inspect.isclass(obj) else obj
         parameters = inspect.signature(init).parameters
-        if obj is not tiling:
+        if obj is not TilingSetting:
             assert not {"tile_backend", "max_logits_bytes"} & set(parameters), qualified
         if "tile_size" not in parameters:
             continue

@@ -154,3 +154,21 @@ def test_each_recipe_package_builds_up_from_its_config():
 def test_the_command_line_imports_only_the_engines_public_face():
     recipes = {t for t in _graph()["adaptcl.cli"] if t.startswith("adaptcl.recipes")}
     assert recipes == {"adaptcl.recipes.engine"}
+
+
+#: the loss core's ground floor: what the candidates, every method and both tile backends stand
+#: on (the argument checks, the gather, the precision of the products, the execution setting)
+GROUND_FLOOR = ("validation", "distributed", "_trace", "execution", "_products", "candidates")
+
+
+def test_the_cores_ground_floor_imports_nothing_above_it():
+    """Issue 53: ``candidates.py`` imported the product policy from ``tiles/``, the one arrow in
+    the core running back up. The ground floor imports only itself (downward, in this order)
+    and nothing of ``tiles/`` or of the methods."""
+    offences = []
+    for i, name in enumerate(GROUND_FLOOR):
+        for target in _graph()[f"adaptcl.plugins.{name}"]:
+            below = {f"adaptcl.plugins.{n}" for n in GROUND_FLOOR[:i]}
+            if target.startswith("adaptcl.") and target not in below:
+                offences.append(f"adaptcl.plugins.{name} -> {target}")
+    assert not offences, offences

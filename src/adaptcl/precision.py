@@ -2,7 +2,9 @@
 
 The one list of precision names of the package, and the one ``torch.autocast`` built from a
 name, for every layer that runs a model in mixed precision (the GraphCL loop, the SentEval
-encoders, the recipes). The loss core computes its logits in float32 under any of them.
+encoders, the recipes). Under any of them the loss core normalises, accumulates and reduces in
+float32; the products that form its logits take the inputs' precision (bf16 operands under
+``bf16-mixed``, fp16 under ``16-mixed``; :mod:`adaptcl.plugins._products`).
 
 >>> check_precision("bf16-mixed")
 'bf16-mixed'

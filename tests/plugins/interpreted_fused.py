@@ -36,11 +36,12 @@ from adaptcl.plugins import (
     MACLLoss,
     PairTemperature,
     TemperatureScheduleLoss,
+    TilePlan,
     tiling,
 )
 from adaptcl.plugins.tiles import _fused as fused
-from adaptcl.plugins.tiles import loop as tiled_module
-from adaptcl.plugins.tiles.dispatch import TilePlan, row_stats
+from adaptcl.plugins.tiles import _loop as tiled_module
+from adaptcl.plugins.tiles._dispatch import row_stats
 
 pytest.importorskip("triton")
 if not fused.interpreting():
@@ -52,7 +53,7 @@ from adaptcl.plugins.tiles import _triton_rowstats as K  # noqa: E402 - Triton, 
 N, D, BANK = 13, 20, 7
 RTOL, ATOL = 2e-4, 2e-5
 #: the dispatcher's plan of a call on the kernel
-KERNEL = TilePlan("kernel", 8)
+KERNEL = TilePlan("triton")
 
 
 @pytest.fixture(autouse=True)
@@ -89,9 +90,10 @@ def _check(make, *, bank: int = 0, seed: int = 0, **pairs):
     """``make(**tile options)``'s value and gradients (inputs and parameters) on the kernel in
     float32 against the materialised loss in float64."""
     inputs = _inputs(seed, bank)
-    reference = make(tile_size=None).double()
-    value, grads = _run(reference, inputs, torch.float64, **pairs)
-    kernel = make(tile_size=8)
+    with tiling(backend="auto"):
+        reference = make(tile_size=None).double()
+        value, grads = _run(reference, inputs, torch.float64, **pairs)
+    kernel = make(tile_size="auto")
     got, got_grads = _run(kernel, inputs, torch.float32, **pairs)
     torch.testing.assert_close(got.double(), value, rtol=RTOL, atol=ATOL)
     for a, b in zip(got_grads, grads, strict=True):
@@ -262,19 +264,19 @@ def test_a_fully_masked_row_gives_minus_infinity_and_no_gradient(no_torch_tiles)
 
 def test_triton_refuses_in_one_line_what_the_kernel_does_not_cover():
     z0, z1 = _inputs()
-    hard = InfoNCELoss(0.1, tile_size=8, hardness_mode="all_negatives",
-                       hardness_strength=1.0)
-    with pytest.raises(ValueError, match=r"tiling\(backend='triton'\) cannot run here: .*HardnessBias"):
+    hard = InfoNCELoss(0.1, hardness_mode="all_negatives", hardness_strength=1.0)
+    with pytest.raises(ValueError,
+                       match=r"tiling\(backend='triton'\) cannot run InfoNCE here: .*HardnessBias"):
         hard(z0.float(), z1.float())
-    with pytest.raises(ValueError, match=r"cannot run here: the dtypes are torch.float64"):
-        InfoNCELoss(0.1, tile_size=8)(z0, z1)
-    with pytest.raises(ValueError, match=r"cannot run here: it has no AMCL top-kappa term"):
-        AMCLLoss(_pair_net(), negative_term="topk", tile_size=8)(z0.float(), z1.float())
+    with pytest.raises(ValueError, match=r"cannot run InfoNCE here: the dtypes are torch.float64"):
+        InfoNCELoss(0.1)(z0, z1)
+    with pytest.raises(ValueError, match=r"cannot run AMCL here: it has no AMCL top-kappa term"):
+        AMCLLoss(_pair_net(), negative_term="topk")(z0.float(), z1.float())
 
 
 def test_compiled_loss_on_the_kernel_is_one_graph(no_torch_tiles):
     torch._dynamo.reset()
-    loss_fn = InfoNCELoss(0.1, form="cross_view", tile_size=8)
+    loss_fn = InfoNCELoss(0.1, form="cross_view")
     compiled = torch.compile(loss_fn, backend="aot_eager", fullgraph=True, dynamic=False)
     z0, z1 = (x.float().requires_grad_(True) for x in _inputs(seed=5))
     value = compiled(z0, z1)
@@ -305,8 +307,10 @@ AT_PRECISION = {
 
 @pytest.fixture
 def matmul_precision():
+    """The float32 setting, followed on the CPU as on CUDA (``emulate_tensor_cores``)."""
     before = torch.get_float32_matmul_precision()
-    yield torch.set_float32_matmul_precision
+    with tiling(emulate_tensor_cores=True):
+        yield torch.set_float32_matmul_precision
     torch.set_float32_matmul_precision(before)
 
 
@@ -329,7 +333,7 @@ def test_kernel_equals_the_tile_loop_at_each_precision(name, precision, matmul_p
     inputs = [torch.randn(37, D, generator=g) for _ in range(2)]
     labels = torch.randint(0, 5, (37,), generator=g) if name == "dystress_attached" else None
     pairs = {} if labels is None else {"labels": labels}
-    got = _run(AT_PRECISION[name](tile_size=8), inputs, dtype, **pairs)
+    got = _run(AT_PRECISION[name](tile_size="auto"), inputs, dtype, **pairs)
     with tiling(backend="torch"):
         want = _run(AT_PRECISION[name](tile_size=8), inputs, dtype, **pairs)
     torch.testing.assert_close(got[0], want[0], rtol=2e-6, atol=2e-6)
@@ -346,9 +350,9 @@ def test_kernel_resident_and_chunked_features(dim, no_torch_tiles):
     output is split (the interpreter's blocks are 16 wide)."""
     g = torch.Generator().manual_seed(12)
     z = [torch.randn(29, dim, generator=g, dtype=torch.float64) for _ in range(2)]
-    reference = MACLLoss(0.1, 0.5, tile_size=None)
-    value, grads = _run(reference, z, torch.float64)
-    got, got_grads = _run(MACLLoss(0.1, 0.5, tile_size=8), z, torch.float32)
+    with tiling(backend="auto"):
+        value, grads = _run(MACLLoss(0.1, 0.5, tile_size=None), z, torch.float64)
+    got, got_grads = _run(MACLLoss(0.1, 0.5), z, torch.float32)
     torch.testing.assert_close(got.double(), value, rtol=RTOL, atol=ATOL)
     for a, b in zip(got_grads, grads, strict=True):
         torch.testing.assert_close(a.double(), b, rtol=RTOL, atol=ATOL)
@@ -413,20 +417,21 @@ ONE_PASS = {
 
 @pytest.mark.parametrize("name", list(ONE_PASS))
 def test_the_one_pass_backward_equals_the_float64_loss(name, monkeypatch):
-    """``ADAPTCL_TRITON_BACKWARD=onepass``: one backward launch (``dA`` by atomics), at a width
-    that takes one output block (12 features; the interpreter's blocks are 16 wide); the two
-    split launches must not run."""
-    from adaptcl.plugins.tiles import _configs
-
-    monkeypatch.setenv(_configs.BACKWARD_ENV, "onepass")
+    """``tiling(backward="onepass")``: one backward launch (``dA`` by atomics), at a width that
+    takes one output block (12 features; the interpreter's blocks are 16 wide); the two split
+    launches must not run."""
     for split in ("row_stats_dq", "row_stats_dk"):
         monkeypatch.setattr(K, split, None)  # launching either would fail
     g = torch.Generator().manual_seed(13)
     z = [torch.randn(29, 12, generator=g, dtype=torch.float64) for _ in range(2)]
     bank = [torch.randn(7, 12, generator=g, dtype=torch.float64)] if "bank" in name else []
     pairs = ({"labels": torch.randint(0, 4, (29,), generator=g)} if "labels" in name else {})
-    value, grads = _run(ONE_PASS[name](tile_size=None).double(), z + bank, torch.float64, **pairs)
-    got, got_grads = _run(ONE_PASS[name](tile_size=8), z + bank, torch.float32, **pairs)
+    with tiling(backend="auto"):
+        value, grads = _run(ONE_PASS[name](tile_size=None).double(), z + bank, torch.float64,
+                            **pairs)
+    with tiling(backward="onepass"):  # the backward launches inside the block
+        got, got_grads = _run(ONE_PASS[name](tile_size="auto"), z + bank, torch.float32,
+                              **pairs)
     torch.testing.assert_close(got.double(), value, rtol=RTOL, atol=ATOL)
     for a, b in zip(got_grads, grads, strict=True):
         torch.testing.assert_close(a.double(), b, rtol=RTOL, atol=ATOL)

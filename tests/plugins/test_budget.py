@@ -1,4 +1,4 @@
-"""The logits budget (:mod:`adaptcl.plugins.tiles.budget`): a ``tile_size="auto"`` loss whose
+"""The logits budget (:mod:`adaptcl.plugins.tiles._budget`): a ``tile_size="auto"`` loss whose
 materialised logits would exceed ``tiling(max_logits_bytes=...)`` takes its exact tiled path,
 says so once and in ``last_stats``.
 
@@ -17,9 +17,10 @@ import warnings
 import pytest
 import torch
 
-from adaptcl.plugins import InfoNCELoss, LogitsBudgetWarning, MACLLoss, tiling
-from adaptcl.plugins.candidates import Candidates
-from adaptcl.plugins.tiles import budget, dispatch
+from adaptcl.plugins import InfoNCELoss, LogitsBudgetWarning, MACLLoss, TilePlan, execution, tiling
+from adaptcl.plugins.tiles import _budget as budget
+from adaptcl.plugins.tiles import _dispatch as dispatch
+from adaptcl.plugins.tiles._backend import Problem
 
 from ._helpers import LOSSES, names
 
@@ -37,7 +38,7 @@ def _fresh_warnings(monkeypatch):
     monkeypatch.setattr(budget, "_SAID", set())
     monkeypatch.setattr(budget, "_CUDA_BUDGETS", {})
     monkeypatch.setattr(budget, "_SWITCHED", {})
-    monkeypatch.setattr(dispatch, "_SETTING", dispatch.TilingSetting())
+    monkeypatch.setattr(execution, "_SETTING", execution.TilingSetting())
 
 
 def _value_and_grads(fn, x):
@@ -125,7 +126,7 @@ def test_under_budget_the_loss_stays_materialised_bit_for_bit():
 
 
 def test_an_explicit_tile_size_or_none_is_the_losss_choice_whatever_the_budget(monkeypatch):
-    from adaptcl.plugins.tiles import loop
+    from adaptcl.plugins.tiles import _loop as loop
 
     tiles = []
     apply = loop._StreamedRowStats.apply
@@ -170,27 +171,31 @@ def test_the_cpu_default_never_switches_warns_or_adds_a_statistic():
         roomy = MACLLoss(0.1, 0.5, tile_size=None)(*x)
     assert torch.equal(value, roomy)
     assert "auto_tile_size" not in fn.last_stats
-    # and at the 65,536-pair batch that needs 206 GB materialised, shapes only (meta tensors)
-    meta = torch.empty(2 * 65536, 128, device="meta")
-    huge = [Candidates(anchors=meta, keys=meta, positive_sim=meta[:, 0])]
-    assert dispatch.plan_tiles("InfoNCE", huge, "auto") == dispatch.MATERIALISED
-    assert budget.tile_over_budget("InfoNCE", huge, None) is None
+    # and at the 65,536-pair batch that needs 206 GB materialised, shapes only
+    huge = _problem(2 * 65536, 2 * 65536)
+    assert dispatch.plan(huge, "auto") == TilePlan("materialise")
+    assert budget.tile_over_budget(huge, None) is None
     assert budget.logits_peak_bytes(huge) == 3 * 4 * (2 * 65536) ** 2
 
 
-def test_the_estimate_counts_directions_heads_labels_and_float64():
-    def direction(rows, cols, dtype=torch.float32, labels=None):
-        a, k = torch.empty(rows, 8, device="meta", dtype=dtype), torch.empty(cols, 8, device="meta")
-        return Candidates(anchors=a, keys=k, positive_sim=a[:, 0], labels=labels)
+def _problem(rows: int, cols: int, *directions: tuple[int, int], dtype=torch.float32,
+             **fields) -> Problem:
+    """A problem of these shapes on the CPU (all the budget reads)."""
+    return Problem(method="InfoNCE", op=fields.pop("op", "row_stats"),
+                   device=torch.device("cpu"), dtype=dtype, key_dtype=dtype, precision="ieee",
+                   shapes=((rows, cols), *directions), width=16, form="nt_xent", masks=2,
+                   **fields)
 
+
+def test_the_estimate_counts_directions_heads_labels_and_float64():
     one = 3 * 4 * 100 * 300
-    assert budget.logits_peak_bytes([direction(100, 300)]) == one
-    assert budget.logits_peak_bytes([direction(100, 300), direction(100, 300)]) == 2 * one
-    assert budget.logits_peak_bytes([direction(100, 300)], heads=4, copies=12) == 4 * 4 * one
-    labelled = direction(100, 300, labels=torch.empty(100, device="meta", dtype=torch.long))
-    assert budget.logits_peak_bytes([labelled]) == 4 * 4 * 100 * 300  # the targets' matrix
-    assert budget.logits_peak_bytes([direction(100, 300, torch.float64)]) == 2 * one
-    assert budget.logits_peak_bytes([direction(100, 300, torch.bfloat16)]) == one
+    assert budget.logits_peak_bytes(_problem(100, 300)) == one
+    assert budget.logits_peak_bytes(_problem(100, 300, (100, 300))) == 2 * one
+    assert budget.logits_peak_bytes(_problem(100, 300, heads=4, copies=12)) == 4 * 4 * one
+    labelled = _problem(100, 300, labels=True)
+    assert budget.logits_peak_bytes(labelled) == 4 * 4 * 100 * 300  # the targets' matrix
+    assert budget.logits_peak_bytes(_problem(100, 300, dtype=torch.float64)) == 2 * one
+    assert budget.logits_peak_bytes(_problem(100, 300, dtype=torch.bfloat16)) == one
 
 
 def test_the_default_budget_comes_from_the_device(monkeypatch):
@@ -241,16 +246,15 @@ def test_a_shape_the_default_budget_switched_stays_tiled_at_its_tile(monkeypatch
     run changes path at most once per loss and shape, never back and forth."""
     state = {"free": 2**20}
     monkeypatch.setattr(budget, "device_budget", lambda device: state["free"])
-    meta = torch.empty(600, 16, device="meta")
-    cands = [Candidates(anchors=meta, keys=meta, positive_sim=meta[:, 0])]
+    shape = _problem(600, 600)
     with pytest.warns(LogitsBudgetWarning):
-        assert budget.tile_over_budget("InfoNCE", cands, None) == 256
+        assert budget.tile_over_budget(shape, None) == 256
     state["free"] = 2**40  # memory freed: the logits would fit now
-    assert budget.tile_over_budget("InfoNCE", cands, None) == 256
-    other = [Candidates(anchors=meta[:500], keys=meta[:500], positive_sim=meta[:500, 0])]
-    assert budget.tile_over_budget("InfoNCE", other, None) is None  # another shape: it fits
+    assert budget.tile_over_budget(shape, None) == 256
+    other = _problem(500, 500)
+    assert budget.tile_over_budget(other, None) is None  # another shape: it fits
     # an explicit budget depends on the shapes alone
-    assert budget.tile_over_budget("InfoNCE", cands, 2**40) is None
+    assert budget.tile_over_budget(shape, 2**40) is None
 
 
 @pytest.mark.parametrize("budget_bytes, device, tile", [
@@ -267,6 +271,21 @@ def test_the_automatic_tile_is_the_largest_that_fits_capped_by_device(budget_byt
 def test_row_block_losses_pick_rows_of_the_whole_width():
     # the survey losses: 9 float32 [rows, 10,000] blocks within 48 MB -> 128 rows
     assert budget.auto_tile_size(48 * 10**6, "cpu", columns=10_000, copies=9) == 128
+    rows = _problem(200, 10_000, op="row_blocks", copies=9)
+    with pytest.warns(LogitsBudgetWarning):
+        assert budget.tile_over_budget(rows, 48 * 10**6) == 128
+
+
+@pytest.mark.parametrize("peak, said", [
+    (3 * 4 * 8 * 8, "about 768 bytes"), (3 * 4 * 20 * 20, "about 4.69 KiB"),
+    (3 * 4 * 1024 * 1024, "about 12 MiB"), (3 * 4 * 2**15 * 2**15, "about 12 GiB"),
+])
+def test_the_warning_says_the_estimate_in_a_unit_that_fits(peak, said):
+    """Issue 54, item 4: a small estimate was said as "about 0 MiB"."""
+    side = int((peak // 12) ** 0.5)
+    with pytest.warns(LogitsBudgetWarning) as caught:
+        budget.tile_over_budget(_problem(side, side), 1)
+    assert f"would take {said} on cpu" in str(caught[0].message)
 
 
 @pytest.mark.parametrize("bad, error", [
@@ -274,11 +293,11 @@ def test_row_block_losses_pick_rows_of_the_whole_width():
     (True, TypeError), ("1MB", TypeError),
 ])
 def test_invalid_budgets_are_refused_in_one_line_naming_the_argument(bad, error):
-    before = dispatch.current_tiling()
+    before = execution.current_tiling()
     with pytest.raises(error, match=r"^max_logits_bytes must be ") as raised:
         tiling(max_logits_bytes=bad)
     assert "\n" not in str(raised.value)
-    assert dispatch.current_tiling() == before  # a refused setting changes nothing
+    assert execution.current_tiling() == before  # a refused setting changes nothing
 
 
 @pytest.mark.parametrize("name", ["infonce", "macl", "dystress", "ascl_queue", "amcl_softmax",
@@ -335,10 +354,9 @@ def test_the_cuda_default_switches_when_free_memory_is_short(monkeypatch):
 
 
 def test_the_budget_marks_its_constants_as_torch_compiler_does():
-    """budget.py marks its two trace-time constants by the attribute that
+    """_budget.py marks its two trace-time constants by the attribute that
     torch.compiler.assume_constant_result sets (importing torch._dynamo at import time would
     cost every import of the core about 2 s): the public decorator must still work that way."""
-    from adaptcl.plugins.tiles import budget
 
     def probe():
         return 0

@@ -14,7 +14,7 @@ import torch
 
 import adaptcl.plugins as P
 from adaptcl.plugins import functional as F
-from adaptcl.plugins.tiles.loop import materialised_bytes
+from adaptcl.plugins.tiles._loop import materialised_bytes
 
 from ._helpers import DIM, LOSSES, seeded
 
@@ -451,7 +451,7 @@ def test_bound_tracking_reads_the_counter_once_per_window():
 def test_top_k_threshold_path_stays_on_the_device_of_its_inputs():
     """k beyond the argmax rounds (AMCL's kappa = 100 of the paper): on ``meta`` a tensor made on
     the CPU inside the selection fails loudly."""
-    from adaptcl.plugins.tiles.loop import top_columns
+    from adaptcl.plugins.tiles._loop import top_columns
 
     values = torch.randn(3, 12, device="meta")
     cols = torch.arange(12, device="meta").expand(3, -1)

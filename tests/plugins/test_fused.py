@@ -11,7 +11,6 @@ choice of backend, the refusals) or a GPU (``gpu``: the compiled kernel at a lar
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -25,9 +24,9 @@ from adaptcl.plugins import (
     PairTemperature,
     tiling,
 )
-from adaptcl.plugins.candidates import Candidates
+from adaptcl.plugins.tiles import _dispatch as dispatch
 from adaptcl.plugins.tiles import _fused as fused
-from adaptcl.plugins.tiles import dispatch
+from adaptcl.plugins.tiles._backend import Problem
 from tests._interpreted import run_interpreted
 
 HERE = Path(__file__).resolve().parent
@@ -47,9 +46,9 @@ def test_kernels_under_the_interpreter_equal_the_float64_reference():
 def test_triton_on_cpu_tensors_without_the_interpreter_refuses_in_one_line(monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     z0, z1 = _pair()
-    with pytest.raises(ValueError, match=r"tiling\(backend='triton'\) cannot run here: ") as err, \
-            tiling(backend="triton"):
-        InfoNCELoss(0.1, tile_size=8)(z0, z1)
+    with pytest.raises(ValueError, match=r"tiling\(backend='triton'\) cannot run InfoNCE here: ") \
+            as err, tiling(backend="triton"):
+        InfoNCELoss(0.1)(z0, z1)
     assert "\n" not in str(err.value)
     expected = ("Triton is not installed" if not fused._HAS_TRITON else
                 "the tensors are on the CPU and TRITON_INTERPRET=1 is not set")
@@ -62,7 +61,7 @@ def test_the_interpreter_switched_on_after_triton_was_imported_is_refused(monkey
     z0, z1 = _pair()
     with pytest.raises(ValueError, match=r"TRITON_INTERPRET=1 was set after Triton was imported"), \
             tiling(backend="triton"):
-        MACLLoss(0.1, 0.5, tile_size=8)(z0, z1)
+        MACLLoss(0.1, 0.5)(z0, z1)
 
 
 def test_auto_on_the_cpu_is_the_pytorch_loop_bit_for_bit():
@@ -87,9 +86,12 @@ def test_the_backend_is_validated_and_losses_without_a_kernel_refuse_triton_when
         tiling(backend="cuda")
     z0, z1 = _pair()
     with tiling(backend="triton"):
-        with pytest.raises(ValueError, match=r"cannot run here: survey loss has no kernel path"):
-            NCELoss(tile_size=8)(z0, z1)
-        NCELoss(tile_size=None)(z0, z1)  # materialised: no tiles to put on a kernel
+        with pytest.raises(ValueError, match=r"here: survey loss has no kernel path"):
+            NCELoss()(z0, z1)
+        for tile_size, why in ((None, "tile_size=None materialises the logits"),
+                               (8, "tile_size=8 is a tile of the PyTorch loop")):
+            with pytest.raises(ValueError, match=why):  # nothing it asks is on the kernel
+                InfoNCELoss(0.1, tile_size=tile_size)(z0, z1)
 
 
 # --------------------------------------------------------------------------------------------
@@ -115,10 +117,10 @@ def test_gpu_kernel_equals_the_pytorch_tiles_at_a_large_batch(form, dtype):
              {"labels": labels}),
             (lambda **t: AMCLLoss(net, beta=1e-3, form=form, **t), (), {})):
         results = []
-        for backend in ("triton", "torch"):
+        for backend, tile_size in (("triton", "auto"), ("torch", 2048)):
             a, b = z0.clone().requires_grad_(True), z1.clone().requires_grad_(True)
             with tiling(backend=backend):
-                loss = make(tile_size=2048)(a, b, *args, **pairs)
+                loss = make(tile_size=tile_size)(a, b, *args, **pairs)
             results.append((loss, *torch.autograd.grad(loss, (a, b))))
         for got, ref in zip(*results, strict=True):
             tol = {"rtol": 1e-3, "atol": 1e-6} if dtype == torch.float32 else {"rtol": 2e-2,
@@ -126,21 +128,19 @@ def test_gpu_kernel_equals_the_pytorch_tiles_at_a_large_batch(form, dtype):
             torch.testing.assert_close(got.float(), ref.float(), **tol)
 
 
-def test_auto_takes_the_kernel_on_cuda_tensors_on_tensor_cores():
+def test_auto_takes_the_kernel_on_cuda_tensors_on_tensor_cores(monkeypatch):
     """Flipped by issue 47: ``"auto"`` takes the kernel on CUDA where it covers the case and
-    the products run on tensor cores (bf16 here), never under ``backend="torch"``."""
-    cuda_tensor = SimpleNamespace(device=torch.device("cuda", 0), dtype=torch.float32,
-                                  shape=(8192, 128), element_size=lambda: 4)
-    c = Candidates(anchors=cuda_tensor, keys=cuda_tensor, positive_sim=None,
-                   input_dtype=torch.bfloat16)
-    def plan(tile_size):
-        return dispatch.plan_tiles("InfoNCE", [c], tile_size,
-                                   kernel=lambda: dispatch.why_not_kernel(c)).path
-
-    assert fused.unsupported(cuda_tensor, cuda_tensor, c.excluded, None, None, None) is None
-    assert plan("auto") == plan(1024) == "kernel"
-    with tiling(backend="torch"):
-        assert plan(1024) == "loop"
+    the products run on tensor cores (bf16 here), never under ``backend="torch"``; an int
+    ``tile_size`` is the loop's tile (issue 53)."""
+    monkeypatch.setattr(fused, "_HAS_TRITON", True)
+    bf16 = Problem(method="InfoNCE", op="row_stats", device=torch.device("cuda", 0),
+                   dtype=torch.float32, key_dtype=torch.float32, precision="bf16",
+                   shapes=((8192, 8192),), width=128, form="cross_view", masks=2)
+    assert fused.why_not(bf16) is None
+    assert dispatch.plan(bf16, "auto").path == "triton"
+    assert dispatch.plan(bf16, 1024).path == "torch"
+    with tiling(backend="torch", max_logits_bytes=2**40):  # a budget: CUDA is not asked
+        assert dispatch.plan(bf16, "auto").path == "materialise"
 
 
 @pytest.mark.gpu
@@ -150,8 +150,7 @@ def test_gpu_kernel_compiles_in_one_graph():
     no autotuning, no host read (torch.cuda.set_sync_debug_mode("error") refuses both)."""
     z0, z1 = (torch.randn(4096, 128, device="cuda").bfloat16().requires_grad_(True)
               for _ in range(2))
-    loss_fn = MACLLoss(0.1, 0.5, tile_size=1024, check_finite=False)
-    assert fused.unsupported(z0, z1, (), None, None, None) is None
+    loss_fn = MACLLoss(0.1, 0.5, check_finite=False)
     with tiling(backend="triton"):
         compiled = torch.compile(loss_fn, fullgraph=True)
         expected = loss_fn(z0, z1)

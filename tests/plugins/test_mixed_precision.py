@@ -3,7 +3,7 @@
 Under ``torch.autocast`` a model hands the loss half-precision embeddings. Every core loss
 must then normalise, build its logits, softmax/log-sum-exp, entropy and MACL's ``V`` in
 float32 (DESIGN: "Mixed precision"); only the operands of its products are in the half dtype
-(the precision policy, :mod:`adaptcl.plugins.tiles.precision`: tensor cores, float32
+(the precision policy, :mod:`adaptcl.plugins._products`: tensor cores, float32
 accumulation). The check: the loss of half-precision embeddings under autocast equals, to
 float32 rounding, the loss of the *same* values upcast to float32 with autocast off and the
 products at the half dtype's precision, and the gradient reaching the half-precision embeddings
@@ -65,7 +65,7 @@ def test_loss_under_autocast_computes_in_float32(name, precision, device, monkey
         loss = _run(half_loss_fn, z0, z1, queue, name)
     f0, f1 = (z.detach().float().requires_grad_(True) for z in (z0, z1))
     with monkeypatch.context() as policy:  # float32 inputs, products at the half precision
-        policy.setattr(candidates_module, "precision_of", lambda dtype: precision)
+        policy.setattr(candidates_module, "product_precision", lambda dtype, device: precision)
         expected = _run(float_loss_fn, f0, f1, queue.float(), name)
 
     assert loss.dtype == torch.float32 and torch.isfinite(loss)

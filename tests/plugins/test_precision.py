@@ -1,11 +1,13 @@
-"""The precision policy of the products (:mod:`adaptcl.plugins.tiles.precision`).
+"""The precision policy of the products (:mod:`adaptcl.plugins._products`).
 
-bf16/fp16 inputs multiply in that dtype, float32 inputs follow
-``torch.get_float32_matmul_precision()`` ("highest" IEEE, "high" TF32, "medium" bf16), float64
-is exact; accumulation, log-sum-exp and gradients stay float32. On the CPU the tensor cores are
-emulated (operands rounded, products exact in float32, float32 accumulation); the checks here
-pin the rounding itself, the one product function every path uses, and that the losses follow
-the policy on both the materialised path and the PyTorch tile loop. The kernel's side is
+bf16/fp16 inputs multiply in that dtype, float32 inputs on CUDA follow
+``torch.get_float32_matmul_precision()`` ("highest" IEEE, "high" TF32, "medium" bf16), float32
+on the CPU is IEEE whatever it says (as PyTorch's own CPU matmul) unless
+``tiling(emulate_tensor_cores=True)``, float64 is exact; accumulation, log-sum-exp and gradients
+stay float32. Under the switch the CPU emulates the tensor cores (operands rounded, products
+exact in float32, float32 accumulation); the checks here pin the rounding itself, the one
+product function every path uses, and that the losses follow the policy on both the
+materialised path and the PyTorch tile loop. The kernel's side is
 ``interpreted_fused.py`` (under Triton's interpreter) and the accuracy table's test,
 ``test_accuracy.py``.
 """
@@ -15,29 +17,67 @@ from __future__ import annotations
 import pytest
 import torch
 
-from adaptcl.plugins import InfoNCELoss, MACLLoss
-from adaptcl.plugins.tiles import precision as P
+from adaptcl.plugins import InfoNCELoss, MACLLoss, tiling
+from adaptcl.plugins import _products as P
 
 from ._helpers import LOSSES
 
+CPU, CUDA = torch.device("cpu"), torch.device("cuda", 0)
+
 
 @pytest.fixture
-def matmul_precision():
+def float32_setting():
     """Set ``torch.set_float32_matmul_precision`` inside a test, restored after it."""
     before = torch.get_float32_matmul_precision()
     yield torch.set_float32_matmul_precision
     torch.set_float32_matmul_precision(before)
 
 
-def test_the_policy_follows_the_input_dtype_and_pytorchs_float32_setting(matmul_precision):
-    assert P.product_precision(torch.bfloat16) == "bf16"
-    assert P.product_precision(torch.float16) == "fp16"
-    assert P.product_precision(torch.float64) == "ieee"
+@pytest.fixture
+def matmul_precision(float32_setting):
+    """:func:`float32_setting` with the CPU emulating the tensor cores, so that float32 inputs
+    here follow it as they do on CUDA."""
+    with tiling(emulate_tensor_cores=True):
+        yield float32_setting
+
+
+def test_the_policy_follows_the_input_dtype_and_on_cuda_pytorchs_float32_setting(
+        float32_setting):
+    for device in (CPU, CUDA):
+        assert P.product_precision(torch.bfloat16, device) == "bf16"
+        assert P.product_precision(torch.float16, device) == "fp16"
+        assert P.product_precision(torch.float64, device) == "ieee"
     for setting, expected in (("highest", "ieee"), ("high", "tf32"), ("medium", "bf16")):
-        matmul_precision(setting)
-        assert P.product_precision(torch.float32) == expected
-        assert P.product_precision(torch.float64) == "ieee"  # float64 is always exact
+        float32_setting(setting)
+        assert P.product_precision(torch.float32, CUDA) == expected
+        assert P.product_precision(torch.float32, CPU) == "ieee"  # as PyTorch's CPU matmul
+        with tiling(emulate_tensor_cores=True):
+            assert P.product_precision(torch.float32, CPU) == expected
+            assert P.product_precision(torch.float64, CPU) == "ieee"  # float64 is exact
     assert [P.on_tensor_cores(p) for p in P.PRECISIONS] == [False, True, True, True]
+
+
+@pytest.mark.parametrize("setting", ["high", "medium"])
+def test_on_the_cpu_float32_losses_are_ieee_whatever_the_matmul_precision(setting,
+                                                                          float32_setting):
+    """Issue 53, item 2: ``torch.set_float32_matmul_precision("high")`` (Lightning's advice on
+    every tensor-core GPU) moved CPU losses, where PyTorch's own CPU matmul is bit-identical.
+    Every loss of the table, materialised and tiled: value and gradients bit for bit those at
+    "highest"."""
+    for name, case in LOSSES.items():
+        for tile in ((None, 3) if case.tileable else (None,)):
+            options = {"tile_size": tile} if case.tileable else {}
+            inputs = case.inputs(n=7, seed=3)
+            results = []
+            for current in ("highest", setting):
+                float32_setting(current)
+                fn = case.build(**options)
+                value = fn(*inputs)
+                params = [p for p in fn.parameters() if p.requires_grad]
+                results.append([value, *torch.autograd.grad(value, [*inputs, *params],
+                                                            allow_unused=True)])
+            for a, b in zip(*results, strict=True):
+                assert (a is None and b is None) or torch.equal(a, b), (name, tile)
 
 
 def test_tf32_rounding_keeps_ten_mantissa_bits_to_nearest_ties_away_from_zero():
@@ -143,7 +183,8 @@ def test_the_tile_loop_agrees_with_the_materialised_path_at_each_precision(
 
 
 def test_the_default_float32_path_is_the_plain_product(matmul_precision):
-    """At PyTorch's default ("highest") a float32 loss is what it was before the policy:
+    """At PyTorch's default ("highest") a float32 loss is what it was before the policy, the
+    emulation switched on or not:
     :func:`logits_product` returns ``a @ k.T`` itself (bit for bit; tools/bit_identity.py
     checks every loss against the commit before the policy)."""
     matmul_precision("highest")

@@ -1,7 +1,7 @@
 """Tiled (Inf-CL) losses equal the materialised ones, value and gradient, for every method.
 
 The tiled path streams ``tile_size x tile_size`` tiles of the similarity matrix and recomputes
-them in backward (:mod:`adaptcl.plugins.tiles.loop`); here it is compared with the materialised
+them in backward (:mod:`adaptcl.plugins.tiles._loop`); here it is compared with the materialised
 path on random inputs (tile sizes that do not divide the batch, a batch smaller than one
 tile, tile 1) and on hostile inputs (identical views, collapsed and zero embeddings, cosines
 exactly +-1, temperature 0.01), in float32 to 1e-5, plus float64 gradchecks of the custom
@@ -30,7 +30,7 @@ from adaptcl.plugins import (
     info_nce,
 )
 from adaptcl.plugins.ascl import _TileTargets
-from adaptcl.plugins.tiles.loop import streamed_row_stats
+from adaptcl.plugins.tiles._loop import streamed_row_stats
 
 from ._helpers import LOSSES, names
 
@@ -399,7 +399,7 @@ def test_top_columns_breaks_ties_by_lowest_column_whatever_the_tiling(k):
     """Integer-valued rows full of ties and some masked (-inf) columns: the merged top-k over
     any tiling is the top-k of the whole row, ties going to the lowest columns (k = 9 and 12
     exercise the threshold method beyond the argmax rounds)."""
-    from adaptcl.plugins.tiles.loop import merge_top, top_columns
+    from adaptcl.plugins.tiles._loop import merge_top, top_columns
 
     g = torch.Generator().manual_seed(k)
     values = torch.randint(0, 4, (5, 17), generator=g).float()

@@ -12,7 +12,7 @@ kernel's losses: DySTreSS's temperature from each pair's cosine
 (:mod:`~adaptcl.plugins.dystress`), multi-positive targets from ``labels`` (SupCon,
 :mod:`~adaptcl.plugins.targets`) and sentence-transformers' hardness term
 (:mod:`~adaptcl.plugins.hardness`). Each path can be materialised or streamed in tiles by the
-method-agnostic engine in :mod:`~adaptcl.plugins.tiles.loop`.
+method-agnostic engine in :mod:`~adaptcl.plugins.tiles._loop`.
 
 Like ``torch.nn.functional`` and ``torch.nn``, every loss has a functional form in
 :mod:`adaptcl.plugins.functional` (``info_nce``, ``dcl``, ``flat_nce``, ``dual_temperature``,
@@ -24,10 +24,14 @@ their modules, are also importable from here) with ``reduction="mean" | "sum" | 
 keeps what it last computed in ``loss.last_stats``. Two-view modules are called like Lightly's
 losses, ``loss(z0, z1)``, plus an optional ``negatives=`` tensor; all share the keywords
 ``gather_distributed``, ``gather_fn``, ``check_finite``, ``tile_size`` (``"auto"``, ``None`` or
-an int: how the logits are computed, :mod:`~adaptcl.plugins.tiles.dispatch`) and
-``reduction``. What computes the tiles (the PyTorch loop or the fused Triton kernel) and the
-memory budget of ``tile_size="auto"`` are one scoped setting, :class:`tiling`, as
-``torch.nn.attention.sdpa_kernel`` is for attention.
+an int: how the logits are computed, :mod:`~adaptcl.plugins.execution`) and
+``reduction``. Every other execution choice (what computes the tiles, the PyTorch loop or the
+fused Triton kernel; the memory budget of ``tile_size="auto"``; the kernels' backward and
+autotuning; the CPU's emulation of tensor cores; a debug switch) is a field of one scoped
+setting, :class:`tiling` (a block changing only the fields it names) and :func:`set_tiling`
+(the process-wide default), as ``torch.nn.attention.sdpa_kernel`` is for attention
+(:mod:`~adaptcl.plugins.execution`); ``loss.last_stats.plan`` (a :class:`TilePlan`) says which
+path a call took.
 """
 
 from .amcl import AMCLLoss
@@ -42,6 +46,7 @@ from .ascl import ASCLBYOLLoss, ASCLLoss, ascl_byol, soft_labels
 from .base import ContrastiveLoss
 from .candidates import FORMS, Candidates, build_candidates
 from .dystress import DySTreSSLoss, dystress_temperature
+from .execution import TilePlan, TilingSetting, current_tiling, set_tiling, tiling
 from .gradient_cache import BATCH_NORM_MODES, cached_forward
 from .hardness import HARDNESS_MODES
 from .heads import MultiHeadProjection
@@ -75,12 +80,12 @@ from .schedule import (
     temperature_schedule,
 )
 from .survey import MarginContrastiveLoss, NCELoss, TripletLoss, margin_contrastive, nce, triplet
-from .tiles.budget import LogitsBudgetWarning
-from .tiles.dispatch import current_tiling, tiling
+from .tiles._budget import LogitsBudgetWarning
 
 __all__ = [
     "FORMS", "Candidates", "build_candidates", "KernelOutput", "contrastive_kernel",
-    "ContrastiveLoss", "LogitsBudgetWarning", "tiling", "current_tiling",
+    "ContrastiveLoss", "LogitsBudgetWarning", "tiling", "set_tiling", "current_tiling",
+    "TilingSetting", "TilePlan",
     "InfoNCELoss", "DCLLoss", "FlatNCELoss", "DualTemperatureLoss", "info_nce", "dcl",
     "flat_nce", "dual_temperature",
     "MACLLoss", "macl", "macl_temperature",

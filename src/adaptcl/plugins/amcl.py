@@ -29,6 +29,7 @@ from typing import Literal, get_args
 import torch
 from torch import Tensor, nn
 
+from ._products import gathered_product, logits_product
 from .amcl_temperature import BoundMonitor, PairTemperature, omega
 from .base import (
     ContrastiveLoss,
@@ -40,12 +41,11 @@ from .base import (
 )
 from .candidates import Candidates, Form, autocast_off
 from .distributed import GatherFn
+from .execution import TilePlan
 from .heads import as_heads
 from .kernel import no_negatives_output
-from .tiles.dispatch import TilePlan, pair_lse, plan_tiles, why_not_pair_kernel
-from .tiles.loop import streamed_sum, streamed_top_columns, top_columns
-from .tiles.precision import gathered_product, logits_product
-from .tiles.terms import RegularisedPairTerm, description
+from .tiles import _dispatch as dispatch
+from .tiles._terms import RegularisedPairTerm, description
 from .validation import TileSize, check_choice, check_int, check_non_negative, check_tile_size
 
 #: the negative term of Table 2: the kappa hardest negatives, or the soft-max over all
@@ -55,9 +55,11 @@ NEGATIVE_TERMS: tuple[NegativeTerm, ...] = get_args(NegativeTerm)
 Objective = Literal["nt_xent", "infonce"]
 OBJECTIVES: tuple[Objective, ...] = get_args(Objective)
 #: ``[A, C]`` matrices of one head's materialised path at its peak, by negative term
-#: (measured, :mod:`~adaptcl.plugins.tiles.budget`): cosines, pair temperatures, the pair term and
+#: (measured, :mod:`~adaptcl.plugins.tiles._budget`): cosines, pair temperatures, the pair term and
 #: their gradients
 AMCL_COPIES = {"softmax": 12, "topk": 6}
+#: the top-kappa term as the dispatcher's problem names it (no kernel has it)
+_TOP_KAPPA = "AMCL top-kappa term (negative_term='topk'; 'softmax' it has)"
 
 #: The paper's stated settings for SimCLR / MoCo on the smaller datasets (Sec. 5, Fig. 5,
 #: Appendix A): 3 heads, the top-kappa term with kappa = 100 in the NT-Xent form (Table 2.1),
@@ -78,7 +80,7 @@ def pair_term(s: Tensor, tau: Tensor, beta: float, dim: int) -> Tensor:
 
 class _PairTerm:
     """:func:`pair_term` with ``tau = net.squash(r)``, on tiles of the streaming engine
-    (:class:`~adaptcl.plugins.tiles.loop.PairTerm`); its derivative is written out for the
+    (:class:`~adaptcl.plugins.tiles._loop.PairTerm`); its derivative is written out for the
     recomputing backward."""
 
     def __init__(self, net: nn.Module, beta: float, dim: int) -> None:
@@ -95,6 +97,11 @@ class _PairTerm:
 
     def statistic(self, r: Tensor) -> Tensor:
         return self.net.squash(r)
+
+    @property
+    def name(self) -> str:
+        """What a kernel says it lacks when the network describes nothing it knows."""
+        return f"pair temperature of {type(self.net).__name__}"
 
     def describe(self) -> RegularisedPairTerm | None:
         """This term as the tiles' typed description, or ``None`` for a temperature network
@@ -123,7 +130,7 @@ class AMCLLoss(ContrastiveLoss):
             :class:`~adaptcl.plugins.InfoNCELoss` (the same validation; each head's candidates
             are gathered across ranks with ``gather_fn``).
         tile_size: stream the pair similarities and temperatures in tiles (Inf-CL, Cheng et
-            al. 2024; :mod:`adaptcl.plugins.tiles.loop`), exactly: ``"softmax"`` recomputes each tile's
+            al. 2024; :mod:`adaptcl.plugins.tiles._loop`), exactly: ``"softmax"`` recomputes each tile's
             pair temperatures in backward so the temperature network still learns; ``"topk"``
             merges the top-kappa across tiles and differentiates the gathered pairs. Needs a
             temperature network exposing ``features``, ``squash`` and ``squash_grad`` (as
@@ -262,11 +269,11 @@ def _top_pairs(c: Candidates, net: nn.Module, tau_pos: Tensor, kappa: int, infon
             sims = torch.cat([sims, c.positive_sim[:, None]], dim=1)
             taus = torch.cat([taus, tau_pos[:, None].to(taus.dtype)], dim=1)
         columns = torch.arange(sims.shape[1], device=sims.device).expand_as(sims)
-        top = top_columns(sims.detach(), columns, kappa)[1]
+        top = dispatch.top_columns(sims.detach(), columns, kappa)[1]
         return sims.gather(1, top), taus.gather(1, top), tau_mean
     extra = c.positive_sim.detach() if infonce else None
-    top = streamed_top_columns(c.anchors.detach(), c.keys.detach(), plan.tile, c.excluded,
-                               kappa, extra, precision)
+    top = dispatch.streamed_top_columns(plan, c.anchors.detach(), c.keys.detach(), c.excluded,
+                                        kappa, extra)
     is_pos = top == num_keys
     cols = top.clamp(max=num_keys - 1)
     s_k = gathered_product(c.anchors, c.keys[cols], precision)
@@ -274,7 +281,7 @@ def _top_pairs(c: Candidates, net: nn.Module, tau_pos: Tensor, kappa: int, infon
     pa, pk = net.features(c.anchors), net.features(c.keys)
     t_k = net.squash(gathered_product(pa, pk[cols], precision))
     t_k = torch.where(is_pos, tau_pos[:, None].to(t_k.dtype), t_k)
-    tau_mean = streamed_sum(net.squash, pa.detach(), pk.detach(), plan.tile, precision) / (
+    tau_mean = dispatch.pair_sum(plan, net.squash, pa.detach(), pk.detach()) / (
         c.num_anchors * num_keys)
     return s_k, t_k, tau_mean
 
@@ -300,8 +307,8 @@ def _softmax_term(c: Candidates, net: nn.Module, beta: float, dim: int,
         return torch.logsumexp(terms, dim=1), tau.detach().mean()
     pa, pk = net.features(c.anchors), net.features(c.keys)
     dtype = c.anchors.dtype
-    neg, tau_sum = pair_lse(plan, c.anchors, c.keys, pa.to(dtype), pk.to(dtype), c.excluded,
-                            _PairTerm(net, beta, dim))
+    neg, tau_sum = dispatch.pair_lse(plan, c.anchors, c.keys, pa.to(dtype), pk.to(dtype),
+                                     c.excluded, _PairTerm(net, beta, dim))
     return neg, tau_sum / (c.num_anchors * c.keys.shape[0])
 
 
@@ -346,10 +353,8 @@ def _amcl(z0: Tensor, z1: Tensor, negatives: Tensor | None, build, net: nn.Modul
     for h in range(z0.shape[0]):
         cands = build(z0[h], z1[h], None if negatives is None else negatives[h])
         if h == 0:  # every head's pair matrices live until the backward
-            plan = plan_tiles("AMCL", cands, tile_size, heads=z0.shape[0],
-                              copies=AMCL_COPIES[negative_term], tileable=_tileable(net),
-                              kernel=lambda cands=cands: _why_not_kernel(
-                                  cands, net, beta, dim, negative_term))
+            plan = dispatch.plan(_problem(cands, net, beta, dim, negative_term, z0.shape[0]),
+                                 tile_size)
         losses = []
         for c in cands:
             loss, tau_pos, tau = _head_loss(c, net, dim, beta=beta, negative_term=negative_term,
@@ -364,13 +369,17 @@ def _amcl(z0: Tensor, z1: Tensor, negatives: Tensor | None, build, net: nn.Modul
                              alignment=torch.stack(align), plan=plan)
 
 
-def _why_not_kernel(cands: list[Candidates], net: nn.Module, beta: float, dim: int,
-                    negative_term: NegativeTerm) -> str | None:
-    """Why the fused kernel cannot compute this head's negative term (``None``: it can)."""
-    if negative_term == "topk":
-        return "it has no AMCL top-kappa term (negative_term='topk'; 'softmax' it has)"
-    reasons = (why_not_pair_kernel(c, _PairTerm(net, beta, dim)) for c in cands)
-    return next((why for why in reasons if why is not None), None)
+def _problem(cands: list[Candidates], net: nn.Module, beta: float, dim: int,
+             negative_term: NegativeTerm, heads: int):
+    """One head's call as the dispatcher's problem: the softmax term streams its pair
+    log-sum-exp (its pair term describes the temperature network, or names it), the top-kappa
+    term a selection over every column; ``heads`` such calls live until the backward."""
+    if negative_term == "softmax":
+        op, pair = "pair_lse", _PairTerm(net, beta, dim)
+    else:
+        op, pair = "top_columns", _TOP_KAPPA
+    return dispatch.describe("AMCL", cands, op=op, pair=pair, heads=heads,
+                             copies=AMCL_COPIES[negative_term], tileable=_tileable(net))
 
 
 def amcl(z0: Tensor, z1: Tensor, temperature_net: nn.Module, beta: float = 1e-3, *,

@@ -28,7 +28,7 @@ import torch
 from torch import Tensor, nn
 
 from .candidates import autocast_off, compute_dtype
-from .tiles.terms import FixedPairTemperature, SigmoidPairTemperature
+from .tiles._terms import FixedPairTemperature, SigmoidPairTemperature
 from .validation import check_int, check_positive
 
 #: How close (absolute) a mean learned temperature must be to ``eta`` or ``eta + iota`` to count

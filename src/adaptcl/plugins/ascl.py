@@ -26,6 +26,7 @@ from typing import Literal, get_args
 import torch
 from torch import Tensor
 
+from ._products import ProductPrecision, gathered_product, product
 from .base import (
     ContrastiveLoss,
     Reduction,
@@ -43,6 +44,7 @@ from .candidates import (
     scaled_anchors,
 )
 from .distributed import GatherFn
+from .execution import TilePlan
 from .hardness import HardnessBias, HardnessMode, check_hardness, hardness_spec
 from .kernel import (
     KernelOutput,
@@ -51,9 +53,8 @@ from .kernel import (
     no_negatives_output,
     row_logsumexp,
 )
-from .tiles.dispatch import TilePlan, plan_tiles, row_stats, why_not_kernel
-from .tiles.loop import Masks, mask_tile, streamed_softmax_stats, top_columns
-from .tiles.precision import ProductPrecision, gathered_product, product
+from .tiles import _dispatch as dispatch
+from .tiles._loop import Masks, mask_tile
 from .validation import TileSize, check_choice, check_int, check_positive
 
 #: the soft-label rule: ASCL, AHCL (hard top-K labels) or hard (one-hot: InfoNCE)
@@ -63,8 +64,10 @@ MODES: tuple[ASCLMode, ...] = get_args(ASCLMode)
 ASCLForm = Literal["queue", "cross_view"]
 ASCL_FORMS: tuple[ASCLForm, ...] = get_args(ASCLForm)
 #: the materialised path's ``[A, C]`` matrices at its peak (measured,
-#: :mod:`~adaptcl.plugins.tiles.budget`): InfoNCE's, the key similarities and the soft targets
+#: :mod:`~adaptcl.plugins.tiles._budget`): InfoNCE's, the key similarities and the soft targets
 ASCL_COPIES = 7
+#: ASCL's soft targets as the dispatcher's problem names them (no kernel has them)
+_SOFT_TARGETS = "ASCL soft targets (mode='ascl'; 'hard' and 'ahcl' it has)"
 
 
 # --------------------------------------------------------------------------------------------
@@ -116,7 +119,7 @@ def _soft_targets(key_sim: Tensor, valid: Tensor, negatives: int | Tensor, *, mo
         y_neg = _capped(q, confidence * num_neighbors).masked_fill(~valid, 0.0)
     else:
         columns = torch.arange(d.shape[1], device=d.device).expand_as(d)
-        top = top_columns(d, columns, num_neighbors)[1]
+        top = dispatch.top_columns(d, columns, num_neighbors)[1]
         y_neg = torch.zeros_like(q).scatter_(
             1, top, _fill(mode, confidence)[:, None].expand(-1, num_neighbors))
     total = 1 + y_neg.sum(dim=1)
@@ -146,7 +149,7 @@ def soft_labels(key_sim: Tensor, valid: Tensor, *, mode: ASCLMode = "ascl", num_
 class _TileTargets:
     """ASCL's un-normalised targets on a tile, ``min(1, s_i q_ij)`` with
     ``q_ij = exp(<k_i, k_j> / tau' - log_norm_i)`` over the valid columns (detached); the
-    :class:`~adaptcl.plugins.tiles.loop.TileWeights` of the streamed soft-target sum (the
+    :class:`~adaptcl.plugins.tiles._loop.TileWeights` of the streamed soft-target sum (the
     products ``<k_i, k_j>`` at ``precision``)."""
 
     def __init__(self, positive_keys: Tensor, sharpen_temperature: float, log_norm: Tensor,
@@ -170,25 +173,25 @@ def _tiled_ascl(c: Candidates, temperature: float, plan: TilePlan, *, mode: ASCL
     a, pos = scaled_anchors(c, temperature)
     n, precision = c.num_negatives, c.product_precision
     if num_neighbors == 0:
-        lse = row_stats(plan, a, c.keys, c.excluded, bias=bias)[0]
+        lse = dispatch.row_stats(plan, a, c.keys, c.excluded, bias=bias)[0]
         out = kernel_from_lse(lse, pos, soft_targets=(torch.ones_like(pos), torch.zeros_like(pos)))
         return out, torch.zeros_like(pos).detach()
     _check_neighbours(num_neighbors, n)
     pk = c.positive_keys.detach()
-    log_norm, entropy, top = streamed_softmax_stats(
-        pk, c.keys.detach(), sharpen_temperature, plan.tile, c.excluded,
-        top=num_neighbors if mode != "ascl" else 0, precision=precision)
+    log_norm, entropy, top = dispatch.softmax_stats(
+        plan, pk, c.keys.detach(), sharpen_temperature, c.excluded,
+        top=num_neighbors if mode != "ascl" else 0)
     confidence = _confidence(entropy, n)
     if mode == "ascl":
         targets = _TileTargets(pk, sharpen_temperature, log_norm, confidence * num_neighbors,
                                precision)
-        lse, sum_ul, sum_u = row_stats(plan, a, c.keys, c.excluded, targets, bias=bias)
+        lse, sum_ul, sum_u = dispatch.row_stats(plan, a, c.keys, c.excluded, targets, bias=bias)
         total = 1 + sum_u
         weighted = sum_ul / total
     else:
         fill = _fill(mode, confidence)
         total = 1 + fill * num_neighbors
-        lse = row_stats(plan, a, c.keys, c.excluded, bias=bias)[0]
+        lse = dispatch.row_stats(plan, a, c.keys, c.excluded, bias=bias)[0]
         with autocast_off(a):
             top_logits = gathered_product(a, c.keys[top], precision)
         weighted = (fill / total) * top_logits.sum(dim=1)
@@ -201,12 +204,10 @@ def _ascl(c: Candidates, *, temperature: float, sharpen_temperature: float, num_
     """ASCL's per-anchor losses and statistics on one direction's candidates."""
     bias = None if hardness is None else HardnessBias(c, *hardness)
 
-    def why_not() -> str | None:
-        if mode == "ascl" and num_neighbors > 0:
-            return "it has no ASCL soft targets (mode='ascl'; 'hard' and 'ahcl' it has)"
-        return why_not_kernel(c, bias=bias)
-
-    plan = plan_tiles("ASCL", [c], tile_size, kernel=why_not, copies=ASCL_COPIES)
+    soft = mode == "ascl" and num_neighbors > 0
+    plan = dispatch.plan(dispatch.describe(
+        "ASCL", [c], weights=_SOFT_TARGETS if soft else None, bias=bias, copies=ASCL_COPIES),
+        tile_size)
     if c.num_negatives == 0:
         # nothing to contrast against and no neighbour to label: 0, as InfoNCE
         out, confidence = no_negatives_output(c.positive_sim), torch.zeros_like(c.positive_sim)
@@ -285,7 +286,7 @@ class ASCLLoss(ContrastiveLoss):
         form: ``"queue"`` (default) or ``"cross_view"`` (in-batch).
         tile_size: ``"auto"`` (default), ``None`` (materialise) or an int: stream the logits
             and the key-to-negative similarities in tiles (Inf-CL, Cheng et al. 2024;
-            :mod:`adaptcl.plugins.tiles.loop`), exact in every mode: a first gradient-free pass
+            :mod:`adaptcl.plugins.tiles._loop`), exact in every mode: a first gradient-free pass
             gathers the normaliser and entropy of the sharpened distribution (and merges the
             top-K across tiles for ``"hard"`` / ``"ahcl"``), the second streams ``lse`` and the
             soft-target sum ``sum_j y_ij l_ij``. As in :class:`~adaptcl.plugins.InfoNCELoss`.
@@ -333,7 +334,8 @@ def _ascl_byol(targets_view: list[Candidates], neighbours: list[Candidates], *,
                sharpen_temperature: float, num_neighbors: int, mode: ASCLMode,
                tile_size: TileSize) -> tuple[Tensor, Stats]:
     (c,), (near_all,) = targets_view, neighbours
-    plan = plan_tiles("ASCL-BYOL", [c, near_all], tile_size, copies=4, row_blocks=True)
+    plan = dispatch.plan(dispatch.describe("ASCL-BYOL", [c, near_all], op="row_blocks",
+                                           copies=4), tile_size)
     n = near_all.num_negatives
     k = num_neighbors if n > 0 else 0  # a batch of one has no neighbour: plain BYOL
 

@@ -12,6 +12,7 @@ from torch.utils.checkpoint import checkpoint
 
 from .candidates import FORMS, Candidates, Form, build_candidates
 from .distributed import GatherFn
+from .execution import TilePlan
 from .hardness import HardnessBias
 from .kernel import (
     KernelOutput,
@@ -21,12 +22,32 @@ from .kernel import (
     row_statistics,
 )
 from .targets import LabelTargets
-from .tiles.budget import LOGIT_COPIES
-from .tiles.dispatch import TilePlan, plan_tiles, why_not_kernel
-from .tiles.loop import TileTerm
+from .tiles import _dispatch as dispatch
+from .tiles._budget import LOGIT_COPIES
+from .tiles._loop import TileTerm
 from .validation import TileSize, check_choice, check_shared
 
-Stats = dict[str, Tensor]
+
+class Stats(dict):
+    """What a loss call computed, by name (detached 0-d tensors: ``loss``, ``alignment``,
+    ``temperature``, ...), and how: :attr:`plan`. A ``dict``, so a logger that walks its items
+    sees numbers only.
+
+    Example:
+        >>> import torch
+        >>> from adaptcl.plugins import InfoNCELoss
+        >>> loss_fn = InfoNCELoss(0.1, tile_size=4)
+        >>> loss = loss_fn(torch.randn(8, 16), torch.randn(8, 16))
+        >>> loss_fn.last_stats.plan.path, loss_fn.last_stats.plan.tile
+        ('torch', 4)
+    """
+
+    plan: TilePlan | None = None
+    """the path, tile and precision the call ran with, and why each backend that did not run
+    did not (:class:`~adaptcl.plugins.execution.TilePlan`; ``str()`` says it in one line);
+    ``None`` for a loss without logits to tile (AMCL's SimSiam and Barlow Twins forms)"""
+
+
 #: how per-anchor losses are reduced (as ``torch.nn.functional``'s ``reduction``)
 Reduction = Literal["mean", "sum", "none"]
 REDUCTIONS: tuple[Reduction, ...] = get_args(Reduction)
@@ -51,14 +72,16 @@ def loss_stats(per_anchor: Tensor, cands: list[Candidates] | None = None, *,
     direction; from kernel ``outputs`` the unweighted ``plain_loss``, ``mean_w`` (MACL's W) and
     ``positive_probability``; ``temperature`` (its mean) and any ``extra`` value as given;
     ``auto_tile_size`` (float32) when the logits budget switched the call to its tiled path
-    (``plan.chosen``, :mod:`~adaptcl.plugins.tiles.dispatch`).
+    (``plan.chosen``, :mod:`~adaptcl.plugins.tiles._dispatch`); ``plan`` itself as
+    :attr:`Stats.plan`.
     """
     def scalar(x: Tensor | float) -> Tensor:
         if not isinstance(x, Tensor):  # on the inputs' device, with no host-to-device copy
             return torch.full((), float(x), dtype=torch.float32, device=per_anchor.device)
         return x.detach().mean()
 
-    stats = {"loss": scalar(per_anchor)}
+    stats = Stats(loss=scalar(per_anchor))
+    stats.plan = plan
     if outputs:
         stats["plain_loss"] = scalar(torch.cat([o.plain for o in outputs]))
     if cands:
@@ -96,12 +119,12 @@ def per_anchor_losses(
     rule: ``([A] losses, stats)``. The InfoNCE family's one path (InfoNCE, DCL, Dual
     temperature, MACL, DySTreSS, the schedule, the learned temperature).
 
-    The call is planned once (:func:`~adaptcl.plugins.tiles.dispatch.plan_tiles`, as
+    The call is described and planned once (:mod:`~adaptcl.plugins.tiles._dispatch`, as
     ``method`` with ``tile_size``; ``copies`` ``[A, C]`` matrices at the materialised peak,
-    ``heads`` such calls alive until the backward): materialised, or streamed by the tile loop
-    or the fused kernel where it covers the case. ``log_weights(c, log_w, plan)`` may return
-    per-anchor log weights from the direction's candidates, its detached ``log W`` and the
-    plan (they are detached anyway). Anchors without negatives give 0
+    ``heads`` such calls alive until the backward): materialised, or streamed by a backend
+    (the tile loop, or the fused kernel where it covers the case). ``log_weights(c, log_w,
+    plan)`` may return per-anchor log weights from the direction's candidates, its detached
+    ``log W`` and the plan (they are detached anyway). Anchors without negatives give 0
     (:func:`~adaptcl.plugins.kernel.no_negatives_output`).
 
     The per-pair parts: ``term`` maps cosines to logits (a per-pair temperature; ``temperature``
@@ -120,12 +143,10 @@ def per_anchor_losses(
             targets = LabelTargets(c)
         parts[i] = (targets, None if hardness is None else HardnessBias(c, *hardness))
 
-    def why_not() -> str | None:
-        reasons = (why_not_kernel(cands[i], targets, bias, term)
-                   for i, (targets, bias) in parts.items())
-        return next((r for r in reasons if r is not None), None)
-
-    plan = plan_tiles(method, cands, tile_size, kernel=why_not, copies=copies, heads=heads)
+    # every direction's parts are of one kind: the first stands for them
+    targets, bias = next(iter(parts.values()), (None, None))
+    plan = dispatch.plan(dispatch.describe(method, cands, weights=targets, bias=bias, term=term,
+                                           copies=copies, heads=heads), tile_size)
     outputs = []
     for i, c in enumerate(cands):
         if i not in parts:
@@ -193,6 +214,16 @@ def functional_candidates(z0: Tensor, z1: Tensor, negatives: Tensor | None, *, f
                             gather_fn=gather_fn, check_finite=check_finite, **pairs)
 
 
+def labelled_candidates(z0: Tensor, z1: Tensor, negatives: Tensor | None,
+                        labels: Tensor | None, negative_labels: Tensor | None,
+                        negative_owners: Tensor | None, /, **shared) -> list[Candidates]:
+    """:func:`functional_candidates` with the pair data of the functional forms that take
+    multi-positive labels and negative owners (``info_nce``, ``macl``, ``dystress``)."""
+    return functional_candidates(z0, z1, negatives, labels=labels,
+                                 negative_labels=negative_labels,
+                                 negative_owners=negative_owners, **shared)
+
+
 class Loss(nn.Module):
     """Base of every loss module: ``reduction`` and ``last_stats``.
 
@@ -228,11 +259,13 @@ class ContrastiveLoss(Loss):
     ``gather_distributed`` (a bool), ``gather_fn`` (a gradient-carrying gather such as
     ``lightly.utils.dist.gather``, or None), ``check_finite`` (a bool), ``tile_size``
     (``"auto"``, the default, ``None`` or an int >= 1: how the ``[A, C]`` logits are computed,
-    :mod:`~adaptcl.plugins.tiles.dispatch`; ``None`` materialises them, an int streams them in
-    tiles of that size, ``"auto"`` takes the fastest exact path that fits, which on the CPU
-    without a budget is the materialised one) and ``reduction`` (``"mean"``, ``"sum"`` or
-    ``"none"`` for per-anchor losses, as in ``torch.nn``). What computes the tiles and the
-    logits budget are one scoped setting, :class:`~adaptcl.plugins.tiling`, not keywords.
+    :mod:`~adaptcl.plugins.tiles._dispatch`; ``None`` materialises them, an int streams them on
+    the PyTorch tile loop in tiles of that size on every device, ``"auto"`` takes the fastest
+    exact path that fits, which on the CPU without a budget is the materialised one) and
+    ``reduction`` (``"mean"``, ``"sum"`` or ``"none"`` for per-anchor losses, as in
+    ``torch.nn``). Every other execution choice (what computes the tiles, the logits budget, the
+    kernels' backward, ...) is a field of one scoped setting, :class:`~adaptcl.plugins.tiling`,
+    not a keyword; ``last_stats.plan`` says which path a call took.
     Inputs of mixed float32/float64 dtypes are computed in float64.
     Anchors with no negatives (a batch of one pair, an empty queue) contribute 0 with a zero
     gradient, as in Lightly and sentence-transformers.

@@ -33,9 +33,8 @@ import torch
 from torch import Tensor
 
 from . import distributed
+from ._products import ProductPrecision, logits_product, product_precision
 from .distributed import GatherFn
-from .tiles.precision import ProductPrecision, logits_product
-from .tiles.precision import product_precision as precision_of
 from .validation import check_choice, check_embedding_tensor, check_labels, check_pair
 
 #: the candidate sets (the forms above)
@@ -121,7 +120,7 @@ class Candidates:
         extra_excluded: more ``[A]`` columns to exclude per row (distinct in every row).
         hardness_columns: the hardness term touches ``keys[:hardness_columns]`` only.
         input_dtype: the dtype the embeddings came in (before they were normalised in float32),
-            which sets the precision of the products (:mod:`~adaptcl.plugins.tiles.precision`);
+            which sets the precision of the products (:mod:`~adaptcl.plugins._products`);
             ``None``: the anchors' own dtype.
     """
 
@@ -148,8 +147,10 @@ class Candidates:
     @property
     def product_precision(self) -> ProductPrecision:
         """The precision of this direction's products ``anchors @ keys.T``
-        (:func:`~adaptcl.plugins.tiles.precision.product_precision` of :attr:`input_dtype`)."""
-        return precision_of(self.anchors.dtype if self.input_dtype is None else self.input_dtype)
+        (:func:`~adaptcl.plugins._products.product_precision` of :attr:`input_dtype` on the
+        anchors' device)."""
+        dtype = self.anchors.dtype if self.input_dtype is None else self.input_dtype
+        return product_precision(dtype, self.anchors.device)
 
     @property
     def num_negatives(self) -> int:

@@ -44,7 +44,7 @@ What the authors' code does, and what this module follows:
 
 With ``min_temperature == max_temperature`` it is InfoNCE at that temperature (to float64
 precision: the temperature divides the cosine instead of being folded into the anchors).
-The temperature enters each tile elementwise (:class:`~adaptcl.plugins.tiles.loop.TileTerm`), so
+The temperature enters each tile elementwise (:class:`~adaptcl.plugins.tiles._loop.TileTerm`), so
 the tiled path is exact; labels (:mod:`~adaptcl.plugins.targets`), the hardness term
 (:mod:`~adaptcl.plugins.hardness`) and every candidate set combine with it.
 ``last_stats["temperature"]`` is the mean temperature of the positive pairs.
@@ -66,15 +66,15 @@ from .base import (
     ContrastiveLoss,
     Reduction,
     Stats,
-    functional_candidates,
+    labelled_candidates,
     per_anchor_losses,
     reduce,
 )
 from .candidates import Candidates, Form
 from .distributed import GatherFn
 from .hardness import HardnessMode, check_hardness, hardness_spec
-from .tiles.budget import LOGIT_COPIES
-from .tiles.terms import SimilarityTemperature
+from .tiles._budget import LOGIT_COPIES
+from .tiles._terms import SimilarityTemperature
 from .validation import TileSize, check_bool, check_choice, check_finite_number, check_positive
 
 __all__ = ["Shape", "DySTreSSLoss", "dystress", "dystress_temperature", "SHAPES"]
@@ -108,7 +108,7 @@ def dystress_temperature(s: Tensor, min_temperature: float = 0.1, max_temperatur
 
 
 class _PairTemperatureTerm:
-    """``s / tau(s)`` elementwise (a :class:`~adaptcl.plugins.tiles.loop.TileTerm`), with its
+    """``s / tau(s)`` elementwise (a :class:`~adaptcl.plugins.tiles._loop.TileTerm`), with its
     derivative written out for the recomputing backward."""
 
     def __init__(self, min_temperature: float, max_temperature: float, shape: Shape,
@@ -277,10 +277,8 @@ def dystress(z0: Tensor, z1: Tensor, min_temperature: float = 0.1, max_temperatu
     options = _dystress_options(min_temperature, max_temperature, shape, threshold, width,
                                 detach_temperature, positive_in_denominator, hardness_mode,
                                 hardness_strength)
-    cands = functional_candidates(z0, z1, negatives, form=form,
-                                  gather_distributed=gather_distributed, gather_fn=gather_fn,
-                                  check_finite=check_finite, tile_size=tile_size,
-                                  reduction=reduction,
-                                  labels=labels, negative_labels=negative_labels,
-                                  negative_owners=negative_owners)
+    cands = labelled_candidates(z0, z1, negatives, labels, negative_labels, negative_owners,
+                                form=form, gather_distributed=gather_distributed,
+                                gather_fn=gather_fn, check_finite=check_finite,
+                                tile_size=tile_size, reduction=reduction)
     return reduce(_dystress(cands, **options, tile_size=tile_size)[0], reduction)

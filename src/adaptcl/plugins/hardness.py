@@ -46,10 +46,10 @@ from typing import Literal, get_args
 import torch
 from torch import Tensor
 
+from ._products import product
 from .candidates import Candidates, autocast_off
 from .targets import same_class
-from .tiles.loop import Masks
-from .tiles.precision import product
+from .tiles._loop import Masks
 from .validation import check_choice, check_non_negative
 
 __all__ = ["HardnessMode", "HARDNESS_MODES", "HardnessBias", "check_hardness"]
@@ -77,7 +77,7 @@ def hardness_spec(hardness_mode: HardnessMode | None,
 
 
 class HardnessBias:
-    """The hardness term of one direction, a :class:`~adaptcl.plugins.tiles.loop.TileBias`:
+    """The hardness term of one direction, a :class:`~adaptcl.plugins.tiles._loop.TileBias`:
     ``alpha * cos(f_i, k_j)`` on the negatives ``hardness_mode`` selects, 0 elsewhere.
 
     The cosines come from the unit anchors and keys (detached), not from the scaled logits, so

@@ -22,15 +22,17 @@ from .base import (
     Reduction,
     Stats,
     functional_candidates,
+    labelled_candidates,
     loss_stats,
     per_anchor_losses,
     reduce,
 )
 from .candidates import Candidates, Form
 from .distributed import GatherFn
+from .execution import TilePlan
 from .hardness import HardnessMode, check_hardness, hardness_spec
 from .kernel import negative_lse, no_negatives_output
-from .tiles.dispatch import TilePlan, plan_tiles, why_not_kernel
+from .tiles import _dispatch as dispatch
 from .validation import TileSize, check_positive
 
 
@@ -63,12 +65,10 @@ def info_nce(z0: Tensor, z1: Tensor, temperature: float = 0.1, *, negatives: Ten
     """
     check_positive("temperature", temperature)
     hardness = hardness_spec(*check_hardness(hardness_mode, hardness_strength))
-    cands = functional_candidates(z0, z1, negatives, form=form,
-                                  gather_distributed=gather_distributed, gather_fn=gather_fn,
-                                  check_finite=check_finite, tile_size=tile_size,
-                                  reduction=reduction,
-                                  labels=labels, negative_labels=negative_labels,
-                                  negative_owners=negative_owners)
+    cands = labelled_candidates(z0, z1, negatives, labels, negative_labels, negative_owners,
+                                form=form, gather_distributed=gather_distributed,
+                                gather_fn=gather_fn, check_finite=check_finite,
+                                tile_size=tile_size, reduction=reduction)
     return reduce(_info_nce(cands, temperature, bool(positive_in_denominator), tile_size,
                             hardness)[0], reduction)
 
@@ -111,17 +111,17 @@ class InfoNCELoss(ContrastiveLoss):
             an accelerator nothing is raised or waited for: the loss comes out NaN (under AMP,
             ``GradScaler`` skips the step) and a ``NonFiniteWarning`` follows. Nothing else in
             any loss synchronises host and device.
-        tile_size: how the ``[A, C]`` logits are computed
-            (:mod:`adaptcl.plugins.tiles.dispatch`): ``"auto"`` (default) the fastest exact
-            path that fits (on CUDA the fused kernel where it covers the case and its products
-            run on tensor cores; else the materialised logits within the memory budget, and the
-            tiled path beyond it, said once by a
-            :class:`~adaptcl.plugins.tiles.budget.LogitsBudgetWarning` and in
+        tile_size: how the ``[A, C]`` logits are computed: ``"auto"`` (default) the fastest
+            exact path that fits (on CUDA the fused kernel where it covers the case and its
+            products run on tensor cores; else the materialised logits within the memory
+            budget, and the tiled path beyond it, said once by a
+            :class:`~adaptcl.plugins.LogitsBudgetWarning` and in
             ``last_stats["auto_tile_size"]``; on the CPU without a budget, materialised);
-            ``None`` materialises; an int streams them in ``tile_size x tile_size`` tiles with an
-            exact recomputing backward (Inf-CL, Cheng et al. 2024;
-            :mod:`adaptcl.plugins.tiles.loop`): memory linear in the batch. What computes the
-            tiles and the budget: :class:`~adaptcl.plugins.tiling`.
+            ``None`` materialises; an int streams them on the PyTorch tile loop in ``tile_size
+            x tile_size`` tiles with an exact recomputing backward (Inf-CL, Cheng et al. 2024),
+            on every device and dtype: memory linear in the batch. What computes the tiles, the
+            budget and every other execution choice: :class:`~adaptcl.plugins.tiling`;
+            ``last_stats.plan`` says which path ran.
         reduction: ``"mean"`` (default), ``"sum"`` or ``"none"`` (per-anchor losses).
 
     ``forward(z0, z1, negatives=None, *, labels=None, negative_labels=None,
@@ -202,8 +202,7 @@ class DCLLoss(InfoNCELoss):
 
 def _flat_nce(cands: list[Candidates], temperature: float,
               tile_size: TileSize) -> tuple[Tensor, Stats]:
-    plan = plan_tiles("FlatNCE", cands, tile_size, kernel=lambda: next(
-        (why for why in map(why_not_kernel, cands) if why is not None), None))
+    plan = dispatch.plan(dispatch.describe("FlatNCE", cands), tile_size)
     losses, plains = [], []
     for c in cands:
         if c.num_negatives == 0:

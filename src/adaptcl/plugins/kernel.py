@@ -16,7 +16,10 @@ From them, exactly and without cancellation:
 A per-anchor weight is applied in log space, ``exp(sg(log w) + log L)``. For MACL,
 ``V * L = softplus(r) / sigmoid(r)`` tends to 1 as the positive becomes easy; both factors
 underflow or overflow in float32 long before that product does, which is why the reference
-implementations return 1e8 or inf there. Everything runs in float32 (float64 if given).
+implementations return 1e8 or inf there. Everything runs in float32 (float64 if given): the
+log-sum-exp, the weights and the gradients; only the products that form the logits take the
+precision of :mod:`~adaptcl.plugins._products` (bf16 / fp16 operands for bf16 / fp16 inputs, or
+float32 on CUDA at ``torch.set_float32_matmul_precision("high")``), accumulated in float32.
 """
 
 from __future__ import annotations
@@ -29,10 +32,11 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
+from ._products import logits_product
 from .candidates import Candidates, autocast_off, rows_logits, scaled_anchors
-from .tiles.dispatch import MATERIALISED, TilePlan, row_stats
-from .tiles.loop import TileBias, TileTerm, TileWeights
-from .tiles.precision import logits_product
+from .execution import TilePlan
+from .tiles._dispatch import row_stats
+from .tiles._loop import TileBias, TileTerm, TileWeights
 
 
 @dataclass
@@ -132,14 +136,15 @@ def contrastive_kernel(
 
 
 def negative_lse(c: Candidates, temperature: Tensor | float,
-                 plan: TilePlan = MATERIALISED) -> tuple[Tensor, Tensor]:
+                 plan: TilePlan | None = None) -> tuple[Tensor, Tensor]:
     """``(logsumexp over each anchor's negatives [A], positive logit [A])`` of one direction.
 
-    The one place that runs ``plan`` (:mod:`~adaptcl.plugins.tiles.dispatch`) for the plain
+    The one place that runs ``plan`` (:mod:`~adaptcl.plugins.tiles._dispatch`) for the plain
     logits: materialise the ``[A, C]`` logits, or stream them in tiles (the loop or the
-    kernel); same values and gradients either way, to float rounding.
+    kernel); same values and gradients either way, to float rounding. ``plan=None``:
+    materialised.
     """
-    if plan.tiled:
+    if plan is not None and plan.tiled:
         a, pos = scaled_anchors(c, temperature)
         return row_stats(plan, a, c.keys, c.excluded)[0], pos
     neg, pos = rows_logits(c, temperature)
@@ -159,7 +164,7 @@ def row_statistics(c: Candidates, temperature: Tensor | float, plan: TilePlan, *
     * ``bias``: a detached term added to the logits inside the log-sum-exp only (hardness).
 
     The one place where these paths run ``plan``: materialise the ``[A, C]`` logits or stream
-    them (:func:`~adaptcl.plugins.tiles.dispatch.row_stats`); the weights, bias and term
+    them (:func:`~adaptcl.plugins.tiles._dispatch.row_stats`); the weights, bias and term
     objects are the same on every path, so are the values and gradients.
     Without any of the three, :func:`negative_lse` computes the same quantities.
     """

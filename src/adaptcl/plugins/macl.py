@@ -31,14 +31,14 @@ from .base import (
     ContrastiveLoss,
     Reduction,
     Stats,
-    functional_candidates,
+    labelled_candidates,
     per_anchor_losses,
     reduce,
 )
 from .candidates import Candidates, Form, alignment_magnitude
 from .distributed import GatherFn
+from .execution import TilePlan
 from .hardness import HardnessMode, check_hardness, hardness_spec
-from .tiles.dispatch import TilePlan
 from .validation import (
     TileSize,
     check_choice,
@@ -270,12 +270,10 @@ def macl(z0: Tensor, z1: Tensor, temperature: float = 0.1, alpha: float = 0.5, a
     options = _macl_options(temperature, alpha, a0, reweight, adaptive, temperature_form,
                             weight_form, min_temperature, positive_in_denominator,
                             hardness_mode, hardness_strength)
-    cands = functional_candidates(z0, z1, negatives, form=form,
-                                  gather_distributed=gather_distributed, gather_fn=gather_fn,
-                                  check_finite=check_finite, tile_size=tile_size,
-                                  reduction=reduction,
-                                  labels=labels, negative_labels=negative_labels,
-                                  negative_owners=negative_owners)
+    cands = labelled_candidates(z0, z1, negatives, labels, negative_labels, negative_owners,
+                                form=form, gather_distributed=gather_distributed,
+                                gather_fn=gather_fn, check_finite=check_finite,
+                                tile_size=tile_size, reduction=reduction)
     per_anchor, _ = _macl(cands, **options, tile_size=tile_size,
                           all_reduce=gather_distributed or gather_fn is not None)
     return reduce(per_anchor, reduction)

@@ -11,7 +11,7 @@ default, so they slot into the same pipelines as the InfoNCE family; they share 
 (``gather_distributed``, ``gather_fn``, ``check_finite``, ``tile_size``: with a tile size the
 anchors are processed that many at a time under activation checkpointing; ``"auto"`` does so,
 in blocks that fit, where the materialised rows exceed the logits budget). They have no kernel
-path: under ``tiling(backend="triton")`` a tiled call is refused. An anchor with no
+path: under ``tiling(backend="triton")`` every call is refused. An anchor with no
 negatives (a batch of one pair) contributes only its positive term: the margin loss keeps
 ``1/2 d(a, p)^2``, the triplet and NCE losses give 0.
 """
@@ -36,14 +36,14 @@ from .base import (
 )
 from .candidates import Candidates, Form, rows_logits
 from .distributed import GatherFn
-from .tiles.dispatch import plan_tiles
+from .tiles import _dispatch as dispatch
 from .validation import TileSize, check_choice, check_positive
 
 #: the triplets kept: every (anchor, negative), or each anchor's closest negative
 Mining = Literal["all", "hardest"]
 MINING: tuple[Mining, ...] = get_args(Mining)
 #: ``[A, C]`` matrices of the materialised path at its peak (measured, 6.4 to 8.2:
-#: :mod:`~adaptcl.plugins.tiles.budget`)
+#: :mod:`~adaptcl.plugins.tiles._budget`)
 SURVEY_COPIES = 9
 
 
@@ -52,7 +52,8 @@ def _survey(cands: list[Candidates], per_anchor: Callable[[Candidates], Tensor],
     """A loss defined per anchor on the cosine matrix, over every direction (``tile_size``
     rows at a time under checkpointing: a budget picks row blocks of the whole width; no
     kernel path)."""
-    plan = plan_tiles("survey loss", cands, tile_size, copies=SURVEY_COPIES, row_blocks=True)
+    plan = dispatch.plan(dispatch.describe("survey loss", cands, op="row_blocks",
+                                           copies=SURVEY_COPIES), tile_size)
     losses = torch.cat([in_row_blocks(lambda r0, r1, c=c: per_anchor(c.rows(r0, r1)),
                                       c.num_anchors, plan.tile) for c in cands])
     return losses, loss_stats(losses, cands, plan=plan)

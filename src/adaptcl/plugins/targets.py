@@ -53,8 +53,8 @@ from __future__ import annotations
 from torch import Tensor
 
 from .candidates import Candidates
-from .tiles.loop import Masks, mask_tile
-from .tiles.terms import SameClassTargets
+from .tiles._loop import Masks, mask_tile
+from .tiles._terms import SameClassTargets
 
 __all__ = ["LabelTargets", "same_class"]
 
@@ -67,7 +67,7 @@ def same_class(c: Candidates, r0: int, r1: int, c0: int, c1: int) -> Tensor:
 
 class LabelTargets:
     """The un-normalised multi-positive targets ``u_ij = [label_i == label_j]`` over the
-    unmasked columns, a :class:`~adaptcl.plugins.tiles.loop.TileWeights`: the kernel adds the
+    unmasked columns, a :class:`~adaptcl.plugins.tiles._loop.TileWeights`: the kernel adds the
     designated positive and normalises, ``y = 1 / (1 + sum_j u_ij)`` on each positive.
 
     The materialised path calls :meth:`tile` once for the whole matrix, the tiled path once

@@ -80,34 +80,32 @@ def check_bool(name: str, value: bool) -> bool:
 
 
 #: what a loss's ``tile_size`` may be: ``None`` (materialise the logits), ``"auto"`` (the
-#: dispatcher's choice, :mod:`~adaptcl.plugins.tiles.dispatch`) or an int >= 1 (tile at that size)
+#: dispatcher's choice, :mod:`~adaptcl.plugins.execution`) or an int >= 1 (tile at that size)
 TileSize = int | Literal["auto"] | None
 
 
 def check_tile_size(value: TileSize) -> TileSize:
     """``None``, ``"auto"`` or an int >= 1 (a bool is refused): a loss's ``tile_size``."""
-    if value is None or value == "auto":
-        return value
-    if isinstance(value, str):
-        raise ValueError(f"tile_size must be an int >= 1, 'auto' or None, got {value!r}")
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"tile_size must be an int >= 1, 'auto' or None, got "
-                        f"{type(value).__name__}")
-    if value < 1:
-        raise ValueError(f"tile_size must be an int >= 1, 'auto' or None, got {value}")
-    return value
+    return _int_or("tile_size", value, (None, "auto"), "an int >= 1, 'auto' or None")
 
 
 def check_max_logits_bytes(value: int | None) -> int | None:
     """``None`` or an int >= 1: the bytes the materialised logits may take
-    (:mod:`~adaptcl.plugins.tiles.budget`)."""
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"max_logits_bytes must be an int (bytes) or None, got "
-                        f"{type(value).__name__}")
-    if value < 1:
-        raise ValueError(f"max_logits_bytes must be >= 1 (bytes) or None, got {value}")
+    (:mod:`~adaptcl.plugins.tiles._budget`)."""
+    return _int_or("max_logits_bytes", value, (None,), "an int >= 1 (bytes) or None")
+
+
+def _int_or(name: str, value: Any, others: tuple, expected: str) -> Any:
+    """``value`` when it is one of ``others`` or an int >= 1 (not a bool); else one line naming
+    ``name``: a ``ValueError`` for a wrong value (a string where ``others`` hold strings, an int
+    below 1), a ``TypeError`` for a wrong type."""
+    if value is None and None in others or isinstance(value, str) and value in others:
+        return value
+    wrong_string = isinstance(value, str) and any(isinstance(o, str) for o in others)
+    if (isinstance(value, bool) or not isinstance(value, int)) and not wrong_string:
+        raise TypeError(f"{name} must be {expected}, got {type(value).__name__}")
+    if wrong_string or value < 1:
+        raise ValueError(f"{name} must be {expected}, got {value!r}")
     return value
 
 

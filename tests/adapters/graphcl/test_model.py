@@ -306,7 +306,7 @@ def test_tile_size_passes_through_the_loss_factory(name):
 @pytest.mark.parametrize("name", ["graphcl", "macl"])
 def test_tile_size_passes_through_the_loss_factory_and_a_budget_switches(name, monkeypatch):
     from adaptcl.plugins import LogitsBudgetWarning, tiling
-    from adaptcl.plugins.tiles import budget
+    from adaptcl.plugins.tiles import _budget as budget
 
     monkeypatch.setattr(budget, "_SAID", set())  # said once a process: not yet here
 

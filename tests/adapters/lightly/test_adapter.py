@@ -412,7 +412,7 @@ def test_tile_size_passes_through_and_matches_the_materialised_loss(make):
 def test_a_budget_switches_every_loss_to_its_tiled_path(name, monkeypatch):
     import adaptcl.adapters.lightly as package
     from adaptcl.plugins import LogitsBudgetWarning, tiling
-    from adaptcl.plugins.tiles import budget
+    from adaptcl.plugins.tiles import _budget as budget
 
     monkeypatch.setattr(budget, "_SAID", set())  # said once a process: not yet here
 

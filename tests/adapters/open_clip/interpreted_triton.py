@@ -20,9 +20,9 @@ import torch
 import torch.nn.functional as F
 
 from adaptcl.plugins import tiling
+from adaptcl.plugins.tiles import _budget as budget
 from adaptcl.plugins.tiles import _fused as fused
-from adaptcl.plugins.tiles import budget
-from adaptcl.plugins.tiles import loop as tiled_module
+from adaptcl.plugins.tiles import _loop as tiled_module
 
 open_clip_loss = pytest.importorskip("open_clip.loss")
 pytest.importorskip("triton")
@@ -50,15 +50,27 @@ def _step(fn, image, text, scale=1 / 0.07):
     return value.detach(), x0.grad, x1.grad, s.grad
 
 
-@pytest.mark.parametrize("tile_size", [8, "auto"])
-def test_kernel_equals_cliploss_with_logit_scales_gradient(tile_size):
+def test_kernel_equals_cliploss_with_logit_scales_gradient():
     g = torch.Generator().manual_seed(0)
     image, text = torch.randn(37, 20, generator=g), torch.randn(37, 20, generator=g)
-    loss = InfoNCEClipLoss(tile_size=tile_size)
-    with tiling(backend="triton"):  # "auto" too: the kernel, whatever the budget
+    loss = InfoNCEClipLoss()
+    with tiling(backend="triton"):  # "auto": the kernel, whatever the budget
         got = _step(loss, image, text)
     assert "auto_tile_size" not in loss.last_stats
+    assert loss.last_stats.plan.path == "triton"
     want = _step(open_clip_loss.ClipLoss(), image, text)
     assert got[3].abs() > 0
     for a, b in zip(got, want, strict=True):
         torch.testing.assert_close(a, b, rtol=2e-5, atol=1e-6)
+
+
+def test_an_int_tile_size_is_the_loops_tile_and_triton_refuses_it():
+    """An int ``tile_size`` is the PyTorch loop's tile (issue 53): the kernel runs its own
+    blocks, so ``tiling(backend="triton")`` refuses it in one line instead of ignoring it."""
+    g = torch.Generator().manual_seed(1)
+    image, text = torch.randn(13, 20, generator=g), torch.randn(13, 20, generator=g)
+    with tiling(backend="triton"), pytest.raises(ValueError) as raised:
+        InfoNCEClipLoss(tile_size=8)(image, text, torch.tensor(14.0))
+    assert "tile_size=8 is a tile of the PyTorch loop, and it runs its own blocks" in str(
+        raised.value)
+    assert "\n" not in str(raised.value)

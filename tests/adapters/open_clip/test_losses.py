@@ -24,6 +24,7 @@ from adaptcl.adapters.open_clip import (  # noqa: E402
     TemperatureScheduleClipLoss,
     build_clip_loss,
 )
+from adaptcl.plugins import tiling  # noqa: E402
 
 ClipLoss = open_clip_loss.ClipLoss
 N, D = 8, 16
@@ -265,7 +266,7 @@ def test_tiled_path_with_labels():
 
 def test_half_precision_features_are_computed_in_float32():
     """bf16 features: float32 everywhere but the products' operands, which are bf16 (the
-    precision policy, adaptcl.plugins.tiles.precision): bit for bit the float32 loss of the same
+    precision policy, adaptcl.plugins._products): bit for bit the float32 loss of the same
     values with bf16 products (PyTorch's "medium"), and ClipLoss's float32 value to bf16's
     rounding of the products."""
     image, text = (x.float() for x in _inputs(15))
@@ -275,8 +276,9 @@ def test_half_precision_features_are_computed_in_float32():
     before = torch.get_float32_matmul_precision()
     torch.set_float32_matmul_precision("medium")
     try:
-        same_policy = InfoNCEClipLoss()(image.bfloat16().float(), text.bfloat16().float(),
-                                        torch.tensor(14.0))
+        with tiling(emulate_tensor_cores=True):  # float32 on the CPU at "medium": bf16 products
+            same_policy = InfoNCEClipLoss()(image.bfloat16().float(), text.bfloat16().float(),
+                                            torch.tensor(14.0))
     finally:
         torch.set_float32_matmul_precision(before)
     assert torch.equal(got, same_policy)

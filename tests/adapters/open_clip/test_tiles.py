@@ -1,6 +1,6 @@
 """The tiled path's controls shared with the other adapters: ``tile_size`` reaches every
 drop-in's core loss and is validated by it; the scoped ``tiling(backend=..., max_logits_bytes=...)``
-(:mod:`adaptcl.plugins.tiles.dispatch`) governs the drop-ins as every core loss."""
+(:mod:`adaptcl.plugins.tiles._dispatch`) governs the drop-ins as every core loss."""
 
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ from adaptcl.adapters.open_clip import (  # noqa: E402
     build_clip_loss,
 )
 from adaptcl.plugins import LogitsBudgetWarning, tiling  # noqa: E402
+from adaptcl.plugins.tiles import _budget as budget
 from adaptcl.plugins.tiles import _fused as fused
-from adaptcl.plugins.tiles import budget
 from tests.adapters.open_clip.test_losses import _step  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
@@ -94,9 +94,9 @@ def test_torch_backend_equals_the_default_on_the_cpu_bit_for_bit(name):
 def test_triton_on_cpu_tensors_without_the_interpreter_refuses_in_one_line(monkeypatch):
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     image, text = _inputs(2, n=13)
-    loss = InfoNCEClipLoss(tile_size=8)
-    with pytest.raises(ValueError, match=r"tiling\(backend='triton'\) cannot run here: ") as err, \
-            tiling(backend="triton"):
+    loss = InfoNCEClipLoss()
+    with pytest.raises(ValueError, match=r"tiling\(backend='triton'\) cannot run \w+ here: ") \
+            as err, tiling(backend="triton"):
         loss(image, text, torch.tensor(14.0))
     assert "\n" not in str(err.value)
     expected = ("Triton is not installed" if not fused._HAS_TRITON else

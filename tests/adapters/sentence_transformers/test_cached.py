@@ -188,7 +188,7 @@ def test_tile_size_is_validated_by_the_core():
 def test_a_budget_switches_the_core_and_tile_size_reaches_the_model_card(tiny_bert, name,
                                                                          monkeypatch):
     from adaptcl.plugins import LogitsBudgetWarning, tiling
-    from adaptcl.plugins.tiles import budget
+    from adaptcl.plugins.tiles import _budget as budget
 
     monkeypatch.setattr(budget, "_SAID", set())  # said once a process: not yet here
 

@@ -21,6 +21,7 @@ from adaptcl.adapters.sentence_transformers.losses import (  # noqa: E402
     DIRECTIONS,
     PARTITION_MODES,
 )
+from adaptcl.plugins import tiling  # noqa: E402
 
 EXTRA = ("query_to_query", "doc_to_query", "doc_to_doc")
 #: every (directions, partition_mode) the peer accepts: query_to_doc with any of the other three
@@ -150,7 +151,7 @@ def test_the_settings_are_in_the_config_and_symmetric_is_its_spelling():
 
 def test_joint_rows_of_bf16_embeddings_multiply_in_bf16():
     """The joint rows carry the batch's dtype to the precision policy
-    (adaptcl.plugins.tiles.precision): bf16 columns give, bit for bit, the float32 loss of the
+    (adaptcl.plugins._products): bf16 columns give, bit for bit, the float32 loss of the
     same values with bf16 products (PyTorch's "medium"), not the IEEE one."""
     columns = [c.detach().bfloat16() for c in _columns(columns=3, seed=3)]
     loss = st_losses.InfoNCELoss(None, 20.0, directions=("query_to_doc", "doc_to_doc"))
@@ -159,7 +160,8 @@ def test_joint_rows_of_bf16_embeddings_multiply_in_bf16():
     before = torch.get_float32_matmul_precision()
     try:
         torch.set_float32_matmul_precision("medium")
-        medium = loss.compute_loss_from_embeddings(upcast, None)
+        with tiling(emulate_tensor_cores=True):  # float32 on the CPU at "medium": bf16 products
+            medium = loss.compute_loss_from_embeddings(upcast, None)
         torch.set_float32_matmul_precision("highest")
         highest = loss.compute_loss_from_embeddings(upcast, None)
     finally:

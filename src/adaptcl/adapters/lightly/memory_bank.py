@@ -117,7 +117,7 @@ class MemoryBankLoss(nn.Module):
             loss, which a ``GradScaler`` skips under AMP, and a ``NonFiniteWarning``, never a
             wait (:func:`~adaptcl.plugins.validation.check_all_finite`).
         tile_size: ``"auto"``, ``None`` or an int: how the logits are computed (see
-            :mod:`adaptcl.plugins.tiles.dispatch`).
+            :mod:`adaptcl.plugins.execution`).
         forms: the in-batch forms this loss supports.
         bank_width: bank entries per row (heads of a multi-head loss).
         memory_bank_labels: keep the class of every bank entry (a second Lightly bank of

@@ -71,7 +71,7 @@ class SSLModuleSettings:
     and ``period`` (optimisation steps) the temperature schedule's tau_max and period (tau_min:
     ``temperature``); ``queue_size`` MoCo's queue; ``gather_distributed`` gathers negatives
     across DDP ranks; ``tile_size`` how the contrastive losses compute their logits
-    (:mod:`adaptcl.plugins.tiles.dispatch`).
+    (:mod:`adaptcl.plugins.execution`).
 
     Optimisation and monitor: ``optimizer``, ``lr`` and ``weight_decay`` (``None``: the
     method's own defaults, e.g. Adam 1e-3 for SimCLR, SGD 0.06 for MoCo), ``mini_batch_size``

@@ -94,7 +94,7 @@ class AdaptiveClipLoss(open_clip_loss.ClipLoss):
             ``ClipLoss``'s (``use_horovod=True`` needs horovod installed).
         criterion: the core loss that computes the per-anchor losses of both directions from
             the candidates (its ``tile_size`` says how the similarity matrix is computed,
-            :mod:`adaptcl.plugins.tiles.dispatch`).
+            :mod:`adaptcl.plugins.execution`).
 
     Subclasses implement :meth:`compute` (the core call, with the temperature rule) and set
     :attr:`takes_labels` and :attr:`uses_logit_scale`.
@@ -123,7 +123,7 @@ class AdaptiveClipLoss(open_clip_loss.ClipLoss):
     @property
     def tile_size(self) -> TileSize:
         """The core's tile size (``None``: the similarity matrix is materialised; ``"auto"``:
-        :mod:`adaptcl.plugins.tiles.dispatch` chooses)."""
+        :mod:`adaptcl.plugins.execution` chooses)."""
         return self.criterion.tile_size
 
     def compute(self, cands: list, logit_scale: Tensor | float) -> tuple[Tensor, Stats]:

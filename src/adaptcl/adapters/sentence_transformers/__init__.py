@@ -35,9 +35,9 @@ resumes from one) and restore them with :meth:`~AdaptiveContrastiveLoss.load_los
 resumed training step whose model was restored but not the loss raises, naming the callback.
 
 Large batches: ``tile_size=`` (an int) streams the similarity matrix in tiles with an exact
-backward (Inf-CL, Cheng et al. 2024; :mod:`adaptcl.plugins.tiles.loop`), so the loss itself
+backward (Inf-CL, Cheng et al. 2024; :mod:`adaptcl.plugins.tiles._loop`), so the loss itself
 needs memory linear in the batch (the default ``"auto"`` does so only where the materialised
-logits would exceed the memory budget, :mod:`adaptcl.plugins.tiles.dispatch`); ``mini_batch_size=`` adds gradient caching
+logits would exceed the memory budget, :mod:`adaptcl.plugins.execution`); ``mini_batch_size=`` adds gradient caching
 (GradCache, Gao et al. 2021) through sentence-transformers' own machinery (``CachedLossMixin``, as
 ``CachedMultipleNegativesRankingLoss``): the texts are embedded in mini-batches without a graph,
 the loss and its gradient wrt the embeddings are computed on the full batch, and each mini-batch

@@ -145,7 +145,7 @@ class AdaptiveContrastiveLoss(CachedLossMixin, nn.Module):
     direction only: the reverse direction of ``symmetric=True`` runs without it.
 
     The subclasses also take ``tile_size`` (``"auto"``, ``None`` or an int, passed to the core
-    loss): see :mod:`adaptcl.plugins.tiles.dispatch`.
+    loss): see :mod:`adaptcl.plugins.execution`.
     """
 
     citation_text = INFONCE_CITATION

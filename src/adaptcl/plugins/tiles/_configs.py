@@ -22,27 +22,23 @@ up to a cap (wider features split it). ``python -m benchmarks.kernel_report``
 compiles every launch for sm_80 and sm_90 on the CPU and reports its registers, spills, shared
 memory and structure; ``tests/plugins/test_kernel_compile.py`` asserts on them.
 
-``ADAPTCL_TRITON_AUTOTUNE=1`` instead times the entry and a few alternatives once per key (the
-kernel, its flags, the width and the batch sizes rounded up to powers of two), synchronising
-while it does, and keeps the fastest for the process; it says which it chose once, so a table
-entry can be updated from a GPU run.
+``tiling(autotune=True)`` (:mod:`~adaptcl.plugins.execution`; ``ADAPTCL_TRITON_AUTOTUNE=1``
+sets its default) instead times the entry and a few alternatives once per key (the kernel, its
+flags, the width and the batch sizes rounded up to powers of two), synchronising while it does,
+and keeps the fastest for the process; it says which it chose once, so a table entry can be
+updated from a GPU run.
 """
 
 from __future__ import annotations
 
 import functools
-import os
 import warnings
 from dataclasses import dataclass, replace
 
 import torch
 
-#: the environment variable that turns autotuning on
-AUTOTUNE_ENV = "ADAPTCL_TRITON_AUTOTUNE"
 ARCHS = ("sm_90", "sm_80", "default", "interpreter")
 KERNELS = ("fwd", "dq", "dk", "bwd", "pair_fwd", "pair_dq", "pair_dk")
-#: the environment variable that asks for the one-pass backward (``onepass``)
-BACKWARD_ENV = "ADAPTCL_TRITON_BACKWARD"
 OPERANDS = ("half", "tf32", "ieee")
 WIDTHS = (16, 32, 64, 128, 256, 512, 1024, 2048)
 
@@ -305,17 +301,6 @@ def pair_width(precision: str, arch: str) -> int:
     return PAIR_WIDTH[_layout_key(precision, arch)]
 
 
-def one_pass_backward() -> bool:
-    """Whether ``ADAPTCL_TRITON_BACKWARD=onepass`` asks for the one-pass backward (the
-    default is FlashAttention-2's deterministic split; see ``_triton_rowstats.py``)."""
-    return os.environ.get(BACKWARD_ENV, "split").lower() == "onepass"
-
-
-def autotuning() -> bool:
-    """Whether ``ADAPTCL_TRITON_AUTOTUNE`` asks for autotuning (``1``, ``true``, ``on``)."""
-    return os.environ.get(AUTOTUNE_ENV, "0").lower() in ("1", "true", "on", "yes")
-
-
 def alternatives(base: Block) -> list[Block]:
     """The entry and its neighbours: half / double blocks, more or fewer stages."""
     out = [base]
@@ -350,6 +335,6 @@ def tuned(key: tuple, base: Block, run) -> Block:
             except Exception:  # noqa: BLE001 - out of resources: not a candidate here
                 continue
         _TUNED[key] = min(timings, key=timings.get) if timings else base
-        warnings.warn(f"{AUTOTUNE_ENV}: {key} -> {_TUNED[key]} (table: {base}; ms "
+        warnings.warn(f"tiling(autotune=True): {key} -> {_TUNED[key]} (table: {base}; ms "
                       f"{ {str(c): round(t, 3) for c, t in timings.items()} })", stacklevel=3)
     return _TUNED[key]

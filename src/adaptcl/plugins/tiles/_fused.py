@@ -1,4 +1,4 @@
-"""The fused (Triton) backend of :func:`~adaptcl.plugins.tiles.loop.streamed_row_stats`.
+"""The fused (Triton) backend of :func:`~adaptcl.plugins.tiles._loop.streamed_row_stats`.
 
 Reference:
     Cheng et al., "Breaking the Memory Barrier: Near Infinite Batch Size Scaling for Contrastive
@@ -12,33 +12,33 @@ block a running max and sum over every column block (and the label targets' two 
 backward that recomputes each tile from the embeddings and the saved ``lse`` (``dA`` per anchor
 block, ``dK`` per column block). Memory stays linear in the batch.
 
-What the kernel covers (:func:`unsupported` says why not, in one phrase, for anything else):
+What the kernel covers (:func:`why_not` says why not, in one phrase, for anything else):
 
 * the logits ``a @ k.T`` (any temperature folded into ``a``: InfoNCE in every form, DCL, MACL,
   the schedule, the learned temperature, a memory bank, gathered columns) with the positive
   and self columns masked by global index;
 * multi-positive targets from labels (weights describing
-  :class:`~adaptcl.plugins.tiles.terms.SameClassTargets`);
+  :class:`~adaptcl.plugins.tiles._terms.SameClassTargets`);
 * DySTreSS's pair temperature ``s / tau(s)`` (a term describing
-  :class:`~adaptcl.plugins.tiles.terms.SimilarityTemperature`);
+  :class:`~adaptcl.plugins.tiles._terms.SimilarityTemperature`);
 * AMCL's softmax term ``logsumexp_j s_ij / tau(r_ij) - beta Omega(tau(r_ij))`` (a pair term
-  describing :class:`~adaptcl.plugins.tiles.terms.RegularisedPairTerm`; ``_triton_pairlse.py``:
+  describing :class:`~adaptcl.plugins.tiles._terms.RegularisedPairTerm`; ``_triton_pairlse.py``:
   the same structure, two products per tile);
 * float32, bfloat16 and float16 inputs, the products at the precision policy's precision
-  (:mod:`~adaptcl.plugins.tiles.precision`: bf16 / fp16 operands on tensor cores, TF32, or
+  (:mod:`~adaptcl.plugins._products`: bf16 / fp16 operands on tensor cores, TF32, or
   IEEE float32), float32 accumulation, log-sum-exp and gradients.
 
 Not covered: a hardness bias, ASCL's soft targets, AMCL's top-kappa term, float64, mixed
 dtypes.
 
-Which calls run here is the dispatcher's decision (:mod:`~adaptcl.plugins.tiles.dispatch`);
-this module only answers whether the kernel can compute a case (:func:`unsupported`,
-:func:`pair_unsupported`) and computes it. On CPU tensors the kernels run only under Triton's
+Which calls run here is the dispatcher's decision (:mod:`~adaptcl.plugins.tiles._dispatch`,
+through the backend of :mod:`~adaptcl.plugins.tiles._kernel_backend`); this module only answers
+whether the kernel can compute a problem (:func:`why_not`) and computes it. On CPU tensors the kernels run only under Triton's
 interpreter (``TRITON_INTERPRET=1``). The methods never name the kernels' codes: they describe
-their math with the typed values of :mod:`~adaptcl.plugins.tiles.terms`, which this module
+their math with the typed values of :mod:`~adaptcl.plugins.tiles._terms`, which this module
 translates. Block sizes come from a fixed table per GPU architecture (``_configs.py``); nothing
-is autotuned, and nothing synchronises with the host, unless ``ADAPTCL_TRITON_AUTOTUNE=1``
-asks. The ops are registered with :mod:`torch.library` (``adaptcl::row_stats``,
+is autotuned, and nothing synchronises with the host, unless ``tiling(autotune=True)`` asks
+(:mod:`~adaptcl.plugins.execution`). The ops are registered with :mod:`torch.library` (``adaptcl::row_stats``,
 ``adaptcl::row_stats_backward``, ``adaptcl::pair_lse``, ``adaptcl::pair_lse_backward``) so
 ``torch.compile`` keeps a loss in one graph.
 """
@@ -54,9 +54,10 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from ..execution import current_tiling
 from . import _configs as configs
-from .precision import product_precision
-from .terms import (
+from ._backend import Problem
+from ._terms import (
     RegularisedPairTerm,
     SameClassTargets,
     SigmoidPairTemperature,
@@ -96,30 +97,51 @@ def _interpreter_ready() -> bool:
     return type(tl.zeros).__name__ == "InterpretedFunction"
 
 
-def unsupported(a: Tensor, k: Tensor, masks: tuple[Tensor | None, ...], weights: object,
-                bias: object, term: object) -> str | None:
-    """Why the kernel cannot compute this case (one phrase), or ``None`` when it can."""
+def why_not(problem: Problem) -> str | None:
+    """Why the kernels cannot compute ``problem`` (one phrase), or ``None`` when they can: the
+    kernel backend's answer (:mod:`~adaptcl.plugins.tiles._kernel_backend`)."""
+    if problem.op == "row_blocks":
+        return f"{problem.method} has no kernel path"
+    if problem.op not in ("row_stats", "pair_lse"):
+        return _missing(problem.pair, "selection")
     if not _HAS_TRITON:
         return "Triton is not installed"
-    if a.device.type == "cpu":
+    device = problem.device.type
+    if device == "cpu":
         if not interpreting():
             return "the tensors are on the CPU and TRITON_INTERPRET=1 is not set"
         if not _interpreter_ready():
             return ("TRITON_INTERPRET=1 was set after Triton was imported (set it before the "
                     "first import of triton or torch._dynamo)")
-    elif a.device.type != "cuda":
-        return f"the tensors are on {a.device.type}, not CUDA"
-    if a.dtype not in _DTYPES or k.dtype != a.dtype:
-        return f"the dtypes are {a.dtype} and {k.dtype} (it takes one of float32, bfloat16, float16)"
-    if len(masks) > 2:
-        return f"it masks at most two columns per row, not {len(masks)}"
-    if bias is not None:
-        return f"it has no {type(bias).__name__} (a bias inside the log-sum-exp)"
-    if weights is not None and not isinstance(description(weights), SameClassTargets):
-        return f"it has no {type(weights).__name__} weights (only label targets)"
-    if term is not None and not isinstance(description(term), SimilarityTemperature):
-        return f"it has no {type(term).__name__} term"
+    elif device != "cuda":
+        return f"the tensors are on {device}, not CUDA"
+    if problem.dtype not in _DTYPES or problem.key_dtype != problem.dtype:
+        return (f"the dtypes are {problem.dtype} and {problem.key_dtype} (it takes one of "
+                f"float32, bfloat16, float16)")
+    if problem.masks > 2:
+        return f"it masks at most two columns per row, not {problem.masks}"
+    if problem.bias is not None:
+        return _missing(problem.bias, "bias (a bias inside the log-sum-exp)")
+    if problem.weights is not None and not isinstance(problem.weights, SameClassTargets):
+        return _missing(problem.weights, "weights (only label targets)")
+    if problem.term is not None and not isinstance(problem.term, SimilarityTemperature):
+        return _missing(problem.term, "term")
+    if problem.op == "pair_lse":
+        widest = configs.pair_width(problem.precision, configs.arch_of(problem.device))
+        if problem.width > widest:
+            return (f"its feature width {problem.width} exceeds {widest} at "
+                    f"{problem.precision} products (wider features split the backward into "
+                    f"more output blocks, each recomputing every tile)")
+        if not isinstance(problem.pair, RegularisedPairTerm):
+            return _missing(problem.pair, "pair temperature")
     return None
+
+
+def _missing(part: object, what: str) -> str:
+    """``"it has no X"``: a part by its own name, or by its description's type."""
+    if isinstance(part, str):
+        return f"it has no {part}"
+    return f"it has no {type(part).__name__} {what}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -149,7 +171,7 @@ launch_observer: Callable[..., bool] | None = None
 def _launch(kernel, name: str, precision: str, width: int, grid, args: dict,
             meta: dict, device: torch.device, sizes: tuple[int, int], reset=None) -> None:
     """``kernel[grid(block)](**args, **meta)`` with the table's block for ``name`` (or the
-    autotuned one where ``ADAPTCL_TRITON_AUTOTUNE`` asks; ``reset()`` before each launch
+    autotuned one where ``tiling(autotune=True)`` asks; ``reset()`` before each launch
     clears what a kernel accumulates into). ``args``: the kernel's runtime arguments by name."""
     heavy = bool(meta.get("HAS_LAB")) or bool(meta.get("TERM"))
     block = configs.block(name, precision, width, configs.arch_of(device), heavy)
@@ -163,7 +185,7 @@ def _launch(kernel, name: str, precision: str, width: int, grid, args: dict,
         kernel[grid(b)](**args, **meta, BM=b.bm, BN=b.bn, num_warps=b.warps,
                         num_stages=b.stages)
 
-    if configs.autotuning() and device.type == "cuda":
+    if current_tiling().autotune and device.type == "cuda":
         key = (name, precision, configs.padded(width), *sorted(meta.items()),
                *(configs.size_bin(n) for n in sizes))
         block = configs.tuned(key, block, run)
@@ -263,7 +285,7 @@ _SHAPES = {"cosine": 1, "piecewise": 2}
 
 
 def _term_codes(term: object) -> tuple[int, list[float], bool]:
-    """A :class:`~adaptcl.plugins.tiles.terms.SimilarityTemperature` as the kernels' ``TERM``
+    """A :class:`~adaptcl.plugins.tiles._terms.SimilarityTemperature` as the kernels' ``TERM``
     code, its four parameters and whether it is detached (no term: the identity)."""
     d = None if term is None else description(term)
     if d is None:
@@ -313,8 +335,8 @@ def row_stats_backward_op(a: Tensor, k: Tensor, lse: Tensor, g_lse: Tensor, g_ul
                           term_params: list[float], detach: bool,
                           precision: str) -> tuple[Tensor, Tensor]:
     """``(dA, dK)`` of :func:`row_stats_op` for the upstream ``(g_lse, g_ul)``: two launches,
-    FlashAttention-2's query and key passes, or one where ``ADAPTCL_TRITON_BACKWARD=onepass``
-    asks and the width takes one output block (``dA`` then by float32 atomics)."""
+    FlashAttention-2's query and key passes, or one where ``tiling(backward="onepass")`` asks
+    and the width takes one output block (``dA`` then by float32 atomics)."""
     rows, cols, dim = a.shape[0], k.shape[0], a.shape[1]
     if rows == 0 or cols == 0:
         return torch.zeros_like(a), torch.zeros_like(k)
@@ -329,7 +351,7 @@ def row_stats_backward_op(a: Tensor, k: Tensor, lse: Tensor, g_lse: Tensor, g_ul
     arch = configs.arch_of(a.device)
     lib = kernels()
     onepass = configs.features(dim, precision, arch, "bwd")
-    if onepass["BDO"] >= configs.padded(dim) and configs.one_pass_backward():
+    if onepass["BDO"] >= configs.padded(dim) and current_tiling().backward == "onepass":
         ga32 = torch.zeros(a.shape, dtype=torch.float32, device=a.device)
         _launch(lib.row_stats_bwd_onepass, "bwd", precision, dim,
                 lambda b: (_cdiv(cols, b.bn),), {**args, "GA32": ga32, "GK": gk},
@@ -379,7 +401,7 @@ def _or(x: Tensor | None, default: Tensor) -> Tensor:
 
 def fused_row_stats(a: Tensor, k: Tensor, masks: tuple[Tensor | None, ...], weights: object = None,
                     term: object = None, precision: str = "ieee") -> tuple[Tensor, Tensor, Tensor]:
-    """The kernel's ``(lse, sum_ul, sum_u)``, as :func:`~adaptcl.plugins.tiles.loop.streamed_row_stats`
+    """The kernel's ``(lse, sum_ul, sum_u)``, as :func:`~adaptcl.plugins.tiles._loop.streamed_row_stats`
     returns them (``lse`` and ``sum_ul`` differentiable in ``a`` and ``k``; float32), with the
     products at ``precision``."""
     positive_index, self_index = (tuple(masks) + (None, None))[:2]
@@ -395,29 +417,8 @@ def fused_row_stats(a: Tensor, k: Tensor, masks: tuple[Tensor | None, ...], weig
 # AMCL's pair log-sum-exp
 # --------------------------------------------------------------------------------------------
 
-def pair_unsupported(a: Tensor, k: Tensor, pa: Tensor, pk: Tensor,
-                     masks: tuple[Tensor | None, ...], pair: object,
-                     precision: str | None = None) -> str | None:
-    """Why the pair kernel cannot compute this case, or ``None`` (``precision``: that of the
-    products, by default the policy's for ``a``'s dtype)."""
-    why = unsupported(a, k, masks, None, None, None)
-    if why is None and (pa.dtype != a.dtype or pk.dtype != a.dtype):
-        why = f"the temperature features are {pa.dtype} and {pk.dtype}, not {a.dtype}"
-    if why is None:
-        precision = product_precision(a.dtype) if precision is None else precision
-        widest = configs.pair_width(precision, configs.arch_of(a.device))
-        if max(a.shape[1], pa.shape[1]) > widest:
-            why = (f"its feature widths ({a.shape[1]}, {pa.shape[1]}) exceed {widest} at "
-                   f"{precision} products (wider features split the backward into more output "
-                   f"blocks, each recomputing every tile)")
-    if why is None and not isinstance(description(pair), RegularisedPairTerm):
-        net = getattr(pair, "net", pair)
-        why = f"it has no pair temperature of {type(net).__name__}"
-    return why
-
-
 def _pair_codes(pair: object) -> list[float]:
-    """A :class:`~adaptcl.plugins.tiles.terms.RegularisedPairTerm` as the kernels' parameters
+    """A :class:`~adaptcl.plugins.tiles._terms.RegularisedPairTerm` as the kernels' parameters
     ``(squash kind, t0, t1, t2, beta, dim)``."""
     d = description(pair)
     tau = d.temperature
@@ -529,7 +530,7 @@ def fused_pair_lse(a: Tensor, k: Tensor, pa: Tensor, pk: Tensor,
                    masks: tuple[Tensor | None, ...], pair: object,
                    precision: str = "ieee") -> tuple[Tensor, Tensor]:
     """The kernel's ``(lse [A], sum of tau over every pair)``, as
-    :func:`~adaptcl.plugins.tiles.loop.streamed_pair_lse` returns them."""
+    :func:`~adaptcl.plugins.tiles._loop.streamed_pair_lse` returns them."""
     positive_index, self_index = (tuple(masks) + (None, None))[:2]
     lse, tau_sum = pair_lse_op(a, k, pa, pk, positive_index, self_index, _pair_codes(pair),
                                precision)

@@ -19,7 +19,7 @@ replaces the two backward ones on request (``row_stats_bwd_onepass``, below):
 * ``row_stats_dk``: one program per column block recomputes the transposed tiles
   ``s.T = k @ a.T`` and accumulates ``dK = W.T @ A``.
 
-How they are laid out for the hardware (sm_90 first; ``python -m tests.plugins._kernel_specs``
+How they are laid out for the hardware (sm_90 first; ``python -m benchmarks.kernel_report``
 and the compile gate read the result from ptxas' report and the SASS):
 
 * the program's block (``dq``: its anchors; ``dk``: its columns) stays resident in shared
@@ -45,7 +45,7 @@ and the compile gate read the result from ptxas' report and the SASS):
   natural units;
 * products at the caller's precision: the operands arrive in bf16 / fp16 (tensor cores,
   float32 accumulation), float32 with ``PRECISION="tf32"`` (rounded to TF32 to nearest, as the
-  CPU's emulation does, :mod:`~adaptcl.plugins.tiles.precision`) or ``"ieee"``; the backward's
+  CPU's emulation does, :mod:`~adaptcl.plugins._products`) or ``"ieee"``; the backward's
   tile weights are rounded to the operands' dtype, as the PyTorch loop's products round them.
 
 DySTreSS's temperature uses ``sin(pi v)`` / ``cos(pi v)`` as odd / even polynomials on
@@ -55,7 +55,7 @@ division and no ``MUFU`` operation beyond the exponential's; one temperature per
 the logit and its slope (``_term``).
 
 Block sizes are constexprs chosen per GPU architecture from a fixed table (``_configs.py``);
-nothing is autotuned unless ``ADAPTCL_TRITON_AUTOTUNE=1`` asks.
+nothing is autotuned unless ``tiling(autotune=True)`` asks.
 """
 
 from __future__ import annotations

@@ -2,10 +2,10 @@
 
 Every recipe that trains with the core's losses (``simcse``, ``tu``, ``moleculenet``,
 ``images``, ``clip``, ``demo``) passes it to each loss as its ``tile_size``
-(:mod:`adaptcl.plugins.tiles.dispatch`): ``auto`` (the default) takes the fastest exact path
+(:mod:`adaptcl.plugins.execution`): ``auto`` (the default) takes the fastest exact path
 that fits (on the CPU without a budget, the materialised logits; on CUDA the fused kernel where
 it covers the loss and the products run on tensor cores), ``none`` materialises the logits, an
-integer streams them in tiles of that size. The paths compute the same loss to float rounding,
+integer streams them on the PyTorch tile loop in tiles of that size, on every device. The paths compute the same loss to float rounding,
 so the setting enters a run's identity, except at its default: records stored before it
 existed were computed as ``auto`` computes on the CPU, and keep their identities.
 """

@@ -1,8 +1,8 @@
 """The math a method hands to the tiles, described as typed values.
 
 A method plugs into the tile loop with objects that compute (a
-:class:`~adaptcl.plugins.tiles.loop.TileTerm`, :class:`~adaptcl.plugins.tiles.loop.TileWeights`,
-:class:`~adaptcl.plugins.tiles.loop.PairTerm`). The fused kernels cannot run Python per tile, so
+:class:`~adaptcl.plugins.tiles._loop.TileTerm`, :class:`~adaptcl.plugins.tiles._loop.TileWeights`,
+:class:`~adaptcl.plugins.tiles._loop.PairTerm`). The fused kernels cannot run Python per tile, so
 the same objects also *describe* what they compute, with the values below (their
 ``describe()``); the kernels' side (``_fused``) translates a description into its own codes,
 and takes the PyTorch loop where a method describes nothing it knows. No method module names a

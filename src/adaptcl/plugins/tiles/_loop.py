@@ -54,8 +54,10 @@ tile 2048, 2 shared CPU cores), tiled / materialised time is 1.11x at batch 1024
 4096 and 1.17x at 8192: materialising is never slower where it fits, tiling costs 1-17% (it
 recomputes each tile in backward), while the materialised peak grows as ~3 copies of
 ``4 * (2N)^2`` bytes (3.0 GiB at N = 8192 against 72 MiB tiled). So the default
-``tile_size="auto"`` materialises while the matrix fits the budget and tiles beyond it
-(:mod:`~adaptcl.plugins.tiles.dispatch`); an explicit tile, e.g. ``MACLLoss(...,
+``tile_size="auto"`` takes the materialised path where the matrix fits the budget and this loop
+beyond it, unless a faster backend pays (the fused kernels on CUDA, from
+``KERNEL_FROM_LOGITS`` logits on tensor cores: :mod:`~adaptcl.plugins.tiles._dispatch`); an
+explicit tile, e.g. ``MACLLoss(...,
 tile_size=4096)`` at batch 65,536 (535 MiB peak where one materialised matrix alone is
 64 GiB), tiles whatever the budget.
 
@@ -76,8 +78,10 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
+from .._products import ProductPrecision, product, product_precision
 from ..candidates import autocast_off
-from .precision import ProductPrecision, product, product_precision
+from ..execution import TilePlan
+from ._backend import Problem
 
 NEG_INF = float("-inf")
 Masks = tuple[Tensor | None, ...]
@@ -293,11 +297,11 @@ def streamed_row_stats(a: Tensor, k: Tensor, tile: int, masks: Masks,
     """``(logsumexp_j (l_ij + b_ij), sum_j u_ij l_ij, sum_j u_ij)`` over the unmasked columns
     of ``l = term(a @ k.T)`` (``a @ k.T`` without a ``term``), streamed over ``tile x tile``
     tiles; differentiable in ``a`` and ``k`` (``u`` and ``b`` are detached). ``precision``:
-    that of the products (:mod:`~adaptcl.plugins.tiles.precision`; ``None``: the policy's for
-    ``a``'s dtype). The losses reach it through the dispatcher
-    (:func:`~adaptcl.plugins.tiles.dispatch.row_stats`), which may run the fused kernel
+    that of the products (:mod:`~adaptcl.plugins._products`; ``None``: the policy's for
+    ``a``'s dtype and device). The losses reach it through the dispatcher
+    (:func:`~adaptcl.plugins.tiles._dispatch.row_stats`), which may run another backend
     instead."""
-    precision = product_precision(a.dtype) if precision is None else precision
+    precision = product_precision(a.dtype, a.device) if precision is None else precision
     with autocast_off(a):
         return _StreamedRowStats.apply(a, k, tile, masks, weights, bias, term, precision)
 
@@ -441,8 +445,8 @@ def streamed_pair_lse(a: Tensor, k: Tensor, pa: Tensor, pk: Tensor, tile: int, m
     """``(logsumexp_j pair.term(s_ij, r_ij) [A], sum of pair.statistic over all pairs)``,
     streamed over ``tile x tile`` tiles (``precision``, that of both products, as in
     :func:`streamed_row_stats`; the dispatcher's
-    :func:`~adaptcl.plugins.tiles.dispatch.pair_lse` may run the kernel instead)."""
-    precision = product_precision(a.dtype) if precision is None else precision
+    :func:`~adaptcl.plugins.tiles._dispatch.pair_lse` may run another backend instead)."""
+    precision = product_precision(a.dtype, a.device) if precision is None else precision
     with autocast_off(a):
         return _StreamedPairLSE.apply(a, k, pa, pk, tile, masks, pair, precision)
 
@@ -463,6 +467,46 @@ def materialised_bytes(num_anchors: int, num_candidates: int, dtype: torch.dtype
     return num_anchors * num_candidates * torch.empty((), dtype=dtype).element_size()
 
 
+class LoopBackend:
+    """This loop as a backend (:class:`~adaptcl.plugins.tiles._backend.Backend`): the reference,
+    on every device, every dtype and every op, in the plan's ``tile x tile`` tiles."""
+
+    name = "torch"
+    ops = frozenset({"row_stats", "pair_lse", "top_columns", "row_blocks"})
+    own_blocks = False
+
+    def why_not(self, problem: Problem) -> str | None:
+        return None
+
+    def auto_why_not(self, problem: Problem) -> str | None:
+        return None
+
+    def pays(self, problem: Problem) -> bool:
+        return False
+
+    def row_stats(self, plan: TilePlan, a: Tensor, k: Tensor, masks: Masks,
+                  weights: TileWeights | None, bias: TileBias | None,
+                  term: TileTerm | None) -> tuple[Tensor, Tensor, Tensor]:
+        return streamed_row_stats(a, k, plan.tile, masks, weights, bias=bias, term=term,
+                                  precision=plan.precision)
+
+    def pair_lse(self, plan: TilePlan, a: Tensor, k: Tensor, pa: Tensor, pk: Tensor,
+                 masks: Masks, pair: PairTerm) -> tuple[Tensor, Tensor]:
+        return streamed_pair_lse(a, k, pa, pk, plan.tile, masks, pair, plan.precision)
+
+    def softmax_stats(self, plan: TilePlan, q: Tensor, k: Tensor, temperature: float,
+                      masks: Masks, *, top: int = 0) -> tuple[Tensor, Tensor, Tensor | None]:
+        return streamed_softmax_stats(q, k, temperature, plan.tile, masks, top=top,
+                                      precision=plan.precision)
+
+    def top_columns(self, plan: TilePlan, a: Tensor, k: Tensor, masks: Masks, kappa: int,
+                    extra: Tensor | None = None) -> Tensor:
+        return streamed_top_columns(a, k, plan.tile, masks, kappa, extra, plan.precision)
+
+    def pair_sum(self, plan: TilePlan, fn, a: Tensor, b: Tensor) -> Tensor:
+        return streamed_sum(fn, a, b, plan.tile, plan.precision)
+
+
 __all__ = ["TileWeights", "TileBias", "TileTerm", "PairTerm", "streamed_row_stats",
            "streamed_softmax_stats", "streamed_top_columns", "streamed_pair_lse",
-           "streamed_sum", "top_columns", "merge_top", "materialised_bytes"]
+           "streamed_sum", "top_columns", "merge_top", "materialised_bytes", "LoopBackend"]

@@ -1,12 +1,16 @@
-"""The precision of the products ``a @ k.T``: one policy for every backend.
+"""The precision of the products ``a @ k.T``: one policy for every path and backend.
 
 The tiles' cost is their products; on a GPU they are fast only on tensor cores, whose operands
-are bf16, fp16 or TF32. The policy (as PyTorch's own matmuls and Apple's Cut Cross-Entropy):
+are bf16, fp16 or TF32. The policy, as PyTorch's own matmuls and Apple's Cut Cross-Entropy:
 
 * bfloat16 / float16 inputs (autocast, the usual GPU case) multiply in that dtype, with float32
-  accumulation;
-* float32 inputs follow :func:`torch.get_float32_matmul_precision`: ``"highest"`` (PyTorch's
-  default) is IEEE float32, ``"high"`` TF32, ``"medium"`` bf16;
+  accumulation, on every device;
+* float32 inputs on CUDA follow :func:`torch.get_float32_matmul_precision`: ``"highest"``
+  (PyTorch's default) is IEEE float32, ``"high"`` TF32, ``"medium"`` bf16;
+* float32 inputs on the CPU (and every other device) are IEEE whatever that setting says, as
+  PyTorch's own CPU matmul is; ``tiling(emulate_tensor_cores=True)``
+  (:mod:`~adaptcl.plugins.execution`) makes them follow it as CUDA does, emulated (the switch the
+  tests of the tensor-core paths use; off by default);
 * float64 is exact.
 
 Normalisation, temperatures, the log-sum-exp and every gradient stay float32 (float64 when
@@ -26,16 +30,20 @@ precision's own error. What it computes:
   operands rounded to bf16 / fp16 (to nearest, ties to even, as a cast on the GPU) or to TF32's
   10-bit mantissa (to nearest, ties away from zero: PTX's ``cvt.rna.tf32.f32``), then
   multiplied in float32; the products of two such operands are exact in float32, so only the
-  accumulation rounds, as on the GPU. The CPU tests measure the policy's error honestly.
+  accumulation rounds, as on the GPU.
 
 ``"ieee"`` is the plain ``x @ y`` of the inputs' dtype, bit for bit what the losses computed
 before this policy.
 
+This module is the core's ground floor (the candidates, every method and both backends use it;
+it imports nothing of theirs). Private: the losses' ``last_stats.plan.precision`` says which
+precision a call's products had.
+
 Example:
     >>> import torch
-    >>> product_precision(torch.bfloat16)
+    >>> product_precision(torch.bfloat16, torch.device("cpu"))
     'bf16'
-    >>> product_precision(torch.float32)  # at PyTorch's default "highest"
+    >>> product_precision(torch.float32, torch.device("cpu"))  # IEEE on the CPU (no emulation)
     'ieee'
     >>> a, k = torch.randn(4, 8), torch.randn(6, 8)
     >>> torch.equal(logits_product(a, k, "ieee"), a @ k.T)
@@ -52,6 +60,7 @@ import torch
 from torch import Tensor
 
 from ._trace import constant_under_compile
+from .execution import current_tiling
 
 #: the operands of the products: IEEE (float32 or float64 as given), TF32, bf16 or fp16
 ProductPrecision = Literal["ieee", "tf32", "bf16", "fp16"]
@@ -59,14 +68,15 @@ ProductPrecision = Literal["ieee", "tf32", "bf16", "fp16"]
 _FLOAT32 = {"highest": "ieee", "high": "tf32", "medium": "bf16"}
 
 
-def product_precision(input_dtype: torch.dtype) -> ProductPrecision:
+def product_precision(input_dtype: torch.dtype, device: torch.device) -> ProductPrecision:
     """The precision of the products for embeddings that came in as ``input_dtype`` (the dtype
-    the caller passed, before the loss normalised them in float32)."""
+    the caller passed, before the loss normalised them in float32) on ``device``."""
     if input_dtype == torch.bfloat16:
         return "bf16"
     if input_dtype == torch.float16:
         return "fp16"
-    if input_dtype == torch.float32:
+    if input_dtype == torch.float32 and (torch.device(device).type == "cuda"
+                                         or current_tiling().emulate_tensor_cores):
         return _FLOAT32[_float32_matmul_precision()]
     return "ieee"
 

@@ -8,12 +8,12 @@ FlatNCE, Dual temperature and the learned temperature (NT-Xent and cross-view fo
 hardness term adds nothing), one more with multi-positive ``labels`` (4.2) and for DySTreSS's
 pair temperatures (4.2), ASCL 6.6, ASCL-BYOL 6.7 (two matrices), AMCL 11.3 per head
 (``"softmax"``) and 5.3 (``"topk"``), the survey losses 6.4-8.2. Each loss passes its count
-(rounded up) to the dispatcher (:mod:`~adaptcl.plugins.tiles.dispatch`), which asks
+(rounded up) to the dispatcher (:mod:`~adaptcl.plugins.tiles._dispatch`), which asks
 :func:`tile_over_budget` whether a ``tile_size="auto"`` call fits:
 
-* the estimate is :func:`logits_peak_bytes`, from the shapes alone;
+* the estimate is :func:`logits_peak_bytes`, from the problem's shapes alone;
 * the budget is the scoped setting's ``max_logits_bytes``
-  (:func:`~adaptcl.plugins.tiles.dispatch.tiling`) or, without one, :func:`device_budget`:
+  (:class:`~adaptcl.plugins.execution.tiling`) or, without one, :func:`device_budget`:
   on CUDA :data:`CUDA_BUDGET_FRACTION` of the memory free to PyTorch on the inputs' device
   (``torch.cuda.mem_get_info`` plus what the caching allocator holds unused), on every other
   device none, so the CPU never switches by itself (its numbers stay bit for bit what they
@@ -47,8 +47,8 @@ import warnings
 
 import torch
 
-from ..candidates import Candidates
-from ._trace import constant_under_compile as _constant_under_compile
+from .._trace import constant_under_compile as _constant_under_compile
+from ._backend import Problem
 
 #: float32 copies of the ``[A, C]`` matrix the materialised path holds at its peak
 LOGIT_COPIES = 3
@@ -74,16 +74,13 @@ class LogitsBudgetWarning(UserWarning):
     """A loss took its tiled path because its materialised logits exceed the budget."""
 
 
-def logits_peak_bytes(cands: list[Candidates], *, heads: int = 1,
-                      copies: int = LOGIT_COPIES) -> int:
-    """Estimated peak bytes of the materialised path: ``copies`` matrices ``[A, C]`` per
+def logits_peak_bytes(problem: Problem) -> int:
+    """Estimated peak bytes of the materialised path: ``problem.copies`` matrices ``[A, C]`` per
     direction (every direction's graph lives until the backward) and head, one more with
     multi-positive labels (their targets), in the kernel's dtype (float32, or float64 for
     float64 inputs; never narrower under autocast)."""
-    size = max(4, cands[0].anchors.element_size())
-    entries = sum(c.num_anchors * c.keys.shape[0] for c in cands)
-    copies += cands[0].labels is not None
-    return copies * entries * size * heads
+    size = max(4, problem.dtype.itemsize)
+    return (problem.copies + problem.labels) * problem.logits * size * problem.heads
 
 
 def auto_tile_size(budget: int, device_type: str, columns: int | None = None,
@@ -125,28 +122,37 @@ def _cuda_budget(index: int) -> int:
     return int(CUDA_BUDGET_FRACTION * (free + unused))
 
 
-def tile_over_budget(method: str, cands: list[Candidates], max_logits_bytes: int | None, *,
-                     heads: int = 1, copies: int = LOGIT_COPIES,
-                     row_blocks: bool = False) -> int | None:
-    """The tile to run ``method`` on ``cands`` with when its materialised logits exceed the
-    budget (``max_logits_bytes``, else :func:`device_budget`), or ``None`` when they fit or
-    there is no budget. ``row_blocks``: the tile is a number of anchor rows against every
-    column (:func:`auto_tile_size`). Says a switch once (:class:`LogitsBudgetWarning`)."""
-    device = cands[0].anchors.device
-    peak = logits_peak_bytes(cands, heads=heads, copies=copies)
+def tile_over_budget(problem: Problem, max_logits_bytes: int | None) -> int | None:
+    """The tile to run ``problem`` with when its materialised logits exceed the budget
+    (``max_logits_bytes``, else :func:`device_budget`), or ``None`` when they fit or there is no
+    budget. A row-block problem's tile is a number of anchor rows against every column
+    (:func:`auto_tile_size`). Says a switch once (:class:`LogitsBudgetWarning`)."""
+    device = problem.device
+    peak = logits_peak_bytes(problem)
     by_default = max_logits_bytes is None
-    key = (method, str(device), peak if isinstance(peak, int) else -1)
+    known = peak if isinstance(peak, int) else None  # a symbolic size under dynamic shapes
+    key = (problem.method, str(device), -1 if known is None else known)
     if by_default and key in _SWITCHED and not torch.compiler.is_compiling():
         return _SWITCHED[key]  # one way: a shape the default budget tiled stays tiled
     budget = device_budget(device) if by_default else max_logits_bytes
     if budget is None or peak <= budget:
         return None
-    columns = max(c.keys.shape[0] for c in cands) if row_blocks else None
-    tile = auto_tile_size(budget, device.type, columns, copies)
+    columns = (max(cols for _, cols in problem.shapes) if problem.op == "row_blocks"
+               else None)
+    tile = auto_tile_size(budget, device.type, columns, problem.copies)
     if by_default and not torch.compiler.is_compiling():
         _SWITCHED[key] = tile
-    _say_once(method, str(device), budget, by_default, tile, peak if isinstance(peak, int) else 0)
+    _say_once(problem.method, str(device), budget, by_default, tile, known or 0)
     return tile
+
+
+def _size(n: int) -> str:
+    """``n`` bytes as people read them: ``"768 bytes"``, ``"1.5 KiB"``, ``"48 MiB"``,
+    ``"3.02 GiB"`` (three significant figures, more for thousands of GiB)."""
+    unit, scale = next(((u, s) for u, s in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10))
+                        if n >= s), ("bytes", 1))
+    value = n / scale
+    return f"{value:,.0f} {unit}" if value >= 1000 or scale == 1 else f"{value:.3g} {unit}"
 
 
 @_constant_under_compile
@@ -157,7 +163,7 @@ def _say_once(method: str, device: str, budget: int, by_default: bool, tile: int
     key = (method, device, tile)
     if key not in _SAID:
         _SAID.add(key)
-        need = f"about {peak / 2**20:,.0f} MiB" if peak else "more"
+        need = f"about {_size(peak)}" if peak else "more"
         given = (f"{CUDA_BUDGET_FRACTION:.0%} of the free memory, the default budget" if by_default
                  else "tiling(max_logits_bytes=...)")
         warnings.warn(
