@@ -186,3 +186,20 @@ def test_the_labelled_row_problem_is_sorted_by_label_with_its_masks_renumbered()
     assert inputs.self_index is None
     assert torch.equal(inputs.to_anchors(inputs.of_anchors(labels)), labels)
     assert torch.equal(inputs.to_keys(key_labels[key_order]), key_labels)
+
+
+def test_the_labelled_row_problem_is_formed_without_reading_a_value_back():
+    """The labels' dense ranks come from a sort and a running count, not ``torch.unique``
+    (which reads its number of values back to the host: a synchronisation on CUDA, a graph
+    break under ``torch.compile``). On the meta device, where no value exists, the sorted
+    problem still forms; ``unique`` cannot."""
+    g = torch.Generator().manual_seed(3)
+    for _ in range(50):
+        x = torch.randint(-2, 6, (int(torch.randint(1, 30, (), generator=g)),), generator=g)
+        assert torch.equal(fused._dense_ranks(x), torch.unique(x, return_inverse=True)[1])
+    a, k = torch.empty(9, 16, device="meta"), torch.empty(11, 16, device="meta")
+    labels = torch.empty(9, dtype=torch.int64, device="meta")
+    key_labels = torch.empty(11, dtype=torch.int64, device="meta")
+    positive = torch.empty(9, dtype=torch.int64, device="meta")
+    inputs = fused._row_inputs(a, k, positive, None, labels, key_labels, "bf16")
+    assert inputs.a.shape == (9, 16) and inputs.key_labels.shape == (11,)

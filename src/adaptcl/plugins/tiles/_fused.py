@@ -248,7 +248,7 @@ def _row_inputs(a: Tensor, k: Tensor, positive_index: Tensor | None, self_index:
     a, k = _operands(precision, a, k)
     if labels is None:
         return _RowInputs(a, k, positive_index, self_index, None, None, None, None)
-    ranks = torch.unique(torch.cat([labels, key_labels]), return_inverse=True)[1]
+    ranks = _dense_ranks(torch.cat([labels, key_labels]))
     anchor_ranks, key_ranks = ranks[:labels.numel()], ranks[labels.numel():]
     anchor_order = torch.argsort(anchor_ranks, stable=True)
     key_order = torch.argsort(key_ranks, stable=True)
@@ -257,6 +257,17 @@ def _row_inputs(a: Tensor, k: Tensor, positive_index: Tensor | None, self_index:
                       _renumbered(positive_index, anchor_order, key_position),
                       _renumbered(self_index, anchor_order, key_position),
                       anchor_ranks[anchor_order], key_ranks[key_order], anchor_order, key_order)
+
+
+def _dense_ranks(x: Tensor) -> Tensor:
+    """Each entry's rank among the distinct values of ``x`` (``0`` the smallest), as
+    ``torch.unique(x, return_inverse=True)[1]`` gives it, but from a sort and a running count:
+    every shape is known in advance, so nothing waits for the GPU (``unique`` reads its number
+    of values back to the host) and ``torch.compile`` keeps one graph."""
+    values, order = torch.sort(x, stable=True)
+    new = torch.ones_like(values, dtype=torch.bool)
+    new[1:] = values[1:] != values[:-1]
+    return _placed(torch.cumsum(new, 0) - 1, order)
 
 
 def _placed(x: Tensor, order: Tensor) -> Tensor:
