@@ -192,8 +192,9 @@ def test_kernel_amcl_backward_in_one_program_or_per_output_block(dim, net, monke
                 ConstantTemperature(0.2))
         return AMCLLoss(tau, beta=1e-2, **t)
 
-    value, grads = _run(make(tile_size=None).double(), z, torch.float64)
-    got, got_grads = _run(make(tile_size=8), z, torch.float32)
+    with tiling(backend="auto"):
+        value, grads = _run(make(tile_size=None).double(), z, torch.float64)
+    got, got_grads = _run(make(tile_size="auto"), z, torch.float32)
     assert set(parts) == {{12: 1, 20: 4 if net == "pair" else 2}[dim]}
     torch.testing.assert_close(got.double(), value, rtol=RTOL, atol=ATOL)
     for a, b in zip(got_grads, grads, strict=True):
