@@ -32,9 +32,12 @@ Exactness:
   - ``"chunk"`` (default): in training mode every chunk is normalised with its own statistics:
     the step equals an uncached step that runs the encoder over the same chunks one after
     another, not one over the whole batch (as DDP without ``SyncBatchNorm`` normalises with
-    each GPU's batch). The running statistics are updated once per chunk, by pass 1 (a forward
-    pass, as an uncached forward updates them); pass 3 restores them after each chunk, so they
-    are not updated twice. ``SyncBatchNorm`` under DDP normalises with one chunk of every rank.
+    each GPU's batch). The running statistics take one momentum update per chunk, with that
+    chunk's statistics, by pass 1 (``batch / mini_batch_size`` updates per call where an
+    uncached forward takes one); pass 3 puts back what pass 1 left, so none is taken twice. By
+    how much the step differs from the whole-batch one is measured in docs/large_batches.md
+    (``benchmarks/bench_batchnorm_chunks.py``). ``SyncBatchNorm`` under DDP normalises with one
+    chunk of every rank.
   - ``"frozen"``: every BatchNorm layer runs in eval mode in both passes (its running
     statistics normalise, nothing updates them), as open_clip's ``freeze_bn_stats`` and
     timm's ``freeze_batch_norm_2d`` do for a pre-trained encoder. The step then equals an
