@@ -74,30 +74,36 @@ _waiting: set[int] = set()  # the stop signals sent again once the main thread's
 
 
 def _importing(frame: FrameType | None) -> bool:
-    """Whether ``frame`` runs inside an import: a module's top-level code or what it calls."""
+    """Whether ``frame`` runs inside the import of another package's module: its top-level
+    code, or what that calls. (adaptcl's own modules swallow nothing: a stop raised in theirs
+    unwinds as anywhere else, and their imports of torch or Lightning are the long ones.)"""
     while frame is not None:
-        if frame.f_globals.get("__name__") in _IMPORT_MACHINERY:
+        below = frame.f_back
+        if (frame.f_code.co_name == "<module>" and below is not None
+                and below.f_globals.get("__name__") in _IMPORT_MACHINERY
+                and frame.f_globals.get("__name__", "").partition(".")[0] != "adaptcl"):
             return True
-        frame = frame.f_back
+        frame = below
     return False
 
 
 def _stop_here(signum: int, frame: FrameType | None) -> bool:
-    """Whether a stop signal landing in ``frame`` may raise there: not inside an import.
+    """Whether a stop signal landing in ``frame`` may raise there: not inside the import of
+    another package's module (:func:`_importing`).
 
     Raised into a module's top-level code, the stop leaves the module half-imported, and the
     importer may take it for an ``ImportError`` or swallow it: torch's C extension imports numpy
     while it initialises and clears whatever error that import raised, so a SIGTERM landing in
     numpy's import was lost and the run trained on (issue 54: rank 1, importing, trained for
     23 s after rank 0 had stopped and then called it a crash, or died 19 s later of a
-    ``RecursionError``). Inside an import instead:
+    ``RecursionError``). Inside such an import instead:
 
     - a follower (a non-zero rank, :func:`~adaptcl.recipes.engine.distributed_follower`) ends
       at once, quietly, with status 0, as its stop would (:func:`_handled`): it owns no result,
       lock or entry, and rank 0 got the signal too (the group's, or its launcher's copy) and
       says why;
     - any other process has the signal sent to its main thread again as soon as that thread
-      is out of every import, where it stops as usual (a thread looks every 50 ms).
+      is out of every such import, where it stops as usual (a thread looks every 50 ms).
     """
     if not _importing(frame):
         return True
@@ -112,7 +118,8 @@ def _stop_here(signum: int, frame: FrameType | None) -> bool:
 
 
 def _send_after_imports(signum: int) -> None:
-    """Send ``signum`` to the main thread once it runs no import (not if it has ended)."""
+    """Send ``signum`` to the main thread once it runs no import of another package's module
+    (not if it has ended)."""
     main = threading.main_thread()
     try:
         while _importing(sys._current_frames().get(main.ident)):
