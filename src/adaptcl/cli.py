@@ -8,12 +8,16 @@ error prints one line ``adaptcl <recipe>: error: ...`` and exits 2; a crash keep
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
+import os
 import signal
 import sys
 import threading
+import time
 import warnings
 from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 from adaptcl import __version__
@@ -51,9 +55,81 @@ class Terminated(KeyboardInterrupt):
     cancelled, the live-run entry removed, the finished runs kept."""
 
 
-def _raise_terminated(signum: int, frame: object) -> None:
-    _quiet_children.hold()
-    raise Terminated()
+def _raise_terminated(signum: int, frame: FrameType | None) -> None:
+    if _stop_here(signum, frame):
+        _quiet_children.hold()
+        raise Terminated()
+
+
+def _raise_interrupt(signum: int, frame: FrameType | None) -> None:
+    """Ctrl-C: Python's ``KeyboardInterrupt``, never raised into an import."""
+    if _stop_here(signum, frame):
+        raise KeyboardInterrupt
+
+
+#: the modules whose frames run an import (``import x``, ``importlib.import_module``, an
+#: import a C extension makes while it initialises)
+_IMPORT_MACHINERY = frozenset({"importlib._bootstrap", "importlib._bootstrap_external"})
+_IMPORT_POLL = 0.05  # seconds between two looks at whether the main thread still imports
+_waiting: set[int] = set()  # the stop signals sent again once the main thread's import ends
+
+
+def _importing(frame: FrameType | None) -> bool:
+    """Whether ``frame`` runs inside the import of another package's module: its top-level
+    code, or what that calls. (adaptcl's own modules swallow nothing: a stop raised in theirs
+    unwinds as anywhere else, and their imports of torch or Lightning are the long ones.)"""
+    while frame is not None:
+        below = frame.f_back
+        if (frame.f_code.co_name == "<module>" and below is not None
+                and below.f_globals.get("__name__") in _IMPORT_MACHINERY
+                and frame.f_globals.get("__name__", "").partition(".")[0] != "adaptcl"):
+            return True
+        frame = below
+    return False
+
+
+def _stop_here(signum: int, frame: FrameType | None) -> bool:
+    """Whether a stop signal landing in ``frame`` may raise there: not inside the import of
+    another package's module (:func:`_importing`).
+
+    Raised into a module's top-level code, the stop leaves the module half-imported, and the
+    importer may take it for an ``ImportError`` or swallow it: torch's C extension imports numpy
+    while it initialises and clears whatever error that import raised, so a SIGTERM landing in
+    numpy's import was lost and the run trained on (issue 54: rank 1, importing, trained for
+    23 s after rank 0 had stopped and then called it a crash, or died 19 s later of a
+    ``RecursionError``). Inside such an import instead:
+
+    - a follower (a non-zero rank, :func:`~adaptcl.recipes.engine.distributed_follower`) ends
+      at once, quietly, with status 0, as its stop would (:func:`_handled`): it owns no result,
+      lock or entry, and rank 0 got the signal too (the group's, or its launcher's copy) and
+      says why;
+    - any other process has the signal sent to its main thread again as soon as that thread
+      is out of every such import, where it stops as usual (a thread looks every 50 ms).
+    """
+    if not _importing(frame):
+        return True
+    if distributed_follower():
+        sys.stderr.flush()
+        os._exit(0)
+    if signum not in _waiting:
+        _waiting.add(signum)
+        threading.Thread(target=_send_after_imports, args=(signum,), daemon=True,
+                         name=f"adaptcl: {signal.Signals(signum).name} after imports").start()
+    return False
+
+
+def _send_after_imports(signum: int) -> None:
+    """Send ``signum`` to the main thread once it runs no import of another package's module
+    (not if it has ended)."""
+    main = threading.main_thread()
+    try:
+        while _importing(sys._current_frames().get(main.ident)):
+            time.sleep(_IMPORT_POLL)
+    finally:
+        _waiting.discard(signum)
+    if main.is_alive():
+        with contextlib.suppress(ProcessLookupError):  # it ended meanwhile
+            signal.pthread_kill(main.ident, signum)
 
 
 def _child_ended(signum: int, frame: object) -> None:
@@ -121,15 +197,20 @@ def main(argv: list[str] | None = None) -> int:
     warnings.filterwarnings("ignore", message=r"`torch\.jit\.script` is deprecated",
                             category=FutureWarning)
     # SIGTERM (kill, timeout, a scheduler) ends the run as Ctrl-C does, unless someone else
-    # already handles it (then it stays theirs)
-    on_sigterm = (threading.current_thread() is threading.main_thread()
-                  and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL)
+    # already handles it (then it stays theirs); both stop outside imports (_stop_here)
+    main = threading.current_thread() is threading.main_thread()
+    on_sigterm = main and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    on_sigint = main and signal.getsignal(signal.SIGINT) is signal.default_int_handler
     if on_sigterm:
         signal.signal(signal.SIGTERM, _raise_terminated)
+    if on_sigint:
+        signal.signal(signal.SIGINT, _raise_interrupt)
     try:
         return _handled(prog, lambda: _run(name, rest, prog))
     finally:
         _close_process_group()
+        if on_sigint:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
         if on_sigterm:  # the caller's process gets its default back
             signal.signal(signal.SIGTERM, signal.SIG_DFL)
             _quiet_children.release()

@@ -359,3 +359,133 @@ def test_bad_inputs_and_outputs():
         cached_forward(model, [], 4)
     with pytest.raises(ValueError, match="a row per input row"):
         cached_forward(lambda x: model(x).sum(), x0, 4, module=model)
+
+
+def _one_line(err: pytest.ExceptionInfo) -> str:
+    message = str(err.value)
+    assert "\n" not in message, message
+    return message
+
+
+@pytest.mark.parametrize(("inputs", "says"), [
+    (None, "inputs must be a tensor or a tuple of tensors, got NoneType"),
+    (3.0, "inputs must be a tensor or a tuple of tensors, got float"),
+    ((torch.zeros(4, D_IN), None), "holding NoneType at index 1"),
+    ({"input_ids": torch.zeros(4, D_IN)}, "got a dict: pass its tensors and an encoder taking"),
+])
+def test_inputs_that_are_no_tensors_are_refused_naming_inputs(inputs, says):
+    """Issue 54 item 4: ``None`` and ``3.0`` gave "'NoneType' object is not iterable"; a dict
+    (a tokenizer's batch) its keys' "inputs must be a tensor"."""
+    with pytest.raises(TypeError) as err:
+        cached_forward(_mlp(), inputs, 4)
+    assert says in _one_line(err)
+
+
+def test_per_sample_tensors_are_refused_before_any_chunk_runs():
+    """Issue 54 item 4: a list of 40 per-sample tensors was taken as 40 positional arguments
+    and failed inside the encoder's call; it is refused before the encoder runs, naming
+    inputs, what the encoder takes and the way out."""
+    calls = []
+    model = _mlp()
+    encoder = functools.partial(lambda x: calls.append(x) or model(x))
+    samples = [torch.randn(3, D_IN, dtype=torch.float64) for _ in range(40)]
+    with pytest.raises(TypeError) as err:
+        cached_forward(encoder, samples, 8, module=model)
+    message = _one_line(err)
+    assert message.startswith("inputs gives encoder 40 positional argument(s)"), message
+    assert "(x)" in message and "torch.stack" in message
+    assert not calls
+    with pytest.raises(TypeError, match=r"inputs gives encoder 40 .*encoder\(input\) does not"):
+        cached_forward(model, samples, 8)  # an nn.Module: its forward's signature
+    with pytest.raises(TypeError, match=r"inputs gives encoder 1 .*missing a required"):
+        cached_forward(lambda a, b: model(a), torch.zeros(4, D_IN), 2, module=model)
+
+
+@pytest.mark.parametrize(("returned", "says"), [
+    (lambda z: None, "a chunk of 4 rows gave NoneType"),
+    (lambda z: {"a": "text", "b": "text"}, "a chunk of 4 rows gave a dict of ['str', 'str']"),
+    (lambda z: 3.0, "a chunk of 4 rows gave float"),
+])
+def test_outputs_that_are_no_tensors_are_refused_naming_what_came(returned, says):
+    """Issue 54 item 4: ``None`` gave "'NoneType' object is not iterable"."""
+    model = _mlp()
+    with pytest.raises(ValueError) as err:
+        cached_forward(lambda x: returned(model(x)), _views()[0], 4, module=model)
+    message = _one_line(err)
+    assert message.startswith("encoder must return tensors") and message.endswith(says), message
+
+
+def test_an_output_structure_that_changes_between_chunks_is_refused():
+    model = _mlp()
+    calls = []
+
+    def encoder(x):
+        calls.append(1)
+        return (model(x),) if len(calls) == 1 else {"z": model(x)}
+
+    with pytest.raises(ValueError) as err:
+        cached_forward(encoder, _views()[0], 8, module=model)
+    assert _one_line(err).endswith(
+        "a chunk of 8 rows gave a dict of [(8, 6)], the first a tuple of [(8, 6)]")
+
+
+class _Features(nn.Module):
+    """A sentence-transformers model's call: a dict of features in, the dict out with
+    ``sentence_embedding`` (and ``token_embeddings``) added."""
+
+    def __init__(self):
+        super().__init__()
+        torch.manual_seed(5)
+        self.token = nn.Linear(D_IN, D_OUT).double()
+
+    def forward(self, input_ids, attention_mask):
+        tokens = self.token(input_ids)                      # [rows, D_OUT] stands for tokens
+        return {"input_ids": input_ids, "attention_mask": attention_mask,
+                "token_embeddings": tokens.unsqueeze(1).expand(-1, 3, -1),
+                "sentence_embedding": tokens * attention_mask[:, :1], "cache": None}
+
+
+def test_dict_outputs_keep_their_structure_and_train_as_uncached():
+    """A dict (sentence-transformers' features), ``None`` entries and integer tensors
+    included: the whole batch's dict comes back, and the step equals the uncached one."""
+    cached, plain = _Features(), _Features()
+    x0, x1 = _views()
+    mask = torch.ones(N, 4, dtype=torch.int64)
+    want = [plain(x, mask) for x in (x0, x1)]
+    got = [cached_forward(cached, (x, mask), 5) for x in (x0, x1)]
+    assert all(type(g) is dict and list(g) == list(w) for g, w in zip(got, want, strict=True))
+    assert got[0]["cache"] is None and got[0]["attention_mask"].dtype == torch.int64
+    for g, w in zip(got, want, strict=True):
+        for key in ("input_ids", "attention_mask", "token_embeddings", "sentence_embedding"):
+            torch.testing.assert_close(g[key], w[key], **EXACT)
+    loss_fn = InfoNCELoss(0.2)
+    loss_fn(*(w["sentence_embedding"] for w in want)).backward()
+    loss_fn(*(g["sentence_embedding"] for g in got)).backward()
+    _assert_same(_grads(cached), _grads(plain))
+
+
+def test_a_hugging_face_model_output_comes_back_as_itself():
+    """A ``ModelOutput`` (what a Hugging Face model returns) comes back of its own class, each
+    field the whole batch's, with the uncached step's gradients."""
+    outputs = pytest.importorskip("transformers.modeling_outputs")
+
+    class Tower(nn.Module):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(6)
+            self.body, self.pool = nn.Linear(D_IN, D_OUT).double(), nn.Linear(D_OUT, D_OUT).double()
+
+        def forward(self, x):
+            hidden = self.body(x)
+            return outputs.BaseModelOutputWithPooling(last_hidden_state=hidden,
+                                                      pooler_output=self.pool(hidden).tanh())
+
+    cached, plain = Tower(), Tower()
+    x0, x1 = _views()
+    z = cached_forward(cached, x0, 7)
+    assert type(z) is outputs.BaseModelOutputWithPooling and z.hidden_states is None
+    assert z.pooler_output.shape == (N, D_OUT)
+    loss_fn = InfoNCELoss(0.2)
+    loss_fn(plain(x0).pooler_output, plain(x1).pooler_output).backward()
+    loss_fn(z.pooler_output, cached_forward(cached, x1, 7).pooler_output).backward()
+    _assert_same(_grads(cached), _grads(plain))

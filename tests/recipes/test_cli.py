@@ -5,6 +5,7 @@ crashes keep their traceback; ``--help`` fast."""
 from __future__ import annotations
 
 import errno
+import importlib
 import os
 import re
 import subprocess
@@ -206,6 +207,88 @@ def test_a_worker_death_received_with_the_sigterm_is_taken_quietly(tmp_path, cap
     assert capsys.readouterr().err.strip() == (
         f"adaptcl demo: terminated (SIGTERM); finished runs are kept under {tmp_path}/runs: "
         "rerun the same command to resume")
+
+#: a module whose import a stop signal lands in, and whose importer swallows what it raises
+#: there, as torch's C extension clears any error of the numpy import it makes
+_SWALLOWING_IMPORT = """
+import os, signal, time
+try:
+    with open({sent!r}, "w") as sent:
+        sent.write(repr(time.time()))
+    os.kill(os.getpid(), signal.{signal})  # lands here, while this module imports
+    time.sleep(0.5)
+except BaseException:  # the importer that clears errors
+    pass
+time.sleep({rest})  # the rest of a long import
+WHOLE = True
+"""
+
+
+@pytest.mark.parametrize("signum, code, how", [("SIGTERM", 143, "terminated (SIGTERM)"),
+                                               ("SIGINT", 130, "interrupted")])
+def test_a_stop_inside_an_import_stops_the_run_once_the_import_is_done(
+        signum, code, how, tmp_path, capsys, monkeypatch):
+    """Issue 54 item 5: a stop raised into an import was swallowed by the importer (torch's C
+    extension clears any error of the numpy import it makes), and the run went on as if no
+    signal had come. It is sent again once the import is over (the module whole), and stops
+    the run with its one line."""
+    import signal
+
+    name = f"_swallowing_import_{signum.lower()}"
+    (tmp_path / f"{name}.py").write_text(
+        _SWALLOWING_IMPORT.format(signal=signum, sent=str(tmp_path / "sent"), rest=0))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, name, raising=False)
+    imported = []
+
+    def importing(self):
+        imported.append(importlib.import_module(name))
+        time.sleep(10)
+        raise AssertionError(f"{signum} did not stop the run")
+
+    monkeypatch.setattr(DemoRecipe, "run", importing)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # a terminal's
+    try:
+        start = time.monotonic()
+        assert cli.main(["demo", "--output-dir", str(tmp_path / "out")]) == code
+        assert time.monotonic() - start < 8  # not the 10 s sleep after the import
+        assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert [m.WHOLE for m in imported] == [True]
+    assert capsys.readouterr().err.strip() == (
+        f"adaptcl demo: {how}; finished runs are kept under {tmp_path / 'out'}/runs: "
+        "rerun the same command to resume")
+
+
+@pytest.mark.parametrize("signum", ["SIGTERM", "SIGINT"])
+def test_a_follower_stopped_inside_an_import_ends_at_once_and_quietly(signum, tmp_path):
+    """Issue 54 item 5: rank 1, stopped while it imported, trained on for 23 s after rank 0
+    had stopped. A follower ends there at once, not when the import is over (here 10 s
+    later), with status 0 and nothing said (rank 0, signalled too, says why; a status other
+    than 0 would have Lightning's observer SIGKILL rank 0)."""
+    sent = tmp_path / "sent"
+    (tmp_path / "_swallowing_import.py").write_text(
+        _SWALLOWING_IMPORT.format(signal=signum, sent=str(sent), rest=10))
+    script = tmp_path / "follower.py"
+    script.write_text(
+        "import signal, sys, time\n"
+        "from adaptcl import cli\n"
+        "from adaptcl.recipes.demo.recipe import DemoRecipe\n"
+        "def importing(self):\n"
+        "    import _swallowing_import\n"
+        "    time.sleep(30)\n"
+        "    print('trained on', file=sys.stderr)\n"
+        "DemoRecipe.run = importing\n"
+        "signal.signal(signal.SIGINT, signal.default_int_handler)  # a terminal's\n"
+        f"sys.exit(cli.main(['demo', '--output-dir', {str(tmp_path / 'out')!r}]))\n")
+    env = dict(os.environ, LOCAL_RANK="1",
+               PYTHONPATH=os.pathsep.join([str(tmp_path), str(SRC)]))
+    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert (proc.returncode, proc.stderr) == (0, "")
+    assert time.time() - float(sent.read_text()) < 5  # the import's rest: 10 s
+
 
 def test_an_interrupted_distributed_run_says_so_on_rank_0_only(tmp_path, capsys, monkeypatch):
     """Ctrl-C stops every rank (as a SIGTERM does); rank 0 carries the status. A follower's 130

@@ -32,9 +32,12 @@ Exactness:
   - ``"chunk"`` (default): in training mode every chunk is normalised with its own statistics:
     the step equals an uncached step that runs the encoder over the same chunks one after
     another, not one over the whole batch (as DDP without ``SyncBatchNorm`` normalises with
-    each GPU's batch). The running statistics are updated once per chunk, by pass 1 (a forward
-    pass, as an uncached forward updates them); pass 3 restores them after each chunk, so they
-    are not updated twice. ``SyncBatchNorm`` under DDP normalises with one chunk of every rank.
+    each GPU's batch). The running statistics take one momentum update per chunk, with that
+    chunk's statistics, by pass 1 (``batch / mini_batch_size`` updates per call where an
+    uncached forward takes one); pass 3 puts back what pass 1 left, so none is taken twice. By
+    how much the step differs from the whole-batch one is measured in docs/large_batches.md
+    (``benchmarks/bench_batchnorm_chunks.py``). ``SyncBatchNorm`` under DDP normalises with one
+    chunk of every rank.
   - ``"frozen"``: every BatchNorm layer runs in eval mode in both passes (its running
     statistics normalise, nothing updates them), as open_clip's ``freeze_bn_stats`` and
     timm's ``freeze_batch_norm_2d`` do for a pre-trained encoder. The step then equals an
@@ -70,12 +73,17 @@ Example:
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable, Iterator, Sequence
+import inspect
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, Literal, get_args
 
 import torch
 from torch import Tensor, nn
 from torch.autograd.function import once_differentiable
+
+# torch's pytree: how torch.func, torch.export and transformers (which registers every
+# ModelOutput there) take nested outputs apart and put them back together
+from torch.utils._pytree import TreeSpec, tree_flatten, tree_unflatten
 from torch.utils.checkpoint import get_device_states, set_device_states
 
 from .validation import check_choice, check_int
@@ -98,11 +106,16 @@ def cached_forward(encoder: Callable[..., Any], inputs: Tensor | Sequence[Tensor
     whose backward re-runs each chunk with a graph (Gao et al.'s gradient caching).
 
     Args:
-        encoder: maps a chunk of ``inputs`` (rows along dim 0) to a tensor, or a tuple of
-            tensors, with a row per input row: an ``nn.Module``, a method of one
-            (``model.encode_image``) or any function of the chunk given with ``module``.
-        inputs: a tensor, or a sequence of tensors with the same number of rows (each chunk
-            is ``encoder(*chunk)``).
+        encoder: maps a chunk of ``inputs`` (rows along dim 0) to its outputs, each with a row
+            per input row: a tensor, or tensors nested in tuples, lists and dicts (a
+            sentence-transformers model's features, a Hugging Face ``ModelOutput``; ``None``
+            entries stay ``None``): an ``nn.Module``, a method of one
+            (``model.encode_image``) or any function of the chunk given with ``module``. Every
+            tensor it returns is kept for the whole batch: return what the loss uses.
+        inputs: a tensor, or a tuple or list of tensors with the same number of rows, each a
+            positional argument (each chunk is ``encoder(*chunk)``): per-sample tensors are
+            one tensor, ``torch.stack``-ed; a dict is refused (``model(**batch)`` or
+            ``model(batch)``: wrap the encoder in a function of its tensors).
         mini_batch_size: rows per chunk (the last one may be shorter); at least 1.
         module: the ``nn.Module`` whose parameters and BatchNorm layers ``encoder`` uses
             (default: ``encoder`` itself, or the module of a bound method). Parameters outside
@@ -110,27 +123,24 @@ def cached_forward(encoder: Callable[..., Any], inputs: Tensor | Sequence[Tensor
             silently left without their gradient.
         out_dims: the dimension of every output that holds the rows (as ``torch.vmap``'s
             ``out_dims``): 1 for AMCL's multi-head projections, ``[heads, rows, dim]``.
-        batch_norm: ``"chunk"`` (statistics per chunk, running statistics updated once) or
-            ``"frozen"`` (BatchNorm in eval mode in both passes); see the module's docstring.
+        batch_norm: ``"chunk"`` (statistics per chunk, one momentum update of the running
+            statistics per chunk) or ``"frozen"`` (BatchNorm in eval mode in both passes); see
+            the module's docstring.
         progress: wraps each pass's chunks, ``progress(chunks, desc=...)``; e.g.
             ``functools.partial(tqdm.tqdm, leave=False)``. ``None``: quiet.
 
     Returns:
-        What ``encoder`` returns for the whole batch: a tensor, or a tuple of tensors,
-        concatenated along ``out_dims``. Without grad mode, or where nothing it depends on
-        requires a gradient, the chunks are simply embedded and concatenated (one pass).
+        What ``encoder`` returns for the whole batch, in the structure it returns (a tensor, a
+        tuple, a dict, a ``ModelOutput``...), every tensor concatenated along ``out_dims``.
+        Without grad mode, or where nothing it depends on requires a gradient, the chunks are
+        simply embedded and concatenated (one pass).
     """
     mini_batch_size = check_int("mini_batch_size", mini_batch_size, 1)
     check_choice("batch_norm", batch_norm, BATCH_NORM_MODES)
     out_dims = check_int("out_dims", out_dims, 0)
-    tensors = (inputs,) if isinstance(inputs, Tensor) else tuple(inputs)
-    if not tensors or not all(isinstance(t, Tensor) for t in tensors):
-        raise TypeError("inputs must be a tensor or a non-empty sequence of tensors")
-    rows = {t.shape[0] if t.dim() else None for t in tensors}
-    if len(rows) != 1 or None in rows or 0 in rows:
-        raise ValueError("inputs must have the same number of rows (>= 1) along dim 0, got "
-                         f"shapes {[tuple(t.shape) for t in tensors]}")
+    tensors = _input_tensors(inputs)
     owner = _owner(encoder, module)
+    _check_arguments(encoder, len(tensors))
     params = [p for p in owner.parameters() if p.requires_grad]
     run = _CachedRun(encoder, tensors, mini_batch_size, owner, out_dims, batch_norm, progress)
     needs_graph = torch.is_grad_enabled() and (
@@ -139,6 +149,52 @@ def cached_forward(encoder: Callable[..., Any], inputs: Tensor | Sequence[Tensor
         return run.restructure(run.embed(replayable=False))
     run.params = params
     return run.restructure(_CachedForward.apply(run, *tensors, *params))
+
+
+def _input_tensors(inputs: Any) -> tuple[Tensor, ...]:
+    """``inputs`` as the positional arguments of ``encoder``, refused in one line naming what
+    was expected where it is no tensor or sequence of tensors with one number of rows."""
+    if isinstance(inputs, Tensor):
+        tensors: tuple[Any, ...] = (inputs,)
+    elif isinstance(inputs, Mapping):
+        raise TypeError(f"inputs must be a tensor or a tuple of tensors, each a positional "
+                        f"argument of encoder, got a {type(inputs).__name__}: pass its tensors "
+                        "and an encoder taking them, e.g. (batch['input_ids'], "
+                        "batch['attention_mask']) with lambda ids, mask: model(input_ids=ids, "
+                        "attention_mask=mask) and module=model")
+    elif isinstance(inputs, (tuple, list)):
+        tensors = tuple(inputs)
+    else:
+        raise TypeError("inputs must be a tensor or a tuple of tensors, got "
+                        f"{type(inputs).__name__}")
+    if not tensors:
+        raise TypeError("inputs must be a tensor or a non-empty tuple of tensors, got an empty "
+                        f"{type(inputs).__name__}")
+    wrong = [(i, type(t).__name__) for i, t in enumerate(tensors) if not isinstance(t, Tensor)]
+    if wrong:
+        raise TypeError(f"inputs must be a tensor or a tuple of tensors, got a "
+                        f"{type(inputs).__name__} holding {wrong[0][1]} at index {wrong[0][0]}")
+    rows = {t.shape[0] if t.dim() else None for t in tensors}
+    if len(rows) != 1 or None in rows or 0 in rows:
+        raise ValueError("inputs must have the same number of rows (>= 1) along dim 0, got "
+                         f"shapes {[tuple(t.shape) for t in tensors][:4]}")
+    return tensors
+
+
+def _check_arguments(encoder: Callable[..., Any], count: int) -> None:
+    """Refuse ``inputs`` whose tensors ``encoder`` cannot take as its positional arguments
+    (a list of per-sample tensors is as many arguments), before any chunk is embedded."""
+    function = encoder.forward if isinstance(encoder, nn.Module) else encoder
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):  # a builtin without a signature: its call will say
+        return
+    try:
+        signature.bind(*range(count))
+    except TypeError as err:
+        raise TypeError(f"inputs gives encoder {count} positional argument(s), one per tensor, "
+                        f"which encoder{signature} does not take ({err}); per-sample tensors "
+                        "are one tensor: torch.stack them") from None
 
 
 def _owner(encoder: Callable[..., Any], module: nn.Module | None) -> nn.Module:
@@ -240,7 +296,9 @@ class _CachedRun:
         self.params: list[nn.Parameter] = []
         self.states: list[_RandomState] = []
         self.autocast: list[tuple[str, dict[str, Any]]] = []
-        self.structure: type | None = None  # what the encoder returned: a tensor or else
+        self.structure: TreeSpec | None = None  # what the encoder returned, taken apart
+        self.tensors: list[bool] = []  # which of its leaves are tensors (the others: None)
+        self.first = ""  # the first chunk's output, described for a message
 
     def _chunks(self, desc: str) -> Iterable[tuple[int, int]]:
         return self.ranges if self.progress is None else self.progress(self.ranges, desc=desc)
@@ -250,17 +308,22 @@ class _CachedRun:
                 else contextlib.nullcontext())
 
     def _call(self, chunk: Sequence[Tensor]) -> tuple[Tensor, ...]:
+        """``encoder(*chunk)``'s tensors, in the order of its structure's leaves."""
         rows = chunk[0].shape[0]
         out = self.encoder(*chunk)
-        outputs = (out,) if isinstance(out, Tensor) else tuple(out)
+        leaves, structure = tree_flatten(out)
+        tensors = [leaf is not None for leaf in leaves]
         if self.structure is None:
-            self.structure = Tensor if isinstance(out, Tensor) else type(out)
+            self.structure, self.tensors, self.first = structure, tensors, _describe(out)
+        elif structure != self.structure or tensors != self.tensors:
+            raise ValueError("encoder must return the same structure for every chunk: a chunk "
+                             f"of {rows} rows gave {_describe(out)}, the first {self.first}")
+        outputs = tuple(leaf for leaf in leaves if leaf is not None)
         if not outputs or not all(isinstance(o, Tensor) and o.dim() > self.dim
                                   and o.shape[self.dim] == rows for o in outputs):
-            raise ValueError("encoder must return a tensor, or a tuple of tensors, with a row "
-                             f"per input row along dim out_dims={self.dim} (a chunk of {rows} "
-                             "rows gave "
-                             f"{[getattr(o, 'shape', type(o).__name__) for o in outputs]})")
+            raise ValueError("encoder must return tensors (a tensor, or tensors in tuples, "
+                             "lists, dicts or a ModelOutput) with a row per input row along dim "
+                             f"out_dims={self.dim}: a chunk of {rows} rows gave {_describe(out)}")
         return outputs
 
     def embed(self, replayable: bool) -> tuple[Tensor, ...]:
@@ -332,10 +395,22 @@ class _CachedRun:
                              f"outside module (shapes {foreign[:3]}): pass module=, the "
                              "nn.Module holding every parameter the encoder uses")
 
-    def restructure(self, outputs: Tensor | tuple[Tensor, ...]) -> Tensor | tuple[Tensor, ...]:
-        """One tensor where the encoder returns one, else a tuple."""
-        outputs = (outputs,) if isinstance(outputs, Tensor) else tuple(outputs)
-        return outputs[0] if self.structure is Tensor else outputs
+    def restructure(self, outputs: Tensor | tuple[Tensor, ...]) -> Any:
+        """The whole batch's tensors in the structure the encoder returns (its ``None``
+        leaves put back)."""
+        tensors = iter((outputs,) if isinstance(outputs, Tensor) else outputs)
+        return tree_unflatten([next(tensors) if is_tensor else None
+                               for is_tensor in self.tensors], self.structure)
+
+
+def _describe(out: Any) -> str:
+    """What an encoder returned, in a few words: its type and its leaves' shapes or types."""
+    leaves, _ = tree_flatten(out)
+    if len(leaves) == 1 and leaves[0] is out:
+        return f"shape {tuple(out.shape)}" if isinstance(out, Tensor) else type(out).__name__
+    shown = [tuple(leaf.shape) if isinstance(leaf, Tensor) else type(leaf).__name__
+             for leaf in leaves[:4]]
+    return f"a {type(out).__name__} of {shown}{' ...' if len(leaves) > 4 else ''}"
 
 
 def _accumulate(total: Tensor | None, part: Tensor) -> Tensor:

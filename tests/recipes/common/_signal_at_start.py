@@ -5,6 +5,9 @@ two devices while rank 1 starts, as ``kill -- -PGID``, ``timeout`` or Ctrl-C sen
 
 * ``spawn``: rank 0 sends it just before Lightning's launcher starts rank 1 (which never gets it);
 * ``import``: rank 1 sends it at its first line, before the CLI has its handlers;
+* ``importing``: rank 1 sends it while it imports (the CLI's handlers in): as it first imports
+  numpy, which torch's C extension does while it initialises, clearing whatever error that
+  import raised (issue 54: the stop was lost there);
 * ``fit``: rank 1 sends it as it enters ``trainer.fit``, before it joins the process group.
 
 Rank 0 is then certainly waiting for rank 1 to join. The sender writes the time it sent the
@@ -31,6 +34,16 @@ signal.signal(signal.SIGINT, signal.default_int_handler)
 RANK_1 = os.environ.get("LOCAL_RANK") == "1"
 if RANK_1 and os.environ["ADAPTCL_TEST_WHEN"] == "import":
     _signal_the_group()
+
+if RANK_1 and os.environ["ADAPTCL_TEST_WHEN"] == "importing":
+    _sent: list[bool] = []
+
+    def _at_numpy(event: str, args: tuple) -> None:
+        if event == "import" and args[0] == "numpy" and not _sent:
+            _sent.append(True)  # once (a hook stays), as one kill sends one signal
+            _signal_the_group()  # its handler runs here, inside the import
+
+    sys.addaudithook(_at_numpy)
 
 from adaptcl import cli  # noqa: E402
 
