@@ -10,6 +10,7 @@ choice of backend, the refusals) or a GPU (``gpu``: the compiled kernel at a lar
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import pytest
@@ -203,3 +204,19 @@ def test_the_labelled_row_problem_is_formed_without_reading_a_value_back():
     positive = torch.empty(9, dtype=torch.int64, device="meta")
     inputs = fused._row_inputs(a, k, positive, None, labels, key_labels, "bf16")
     assert inputs.a.shape == (9, 16) and inputs.key_labels.shape == (11,)
+
+
+def test_the_one_pass_backward_where_it_is_not_laid_out_says_the_split_one_runs(monkeypatch):
+    """``tiling(backward="onepass")`` is not ignored in silence: at TF32 products or beyond
+    128 bf16 features (where its accumulators spill, ``_configs.ONE_PASS_WIDEST``) the split
+    backward runs and a warning says so, once per precision and width."""
+    monkeypatch.setattr(fused, "_SPLIT_SAID", set())
+    assert fused._one_pass_laid_out("bf16", "sm_90", 128)
+    assert fused._one_pass_laid_out("ieee", "sm_90", 64)
+    for precision, dim in (("tf32", 128), ("bf16", 256)):
+        with pytest.warns(UserWarning, match=f"split backward runs at {precision} products "
+                                             f"and {dim} features"):
+            assert not fused._one_pass_laid_out(precision, "sm_90", dim)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert not fused._one_pass_laid_out("tf32", "sm_90", 128)  # said once

@@ -19,7 +19,8 @@ Asserted on every compile (one test each, so that a failure names what is wrong)
 * it compiles; its shared memory fits the architecture's block (a launch over it fails);
 * the products run on tensor cores for bf16, fp16 and TF32, not for IEEE; on sm_90 with
   ``wgmma`` only, no ``mma.sync`` (sm_80's instruction, a fraction of Hopper's rate), at
-  every width up to :data:`WGMMA_WIDTH`;
+  every width up to :data:`WGMMA_WIDTH` (AMCL's pair backward up to
+  :data:`PAIR_BACKWARD_WGMMA_WIDTH`, the docs say why);
 * no spills on a tensor-core kernel up to :data:`NO_SPILL_WIDTH` features, at most
   :data:`SPILL_BYTES` elsewhere;
 * no ptxas warning that ``wgmma`` instructions are serialised (C7515 and its kin);
@@ -50,6 +51,11 @@ SHARED = {80: 163 * 1024, 90: 227 * 1024}
 SPILL_BYTES = 512
 NO_SPILL_WIDTH = 256
 WGMMA_WIDTH = 512
+#: AMCL's pair backward beyond 256 features keeps every output in one 32-row program on
+#: ``mma.sync`` (docs/large_batches.md, "AMCL's pair kernels": a 64-row wgmma tile cannot hold
+#: both sides' 1,024 accumulator columns, and splitting the outputs recomputes each tile for 8
+#: blocks: 815 SASS instructions per element against 226); up to 256 it is on wgmma
+PAIR_BACKWARD_WGMMA_WIDTH = 256
 BACKWARD_WIDTH = 128
 JOBS = 2
 
@@ -113,7 +119,9 @@ def _tensor_cores(r) -> str | None:
         return family != "none" and f"IEEE products on tensor cores ({family})"
     if family == "none":
         return "no tensor-core instruction in its PTX"
-    if r.spec.arch == 90 and r.spec.width <= WGMMA_WIDTH and family != "wgmma":
+    widest = (PAIR_BACKWARD_WGMMA_WIDTH if r.spec.kernel in ("pair_dq", "pair_dk")
+              else WGMMA_WIDTH)
+    if r.spec.arch == 90 and r.spec.width <= widest and family != "wgmma":
         return f"{family} on sm_90 ({r.mma_sync} mma.sync)"
     return None
 

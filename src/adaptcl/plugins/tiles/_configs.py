@@ -116,8 +116,17 @@ def _row_rule(arch: str, kernel: str, operands: str, width: int, heavy: bool) ->
       features keep the program's block resident (:func:`features`): 256 in one warpgroup
       (196-255 registers, two per SM), 512 in ``128 x 32`` blocks of two (one per SM: its
       shared memory; with a term 16 anchors per ``dk`` step, no spill);
-    * sm_80 (``mma.sync``, operands in registers) in ``64 x 64`` blocks up to 128 features; its
-      chunked forward in one stage (two spill).
+    * sm_80 (``mma.sync``, operands in registers) in ``64 x 64`` blocks up to 128 features (4
+      warps with label targets or a term: 218-236 registers, two per SM); its chunked forward
+      in one stage (two spill);
+    * TF32 (float32 operands: twice the registers and shared memory of bf16) in ``64 x 32``
+      blocks of one warpgroup up to 128 features (206-244 registers, two per SM), ``64 x 64``
+      of two beyond (226-255);
+    * the one-pass backward (up to :data:`ONE_PASS_WIDEST` features) in ``64 x 128`` blocks
+      of two warpgroups on sm_90 (223-254 registers), ``32 x 64`` of one on sm_80. Every
+      product a kernel forms has 64 rows or more per warpgroup, so none falls back to
+      ``mma.sync`` on sm_90 and no element is computed by two warps
+      (``tests/plugins/test_kernel_compile.py``).
     """
     hopper = arch == "sm_90"
     resident, _chunk, output = _layout(kernel, operands, arch, width)
@@ -130,9 +139,10 @@ def _row_rule(arch: str, kernel: str, operands: str, width: int, heavy: bool) ->
             block = Block(64, 64, 8, 2)
         else:  # sm_80's chunked operands in registers: one stage, no spill (two spill)
             block = Block(64, 64, 8, 1) if operands == "half" else Block(32, 64, 8, 2)
-    elif kernel == "bwd":  # two accumulators: dK and a dA share
-        wide = min(width, output) * 2 <= 256 and (hopper or operands == "half")
-        block = Block(64, 32, 8, 2) if wide else Block(32, 32, 8, 2)
+    elif kernel == "bwd":  # two accumulators: dK and a dA share (:data:`ONE_PASS_WIDEST`)
+        # sm_90: 128 columns a program, 64 anchors a step (every product 64 rows or more a
+        # warpgroup: wgmma, no element held twice); sm_80: 64 columns, 32 anchors, 4 warps
+        block = Block(128, 64, 8, 2) if hopper else Block(64, 32, 4, 2)
     elif hopper and operands == "half" and width <= 512:
         if width <= 128 and not heavy:
             block = Block(128, 32, 8, 2)
@@ -142,8 +152,10 @@ def _row_rule(arch: str, kernel: str, operands: str, width: int, heavy: bool) ->
             block = Block(128, 32, 8, 2)
         else:  # a term's temporaries beside the 256-wide accumulator: fewer anchors per step
             block = Block(128, 16, 8, 2) if kernel == "dk" else Block(128, 32, 8, 1)
-    elif min(width, output) <= 128 and operands == "half":
-        block = Block(64, 64, 8, 2)
+    elif min(width, output) <= 128 and operands == "half":  # sm_80
+        block = Block(64, 64, 4, 2) if heavy else Block(64, 64, 8, 2)
+    elif operands == "tf32":  # 64-row products on one warpgroup, or on two side by side
+        block = Block(64, 32, 4, 2) if width <= 128 else Block(64, 64, 8, 2)
     elif min(width, output) <= 256:
         block = Block(64, 32, 8, 2)
     else:
@@ -199,8 +211,8 @@ def _pair_rule(arch: str, kernel: str, operands: str, width: int) -> Block:
         return Block(64, 64, 4, 1) if arch == "sm_90" else Block(32, 64, 4, 1)
     if kernel == "pair_fwd":  # sm_80's chunked products spill on 4 warps
         return Block(64, 64, 8 if wide and arch == "sm_80" else 4, 2)
-    if wide:
-        return Block(32, 32, 8, 2)
+    if wide:  # TF32 (at most 128 features, :data:`PAIR_WIDTH`) on 4 warps: 8 hold each
+        return Block(32, 32, 4 if operands == "tf32" else 8, 2)  # element twice (ptxas: 248)
     stages = {"sm_90": 3, "sm_80": 2}[arch] if operands == "half" else {"sm_90": 2, "sm_80": 1}[arch]
     if kernel == "pair_dq":
         return Block(64, 32, 4, stages)
@@ -294,6 +306,20 @@ def features(width: int, precision: str, arch: str, kernel: str | None = None) -
     resident, chunk, output = _layout(kernel, operands, arch, full)
     bk = full if full <= resident else chunk
     return {"BK": bk, "KCH": full // bk, "BDO": min(full, output)}
+
+
+#: the widest padded feature width the one-pass backward (``tiling(backward="onepass")``) is
+#: laid out for, per operand class: its two float32 accumulators, ``dK`` and each tile's ``dA``
+#: share, fit one program up to 128 bf16 / fp16 features (at 256 and 512 thousands of bytes
+#: spill at every block tried); TF32 operands spill or fall back to ``mma.sync`` on sm_90 at
+#: every block tried; IEEE and the interpreter within their output block. Elsewhere the split
+#: backward runs (and says so once)
+ONE_PASS_WIDEST = {"half": 128, "tf32": 0, "ieee": 64, "interpreter": 16}
+
+
+def one_pass(precision: str, arch: str, width: int) -> bool:
+    """Whether the one-pass backward is laid out for ``width`` features at ``precision``."""
+    return padded(width) <= ONE_PASS_WIDEST[_layout_key(precision, arch)]
 
 
 def pair_width(precision: str, arch: str) -> int:

@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import warnings
 from collections.abc import Callable
 from types import ModuleType
 from typing import NamedTuple
@@ -259,6 +260,26 @@ def _row_inputs(a: Tensor, k: Tensor, positive_index: Tensor | None, self_index:
                       anchor_ranks[anchor_order], key_ranks[key_order], anchor_order, key_order)
 
 
+_SPLIT_SAID: set[tuple[str, int]] = set()
+
+
+def _one_pass_laid_out(precision: str, arch: str, dim: int) -> bool:
+    """Whether the one-pass backward the setting asks for runs at ``precision`` and ``dim``
+    features (``_configs.ONE_PASS_WIDEST``); where it does not, the split backward runs and a
+    warning says so once per precision and width."""
+    if configs.one_pass(precision, arch, dim):
+        return True
+    key = (precision, configs.padded(dim))
+    if key not in _SPLIT_SAID:
+        _SPLIT_SAID.add(key)
+        widest = {k: v for k, v in configs.ONE_PASS_WIDEST.items() if v and k != "interpreter"}
+        warnings.warn(f"tiling(backward='onepass'): the split backward runs at {precision} "
+                      f"products and {dim} features; the one-pass backward is laid out for "
+                      f"bf16/fp16 up to {widest['half']} features and IEEE up to "
+                      f"{widest['ieee']} (its accumulators spill beyond)", stacklevel=2)
+    return False
+
+
 def _dense_ranks(x: Tensor) -> Tensor:
     """Each entry's rank among the distinct values of ``x`` (``0`` the smallest), as
     ``torch.unique(x, return_inverse=True)[1]`` gives it, but from a sort and a running count:
@@ -347,7 +368,8 @@ def row_stats_backward_op(a: Tensor, k: Tensor, lse: Tensor, g_lse: Tensor, g_ul
                           precision: str) -> tuple[Tensor, Tensor]:
     """``(dA, dK)`` of :func:`row_stats_op` for the upstream ``(g_lse, g_ul)``: two launches,
     FlashAttention-2's query and key passes, or one where ``tiling(backward="onepass")`` asks
-    and the width takes one output block (``dA`` then by float32 atomics)."""
+    and the precision and width take it (``_configs.ONE_PASS_WIDEST``; ``dA`` then by float32
+    atomics)."""
     rows, cols, dim = a.shape[0], k.shape[0], a.shape[1]
     if rows == 0 or cols == 0:
         return torch.zeros_like(a), torch.zeros_like(k)
@@ -361,8 +383,8 @@ def row_stats_backward_op(a: Tensor, k: Tensor, lse: Tensor, g_lse: Tensor, g_ul
              **_flags(positive_index, self_index, labels, term_kind)}
     arch = configs.arch_of(a.device)
     lib = kernels()
-    onepass = configs.features(dim, precision, arch, "bwd")
-    if onepass["BDO"] >= configs.padded(dim) and current_tiling().backward == "onepass":
+    if current_tiling().backward == "onepass" and _one_pass_laid_out(precision, arch, dim):
+        onepass = configs.features(dim, precision, arch, "bwd")
         ga32 = torch.zeros(a.shape, dtype=torch.float32, device=a.device)
         _launch(lib.row_stats_bwd_onepass, "bwd", precision, dim,
                 lambda b: (_cdiv(cols, b.bn),), {**args, "GA32": ga32, "GK": gk},
