@@ -284,7 +284,9 @@ class Loop:
 def main_loop(instructions: list[Instruction]) -> Loop | None:
     """The loop whose back-edge (a branch to a lower address) spans the most code, and the
     shortest path through its body from head to back-edge: branches that leave the body are
-    not taken, nested loops are run once (module docstring)."""
+    not taken, nested loops are run once (module docstring). Where no such path exists (ptxas
+    versioned the loop, its common iteration leaving the back-edge's range), the shortest
+    cycle through the head (:func:`_shortest_cycle`)."""
     edges = [(i.target, i.address) for i in instructions
              if i.jump and i.target is not None and i.target < i.address]
     if not edges:
@@ -312,13 +314,46 @@ def main_loop(instructions: list[Instruction]) -> Loop | None:
             if dist[s] is None or dist[n] + 1 < dist[s]:
                 dist[s], prev[s] = dist[n] + 1, n
     last = len(body) - 1
-    if dist[last] is None:
-        return None
+    if dist[last] is None:  # the body leaves its range and comes back (a versioned loop)
+        cycle = _shortest_cycle(instructions, head)
+        return None if cycle is None else Loop(cycle, nested)
     path, n = [], last
     while n is not None:
         path.append(body[n])
         n = prev[n]
     return Loop(path[::-1], nested)
+
+
+def _shortest_cycle(instructions: list[Instruction], head: int) -> list[Instruction] | None:
+    """The shortest path (in instructions) from ``head`` back to it over the whole function's
+    control flow: for a main loop that ptxas versioned (the common tile's code placed after
+    the loop's back-edge, jumping back into it), whose iteration leaves the back-edge's range
+    and returns. Breadth-first, so a nested loop on the way is not run at all."""
+    index = {i.address: n for n, i in enumerate(instructions)}
+    start = index[head]
+    prev: dict[int, int] = {}
+    frontier = [start]
+    while frontier:
+        following = []
+        for n in frontier:
+            ins = instructions[n]
+            successors = []
+            if not (ins.opcode.split(".")[0] in _ENDS and not ins.predicated) \
+                    and n + 1 < len(instructions):
+                successors.append(n + 1)
+            if ins.jump and ins.target in index:
+                successors.append(index[ins.target])
+            for m in successors:
+                if m == start:
+                    path = [n]
+                    while path[-1] != start:
+                        path.append(prev[path[-1]])
+                    return [instructions[k] for k in reversed(path)]
+                if m not in prev:
+                    prev[m] = n
+                    following.append(m)
+        frontier = following
+    return None
 
 
 _LAYOUT = re.compile(r"^(#\w+) = #ttg\.nvidia_mma<\{([^}]*)\}>", re.M)

@@ -59,6 +59,32 @@ def test_the_main_loop_is_the_widest_back_edge_and_its_shortest_path_skips_the_m
     assert sum(i.opcode.startswith("HGMMA") for i in loop.path) == 1
 
 
+#: a loop ptxas versioned: the widest back-edge (0xc0 to 0x30) closes a range that holds no
+#: forward path from its head to it (0x60 exits); an iteration runs 0x30-0x50, the loop's own
+#: back-edge to 0x10, then out of line at 0xb0 and back
+VERSIONED = _sass("MOV R1, R2",                 # 0x00  prologue
+                  "HGMMA.64x64x16.F32.BF16 R24, gdesc[UR4], RZ",  # 0x10
+                  "BRA 0xb0",                   # 0x20  the common tile, out of line
+                  "FSEL R5, R5, -INF, P1",      # 0x30  head of the widest back-edge
+                  "FADD R8, R8, R5",            # 0x40
+                  "@P2 BRA 0x10",               # 0x50
+                  "EXIT",                       # 0x60
+                  "NOP",                        # 0x70
+                  "NOP",                        # 0x80
+                  "NOP",                        # 0x90
+                  "NOP",                        # 0xa0
+                  "MUFU.EX2 R7, R5",            # 0xb0
+                  "BRA 0x30")                   # 0xc0  the widest back-edge
+
+
+def test_a_versioned_main_loop_is_read_by_its_shortest_cycle():
+    """No forward path joins the widest back-edge's head to its tail inside its range (the
+    iteration leaves it): the shortest cycle through the head is the iteration counted."""
+    loop = main_loop(parse_sass(VERSIONED))
+    assert [i.address for i in loop.path] == [0x30, 0x40, 0x50, 0x10, 0x20, 0xb0, 0xc0]
+    assert sum(i.opcode.startswith("HGMMA") for i in loop.path) == 1
+
+
 def test_a_kernel_without_a_back_edge_has_no_main_loop():
     assert main_loop(parse_sass(_sass("MOV R1, R2", "EXIT", "BRA 0x20"))) is None
 
