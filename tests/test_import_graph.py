@@ -104,7 +104,8 @@ def test_layers_import_only_downward():
 
 
 ENGINE = ("errors", "files", "provenance", "torch_env", "progress", "loggers", "plots",
-          "settings", "sweep", "options", "cells", "config_file", "store", "job_options",
+          "settings", "sweep", "options", "cells", "config_file", "active_runs", "store",
+          "job_options",
           "job_cells", "jobs", "grid", "summary", "report", "command_line", "recipe")
 
 

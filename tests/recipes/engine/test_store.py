@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from adaptcl.recipes.engine.active_runs import ActiveRuns
 from adaptcl.recipes.engine.cells import RunLayout
 from adaptcl.recipes.engine.errors import RecipeError
-from adaptcl.recipes.engine.store import ActiveRuns, RunStore
+from adaptcl.recipes.engine.store import RunStore
 from tests.recipes.engine._toy import cell as Cell
 
 SCRIPT = str(Path(__file__).with_name("_toy_grid.py"))

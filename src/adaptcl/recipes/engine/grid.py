@@ -8,13 +8,13 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from adaptcl.recipes.engine.active_runs import ActiveRuns
 from adaptcl.recipes.engine.cells import Cell
 from adaptcl.recipes.engine.errors import check_seed, distributed_follower, note, plural
 from adaptcl.recipes.engine.jobs import JobRunner, run_jobs
 from adaptcl.recipes.engine.progress import progress
 from adaptcl.recipes.engine.provenance import git_commit, stable_hash
 from adaptcl.recipes.engine.store import (
-    ActiveRuns,
     GridRun,
     RunStore,
     collect,

@@ -9,7 +9,8 @@ stored for it, and the other cells go on.
 Several processes may share one output folder (local disk: ``flock`` locks through
 :mod:`filelock`, which network file systems may not honour). A cell is computed under its own
 lock, so a second process waits, then reuses the record; each process registers its grid's
-identities in ``runs/.active/`` (:class:`ActiveRuns`), and one whose grid shares a cell with a
+identities in ``runs/.active/``
+(:class:`~adaptcl.recipes.engine.active_runs.ActiveRuns`), and one whose grid shares a cell with a
 live run of *other* settings is refused before it computes or supersedes anything.
 
 Example:
@@ -30,21 +31,18 @@ import contextlib
 import datetime as _dt
 import math
 import os
-import re
-import secrets
-import socket
 import sys
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from adaptcl.recipes.engine.active_runs import ActiveRuns, describe_run
 from adaptcl.recipes.engine.cells import Cell, RunLayout
 from adaptcl.recipes.engine.errors import (
     CellsFailedError,
     DivergedError,
     NonResultError,
-    RecipeError,
     check_record,
     distributed_follower,
     first_line,
@@ -180,91 +178,6 @@ def _read_record(path: Path) -> dict[str, Any]:
             and isinstance(stored.get("identity_hash"), str)):
         raise ValueError("not a run record")
     return stored
-
-
-class ActiveRuns:
-    """The live runs of one store: ``runs/.active/<host>-<pid>-<token>.json`` holds the process
-    and the identity hash of each cell of its grid (``cells``: label -> hash). Its process
-    holds the entry's ``.lock`` while the grid runs, so an entry whose lock can be taken is
-    stale (its process died) and removed. Entries are read and written under
-    ``runs/.active/.registry.lock``: of two conflicting runs that start together, the second
-    is refused."""
-
-    def __init__(self, layout: RunLayout) -> None:
-        self.dir = layout.active
-        self.entry: Path | None = None
-        self._hold: Any = None
-
-    @contextlib.contextmanager
-    def _registry(self) -> Iterator[None]:
-        from filelock import FileLock
-
-        self.dir.mkdir(parents=True, exist_ok=True)
-        with FileLock(str(self.dir / ".registry.lock")):
-            yield
-
-    def _live(self) -> list[dict[str, Any]]:
-        """Every live entry but this process's own (stale ones removed); under the registry lock."""
-        from filelock import FileLock, Timeout
-
-        entries = []
-        for path in sorted(self.dir.glob("*.json")):
-            if path == self.entry:
-                continue
-            lock = FileLock(str(path.with_suffix(".lock")))
-            try:
-                lock.acquire(timeout=0)
-            except Timeout:  # its process is alive and holds it
-                with contextlib.suppress(OSError, ValueError):
-                    entries.append(read_json(path) | {"entry": str(path)})
-                continue
-            lock.release()  # nobody held it: the process is gone
-            path.unlink(missing_ok=True)
-            path.with_suffix(".lock").unlink(missing_ok=True)
-        return entries
-
-    def register(self, recipe: str, cells: Mapping[str, str]) -> None:
-        """Record this grid (label -> identity hash), or :class:`RecipeError` naming the first
-        cell a live run computes with other settings."""
-        from filelock import FileLock
-
-        with self._registry():
-            for entry in self._live():
-                theirs = entry.get("cells") or {}
-                for label, identity_hash in cells.items():
-                    if label in theirs and theirs[label] != identity_hash:
-                        raise RecipeError(
-                            f"{label} in {self.dir.parent.parent} is being computed with other "
-                            f"settings by another run ({_describe(entry)}); use another "
-                            "--output-dir or wait for it")
-            host = re.sub(r"[^A-Za-z0-9.-]", "_", socket.gethostname()) or "host"
-            name = f"{host}-{os.getpid()}-{secrets.token_hex(3)}"
-            self._hold = FileLock(str(self.dir / f"{name}.lock"))
-            self._hold.acquire(timeout=0)
-            self.entry = write_json_atomic(self.dir / f"{name}.json", {
-                "pid": os.getpid(), "host": socket.gethostname(), "recipe": recipe,
-                "argv": " ".join(sys.argv)[:500],
-                "started": _now().isoformat(timespec="seconds"), "cells": dict(cells)})
-
-    def owner(self, label: str) -> dict[str, Any] | None:
-        """The live run (not this one) whose grid holds the cell ``label``, if any."""
-        with self._registry():
-            return next((e for e in self._live() if label in (e.get("cells") or {})), None)
-
-    def unregister(self) -> None:
-        if self.entry is None:
-            return
-        with self._registry():
-            self.entry.unlink(missing_ok=True)
-            lock_file = Path(self._hold.lock_file)
-            self._hold.release()
-            lock_file.unlink(missing_ok=True)
-        self.entry = self._hold = None
-
-
-def _describe(entry: Mapping[str, Any]) -> str:
-    return (f"adaptcl {entry.get('recipe')}, process {entry.get('pid')} on {entry.get('host')}, "
-            f"started {entry.get('started')}")
 
 
 @dataclass
@@ -426,6 +339,6 @@ def _diverged_errors() -> tuple[type[Exception], ...]:
 
 def _waiting_note(active: ActiveRuns | None, cell: Cell) -> None:
     owner = active.owner(cell.label()) if active is not None else None
-    who = f" ({_describe(owner)})" if owner else ""
+    who = f" ({describe_run(owner)})" if owner else ""
     note(f"{cell.label()} is being computed by another run with the same settings{who}; "
          "waiting for it, then reusing its record")
