@@ -20,6 +20,8 @@ inputs to bfloat16 accuracy. Large shapes are the ``gpu`` tests at the end.
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -378,9 +380,9 @@ def _term_kernel():
              DETACH: tl.constexpr, B: tl.constexpr):
         i = tl.arange(0, B)
         s = tl.load(S + i, mask=i < n, other=0.0)
-        logits, slope = K._term(s, TERM, DETACH, (t_min, t_max, threshold, width))
-        tl.store(L + i, logits, mask=i < n)
-        tl.store(G + i, slope, mask=i < n)
+        x2, slope2 = K._term_log2(s, TERM, DETACH, (t_min, t_max, threshold, width))
+        tl.store(L + i, x2, mask=i < n)
+        tl.store(G + i, slope2, mask=i < n)
 
     return term
 
@@ -391,9 +393,10 @@ def _term_kernel():
 @pytest.mark.parametrize("detach", [True, False])
 def test_the_kernels_temperature_term_equals_dystress_over_every_cosine(shape, threshold, width,
                                                                         detach):
-    """The kernel's ``s / tau(s)`` and its slope (sin / cos polynomials, the piecewise phase
-    reduced to half a period) against DySTreSS's float64 term, for cosines across [-1, 1]
-    (a little beyond, as rounded products give) and a ramp spanning several periods."""
+    """The kernel's ``s / tau(s)`` and its slope (a polynomial for ``sin^2``, the piecewise
+    phase reduced to one period, ``rsqrt`` for the reciprocal), in base-2 units, against
+    DySTreSS's float64 term, for cosines across [-1, 1] (a little beyond, as rounded products
+    give) and a ramp spanning several periods."""
     from adaptcl.plugins.dystress import _PairTemperatureTerm
 
     term = _term_kernel()
@@ -404,8 +407,9 @@ def test_the_kernels_temperature_term_equals_dystress_over_every_cosine(shape, t
                DETACH=detach, B=1024)
     ref = _PairTemperatureTerm(0.1, 0.2, shape, threshold, width, detach)
     s64 = s.double()
-    torch.testing.assert_close(logits.double(), ref.logits(s64), rtol=2e-6, atol=1e-6)
-    torch.testing.assert_close(slope.double(), ref.slope(s64), rtol=2e-6, atol=1e-5)
+    ln2 = math.log(2.0)
+    torch.testing.assert_close(logits.double() * ln2, ref.logits(s64), rtol=2e-6, atol=1e-6)
+    torch.testing.assert_close(slope.double() * ln2, ref.slope(s64), rtol=2e-6, atol=1e-5)
 
 
 ONE_PASS = {

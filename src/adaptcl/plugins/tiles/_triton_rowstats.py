@@ -48,11 +48,14 @@ and the compile gate read the result from ptxas' report and the SASS):
   CPU's emulation does, :mod:`~adaptcl.plugins._products`) or ``"ieee"``; the backward's
   tile weights are rounded to the operands' dtype, as the PyTorch loop's products round them.
 
-DySTreSS's temperature uses ``sin(pi v)`` / ``cos(pi v)`` as odd / even polynomials on
-``|v| <= 1/2`` (Taylor to degree 11 / 12, remainders below 1e-7) instead of the libdevice
-calls, and its reciprocal Newton's iteration in fused multiply-adds (``_reciprocal``): no
-division and no ``MUFU`` operation beyond the exponential's; one temperature per entry serves
-the logit and its slope (``_term``).
+DySTreSS's temperature is ``t_min + (t_max - t_min) sin(pi y / 2)^2`` with ``y = s`` (cosine
+shape) or the piecewise ramp's phase reduced to ``[-1, 1]``; ``sin(pi y / 2)^2 = w E(w)``,
+``w = y^2``, with ``E`` a fitted polynomial of degree 5 (``_share``), and the reciprocal of the
+temperature is the square of ``rsqrt`` (one ``MUFU.RSQ``). The term thus costs about 10
+instructions per element on the FMA pipe plus one on the special-function pipe, which the GPU
+runs at an eighth of the rate (16 per SM and clock on sm_80 / sm_90, against 128 fused
+multiply-adds on sm_90): a ``MUFU.SIN`` for the sine would save four instructions and cost the
+time of eight. One temperature per entry serves the logit and its slope (``_term_log2``).
 
 Block sizes are constexprs chosen per GPU architecture from a fixed table (``_configs.py``);
 nothing is autotuned unless ``tiling(autotune=True)`` asks.
@@ -60,12 +63,11 @@ nothing is autotuned unless ``tiling(autotune=True)`` asks.
 
 from __future__ import annotations
 
-import math
-
 import triton
 import triton.language as tl
 
 from ._triton_common import (
+    LN2,
     LOG2E,
     NO_FIRST,
     NO_LAST,
@@ -88,20 +90,19 @@ from ._triton_common import (
     _value_span,
 )
 
-PI: tl.constexpr = tl.constexpr(math.pi)
-# sin(pi v) = v (S0 + S1 v^2 + ... + S5 v^10), cos(pi v) = C0 + C1 v^2 + ... + C6 v^12
-S0: tl.constexpr = tl.constexpr(math.pi)
-S1: tl.constexpr = tl.constexpr(-math.pi**3 / 6)
-S2: tl.constexpr = tl.constexpr(math.pi**5 / 120)
-S3: tl.constexpr = tl.constexpr(-math.pi**7 / 5040)
-S4: tl.constexpr = tl.constexpr(math.pi**9 / 362880)
-S5: tl.constexpr = tl.constexpr(-math.pi**11 / 39916800)
-C1: tl.constexpr = tl.constexpr(-math.pi**2 / 2)
-C2: tl.constexpr = tl.constexpr(math.pi**4 / 24)
-C3: tl.constexpr = tl.constexpr(-math.pi**6 / 720)
-C4: tl.constexpr = tl.constexpr(math.pi**8 / 40320)
-C5: tl.constexpr = tl.constexpr(-math.pi**10 / 3628800)
-C6: tl.constexpr = tl.constexpr(math.pi**12 / 479001600)
+# sin(pi sqrt(w) / 2)^2 / w = E0 + E1 w + ... + E5 w^5 on 0 <= w <= 1.0404 (|y| <= 1.02: the
+# cosines and the products that round past 1), a minimax fit by iteratively reweighted least
+# squares (``tests/plugins/test_term_polynomial.py`` refits it): error below 2.8e-8, so the
+# temperature's relative error is float32's rounding, a few 1e-7
+E0: tl.constexpr = tl.constexpr(2.467401072388052)
+E1: tl.constexpr = tl.constexpr(-2.029354119417251)
+E2: tl.constexpr = tl.constexpr(0.6676094146157767)
+E3: tl.constexpr = tl.constexpr(-0.11757430547187109)
+E4: tl.constexpr = tl.constexpr(0.012732160269007808)
+E5: tl.constexpr = tl.constexpr(-0.0008142023594915545)
+# adding and subtracting 1.5 * 2^24 rounds a float32 below 2^23 in magnitude to the nearest
+# even integer (the spacing there is 2): two additions on the FMA pipe, no FRND
+EVEN: tl.constexpr = tl.constexpr(25165824.0)
 
 
 # --------------------------------------------------------------------------------------------
@@ -110,9 +111,9 @@ C6: tl.constexpr = tl.constexpr(math.pi**12 / 479001600)
 
 
 @triton.jit
-def _horner5(x, c5: tl.constexpr, c4: tl.constexpr, c3: tl.constexpr, c2: tl.constexpr,
-             c1: tl.constexpr, c0: tl.constexpr):
-    """``c5 x^5 + ... + c0`` by Horner's rule: five multiply-adds."""
+def _horner5(x, c5, c4, c3, c2, c1, c0):
+    """``c5 x^5 + ... + c0`` by Horner's rule: five multiply-adds (the coefficients are scalars
+    of the program, computed once per tile)."""
     p = c5 * x + c4
     p = p * x + c3
     p = p * x + c2
@@ -121,69 +122,60 @@ def _horner5(x, c5: tl.constexpr, c4: tl.constexpr, c3: tl.constexpr, c2: tl.con
 
 
 @triton.jit
-def _sinpi(v):
-    """``sin(pi v)`` for ``|v| <= 1/2``."""
-    return v * _horner5(v * v, S5, S4, S3, S2, S1, S0)
-
-
-@triton.jit
-def _cospi(v):
-    """``cos(pi v)`` for ``|v| <= 1/2``."""
-    v2 = v * v
-    return _horner5(v2, C6, C5, C4, C3, C2, C1) * v2 + 1.0
-
-
-@triton.jit
 def _phase(s, TERM: tl.constexpr, threshold, width):
-    """``v`` with ``|v| <= 1/2`` whose ``sin(pi v)^2`` (cosine shape) or ``cos(pi v)^2``
-    (piecewise ramp) is the temperature's share of ``max - min``."""
-    if TERM == 1:  # 1/2 (1 + cos(pi (1 + s))) = sin(pi s / 2)^2, |s / 2| <= 1/2 for cosines
-        v = 0.5 * s
-    else:  # 1/2 (1 + cos(pi x)) = cos(pi x / 2)^2, periodic in x / 2: reduce it
-        u = (s - threshold) * (0.5 / width)  # one division per program, not per entry
-        v = u - tl.floor(u + 0.5)
-    return v
+    """``y`` in ``[-1, 1]`` whose ``sin(pi y / 2)^2`` is the temperature's share of
+    ``max - min``, and ``dy / ds``."""
+    if TERM == 1:  # 1/2 (1 + cos(pi (1 + s))) = sin(pi s / 2)^2
+        y = s
+        rate = 1.0
+    else:  # 1/2 (1 + cos(pi x)) = sin(pi (x + 1) / 2)^2, x = (s - t) / w, of period 2 in x + 1
+        rate = 1.0 / width  # one division per program, not per entry
+        z = s * rate + (1.0 - threshold * rate)  # x + 1; |x + 1| < 2^23
+        y = z - ((z + EVEN) - EVEN)
+    return y, rate
 
 
 @triton.jit
-def _reciprocal(t):
-    """``1 / t`` for a positive normal float32 ``t`` in fused multiply-adds, no division (no
-    ``MUFU.RCP``): Newton's ``r <- r + r (1 - t r)`` three times from the guess that flips
-    ``t``'s exponent bits (relative error below 5.1e-2, squared each step: below 1e-7)."""
-    r = (0x7EF311C3 - t.to(tl.int32, bitcast=True)).to(tl.float32, bitcast=True)
-    for _ in tl.static_range(3):
-        r = tl.fma(r, tl.fma(-t, r, 1.0), r)
-    return r
-
-
-@triton.jit
-def _term(s, TERM: tl.constexpr, DETACH: tl.constexpr, tau):
-    """``(term(s), d term / d s)``: ``(s, 1)`` for TERM 0, else DySTreSS's ``s / tau(s)``
-    with the cosine (TERM 1) or piecewise (2) temperature and its slope (``1 / tau`` when tau
-    is detached). One temperature and one reciprocal per entry serve both."""
+def _term_log2(s, TERM: tl.constexpr, DETACH: tl.constexpr, tau):
+    """``(term(s) log2 e, term'(s) log2 e)``, the logits in the base-2 units the exponentials
+    take and their slope in the same units: ``s log2 e`` for TERM 0 (its slope is 1, unused),
+    else DySTreSS's ``s / tau(s)`` with the cosine (TERM 1) or piecewise (2) temperature and
+    its slope (``1 / tau`` when tau is detached). ``log2 e`` is folded into the temperature
+    (``ln 2 tau``, its coefficients scaled once per tile), so the units cost nothing per entry,
+    and one temperature and one reciprocal per entry serve the logit and its slope."""
     if TERM == 0:
-        logits = s
-        slope = s * 0.0 + 1.0
+        x2 = s * LOG2E
+        slope2 = s * 0.0 + 1.0
     else:
         t_min, t_max, threshold, width = tau
-        v = _phase(s, TERM, threshold, width)
-        sv = _sinpi(v)
-        span = t_max - t_min
-        if TERM == 1:
-            t = t_min + span * sv * sv
-        else:
-            t = tl.where(s > threshold, t_max, t_max - span * sv * sv)
-        r = _reciprocal(t)
-        logits = s * r
+        span = (t_max - t_min) * LN2
+        y, rate = _phase(s, TERM, threshold, width)
+        w = y * y
+        t = w * _horner5(w, span * E5, span * E4, span * E3, span * E2, span * E1,
+                         span * E0) + t_min * LN2
+        if TERM == 2:
+            above = s > threshold
+            t = tl.where(above, t_max * LN2, t)
+        q = tl.math.rsqrt(t)  # MUFU.RSQ: log2 e / tau = q^2
+        r = q * q
+        x2 = s * r
         if DETACH:
-            slope = r
+            slope2 = r
         else:
+            # d tau / d s = span (d/dy y^2 E(y^2)) dy/ds = 2 y rate span (E + w E'), and the
+            # slope (tau - s tau') / tau^2 = r (1 - s tau' r) with r = 1 / tau; in base-2 units
+            # r = q^2 ln 2, and the ln 2 of s tau' is in ``span``
+            k = 2.0 * span * rate
+            d = _horner5(w, (6.0 * E5) * k, (5.0 * E4) * k, (4.0 * E3) * k, (3.0 * E2) * k,
+                         (2.0 * E1) * k, E0 * k)
             if TERM == 1:
-                d_tau = (span * PI) * sv * _cospi(v)
+                m = w * d  # s y = s^2
             else:
-                d_tau = tl.where(s > threshold, 0.0, -(span * PI / width) * sv * _cospi(v))
-            slope = (t - s * d_tau) * (r * r)
-    return logits, slope
+                m = (s * y) * d
+            slope2 = r * (1.0 - m * r)
+            if TERM == 2:
+                slope2 = tl.where(above, r, slope2)
+    return x2, slope2
 
 
 # --------------------------------------------------------------------------------------------
@@ -268,20 +260,20 @@ def row_stats_fwd(A, K, POS, SELF, RLAB, KLAB, LSE, SUM_UL, SUM_U, M, N, D,
         cols = c0 + tl.arange(0, BN)
         k = _resident(K, cols, N, D, BN, BK, KCH, PRECISION)
         s = _gram(A, K, rows, cols, M, N, D, a, k, BM, BN, BK, KCH, PRECISION)
-        logits, _ = _term(s, TERM, True, (t_min, t_max, threshold, width))
-        x2 = logits * LOG2E
+        x2, _ = _term_log2(s, TERM, True, (t_min, t_max, threshold, width))
         if _slow(spans, c0, BN, c0 + BN > N):
             keep = _kept_here(POS, SELF, rows, cols, M, N, HAS_POS, HAS_SELF, False)
             x2 = tl.where(keep, x2, float("-inf"))
             if HAS_LAB:  # the kept columns are those with a finite logit now
                 same = (x2 != float("-inf")) & _same_class(RLAB, KLAB, rows, cols, M, N, False)
-                sum_ul += tl.sum(tl.where(same, logits, 0.0), axis=1)
+                # the logits: s itself without a term, else in base 2 (ln 2 at the end)
+                sum_ul += tl.sum(tl.where(same, s if TERM == 0 else x2, 0.0), axis=1)
                 sum_u += tl.sum(tl.where(same, 1.0, 0.0), axis=1)
         m2, total = _online_lse2(m2, total, x2)
     ok = rows < M
     tl.store(LSE + rows, _finish_lse2(m2, total), mask=ok)
     if HAS_LAB:
-        tl.store(SUM_UL + rows, sum_ul, mask=ok)
+        tl.store(SUM_UL + rows, sum_ul if TERM == 0 else sum_ul * LN2, mask=ok)
         tl.store(SUM_U + rows, sum_u, mask=ok)
 
 
@@ -329,17 +321,21 @@ def _weights(X, s, rows, cols, lse2, g, slow, sizes, tau, F: tl.constexpr, T: tl
     DETACH: tl.constexpr = F[4]
     POS, SELF, RLAB, KLAB, G_UL = X[2], X[3], X[4], X[5], X[8]
     M, N, D = sizes
-    logits, slope = _term(s, TERM, DETACH, tau)
-    w = tl.exp2(logits * LOG2E - _per_row(lse2, T)) * _per_row(g, T)
+    x2, slope2 = _term_log2(s, TERM, DETACH, tau)
+    if TERM != 0:  # the slope is in base-2 units: ln 2 on the row's upstream gradients
+        g = g * LN2
+    w = tl.exp2(x2 - _per_row(lse2, T)) * _per_row(g, T)
     if slow:
         keep = _kept_here(POS, SELF, rows, cols, M, N, HAS_POS, HAS_SELF, T)
         w = tl.where(keep, w, 0.0)
         if HAS_LAB:
             g_ul = tl.load(G_UL + rows, mask=rows < M, other=0.0)
+            if TERM != 0:
+                g_ul = g_ul * LN2
             same = keep & _same_class(RLAB, KLAB, rows, cols, M, N, T)
             w += tl.where(same, _per_row(g_ul, T), 0.0)
     if TERM != 0:
-        w = w * slope
+        w = w * slope2
     return w
 
 
