@@ -44,7 +44,7 @@ Examples::
     python benchmarks/bench_gpu.py --batches 65536 262144 --dims 512 --dtypes bf16 --out r.json
     python benchmarks/bench_gpu.py --batches 65536 262144 --dims 128 --dtypes bf16 --tiled-only \
         --step-batch 0                                  # the tiled losses alone
-    python benchmarks/bench_gpu.py --targets            # the fused kernels against issue 47's
+    python benchmarks/bench_gpu.py --targets            # the fused kernels against issue 52's
                                                         # targets, within --budget (110 s)
 
 ``--targets`` runs ``kernel_targets.py`` (beside this file) instead of the tables above: the
@@ -512,7 +512,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--device", default="cuda",
                         help="cuda (default; exits 0 without CUDA) or cpu (smoke test only)")
     parser.add_argument("--targets", action="store_true",
-                        help="the fused kernels against issue 47's targets (kernel_targets.py)")
+                        help="the fused kernels against issue 52's targets (kernel_targets.py)")
     parser.add_argument("--tiny", action="store_true",
                         help="with --targets: toy sizes (the CPU smoke test)")
     parser.add_argument("--budget", type=float, default=110.0,
@@ -528,7 +528,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def run_targets(args: argparse.Namespace, device: torch.device, env: dict) -> int:
-    """``--targets``: issue 47's table (``kernel_targets.py``), printed and written as JSON."""
+    """``--targets``: issue 52's table (``kernel_targets.py``), printed and written as JSON."""
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import kernel_targets
 

@@ -156,6 +156,10 @@ class Compiled:
     loop_instructions: int | None = None
     loop_mufu: dict[str, int] = field(default_factory=dict)
     loop_mma: int = 0
+    #: float32 additions, multiplications and multiply-adds on the path (the FMA pipe)
+    loop_fp32: int = 0
+    #: tensor-core flops per CTA and iteration (:func:`mma_flops`)
+    loop_mma_flops: int = 0
     loops: int = 0
     dots: list[Dot] = field(default_factory=list)
     warp_specialized: bool = False
@@ -189,6 +193,18 @@ class Compiled:
     @property
     def instructions_per_element(self) -> float | None:
         return self.per_element(self.loop_instructions)
+
+    @property
+    def fp32_per_element(self) -> float | None:
+        return self.per_element(self.loop_fp32 if self.loop_instructions is not None else None)
+
+    @property
+    def flops_per_element(self) -> float | None:
+        """Tensor-core flops per tile element and iteration (``2 D`` per product of width
+        ``D``)."""
+        if self.loop_instructions is None:
+            return None
+        return self.loop_mma_flops / self.tile
 
     @property
     def mufu_per_element(self) -> float | None:
@@ -241,7 +257,7 @@ def ptxas_report(log: str) -> tuple[int | None, int | None, int | None, dict[str
             int(spills.group(2)) if spills else None, messages)
 
 
-_SASS = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_.]*)([^;]*);")
+_SASS = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P[T0-9]+\s+)?([A-Z][A-Za-z0-9_.]*)([^;]*);")
 _TARGET = re.compile(r"0x([0-9a-f]+)\s*$")
 _JUMPS = ("BRA", "JMP")
 _ENDS = ("EXIT", "RET", "BRA", "JMP")
@@ -257,6 +273,27 @@ class Instruction:
     @property
     def jump(self) -> bool:
         return self.opcode.split(".")[0] in _JUMPS
+
+
+#: the float32 arithmetic that runs on the FMA pipe (128 lanes per SM on sm_90, 64 on sm_80)
+FP32_PIPE = ("FFMA", "FMUL", "FADD")
+_HGMMA_SHAPE = re.compile(r"HGMMA\.(\d+)x(\d+)x(\d+)\b")
+_HMMA_SHAPE = {"16816": (16, 8, 16), "1688": (16, 8, 8), "1684": (16, 8, 4)}
+
+
+def mma_flops(opcode: str, warps: int) -> int:
+    """Tensor-core flops one CTA of ``warps`` warps does for one MMA instruction of its path:
+    ``HGMMA.MxNxK`` is one per warpgroup (its four warps issue it together), ``HMMA.MNK`` one
+    per warp (``16816``: m16 n8 k16)."""
+    m = _HGMMA_SHAPE.match(opcode)
+    if m:
+        rows, cols, depth = map(int, m.groups())
+        return 2 * rows * cols * depth * max(1, warps // 4)
+    shape = _HMMA_SHAPE.get(opcode.split(".")[1] if "." in opcode else "")
+    if shape is None:
+        raise ValueError(f"an MMA instruction of unknown shape: {opcode}")
+    rows, cols, depth = shape
+    return 2 * rows * cols * depth * warps
 
 
 def parse_sass(text: str) -> list[Instruction]:
@@ -434,6 +471,16 @@ def compile_spec(spec: Spec, read_sass: bool = True) -> Compiled:
                       len(re.findall(r"\bmma\.sync", ptx)), dots=dot_layouts(ttgir),
                       warp_specialized="ttg.warp_specialize" in ttgir)
     loop = main_loop(parse_sass(sass(kernel.asm["cubin"]))) if read_sass else None
+    try:
+        _count(result, loop)
+    except ValueError as error:  # an MMA instruction the model does not know: the gate fails
+        result.error = str(error)
+    result.cpu_seconds = _cpu_seconds() - cpu
+    return result
+
+
+def _count(result: Compiled, loop: Loop | None) -> None:
+    """What the main loop's path issues (module docstring), into ``result``."""
     if loop is not None:
         result.loop_instructions = len(loop.path)
         result.loops = loop.nested
@@ -444,8 +491,9 @@ def compile_spec(spec: Spec, read_sass: bool = True) -> Compiled:
                 result.loop_mufu[op] = result.loop_mufu.get(op, 0) + 1
             elif family in ("HGMMA", "HMMA"):
                 result.loop_mma += 1
-    result.cpu_seconds = _cpu_seconds() - cpu
-    return result
+                result.loop_mma_flops += mma_flops(ins.opcode, result.spec.warps)
+            elif family in FP32_PIPE:
+                result.loop_fp32 += 1
 
 
 def _cpu_seconds() -> float:

@@ -19,6 +19,10 @@ for its GPU with Triton's bundled tools (``kernel_build.py``), one markdown row:
   one and two, so their count is divided by their products first). ``target``: issue 52's
   bound for that ratio (``labels=`` 1.3, DySTreSS 1.6, AMCL's pair term 2.5) and whether the
   row meets it;
+* the model's lower bound of the pass's clocks per tile element on one SM and the pipe that
+  sets it (issue, the float32 FMA pipe, ``MUFU``, the tensor cores; ``kernel_model.py``), and
+  the milliseconds that makes for one pass over 65,536 x 65,536 on an H200 (sm_90) or an A100
+  (sm_80): the prediction a GPU run checks;
 * the compile's seconds.
 
 Usage (from the repository root; ``make kernel-report`` runs the first)::
@@ -42,9 +46,12 @@ import time
 from pathlib import Path
 
 from benchmarks.kernel_build import Compiled, Spec, compile_all
+from benchmarks.kernel_model import clocks_per_element, milliseconds
 from benchmarks.kernel_reach import ARCHS, PRECISIONS, reachable, width_classes
 
 KERNELS = ("fwd", "dq", "dk", "bwd", "pair_fwd", "pair_dq", "pair_dk")
+#: the rows and columns of the pass the model's time is for (issue 52's cross-view 65,536)
+MODEL_ROWS = 65536
 
 
 def target(spec: Spec) -> float | None:
@@ -83,6 +90,7 @@ def rows(results: list[Compiled], everything: dict[Spec, Compiled]) -> list[dict
         ctas = r.ctas() if r.error is None else {}
         x = ratio(r, everything)
         bound = target(s)
+        model = clocks_per_element(r)
         out.append({
             "kernel": s.kernel, "flags": s.flag_text(), "reached_by": s.reached_by,
             "arch": s.arch, "precision": s.precision, "width": s.width,
@@ -95,6 +103,11 @@ def rows(results: list[Compiled], everything: dict[Spec, Compiled]) -> list[dict
             "ratio_to_infonce": x, "target": bound,
             "meets_target": None if bound is None or x is None else x <= bound,
             "mufu_per_element": r.mufu_per_element, "mufu": r.loop_mufu,
+            "fp32_per_element": r.fp32_per_element, "flops_per_element": r.flops_per_element,
+            "model_clocks_per_element": None if model is None else model.clocks,
+            "model_pipe": None if model is None else model.pipe,
+            "model_ms": None if model is None else milliseconds(model, s.arch, MODEL_ROWS,
+                                                                 MODEL_ROWS),
             "nested_loops": r.loops, "products": len(r.dots), "warp_specialized":
             r.warp_specialized, "seconds": r.seconds, "error": r.error})
     return out
@@ -102,7 +115,7 @@ def rows(results: list[Compiled], everything: dict[Spec, Compiled]) -> list[dict
 
 HEADER = ("| kernel | flags | reached by | sm | prec. | D | block/warps/stages | regs | spill B "
           "| CTAs/SM (regs, smem) | MMA | serialised | copies | instr/elem | x InfoNCE | target "
-          "| MUFU/elem | MUFU ops | s |")
+          "| MUFU/elem | MUFU ops | model clk/elem (pipe) | model ms | s |")
 
 
 def markdown(table: list[dict]) -> str:
@@ -121,6 +134,8 @@ def markdown(table: list[dict]) -> str:
                 row["meets_target"]])
         mufu = " ".join(f"{k} {v}" for k, v in sorted(row["mufu"].items())) or "-"
         nested = f" ({row['nested_loops']} inner)" if row["nested_loops"] else ""
+        model = ("-" if row["model_clocks_per_element"] is None else
+                 f"{row['model_clocks_per_element']:.3f} ({row['model_pipe']})")
         lines.append(
             f"| {row['kernel']} | {row['flags']} | {row['reached_by']} | {row['arch']} | "
             f"{row['precision']} | {row['width']} | {row['block']} | {row['registers']} | "
@@ -128,7 +143,48 @@ def markdown(table: list[dict]) -> str:
             f"{', '.join(row['serialised']) or '-'} | {row['copies']} | "
             f"{_number(row['instructions_per_element'])}{nested} | "
             f"{_number(row['ratio_to_infonce'], 2)} | {bound} | "
-            f"{_number(row['mufu_per_element'], 2)} | {mufu} | {row['seconds']:.1f} |")
+            f"{_number(row['mufu_per_element'], 2)} | {mufu} | {model} | "
+            f"{_number(row['model_ms'], 2)} | {row['seconds']:.1f} |")
+    return "\n".join(lines)
+
+
+def _flag_dict(text: str) -> dict[str, str]:
+    return dict(part.split("=") for part in text.split(",")) if text else {}
+
+
+def steps(table: list[dict]) -> str:
+    """The model's step over 65,536 x 65,536, one per set of flags with its three split passes
+    in ``table`` (``fwd``, ``dq``, ``dk``) at one architecture, precision and width: their
+    milliseconds, the sum and its ratio to InfoNCE's step of the same masks (a markdown table;
+    empty if no set has all three)."""
+    by_key = {(r["arch"], r["precision"], r["width"], r["kernel"], r["flags"]): r
+              for r in table if r["model_ms"] is not None}
+    found = []
+    for (arch, precision, width, kernel, flags), dq in by_key.items():
+        if kernel != "dq":
+            continue
+        f = _flag_dict(flags)
+        fwd_flags = ",".join(f"{k}={v}" for k, v in f.items() if k != "DETACH")
+        fwd = by_key.get((arch, precision, width, "fwd", fwd_flags))
+        dk = by_key.get((arch, precision, width, "dk", flags))
+        if fwd is None or dk is None:
+            continue
+        found.append(((arch, precision, width, flags), fwd, dq, dk))
+    if not found:
+        return ""
+    total = {key: fwd["model_ms"] + dq["model_ms"] + dk["model_ms"] for key, fwd, dq, dk in found}
+    by_flags = {(a, p, w, frozenset(_flag_dict(f).items())): t for (a, p, w, f), t in total.items()}
+    lines = [f"| sm | prec. | D | flags | reached by | fwd ms | dq ms | dk ms | step ms "
+             f"({MODEL_ROWS:,}²) | x InfoNCE |", "| " + " | ".join(["---"] * 10) + " |"]
+    for key, fwd, dq, dk in sorted(found, key=lambda x: x[0]):
+        arch, precision, width, flags = key
+        f = _flag_dict(flags)
+        plain = {k: {"HAS_LAB": "0", "TERM": "0", "DETACH": "1"}.get(k, v) for k, v in f.items()}
+        ref = by_flags.get((arch, precision, width, frozenset(plain.items())))
+        x = "-" if ref is None else f"{total[key] / ref:.2f}"
+        lines.append(f"| {arch} | {precision} | {width} | {flags} | {dq['reached_by']} | "
+                     f"{fwd['model_ms']:.2f} | {dq['model_ms']:.2f} | {dk['model_ms']:.2f} | "
+                     f"{total[key]:.2f} | {x} |")
     return "\n".join(lines)
 
 
@@ -171,6 +227,9 @@ def main(argv: list[str] | None = None) -> int:
     results = {r.spec: r for r in compile_all(todo, args.jobs)}
     table = rows([results[s] for s in chosen], results)
     print(markdown(table))
+    step_table = steps(table)
+    if step_table:
+        print(f"\nThe model's step (lower bound, kernel_model.py):\n\n{step_table}")
     cpu = sum(r.cpu_seconds for r in results.values())
     print(f"\n{len(chosen)} launches ({len(todo)} compiles with their InfoNCE references) of "
           f"{len(specs)} reachable: enumerated in {enumerated:.0f} s, compiled in "

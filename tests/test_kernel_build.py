@@ -5,7 +5,16 @@ runs the reading on the real kernels)."""
 
 from __future__ import annotations
 
-from benchmarks.kernel_build import dot_layouts, main_loop, occupancy, parse_sass, ptxas_report
+import pytest
+
+from benchmarks.kernel_build import (
+    dot_layouts,
+    main_loop,
+    mma_flops,
+    occupancy,
+    parse_sass,
+    ptxas_report,
+)
 
 PTXAS_LOG = """\
 ptxas info    : (C7515) Potential Performance Loss: wgmma.mma_async instructions are serialized \
@@ -127,3 +136,15 @@ def test_ctas_per_sm_follow_cudas_register_and_shared_memory_rules():
     assert occupancy(90, 228, 8, 87048)["ctas"] == 1
     # over the block's limit: none fits
     assert occupancy(80, 64, 4, 170 * 1024)["ctas"] == 0
+
+
+def test_the_sass_keeps_an_mma_instructions_shape_and_its_flops_follow_it():
+    """``HGMMA.64x64x16`` is one per warpgroup (8 warps: two), ``HMMA.16816`` one per warp."""
+    loop = main_loop(parse_sass(LOOP))
+    assert "HGMMA.64x64x16.F32.BF16" in [i.opcode for i in loop.path]
+    assert mma_flops("HGMMA.64x64x16.F32.BF16", 8) == 2 * 64 * 64 * 16 * 2
+    assert mma_flops("HGMMA.64x32x8.F32.TF32", 4) == 2 * 64 * 32 * 8
+    assert mma_flops("HMMA.16816.F32.BF16", 4) == 2 * 16 * 8 * 16 * 4
+    assert mma_flops("HMMA.1688.F32.TF32", 8) == 2 * 16 * 8 * 8 * 8
+    with pytest.raises(ValueError, match="HMMA.884"):
+        mma_flops("HMMA.884.F32.F16", 4)

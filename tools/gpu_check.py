@@ -4,7 +4,7 @@ small run of every recipe on the GPU, each under its own time limit, then one re
 Parts, in order (each a subprocess in its own process group, with a time limit; a part that
 fails or times out is recorded as such and the next one runs):
 
-* ``kernels``: ``benchmarks/bench_gpu.py --targets``: the fused kernels against issue 47's
+* ``kernels``: ``benchmarks/bench_gpu.py --targets``: the fused kernels against issue 52's
   targets (cross-view InfoNCE at 65,536 / 262,144 / 1,048,576, the 2N form, MACL, DCL,
   DySTreSS, labels, AMCL's pair term, dim 512, float32 against the tile loop, inf-cl beside,
   the first call in a fresh process), within 2 minutes;
@@ -103,12 +103,12 @@ def pytest_part(args: argparse.Namespace, work: Path) -> Part:
 
 
 def kernels_part(args: argparse.Namespace, work: Path) -> Part:
-    """The fused kernels' targets (issue 47), first: the part a GPU session is lent for."""
+    """The fused kernels' targets (issue 52), first: the part a GPU session is lent for."""
     script = str(REPO / "benchmarks" / "bench_gpu.py")
     size = (["--tiny", "--repeats", "1", "--budget", "60"] if args.tiny else
             ["--repeats", "3", "--budget", str(KERNELS_BUDGET)])
     out = work / "kernels" / "bench_gpu.json"
-    return Part("kernels", "bench_gpu.py --targets: the fused kernels against issue 47's targets",
+    return Part("kernels", "bench_gpu.py --targets: the fused kernels against issue 52's targets",
                 [PY, script, "--device", args.device, "--targets", *size, "--out", str(out)],
                 LIMITS["kernels"], "targets", out)
 
