@@ -243,3 +243,13 @@ def test_the_kernels_timed_apart_are_read_from_the_profilers_events(targets):
               E(key="aten::mm", device_time_total=9000.0)]
     assert targets.kernel_times(events) == {"fwd": 1.5, "dq": 3.25, "pair_dk": 0.5}
     assert targets.pass_times(lambda: None, torch.device("cpu")) == {}  # no device kernels
+
+
+def test_a_profile_that_fails_keeps_the_rows_time(targets, monkeypatch):
+    def broken(step, device):
+        raise RuntimeError("CUPTI is not available")
+
+    monkeypatch.setattr(targets, "pass_times", broken)
+    record = targets.run_case(targets.cases(256)[0], torch.device("cpu"), "torch", 1)
+    assert record["status"] == "ok" and record["time_s"] > 0
+    assert record["passes_ms"] == {} and "CUPTI" in record["passes_error"]
