@@ -155,7 +155,6 @@ class Compiled:
     mma_sync: int = 0
     loop_instructions: int | None = None
     loop_mufu: dict[str, int] = field(default_factory=dict)
-    loop_mma: int = 0
     #: float32 additions, multiplications and multiply-adds on the path (the FMA pipe)
     loop_fp32: int = 0
     #: tensor-core flops per CTA and iteration (:func:`mma_flops`)
@@ -490,7 +489,6 @@ def _count(result: Compiled, loop: Loop | None) -> None:
                 op = ins.opcode.split(".")[1]
                 result.loop_mufu[op] = result.loop_mufu.get(op, 0) + 1
             elif family in ("HGMMA", "HMMA"):
-                result.loop_mma += 1
                 result.loop_mma_flops += mma_flops(ins.opcode, result.spec.warps)
             elif family in FP32_PIPE:
                 result.loop_fp32 += 1
